@@ -1,0 +1,79 @@
+"""The chunk record every strategy returns, its stable id, and the chunking error."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+CHUNKING_FAILED = "CHUNKING_FAILED"
+INVALID_FRONT_MATTER = "INVALID_FRONT_MATTER"
+
+
+class ChunkingError(ValueError):
+    """A document that cannot be chunked; `code` is a stable machine-readable error code."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link found in a chunk (seed 002 section 9)."""
+
+    url: str
+    text: str
+    link_type: str  # "external" | "internal" | "anchor" | "image" | "email" | "other"
+    target_document: str | None = None  # corpus-relative path when the link resolves to a source
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk of one markdown document; identical for every strategy."""
+
+    ordinal: int
+    text: str
+    title: str
+    headings_path: tuple[str, ...]
+    header_path: str
+    start_line: int
+    end_line: int
+    token_count: int
+    is_code: bool
+    content_type: str
+    links: tuple[Link, ...]
+    chunk_id: str
+    extras: dict[str, Any] = field(default_factory=dict, hash=False, compare=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict with lists instead of tuples, fields in declaration order."""
+        data = asdict(self)
+        data["headings_path"] = list(self.headings_path)
+        data["links"] = [asdict(link) for link in self.links]
+        return data
+
+
+@dataclass(frozen=True)
+class ChunkedDocument:
+    """The result of chunking one source: its chunks plus document-level facts."""
+
+    document_id: str
+    tenant_id: str
+    source_version_id: str  # sha256 hex of the raw source bytes
+    strategy: str
+    strategy_key: str
+    chunks: tuple[Chunk, ...]
+    front_matter: dict[str, Any]
+    is_chunked: bool
+    skipped_tail_tokens: int = 0  # tokens of a final chunk the strategy dropped (0: none)
+    tokenizer: str = ""  # name and version of the token counter, e.g. "words*1.3/v1"
+
+
+def make_chunk_id(
+    tenant_id: str, document_id: str, source_version_id: str, ordinal: int, canonical_text: str
+) -> str:
+    """Seed 002 section 7: sha256 over the pipe-joined identity fields and canonical text."""
+    payload = "|".join([tenant_id, document_id, source_version_id, str(ordinal), canonical_text])
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()

@@ -1,0 +1,31 @@
+"""The `mdindex` command line: one sub-command per library, each registered by its own module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every sub-command registered."""
+    from chunking import cli as chunking_cli
+    from indexing import cli as indexing_cli
+    from jobs import build_cli
+
+    parser = argparse.ArgumentParser(
+        prog="mdindex", description="Build and query a static retrieval index of markdown docs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in (chunking_cli, build_cli, indexing_cli):
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `mdindex` console script; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
