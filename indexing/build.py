@@ -1,0 +1,332 @@
+"""One topic's reduce: chunks and vectors in; index.json, chunk files, topic-spec, tables out."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from markdown_it import MarkdownIt
+
+from chunking.record import ChunkedDocument
+from indexing.hal import directory_title, dump_json, index_document
+from indexing.keywords import Keyword, keyword_matcher, keywords_in
+from indexing.paths import INDEX, TOPIC_SPEC, chunk_href, in_topic
+from indexing.questions import match_questions
+from indexing.simhash import simhash64
+from indexing.simhash_tables import PromptEntry, blocks
+from indexing.stripes import similarities, stripe_order
+from indexing.tables import DocumentRow, SourceRows, chunk_table, document_table
+from indexing.topic_spec import merge_section, render_section
+
+DEFAULT_TECHNICAL_TITLES = (
+    "quick reference",
+    "api reference",
+    "quick ref",
+    "reference card",
+    "cheat sheet",
+    "cheatsheet",
+)
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """Knobs of the index build; defaults follow seed 000."""
+
+    prompt_threshold: float = 0.6
+    prompt_top_k: int | None = None
+    technical_titles: tuple[str, ...] = DEFAULT_TECHNICAL_TITLES
+    simhash_k: int = 3
+
+    def __post_init__(self) -> None:
+        if not -1.0 <= self.prompt_threshold <= 1.0:
+            raise ValueError(
+                f"prompt_threshold must be a cosine in [-1, 1], got {self.prompt_threshold}"
+            )
+        if self.prompt_top_k is not None and self.prompt_top_k < 1:
+            raise ValueError(f"prompt_top_k must be at least 1 or None, got {self.prompt_top_k}")
+        blocks(self.simhash_k)  # validates the range of k
+
+
+@dataclass(frozen=True, eq=False)
+class SourceInput:
+    """One source of a topic: its chunked document and one vector per chunk, or its error.
+
+    `source_version_id` is only read for a failed source (a chunked one carries it in `document`).
+    """
+
+    path: str
+    document: ChunkedDocument | None
+    vectors: np.ndarray | None
+    error: tuple[str, str] | None = None
+    source_version_id: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class TopicInput:
+    """Everything one topic's reduce needs; `previous_index` is its index.json from the last run."""
+
+    topic: str
+    sources: list[SourceInput]
+    questions: list[str]
+    question_vectors: np.ndarray | None
+    keywords: list[Keyword]
+    child_topics: list[str]
+    previous_index: bytes | None
+    existing_topic_spec: str | None
+    model: str
+    strategy: str
+
+
+@dataclass(frozen=True, eq=False)
+class TopicOutput:
+    """What one topic's reduce produces; nothing is written yet.
+
+    `files` maps output-root-relative paths to bytes. `retained` lists the chunk files of failed
+    sources that stay from the previous run: they are live although not rewritten.
+    """
+
+    topic: str
+    title: str
+    files: dict[str, bytes]
+    chunk_rows: pa.Table
+    document_rows: pa.Table
+    prompt_entries: list[PromptEntry]
+    retained: tuple[str, ...] = ()
+
+    def live_paths(self) -> set[str]:
+        """Every file of the topic that the new index.json refers to (written or retained)."""
+        return set(self.files) | set(self.retained)
+
+
+def is_technical_title(title: str, technical_titles: tuple[str, ...]) -> bool:
+    """Whether a chunk title contains one of the technical-baseline phrases, case-insensitively."""
+    folded = title.casefold()
+    return any(phrase.casefold() in folded for phrase in technical_titles)
+
+
+def first_h1(document: ChunkedDocument) -> str | None:
+    """The text of the first level-1 heading in the document's chunks, if any."""
+    parser = MarkdownIt("commonmark")
+    for chunk in document.chunks:
+        tokens = parser.parse(chunk.text)
+        for i, token in enumerate(tokens):
+            if token.type == "heading_open" and token.tag == "h1" and tokens[i + 1].content.strip():
+                return tokens[i + 1].content.strip()
+    return None
+
+
+def topic_title(
+    topic: str, documents: list[ChunkedDocument], previous: dict[str, Any] | None
+) -> str:
+    """Front-matter `title` of the first chunked source, else its first H1, else the previous
+    run's title (when every source failed), else the directory name."""
+    if documents:
+        title = documents[0].front_matter.get("title")
+        if isinstance(title, str) and title.strip():
+            return title.strip()
+        return first_h1(documents[0]) or directory_title(topic)
+    if previous is not None:
+        return previous["title"]
+    return directory_title(topic)
+
+
+def _stem(path: str) -> str:
+    return posixpath.splitext(posixpath.basename(path))[0]
+
+
+def _check_vectors(src: SourceInput, count: int) -> np.ndarray:
+    vectors = np.asarray(src.vectors) if src.vectors is not None else None
+    if vectors is None or vectors.ndim != 2 or vectors.shape[0] != count:
+        shape = None if vectors is None else vectors.shape
+        raise ValueError(f"{src.path}: expected one vector per chunk ({count}), got shape {shape}")
+    return vectors
+
+
+@dataclass(frozen=True)
+class _Built:
+    entry: dict[str, Any]
+    rows: SourceRows
+
+
+def _build_source(
+    inp: TopicInput,
+    src: SourceInput,
+    doc: ChunkedDocument,
+    settings: IndexSettings,
+    question_hashes: list[int],
+) -> _Built:
+    """The `_embedded.chunks` entry and table rows of one chunked source."""
+    stem = _stem(src.path)
+    chunks = doc.chunks
+    vectors = _check_vectors(src, len(chunks))
+    conceptual = similarities(vectors, 0)
+    technical = None
+    if len(chunks) >= 2 and is_technical_title(chunks[1].title, settings.technical_titles):
+        technical = similarities(vectors, 1)
+    matched = (
+        match_questions(
+            vectors, inp.question_vectors, settings.prompt_threshold, settings.prompt_top_k
+        )
+        if question_hashes
+        else [[] for _ in chunks]
+    )
+    prompt_hashes = [sorted({question_hashes[q] for q in row}) for row in matched]
+    matcher = keyword_matcher(inp.keywords)
+    items = []
+    for i, chunk in enumerate(chunks):
+        item: dict[str, Any] = {
+            "index": i,
+            "href": chunk_href(stem, i),
+            "title": chunk.title,
+            "is_code": chunk.is_code,
+            "similarity_conceptual": conceptual[i],
+        }
+        if technical is not None:
+            item["similarity_technical"] = technical[i]
+        if prompt_hashes[i]:
+            item["prompt_hashes"] = prompt_hashes[i]
+        item["keywords"] = [
+            {"name": k.name, "score": k.score} for k in keywords_in(chunk.text, matcher)
+        ]
+        items.append(item)
+    entry: dict[str, Any] = {
+        "source": posixpath.basename(src.path),
+        "count": len(chunks),
+        "baseline_conceptual": 0,
+    }
+    if technical is not None:
+        entry["baseline_technical"] = 1
+    entry["stripe_order"] = stripe_order(conceptual, {0})
+    if technical is not None:
+        entry["stripe_order_technical"] = stripe_order(technical, {0, 1})
+    entry["items"] = items
+    rows = SourceRows(
+        path=src.path,
+        document=doc,
+        vectors=vectors,
+        hrefs=[in_topic(inp.topic, item["href"]) for item in items],
+        similarity_conceptual=conceptual,
+        similarity_technical=technical,
+        prompt_hashes=prompt_hashes,
+    )
+    return _Built(entry=entry, rows=rows)
+
+
+def _question_hashes(inp: TopicInput) -> list[int]:
+    if not inp.questions:
+        return []
+    vectors = inp.question_vectors
+    if vectors is None or len(vectors) != len(inp.questions):
+        got = None if vectors is None else len(vectors)
+        raise ValueError(
+            f"topic {inp.topic!r}: {len(inp.questions)} questions but {got} question vectors"
+        )
+    return [simhash64(q) for q in inp.questions]
+
+
+def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
+    """Build one topic's index.json, chunk files, topic-spec.md and table rows (seed 000 §3-§7).
+
+    A failed source keeps its previous `_embedded.chunks` entry and chunk files (listed in
+    `retained`); a source with zero chunks gets no entry. Raises ValueError for inconsistent input
+    (two sources with one stem, vectors that do not match the chunks).
+    """
+    sources = sorted(inp.sources, key=lambda s: _stem(s.path))
+    stems = [_stem(s.path) for s in sources]
+    duplicates = sorted({s for s in stems if stems.count(s) > 1})
+    if duplicates:
+        raise ValueError(f"topic {inp.topic!r}: several sources share the stem(s) {duplicates}")
+    previous = json.loads(inp.previous_index) if inp.previous_index else None
+    previous_chunks = previous["_embedded"].get("chunks", {}) if previous else {}
+    question_hashes = _question_hashes(inp)
+
+    chunks: dict[str, Any] = {}
+    files: dict[str, bytes] = {}
+    retained: list[str] = []
+    table_sources: list[SourceRows] = []
+    documents: list[ChunkedDocument] = []
+    doc_rows: list[DocumentRow] = []
+    for stem, src in zip(stems, sources, strict=True):
+        if src.document is None:
+            code, message = src.error or ("UNKNOWN", "source failed without an error")
+            doc_rows.append(
+                DocumentRow(
+                    inp.topic,
+                    src.path,
+                    src.path,
+                    False,
+                    0,
+                    src.source_version_id,
+                    inp.strategy,
+                    "failed",
+                    code,
+                    message,
+                )
+            )
+            if stem in previous_chunks:
+                chunks[stem] = previous_chunks[stem]
+                retained += [in_topic(inp.topic, item["href"]) for item in chunks[stem]["items"]]
+            continue
+        doc = src.document
+        documents.append(doc)
+        doc_rows.append(
+            DocumentRow(
+                inp.topic,
+                src.path,
+                doc.document_id,
+                doc.is_chunked,
+                len(doc.chunks),
+                doc.source_version_id,
+                inp.strategy,
+                "ok",
+            )
+        )
+        if not doc.chunks:
+            continue
+        built = _build_source(inp, src, doc, settings, question_hashes)
+        chunks[stem] = built.entry
+        table_sources.append(built.rows)
+        for chunk, href in zip(doc.chunks, built.rows.hrefs, strict=True):
+            files[href] = chunk.text.encode("utf-8")
+
+    title = topic_title(inp.topic, documents, previous)
+    files[in_topic(inp.topic, INDEX)] = dump_json(
+        index_document(inp.topic, title, inp.child_topics, chunks)
+    )
+    spec = merge_section(inp.existing_topic_spec, render_section(title, chunks))
+    files[in_topic(inp.topic, TOPIC_SPEC)] = spec.encode("utf-8")
+    dims = {src.vectors.shape[1] for src in table_sources}
+    if len(dims) > 1:
+        raise ValueError(
+            f"topic {inp.topic!r}: sources have vectors of different sizes {sorted(dims)}"
+        )
+    dim = dims.pop() if dims else 0
+    return TopicOutput(
+        topic=inp.topic,
+        title=title,
+        files=dict(sorted(files.items())),
+        chunk_rows=chunk_table(inp.topic, inp.model, inp.strategy, table_sources, dim),
+        document_rows=document_table(doc_rows),
+        prompt_entries=prompt_entries(inp.topic, chunks),
+        retained=tuple(sorted(retained)),
+    )
+
+
+def prompt_entries(topic: str, chunks: dict[str, Any]) -> list[PromptEntry]:
+    """The topic's sorted SimHash table: (hash, topic, source stem, chunk index) per prompt hash."""
+    return sorted(
+        (h, topic, stem, item["index"])
+        for stem, entry in chunks.items()
+        for item in entry["items"]
+        for h in item.get("prompt_hashes", ())
+    )
+
+
+def prompt_entries_from_index(index_json: bytes) -> list[PromptEntry]:
+    """The SimHash table of a topic read back from its index.json (for topics not rebuilt)."""
+    doc = json.loads(index_json)
+    return prompt_entries(doc["id"], doc["_embedded"].get("chunks", {}))

@@ -1,0 +1,61 @@
+"""HAL+JSON index documents (seed 000 "Index.json Schema Extensions"), byte-deterministic."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Iterable
+from typing import Any
+
+from indexing.paths import index_href, parent_of
+
+ROOT_TITLE = "Index"
+
+
+def dump_json(doc: Any) -> bytes:
+    """Deterministic JSON: keys in insertion order, 2-space indent, UTF-8, trailing newline."""
+    return (json.dumps(doc, ensure_ascii=False, indent=2, separators=(",", ": ")) + "\n").encode()
+
+
+def directory_title(directory: str) -> str:
+    """The fallback title of a directory: its name, or "Index" for the root."""
+    return posixpath.basename(directory) or ROOT_TITLE
+
+
+def links(directory: str) -> dict[str, Any]:
+    """`_links` of a directory's index.json: self, and parent except at the root."""
+    result: dict[str, Any] = {"self": {"href": index_href(directory)}}
+    parent = parent_of(directory)
+    if parent is not None:
+        result["parent"] = {"href": index_href(parent)}
+    return result
+
+
+def topic_links(child_topics: Iterable[str]) -> list[dict[str, Any]]:
+    """`_embedded.topics`: one link per child directory, sorted by id."""
+    return [
+        {"id": child, "_links": {"self": {"href": index_href(child)}}}
+        for child in sorted(set(child_topics))
+    ]
+
+
+def index_document(
+    directory: str, title: str, child_topics: Iterable[str], chunks: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The index.json document; `chunks` None leaves `_embedded.chunks` out (a plain directory)."""
+    embedded: dict[str, Any] = {"topics": topic_links(child_topics)}
+    if chunks is not None:
+        embedded["chunks"] = chunks
+    return {"id": directory, "title": title, "_links": links(directory), "_embedded": embedded}
+
+
+def directory_index(directory: str, child_topics: list[str]) -> bytes:
+    """index.json of an ancestor directory that is not itself a topic."""
+    return dump_json(index_document(directory, directory_title(directory), child_topics, None))
+
+
+def set_child_topics(index_json: bytes, child_topics: list[str]) -> bytes:
+    """The same index.json with `_embedded.topics` replaced by links to `child_topics`."""
+    doc = json.loads(index_json)
+    doc["_embedded"]["topics"] = topic_links(child_topics)
+    return dump_json(doc)

@@ -1,0 +1,126 @@
+"""Keyword authority tables (`_keywords/words.md`) and matching them in chunk text."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+NAME_COLUMNS = ("keyword", "keywords", "name", "term", "phrase")
+SCORE_COLUMNS = ("score", "authority", "authority score")
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_LIST_ITEM = re.compile(r"^(?P<name>.*\S)\s*:\s*(?P<score>\S+)$")
+
+
+@dataclass(frozen=True)
+class Keyword:
+    """One keyword of the global authority table with its score."""
+
+    name: str
+    score: int | float
+
+
+@dataclass(frozen=True)
+class KeywordMatcher:
+    """Keywords with their compiled word-boundary patterns, in table order."""
+
+    keywords: tuple[Keyword, ...]
+    patterns: tuple[re.Pattern[str], ...]
+
+
+def _plain(inline: Token) -> str:
+    """The visible text of an inline token (emphasis and code markers dropped)."""
+    parts = [
+        " " if child.type in ("softbreak", "hardbreak") else child.content
+        for child in inline.children or ()
+        if child.type in ("text", "code_inline", "softbreak", "hardbreak")
+    ]
+    return "".join(parts).strip()
+
+
+def _score(text: str) -> int | float | None:
+    """`text` as an int or float score, or None when it is not a number."""
+    if not _NUMBER.fullmatch(text):
+        return None
+    return int(text) if re.fullmatch(r"[-+]?\d+", text) else float(text)
+
+
+def _table_rows(tokens: list[Token], start: int) -> tuple[list[list[str]], int]:
+    """The rows (plain cell texts) of the table opening at tokens[start], and the index after it."""
+    rows: list[list[str]] = []
+    i = start
+    while tokens[i].type != "table_close":
+        if tokens[i].type == "tr_open":
+            rows.append([])
+        elif tokens[i].type == "inline" and rows:
+            rows[-1].append(_plain(tokens[i]))
+        i += 1
+    return rows, i + 1
+
+
+def _from_table(rows: list[list[str]]) -> list[Keyword]:
+    """Keywords of one table whose header names a keyword column and a score column."""
+    header = [cell.casefold() for cell in rows[0]] if rows else []
+    name_col = next((header.index(c) for c in NAME_COLUMNS if c in header), None)
+    score_col = next((header.index(c) for c in SCORE_COLUMNS if c in header), None)
+    if name_col is None or score_col is None:
+        return []
+    found = []
+    for number, row in enumerate(rows[1:], start=1):
+        name, raw = row[name_col].strip(), row[score_col].strip()
+        if not name:
+            continue
+        score = _score(raw)
+        if score is None:
+            raise ValueError(
+                f"keywords table row {number}: score {raw!r} of {name!r} is not a number"
+            )
+        found.append(Keyword(name=name, score=score))
+    return found
+
+
+def parse_keywords(markdown: str) -> list[Keyword]:
+    """Keywords from a markdown table (keyword and score columns) and `- keyword: score` list items.
+
+    Document order; a keyword seen again (case-insensitively) keeps its first score. List items
+    whose text is not `name: number` are ordinary prose and ignored; a table row with a
+    non-numeric score is an error (ValueError naming the row).
+    """
+    tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
+    found: list[Keyword] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token.type == "table_open":
+            rows, i = _table_rows(tokens, i)
+            found.extend(_from_table(rows))
+            continue
+        if token.type == "inline" and i >= 2 and tokens[i - 2].type == "list_item_open":
+            match = _LIST_ITEM.match(_plain(token))
+            score = _score(match["score"]) if match else None
+            if match and score is not None:
+                found.append(Keyword(name=match["name"], score=score))
+        i += 1
+    unique: dict[str, Keyword] = {}
+    for keyword in found:
+        unique.setdefault(keyword.name.casefold(), keyword)
+    return list(unique.values())
+
+
+def keyword_pattern(name: str) -> re.Pattern[str]:
+    """Case-insensitive pattern for `name` on word boundaries; inner whitespace matches any run."""
+    body = r"\s+".join(re.escape(word) for word in name.split())
+    return re.compile(rf"(?<!\w){body}(?!\w)", re.IGNORECASE)
+
+
+def keyword_matcher(keywords: Sequence[Keyword]) -> KeywordMatcher:
+    """Compile the patterns of a keyword table once, for matching many chunks."""
+    return KeywordMatcher(tuple(keywords), tuple(keyword_pattern(k.name) for k in keywords))
+
+
+def keywords_in(text: str, matcher: KeywordMatcher) -> list[Keyword]:
+    """The keywords present in `text`, in the table's order, with their global scores."""
+    return [k for k, p in zip(matcher.keywords, matcher.patterns, strict=True) if p.search(text)]

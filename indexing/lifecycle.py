@@ -1,0 +1,32 @@
+"""Seed 001's chunk lifecycle as planned deletions; the caller deletes once index.json is in place.
+
+Order of operations for one topic: write the chunk files, then index.json (and topic-spec.md), then
+delete `stale_files(existing, output.live_paths())`. A topic that lost all its sources: rewrite its
+parent's index.json without it (`set_child_topics`), then delete `orphaned_topic_files(...)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from indexing.paths import INDEX, in_topic, is_chunk_file
+
+
+def stale_files(existing: Iterable[str], written: Iterable[str]) -> list[str]:
+    """Chunk files among `existing` that the new index no longer refers to, sorted.
+
+    Only paths of the form `.../_chunks/{stem}-{i}.md` are ever returned, so passing a whole
+    directory listing cannot delete sources or hand-written files.
+    """
+    live = set(written)
+    return sorted({p for p in existing if is_chunk_file(p) and p not in live})
+
+
+def orphaned_topic_files(topic: str, existing: Iterable[str]) -> list[str]:
+    """The index.json and chunk files of a topic that no longer has sources (or of a directory
+    that no longer leads to any topic), among the `existing` output-root-relative paths."""
+    index = in_topic(topic, INDEX)
+    chunk_prefix = in_topic(topic, "_chunks/")
+    return sorted(
+        {p for p in existing if p == index or (p.startswith(chunk_prefix) and is_chunk_file(p))}
+    )

@@ -1,0 +1,62 @@
+"""Where a topic's files live, relative to the output root, and the hrefs that point at them."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+INDEX = "index.json"
+TOPIC_SPEC = "topic-spec.md"
+CHUNKS_DIR = "_chunks"
+CHUNK_TABLES = "_index/chunks"
+DOCUMENT_TABLES = "_index/documents"
+ROOT_SLUG = "_root"
+_CHUNK_FILE = re.compile(r"^.+-\d+\.md$")
+
+
+def in_topic(topic: str, relpath: str) -> str:
+    """`relpath` inside the topic directory, relative to the output root ("" is the root)."""
+    return f"{topic}/{relpath}" if topic else relpath
+
+
+def index_href(topic: str) -> str:
+    """The root-absolute href of a topic's (or directory's) index.json."""
+    return "/" + in_topic(topic, INDEX)
+
+
+def parent_of(topic: str) -> str | None:
+    """The parent directory id, or None for the root."""
+    return None if topic == "" else posixpath.dirname(topic)
+
+
+def chunk_href(stem: str, index: int) -> str:
+    """A chunk file's href relative to its topic directory, as index.json stores it."""
+    return f"{CHUNKS_DIR}/{stem}-{index}.md"
+
+
+def is_chunk_file(relpath: str) -> bool:
+    """Whether an output-root-relative path names a chunk file (`.../_chunks/{stem}-{i}.md`)."""
+    parent, name = posixpath.split(relpath)
+    return posixpath.basename(parent) == CHUNKS_DIR and bool(_CHUNK_FILE.match(name))
+
+
+def topic_slug(topic: str) -> str:
+    """File-name-safe, collision-free name of a topic for its table shards.
+
+    Every "~" is doubled, then every "/" becomes "~s" (so "guides/intro" -> "guides~sintro"); the
+    mapping is reversible. The root topic "" is "_root", which no topic can be (folders starting
+    with "_" hold no topics).
+    """
+    if topic == "":
+        return ROOT_SLUG
+    return topic.replace("~", "~~").replace("/", "~s")
+
+
+def chunk_table_path(topic: str) -> str:
+    """Output-root-relative path of a topic's chunk table shard."""
+    return f"{CHUNK_TABLES}/{topic_slug(topic)}.parquet"
+
+
+def document_table_path(topic: str) -> str:
+    """Output-root-relative path of a topic's documents table shard."""
+    return f"{DOCUMENT_TABLES}/{topic_slug(topic)}.parquet"

@@ -1,0 +1,154 @@
+"""Corpus SimHash tables for Hamming-distance lookup, after Manku, Jain and Das Sarma (WWW 2007).
+
+The 64 bits are split into k+1 contiguous blocks. Two hashes within distance k agree exactly on at
+least one block (pigeonhole), so a lookup reads, for each block, the one shard holding the query's
+block value, finds the entries with that exact block value by binary search and then verifies
+the full distance. Shards are keyed by block and by the top SHARD_BITS bits of the block value:
+
+    _index/simhash/manifest.json               k, block layout, shard bits, entry count
+    _index/simhash/k{k}/b{block}/{prefix}.json one sorted table per (block, prefix)
+
+Hashes inside the shards are 16-digit lower-case hex strings, exact in any JSON reader.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from indexing.simhash import BITS, HASH_NAME, hamming
+
+ROOT = "_index/simhash"
+MANIFEST = f"{ROOT}/manifest.json"
+SHARD_BITS = 8
+
+PromptEntry = tuple[int, str, str, int]  # (simhash, topic, source stem, chunk index)
+
+
+@dataclass(frozen=True)
+class Block:
+    """Bits [start, start + width) of a hash, bit 0 being the least significant."""
+
+    start: int
+    width: int
+
+    def value(self, h: int) -> int:
+        """This block's bits of `h` as an int."""
+        return (h >> self.start) & ((1 << self.width) - 1)
+
+    def prefix(self, h: int) -> int:
+        """The top SHARD_BITS bits of this block's value (the whole value for narrow blocks)."""
+        return self.value(h) >> max(0, self.width - SHARD_BITS)
+
+
+@dataclass(frozen=True)
+class SimhashMatch:
+    """One stored prompt hash within the lookup distance of a query hash."""
+
+    hash: int
+    distance: int
+    topic: str
+    source: str
+    index: int
+
+
+def blocks(k: int) -> tuple[Block, ...]:
+    """The k+1 blocks, most significant first; widths differ by at most one bit."""
+    if not 0 <= k < BITS:
+        raise ValueError(f"simhash k must be between 0 and {BITS - 1}, got {k}")
+    count = k + 1
+    widths = [BITS // count + (1 if i < BITS % count else 0) for i in range(count)]
+    result, top = [], BITS
+    for width in widths:
+        top -= width
+        result.append(Block(start=top, width=width))
+    return tuple(result)
+
+
+def shard_path(k: int, block_number: int, block: Block, h: int) -> str:
+    """Output-root-relative path of the shard that holds `h` for one block."""
+    digits = (min(block.width, SHARD_BITS) + 3) // 4
+    return f"{ROOT}/k{k}/b{block_number}/{block.prefix(h):0{digits}x}.json"
+
+
+def _dump(doc: dict) -> bytes:
+    return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def build_simhash_tables(entries: Iterable[PromptEntry], k: int = 3) -> dict[str, bytes]:
+    """All corpus table files (manifest and shards) for `entries`, keyed by output-root path.
+
+    Entries are de-duplicated; each shard is sorted by (block value, hash, topic, source, index).
+    Only non-empty shards are written: a missing shard means no entry in it.
+    """
+    layout = blocks(k)
+    unique = sorted(set(entries))
+    for h, *_ in unique:
+        if not 0 <= h < 1 << BITS:
+            raise ValueError(f"simhash {h} is not an unsigned 64-bit value")
+    shards: dict[str, list[tuple[int, PromptEntry]]] = {}
+    for number, block in enumerate(layout):
+        for entry in unique:
+            path = shard_path(k, number, block, entry[0])
+            shards.setdefault(path, []).append((block.value(entry[0]), entry))
+    files = {
+        MANIFEST: _dump(
+            {
+                "hash": HASH_NAME,
+                "k": k,
+                "bits": BITS,
+                "shard_bits": SHARD_BITS,
+                "blocks": [{"start": b.start, "width": b.width} for b in layout],
+                "entries": len(unique),
+            }
+        )
+    }
+    for path in sorted(shards):
+        rows = sorted(shards[path])
+        files[path] = _dump(
+            {
+                "entries": [
+                    [f"{h:016x}", topic, source, index] for _, (h, topic, source, index) in rows
+                ]
+            }
+        )
+    return files
+
+
+def lookup_simhash(
+    read: Callable[[str], bytes | None], h: int, max_distance: int | None = None
+) -> list[SimhashMatch]:
+    """Stored entries within Hamming distance of `h`, nearest first.
+
+    `read(path)` returns a file's bytes (output-root-relative path) or None when it does not exist.
+    The distance limit is the tables' k, or `max_distance` when that is smaller.
+    """
+    manifest_bytes = read(MANIFEST)
+    if manifest_bytes is None:
+        return []
+    manifest = json.loads(manifest_bytes)
+    k = int(manifest["k"])
+    limit = k if max_distance is None else min(k, max_distance)
+    found: dict[tuple[int, str, str, int], int] = {}
+    for number, block in enumerate(blocks(k)):
+        shard = read(shard_path(k, number, block, h))
+        if shard is None:
+            continue
+        rows = json.loads(shard)["entries"]
+        hashes = [int(row[0], 16) for row in rows]
+        keys = [block.value(x) for x in hashes]
+        want = block.value(h)
+        for i in range(bisect.bisect_left(keys, want), bisect.bisect_right(keys, want)):
+            distance = hamming(hashes[i], h)
+            if distance <= limit:
+                _, topic, source, index = rows[i]
+                found[(hashes[i], topic, source, index)] = distance
+    return sorted(
+        (
+            SimhashMatch(hash=e[0], distance=d, topic=e[1], source=e[2], index=e[3])
+            for e, d in found.items()
+        ),
+        key=lambda m: (m.distance, m.topic, m.source, m.index, m.hash),
+    )

@@ -1,0 +1,59 @@
+"""Which files are sources, which directories are topics, which directories get an index.json."""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+from collections.abc import Iterable
+
+from indexing.paths import TOPIC_SPEC, parent_of
+
+QA_PAIRS = "qa-pairs.md"
+KEYWORDS_FILE = "_keywords/words.md"
+NOT_SOURCES = frozenset({QA_PAIRS, TOPIC_SPEC})
+
+
+def is_source(relpath: str, globs: Iterable[str] = ("*.md",)) -> bool:
+    """Whether a corpus-relative path is a source: its file name matches a glob, it is not
+    qa-pairs.md or topic-spec.md, and no folder on its path starts with "_" or "."."""
+    *folders, name = relpath.split("/")
+    if name in NOT_SOURCES or any(f.startswith(("_", ".")) for f in folders):
+        return False
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in globs)
+
+
+def group_sources(
+    relpaths: Iterable[str], globs: Iterable[str] = ("*.md",)
+) -> dict[str, list[str]]:
+    """Topic id (the directory, "" for the root) -> its sorted source paths, topics sorted."""
+    globs = tuple(globs)
+    topics: dict[str, list[str]] = {}
+    for path in relpaths:
+        if is_source(path, globs):
+            topics.setdefault(posixpath.dirname(path), []).append(path)
+    return {topic: sorted(topics[topic]) for topic in sorted(topics)}
+
+
+def nearest_keywords_path(topic: str, keyword_paths: Iterable[str]) -> str | None:
+    """The `_keywords/words.md` of the topic or of its nearest ancestor, or None."""
+    available = set(keyword_paths)
+    directory: str | None = topic
+    while directory is not None:
+        candidate = f"{directory}/{KEYWORDS_FILE}" if directory else KEYWORDS_FILE
+        if candidate in available:
+            return candidate
+        directory = parent_of(directory)
+    return None
+
+
+def index_tree(topics: Iterable[str]) -> dict[str, list[str]]:
+    """Every directory that gets an index.json (the topics and all their ancestors up to the root)
+    -> its sorted child directories that have one. Empty when there are no topics."""
+    tree: dict[str, set[str]] = {}
+    for topic in topics:
+        tree.setdefault(topic, set())
+        child, parent = topic, parent_of(topic)
+        while parent is not None:
+            tree.setdefault(parent, set()).add(child)
+            child, parent = parent, parent_of(parent)
+    return {directory: sorted(tree[directory]) for directory in sorted(tree)}

@@ -1,0 +1,80 @@
+"""The generated chunk summary inside `topic-spec.md`; text outside its markers is never touched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+BEGIN = "<!-- mdindex:begin (generated; edits inside these markers are replaced) -->"
+END = "<!-- mdindex:end -->"
+_BEGIN_PREFIX = "<!-- mdindex:begin"
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def render_section(title: str, chunks: dict[str, Any]) -> str:
+    """The marked section: per source, a table of index, title, is_code, sims, keywords, prompts."""
+    lines = [BEGIN, f"## Chunks of {title}", ""]
+    if not chunks:
+        lines += ["No chunked sources.", ""]
+    for entry in chunks.values():
+        technical = "baseline_technical" in entry
+        lines += [f"### {entry['source']}", ""]
+        lines += [f"{entry['count']} chunks; stripe order: {entry['stripe_order']}"]
+        if technical:
+            lines += [f"technical stripe order: {entry['stripe_order_technical']}"]
+        lines += [
+            "",
+            "| index | title | is_code | sim. conceptual | sim. technical | keywords | prompts |",
+            "|---:|---|---|---:|---:|---|---:|",
+        ]
+        for item in entry["items"]:
+            keywords = ", ".join(f"{k['name']} ({k['score']})" for k in item["keywords"])
+            cells = [
+                item["index"],
+                item["title"],
+                "yes" if item["is_code"] else "no",
+                item["similarity_conceptual"],
+                item.get("similarity_technical", ""),
+                keywords,
+                len(item.get("prompt_hashes", ())),
+            ]
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append("")
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def _section_span(text: str) -> tuple[int, int] | None:
+    """(start, end) of the generated section: the first end marker and the last begin before it."""
+    end = text.find(END)
+    if end < 0:
+        return None
+    start = text.rfind(_BEGIN_PREFIX, 0, end)
+    if start < 0:
+        return None
+    stop = end + len(END)
+    return start, stop + 1 if text[stop : stop + 1] == "\n" else stop
+
+
+def merge_section(existing: str | None, section: str) -> str:
+    """`existing` with its generated section replaced by `section` (appended when it has none)."""
+    if not existing:
+        return section
+    span = _section_span(existing)
+    if span is None:
+        separator = (
+            "" if existing.endswith("\n\n") else ("\n" if existing.endswith("\n") else "\n\n")
+        )
+        return existing + separator + section
+    return existing[: span[0]] + section + existing[span[1] :]
+
+
+def without_section(existing: str) -> str | None:
+    """`existing` without the generated section; None when nothing written by a person is left."""
+    span = _section_span(existing)
+    if span is None:
+        return existing
+    rest = existing[: span[0]] + existing[span[1] :]
+    return rest if rest.strip() else None
