@@ -11,7 +11,7 @@ from indexing import SourceInput, TopicInput
 
 
 def make_document(path: str, sections: list[tuple[str, str]], *, is_code=(), front_matter=None):
-    """A ChunkedDocument with one chunk per (title, body) section, chunk text "## title\\n\\nbody"."""
+    """A ChunkedDocument with one "## title" chunk per (title, body) section."""
     source = "\n\n".join(f"## {t}\n\n{b}" for t, b in sections).encode()
     version = hashlib.sha256(source).hexdigest()
     chunks = []
@@ -61,8 +61,17 @@ def source(path, sections, vectors, **kwargs) -> SourceInput:
     return SourceInput(path=path, document=make_document(path, sections, **kwargs), vectors=vectors)
 
 
-def topic_input(topic, sources, *, questions=(), question_vectors=None, keywords=(), children=(),
-                previous=None, spec=None) -> TopicInput:
+def topic_input(
+    topic,
+    sources,
+    *,
+    questions=(),
+    question_vectors=None,
+    keywords=(),
+    children=(),
+    previous=None,
+    spec=None,
+) -> TopicInput:
     """A TopicInput with the given parts and fixed model/strategy names."""
     return TopicInput(
         topic=topic,

@@ -1,0 +1,191 @@
+"""`mdindex query` and `mdindex serve`: the consumer side of a built index."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from indexing.client import (
+    IndexReader,
+    chunk_path,
+    chunk_tables,
+    embedding_search,
+    question_matches,
+    select_chunks,
+)
+from indexing.paths import in_topic
+from indexing.server import make_server
+from indexing.simhash import simhash64
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def register(subparsers) -> None:
+    """Add the `query` and `serve` sub-commands."""
+    query = subparsers.add_parser(
+        "query",
+        help="read chunks of a built index in stripe order, or look a question up",
+        description="Read a built index from a local path, an fsspec URI or an http(s) URL.",
+    )
+    query.add_argument("root", help="output root of the index (path, s3://..., http://...)")
+    query.add_argument("--topic", help='topic id, e.g. "libraries/stj" ("" for the root)')
+    query.add_argument("--n", type=_positive_int, default=5, help="chunks per source (default 5)")
+    query.add_argument("--source", help="only this source (file stem)")
+    query.add_argument("--technical", action="store_true", help="use the technical stripe order")
+    query.add_argument("--show", action="store_true", help="include the chunk text")
+    query.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    query.add_argument("--question", help="find chunks for a question (SimHash, then embeddings)")
+    query.add_argument(
+        "--storage-options", type=json.loads, default=None, help="fsspec options as a JSON object"
+    )
+    query.set_defaults(run=run_query)
+
+    serve = subparsers.add_parser(
+        "serve",
+        help="serve a built index over HTTP with CORS and range requests",
+        description="Static HTTP server for a local index directory (CORS, HTTP Range).",
+    )
+    serve.add_argument("directory", help="local output root to serve")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks one)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.set_defaults(run=run_serve)
+
+
+def _text(reader: IndexReader, relpath: str) -> str | None:
+    data = reader.read(relpath)
+    return None if data is None else data.decode("utf-8")
+
+
+def topic_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON-ready answer to `query --topic`: per source, the first N chunks in stripe order."""
+    index = reader.index(args.topic)
+    sources = []
+    for selection in select_chunks(index, args.n, args.source, args.technical):
+        chunks = []
+        for item in selection.items:
+            relpath = in_topic(args.topic, item["href"])
+            record = {**item, "href": reader.location(relpath)}
+            if args.show:
+                record["text"] = _text(reader, relpath)
+            chunks.append(record)
+        sources.append({"source": selection.source, "order": selection.order, "chunks": chunks})
+    return {"topic": args.topic, "title": index["title"], "sources": sources}
+
+
+def _embed_query(model: str, question: str):
+    from embedding import load_embedder
+
+    return load_embedder(model).embed([question], query=True)[0]
+
+
+def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON-ready answer to `query --question`: SimHash matches, else embedding search."""
+    matches: list[dict[str, Any]] = []
+    method = "simhash"
+    for m in question_matches(reader, args.question, args.topic)[: args.n]:
+        matches.append(
+            {
+                "topic": m.topic,
+                "source": m.source,
+                "index": m.index,
+                "distance": m.distance,
+                "prompt_hash": m.hash,
+            }
+        )
+    if not matches:
+        topics = [args.topic] if args.topic is not None else reader.topics()
+        table = chunk_tables(reader, topics)
+        method = "none" if table is None else "embedding"
+        if table is not None:
+            for hit in embedding_search(table, args.question, args.n, _embed_query):
+                matches.append(
+                    {
+                        "topic": hit.topic,
+                        "source": hit.source,
+                        "index": hit.index,
+                        "title": hit.title,
+                        "score": hit.score,
+                    }
+                )
+    titles: dict[str, dict[str, Any]] = {}
+    for match in matches:
+        relpath = chunk_path(match["topic"], match["source"], match["index"])
+        if "title" not in match:
+            if match["topic"] not in titles:
+                titles[match["topic"]] = reader.index(match["topic"])["_embedded"]["chunks"]
+            items = titles[match["topic"]][match["source"]]["items"]
+            match["title"] = items[match["index"]]["title"]
+        match["href"] = reader.location(relpath)
+        if args.show:
+            match["text"] = _text(reader, relpath)
+    return {
+        "question": args.question,
+        "simhash": simhash64(args.question),
+        "method": method,
+        "matches": matches,
+    }
+
+
+def _print_text(result: dict[str, Any]) -> None:
+    if "sources" in result:
+        print(f"{result['title']} ({result['topic'] or '/'})")
+        for source in result["sources"]:
+            count = len(source["chunks"])
+            print(f"{source['source']}: {source['order']} stripe order, {count} chunks")
+            for item in source["chunks"]:
+                print(f"  [{item['index']}] {item['title']}\n      {item['href']}")
+                if "text" in item:
+                    print("      " + (item["text"] or "").replace("\n", "\n      "))
+        return
+    print(f"simhash {result['simhash']}: {result['method']}, {len(result['matches'])} matches")
+    for match in result["matches"]:
+        how = f"distance {match['distance']}" if "distance" in match else f"score {match['score']}"
+        print(
+            f"  {match['topic'] or '/'} {match['source']} [{match['index']}] {match['title']} "
+            f"({how})\n      {match['href']}"
+        )
+        if "text" in match:
+            print("      " + (match["text"] or "").replace("\n", "\n      "))
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """`mdindex query`: 0 on success, 1 when the index lacks what was asked, 2 on bad usage."""
+    if args.topic is None and args.question is None:
+        print("mdindex query: give --topic, --question or both", file=sys.stderr)
+        return 2
+    try:
+        reader = IndexReader.open(args.root, args.storage_options)
+        result = question_result(reader, args) if args.question else topic_result(reader, args)
+    except (FileNotFoundError, KeyError, ValueError) as error:
+        print(f"mdindex query: {error.args[0] if error.args else error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
+    else:
+        _print_text(result)
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """`mdindex serve`: serve until interrupted; 2 when the directory does not exist."""
+    try:
+        server = make_server(args.directory, args.host, args.port)
+    except OSError as error:
+        print(f"mdindex serve: {error}", file=sys.stderr)
+        return 2
+    host, port = server.server_address[:2]
+    print(f"serving {args.directory} at http://{host}:{port}/ (Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0

@@ -1,0 +1,155 @@
+"""Reading a built index, locally or remotely: stripe-order selections and question lookups."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec.spec import AbstractFileSystem
+
+from indexing.paths import INDEX, chunk_href, chunk_table_path, in_topic
+from indexing.simhash import simhash64
+from indexing.simhash_tables import SimhashMatch, lookup_simhash
+from indexing.vectors import unit_rows
+
+
+@dataclass(frozen=True)
+class IndexReader:
+    """An index's output root on any fsspec filesystem (a local path, s3://..., http(s)://...)."""
+
+    fs: AbstractFileSystem
+    root: str
+
+    @classmethod
+    def open(cls, uri: str, storage_options: dict | None = None) -> IndexReader:
+        """A reader for the index rooted at `uri`."""
+        fs, root = fsspec.core.url_to_fs(uri, **(storage_options or {}))
+        return cls(fs=fs, root=root.rstrip("/"))
+
+    def location(self, relpath: str) -> str:
+        """The full path or URL of an output-root-relative path, as a client would fetch it."""
+        return self.fs.unstrip_protocol(f"{self.root}/{relpath}")
+
+    def read(self, relpath: str) -> bytes | None:
+        """The bytes of an output-root-relative file, or None when it does not exist."""
+        try:
+            return self.fs.cat_file(f"{self.root}/{relpath}")
+        except FileNotFoundError:
+            return None
+
+    def index(self, topic: str) -> dict[str, Any]:
+        """The parsed index.json of a topic or directory; FileNotFoundError naming it if absent."""
+        data = self.read(in_topic(topic, INDEX))
+        if data is None:
+            raise FileNotFoundError(f"no index.json for topic {topic!r} under {self.location('')}")
+        return json.loads(data)
+
+    def topics(self) -> list[str]:
+        """Ids of every topic with chunks, found by walking `_embedded.topics` from the root."""
+        found, pending = [], [""]
+        while pending:
+            doc = self.index(pending.pop())
+            if "chunks" in doc["_embedded"]:
+                found.append(doc["id"])
+            pending += [link["id"] for link in doc["_embedded"]["topics"]]
+        return sorted(found)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The chunks picked from one source, in the order they were picked."""
+
+    source: str
+    order: str  # "conceptual" | "technical"
+    items: list[dict[str, Any]]
+
+
+def select_chunks(
+    index: dict[str, Any], n: int, source: str | None = None, technical: bool = False
+) -> list[Selection]:
+    """The first `n` chunks of each source (or of `source`) in stripe order.
+
+    `technical` uses `stripe_order_technical` where a source has one, else the conceptual order.
+    """
+    chunks = index["_embedded"].get("chunks", {})
+    if source is not None and source not in chunks:
+        raise KeyError(f"topic {index['id']!r} has no source {source!r}; it has {sorted(chunks)}")
+    selected = []
+    for stem, entry in chunks.items():
+        if source is not None and stem != source:
+            continue
+        use_technical = technical and "stripe_order_technical" in entry
+        order = entry["stripe_order_technical" if use_technical else "stripe_order"]
+        items = {item["index"]: item for item in entry["items"]}
+        picked = [items[i] for i in order[:n]]
+        selected.append(Selection(stem, "technical" if use_technical else "conceptual", picked))
+    return selected
+
+
+def question_matches(
+    reader: IndexReader, question: str, topic: str | None = None
+) -> list[SimhashMatch]:
+    """Stored prompts within the corpus tables' distance k of the question's SimHash."""
+    matches = lookup_simhash(reader.read, simhash64(question))
+    return [m for m in matches if topic is None or m.topic == topic]
+
+
+@dataclass(frozen=True)
+class ChunkHit:
+    """One chunk found by embedding search."""
+
+    topic: str
+    source: str
+    index: int
+    title: str
+    score: float
+
+
+EmbedQuery = Callable[[str, str], np.ndarray]  # (model name, question) -> query vector
+
+
+def chunk_tables(reader: IndexReader, topics: list[str]) -> pa.Table | None:
+    """The chunk-table shards of `topics` (those that exist) as one table, or None."""
+    columns = ["topic", "source", "ordinal", "title", "model", "embedding"]
+    tables = []
+    for topic in topics:
+        data = reader.read(chunk_table_path(topic))
+        if data is not None:
+            tables.append(pq.read_table(pa.BufferReader(data), columns=columns))
+    tables = [t for t in tables if t.num_rows]
+    return pa.concat_tables(tables) if tables else None
+
+
+def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) -> list[ChunkHit]:
+    """The `n` chunks of `table` nearest the question, embedded by the model the table records."""
+    models = sorted(set(table.column("model").to_pylist()))
+    if len(models) != 1:
+        raise ValueError(f"the chunk tables were built with several models: {models}")
+    query = unit_rows(np.asarray(embed(models[0], question), dtype=np.float32)[None, :])[0]
+    embeddings = table.column("embedding").combine_chunks()
+    matrix = embeddings.values.to_numpy().reshape(len(table), embeddings.type.list_size)
+    scores = unit_rows(matrix) @ query
+    best = sorted(range(len(table)), key=lambda i: (-round(float(scores[i]), 6), i))[:n]
+    rows = table.select(["topic", "source", "ordinal", "title"]).to_pylist()
+    return [
+        ChunkHit(
+            topic=rows[i]["topic"],
+            source=posixpath.splitext(posixpath.basename(rows[i]["source"]))[0],
+            index=rows[i]["ordinal"],
+            title=rows[i]["title"],
+            score=round(float(scores[i]), 4),
+        )
+        for i in best
+    ]
+
+
+def chunk_path(topic: str, source: str, index: int) -> str:
+    """Output-root-relative path of a chunk file."""
+    return in_topic(topic, chunk_href(source, index))
