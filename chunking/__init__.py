@@ -1,0 +1,77 @@
+"""Deterministic markdown chunking: one document in, chunk records out (no Ray, no network).
+
+from chunking import chunk_document
+chunks = chunk_document(open("guide.md", "rb").read(), strategy="semantic")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chunking.record import (
+    CHUNKING_FAILED,
+    INVALID_FRONT_MATTER,
+    Chunk,
+    ChunkedDocument,
+    ChunkingError,
+    Link,
+)
+
+__all__ = [
+    "CHUNKING_FAILED",
+    "INVALID_FRONT_MATTER",
+    "Chunk",
+    "ChunkedDocument",
+    "ChunkingError",
+    "Link",
+    "chunk_document",
+    "chunk_source",
+    "list_strategies",
+    "strategy_key",
+]
+
+
+def chunk_source(
+    data: bytes | str,
+    *,
+    strategy: str = "semantic",
+    document_id: str = "",
+    tenant_id: str = "default",
+    **options: Any,
+) -> ChunkedDocument:
+    """Chunk one markdown source (bytes or text) with the named strategy and its options."""
+    from chunking.blocks import parse
+    from chunking.normalize import normalize
+    from chunking.strategy import get_strategy
+
+    chunker = get_strategy(strategy, **options)
+    return chunker.chunk(parse(normalize(data)), document_id=document_id, tenant_id=tenant_id)
+
+
+def chunk_document(
+    data: bytes | str,
+    *,
+    strategy: str = "semantic",
+    document_id: str = "",
+    tenant_id: str = "default",
+    **options: Any,
+) -> list[Chunk]:
+    """The chunks of one markdown source; see `chunk_source`."""
+    document = chunk_source(
+        data, strategy=strategy, document_id=document_id, tenant_id=tenant_id, **options
+    )
+    return list(document.chunks)
+
+
+def strategy_key(name: str = "semantic", **options: Any) -> str:
+    """Cache key of strategy `name` with `options`, e.g. "semantic-250-750"."""
+    from chunking.strategy import get_strategy
+
+    return get_strategy(name, **options).cache_key
+
+
+def list_strategies() -> dict[str, str]:
+    """Every built-in strategy name mapped to its cache key with default options."""
+    from chunking.strategy import get_strategy, strategy_names
+
+    return {name: get_strategy(name).cache_key for name in strategy_names()}

@@ -1,0 +1,171 @@
+"""The block structure of a markdown document, from markdown-it-py's CommonMark block parser.
+
+Only the block stage runs (no inline parse): block tokens carry the line ranges (`Token.map`) that
+chunking needs, and skipping inline parsing makes the parse several times cheaper. Headings
+nested in containers (`> # x`, `- # x`) are part of their container; only top-level blocks
+are listed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from chunking.links import FoundLink, find_links
+from chunking.normalize import NormalizedDocument
+
+# Kinds of source lines (one byte per line in `ParsedDocument.line_kinds`).
+TEXT = 0
+FENCE_MARK = 1  # the opening or closing line of a fenced code block
+FENCE_BODY = 2  # a line inside a fenced code block
+INDENTED_CODE = 3
+TABLE = 4
+LITERAL_KINDS = frozenset((FENCE_MARK, FENCE_BODY, INDENTED_CODE, TABLE))
+
+
+@dataclass(frozen=True)
+class Heading:
+    """One heading: its level (1-6) and its text (raw inline markdown)."""
+
+    level: int
+    text: str
+
+    @property
+    def markdown(self) -> str:
+        """The heading as an ATX line, e.g. `## Install`."""
+        return f"{'#' * self.level} {self.text}".rstrip()
+
+
+@dataclass(frozen=True)
+class Block:
+    """One top-level block; lines are 1-based, inclusive, in the original file."""
+
+    # heading, paragraph, fence, code_block, bullet_list, ordered_list, table, blockquote,
+    # html_block or hr
+    kind: str
+    start_line: int
+    end_line: int
+    heading: Heading | None = None  # for kind "heading" (ATX or setext)
+    info: str = ""  # fence info string
+    markup: str = ""  # fence marker, e.g. "```" or "~~~~"
+    closed: bool = True  # False for a fence without a closing marker
+
+
+@dataclass(frozen=True)
+class ParsedDocument:
+    """A normalised document with its top-level blocks and the kind of every line."""
+
+    source: NormalizedDocument
+    blocks: tuple[Block, ...]
+    fences: tuple[Block, ...]  # every fenced code block, nested ones too, in document order
+    line_kinds: bytes  # line_kinds[n - 1] is the kind of original line n
+    links: tuple[FoundLink, ...]  # every link, with its original line
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """Every line of the file; lines[n - 1] is original line n."""
+        return self.source.lines
+
+
+@lru_cache(maxsize=1)
+def block_parser() -> MarkdownIt:
+    """The shared CommonMark parser with GFM tables enabled."""
+    return MarkdownIt("commonmark").enable("table")
+
+
+def parse_tokens(text: str, env: dict | None = None) -> list[Token]:
+    """Block tokens of `text` (inline tokens keep their raw content and have no children)."""
+    md = block_parser()
+    tokens: list[Token] = []
+    if text:
+        md.block.parse(text, md, {} if env is None else env, tokens)
+    return tokens
+
+
+def fence_closed(token: Token) -> bool:
+    """Whether a `fence` token has a closing marker line.
+
+    markdown-it puts every line after the opener into `content` except a closing marker, so a
+    closed fence has exactly two lines (opener and closer) that are not content.
+    """
+    start, end = token.map
+    return token.content.count("\n") == end - start - 2
+
+
+def parse(source: NormalizedDocument) -> ParsedDocument:
+    """Block-parse the body of `source` into top-level blocks, fences and per-line kinds."""
+    offset = source.body_start
+    env: dict = {}
+    tokens = parse_tokens(source.body, env)
+    kinds = bytearray(len(source.lines))
+    blocks: list[Block] = []
+    fences: list[Block] = []
+    for index, token in enumerate(tokens):
+        if token.map is None or token.nesting == -1:
+            continue
+        start, end = token.map[0] + offset, token.map[1] + offset
+        _mark(kinds, token, start, end)
+        if token.type == "fence":
+            fences.append(_block(token, tokens, index, start, end))
+        if token.level == 0:
+            blocks.append(_block(token, tokens, index, start, end))
+    return ParsedDocument(
+        source=source,
+        blocks=tuple(blocks),
+        fences=tuple(fences),
+        line_kinds=bytes(kinds),
+        links=find_links(tokens, offset, env.get("references", {})),
+    )
+
+
+def text_line_kinds(text: str) -> bytes:
+    """One kind byte per line of `text` (its lines split on LF), from a block parse of `text`."""
+    lines = text.split("\n")
+    kinds = bytearray(len(lines))
+    for token in parse_tokens(text if text.endswith("\n") else text + "\n"):
+        if token.map is not None and token.nesting != -1:
+            _mark(kinds, token, token.map[0], token.map[1])
+    return bytes(kinds)
+
+
+def _mark(kinds: bytearray, token: Token, start: int, end: int) -> None:
+    """Record the kinds of the lines [start, end) that `token` covers (literal blocks only)."""
+    if token.type == "fence":
+        kinds[start:end] = bytes([FENCE_BODY]) * (end - start)
+        kinds[start] = FENCE_MARK
+        if fence_closed(token):
+            kinds[end - 1] = FENCE_MARK
+    elif token.type == "code_block":
+        kinds[start:end] = bytes([INDENTED_CODE]) * (end - start)
+    elif token.type == "table_open":
+        kinds[start:end] = bytes([TABLE]) * (end - start)
+
+
+def _block(token: Token, tokens: list[Token], index: int, start: int, end: int) -> Block:
+    kind = token.type.removesuffix("_open")
+    if kind == "heading":
+        text = tokens[index + 1].content
+        heading = Heading(level=int(token.tag[1]), text=text)
+        return Block(kind, start + 1, end, heading=heading)
+    if kind == "fence":
+        return Block(
+            kind,
+            start + 1,
+            end,
+            info=token.info.strip(),
+            markup=token.markup,
+            closed=fence_closed(token),
+        )
+    return Block(kind, start + 1, end)
+
+
+def unclosed_fences(text: str) -> list[int]:
+    """1-based lines of `text` that open a fenced code block that is never closed."""
+    return [
+        token.map[0] + 1
+        for token in parse_tokens(text if text.endswith("\n") else text + "\n")
+        if token.type == "fence" and not fence_closed(token)
+    ]

@@ -1,0 +1,117 @@
+"""Link extraction (seed 002 section 9): find links with markdown-it's inline parser, classify them
+and resolve relative links against the corpus.
+
+Only inline tokens whose text contains `[` or `<` are inline-parsed, so documents pay for the inline
+parser only where a link can be.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from urllib.parse import unquote
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from chunking.record import Link
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+
+
+@dataclass(frozen=True)
+class FoundLink:
+    """A link as written in the source, with the original line it is on."""
+
+    line: int
+    url: str
+    text: str
+    is_image: bool
+
+
+@lru_cache(maxsize=1)
+def _inline_parser() -> MarkdownIt:
+    md = MarkdownIt("commonmark")
+    # Keep URLs exactly as written (no percent-encoding, no dropping of unusual schemes).
+    md.normalizeLink = lambda url: url
+    md.validateLink = lambda url: True
+    return md
+
+
+def find_links(
+    tokens: Iterable[Token], line_offset: int, references: dict
+) -> tuple[FoundLink, ...]:
+    """Links in the inline tokens of a block parse; `line_offset` maps token lines to file lines."""
+    md = _inline_parser()
+    env = {"references": references}
+    found: list[FoundLink] = []
+    for token in tokens:
+        if token.type != "inline" or ("[" not in token.content and "<" not in token.content):
+            continue
+        children: list[Token] = []
+        md.inline.parse(token.content, md, env, children)
+        line = token.map[0] + line_offset + 1
+        found.extend(_links_in(children, line))
+    return tuple(found)
+
+
+def _links_in(children: list[Token], line: int) -> Iterable[FoundLink]:
+    open_link: Token | None = None
+    text: list[str] = []
+    for child in children:
+        if child.type == "image":
+            yield FoundLink(line, child.attrGet("src") or "", child.content, is_image=True)
+        elif child.type == "link_open":
+            open_link, text = child, []
+        elif child.type == "link_close" and open_link is not None:
+            yield FoundLink(line, open_link.attrGet("href") or "", "".join(text), is_image=False)
+            open_link = None
+        elif open_link is not None and child.type in ("text", "code_inline"):
+            text.append(child.content)
+
+
+def link_type(url: str, is_image: bool) -> str:
+    """Seed 002 section 9 link type: image, anchor, email, external, internal or other."""
+    if is_image:
+        return "image"
+    if url.startswith("#"):
+        return "anchor"
+    lowered = url.lower()
+    if lowered.startswith("mailto:"):
+        return "email"
+    if lowered.startswith(("http://", "https://", "//")):
+        return "external"
+    if _SCHEME.match(url):
+        return "other"
+    return "internal"
+
+
+def resolve(found: FoundLink, document_path: str, corpus_paths: frozenset[str]) -> Link:
+    """The Link record; a relative link to a corpus file gets that file as `target_document`."""
+    kind = link_type(found.url, found.is_image)
+    target = None
+    if kind == "anchor":
+        target = document_path or None
+    elif kind in ("internal", "image"):
+        target = resolve_path(found.url, document_path)
+        if target not in corpus_paths:
+            target = None
+    return Link(url=found.url, text=found.text, link_type=kind, target_document=target)
+
+
+def resolve_path(url: str, document_path: str) -> str | None:
+    """Corpus-relative POSIX path a relative URL points to (#anchor, ?query, ./, ../ removed)."""
+    if _SCHEME.match(url) or url.startswith("//"):
+        return None
+    path = unquote(url.split("#", 1)[0].split("?", 1)[0])
+    if not path:
+        return None
+    if path.startswith("/"):
+        joined = path.lstrip("/")
+    else:
+        joined = posixpath.join(posixpath.dirname(document_path), path)
+    normal = posixpath.normpath(joined)
+    return None if normal.startswith("..") or normal == "." else normal

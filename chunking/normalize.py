@@ -1,0 +1,110 @@
+"""Decode a source, normalise its line endings and split off YAML front matter (seed 002 section 2).
+
+Line numbers stay those of the original file: `NormalizedDocument.lines[n - 1]` is original line n,
+front matter included, and the body starts at `lines[body_start]`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from chunking.record import CHUNKING_FAILED, INVALID_FRONT_MATTER, ChunkingError
+
+_BOM = "\ufeff"
+_FRONT_MATTER_OPEN = "---"
+_FRONT_MATTER_CLOSE = ("---", "...")
+
+
+@dataclass(frozen=True)
+class NormalizedDocument:
+    """A decoded source with LF line endings and front matter split off, line numbers kept."""
+
+    lines: tuple[str, ...]  # every line of the file (front matter too); lines[n - 1] is line n
+    body_start: int  # index in `lines` of the first body line (= number of front matter lines)
+    front_matter: dict[str, Any] = field(hash=False)
+    source_version_id: str  # sha256 hex of the raw source bytes
+
+    @property
+    def body(self) -> str:
+        """The markdown after the front matter, always ending with a newline when not empty."""
+        body_lines = self.lines[self.body_start :]
+        return "\n".join(body_lines) + "\n" if body_lines else ""
+
+
+def decode(data: bytes) -> str:
+    """UTF-8 text of `data` without a BOM; invalid UTF-8 or a NUL byte raises CHUNKING_FAILED."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ChunkingError(
+            CHUNKING_FAILED, f"invalid UTF-8 at byte offset {exc.start}: {exc.reason}"
+        ) from None
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise ChunkingError(CHUNKING_FAILED, f"binary content: NUL byte at byte offset {nul}")
+    return text.removeprefix(_BOM)
+
+
+def split_lines(text: str) -> tuple[str, ...]:
+    """Lines of `text`, CRLF and lone CR counting as LF; a final newline adds no empty line."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not text:
+        return ()
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return tuple(lines)
+
+
+def normalize(data: bytes | str) -> NormalizedDocument:
+    """Decode and normalise one source; front matter is parsed with yaml.safe_load."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    lines = split_lines(decode(raw))
+    front_matter, body_start = _front_matter(lines)
+    return NormalizedDocument(
+        lines=lines,
+        body_start=body_start,
+        front_matter=front_matter,
+        source_version_id=hashlib.sha256(raw).hexdigest(),
+    )
+
+
+def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
+    """(front matter mapping, number of lines it spans); ({}, 0) when the file has none.
+
+    Front matter is a first line `---` and the next line that is `---` or `...`; without a closing
+    line the file has no front matter (the `---` is then ordinary markdown).
+    """
+    if not lines or lines[0].rstrip() != _FRONT_MATTER_OPEN:
+        return {}, 0
+    close = next(
+        (i for i in range(1, len(lines)) if lines[i].rstrip() in _FRONT_MATTER_CLOSE), None
+    )
+    if close is None:
+        return {}, 0
+    source = "\n".join(lines[1:close])
+    try:
+        data = yaml.safe_load(source)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ChunkingError(INVALID_FRONT_MATTER, f"YAML front matter{where}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ChunkingError(
+            INVALID_FRONT_MATTER,
+            f"YAML front matter must be a mapping, got {type(data).__name__}",
+        )
+    try:
+        # JSON-ready and deterministic: dates become ISO strings, tuples lists.
+        plain = json.loads(json.dumps(data, default=str))
+    except (TypeError, ValueError) as exc:
+        raise ChunkingError(INVALID_FRONT_MATTER, f"YAML front matter: {exc}") from None
+    return plain, close + 1

