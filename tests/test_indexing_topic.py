@@ -1,0 +1,433 @@
+"""build_topic: seed 000 index.json fields, baselines, keywords, prompts, titles, topic-spec."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from indexing_support import make_document, ranked_vectors, source, topic_input
+
+from indexing import (
+    IndexSettings,
+    Keyword,
+    SourceInput,
+    build_topic,
+    directory_index,
+    group_sources,
+    index_tree,
+    nearest_keywords_path,
+    parse_keywords,
+    parse_questions,
+    set_child_topics,
+    simhash64,
+)
+
+SCHEMA = json.loads((Path(__file__).parent / "schemas" / "index.schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+TOPIC = "libraries/stj"
+SOURCE = f"{TOPIC}/golden-reference.md"
+
+
+def sections(count: int, second: str = "Quick Reference") -> list[tuple[str, str]]:
+    names = ["Overview", second] + [f"Part {i}" for i in range(2, count)]
+    return [(name, f"Text of {name.lower()}.") for name in names]
+
+
+def index_of(output, topic=TOPIC) -> dict:
+    doc = json.loads(output.files[f"{topic}/index.json" if topic else "index.json"])
+    VALIDATOR.validate(doc)
+    return doc
+
+
+def test_seed_example_validates_against_the_schema():
+    # The index.json example of seed 000, verbatim apart from the elided items.
+    example = {
+        "id": "libraries/system-text-json-source-generation",
+        "title": "System.Text.Json Source Generation",
+        "_links": {
+            "self": {"href": "/libraries/system-text-json-source-generation/index.json"},
+            "parent": {"href": "/libraries/index.json"},
+        },
+        "_embedded": {
+            "topics": [],
+            "chunks": {
+                "golden-reference": {
+                    "source": "golden-reference.md",
+                    "count": 12,
+                    "baseline_conceptual": 0,
+                    "baseline_technical": 1,
+                    "stripe_order": [1, 5, 9, 2, 6, 10, 3, 7, 11, 4, 8, 12],
+                    "stripe_order_technical": [2, 7, 11, 3, 8, 12, 4, 9, 5, 10, 6],
+                    "items": [
+                        {
+                            "index": 0,
+                            "href": "_chunks/golden-reference-0.md",
+                            "title": "Overview",
+                            "is_code": False,
+                            "similarity_conceptual": 1.0,
+                            "similarity_technical": 0.75,
+                            "prompt_hashes": [18446744073709551615, 12345678901234567890],
+                            "keywords": [{"name": "source generation", "score": 7}],
+                        },
+                        {
+                            "index": 1,
+                            "href": "_chunks/golden-reference-1.md",
+                            "title": "Quick Reference",
+                            "is_code": True,
+                            "similarity_conceptual": 0.82,
+                            "similarity_technical": 1.0,
+                            "keywords": [{"name": "naming policies", "score": 4}],
+                        },
+                    ],
+                }
+            },
+        },
+    }
+    VALIDATOR.validate(example)
+    del example["_embedded"]["chunks"]["golden-reference"]["stripe_order_technical"]
+    with pytest.raises(jsonschema.ValidationError):
+        VALIDATOR.validate(example)
+
+
+def test_dual_baseline_entry_matches_seed_layout():
+    scores = [1.0, 0.82] + [0.9 - i / 100 for i in range(2, 13)]
+    vectors = ranked_vectors(scores)
+    vectors[:, 2] = np.arange(13) / 13  # give the technical baseline its own direction
+    out = build_topic(
+        topic_input(TOPIC, [source(SOURCE, sections(13), vectors, is_code={1})]), IndexSettings()
+    )
+    doc = index_of(out)
+    assert list(doc) == ["id", "title", "_links", "_embedded"]
+    assert doc["_links"] == {
+        "self": {"href": "/libraries/stj/index.json"},
+        "parent": {"href": "/libraries/index.json"},
+    }
+    entry = doc["_embedded"]["chunks"]["golden-reference"]
+    assert list(entry) == [
+        "source", "count", "baseline_conceptual", "baseline_technical",
+        "stripe_order", "stripe_order_technical", "items",
+    ]  # fmt: skip
+    assert entry["source"] == "golden-reference.md" and entry["count"] == 13
+    assert entry["baseline_conceptual"] == 0 and entry["baseline_technical"] == 1
+    assert sorted(entry["stripe_order"]) == list(range(1, 13))
+    assert sorted(entry["stripe_order_technical"]) == list(range(2, 13))
+    item0, item1 = entry["items"][:2]
+    assert list(item0) == [
+        "index", "href", "title", "is_code", "similarity_conceptual", "similarity_technical",
+        "keywords",
+    ]  # fmt: skip
+    assert item0["href"] == "_chunks/golden-reference-0.md" and item0["title"] == "Overview"
+    assert item0["similarity_conceptual"] == 1.0 and item1["similarity_technical"] == 1.0
+    assert item1["is_code"] is True and item0["is_code"] is False
+    # The published similarities reproduce the published orders.
+    conceptual = [i["similarity_conceptual"] for i in entry["items"]]
+    ranked = sorted(range(1, 13), key=lambda i: (-conceptual[i], i))
+    assert entry["stripe_order"] == [ranked[p] for s in range(4) for p in range(s, 12, 4)]
+    technical = [i["similarity_technical"] for i in entry["items"]]
+    ranked_t = sorted(range(2, 13), key=lambda i: (-technical[i], i))
+    assert entry["stripe_order_technical"] == [
+        ranked_t[p] for s in range(4) for p in range(s, 11, 4)
+    ]
+    # Chunk files hold the chunk text.
+    assert (
+        out.files[f"{TOPIC}/_chunks/golden-reference-1.md"]
+        == b"## Quick Reference\n\nText of quick reference."
+    )
+
+
+@pytest.mark.parametrize("second", ["Installation", "Quick start", "Reference links"])
+def test_single_baseline_omits_technical_fields(second):
+    vectors = ranked_vectors([1.0] + [0.9 - i / 100 for i in range(1, 9)])
+    out = build_topic(
+        topic_input(TOPIC, [source(SOURCE, sections(9, second), vectors)]), IndexSettings()
+    )
+    entry = index_of(out)["_embedded"]["chunks"]["golden-reference"]
+    assert list(entry) == ["source", "count", "baseline_conceptual", "stripe_order", "items"]
+    assert all("similarity_technical" not in item for item in entry["items"])
+    assert entry["stripe_order"] == [1, 4, 7, 2, 5, 8, 3, 6]  # 9 chunks: factor 3
+
+
+@pytest.mark.parametrize("second", ["API Reference", "quick reference card", "Cheat sheet"])
+def test_technical_titles_match_case_insensitively(second):
+    vectors = ranked_vectors([1.0, 0.5, 0.4])
+    out = build_topic(
+        topic_input(TOPIC, [source(SOURCE, sections(3, second), vectors)]), IndexSettings()
+    )
+    assert index_of(out)["_embedded"]["chunks"]["golden-reference"]["baseline_technical"] == 1
+
+
+def test_technical_title_list_is_configurable():
+    vectors = ranked_vectors([1.0, 0.5, 0.4])
+    settings = IndexSettings(technical_titles=("Syntax",))
+    out = build_topic(
+        topic_input(TOPIC, [source(SOURCE, sections(3, "Syntax at a glance"), vectors)]), settings
+    )
+    assert "baseline_technical" in index_of(out)["_embedded"]["chunks"]["golden-reference"]
+    out = build_topic(topic_input(TOPIC, [source(SOURCE, sections(3), vectors)]), settings)
+    assert "baseline_technical" not in index_of(out)["_embedded"]["chunks"]["golden-reference"]
+
+
+def test_keywords_from_table_and_list_are_matched_on_word_boundaries():
+    words = parse_keywords(
+        "# Keywords\n\n| Keyword | Score |\n|---|---:|\n"
+        "| source generation | 7 |\n| `JSON` | 2.5 |\n\n"
+        "Other terms:\n\n- compile-time: 9\n- C#: 3\n- not a keyword line\n- API: 1\n"
+    )
+    assert words == [
+        Keyword("source generation", 7), Keyword("JSON", 2.5), Keyword("compile-time", 9),
+        Keyword("C#", 3), Keyword("API", 1),
+    ]  # fmt: skip
+    body = [
+        ("Overview", "Source\ngeneration happens at compile-time for json."),
+        ("Details", "JSONPath and APIs and C#9 are not keywords; C# is."),
+    ]
+    out = build_topic(
+        topic_input(TOPIC, [source(SOURCE, body, ranked_vectors([1.0, 0.3]))], keywords=words),
+        IndexSettings(),
+    )
+    items = index_of(out)["_embedded"]["chunks"]["golden-reference"]["items"]
+    assert items[0]["keywords"] == [
+        {"name": "source generation", "score": 7},
+        {"name": "JSON", "score": 2.5},
+        {"name": "compile-time", "score": 9},
+    ]
+    assert items[1]["keywords"] == [{"name": "C#", "score": 3}]
+
+
+def test_keyword_table_with_bad_score_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"row 2: score 'high' of 'b' is not a number"):
+        parse_keywords("| keyword | score |\n|---|---|\n| a | 1 |\n| b | high |\n")
+
+
+def test_questions_are_parsed_from_headings_and_q_lines():
+    text = (
+        "# FAQ about things?\n\n## How do I start?\n\nStart here.\n\n## Notes\n\n"
+        "Q: What is a stripe?\nA: An order.\n\n**Q:** Why SimHash?\n\n- Q: Listed question?\n\n"
+        "```\nQ: not in code\n```\n\n## How do I start?\n"
+    )
+    assert parse_questions(text) == [
+        "FAQ about things?", "How do I start?", "What is a stripe?", "Why SimHash?",
+        "Listed question?",
+    ]  # fmt: skip
+
+
+def test_prompt_hashes_threshold_and_top_k():
+    vectors = np.eye(4)
+    questions = [
+        "What is the overview?",
+        "How does part two work?",
+        "Part two again?",
+        "Unrelated?",
+    ]
+    qv = np.array([[1.0, 0, 0, 0], [0, 0, 1.0, 0], [0, 0, 0.8, 0.6], [0, 0.5, 0, 0.5]])
+    body = [(f"S{i}", f"text {i}") for i in range(4)]
+    inp = topic_input(
+        TOPIC, [source(SOURCE, body, vectors)], questions=questions, question_vectors=qv
+    )
+    items = index_of(build_topic(inp, IndexSettings(prompt_threshold=0.75)))["_embedded"]["chunks"][
+        "golden-reference"
+    ]["items"]
+    assert items[0]["prompt_hashes"] == [simhash64(questions[0])]
+    assert "prompt_hashes" not in items[1]  # 0.7071 < 0.75: omitted, not empty
+    assert items[2]["prompt_hashes"] == sorted({simhash64(questions[1]), simhash64(questions[2])})
+    assert "prompt_hashes" not in items[3]
+    top1 = build_topic(inp, IndexSettings(prompt_threshold=0.75, prompt_top_k=1))
+    items = json.loads(top1.files[f"{TOPIC}/index.json"])["_embedded"]["chunks"][
+        "golden-reference"
+    ]["items"]
+    assert items[2]["prompt_hashes"] == [simhash64(questions[1])]
+    assert top1.prompt_entries == sorted(
+        [
+            (simhash64(questions[0]), TOPIC, "golden-reference", 0),
+            (simhash64(questions[1]), TOPIC, "golden-reference", 2),
+        ]
+    )
+
+
+def test_title_from_front_matter_then_h1_then_directory():
+    body = [("Overview", "intro")]
+    vec = ranked_vectors([1.0])
+    with_fm = SourceInput(
+        SOURCE, make_document(SOURCE, body, front_matter={"title": "STJ Guide"}), vec
+    )
+    assert build_topic(topic_input(TOPIC, [with_fm]), IndexSettings()).title == "STJ Guide"
+    doc = make_document(SOURCE, body)
+    chunk = doc.chunks[0]
+    h1_doc = type(doc)(
+        **{
+            **doc.__dict__,
+            "chunks": (type(chunk)(**{**chunk.__dict__, "text": "# Real Title\n\nintro"}),),
+        }
+    )
+    assert (
+        build_topic(topic_input(TOPIC, [SourceInput(SOURCE, h1_doc, vec)]), IndexSettings()).title
+        == "Real Title"
+    )
+    plain = build_topic(topic_input(TOPIC, [source(SOURCE, body, vec)]), IndexSettings())
+    assert plain.title == "stj" and index_of(plain)["title"] == "stj"
+
+
+def test_failed_source_keeps_its_previous_entry_and_files():
+    good = source(SOURCE, sections(3), ranked_vectors([1.0, 0.5, 0.2]))
+    other = f"{TOPIC}/extra.md"
+    first = build_topic(
+        topic_input(TOPIC, [good, source(other, sections(2, "B"), ranked_vectors([1.0, 0.1]))]),
+        IndexSettings(),
+    )
+    failed = SourceInput(other, None, None, error=("CHUNKING_FAILED", "invalid UTF-8 at byte 12"))
+    second = build_topic(
+        topic_input(TOPIC, [good, failed], previous=first.files[f"{TOPIC}/index.json"]),
+        IndexSettings(),
+    )
+    before, after = index_of(first), index_of(second)
+    assert after["_embedded"]["chunks"]["extra"] == before["_embedded"]["chunks"]["extra"]
+    assert second.retained == (f"{TOPIC}/_chunks/extra-0.md", f"{TOPIC}/_chunks/extra-1.md")
+    assert f"{TOPIC}/_chunks/extra-0.md" not in second.files
+    rows = {r["source"]: r for r in second.document_rows.to_pylist()}
+    assert rows[other]["status"] == "failed" and rows[other]["error_code"] == "CHUNKING_FAILED"
+    assert rows[other]["error"] == "invalid UTF-8 at byte 12" and rows[SOURCE]["status"] == "ok"
+    # Without a previous index the failed source simply has no entry.
+    third = build_topic(topic_input(TOPIC, [good, failed]), IndexSettings())
+    assert list(index_of(third)["_embedded"]["chunks"]) == ["golden-reference"]
+
+
+def test_inconsistent_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="expected one vector per chunk"):
+        build_topic(
+            topic_input(TOPIC, [source(SOURCE, sections(3), np.ones((2, 3)))]), IndexSettings()
+        )
+    twins = [
+        source(SOURCE, sections(1), np.ones((1, 3))),
+        source(f"{TOPIC}/golden-reference.markdown", sections(1), np.ones((1, 3))),
+    ]
+    with pytest.raises(ValueError, match="share the stem"):
+        build_topic(topic_input(TOPIC, twins), IndexSettings())
+    with pytest.raises(ValueError, match="2 questions but 1 question vectors"):
+        build_topic(
+            topic_input(TOPIC, [], questions=["a?", "b?"], question_vectors=np.ones((1, 3))),
+            IndexSettings(),
+        )
+    with pytest.raises(ValueError, match="prompt_threshold"):
+        IndexSettings(prompt_threshold=1.5)
+
+
+def test_topic_spec_section_is_replaced_and_hand_text_kept():
+    inp = topic_input(TOPIC, [source(SOURCE, sections(3), ranked_vectors([1.0, 0.5, 0.2]))])
+    generated = build_topic(inp, IndexSettings()).files[f"{TOPIC}/topic-spec.md"].decode()
+    assert generated.startswith("<!-- mdindex:begin") and generated.endswith(
+        "<!-- mdindex:end -->\n"
+    )
+    assert "| 1 | Quick Reference | no | 0.5 | 1.0 |  | 0 |" in generated
+    hand = "# My notes\n\nWritten by a person.\n"
+    first = build_topic(topic_input(TOPIC, inp.sources, spec=hand), IndexSettings()).files[
+        f"{TOPIC}/topic-spec.md"
+    ]
+    text = first.decode()
+    assert text.startswith(hand) and text.endswith(generated)
+    edited = (
+        text.replace("Written by a person.", "Written by a person, edited.") + "\nTrailing note.\n"
+    )
+    again = (
+        build_topic(
+            topic_input(TOPIC, inp.sources, spec=edited.replace("Quick Reference |", "stale |")),
+            IndexSettings(),
+        )
+        .files[f"{TOPIC}/topic-spec.md"]
+        .decode()
+    )
+    assert again == edited
+
+
+def test_byte_determinism_whatever_the_input_order():
+    a = source(SOURCE, sections(10), ranked_vectors([1.0] + [0.5 + i / 50 for i in range(1, 10)]))
+    b = source(
+        f"{TOPIC}/api.md", sections(4, "Ü API Reference"), ranked_vectors([1.0, 0.3, 0.2, 0.9])
+    )
+    words = [Keyword("text", 1), Keyword("part", 2)]
+    one = build_topic(
+        topic_input(TOPIC, [a, b], keywords=words, children=["libraries/stj/x"]), IndexSettings()
+    )
+    two = build_topic(
+        topic_input(TOPIC, [b, a], keywords=words, children=["libraries/stj/x"]), IndexSettings()
+    )
+    assert one.files == two.files
+    assert one.chunk_rows.equals(two.chunk_rows) and one.document_rows.equals(two.document_rows)
+    index = one.files[f"{TOPIC}/index.json"]
+    assert index.endswith(b"}\n") and "Ü API Reference".encode() in index  # UTF-8, not \\u escapes
+    assert list(json.loads(index)["_embedded"]["chunks"]) == ["api", "golden-reference"]
+
+
+def test_group_sources_and_keyword_lookup_and_tree():
+    paths = [
+        "libraries/stj/golden-reference.md", "libraries/stj/qa-pairs.md",
+        "libraries/stj/topic-spec.md",
+        "libraries/stj/_chunks/golden-reference-0.md", "libraries/stj/_keywords/words.md",
+        "libraries/.drafts/x.md", "libraries/stj/notes.txt", "README.md", "a/b/c/deep.md",
+        "libraries/stj/api.md",
+    ]  # fmt: skip
+    assert group_sources(paths) == {
+        "": ["README.md"],
+        "a/b/c": ["a/b/c/deep.md"],
+        "libraries/stj": ["libraries/stj/api.md", "libraries/stj/golden-reference.md"],
+    }
+    assert group_sources(paths, globs=("golden-reference.md",)) == {
+        "libraries/stj": ["libraries/stj/golden-reference.md"]
+    }
+    keyword_files = ["_keywords/words.md", "libraries/_keywords/words.md"]
+    assert nearest_keywords_path("libraries/stj", keyword_files) == "libraries/_keywords/words.md"
+    assert nearest_keywords_path("a/b/c", keyword_files) == "_keywords/words.md"
+    assert nearest_keywords_path("a", []) is None
+    assert index_tree(["libraries/stj", "a/b/c"]) == {
+        "": ["a", "libraries"], "a": ["a/b"], "a/b": ["a/b/c"], "a/b/c": [],
+        "libraries": ["libraries/stj"],
+        "libraries/stj": [],
+    }  # fmt: skip
+
+
+def test_directory_indexes_link_children_and_root_has_no_parent():
+    root = json.loads(directory_index("", ["libraries", "a"]))
+    VALIDATOR.validate(root)
+    assert root == {
+        "id": "",
+        "title": "Index",
+        "_links": {"self": {"href": "/index.json"}},
+        "_embedded": {
+            "topics": [
+                {"id": "a", "_links": {"self": {"href": "/a/index.json"}}},
+                {"id": "libraries", "_links": {"self": {"href": "/libraries/index.json"}}},
+            ]
+        },
+    }
+    libraries = json.loads(directory_index("libraries", ["libraries/stj"]))
+    VALIDATOR.validate(libraries)
+    assert (
+        libraries["_links"]["parent"] == {"href": "/index.json"}
+        and libraries["title"] == "libraries"
+    )
+    topic = build_topic(
+        topic_input(TOPIC, [source(SOURCE, sections(2), ranked_vectors([1.0, 0.2]))]),
+        IndexSettings(),
+    ).files[f"{TOPIC}/index.json"]
+    updated = set_child_topics(topic, ["libraries/stj/more"])
+    assert json.loads(updated)["_embedded"]["topics"] == [
+        {"id": "libraries/stj/more", "_links": {"self": {"href": "/libraries/stj/more/index.json"}}}
+    ]
+    assert set_child_topics(updated, []) == topic
+
+
+def test_root_topic_paths():
+    out = build_topic(
+        topic_input("", [source("README.md", sections(2), ranked_vectors([1.0, 0.2]))]),
+        IndexSettings(),
+    )
+    assert sorted(out.files) == [
+        "_chunks/README-0.md",
+        "_chunks/README-1.md",
+        "index.json",
+        "topic-spec.md",
+    ]
+    doc = index_of(out, topic="")
+    assert doc["id"] == "" and doc["_links"] == {"self": {"href": "/index.json"}}
