@@ -1,0 +1,317 @@
+"""The job's configuration: typed frozen dataclasses loaded from YAML, checked before any work.
+
+Every section is a dataclass; `load_config` walks the YAML mapping against the dataclass fields,
+so an unknown key or a wrong type fails with a message naming its dotted path (e.g.
+`embedding.batch_sizee: unknown key; expected one of ...`). Range and choice rules live in each
+field's metadata (`_min`, `_choices`), next to the field they constrain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import yaml
+
+from jobs import storage
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "fp32", "bf16", "fp16")
+POOLINGS = ("mean", "cls")
+FAILURE_POLICIES = ("continue", "abort")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the offending key by its dotted path."""
+
+
+def _min(value: float, default: Any = dataclasses.MISSING) -> Any:
+    return field(default=default, metadata={"min": value})
+
+
+def _choices(options: tuple[str, ...], default: str) -> Any:
+    return field(default=default, metadata={"choices": options})
+
+
+@dataclass(frozen=True)
+class SourcesConfig:
+    """Which files of the input are sources (matched on the file name)."""
+
+    globs: tuple[str, ...] = ("*.md",)
+
+
+@dataclass(frozen=True)
+class ChunkingConfig:
+    """The chunking strategy and its options, passed to `chunking.chunk_source`."""
+
+    strategy: str = "semantic"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    """The model and its options for `embedding.load_embedder` (None: the model's default)."""
+
+    model: str = "minilm"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    dtype: str = _choices(DTYPES, "auto")
+    pooling: str | None = field(default=None, metadata={"choices": POOLINGS})
+    normalize: bool = True
+    max_length: int | None = _min(1, None)
+    query_prefix: str | None = None
+    trust_remote_code: bool = False
+    revision: str | None = None
+    token_budget: int | None = _min(1, None)
+    local_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskResources:
+    """A CPU stage run as Ray tasks: CPUs per task, how many run at once, sources per batch."""
+
+    num_cpus: float = _min(0.01, 1.0)
+    concurrency: int | None = _min(1, None)  # None: as many as the cluster's CPUs allow
+    batch_size: int = _min(1, 16)
+
+
+@dataclass(frozen=True)
+class EmbedResources:
+    """The embedding actor pool: pool size, resources per actor, sources per batch."""
+
+    actors: int = _min(1, 1)
+    max_actors: int | None = _min(1, None)  # autoscale from `actors` up to this; None: fixed pool
+    num_cpus: float = _min(0.01, 1.0)  # also the actor's torch thread count (rounded, at least 1)
+    num_gpus: float = _min(0, 0.0)
+    batch_size: int = _min(1, 32)
+
+
+@dataclass(frozen=True)
+class IndexResources:
+    """The per-topic reduce (build and write one topic's index) run as Ray tasks."""
+
+    num_cpus: float = _min(0.01, 1.0)
+
+
+@dataclass(frozen=True)
+class ResourcesConfig:
+    """Resources per stage, declared as data; `jobs.resources` maps them onto Ray arguments."""
+
+    num_cpus: int | None = _min(1, None)  # CPUs of a Ray instance started locally; None: all cores
+    chunk: TaskResources = field(default_factory=TaskResources)
+    embed: EmbedResources = field(default_factory=EmbedResources)
+    index: IndexResources = field(default_factory=IndexResources)
+
+
+@dataclass(frozen=True)
+class PromptsConfig:
+    """Query expansion (seed 000 section 6): question-to-chunk similarity cut-off and cap."""
+
+    threshold: float = field(default=0.6, metadata={"min": -1.0, "max": 1.0})
+    top_k: int | None = _min(1, None)
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """A whole job: `output` defaults to `input`, `cache` to `{output}/.embedding-cache`."""
+
+    input: str | None = None
+    output: str | None = None
+    cache: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    tenant: str = "default"
+    sources: SourcesConfig = field(default_factory=SourcesConfig)
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    prompts: PromptsConfig = field(default_factory=PromptsConfig)
+    failure_policy: str = _choices(FAILURE_POLICIES, "continue")
+
+
+def load_config(
+    path: str | None = None,
+    *,
+    overrides: dict[str, str | None] | None = None,
+    settings: list[str] | tuple[str, ...] = (),
+) -> JobConfig:
+    """Read a YAML config (fsspec URI or path), apply `--set key=value` and URI overrides, validate.
+
+    Raises ConfigError, naming the key, for anything that would not run.
+    """
+    raw = _read_yaml(path) if path else {}
+    for item in settings:
+        _apply_setting(raw, item)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            raw[key] = value
+    config = _build(JobConfig, raw, "")
+    return _resolve(config)
+
+
+def config_from_dict(raw: dict[str, Any]) -> JobConfig:
+    """Validate an already-parsed mapping (as `load_config` does for a file)."""
+    return _resolve(_build(JobConfig, raw, ""))
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    try:
+        with fsspec.open(path, "rt", encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: config file not found") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the config must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def _apply_setting(raw: dict[str, Any], item: str) -> None:
+    """Apply one `dotted.key=value` override; the value is parsed as a YAML scalar or flow value."""
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {item!r}: expected key=value, e.g. embedding.device=cpu")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: value {text!r} is not valid YAML: {exc}") from exc
+    parts = key.strip().split(".")
+    node = raw
+    for depth, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            where = ".".join(parts[: depth + 1])
+            raise ConfigError(f"--set {key}: {where} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _build(cls: type, raw: Any, path: str) -> Any:
+    """Instantiate dataclass `cls` from mapping `raw`, checking keys, types and ranges."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path or '<root>'}: expected a mapping, got {_kind(raw)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in raw:
+        if key not in fields:
+            where = f"{path}.{key}" if path else str(key)
+            raise ConfigError(f"{where}: unknown key; expected one of: {', '.join(fields)}")
+    values = {}
+    for name, value in raw.items():
+        where = f"{path}.{name}" if path else name
+        values[name] = _check(hints[name], value, where, fields[name].metadata)
+    return cls(**values)
+
+
+def _check(hint: Any, value: Any, where: str, meta: Any) -> Any:
+    """Check `value` against type `hint` and the field's range/choice metadata; return it typed."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            if type(None) in args:
+                return None
+            raise ConfigError(f"{where}: must not be null")
+        hint = next(a for a in args if a is not type(None))
+        return _check(hint, value, where, meta)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    if value is None:
+        raise ConfigError(f"{where}: must not be null")
+    if origin is tuple:
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not all(isinstance(v, str) for v in items) or not items:
+            raise ConfigError(f"{where}: expected a non-empty list of strings, got {value!r}")
+        return tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {_kind(value)}")
+        return dict(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if hint in (int, float):
+        ok = isinstance(value, int) if hint is int else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok:
+            raise ConfigError(
+                f"{where}: expected {'an integer' if hint is int else 'a number'}, got {value!r}"
+            )
+        if "min" in meta and value < meta["min"]:
+            raise ConfigError(f"{where}: must be >= {meta['min']}, got {value!r}")
+        if "max" in meta and value > meta["max"]:
+            raise ConfigError(f"{where}: must be <= {meta['max']}, got {value!r}")
+        return hint(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        if "choices" in meta and value not in meta["choices"]:
+            raise ConfigError(f"{where}: {value!r} is not one of: {', '.join(meta['choices'])}")
+        return value
+    raise TypeError(f"{where}: unsupported config type {hint!r}")  # a bug in this module
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else f"{type(value).__name__} {value!r}"
+
+
+def _resolve(config: JobConfig) -> JobConfig:
+    """Fill the derived defaults, make local paths absolute, and check cross-field rules."""
+    if not config.input:
+        raise ConfigError("input: required (set it in the config or pass --input)")
+    source = _absolute(config.input, "input")
+    output = _absolute(config.output, "output") if config.output else source
+    cache = (
+        _absolute(config.cache, "cache")
+        if config.cache
+        else posixpath.join(output.rstrip("/"), ".embedding-cache")
+    )
+    device = config.embedding.device
+    if device not in DEVICES and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise ConfigError(
+            f"embedding.device: {device!r} is not one of: {', '.join(DEVICES)}, cuda:N"
+        )
+    embed = config.resources.embed
+    if embed.max_actors is not None and embed.max_actors < embed.actors:
+        raise ConfigError(
+            f"resources.embed.max_actors: must be >= resources.embed.actors "
+            f"({embed.actors}), got {embed.max_actors}"
+        )
+    _check_chunking(config.chunking)
+    return dataclasses.replace(config, input=source, output=output, cache=cache)
+
+
+def _absolute(uri: str, key: str) -> str:
+    """Local paths become absolute (Ray workers may run elsewhere); memory:// is refused."""
+    protocol = storage.protocol_of(uri)
+    if protocol == "memory":
+        raise ConfigError(
+            f"{key}: memory:// lives in one process and Ray workers cannot see it; "
+            f"use a local path, file:// or s3://"
+        )
+    if protocol in ("file", "local"):
+        return str(Path(storage.strip_protocol(uri)).expanduser().resolve())
+    return uri
+
+
+def _check_chunking(chunking: ChunkingConfig) -> None:
+    from chunking import list_strategies, strategy_key
+
+    if chunking.strategy not in list_strategies():
+        raise ConfigError(
+            f"chunking.strategy: {chunking.strategy!r} is not one of: "
+            f"{', '.join(sorted(list_strategies()))}"
+        )
+    try:
+        strategy_key(chunking.strategy, **chunking.options)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"chunking.options: {exc}") from exc

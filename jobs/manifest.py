@@ -1,0 +1,90 @@
+"""The manifest a run leaves for the next one: what each source and topic looked like last time.
+
+Stored at `{output}/_reindex/manifest.json`. With it, the next run tells changed, unchanged and
+deleted sources apart from a listing alone (size + ETag/mtime), without reading unchanged files.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+MANIFEST_PATH = "_reindex/manifest.json"
+REPORT_PATH = "_reindex/report.json"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class SourceEntry:
+    """A source as last seen: its listing fingerprint, content hash, and whether it failed."""
+
+    fingerprint: str
+    sha256: str | None
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class TopicEntry:
+    """A topic as last built: fingerprint of its inputs, children, files and prompt hashes."""
+
+    inputs: str
+    children: tuple[str, ...]
+    files: tuple[str, ...]
+    prompt_entries: tuple[tuple[int, str, int], ...] = ()  # (simhash, source stem, chunk index)
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything the next run compares against (`directories`: plain ancestor directories)."""
+
+    config_key: str = ""
+    sources: dict[str, SourceEntry] = field(default_factory=dict)
+    topics: dict[str, TopicEntry] = field(default_factory=dict)
+    directories: tuple[str, ...] = ()
+    simhash_files: tuple[str, ...] = ()
+
+    def to_json(self) -> bytes:
+        """Deterministic JSON bytes (sorted keys)."""
+        data = {
+            "format": FORMAT,
+            "config_key": self.config_key,
+            "sources": {p: vars(e) for p, e in sorted(self.sources.items())},
+            "topics": {
+                t: {
+                    **vars(e),
+                    "children": list(e.children),
+                    "files": list(e.files),
+                    "prompt_entries": [list(x) for x in e.prompt_entries],
+                }
+                for t, e in sorted(self.topics.items())
+            },
+            "directories": list(self.directories),
+            "simhash_files": list(self.simhash_files),
+        }
+        return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | None) -> Manifest:
+        """The manifest stored by a previous run; an empty one when there is none or it is stale."""
+        if not data:
+            return cls()
+        raw = json.loads(data)
+        if raw.get("format") != FORMAT:
+            return cls()
+        return cls(
+            config_key=raw["config_key"],
+            sources={p: SourceEntry(**e) for p, e in raw["sources"].items()},
+            topics={
+                t: TopicEntry(
+                    inputs=e["inputs"],
+                    children=tuple(e["children"]),
+                    files=tuple(e["files"]),
+                    prompt_entries=tuple(tuple(x) for x in e["prompt_entries"]),
+                    failed=e["failed"],
+                )
+                for t, e in raw["topics"].items()
+            },
+            directories=tuple(raw["directories"]),
+            simhash_files=tuple(raw["simhash_files"]),
+        )

@@ -1,0 +1,116 @@
+"""Discovery and change detection: from a listing and the previous manifest to the work of this run.
+
+Pure functions over `FileInfo` listings. A topic is rebuilt when anything its index depends on
+changed (a source's fingerprint, its qa-pairs.md, its keywords file, the settings) or when it had a
+failed source last time; it is relinked (only `_embedded.topics` rewritten) when only its child
+topics changed; otherwise it is kept as it is, without reading anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from dataclasses import dataclass
+
+from indexing import group_sources, nearest_keywords_path
+from indexing.sources import KEYWORDS_FILE, QA_PAIRS, index_tree
+from jobs.manifest import Manifest
+from jobs.storage import FileInfo
+
+REBUILD = "rebuild"
+RELINK = "relink"
+KEEP = "keep"
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    """One topic of this run and what to do with it."""
+
+    topic: str
+    sources: tuple[str, ...]
+    questions: str | None  # the topic's qa-pairs.md, if any
+    keywords: str | None  # the nearest _keywords/words.md, if any
+    children: tuple[str, ...]
+    inputs: str  # fingerprint of everything the index depends on except the children
+    action: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The work of one run, decided on the driver from listings alone."""
+
+    topics: tuple[TopicPlan, ...]
+    directories: dict[str, list[str]]  # ancestor dirs that are not topics -> their children
+    fingerprints: dict[str, str]  # source path -> listing fingerprint
+    changed: frozenset[str]  # sources whose content, settings or last outcome differ
+    deleted: tuple[str, ...]  # sources gone since the previous run
+    deleted_topics: tuple[str, ...]
+
+
+def keep_directory(name: str) -> bool:
+    """Directories worth listing: not hidden, not generated ("_" prefix) except `_keywords`."""
+    return not name.startswith(".") and (not name.startswith("_") or name == "_keywords")
+
+
+def make_plan(
+    files: list[FileInfo], previous: Manifest, config_key: str, globs: tuple[str, ...]
+) -> Plan:
+    """Decide what this run rebuilds, relinks, keeps and deletes."""
+    by_path = {f.path: f for f in files}
+    topics = group_sources(by_path, globs)
+    keyword_files = [p for p in by_path if p == KEYWORDS_FILE or p.endswith("/" + KEYWORDS_FILE)]
+    tree = index_tree(topics)
+    settings_changed = previous.config_key != config_key
+    fingerprints = {p: by_path[p].fingerprint for paths in topics.values() for p in paths}
+
+    def changed(path: str) -> bool:
+        entry = previous.sources.get(path)
+        return (
+            settings_changed
+            or entry is None
+            or entry.failed
+            or entry.fingerprint != fingerprints[path]
+        )
+
+    plans = []
+    for topic, sources in topics.items():
+        qa = posixpath.join(topic, QA_PAIRS) if topic else QA_PAIRS
+        questions = qa if qa in by_path else None
+        keywords = nearest_keywords_path(topic, keyword_files)
+        inputs = _digest(
+            {
+                "config": config_key,
+                "sources": [[p, fingerprints[p]] for p in sources],
+                "questions": questions and by_path[questions].fingerprint,
+                "keywords": keywords and [keywords, by_path[keywords].fingerprint],
+            }
+        )
+        children = tuple(tree[topic])
+        before = previous.topics.get(topic)
+        if before is None or before.failed or before.inputs != inputs or settings_changed:
+            action = REBUILD
+        elif before.children != children:
+            action = RELINK
+        else:
+            action = KEEP
+        plans.append(
+            TopicPlan(topic, tuple(sources), questions, keywords, children, inputs, action)
+        )
+    return Plan(
+        topics=tuple(plans),
+        directories={d: c for d, c in tree.items() if d not in topics},
+        fingerprints=fingerprints,
+        changed=frozenset(p for p in fingerprints if changed(p)),
+        deleted=tuple(sorted(set(previous.sources) - set(fingerprints))),
+        deleted_topics=tuple(sorted(set(previous.topics) - set(topics))),
+    )
+
+
+def config_key(settings: dict) -> str:
+    """A short digest of every setting that changes the outputs."""
+    return _digest(settings)[:16]
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,100 @@
+"""The rows that flow through the Ray Data pipeline, and the JSON codec of a chunked document.
+
+One row per work item, all with the same Arrow schema so blocks always concatenate:
+- kind "source": one markdown source (read, chunked, embedded);
+- kind "questions": a topic's qa-pairs.md (read, parsed, embedded as queries);
+- kind "topic": a topic's facts for its reduce (child topics, keywords file), carried in `payload`.
+Documents travel as JSON text and vectors as raw little-endian float32 bytes: plain Arrow columns.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from chunking import Chunk, ChunkedDocument, Link
+
+SOURCE = "source"
+QUESTIONS = "questions"
+TOPIC = "topic"
+
+ROW_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("kind", pa.string()),
+        ("path", pa.string()),
+        ("previous_hash", pa.string()),  # sha256 of the source in the previous run, if any
+        ("payload", pa.large_binary()),  # raw bytes once read; the topic facts for kind "topic"
+        ("sha256", pa.string()),
+        ("document", pa.large_string()),  # ChunkedDocument JSON; the question list for "questions"
+        ("error_code", pa.string()),
+        ("error_message", pa.string()),
+        ("vectors", pa.large_binary()),
+        ("dim", pa.int32()),
+        ("bytes_read", pa.int64()),
+        ("embedded", pa.int32()),
+        ("cache_hits", pa.int32()),
+        ("truncated", pa.int32()),
+        ("read_s", pa.float64()),
+        ("chunk_s", pa.float64()),
+        ("embed_s", pa.float64()),
+    ]
+)
+
+
+def new_row(topic: str, kind: str, path: str, **values: Any) -> dict[str, Any]:
+    """A pipeline row with every column present (unset ones null)."""
+    row = dict.fromkeys(ROW_SCHEMA.names)
+    row.update(topic=topic, kind=kind, path=path, **values)
+    return row
+
+
+def to_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """Rows back into an Arrow table of the pipeline schema."""
+    return pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
+
+
+def document_to_json(document: ChunkedDocument) -> str:
+    """A chunked document as JSON text (front-matter values JSON cannot hold become strings)."""
+    data = {
+        "document_id": document.document_id,
+        "tenant_id": document.tenant_id,
+        "source_version_id": document.source_version_id,
+        "strategy": document.strategy,
+        "strategy_key": document.strategy_key,
+        "chunks": [chunk.to_dict() for chunk in document.chunks],
+        "front_matter": document.front_matter,
+        "is_chunked": document.is_chunked,
+        "skipped_tail_tokens": document.skipped_tail_tokens,
+        "tokenizer": document.tokenizer,
+    }
+    return json.dumps(data, ensure_ascii=False, default=str)
+
+
+def document_from_json(text: str) -> ChunkedDocument:
+    """The chunked document that `document_to_json` wrote."""
+    data = json.loads(text)
+    chunks = tuple(
+        Chunk(
+            **{
+                **c,
+                "headings_path": tuple(c["headings_path"]),
+                "links": tuple(Link(**link) for link in c["links"]),
+            }
+        )
+        for c in data.pop("chunks")
+    )
+    return ChunkedDocument(chunks=chunks, **data)
+
+
+def vectors_to_bytes(vectors: np.ndarray) -> bytes:
+    """Vectors as raw little-endian float32 bytes."""
+    return np.ascontiguousarray(vectors, dtype="<f4").tobytes()
+
+
+def vectors_from_bytes(data: bytes, dim: int) -> np.ndarray:
+    """The (n, dim) float32 matrix `vectors_to_bytes` wrote."""
+    return np.frombuffer(data, dtype="<f4").reshape(-1, dim).astype(np.float32)

@@ -1,0 +1,41 @@
+"""The one place where the config's per-stage resources become Ray Data arguments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.data import ActorPoolStrategy, TaskPoolStrategy
+
+from jobs.config import EmbedResources, IndexResources, TaskResources
+
+
+def task_stage_args(resources: TaskResources) -> dict[str, Any]:
+    """`map_batches` arguments of a CPU stage run as tasks."""
+    args: dict[str, Any] = {"num_cpus": resources.num_cpus, "batch_size": resources.batch_size}
+    if resources.concurrency is not None:
+        args["compute"] = TaskPoolStrategy(size=resources.concurrency)
+    return args
+
+
+def actor_stage_args(resources: EmbedResources) -> dict[str, Any]:
+    """`map_batches` arguments of the embedding actor pool (fixed, or autoscaling to max_actors)."""
+    if resources.max_actors is None or resources.max_actors == resources.actors:
+        compute = ActorPoolStrategy(size=resources.actors)
+    else:
+        compute = ActorPoolStrategy(min_size=resources.actors, max_size=resources.max_actors)
+    return {
+        "compute": compute,
+        "num_cpus": resources.num_cpus,
+        "num_gpus": resources.num_gpus,
+        "batch_size": resources.batch_size,
+    }
+
+
+def actor_threads(resources: EmbedResources) -> int:
+    """Torch threads for one embedding actor: its CPU share, at least one."""
+    return max(1, round(resources.num_cpus))
+
+
+def reduce_stage_args(resources: IndexResources) -> dict[str, Any]:
+    """`map_groups` arguments of the per-topic reduce."""
+    return {"num_cpus": resources.num_cpus}

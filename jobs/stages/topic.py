@@ -1,0 +1,171 @@
+"""Stages 5-7: the per-topic reduce. Build one topic's index with `indexing.build_topic` from its
+rows (sorted, so arrival order never matters) and write its outputs, each file atomically: chunk
+files, topic-spec.md and table shards first, then index.json, then delete the chunk files the new
+index no longer refers to. Returns one small summary row per topic for the driver."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from indexing import (
+    IndexSettings,
+    SourceInput,
+    TopicInput,
+    build_topic,
+    chunk_table_path,
+    document_table_path,
+    parse_keywords,
+    stale_files,
+)
+from indexing.paths import CHUNKS_DIR, INDEX, TOPIC_SPEC, in_topic
+from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
+from jobs.storage import Storage
+
+KEYWORDS_FAILED = "KEYWORDS_FAILED"
+SUMMARY_SCHEMA = pa.schema([("topic", pa.string()), ("summary", pa.large_string())])
+
+
+@dataclass(frozen=True)
+class TopicContext:
+    """What every topic reduce needs: where to read and write, and the index settings."""
+
+    source: Storage
+    output: Storage
+    settings: IndexSettings
+    model: str
+    strategy: str
+
+
+def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
+    """Build and write one topic from all its rows; return its one-row summary."""
+    started = time.perf_counter()
+    rows = sorted(group.to_pylist(), key=lambda r: (r["kind"], r["path"]))
+    facts = json.loads(next(r for r in rows if r["kind"] == TOPIC)["payload"])
+    topic = rows[0]["topic"]
+    failures = [_failure(r) for r in rows if r["error_code"] is not None]
+    keywords, keyword_failure = _keywords(context.source, facts["keywords"])
+    failures += keyword_failure
+    questions, question_vectors = _questions(rows)
+    sources = [_source_input(r) for r in rows if r["kind"] == SOURCE]
+    output = build_topic(
+        TopicInput(
+            topic=topic,
+            sources=sources,
+            questions=questions,
+            question_vectors=question_vectors,
+            keywords=keywords,
+            child_topics=facts["children"],
+            previous_index=context.output.read_optional(in_topic(topic, INDEX)),
+            existing_topic_spec=_existing_spec(context, topic),
+            model=context.model,
+            strategy=context.strategy,
+        ),
+        context.settings,
+    )
+    index_path = in_topic(topic, INDEX)
+    for path, data in output.files.items():
+        if path != index_path:
+            context.output.write_bytes(path, data)
+    tables = {
+        chunk_table_path(topic): output.chunk_rows,
+        document_table_path(topic): output.document_rows,
+    }
+    for path, table in tables.items():
+        context.output.write_bytes(path, _parquet(table))
+    context.output.write_bytes(index_path, output.files[index_path])
+    live = output.live_paths()
+    existing = context.output.list_files(in_topic(topic, CHUNKS_DIR))
+    context.output.delete(stale_files(existing, live))
+    documents = [
+        document_from_json(r["document"])
+        for r in rows
+        if r["kind"] == SOURCE and r["document"] is not None
+    ]
+    summary = {
+        "topic": topic,
+        "inputs": facts["inputs"],
+        "children": facts["children"],
+        "files": sorted(live | set(tables)),
+        "prompt_entries": [[h, stem, i] for h, _, stem, i in output.prompt_entries],
+        "failures": failures,
+        "sources": {
+            r["path"]: {"sha256": r["sha256"], "failed": r["error_code"] is not None}
+            for r in rows
+            if r["kind"] == SOURCE
+        },
+        "chunks": sum(len(d.chunks) for d in documents),
+        "skipped_tail": sum(1 for d in documents if d.skipped_tail_tokens),
+        "embedded": _total(rows, "embedded"),
+        "cache_hits": _total(rows, "cache_hits"),
+        "truncated": _total(rows, "truncated"),
+        "bytes_read": _total(rows, "bytes_read"),
+        "seconds": {
+            "read": _total(rows, "read_s"),
+            "chunk": _total(rows, "chunk_s"),
+            "embed": _total(rows, "embed_s"),
+            "index": time.perf_counter() - started,
+        },
+    }
+    return pa.table({"topic": [topic], "summary": [json.dumps(summary)]}, schema=SUMMARY_SCHEMA)
+
+
+def _failure(row: dict[str, Any]) -> dict[str, str]:
+    return {"path": row["path"], "code": row["error_code"], "message": row["error_message"]}
+
+
+def _total(rows: list[dict[str, Any]], column: str) -> float:
+    return sum(r[column] or 0 for r in rows)
+
+
+def _source_input(row: dict[str, Any]) -> SourceInput:
+    if row["error_code"] is not None:
+        return SourceInput(
+            path=row["path"],
+            document=None,
+            vectors=None,
+            error=(row["error_code"], row["error_message"]),
+            source_version_id=row["sha256"],
+        )
+    return SourceInput(
+        path=row["path"],
+        document=document_from_json(row["document"]),
+        vectors=vectors_from_bytes(row["vectors"], row["dim"]),
+    )
+
+
+def _questions(rows: list[dict[str, Any]]) -> tuple[list[str], Any]:
+    row = next((r for r in rows if r["kind"] == QUESTIONS and r["document"] is not None), None)
+    questions = json.loads(row["document"]) if row else []
+    if not questions:
+        return [], None
+    return questions, vectors_from_bytes(row["vectors"], row["dim"])
+
+
+def _keywords(source: Storage, path: str | None) -> tuple[list, list[dict[str, str]]]:
+    if path is None:
+        return [], []
+    try:
+        return parse_keywords(source.read_bytes(path).decode("utf-8")), []
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return [], [{"path": path, "code": KEYWORDS_FAILED, "message": str(exc)}]
+
+
+def _existing_spec(context: TopicContext, topic: str) -> str | None:
+    path = in_topic(topic, TOPIC_SPEC)
+    data = context.output.read_optional(path)
+    if data is None and context.source.root != context.output.root:
+        data = context.source.read_optional(path)
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+def _parquet(table: pa.Table) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
