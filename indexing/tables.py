@@ -92,7 +92,7 @@ class SourceRows:
 def chunk_table(
     topic: str, model: str, strategy: str, sources: Sequence[SourceRows], dim: int
 ) -> pa.Table:
-    """The chunk table of one topic, rows in source then chunk order."""
+    """The chunk table of one topic, rows in source then chunk order (`dim` 0 when it has none)."""
     schema = chunk_table_schema(dim)
     rows = []
     for src in sources:
@@ -134,9 +134,11 @@ def chunk_table(
                     "strategy": strategy,
                 }
             )
+    if not rows:
+        return schema.empty_table()
     table = pa.Table.from_pylist(rows, schema=schema.remove(schema.get_field_index("embedding")))
     flat = [np.asarray(src.vectors, dtype=np.float32).reshape(-1) for src in sources]
-    values = pa.array(np.concatenate(flat) if flat else np.zeros(0, np.float32), type=pa.float32())
+    values = pa.array(np.concatenate(flat), type=pa.float32())
     embedding = pa.FixedSizeListArray.from_arrays(values, dim)
     return table.append_column(schema.field("embedding"), embedding)
 

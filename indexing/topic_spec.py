@@ -76,5 +76,7 @@ def without_section(existing: str) -> str | None:
     span = _section_span(existing)
     if span is None:
         return existing
-    rest = existing[: span[0]] + existing[span[1] :]
-    return rest if rest.strip() else None
+    before, after = existing[: span[0]], existing[span[1] :]
+    if not (before + after).strip():
+        return None
+    return before + after if after else before.rstrip("\n") + "\n"  # drop merge's blank line

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from chunking.record import Chunk, ChunkedDocument, make_chunk_id
-from indexing import SourceInput, TopicInput
+from indexing import (
+    SourceInput,
+    TopicInput,
+    TopicOutput,
+    build_simhash_tables,
+    chunk_table_path,
+    directory_index,
+    document_table_path,
+    index_tree,
+    stale_files,
+)
 
 
 def make_document(path: str, sections: list[tuple[str, str]], *, is_code=(), front_matter=None):
@@ -85,3 +97,45 @@ def topic_input(
         model="sentence-transformers/all-MiniLM-L6-v2",
         strategy="semantic-250-750",
     )
+
+
+def listing(root: Path) -> list[str]:
+    """Every file under `root`, as sorted POSIX paths relative to it."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def write_topic(root: Path, output: TopicOutput) -> list[str]:
+    """Apply one topic's output in the documented order; returns the stale files it deleted.
+
+    Chunk files and topic-spec.md first, index.json last, and only then the stale chunk files.
+    """
+    before = listing(root)
+    index = output.topic + "/index.json" if output.topic else "index.json"
+    for path in [p for p in output.files if p != index] + [index]:
+        _target(root, path).write_bytes(output.files[path])
+    stale = stale_files(before, output.live_paths())
+    for path in stale:
+        (root / path).unlink()
+    return stale
+
+
+def write_index(root: Path, outputs: list[TopicOutput], k: int = 3) -> None:
+    """Write whole topics plus the directory indexes, table shards and corpus SimHash tables."""
+    tree = index_tree(o.topic for o in outputs)
+    for output in outputs:
+        write_topic(root, output)
+        pq.write_table(output.chunk_rows, _target(root, chunk_table_path(output.topic)))
+        pq.write_table(output.document_rows, _target(root, document_table_path(output.topic)))
+    topics = {o.topic for o in outputs}
+    for directory, children in tree.items():
+        if directory not in topics:
+            path = f"{directory}/index.json" if directory else "index.json"
+            (_target(root, path)).write_bytes(directory_index(directory, children))
+    entries = [e for o in outputs for e in o.prompt_entries]
+    for path, data in build_simhash_tables(entries, k=k).items():
+        (_target(root, path)).write_bytes(data)
+
+
+def _target(root: Path, relpath: str) -> Path:
+    (root / relpath).parent.mkdir(parents=True, exist_ok=True)
+    return root / relpath

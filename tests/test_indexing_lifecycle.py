@@ -1,0 +1,116 @@
+"""Seed 001 chunk lifecycle on real files: a source shrinks, a source goes, a topic empties."""
+
+from __future__ import annotations
+
+import json
+
+from indexing_support import listing, ranked_vectors, source, topic_input, write_index, write_topic
+
+from indexing import (
+    IndexSettings,
+    build_topic,
+    directory_index,
+    index_tree,
+    orphaned_topic_files,
+    set_child_topics,
+    stale_files,
+    topic_spec_without_section,
+)
+
+TOPIC = "guides/intro"
+
+
+def chunks(count: int) -> list[tuple[str, str]]:
+    return [(f"Part {i}", f"Body {i}.") for i in range(count)]
+
+
+def vectors(count: int):
+    return ranked_vectors([1.0] + [0.9 - i / 100 for i in range(1, count)])
+
+
+def build(sources, previous=None, spec=None, topic=TOPIC):
+    return build_topic(topic_input(topic, sources, previous=previous, spec=spec), IndexSettings())
+
+
+def test_a_shrinking_source_loses_its_surplus_chunk_files(tmp_path):
+    path = f"{TOPIC}/golden-reference.md"
+    write_index(tmp_path, [build([source(path, chunks(5), vectors(5))])])
+    assert (tmp_path / TOPIC / "_chunks/golden-reference-4.md").exists()
+    (tmp_path / TOPIC / "golden-reference.md").write_text("# the source itself\n")
+    deleted = write_topic(tmp_path, build([source(path, chunks(3), vectors(3))]))
+    assert deleted == [
+        f"{TOPIC}/_chunks/golden-reference-3.md",
+        f"{TOPIC}/_chunks/golden-reference-4.md",
+    ]
+    remaining = [p for p in listing(tmp_path) if p.startswith(f"{TOPIC}/_chunks/")]
+    assert remaining == [f"{TOPIC}/_chunks/golden-reference-{i}.md" for i in range(3)]
+    entry = json.loads((tmp_path / TOPIC / "index.json").read_bytes())["_embedded"]["chunks"]
+    assert entry["golden-reference"]["count"] == 3
+    assert (tmp_path / TOPIC / "golden-reference.md").exists()  # never a stale file
+
+
+def test_stale_files_only_ever_names_chunk_files():
+    existing = [
+        f"{TOPIC}/index.json", f"{TOPIC}/topic-spec.md", f"{TOPIC}/golden-reference.md",
+        f"{TOPIC}/_keywords/words.md", f"{TOPIC}/_chunks/notes.md", f"{TOPIC}/_chunks/a-1.md",
+        f"{TOPIC}/_chunks/a-0.md", f"{TOPIC}/old-7.md",
+    ]  # fmt: skip
+    assert stale_files(existing, [f"{TOPIC}/_chunks/a-0.md"]) == [f"{TOPIC}/_chunks/a-1.md"]
+
+
+def test_a_deleted_source_loses_its_entry_and_files(tmp_path):
+    a, b = f"{TOPIC}/a.md", f"{TOPIC}/b.md"
+    write_index(
+        tmp_path, [build([source(a, chunks(2), vectors(2)), source(b, chunks(3), vectors(3))])]
+    )
+    deleted = write_topic(tmp_path, build([source(a, chunks(2), vectors(2))]))
+    assert deleted == [f"{TOPIC}/_chunks/b-{i}.md" for i in range(3)]
+    doc = json.loads((tmp_path / TOPIC / "index.json").read_bytes())
+    assert list(doc["_embedded"]["chunks"]) == ["a"]
+
+
+def test_a_topic_left_without_sources_is_removed_and_its_parent_updated(tmp_path):
+    other = "guides/setup"
+    spec = "# Intro notes\n\nKept by hand.\n"
+    first = build([source(f"{TOPIC}/a.md", chunks(2), vectors(2))], spec=spec)
+    second = build([source(f"{other}/b.md", chunks(2), vectors(2))], topic=other)
+    write_index(tmp_path, [first, second])
+    parent = json.loads((tmp_path / "guides/index.json").read_bytes())
+    assert [t["id"] for t in parent["_embedded"]["topics"]] == [TOPIC, other]
+
+    # Next run: guides/intro has no sources. The new tree decides the parents' children.
+    tree = index_tree([other])
+    assert tree["guides"] == [other] and TOPIC not in tree
+    (tmp_path / "guides/index.json").write_bytes(directory_index("guides", tree["guides"]))
+    existing = listing(tmp_path)
+    for path in orphaned_topic_files(TOPIC, existing):
+        (tmp_path / path).unlink()
+    spec_path = tmp_path / TOPIC / "topic-spec.md"
+    kept = topic_spec_without_section(spec_path.read_text())
+    assert kept == spec
+    spec_path.write_text(kept)
+
+    parent = json.loads((tmp_path / "guides/index.json").read_bytes())
+    assert [t["id"] for t in parent["_embedded"]["topics"]] == [other]
+    assert [p for p in listing(tmp_path) if p.startswith(TOPIC)] == [f"{TOPIC}/topic-spec.md"]
+    assert (tmp_path / other / "index.json").exists()
+
+
+def test_orphaned_files_of_a_topic_and_generated_only_topic_spec():
+    existing = [
+        "x/index.json", "x/_chunks/a-0.md", "x/a.md", "x/y/index.json", "x/y/_chunks/b-0.md",
+        "x/_chunks/readme.txt",
+    ]  # fmt: skip
+    assert orphaned_topic_files("x", existing) == ["x/_chunks/a-0.md", "x/index.json"]
+    generated = build([source(f"{TOPIC}/a.md", chunks(1), vectors(1))]).files[
+        f"{TOPIC}/topic-spec.md"
+    ]
+    assert topic_spec_without_section(generated.decode()) is None
+
+
+def test_a_topic_that_gains_a_child_gets_its_link_without_rebuilding():
+    out = build([source(f"{TOPIC}/a.md", chunks(2), vectors(2))])
+    index = out.files[f"{TOPIC}/index.json"]
+    linked = json.loads(set_child_topics(index, [f"{TOPIC}/advanced"]))
+    assert linked["_embedded"]["topics"][0]["id"] == f"{TOPIC}/advanced"
+    assert linked["_embedded"]["chunks"] == json.loads(index)["_embedded"]["chunks"]
