@@ -162,10 +162,36 @@ def _block(token: Token, tokens: list[Token], index: int, start: int, end: int) 
     return Block(kind, start + 1, end)
 
 
+def _opener_parts(doc: ParsedDocument, fence: Block) -> tuple[str, str]:
+    """(container prefix, opener from its marker on): list markers in the prefix become blanks,
+    block quote `>` are kept, so the prefix puts a line at the fence's indentation."""
+    opener = doc.lines[fence.start_line - 1]
+    cut = opener.index(fence.markup)
+    prefix = "".join(char if char in "> \t" else " " for char in opener[:cut])
+    return prefix, opener[cut:]
+
+
+def fence_closer(doc: ParsedDocument, fence: Block) -> str:
+    """A line that closes `fence` where it stands (inside its list item or block quote)."""
+    prefix, _ = _opener_parts(doc, fence)
+    return prefix + fence.markup
+
+
+def fence_reopener(doc: ParsedDocument, fence: Block) -> str:
+    """A line that opens `fence` again (same marker and info string) at its indentation."""
+    prefix, rest = _opener_parts(doc, fence)
+    return prefix + rest
+
+
 def unclosed_fences(text: str) -> list[int]:
-    """1-based lines of `text` that open a fenced code block that is never closed."""
+    """1-based lines of `text` that open a fenced code block still open at the end of `text`.
+
+    A fence that its list item or block quote ends (as CommonMark allows) is not counted.
+    """
+    text = text if text.endswith("\n") else text + "\n"
+    last = text.count("\n")
     return [
         token.map[0] + 1
-        for token in parse_tokens(text if text.endswith("\n") else text + "\n")
-        if token.type == "fence" and not fence_closed(token)
+        for token in parse_tokens(text)
+        if token.type == "fence" and not fence_closed(token) and token.map[1] >= last
     ]

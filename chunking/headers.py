@@ -1,0 +1,126 @@
+"""The `headers` strategy: seed 001's markdown-header chunking.
+
+A file of at most `max_document_lines` (500) lines is one chunk and is not "chunked". A longer one
+is cut before every top-level H2 and H3 heading; the text before the first of them is a section too.
+A section with nothing under its heading is skipped. A section longer than `max_section_lines`
+(1000) is cut between top-level blocks (paragraph boundaries), so a code block, list or table is
+never split. Chunk texts are exact slices of the source; header paths read `# A > ## B > ### C`.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from chunking.blocks import FENCE_MARK, Block, Heading, ParsedDocument, fence_closer
+from chunking.strategy import Draft, Split, Strategy, register
+
+_SPLIT_LEVELS = (2, 3)
+_PATH_LEVELS = 3  # headings of levels 1-3 make the header path
+
+
+@register
+class HeadersStrategy(Strategy):
+    """Seed 001: one chunk up to 500 lines, else one per H2/H3 section."""
+
+    name = "headers"
+    defaults = MappingProxyType({"max_document_lines": 500, "max_section_lines": 1000})
+    key_options = ("max_document_lines", "max_section_lines")
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        if self.options["max_document_lines"] < 1 or self.options["max_section_lines"] < 1:
+            raise ValueError(
+                "headers options max_document_lines and max_section_lines must be >= 1"
+            )
+
+    def split(self, doc: ParsedDocument) -> Split:
+        """Seed 001's sections of `doc`."""
+        unclosed = tuple(fence for fence in doc.fences if not fence.closed)
+        if len(doc.lines) <= self.options["max_document_lines"]:
+            if not doc.blocks:
+                return Split(drafts=(), is_chunked=False)
+            stack = _stack_at(doc, doc.blocks[0].start_line)
+            return Split(drafts=(_draft(doc, doc.blocks, stack, unclosed),), is_chunked=False)
+        drafts = [
+            _draft(doc, piece, stack, unclosed)
+            for blocks, stack in _sections(doc)
+            if any(block.kind != "heading" for block in blocks)
+            for piece in _pieces(blocks, self.options["max_section_lines"])
+        ]
+        return Split(drafts=tuple(drafts), is_chunked=True)
+
+
+def _sections(doc: ParsedDocument) -> list[tuple[tuple[Block, ...], tuple[Heading, ...]]]:
+    """(blocks, heading stack) of each section; a section starts at every H2/H3."""
+    sections: list[tuple[tuple[Block, ...], tuple[Heading, ...]]] = []
+    current: list[Block] = []
+    stack: dict[int, Heading] = {}
+    current_stack: tuple[Heading, ...] = ()
+    for block in doc.blocks:
+        heading = block.heading
+        if heading is not None and heading.level <= _PATH_LEVELS:
+            if heading.level in _SPLIT_LEVELS and current:
+                sections.append((tuple(current), current_stack))
+                current = []
+            for level in [level for level in stack if level >= heading.level]:
+                del stack[level]
+            stack[heading.level] = heading
+            if not current:
+                current_stack = tuple(stack[level] for level in sorted(stack))
+        elif not current:
+            current_stack = tuple(stack[level] for level in sorted(stack))
+        current.append(block)
+    if current:
+        sections.append((tuple(current), current_stack))
+    return sections
+
+
+def _pieces(blocks: tuple[Block, ...], max_lines: int) -> list[tuple[Block, ...]]:
+    """`blocks` cut between blocks into runs of at most `max_lines` lines; a bigger block stands
+    alone, and headings stay with the block after them."""
+    if blocks[-1].end_line - blocks[0].start_line + 1 <= max_lines:
+        return [blocks]
+    pieces: list[list[Block]] = [[]]
+    for block in blocks:
+        run = pieces[-1]
+        headings_only = all(b.kind == "heading" for b in run)
+        if run and not headings_only and block.end_line - run[0].start_line + 1 > max_lines:
+            pieces.append([])
+        pieces[-1].append(block)
+    return [tuple(piece) for piece in pieces]
+
+
+def _stack_at(doc: ParsedDocument, line: int) -> tuple[Heading, ...]:
+    """Headings of levels 1-3 active at `line`, counting a heading that starts there."""
+    stack: dict[int, Heading] = {}
+    for block in doc.blocks:
+        if block.start_line > line:
+            break
+        if block.heading is not None and block.heading.level <= _PATH_LEVELS:
+            for level in [level for level in stack if level >= block.heading.level]:
+                del stack[level]
+            stack[block.heading.level] = block.heading
+    return tuple(stack[level] for level in sorted(stack))
+
+
+def _draft(
+    doc: ParsedDocument,
+    blocks: tuple[Block, ...],
+    stack: tuple[Heading, ...],
+    unclosed: tuple[Block, ...],
+) -> Draft:
+    """The source lines of `blocks`; an unclosed fence at their end is closed (well-formed)."""
+    start, end = blocks[0].start_line, blocks[-1].end_line
+    lines = list(doc.lines[start - 1 : end])
+    kinds = bytearray(doc.line_kinds[start - 1 : end])
+    fence = next((f for f in unclosed if f.start_line <= end <= f.end_line), None)
+    if fence is not None:
+        lines.append(fence_closer(doc, fence))
+        kinds.append(FENCE_MARK)
+    return Draft(
+        text="\n".join(lines),
+        start_line=start,
+        end_line=end,
+        headings=stack,
+        line_kinds=bytes(kinds),
+    )
