@@ -1,0 +1,120 @@
+"""The Parquet chunk and documents tables read back with pyarrow, pandas and DuckDB."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from indexing_support import source, topic_input
+
+from indexing import IndexSettings, SourceInput, build_topic, chunk_table_schema, simhash64
+
+TOPIC = "guides/intro"
+DIM = 8
+
+
+def big_question() -> str:
+    """A question whose SimHash needs all 64 bits (>= 2**63): int64 would corrupt it."""
+    return next(
+        q for q in (f"How do I use feature {i}?" for i in range(100)) if simhash64(q) >= 2**63
+    )
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    rng = np.random.default_rng(5)
+    vectors = rng.normal(size=(3, DIM)).astype(np.float32)
+    question = big_question()
+    body = [("Overview", "Intro [site](https://example.com)."), ("API Reference", "```\nx()\n```"),
+            ("Usage", "Use it.")]  # fmt: skip
+    good = source(f"{TOPIC}/guide.md", body, vectors, is_code={1})
+    failed = SourceInput(
+        f"{TOPIC}/broken.md", None, None, ("CHUNKING_FAILED", "bad byte at 3"), "ab12"
+    )
+    inp = topic_input(TOPIC, [good, failed], questions=[question], question_vectors=vectors[2:3])
+    out = build_topic(inp, IndexSettings())
+    root = tmp_path_factory.mktemp("tables")
+    pq.write_table(out.chunk_rows, root / "chunks.parquet")
+    pq.write_table(out.document_rows, root / "documents.parquet")
+    return root, vectors, question, good.document
+
+
+def test_pyarrow_reads_every_chunk_field_and_exact_types(written):
+    root, vectors, question, document = written
+    table = pq.read_table(root / "chunks.parquet")
+    assert table.schema.equals(chunk_table_schema(DIM))
+    assert table.schema.field("embedding").type == pa.list_(pa.float32(), DIM)
+    assert table.schema.field("prompt_hashes").type == pa.list_(pa.uint64())
+    rows = table.to_pylist()
+    assert [r["ordinal"] for r in rows] == [0, 1, 2]
+    for row, chunk in zip(rows, document.chunks, strict=True):
+        record = chunk.to_dict()
+        for field in ("chunk_id", "title", "headings_path", "header_path", "start_line", "end_line",
+                      "token_count", "is_code", "content_type", "text", "links"):  # fmt: skip
+            assert row[field] == record[field], field
+        assert row["extras"] == "{}"
+    assert (
+        rows[0]["topic"] == TOPIC and rows[0]["model"] and rows[0]["strategy"] == "semantic-250-750"
+    )
+    assert rows[0]["source_version_id"] == document.source_version_id
+    assert rows[1]["href"] == f"{TOPIC}/_chunks/guide-1.md" and rows[1]["is_code"] is True
+    assert (
+        rows[2]["prompt_hashes"] == [simhash64(question)] and rows[2]["prompt_hashes"][0] >= 2**63
+    )
+    assert rows[0]["similarity_technical"] is not None  # "API Reference" is the technical baseline
+    np.testing.assert_array_equal(
+        np.array([r["embedding"] for r in rows], dtype=np.float32), vectors
+    )
+
+
+def test_pandas_reads_the_tables(written):
+    root, vectors, question, _ = written
+    frame = pd.read_parquet(root / "chunks.parquet")
+    assert len(frame) == 3 and list(frame.columns) == chunk_table_schema(DIM).names
+    np.testing.assert_array_equal(
+        np.stack(frame["embedding"].to_list()).astype(np.float32), vectors
+    )
+    hashes = frame["prompt_hashes"].iloc[2]
+    assert hashes.dtype == np.uint64 and int(hashes[0]) == simhash64(question)
+    documents = pd.read_parquet(root / "documents.parquet")
+    assert documents.set_index("source")["status"].to_dict() == {
+        f"{TOPIC}/broken.md": "failed",
+        f"{TOPIC}/guide.md": "ok",
+    }
+
+
+def test_duckdb_queries_the_tables(written):
+    root, vectors, question, document = written
+    chunks = str(root / "chunks.parquet")
+    types = {row[0]: row[1] for row in duckdb.sql(f"DESCRIBE SELECT * FROM '{chunks}'").fetchall()}
+    # Parquet has no fixed-size list: DuckDB sees a FLOAT list, cast to FLOAT[dim] for array maths.
+    assert types["embedding"] == "FLOAT[]" and types["prompt_hashes"] == "UBIGINT[]"
+    found = duckdb.sql(
+        f"SELECT ordinal, prompt_hashes[1] FROM '{chunks}' WHERE len(prompt_hashes) > 0"
+    ).fetchall()
+    assert found == [(2, simhash64(question))]
+    best = duckdb.sql(
+        f"SELECT ordinal FROM '{chunks}' "
+        f"ORDER BY array_cosine_similarity(embedding::FLOAT[{DIM}], ?::FLOAT[{DIM}]) DESC LIMIT 1",
+        params=[vectors[1].tolist()],
+    ).fetchall()
+    assert best == [(1,)]
+    documents = duckdb.sql(
+        f"SELECT source, is_chunked, chunk_count, source_version_id, status, error_code, error "
+        f"FROM '{root / 'documents.parquet'}' ORDER BY source"
+    ).fetchall()
+    assert documents == [
+        (f"{TOPIC}/broken.md", False, 0, "ab12", "failed", "CHUNKING_FAILED", "bad byte at 3"),
+        (f"{TOPIC}/guide.md", True, 3, document.source_version_id, "ok", None, None),
+    ]
+
+
+def test_a_topic_without_chunks_still_writes_readable_tables(tmp_path):
+    failed = SourceInput(f"{TOPIC}/broken.md", None, None, ("CHUNKING_FAILED", "bad"))
+    out = build_topic(topic_input(TOPIC, [failed]), IndexSettings())
+    pq.write_table(out.chunk_rows, tmp_path / "c.parquet")
+    assert duckdb.sql(f"SELECT count(*) FROM '{tmp_path / 'c.parquet'}'").fetchall() == [(0,)]
+    assert len(pd.read_parquet(tmp_path / "c.parquet")) == 0
