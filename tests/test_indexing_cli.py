@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import subprocess
+import sys
 import threading
 
 import numpy as np
 import pytest
 import requests
+import s3fs
 from indexing_support import ranked_vectors, source, topic_input, write_index
 
 from indexing import IndexSettings, build_topic, simhash64
@@ -182,3 +186,51 @@ def test_parse_range_cases():
     for bad in ("bytes=10-", "bytes=5-2", "bytes=-0"):
         with pytest.raises(ValueError):
             parse_range(bad, 10)
+
+
+@pytest.mark.timeout(120)
+def test_mdindex_serve_command_serves_until_interrupted(index_root):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "serve", str(index_root), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        banner = proc.stdout.readline()
+        base = banner.split(" at ")[1].split()[0].rstrip("/")
+        reply = requests.get(
+            f"{base}/{TOPIC}/index.json", headers={"Range": "bytes=0-0"}, timeout=10
+        )
+        assert reply.status_code == 206 and reply.content == b"{"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_mdindex_serve_rejects_a_missing_directory(tmp_path, capsys):
+    code, _, err = run_cli(["serve", str(tmp_path / "absent"), "--port", "0"], capsys)
+    assert code == 2 and "not a directory" in err
+
+
+def test_query_an_index_on_s3(index_root, s3_server, capsys):
+    # conftest's make_bucket sends LocationConstraint us-east-1, which moto rejects: no region here.
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, key="testing", secret="testing",
+                           client_kwargs={"endpoint_url": s3_server.endpoint_url})  # fmt: skip
+    fs.mkdir("mdindex-query")
+    bucket = "s3://mdindex-query"
+    s3_server.filesystem().put(str(index_root) + "/", f"{bucket}/site/", recursive=True)
+    options = json.dumps(s3_server.storage_options)
+    argv = ["query", f"{bucket}/site", "--topic", TOPIC, "--n", "2", "--show", "--json",
+            "--storage-options", options]  # fmt: skip
+    code, out, _ = run_cli(argv, capsys)
+    assert code == 0
+    main = {s["source"]: s for s in json.loads(out)["sources"]}["golden-reference"]
+    entry = index_json(index_root)["_embedded"]["chunks"]["golden-reference"]
+    assert [c["index"] for c in main["chunks"]] == entry["stripe_order"][:2]
+    assert main["chunks"][0]["href"].startswith("s3://mdindex-query/site/")
+    first = main["chunks"][0]["index"]
+    assert (
+        main["chunks"][0]["text"]
+        == (index_root / TOPIC / f"_chunks/golden-reference-{first}.md").read_text()
+    )
