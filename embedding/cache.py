@@ -1,0 +1,227 @@
+"""The content-hash embedding cache of seed 000 section 3, on any fsspec URI.
+
+Layout: {root}/{strategy_key}/{model_key}/{source_hash[:16]}/metadata.json and chunk-{i}.bin,
+each .bin holding one vector as raw little-endian float32 (no pickle). metadata.json records the
+model key, strategy key, full source hash, chunk count, dimension, the sha256 of each chunk's text
+and which chunks were truncated.
+
+Reads validate everything they can (keys, source hash, dimension, chunk count, every .bin size,
+finite values); anything wrong or unreadable makes the entry a miss, never wrong vectors.
+Writes put the .bin files first and metadata.json last, each as one atomic object (temporary file
+and rename on local disks, a single put on object storage), so a half-written entry reads as a
+miss and concurrent writers of the same entry (same content) cannot corrupt it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import numpy as np
+from fsspec.implementations.local import LocalFileSystem
+
+FORMAT = "mdindex-embedding-cache/1"
+_VECTOR = np.dtype("<f4")
+_SAFE_KEY = re.compile(r"^[A-Za-z0-9._-]+$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """Which entry: the chunking strategy key, the model key and the full sha256 of the source."""
+
+    strategy_key: str
+    model_key: str
+    source_hash: str
+
+    def __post_init__(self):
+        for name in ("strategy_key", "model_key"):
+            value = getattr(self, name)
+            if not _SAFE_KEY.match(value) or value in (".", ".."):
+                raise ValueError(f"cache {name} {value!r} is not filesystem-safe")
+        if not _SHA256.match(self.source_hash):
+            raise ValueError(f"source_hash {self.source_hash!r} is not a sha256 hex digest")
+
+    @property
+    def relpath(self) -> str:
+        """The entry's folder relative to the cache root."""
+        return f"{self.strategy_key}/{self.model_key}/{self.source_hash[:16]}"
+
+
+@dataclass(frozen=True, eq=False)
+class CacheEntry:
+    """One document's cached vectors (n, dim), with each chunk's text hash and truncation flag."""
+
+    key: CacheKey
+    text_hashes: tuple[str, ...]
+    vectors: np.ndarray
+    truncated_rows: tuple[int, ...] = ()
+
+    def matches(self, texts: Sequence[str]) -> bool:
+        """Whether this entry holds exactly these chunk texts, in this order."""
+        return self.text_hashes == text_hashes(texts)
+
+
+def text_hashes(texts: Sequence[str]) -> tuple[str, ...]:
+    """sha256 hex of each text's UTF-8 bytes."""
+    return tuple(hashlib.sha256(text.encode("utf-8")).hexdigest() for text in texts)
+
+
+class EmbeddingCache:
+    """Get and put document entries under `root_uri` (local path or fsspec URI)."""
+
+    def __init__(self, root_uri: str, storage_options: dict[str, Any] | None = None):
+        self.root_uri = root_uri
+        self.fs, root = fsspec.core.url_to_fs(root_uri, **(storage_options or {}))
+        self.root = root.rstrip("/")
+
+    def entry_path(self, key: CacheKey) -> str:
+        """The entry's folder as a path on `self.fs`."""
+        return posixpath.join(self.root, key.relpath)
+
+    def get(self, key: CacheKey, dim: int) -> CacheEntry | None:
+        """The valid entry for `key` with vectors of size `dim`, or None (a miss)."""
+        return self.get_many([key], dim)[0]
+
+    def get_many(self, keys: Sequence[CacheKey], dim: int) -> list[CacheEntry | None]:
+        """`get` for many keys with two batched reads (all metadata, then all vectors).
+
+        fsspec's `cat` of a list runs the requests concurrently on object storage."""
+        metadata_paths = [posixpath.join(self.entry_path(key), "metadata.json") for key in keys]
+        blobs = self._cat(metadata_paths)
+        metadata = [
+            _parse_metadata(blobs.get(path), key, dim)
+            for path, key in zip(metadata_paths, keys, strict=True)
+        ]
+        vector_paths = [
+            [posixpath.join(self.entry_path(key), f"chunk-{i}.bin") for i in range(len(meta[0]))]
+            if meta
+            else []
+            for key, meta in zip(keys, metadata, strict=True)
+        ]
+        vector_blobs = self._cat([path for paths in vector_paths for path in paths])
+        entries: list[CacheEntry | None] = []
+        for key, meta, paths in zip(keys, metadata, vector_paths, strict=True):
+            vectors = _parse_vectors([vector_blobs.get(p) for p in paths], dim) if meta else None
+            if vectors is None:
+                entries.append(None)
+            else:
+                entries.append(CacheEntry(key, meta[0], vectors, meta[1]))
+        return entries
+
+    def put(self, entry: CacheEntry) -> None:
+        """Write one entry (vectors first, metadata.json last), replacing what was there."""
+        self.put_many([entry])
+
+    def put_many(self, entries: Sequence[CacheEntry]) -> None:
+        """Write many entries: all .bin files, then all metadata.json files."""
+        vectors: dict[str, bytes] = {}
+        metadata: dict[str, bytes] = {}
+        for entry in entries:
+            folder = self.entry_path(entry.key)
+            rows = np.ascontiguousarray(entry.vectors, dtype=_VECTOR)
+            if rows.ndim != 2 or rows.shape[0] != len(entry.text_hashes):
+                raise ValueError(
+                    f"cache entry {entry.key.relpath}: {rows.shape} vectors for "
+                    f"{len(entry.text_hashes)} chunks"
+                )
+            for index, row in enumerate(rows):
+                vectors[posixpath.join(folder, f"chunk-{index}.bin")] = row.tobytes()
+            metadata[posixpath.join(folder, "metadata.json")] = _metadata_bytes(
+                entry, rows.shape[1]
+            )
+        self._write(vectors)
+        self._write(metadata)
+
+    def _cat(self, paths: list[str]) -> dict[str, bytes]:
+        """Contents of the readable files among `paths` (unreadable ones are left out)."""
+        if not paths:
+            return {}
+        found = self.fs.cat(paths, on_error="return")
+        return {
+            self.fs._strip_protocol(path): data
+            for path, data in found.items()
+            if isinstance(data, bytes)
+        }
+
+    def _write(self, files: dict[str, bytes]) -> None:
+        if not files:
+            return
+        if isinstance(self.fs, LocalFileSystem):
+            for path, data in files.items():
+                _write_local_atomically(path, data)
+        else:
+            self.fs.pipe(files)
+
+
+def _write_local_atomically(path: str, data: bytes) -> None:
+    """Write to a temporary file in the same folder, then rename over `path`."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def _metadata_bytes(entry: CacheEntry, dim: int) -> bytes:
+    document = {
+        "format": FORMAT,
+        "model": entry.key.model_key,
+        "strategy": entry.key.strategy_key,
+        "source_hash": entry.key.source_hash,
+        "chunk_count": len(entry.text_hashes),
+        "dim": dim,
+        "dtype": "float32-le",
+        "chunk_hashes": list(entry.text_hashes),
+        "truncated": sorted(entry.truncated_rows),
+    }
+    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _parse_metadata(
+    blob: bytes | None, key: CacheKey, dim: int
+) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
+    """(chunk hashes, truncated rows) when metadata.json is sound and belongs to `key`."""
+    if blob is None:
+        return None
+    try:
+        meta = json.loads(blob)
+        hashes = tuple(meta["chunk_hashes"])
+        truncated = tuple(int(i) for i in meta["truncated"])
+        sound = (
+            meta["format"] == FORMAT
+            and meta["model"] == key.model_key
+            and meta["strategy"] == key.strategy_key
+            and meta["source_hash"] == key.source_hash
+            and meta["dim"] == dim
+            and meta["chunk_count"] == len(hashes)
+            and all(isinstance(h, str) and _SHA256.match(h) for h in hashes)
+            and all(0 <= i < len(hashes) for i in truncated)
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+    return (hashes, truncated) if sound else None
+
+
+def _parse_vectors(blobs: list[bytes | None], dim: int) -> np.ndarray | None:
+    """The (n, dim) float32 matrix, or None when any .bin is missing, short, long or not finite."""
+    if any(blob is None or len(blob) != dim * _VECTOR.itemsize for blob in blobs):
+        return None
+    vectors = np.frombuffer(b"".join(blobs), dtype=_VECTOR).reshape(len(blobs), dim)
+    if not np.isfinite(vectors).all():
+        return None
+    return vectors.astype(np.float32)

@@ -1,0 +1,125 @@
+"""Embed a batch of documents through the cache: reuse what is stored, embed the rest at once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from embedding.cache import CacheEntry, CacheKey, EmbeddingCache, text_hashes
+from embedding.embedder import Embedder
+
+
+@dataclass(frozen=True)
+class DocRequest:
+    """One document's chunk texts, its cache identity and (optionally) its previous version."""
+
+    strategy_key: str
+    source_hash: str
+    texts: tuple[str, ...]
+    previous_source_hash: str | None = None
+
+    def __post_init__(self):
+        if isinstance(self.texts, str) or not all(isinstance(t, str) for t in self.texts):
+            raise TypeError(f"DocRequest {self.source_hash[:16]}: texts must be a tuple of str")
+
+
+@dataclass(frozen=True, eq=False)
+class DocVectors:
+    """Vectors (n, dim) for one request, and where they came from.
+
+    cache_hit: the whole entry was valid and reused; reused: chunks taken from a stale or previous
+    entry by text hash; embedded: chunks computed now; truncated: chunks cut to the model window
+    (remembered in the cache, so a hit reports the same count as the run that embedded them)."""
+
+    vectors: np.ndarray
+    cache_hit: bool
+    reused: int
+    embedded: int
+    truncated: int
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Per request: a full hit, or the vectors known by text hash and the rows still missing."""
+
+    hit: CacheEntry | None
+    hashes: tuple[str, ...]
+    known: dict[str, tuple[np.ndarray, bool]]
+    missing: tuple[int, ...]
+
+
+def embed_with_cache(
+    embedder: Embedder, cache: EmbeddingCache | None, requests: Sequence[DocRequest]
+) -> list[DocVectors]:
+    """Vectors for each request, in request order, computing only what the cache lacks.
+
+    All entries (and the previous entries named by `previous_source_hash`) are read in one batched
+    lookup; chunks whose text hash matches a chunk of a stale or previous entry keep its vector;
+    every remaining distinct text of the whole batch is embedded in ONE embedder call; new entries
+    are written back. `cache=None` embeds everything and writes nothing."""
+    plans = _plan(embedder, cache, requests)
+    pending: dict[str, str] = {}  # text hash -> text, first occurrence order
+    for request, plan in zip(requests, plans, strict=True):
+        for row in plan.missing:
+            pending.setdefault(plan.hashes[row], request.texts[row])
+    fresh = embedder.embed_with_stats(list(pending.values()))
+    cut = set(fresh.truncated_rows)
+    computed = {text_hash: (fresh.vectors[i], i in cut) for i, text_hash in enumerate(pending)}
+    results: list[DocVectors] = []
+    writes: list[CacheEntry] = []
+    for request, plan in zip(requests, plans, strict=True):
+        if plan.hit is not None:
+            results.append(DocVectors(plan.hit.vectors, True, 0, 0, len(plan.hit.truncated_rows)))
+            continue
+        rows = [plan.known.get(h) or computed[h] for h in plan.hashes]
+        vectors = (
+            np.stack([vector for vector, _ in rows]).astype(np.float32)
+            if rows
+            else np.zeros((0, embedder.dim), dtype=np.float32)
+        )
+        truncated = tuple(i for i, (_, cut_row) in enumerate(rows) if cut_row)
+        missing = len(plan.missing)
+        results.append(DocVectors(vectors, False, len(rows) - missing, missing, len(truncated)))
+        if cache is not None:
+            key = CacheKey(request.strategy_key, embedder.key, request.source_hash)
+            writes.append(CacheEntry(key, plan.hashes, vectors, truncated))
+    if cache is not None and writes:
+        cache.put_many(writes)
+    return results
+
+
+def _plan(
+    embedder: Embedder, cache: EmbeddingCache | None, requests: Sequence[DocRequest]
+) -> list[_Plan]:
+    """Look every entry and previous entry up at once and decide what each request still needs."""
+    keys = [CacheKey(r.strategy_key, embedder.key, r.source_hash) for r in requests]
+    previous = [
+        CacheKey(r.strategy_key, embedder.key, r.previous_source_hash)
+        if r.previous_source_hash and r.previous_source_hash != r.source_hash
+        else None
+        for r in requests
+    ]
+    lookups = keys + [k for k in previous if k is not None]
+    if cache is None:
+        found: list[CacheEntry | None] = [None] * len(lookups)
+    else:
+        found = cache.get_many(lookups, embedder.dim)
+    stored_previous = iter(found[len(keys) :])
+    plans = []
+    for request, entry, prev_key in zip(requests, found[: len(keys)], previous, strict=True):
+        prev_entry = next(stored_previous) if prev_key is not None else None
+        hashes = text_hashes(request.texts)
+        if entry is not None and entry.text_hashes == hashes:
+            plans.append(_Plan(entry, hashes, {}, ()))
+            continue
+        known: dict[str, tuple[np.ndarray, bool]] = {}
+        for source in (prev_entry, entry):  # a stale entry of this very source is also usable
+            if source is not None:
+                cut = set(source.truncated_rows)
+                for row, text_hash in enumerate(source.text_hashes):
+                    known.setdefault(text_hash, (source.vectors[row], row in cut))
+        missing = tuple(i for i, h in enumerate(hashes) if h not in known)
+        plans.append(_Plan(None, hashes, known, missing))
+    return plans

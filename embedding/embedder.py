@@ -1,0 +1,291 @@
+"""Load a model once and turn texts into L2-normalised float32 vectors on CPU or GPU."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from embedding.batching import plan_batches
+from embedding.models import fingerprint, read_sentence_transformers, resolve_model
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+POOLINGS = ("mean", "cls")
+# Padded tokens per micro-batch: small enough to stay in CPU caches, large enough to fill a GPU.
+DEFAULT_TOKEN_BUDGET = {"cpu": 4096, "cuda": 65536, "mps": 16384}
+
+
+@dataclass(frozen=True, eq=False)
+class Embedded:
+    """Vectors (n, dim) float32 in input order, and which inputs were cut to the model window."""
+
+    vectors: np.ndarray
+    truncated: int
+    truncated_rows: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class EmbedderSettings:
+    """Everything besides the weights that decides the vectors (all of it is in the model key)."""
+
+    pooling: str
+    normalize: bool
+    max_length: int
+    dtype: str
+    query_prefix: str
+    token_budget: int
+
+
+class Embedder:
+    """A loaded model: `embed` texts into float32 vectors, in input order."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        key: str,
+        model,
+        tokenizer,
+        settings: EmbedderSettings,
+        device: torch.device,
+    ):
+        self.name = name
+        self.key = key
+        self.model = model
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.device = str(device)
+        self.dim = int(model.config.hidden_size)
+        self._device = device
+
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
+        """Vectors of shape (len(texts), dim), float32, L2-normalised unless normalize=False.
+
+        `query=True` prepends the model's query prefix (for questions, never for chunks)."""
+        return self.embed_with_stats(texts, query=query).vectors
+
+    def embed_with_stats(self, texts: Sequence[str], *, query: bool = False) -> Embedded:
+        """Like `embed`, and also count the texts longer than the model window (truncated)."""
+        texts = _checked_texts(texts)
+        if not texts:
+            return Embedded(np.zeros((0, self.dim), dtype=np.float32), 0)
+        if query and self.settings.query_prefix:
+            texts = [self.settings.query_prefix + text for text in texts]
+        ids, truncated_rows = self._tokenize(texts)
+        out = torch.empty((len(ids), self.dim), dtype=torch.float32, device=self._device)
+        for batch in plan_batches([len(row) for row in ids], self.settings.token_budget):
+            rows = torch.tensor(batch, device=self._device)
+            out[rows] = self._forward([ids[i] for i in batch])
+        return Embedded(out.cpu().numpy(), len(truncated_rows), truncated_rows)
+
+    def _tokenize(self, texts: list[str]) -> tuple[list[list[int]], tuple[int, ...]]:
+        """Token ids cut to the window; a text that overflowed into a second window was cut."""
+        encoded = self.tokenizer(
+            texts,
+            truncation=True,
+            max_length=self.settings.max_length,
+            return_overflowing_tokens=True,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        first: dict[int, list[int]] = {}
+        windows = [0] * len(texts)
+        for ids, text_index in zip(
+            encoded["input_ids"], encoded["overflow_to_sample_mapping"], strict=True
+        ):
+            first.setdefault(text_index, ids)
+            windows[text_index] += 1
+        truncated = tuple(i for i, count in enumerate(windows) if count > 1)
+        return [first[i] for i in range(len(texts))], truncated
+
+    def _forward(self, ids: list[list[int]]) -> torch.Tensor:
+        """Pooled (and normalised) float32 vectors of one micro-batch, on the model's device."""
+        batch = self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
+        on_gpu = self._device.type == "cuda"
+        if on_gpu:
+            batch = {
+                k: v.pin_memory().to(self._device, non_blocking=True) for k, v in batch.items()
+            }
+        else:
+            batch = {k: v.to(self._device) for k, v in batch.items()}
+        with torch.inference_mode(), self._autocast():
+            hidden = self.model(**batch).last_hidden_state
+        hidden = hidden.float()
+        if self.settings.pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        if self.settings.normalize:
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+        return pooled
+
+    def _autocast(self):
+        """bf16/fp16 on CPU run as autocast over fp32 weights; on GPUs the weights are cast."""
+        if self._device.type == "cpu" and self.settings.dtype != "fp32":
+            return torch.autocast("cpu", dtype=DTYPES[self.settings.dtype])
+        return contextlib.nullcontext()
+
+
+def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -> Embedder:
+    """Load a model by name (see `embedding.models`) onto a device ("auto": CUDA when present).
+
+    Options (None means the model's own default): dtype ("auto"|"fp32"|"bf16"|"fp16"),
+    pooling ("mean"|"cls"), normalize (bool, default True), max_length, query_prefix,
+    trust_remote_code (default False), revision, num_threads (torch CPU threads),
+    token_budget (padded tokens per micro-batch), storage_options and local_dir (fsspec models).
+    """
+    known = {
+        "dtype",
+        "pooling",
+        "normalize",
+        "max_length",
+        "query_prefix",
+        "trust_remote_code",
+        "revision",
+        "num_threads",
+        "token_budget",
+        "storage_options",
+        "local_dir",
+    }
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"load_embedder: unknown option(s) {unknown}; expected {sorted(known)}")
+    opt = {key: value for key, value in options.items() if value is not None}
+    _set_threads(opt.get("num_threads"))
+    torch_device = resolve_device(device)
+    files = resolve_model(
+        model,
+        revision=opt.get("revision"),
+        storage_options=opt.get("storage_options"),
+        local_dir=opt.get("local_dir"),
+    )
+    st = read_sentence_transformers(files.directory)
+    dtype = resolve_dtype(opt.get("dtype", "auto"), torch_device)
+    trust = bool(opt.get("trust_remote_code", False))
+
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        files.directory, trust_remote_code=trust, use_fast=True
+    )
+    if not tokenizer.is_fast:
+        raise ValueError(f"model {model!r}: a fast (Rust) tokenizer is required")
+    tokenizer.padding_side = "right"
+    loaded = AutoModel.from_pretrained(
+        files.directory,
+        trust_remote_code=trust,
+        use_safetensors=(files.directory / "model.safetensors").is_file() or None,
+        dtype=DTYPES[dtype] if torch_device.type != "cpu" else torch.float32,
+    )
+    loaded.eval().to(torch_device)
+    settings = EmbedderSettings(
+        pooling=_choice("pooling", opt.get("pooling", st.pooling or "mean"), POOLINGS),
+        normalize=bool(opt.get("normalize", True)),
+        max_length=_max_length(opt.get("max_length"), st.max_length, tokenizer, loaded.config),
+        dtype=dtype,
+        query_prefix=opt.get("query_prefix", st.query_prefix or ""),
+        token_budget=_positive(
+            "token_budget", opt.get("token_budget", DEFAULT_TOKEN_BUDGET[torch_device.type])
+        ),
+    )
+    return Embedder(
+        name=model,
+        key=model_key(files.label, fingerprint(files), settings),
+        model=loaded,
+        tokenizer=tokenizer,
+        settings=settings,
+        device=torch_device,
+    )
+
+
+def model_key(label: str, digest: str, settings: EmbedderSettings) -> str:
+    """Filesystem-safe cache key: model label and content hash, pooling, norm, window, dtype.
+
+    The query prefix is left out: cached vectors are always passages (query=False)."""
+    norm = "norm" if settings.normalize else "raw"
+    return f"{label}-{digest[:12]}-{settings.pooling}-{norm}-{settings.max_length}-{settings.dtype}"
+
+
+def resolve_device(device: str) -> torch.device:
+    """ "auto" -> CUDA when present, else CPU; an explicit device must be usable here."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"device {device!r} is not a torch device") from error
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: CUDA is not available on this machine")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r}: MPS is not available on this machine")
+    if resolved.type not in DEFAULT_TOKEN_BUDGET:
+        raise ValueError(f"device {device!r}: expected auto, cpu, cuda, cuda:N or mps")
+    return resolved
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> str:
+    """ "auto" -> bf16 (fp16 without bf16) on GPUs; on CPUs bf16 only with native bf16 support.
+
+    Without AVX-512 BF16 or AMX, CPU bf16 autocast is several times slower than fp32."""
+    if dtype != "auto":
+        return _choice("dtype", dtype, tuple(DTYPES))
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if device.type == "mps":
+        return "fp16"
+    return "bf16" if cpu_has_native_bf16() else "fp32"
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU runs bf16 matrix multiplies natively (AVX-512 BF16 or AMX)."""
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def _set_threads(num_threads: int | None) -> None:
+    """Ray starts workers with OMP_NUM_THREADS=1: give torch the CPUs this worker was given."""
+    if num_threads is None:
+        return
+    torch.set_num_threads(_positive("num_threads", num_threads))
+
+
+def _max_length(override: int | None, st_length: int | None, tokenizer, config) -> int:
+    positions = getattr(config, "max_position_embeddings", None)
+    if override is not None:
+        length = _positive("max_length", override)
+    elif st_length:
+        length = int(st_length)
+    elif tokenizer.model_max_length and tokenizer.model_max_length < 1_000_000:
+        length = int(tokenizer.model_max_length)
+    else:
+        length = positions or 512
+    if positions and length > positions:
+        raise ValueError(f"max_length {length} exceeds the model's {positions} positions")
+    return length
+
+
+def _checked_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError("embed expects a sequence of strings, got a single string")
+    texts = list(texts)
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"embed: item {index} is {type(text).__name__}, expected str")
+    return texts
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+def _positive(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value

