@@ -13,7 +13,7 @@ from markdown_it import MarkdownIt
 
 from chunking.record import ChunkedDocument
 from indexing.hal import directory_title, dump_json, index_document
-from indexing.keywords import Keyword, keyword_matcher, keywords_in
+from indexing.keywords import Keyword, KeywordMatcher, keyword_matcher, keywords_in
 from indexing.paths import INDEX, TOPIC_SPEC, chunk_href, in_topic
 from indexing.questions import match_questions
 from indexing.simhash import simhash64
@@ -158,6 +158,7 @@ def _build_source(
     doc: ChunkedDocument,
     settings: IndexSettings,
     question_hashes: list[int],
+    matcher: KeywordMatcher,
 ) -> _Built:
     """The `_embedded.chunks` entry and table rows of one chunked source."""
     stem = _stem(src.path)
@@ -175,7 +176,6 @@ def _build_source(
         else [[] for _ in chunks]
     )
     prompt_hashes = [sorted({question_hashes[q] for q in row}) for row in matched]
-    matcher = keyword_matcher(inp.keywords)
     items = []
     for i, chunk in enumerate(chunks):
         item: dict[str, Any] = {
@@ -243,6 +243,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
     previous = json.loads(inp.previous_index) if inp.previous_index else None
     previous_chunks = previous["_embedded"].get("chunks", {}) if previous else {}
     question_hashes = _question_hashes(inp)
+    matcher = keyword_matcher(inp.keywords)
 
     chunks: dict[str, Any] = {}
     files: dict[str, bytes] = {}
@@ -287,7 +288,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
         )
         if not doc.chunks:
             continue
-        built = _build_source(inp, src, doc, settings, question_hashes)
+        built = _build_source(inp, src, doc, settings, question_hashes, matcher)
         chunks[stem] = built.entry
         table_sources.append(built.rows)
         for chunk, href in zip(doc.chunks, built.rows.hrefs, strict=True):
