@@ -61,8 +61,19 @@ class S3Server:
         return s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options)
 
     def make_bucket(self, name: str) -> str:
-        """Create a bucket and return its `s3://` URI."""
-        self.filesystem().mkdir(name)
+        """Create a bucket and return its `s3://` URI.
+
+        No region is named: us-east-1 takes no location constraint, and moto rejects one.
+        """
+        import boto3
+
+        boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=name)
         return f"s3://{name}"
 
 
