@@ -2,8 +2,8 @@
 
 Layout: {root}/{strategy_key}/{model_key}/{source_hash[:16]}/metadata.json and chunk-{i}.bin,
 each .bin holding one vector as raw little-endian float32 (no pickle). metadata.json records the
-model key, strategy key, full source hash, chunk count, dimension, the sha256 of each chunk's text
-and which chunks were truncated.
+model key, strategy key, full source hash, chunk count, dimension, the sha256 of each chunk's text,
+which chunks were truncated and the sha256 of all vector bytes (so a damaged .bin is caught).
 
 Reads validate everything they can (keys, source hash, dimension, chunk count, every .bin size,
 finite values); anything wrong or unreadable makes the entry a miss, never wrong vectors.
@@ -56,6 +56,13 @@ class CacheKey:
         return f"{self.strategy_key}/{self.model_key}/{self.source_hash[:16]}"
 
 
+@dataclass(frozen=True)
+class _Metadata:
+    text_hashes: tuple[str, ...]
+    truncated_rows: tuple[int, ...]
+    vectors_sha256: str
+
+
 @dataclass(frozen=True, eq=False)
 class CacheEntry:
     """One document's cached vectors (n, dim), with each chunk's text hash and truncation flag."""
@@ -95,27 +102,35 @@ class EmbeddingCache:
         """`get` for many keys with two batched reads (all metadata, then all vectors).
 
         fsspec's `cat` of a list runs the requests concurrently on object storage."""
-        metadata_paths = [posixpath.join(self.entry_path(key), "metadata.json") for key in keys]
+        metadata_paths = [self._metadata_path(key) for key in keys]
         blobs = self._cat(metadata_paths)
         metadata = [
             _parse_metadata(blobs.get(path), key, dim)
             for path, key in zip(metadata_paths, keys, strict=True)
         ]
         vector_paths = [
-            [posixpath.join(self.entry_path(key), f"chunk-{i}.bin") for i in range(len(meta[0]))]
-            if meta
-            else []
+            [self._chunk_path(key, i) for i in range(len(meta.text_hashes))] if meta else []
             for key, meta in zip(keys, metadata, strict=True)
         ]
         vector_blobs = self._cat([path for paths in vector_paths for path in paths])
         entries: list[CacheEntry | None] = []
         for key, meta, paths in zip(keys, metadata, vector_paths, strict=True):
-            vectors = _parse_vectors([vector_blobs.get(p) for p in paths], dim) if meta else None
-            if vectors is None:
-                entries.append(None)
-            else:
-                entries.append(CacheEntry(key, meta[0], vectors, meta[1]))
+            vectors = None
+            if meta is not None:
+                blobs_of_entry = [vector_blobs.get(path) for path in paths]
+                vectors = _parse_vectors(blobs_of_entry, dim, meta.vectors_sha256)
+            entries.append(
+                None
+                if vectors is None
+                else CacheEntry(key, meta.text_hashes, vectors, meta.truncated_rows)
+            )
         return entries
+
+    def _metadata_path(self, key: CacheKey) -> str:
+        return posixpath.join(self.entry_path(key), "metadata.json")
+
+    def _chunk_path(self, key: CacheKey, index: int) -> str:
+        return posixpath.join(self.entry_path(key), f"chunk-{index}.bin")
 
     def put(self, entry: CacheEntry) -> None:
         """Write one entry (vectors first, metadata.json last), replacing what was there."""
@@ -126,7 +141,6 @@ class EmbeddingCache:
         vectors: dict[str, bytes] = {}
         metadata: dict[str, bytes] = {}
         for entry in entries:
-            folder = self.entry_path(entry.key)
             rows = np.ascontiguousarray(entry.vectors, dtype=_VECTOR)
             if rows.ndim != 2 or rows.shape[0] != len(entry.text_hashes):
                 raise ValueError(
@@ -134,10 +148,8 @@ class EmbeddingCache:
                     f"{len(entry.text_hashes)} chunks"
                 )
             for index, row in enumerate(rows):
-                vectors[posixpath.join(folder, f"chunk-{index}.bin")] = row.tobytes()
-            metadata[posixpath.join(folder, "metadata.json")] = _metadata_bytes(
-                entry, rows.shape[1]
-            )
+                vectors[self._chunk_path(entry.key, index)] = row.tobytes()
+            metadata[self._metadata_path(entry.key)] = _metadata_bytes(entry, rows)
         self._write(vectors)
         self._write(metadata)
 
@@ -177,25 +189,24 @@ def _write_local_atomically(path: str, data: bytes) -> None:
         raise
 
 
-def _metadata_bytes(entry: CacheEntry, dim: int) -> bytes:
+def _metadata_bytes(entry: CacheEntry, rows: np.ndarray) -> bytes:
     document = {
         "format": FORMAT,
         "model": entry.key.model_key,
         "strategy": entry.key.strategy_key,
         "source_hash": entry.key.source_hash,
         "chunk_count": len(entry.text_hashes),
-        "dim": dim,
+        "dim": rows.shape[1],
         "dtype": "float32-le",
+        "vectors_sha256": hashlib.sha256(rows.tobytes()).hexdigest(),
         "chunk_hashes": list(entry.text_hashes),
         "truncated": sorted(entry.truncated_rows),
     }
     return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _parse_metadata(
-    blob: bytes | None, key: CacheKey, dim: int
-) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
-    """(chunk hashes, truncated rows) when metadata.json is sound and belongs to `key`."""
+def _parse_metadata(blob: bytes | None, key: CacheKey, dim: int) -> _Metadata | None:
+    """What metadata.json says about the entry, when it is sound and belongs to `key`."""
     if blob is None:
         return None
     try:
@@ -209,19 +220,21 @@ def _parse_metadata(
             and meta["source_hash"] == key.source_hash
             and meta["dim"] == dim
             and meta["chunk_count"] == len(hashes)
+            and isinstance(meta["vectors_sha256"], str)
             and all(isinstance(h, str) and _SHA256.match(h) for h in hashes)
             and all(0 <= i < len(hashes) for i in truncated)
         )
     except (ValueError, KeyError, TypeError):
         return None
-    return (hashes, truncated) if sound else None
+    return _Metadata(hashes, truncated, meta["vectors_sha256"]) if sound else None
 
 
-def _parse_vectors(blobs: list[bytes | None], dim: int) -> np.ndarray | None:
-    """The (n, dim) float32 matrix, or None when any .bin is missing, short, long or not finite."""
+def _parse_vectors(blobs: list[bytes | None], dim: int, digest: str) -> np.ndarray | None:
+    """The (n, dim) float32 matrix, or None when a .bin is missing or its bytes are not the ones
+    metadata.json was written for (wrong size, damaged, or from another write)."""
     if any(blob is None or len(blob) != dim * _VECTOR.itemsize for blob in blobs):
         return None
-    vectors = np.frombuffer(b"".join(blobs), dtype=_VECTOR).reshape(len(blobs), dim)
-    if not np.isfinite(vectors).all():
+    data = b"".join(blobs)
+    if hashlib.sha256(data).hexdigest() != digest:
         return None
-    return vectors.astype(np.float32)
+    return np.frombuffer(data, dtype=_VECTOR).reshape(len(blobs), dim).astype(np.float32)

