@@ -33,6 +33,8 @@ from chunking.tokens import TokenCounter, get_counter
 _MODULES = {
     "semantic": "chunking.semantic",
     "headers": "chunking.headers",
+    "structural": "chunking.structural",
+    "hierarchical": "chunking.hierarchical",
 }
 _REGISTRY: dict[str, type[Strategy]] = {}
 

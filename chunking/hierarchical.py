@@ -1,0 +1,336 @@
+"""The `hierarchical` strategy: seed 004's context-aware chunks with hierarchy and cross-references.
+
+The document becomes a tree of sections (one per heading, plus the text before the first heading);
+each section's own content (up to the next heading of any level) gets one content type:
+code_example, table_based, link_list, introduction, descriptive_text or default (see `classify`).
+Sizes are in CHARACTERS, overlap included (seed 004 measures its 1000 in characters but takes its
+overlap as 200 words; we take 200 characters of whole words).
+- Atomic types (all but descriptive_text) stay one chunk up to `hard_max_size` (4000) characters;
+  a bigger one is cut between blocks, then between lines (fences closed and reopened), table rows
+  (header repeated) or sentences, into pieces of at most `hard_max_size`.
+- descriptive_text over `max_chunk_size` (1000) is cut between blocks (seed 004 cuts between
+  paragraphs); each later piece starts with the last <= `overlap_size` (200) characters of whole
+  words of the piece before, taken from the source so the text stays a source slice.
+Chunk text is the source section (its heading line included in its first chunk); the seed's
+`enhanced_content` ("Context: A > B\n\n" + heading + text) goes in extras with `formatted_path`,
+`hierarchy_levels`, `header_level`, `related_chunks` and `related_sections`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from chunking.blocks import LITERAL_KINDS, Block, Heading, ParsedDocument
+from chunking.record import CHUNKING_FAILED, Chunk, ChunkingError
+from chunking.spans import (
+    Measure,
+    SourceText,
+    Span,
+    line_pieces,
+    pack,
+    sentences,
+    table_pieces,
+    trimmed,
+)
+from chunking.strategy import Draft, Split, Strategy, register
+
+ATOMIC = ("introduction", "code_example", "table_based", "link_list", "default")
+_INTRO_TITLES = frozenset(("introduction", "overview"))
+_CODE = frozenset(("fence", "code_block"))
+_LISTS = frozenset(("bullet_list", "ordered_list"))
+_PROSE = frozenset(("paragraph", "blockquote")) | _LISTS
+# Same-title and sibling groups relate each section to its nearest BAND members on each side
+# (all of them in any group of up to 2 * BAND + 1), so a file of 10,000 sibling sections stays
+# linear instead of quadratic.
+BAND = 16
+_WORD_START = re.compile(r"(?<!\S)\S")
+
+
+@dataclass(frozen=True)
+class Section:
+    """One node of the document tree: a heading (None for the preamble) and its own blocks."""
+
+    index: int
+    heading: Block | None
+    headings: tuple[Heading, ...]  # the heading stack, this section's heading last
+    parent: int | None  # index of the enclosing section (None at the top)
+    blocks: tuple[Block, ...]  # the section's own content blocks, no headings
+
+    @property
+    def path(self) -> str:
+        """Seed 004 formatted path, e.g. `Pydantic > API Documentation > Fields`."""
+        return " > ".join(heading.text for heading in self.headings)
+
+
+@register
+class HierarchicalStrategy(Strategy):
+    """Seed 004: content types, atomic units, overlapping descriptive text, cross-references."""
+
+    name = "hierarchical"
+    defaults = MappingProxyType(
+        {"max_chunk_size": 1000, "overlap_size": 200, "hard_max_size": 4000}
+    )
+    key_options = ("max_chunk_size", "overlap_size", "hard_max_size")
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        size, overlap, hard = (
+            self.options[key] for key in ("max_chunk_size", "overlap_size", "hard_max_size")
+        )
+        if not (0 <= overlap < size and size + overlap <= hard):
+            raise ValueError(
+                "hierarchical sizes need 0 <= overlap_size < max_chunk_size and "
+                f"max_chunk_size + overlap_size <= hard_max_size, got {size}/{overlap}/{hard}"
+            )
+
+    def split(self, doc: ParsedDocument) -> Split:
+        """Seed 004's chunks of `doc`, with hierarchy context and cross-references."""
+        src = SourceText.of(doc)
+        measure = Measure.characters(src)
+        pieces: list[tuple[Section, str, Span, bool]] = []  # section, type, span, has heading
+        first_content = True
+        for section in sections(doc):
+            if not section.blocks:
+                continue
+            kind = classify(doc, section, first_content)
+            first_content = False
+            for span in self._pieces(doc, src, measure, section, kind):
+                starts_at_heading = section.heading is not None and span.start == _start(
+                    src, section
+                ) and not span.prefix
+                pieces.append((section, kind, span, starts_at_heading))
+        related = cross_references([(section.index, section) for section, *_ in pieces])
+        drafts = []
+        for ordinal, (section, kind, span, has_heading) in enumerate(pieces):
+            text = src.render(span)
+            heading = section.headings[-1] if section.heading is not None else None
+            enhanced = f"Context: {section.path}\n\n"
+            if heading is not None and not has_heading:
+                enhanced += heading.markdown + "\n\n"
+            drafts.append(
+                Draft(
+                    text=text,
+                    start_line=src.first_line(span),
+                    end_line=src.last_line(span),
+                    headings=section.headings,
+                    content_type=kind,
+                    extras={
+                        "formatted_path": section.path,
+                        "hierarchy_levels": [h.level for h in section.headings],
+                        "header_level": heading.level if heading else 0,
+                        "enhanced_content": enhanced + text,
+                        "related_chunks": related[ordinal],
+                        "related_sections": [pieces[other][0].path for other in related[ordinal]],
+                    },
+                )
+            )
+        return Split(drafts=tuple(drafts))
+
+    def validate(self, doc: ParsedDocument, chunks: list[Chunk]) -> None:
+        """Seed 002 section 11, plus this strategy's hard maximum in characters."""
+        super().validate(doc, chunks)
+        limit = self.options["hard_max_size"]
+        for chunk in chunks:
+            if len(chunk.text) > limit:
+                raise ChunkingError(
+                    CHUNKING_FAILED,
+                    f"strategy 'hierarchical' produced an invalid chunk {chunk.ordinal}: "
+                    f"{len(chunk.text)} characters, over the hard maximum of {limit}",
+                )
+
+    def _pieces(
+        self, doc: ParsedDocument, src: SourceText, measure: Measure, section: Section, kind: str
+    ) -> list[Span]:
+        """The spans one section becomes."""
+        whole = Span(_start(src, section), src.block_span(section.blocks[-1]).end)
+        size = whole.end - whole.start
+        if kind != "descriptive_text":
+            hard = self.options["hard_max_size"]
+            if size <= hard:
+                return [whole]
+            return self._cut(doc, src, measure, section, hard)
+        if size <= self.options["max_chunk_size"]:
+            return [whole]
+        pieces = self._cut(doc, src, measure, section, self.options["max_chunk_size"])
+        return [pieces[0]] + [
+            Span(self._overlap_start(doc, src, before, piece), piece.end, piece.prefix,
+                 piece.suffix)
+            for before, piece in zip(pieces, pieces[1:], strict=False)
+        ]
+
+    def _cut(
+        self, doc: ParsedDocument, src: SourceText, measure: Measure, section: Section, limit: int
+    ) -> list[Span]:
+        """A section's content packed by blocks into spans of at most `limit` characters; a
+        block over `limit` is cut on its own (rows, lines or sentences)."""
+        units: list[Span] = []
+        for index, block in enumerate(section.blocks):
+            span = src.block_span(block)
+            if index == 0:
+                span = Span(_start(src, section), span.end)
+            if span.end - span.start <= limit:
+                units.append(span)
+            elif block.kind == "table":
+                units += table_pieces(src, block, measure, limit)
+            elif block.kind == "paragraph":
+                parts = sentences(src, span)
+                units += [Span(g[0].start, g[-1].end) for g in pack(parts, measure, limit)]
+            else:
+                units += line_pieces(doc, src, span, measure, limit)
+        out: list[Span] = []
+        plain: list[Span] = []
+        for unit in units:
+            if unit.prefix or unit.suffix:
+                out += [Span(g[0].start, g[-1].end) for g in pack(plain, measure, limit)]
+                out.append(unit)
+                plain = []
+            else:
+                plain.append(unit)
+        out += [Span(g[0].start, g[-1].end) for g in pack(plain, measure, limit)]
+        return [piece for unit in out for piece in _fit(src, measure, unit, limit)]
+
+    def _overlap_start(
+        self, doc: ParsedDocument, src: SourceText, before: Span, piece: Span
+    ) -> int:
+        """Where `piece` starts once the last whole words of `before` (at most `overlap_size`
+        characters, never from code or table lines) are repeated; its own start if none fit."""
+        if piece.prefix or before.suffix or not self.options["overlap_size"]:
+            return piece.start
+        earliest = max(before.start, before.end - self.options["overlap_size"])
+        match = _WORD_START.search(src.text, earliest, before.end)
+        if match is None or piece.end - match.start() > self.options["hard_max_size"]:
+            return piece.start
+        first, last = src.line_of(match.start()), src.line_of(piece.start)
+        if any(doc.line_kinds[n - 1] in LITERAL_KINDS for n in range(first, last + 1)):
+            return piece.start
+        return match.start()
+
+
+def _fit(src: SourceText, measure: Measure, span: Span, limit: int) -> list[Span]:
+    """`span` as is, or cut into windows of `limit` characters when a single sentence or line
+    is longer (only plain spans are ever that long)."""
+    if span.end - span.start + len(span.prefix) + len(span.suffix) <= limit:
+        return [span]
+    windows = measure.windows(span.start, span.end, limit, 0)
+    return [trimmed(src, a, b) for a, b in windows]
+
+
+def _start(src: SourceText, section: Section) -> int:
+    """Offset where a section's text starts: its heading line, or its first block."""
+    first = section.heading if section.heading is not None else section.blocks[0]
+    return src.block_span(first).start
+
+
+def sections(doc: ParsedDocument) -> list[Section]:
+    """The document tree, flattened in document order (preamble first when it has content)."""
+    found: list[Section] = []
+    stack: list[tuple[Heading, int]] = []  # (heading, index of its section)
+    heading_block: Block | None = None
+    blocks: list[Block] = []
+
+    def close() -> None:
+        if heading_block is None and not blocks:
+            return
+        headings = tuple(h for h, _ in stack)
+        parent = stack[-2][1] if heading_block is not None and len(stack) > 1 else None
+        found.append(Section(len(found), heading_block, headings, parent, tuple(blocks)))
+
+    for block in doc.blocks:
+        if block.kind != "heading":
+            blocks.append(block)
+            continue
+        close()
+        while stack and stack[-1][0].level >= block.heading.level:
+            stack.pop()
+        stack.append((block.heading, len(found)))
+        heading_block, blocks = block, []
+    close()
+    return found
+
+
+def classify(doc: ParsedDocument, section: Section, first_content: bool) -> str:
+    """Seed 004 content type of a section from its own blocks, counting non-blank lines.
+
+    In this order, the first that holds: code_example (code lines are more than half),
+    table_based (table lines more than half), link_list (list lines more than half, at least
+    two links on list lines and a link on at least half of the list lines), introduction (the
+    document's first section with content, when it is the preamble or an H1, or a section
+    titled Introduction or Overview), descriptive_text (paragraph, quote and list lines more
+    than half), default.
+    """
+    lines: dict[str, int] = defaultdict(int)
+    list_ranges = []
+    for block in section.blocks:
+        lines[block.kind] += sum(
+            1 for line in doc.lines[block.start_line - 1 : block.end_line] if line.strip()
+        )
+        if block.kind in _LISTS:
+            list_ranges.append((block.start_line, block.end_line))
+    total = sum(lines.values())
+    list_lines = sum(lines[kind] for kind in _LISTS)
+    link_lines = {
+        link.line
+        for link in doc.links
+        if not link.is_image and any(a <= link.line <= b for a, b in list_ranges)
+    }
+    title = section.headings[-1].text.strip().lower() if section.heading is not None else ""
+    if 2 * sum(lines[kind] for kind in _CODE) > total:
+        return "code_example"
+    if 2 * lines["table"] > total:
+        return "table_based"
+    if 2 * list_lines > total and len(link_lines) >= 2 and 2 * len(link_lines) >= list_lines:
+        return "link_list"
+    top = section.heading is None or section.headings[-1].level == 1
+    if (first_content and top) or title in _INTRO_TITLES:
+        return "introduction"
+    if 2 * sum(lines[kind] for kind in _PROSE) > total:
+        return "descriptive_text"
+    return "default"
+
+
+def cross_references(chunk_sections: list[tuple[int, Section]]) -> list[list[int]]:
+    """Related chunk ordinals of each chunk; symmetric: j is in i's list iff i is in j's.
+
+    Sections are related when they share a title but not a path, when one is the other's
+    parent (seed 004's parent-path rule, made two-way), or when they are siblings (same parent,
+    seed 004's stated intent). Same-title and sibling groups relate members at most BAND apart
+    in the group. Related sections are linked through their first chunks ("lead" chunks); a
+    section's later chunks are linked to its lead chunk.
+    """
+    lead: dict[int, int] = {}
+    section_of: dict[int, Section] = {}
+    related: list[set[int]] = [set() for _ in chunk_sections]
+    for ordinal, (index, section) in enumerate(chunk_sections):
+        if index in lead:
+            related[ordinal].add(lead[index])
+            related[lead[index]].add(ordinal)
+        else:
+            lead[index] = ordinal
+            section_of[index] = section
+
+    def link(a: int, b: int) -> None:
+        related[lead[a]].add(lead[b])
+        related[lead[b]].add(lead[a])
+
+    by_title: dict[str, list[Section]] = defaultdict(list)
+    by_parent: dict[int, list[Section]] = defaultdict(list)
+    for section in section_of.values():
+        if section.heading is not None:
+            by_title[section.headings[-1].text].append(section)
+        if section.parent is not None:
+            by_parent[section.parent].append(section)
+            if section.parent in lead:
+                link(section.index, section.parent)
+    for group in by_title.values():
+        for i, a in enumerate(group):
+            for b in group[i + 1 : i + 1 + BAND]:
+                if a.path != b.path:
+                    link(a.index, b.index)
+    for group in by_parent.values():
+        for i, a in enumerate(group):
+            for b in group[i + 1 : i + 1 + BAND]:
+                link(a.index, b.index)
+    return [sorted(ordinals) for ordinals in related]

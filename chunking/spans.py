@@ -1,0 +1,283 @@
+"""Character spans of a source, their sizes, and the ways structural and hierarchical cut an
+oversized block.
+
+A `Span` is a slice `[start, end)` of `SourceText.text` (the whole file joined with LF, so offsets
+map back to original line numbers), optionally wrapped in context that is not at that place in
+the source: the reopened fence of a code block cut in two, or the header rows of a table cut in
+two. A `Measure` sizes ranges of that text in tokens (a block is tokenized once and sub-ranges are
+counted from the token start offsets) or in characters.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
+from chunking.blocks import Block, ParsedDocument, fence_closer, fence_reopener
+from chunking.tokens import TokenCounter
+
+# A sentence ends at . ! ? (then closing quotes or brackets, then whitespace) or at a CJK full stop.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])\s*")
+
+
+@dataclass(frozen=True)
+class Span:
+    """Source characters `[start, end)` plus context text around them (empty when none)."""
+
+    start: int
+    end: int
+    prefix: str = ""
+    suffix: str = ""
+
+
+@dataclass(frozen=True)
+class SourceText:
+    """The whole file as one string with the offset where each line starts."""
+
+    text: str
+    line_starts: tuple[int, ...]
+
+    @classmethod
+    def of(cls, doc: ParsedDocument) -> SourceText:
+        """The source text of a parsed document (front matter lines included, so lines match)."""
+        starts, offset = [], 0
+        for line in doc.lines:
+            starts.append(offset)
+            offset += len(line) + 1
+        return cls("\n".join(doc.lines), tuple(starts))
+
+    def line_of(self, offset: int) -> int:
+        """1-based line number of the character at `offset`."""
+        return bisect_right(self.line_starts, offset)
+
+    def lines_span(self, first: int, last: int) -> Span:
+        """The span of 1-based lines `first..last`, trailing whitespace trimmed."""
+        start = self.line_starts[first - 1]
+        end = self.line_starts[last] - 1 if last < len(self.line_starts) else len(self.text)
+        return Span(start, start + len(self.text[start:end].rstrip()))
+
+    def block_span(self, block: Block) -> Span:
+        """The span of a block's lines."""
+        return self.lines_span(block.start_line, block.end_line)
+
+    def render(self, span: Span) -> str:
+        """The span's text: its context prefix, its source characters, its context suffix."""
+        return span.prefix + self.text[span.start : span.end] + span.suffix
+
+    def first_line(self, span: Span) -> int:
+        """Original line of the span's first source character."""
+        return self.line_of(span.start)
+
+    def last_line(self, span: Span) -> int:
+        """Original line of the span's last source character."""
+        return self.line_of(max(span.start, span.end - 1))
+
+
+@dataclass(frozen=True)
+class Measure:
+    """Sizes of ranges inside one span of a source: tokens or characters.
+
+    In tokens, the span is tokenized once; a sub-range measures the units (tokens, or words for
+    the heuristic counter) that start inside it, turned into tokens by the counter. Ranges cut
+    at whitespace count what tokenizing them alone would give.
+    """
+
+    counter: TokenCounter | None  # None: characters
+    starts: tuple[int, ...] = ()  # source offsets where the span's units start
+    text: str = ""  # the source text (characters: cuts move back to a space)
+
+    @classmethod
+    def characters(cls, src: SourceText) -> Measure:
+        """A character measure of the source."""
+        return cls(None, (), src.text)
+
+    @classmethod
+    def tokens(cls, counter: TokenCounter, src: SourceText, span: Span) -> Measure:
+        """A token measure of `span` (tokenized once here)."""
+        text = src.text[span.start : span.end]
+        return cls(counter, tuple(span.start + offset for offset in unit_starts(counter, text)))
+
+    def size(self, start: int, end: int) -> int:
+        """Size of the source range `[start, end)`."""
+        if self.counter is None:
+            return end - start
+        units = bisect_left(self.starts, end) - bisect_left(self.starts, start)
+        return self.counter.tokens(units)
+
+    def size_of(self, text: str) -> int:
+        """Size of a context string that is not in the measured span."""
+        return len(text) if self.counter is None else self.counter.count(text)
+
+    def cuts(self, start: int, end: int, budget: int) -> list[int]:
+        """Offsets that cut `[start, end)` into pieces of at most `budget` (in units or
+        characters; a character cut moves back to a space when there is one)."""
+        if self.counter is not None:
+            per_piece = max(1, self.counter.max_units(budget))
+            first = bisect_left(self.starts, start)
+            last = bisect_left(self.starts, end)
+            return list(self.starts[first + per_piece : last : per_piece])
+        cuts, position, budget = [], start, max(1, budget)
+        while end - position > budget:
+            space = self.text.rfind(" ", position + 1, position + budget + 1)
+            position = space if space > position else position + budget
+            cuts.append(position)
+        return cuts
+
+    def tail(self, start: int, end: int, size: int) -> int:
+        """Where the last `size` tokens (or characters) of `[start, end)` begin."""
+        if self.counter is None:
+            return max(start, end - size)
+        lo, hi = bisect_left(self.starts, start), bisect_left(self.starts, end)
+        keep = self.counter.max_units(size)
+        return self.starts[hi - keep] if 0 < keep < hi - lo else start
+
+    def windows(self, start: int, end: int, size: int, overlap: int) -> list[tuple[int, int]]:
+        """Ranges of `size` tokens (or characters), each repeating the last `overlap` of the one
+        before."""
+        if self.counter is None:
+            points: range | list[int] = range(start, end)
+        else:
+            size, overlap = self.counter.max_units(size), self.counter.max_units(overlap)
+            lo, hi = bisect_left(self.starts, start), bisect_left(self.starts, end)
+            points = list(self.starts[lo:hi])
+        points = points or [start]
+        size = max(1, size)
+        step = max(1, size - overlap)
+        out, first = [], 0
+        while True:
+            last = first + size
+            stop = points[last] if last < len(points) else end
+            out.append((points[first], stop))
+            if last >= len(points):
+                return out
+            first += step
+
+
+def unit_starts(counter: TokenCounter, text: str) -> list[int]:
+    """Offsets in `text` where the counter's units (tokens, or heuristic words) start."""
+    tokenizer = getattr(counter, "tokenizer", None)
+    if tokenizer is not None:  # a Hugging Face tokenizer: the offsets of one encode
+        encoding = tokenizer.encode(text, add_special_tokens=False)
+        return [start for start, _ in encoding.offsets]
+    starts, offset = [], 0
+    for piece in counter.split(text, 1):
+        starts.append(offset)
+        offset += len(piece)
+    return starts
+
+
+def trimmed(src: SourceText, start: int, end: int) -> Span:
+    """`[start, end)` without surrounding whitespace."""
+    text = src.text[start:end]
+    lead = len(text) - len(text.lstrip())
+    return Span(start + lead, start + len(text.rstrip()))
+
+
+def sentences(src: SourceText, span: Span) -> list[Span]:
+    """The sentences of a prose span, each trimmed; together they cover the span's words."""
+    text = src.text[span.start : span.end]
+    pieces, begin = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        if match.start() > begin:
+            pieces.append(Span(span.start + begin, span.start + match.start()))
+        begin = match.end()
+    if begin < len(text):
+        pieces.append(Span(span.start + begin, span.end))
+    return pieces or [span]
+
+
+def line_spans(src: SourceText, span: Span) -> list[Span]:
+    """The non-blank lines of a span, each trimmed at its end, blank lines dropped."""
+    out = []
+    for number in range(src.first_line(span), src.last_line(span) + 1):
+        start = max(span.start, src.line_starts[number - 1])
+        stop = src.line_starts[number] - 1 if number < len(src.line_starts) else len(src.text)
+        line = src.text[start : min(span.end, stop)].rstrip()
+        if line.strip():
+            out.append(Span(start, start + len(line)))
+    return out
+
+
+def pack(parts: list[Span], measure: Measure, budget: int) -> list[list[Span]]:
+    """Group consecutive parts greedily so each group stays within `budget` when it can."""
+    groups: list[list[Span]] = []
+    current: list[Span] = []
+    total = 0
+    for part in parts:
+        # The gap before a part is whitespace: free in tokens, counted in characters.
+        if current and total + measure.size(current[-1].end, part.end) <= budget:
+            total += measure.size(current[-1].end, part.end)
+        else:
+            if current:
+                groups.append(current)
+            current, total = [], measure.size(part.start, part.end)
+        current.append(part)
+    if current:
+        groups.append(current)
+    return groups
+
+
+def line_pieces(
+    doc: ParsedDocument, src: SourceText, span: Span, measure: Measure, limit: int
+) -> list[Span]:
+    """A block cut between lines (a line longer than `limit` is cut within itself first).
+
+    A cut inside a fenced code block, at any nesting, closes the fence at the end of one piece
+    and reopens it (same marker, info string and indentation) at the top of the next, so every
+    piece is well-formed markdown; an unclosed fence is closed in the last piece.
+    """
+    fences = [f for f in doc.fences if span.start <= src.line_starts[f.start_line - 1] < span.end]
+    reserve = max(
+        (measure.size_of(fence_reopener(doc, f) + "\n" + fence_closer(doc, f)) + 2 for f in fences),
+        default=0,
+    )
+    budget = max(1, limit - reserve)
+    parts: list[Span] = []
+    for line in line_spans(src, span):
+        if measure.size(line.start, line.end) <= budget:
+            parts.append(line)
+            continue
+        cuts = [line.start, *measure.cuts(line.start, line.end, budget), line.end]
+        for index in range(len(cuts) - 1):
+            if src.text[cuts[index] : cuts[index + 1]].strip():
+                parts.append(trimmed(src, cuts[index], cuts[index + 1]))
+    pieces = []
+    for group in pack(parts, measure, budget):
+        start, end = group[0].start, group[-1].end
+        reopen = _fence_around(fences, src.line_of(start), reopen=True)
+        close = _fence_around(fences, src.line_of(max(start, end - 1)), reopen=False)
+        pieces.append(
+            Span(
+                start,
+                end,
+                prefix=fence_reopener(doc, reopen) + "\n" if reopen else "",
+                suffix="\n" + fence_closer(doc, close) if close else "",
+            )
+        )
+    return pieces
+
+
+def _fence_around(fences: list[Block], line: int, reopen: bool) -> Block | None:
+    """The fence a piece must reopen (its first line is after the opener, up to the closer) or
+    close (its last line is the opener or a body line)."""
+    for fence in fences:
+        end = fence.end_line if fence.closed else float("inf")
+        if (fence.start_line < line <= end) if reopen else (fence.start_line <= line < end):
+            return fence
+    return None
+
+
+def table_pieces(src: SourceText, block: Block, measure: Measure, limit: int) -> list[Span]:
+    """A table cut between rows; each piece after the first repeats the header and delimiter.
+
+    A single row over `limit` is a piece of its own (the caller cuts it further).
+    """
+    rows = line_spans(src, src.block_span(block))
+    if len(rows) < 3:
+        return [src.block_span(block)]
+    header = src.text[rows[0].start : rows[1].end]
+    groups = pack(rows[2:], measure, max(1, limit - measure.size_of(header) - 1))
+    pieces = [Span(rows[0].start, groups[0][-1].end)]
+    pieces += [Span(group[0].start, group[-1].end, prefix=header + "\n") for group in groups[1:]]
+    return pieces

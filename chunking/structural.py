@@ -1,0 +1,294 @@
+"""The `structural` strategy: seed 002 v1 (normative) boundaries, sizes and overlap.
+
+Walk the top-level blocks in order, keeping the heading stack:
+- every heading starts a new chunk (seed 002 section 4.1 "heading level changes", read as "the
+  heading path changes"); a heading with no content before a deeper heading rides along with
+  that heading's first chunk, so no chunk is a bare title;
+- tables and code blocks (fenced or indented) are chunks of their own;
+- a list may follow prose in the same chunk, but the chunk ends when the list context switches
+  between bullet and ordered or the list ends (section 4.1);
+- paragraphs, block quotes and HTML blocks under one heading path are merged (section 4.2) until
+  the chunk reaches the target (350) or the next block would pass the soft maximum (450);
+- a block over the hard maximum (520) is cut: prose at sentence boundaries, code between lines
+  (fence reopened), tables between rows (header repeated), lists and quotes between lines;
+  a piece still over the limit is cut into token windows of `target` tokens with 15% overlap.
+Overlap (section 6): when a size limit, not structure, ends a prose chunk, the next chunk of the
+same section starts with the previous chunk's last whole sentences, at most 15% of its tokens
+(a token tail when even one sentence is longer). It never crosses a heading, table, code or list
+boundary. Chunk text is the exact source slice (whitespace is not collapsed; see README).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from chunking.blocks import Block, Heading, ParsedDocument
+from chunking.spans import (
+    Measure,
+    SourceText,
+    Span,
+    line_pieces,
+    pack,
+    sentences,
+    table_pieces,
+    trimmed,
+)
+from chunking.strategy import Draft, Split, Strategy, register
+
+_PROSE = "prose"
+_ALONE = frozenset(("table", "fence", "code_block"))  # kinds that are always chunks of their own
+_LISTS = frozenset(("bullet_list", "ordered_list"))
+_SAFE_LABEL = re.compile(r"[A-Za-z0-9_.]+")
+
+
+@register
+class StructuralStrategy(Strategy):
+    """Seed 002 v1: structural boundaries, 350/450/520 tokens, sentence and window splits."""
+
+    name = "structural"
+    defaults = MappingProxyType(
+        {"target": 350, "soft_max": 450, "hard_max": 520, "overlap_percent": 15}
+    )
+    default_tokenizer = "minilm"
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        target, soft, hard = (self.options[k] for k in ("target", "soft_max", "hard_max"))
+        if not 0 < target <= soft <= hard:
+            raise ValueError(
+                f"structural sizes need 0 < target <= soft_max <= hard_max, got "
+                f"{target}/{soft}/{hard}"
+            )
+        if not 0 <= self.options["overlap_percent"] < 50:
+            raise ValueError("option 'overlap_percent' must be in [0, 50)")
+
+    @property
+    def hard_max_tokens(self) -> int:
+        """Seed 002 section 5: no chunk counts more than `hard_max` tokens."""
+        return self.options["hard_max"]
+
+    @property
+    def cache_key(self) -> str:
+        """e.g. `structural-v1-350-450-520-o15-minilm`; a tokenizer path is shown by its hash."""
+        tokenizer = self.options["tokenizer"]
+        if not _SAFE_LABEL.fullmatch(tokenizer):
+            import hashlib
+
+            tokenizer = hashlib.sha256(tokenizer.encode()).hexdigest()[:8]
+        o = self.options
+        return (
+            f"structural-v1-{o['target']}-{o['soft_max']}-{o['hard_max']}"
+            f"-o{o['overlap_percent']}-{tokenizer}"
+        )
+
+    def split(self, doc: ParsedDocument) -> Split:
+        """Cut `doc` by seed 002's boundary and size rules."""
+        return Split(drafts=tuple(_Walker(doc, self).run()))
+
+
+def _unit_kind(block: Block) -> str:
+    if block.kind in _ALONE or block.kind in _LISTS:
+        return block.kind
+    return _PROSE
+
+
+_CONTAINERS = {"table": "table", "fence": "code", "code_block": "code",
+               "bullet_list": "bullet list", "ordered_list": "ordered list"}
+
+
+@dataclass
+class _Open:
+    """The chunk being assembled: its source span, token total and what it holds."""
+
+    start: int = -1
+    end: int = -1
+    tokens: int = 0
+    kind: str = ""  # kind of the last block added ("heading" while it holds headings only)
+    last: Span | None = None  # the last block added; its sentences feed the overlap
+    measure: Measure | None = None  # token measure of `last`
+
+    @property
+    def empty(self) -> bool:
+        return self.start < 0
+
+    @property
+    def headings_only(self) -> bool:
+        return not self.empty and self.kind == "heading"
+
+
+@dataclass
+class _Walker:
+    """One pass over the top-level blocks of one document."""
+
+    doc: ParsedDocument
+    strategy: StructuralStrategy
+    src: SourceText = field(init=False)
+    drafts: list[Draft] = field(default_factory=list)
+    stack: list[Heading] = field(default_factory=list)
+    open: _Open = field(default_factory=_Open)
+
+    def __post_init__(self) -> None:
+        self.src = SourceText.of(self.doc)
+        opts = self.strategy.options
+        self.counter = self.strategy.counter
+        self.target, self.soft, self.hard = opts["target"], opts["soft_max"], opts["hard_max"]
+        self.percent = opts["overlap_percent"]
+
+    def run(self) -> list[Draft]:
+        for block in self.doc.blocks:
+            if block.kind == "heading":
+                self._heading(block)
+            else:
+                self._unit(block)
+        self._emit()
+        return self.drafts
+
+    def _heading(self, block: Block) -> None:
+        """Every heading starts a chunk; an empty parent heading rides along with its child."""
+        heading = block.heading
+        span = self.src.block_span(block)
+        tokens = self.counter.count(self.src.render(span))
+        current = self.open
+        deeper = current.headings_only and heading.level > self.stack[-1].level
+        if deeper and current.tokens + tokens <= self.soft:
+            current.end, current.tokens = span.end, current.tokens + tokens
+        else:
+            self._emit()
+            self.open = _Open(span.start, span.end, tokens, "heading")
+        while self.stack and self.stack[-1].level >= heading.level:
+            self.stack.pop()
+        self.stack.append(heading)
+
+    def _unit(self, block: Block) -> None:
+        """Add one content block, closing the open chunk first where seed 002 says so."""
+        kind = _unit_kind(block)
+        span = self.src.block_span(block)
+        measure = Measure.tokens(self.counter, self.src, span)
+        tokens = measure.size(span.start, span.end)
+        current = self.open
+        if not current.empty and not current.headings_only:
+            if self._structural_break(kind):
+                self._emit()
+            elif current.tokens >= self.target or current.tokens + tokens > self.soft:
+                self._emit(overlap_room=self.soft - tokens if kind == _PROSE == current.kind else 0)
+        if tokens > self.hard or (block.kind == "fence" and not block.closed):
+            self._oversized(block, kind, span, measure)
+            return
+        current = self.open
+        if current.tokens + tokens > self.hard:
+            self._emit()
+            current = self.open
+        if current.empty:
+            self.open = _Open(span.start, span.end, tokens, kind, span, measure)
+        else:
+            current.end, current.tokens = span.end, current.tokens + tokens
+            current.kind, current.last, current.measure = kind, span, measure
+
+    def _structural_break(self, kind: str) -> bool:
+        """Seed 002 section 4.1: tables and code stand alone; a list ends on switch or exit."""
+        before = self.open.kind
+        if kind in _ALONE or before in _ALONE:
+            return True
+        return before in _LISTS and kind != before
+
+    def _oversized(self, block: Block, kind: str, span: Span, measure: Measure) -> None:
+        """A block over the hard maximum (or an unclosed fence): emit it cut into pieces."""
+        if block.kind == "table":
+            pieces = table_pieces(self.src, block, measure, self.soft)
+        elif block.kind == "paragraph":
+            pieces = self._prose_pieces(span, measure)
+        else:
+            pieces = line_pieces(self.doc, self.src, span, measure, self.soft)
+        heading = self.open if self.open.headings_only else None
+        if heading and not pieces[0].prefix:
+            size = heading.tokens + measure.size(pieces[0].start, pieces[0].end)
+            if size + self.counter.count(pieces[0].suffix) <= self.hard:
+                pieces[0] = Span(heading.start, pieces[0].end, suffix=pieces[0].suffix)
+                self.open = _Open()
+        self._emit()
+        for piece in pieces:
+            size = measure.size(piece.start, piece.end)
+            if size > self.hard:  # a table row or a line over the limit: token windows
+                for start, end in measure.windows(piece.start, piece.end, *self._window()):
+                    self._emit_span(trimmed(self.src, start, end), kind)
+            else:
+                self._emit_span(piece, kind)
+        self.open = _Open(kind=kind)
+
+    def _window(self) -> tuple[int, int]:
+        """Seed 002 section 5.3 token windows: `target` tokens, 15% of them repeated."""
+        return self.target, (self.target * self.percent + 50) // 100
+
+    def _prose_pieces(self, span: Span, measure: Measure) -> list[Span]:
+        """Seed 002 section 5.2: sentences packed up to the target, each piece overlapping the
+        last; a sentence over the hard maximum becomes token windows (section 5.3)."""
+        pieces: list[Span] = []
+        for group in pack(sentences(self.src, span), measure, self.target):
+            start, end = group[0].start, group[-1].end
+            if measure.size(start, end) > self.hard:
+                for first, last in measure.windows(start, end, *self._window()):
+                    pieces.append(trimmed(self.src, first, last))
+                continue
+            if pieces:
+                budget = measure.size(pieces[-1].start, pieces[-1].end) * self.percent // 100
+                start = self._overlap_start(Span(pieces[-1].start, start), measure, budget, start)
+            pieces.append(Span(start, end))
+        return pieces
+
+    def _overlap_start(self, tail: Span, measure: Measure, budget: int, start: int) -> int:
+        """Where a chunk starting at `start` begins once `tail`'s last sentences are repeated.
+
+        Whole sentences up to `budget` tokens; when even the last sentence is longer, its last
+        `budget` tokens. Returns `start` itself when there is nothing to repeat.
+        """
+        if budget <= 0:
+            return start
+        parts = [s for s in sentences(self.src, tail) if s.end <= start]
+        chosen, used = start, 0
+        for sentence in reversed(parts):
+            used += measure.size(sentence.start, sentence.end)
+            if used > budget:
+                break
+            chosen = sentence.start
+        if chosen == start and parts:
+            chosen = measure.tail(parts[-1].start, parts[-1].end, budget)
+            chosen = start if chosen == parts[-1].start else chosen
+        return chosen
+
+    def _emit(self, overlap_room: int = 0) -> None:
+        """Close the open chunk; the next one starts with its last sentences (seed 002 section 6)
+        when `overlap_room` (tokens the next chunk can spare) allows."""
+        current = self.open
+        self.open = _Open(kind=current.kind)
+        if current.empty:
+            return
+        span = Span(current.start, current.end)
+        if current.tokens > self.hard:  # only a heading can be this long: token windows
+            measure = Measure.tokens(self.counter, self.src, span)
+            for start, end in measure.windows(span.start, span.end, *self._window()):
+                self._emit_span(trimmed(self.src, start, end), current.kind)
+            return
+        self._emit_span(span, current.kind)
+        if overlap_room > 0 and current.measure is not None:
+            budget = min(overlap_room, current.tokens * self.percent // 100)
+            start = self._overlap_start(current.last, current.measure, budget, current.end + 1)
+            if start <= current.end:
+                tokens = current.measure.size(start, current.end)
+                self.open = _Open(start, current.end, tokens, _PROSE)
+
+    def _emit_span(self, span: Span, kind: str) -> None:
+        """Add one draft for `span` under the current heading stack."""
+        path = [heading.markdown for heading in self.stack]
+        if kind in _CONTAINERS:
+            path.append(_CONTAINERS[kind])
+        self.drafts.append(
+            Draft(
+                text=self.src.render(span),
+                start_line=self.src.first_line(span),
+                end_line=self.src.last_line(span),
+                headings=tuple(self.stack),
+                extras={"chunk_path": " > ".join(path)},
+            )
+        )
