@@ -1,0 +1,260 @@
+"""The content-hash cache and embed_with_cache with the real MiniLM: hits, every kind of damage,
+partial reuse of an edited document, one embedder call per batch, concurrent writers, moto S3."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import fsspec
+import numpy as np
+import pytest
+
+from embedding import (
+    CacheEntry,
+    CacheKey,
+    DocRequest,
+    EmbeddingCache,
+    embed_with_cache,
+    text_hashes,
+)
+from tests.embedding_support import embedder, make_bucket, sha
+
+STRATEGY = "semantic-250-750"
+TEXTS = tuple(
+    f"Section {i}: how the {['router', 'cache', 'worker'][i % 3]} handles case {i}."
+    for i in range(6)
+)
+
+
+def request(texts=TEXTS, source="doc-a", previous=None) -> DocRequest:
+    return DocRequest(STRATEGY, sha(source), tuple(texts), sha(previous) if previous else None)
+
+
+@pytest.fixture
+def cache(tmp_path) -> EmbeddingCache:
+    return EmbeddingCache(str(tmp_path / "cache"))
+
+
+def entry_path(cache: EmbeddingCache, source="doc-a") -> str:
+    return cache.entry_path(CacheKey(STRATEGY, embedder().key, sha(source)))
+
+
+def test_miss_then_hit_returns_bit_identical_vectors(cache):
+    [first] = embed_with_cache(embedder(), cache, [request()])
+    assert (first.cache_hit, first.reused, first.embedded) == (False, 0, len(TEXTS))
+    [second] = embed_with_cache(embedder(), cache, [request()])
+    assert (second.cache_hit, second.reused, second.embedded) == (True, 0, 0)
+    assert second.vectors.dtype == np.float32
+    assert second.vectors.tobytes() == first.vectors.tobytes()
+    np.testing.assert_allclose(first.vectors, embedder().embed(list(TEXTS)), atol=1e-6)
+
+
+def test_layout_and_metadata_follow_seed_000(cache):
+    embed_with_cache(embedder(), cache, [request()])
+    folder = entry_path(cache)
+    assert folder.endswith(f"/{STRATEGY}/{embedder().key}/{sha('doc-a')[:16]}")
+    names = sorted(p.rsplit("/", 1)[-1] for p in cache.fs.ls(folder, detail=False))
+    assert names == sorted(["metadata.json"] + [f"chunk-{i}.bin" for i in range(len(TEXTS))])
+    meta = json.loads(cache.fs.cat(f"{folder}/metadata.json"))
+    assert meta["model"] == embedder().key and meta["strategy"] == STRATEGY
+    assert meta["source_hash"] == sha("doc-a") and meta["chunk_count"] == len(TEXTS)
+    assert meta["dim"] == 384 and len(meta["chunk_hashes"]) == len(TEXTS)
+    raw = cache.fs.cat(f"{folder}/chunk-2.bin")
+    assert len(raw) == 384 * 4
+    [hit] = embed_with_cache(embedder(), cache, [request()])
+    assert np.frombuffer(raw, dtype="<f4").tobytes() == hit.vectors[2].tobytes()
+
+
+def _truncate_bin(fs, folder):
+    fs.pipe(f"{folder}/chunk-3.bin", fs.cat(f"{folder}/chunk-3.bin")[:-4])
+
+
+def _wrong_dimension_bin(fs, folder):
+    fs.pipe(f"{folder}/chunk-3.bin", np.zeros(383, dtype="<f4").tobytes())
+
+
+def _damaged_bin(fs, folder):
+    vector = np.frombuffer(fs.cat(f"{folder}/chunk-1.bin"), dtype="<f4").copy()
+    vector[0] += 0.5
+    fs.pipe(f"{folder}/chunk-1.bin", vector.tobytes())
+
+
+def _edit_metadata(**changes):
+    def edit(fs, folder):
+        meta = json.loads(fs.cat(f"{folder}/metadata.json"))
+        meta.update(changes)
+        fs.pipe(f"{folder}/metadata.json", json.dumps(meta).encode())
+
+    return edit
+
+
+def _remove(name):
+    return lambda fs, folder: fs.rm(f"{folder}/{name}")
+
+
+def _garbage_metadata(fs, folder):
+    fs.pipe(f"{folder}/metadata.json", b'{"model": "truncated')
+
+
+DAMAGE = {
+    "truncated bin": _truncate_bin,
+    "bin of another dimension": _wrong_dimension_bin,
+    "damaged bin": _damaged_bin,
+    "metadata dim": _edit_metadata(dim=383),
+    "metadata model": _edit_metadata(model="other-model-fp32"),
+    "metadata strategy": _edit_metadata(strategy="semantic-100-200"),
+    "metadata chunk count": _edit_metadata(chunk_count=5),
+    "metadata source hash": _edit_metadata(source_hash=sha("other document")),
+    "metadata not json": _garbage_metadata,
+    "missing bin": _remove("chunk-4.bin"),
+    "missing metadata": _remove("metadata.json"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
+def test_damaged_entry_is_a_miss_and_is_regenerated(cache, damage):
+    [first] = embed_with_cache(embedder(), cache, [request()])
+    damage(cache.fs, entry_path(cache))
+    key = CacheKey(STRATEGY, embedder().key, sha("doc-a"))
+    assert cache.get(key, 384) is None
+    [again] = embed_with_cache(embedder(), cache, [request()])
+    assert not again.cache_hit
+    np.testing.assert_allclose(again.vectors, first.vectors, atol=1e-6)
+    regenerated = cache.get(key, 384)
+    assert regenerated is not None and regenerated.matches(TEXTS)
+    [hit] = embed_with_cache(embedder(), cache, [request()])
+    assert hit.cache_hit and hit.vectors.tobytes() == again.vectors.tobytes()
+
+
+def test_wrong_dimension_request_is_a_miss(cache):
+    embed_with_cache(embedder(), cache, [request()])
+    assert cache.get(CacheKey(STRATEGY, embedder().key, sha("doc-a")), 768) is None
+
+
+def test_other_model_or_strategy_never_sees_the_entry(cache):
+    embed_with_cache(embedder(), cache, [request()])
+    other_model = CacheKey(STRATEGY, embedder(max_length=16).key, sha("doc-a"))
+    other_strategy = CacheKey("semantic-100-200", embedder().key, sha("doc-a"))
+    assert cache.get(other_model, 384) is None and cache.get(other_strategy, 384) is None
+
+
+def test_edited_document_reembeds_only_changed_chunks(cache):
+    old = tuple(
+        f"Paragraph {i} explains option {i} of the build command in detail." for i in range(40)
+    )
+    [before] = embed_with_cache(embedder(), cache, [request(old, "v1")])
+    new = list(old)
+    new[10:13] = ["An edited paragraph about caching.", "A new note on retries.", "Another one."]
+    new.append("A paragraph added at the end.")
+    [after] = embed_with_cache(embedder(), cache, [request(new, "v2", previous="v1")])
+    assert (after.cache_hit, after.reused, after.embedded) == (False, 37, 4)
+    unchanged = [i for i in range(40) if not 10 <= i < 13]
+    assert after.vectors[unchanged].tobytes() == before.vectors[unchanged].tobytes()
+    np.testing.assert_allclose(after.vectors, embedder().embed(new), atol=1e-5)
+    [hit] = embed_with_cache(embedder(), cache, [request(new, "v2")])
+    assert hit.cache_hit and hit.vectors.tobytes() == after.vectors.tobytes()
+
+
+def test_a_batch_is_embedded_in_one_call_in_request_order(cache, monkeypatch):
+    model = embedder()
+    embed_with_cache(model, cache, [request(TEXTS[:2], "warm")])
+    calls: list[int] = []
+    real = model.embed_with_stats
+
+    def counting(texts, **kwargs):
+        calls.append(len(texts))
+        return real(texts, **kwargs)
+
+    monkeypatch.setattr(model, "embed_with_stats", counting)
+    requests = [
+        request(TEXTS[:2], "warm"),  # a hit
+        request(TEXTS[2:5], "b"),
+        request((TEXTS[5], TEXTS[2]), "c"),  # TEXTS[2] is shared with "b": embedded once
+        request((), "empty"),
+    ]
+    results = embed_with_cache(model, cache, requests)
+    assert calls == [4]
+    assert [r.cache_hit for r in results] == [True, False, False, False]
+    assert [r.vectors.shape for r in results] == [(2, 384), (3, 384), (2, 384), (0, 384)]
+    for req, result in zip(requests, results, strict=True):
+        if req.texts:
+            np.testing.assert_allclose(result.vectors, real(list(req.texts)).vectors, atol=1e-5)
+
+
+def test_without_a_cache_everything_is_embedded():
+    [result] = embed_with_cache(embedder(), None, [request()])
+    assert (result.cache_hit, result.embedded) == (False, len(TEXTS))
+
+
+def test_truncated_chunks_are_counted_on_miss_and_on_hit(cache):
+    long = " ".join(f"token{i}" for i in range(500))
+    [miss] = embed_with_cache(embedder(), cache, [request((TEXTS[0], long), "long")])
+    [hit] = embed_with_cache(embedder(), cache, [request((TEXTS[0], long), "long")])
+    assert miss.truncated == 1 and hit.cache_hit and hit.truncated == 1
+
+
+def test_concurrent_writers_of_one_entry_never_expose_a_partial_entry(cache):
+    vectors = embedder().embed(list(TEXTS))
+    key = CacheKey(STRATEGY, embedder().key, sha("contended"))
+    entry = CacheEntry(key, text_hashes(TEXTS), vectors)
+    stop = time.monotonic() + 2.0
+    seen: list[bool] = []
+
+    def write():
+        while time.monotonic() < stop:
+            cache.put(entry)
+
+    def read():
+        while time.monotonic() < stop:
+            got = cache.get(key, 384)
+            seen.append(got is not None)
+            assert got is None or got.vectors.tobytes() == vectors.tobytes()
+
+    threads = [threading.Thread(target=f) for f in (write, write, read)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert any(seen)
+    assert cache.get(key, 384).vectors.tobytes() == vectors.tobytes()
+    leftovers = [p for p in cache.fs.ls(cache.entry_path(key), detail=False) if ".tmp-" in p]
+    assert leftovers == []
+
+
+def test_bad_keys_are_rejected():
+    with pytest.raises(ValueError, match="sha256"):
+        CacheKey(STRATEGY, "model", "abc")
+    with pytest.raises(ValueError, match="filesystem-safe"):
+        CacheKey("../escape", "model", sha("x"))
+    with pytest.raises(TypeError, match="tuple of str"):
+        DocRequest(STRATEGY, sha("x"), ("ok", 3))
+
+
+def test_memory_filesystem_cache():
+    cache = EmbeddingCache("memory://embedding-cache-test/root")
+    [first] = embed_with_cache(embedder(), cache, [request()])
+    [hit] = embed_with_cache(embedder(), cache, [request()])
+    assert hit.cache_hit and hit.vectors.tobytes() == first.vectors.tobytes()
+    fsspec.filesystem("memory").rm("/embedding-cache-test", recursive=True)
+
+
+def test_cache_on_moto_s3(s3_server):
+    bucket = make_bucket(s3_server, "embedding-cache")
+    cache = EmbeddingCache(f"{bucket}/out/.embedding-cache", s3_server.storage_options)
+    requests = [request(TEXTS[i : i + 2], f"doc-{i}") for i in range(5)]
+    first = embed_with_cache(embedder(), cache, requests)
+    assert not any(r.cache_hit for r in first)
+    fresh = EmbeddingCache(f"{bucket}/out/.embedding-cache", s3_server.storage_options)
+    second = embed_with_cache(embedder(), fresh, requests)
+    assert all(r.cache_hit for r in second)
+    for a, b in zip(first, second, strict=True):
+        assert a.vectors.tobytes() == b.vectors.tobytes()
+    s3 = s3_server.filesystem()
+    folder = fresh.entry_path(CacheKey(STRATEGY, embedder().key, sha("doc-3")))
+    s3.pipe(f"{folder}/chunk-1.bin", s3.cat(f"{folder}/chunk-1.bin")[:100])  # a truncated object
+    third = embed_with_cache(embedder(), fresh, requests)
+    assert [r.cache_hit for r in third] == [True, True, True, False, True]
+    np.testing.assert_allclose(third[3].vectors, first[3].vectors, atol=1e-6)
+    assert all(r.cache_hit for r in embed_with_cache(embedder(), fresh, requests))
