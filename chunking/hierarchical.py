@@ -147,6 +147,10 @@ class HierarchicalStrategy(Strategy):
         """The spans one section becomes."""
         whole = Span(_start(src, section), src.block_span(section.blocks[-1]).end)
         size = whole.end - whole.start
+        if _unclosed(section):  # line_pieces closes the fence in the last piece
+            descriptive = kind == "descriptive_text"
+            limit = self.options["max_chunk_size" if descriptive else "hard_max_size"]
+            return self._cut(doc, src, measure, section, limit)
         if kind != "descriptive_text":
             hard = self.options["hard_max_size"]
             if size <= hard:
@@ -171,7 +175,7 @@ class HierarchicalStrategy(Strategy):
             span = src.block_span(block)
             if index == 0:
                 span = Span(_start(src, section), span.end)
-            if span.end - span.start <= limit:
+            if span.end - span.start <= limit and not _unclosed(section, block):
                 units.append(span)
             elif block.kind == "table":
                 units += table_pieces(src, block, measure, limit)
@@ -216,6 +220,12 @@ def _fit(src: SourceText, measure: Measure, span: Span, limit: int) -> list[Span
         return [span]
     windows = measure.windows(span.start, span.end, limit, 0)
     return [trimmed(src, a, b) for a, b in windows]
+
+
+def _unclosed(section: Section, block: Block | None = None) -> bool:
+    """Whether `block` (default: the section's last block) is a fence that is never closed."""
+    block = block or section.blocks[-1]
+    return block.kind == "fence" and not block.closed
 
 
 def _start(src: SourceText, section: Section) -> int:

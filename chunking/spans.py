@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections import deque
 from dataclasses import dataclass
 
-from chunking.blocks import Block, ParsedDocument, fence_closer, fence_reopener
+from chunking.blocks import (
+    Block,
+    ParsedDocument,
+    fence_closer,
+    fence_reopener,
+    unclosed_fences,
+)
 from chunking.tokens import TokenCounter
 
 # A sentence ends at . ! ? (then closing quotes or brackets, then whitespace) or at a CJK full stop.
+_MARKER = re.compile(r"`{3,}|~{3,}")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])\s*")
 
 
@@ -242,28 +250,54 @@ def line_pieces(
         for index in range(len(cuts) - 1):
             if src.text[cuts[index] : cuts[index + 1]].strip():
                 parts.append(trimmed(src, cuts[index], cuts[index + 1]))
-    pieces = []
-    for group in pack(parts, measure, budget):
+    pieces: list[Span] = []
+    groups = deque(pack(parts, measure, budget))
+    while groups:
+        group = groups.popleft()
         start, end = group[0].start, group[-1].end
         reopen = _fence_around(fences, src.line_of(start), reopen=True)
         close = _fence_around(fences, src.line_of(max(start, end - 1)), reopen=False)
-        pieces.append(
-            Span(
-                start,
-                end,
-                prefix=fence_reopener(doc, reopen) + "\n" if reopen else "",
-                suffix="\n" + fence_closer(doc, close) if close else "",
-            )
-        )
+        piece = _balanced(src, Span(
+            start,
+            end,
+            prefix=fence_reopener(doc, reopen) + "\n" if reopen else "",
+            suffix="\n" + fence_closer(doc, close) if close else "",
+        ))
+        size = measure.size(start, end) + measure.size_of(piece.prefix + piece.suffix)
+        if size > limit and len(group) > 1:  # its fence context did not fit: halve the group
+            half = len(group) // 2
+            groups.extendleft((group[half:], group[:half]))
+            continue
+        pieces.append(piece)
     return pieces
 
 
+def _balanced(src: SourceText, piece: Span) -> Span:
+    """`piece` with a closing marker added when, read on its own, its text leaves a fence open.
+
+    Cut out of a deep container, lines can parse differently than in the whole document (a
+    marker line that was lazy paragraph text becomes a fence opener); closing what the piece's
+    own parse leaves open keeps every chunk well-formed.
+    """
+    text = src.render(piece)
+    for opener in unclosed_fences(text)[:1]:
+        line = text.split("\n")[opener - 1]
+        marker = _MARKER.search(line)
+        indent = "".join(c if c in "> \t" else " " for c in line[: marker.start()])
+        closer = "\n" + indent + marker.group()
+        return Span(piece.start, piece.end, piece.prefix, piece.suffix + closer)
+    return piece
+
+
 def _fence_around(fences: list[Block], line: int, reopen: bool) -> Block | None:
-    """The fence a piece must reopen (its first line is after the opener, up to the closer) or
-    close (its last line is the opener or a body line)."""
+    """The fence a piece must reopen (its first line is a body or closing line) or close (its
+    last line is the opener or a body line; a fence without a closing line, which runs to the
+    end of its container, counts its last line as a body line)."""
     for fence in fences:
-        end = fence.end_line if fence.closed else float("inf")
-        if (fence.start_line < line <= end) if reopen else (fence.start_line <= line < end):
+        inside = fence.start_line < line <= fence.end_line if reopen else (
+            fence.start_line <= line < fence.end_line + (not fence.closed)
+        )
+        if inside:
             return fence
     return None
 

@@ -1,0 +1,201 @@
+"""The `structural` strategy (seed 002 v1): boundaries, sizes, overlap, tokenizer, links, checklist.
+
+Runs the real strategy with the embedded model's tokenizer (loaded once per process).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from chunking import CHUNKING_FAILED, ChunkingError, chunk_source, list_strategies, strategy_key
+from chunking.blocks import parse, unclosed_fences
+from chunking.normalize import normalize
+from chunking.strategy import get_strategy
+from chunking.tokens import get_counter
+
+FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
+# Words that are one WordPiece token each, so token windows can be checked word by word.
+WORDS = ("apple river stone cloud green paper music light table window garden horse "
+         "water silver coffee summer doctor market").split()
+
+
+def structural(text: str, **options):
+    return chunk_source(text, strategy="structural", **options)
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return get_counter("minilm")
+
+
+def test_boundaries_of_section_4(minilm):
+    doc = structural(
+        (FIXTURES / "structural_boundaries.md").read_bytes(),
+        document_path="structural_boundaries.md",
+        corpus_paths={"structural_other.md"},
+    )
+    got = [(c.text.split("\n")[0], c.headings_path, c.extras["chunk_path"]) for c in doc.chunks]
+    assert got == [
+        ("Preamble text before any heading.", (), ""),  # root chunk: no heading path
+        ("# Guide", ("Guide",), "# Guide"),  # two short paragraphs merged (4.2)
+        ("## Setup", ("Guide", "Setup"), "# Guide > ## Setup > bullet list"),  # list may follow prose
+        ("1. first ordered", ("Guide", "Setup"), "# Guide > ## Setup > ordered list"),  # switch
+        ("After the lists comes prose.", ("Guide", "Setup"), "# Guide > ## Setup"),  # list exit
+        ("| Name | Value |", ("Guide", "Setup"), "# Guide > ## Setup > table"),  # table starts
+        ("Text after the table.", ("Guide", "Setup"), "# Guide > ## Setup"),  # table ends
+        ("```python", ("Guide", "Setup"), "# Guide > ## Setup > code"),  # fence starts
+        ("Text after the code.", ("Guide", "Setup"), "# Guide > ## Setup"),  # fence ends
+        ("### Details", ("Guide", "Setup", "Details"), "# Guide > ## Setup > ### Details"),
+    ]
+    assert doc.chunks[1].text.endswith("Intro paragraph two is also short.")
+    assert doc.chunks[2].text.endswith("- step two")
+    assert [(c.start_line, c.end_line) for c in doc.chunks][:3] == [(1, 1), (3, 7), (9, 14)]
+    assert all(c.token_count == minilm.count(c.text) for c in doc.chunks)
+
+
+def test_every_heading_starts_a_chunk_and_empty_parents_ride_along():
+    same_level = structural("## A\n\nalpha\n\n## B\n\nbeta\n")
+    assert [c.text for c in same_level.chunks] == ["## A\n\nalpha", "## B\n\nbeta"]
+    nested = structural("# T\n\n## A\n\ntext\n")
+    assert [(c.text, c.headings_path) for c in nested.chunks] == [
+        ("# T\n\n## A\n\ntext", ("T", "A"))
+    ]
+    empty_sibling = structural("## A\n\n## B\n\ntext\n")
+    assert [c.text for c in empty_sibling.chunks] == ["## A", "## B\n\ntext"]
+
+
+def _paragraphs(count: int, sentences: int) -> str:
+    return "\n\n".join(
+        " ".join(f"Sentence {p}-{s} talks about topic {s} in some detail." for s in range(sentences))
+        for p in range(count)
+    )
+
+
+def test_soft_max_emits_and_neighbours_overlap_by_whole_sentences(minilm):
+    doc = structural("# T\n\n" + _paragraphs(12, 8))
+    chunks = doc.chunks
+    assert len(chunks) >= 3
+    for before, after in zip(chunks, chunks[1:], strict=False):
+        assert before.token_count <= 450
+        assert after.text.startswith("Sentence ")
+        # The next chunk starts with the previous chunk's last whole sentences (<= 15%).
+        overlap = after.text[: after.text.index("\n\n")]
+        assert before.text.endswith(overlap)
+        assert minilm.count(overlap) <= before.token_count * 15 // 100
+        assert after.start_line <= before.end_line
+
+
+def test_oversized_paragraph_splits_at_sentences():
+    sentences = [f"Sentence number {i} talks about topic {i} in more detail." for i in range(120)]
+    doc = structural("# T\n\n## Big\n\n" + " ".join(sentences))
+    assert len(doc.chunks) > 2
+    for chunk in doc.chunks:
+        assert chunk.token_count <= 520
+        assert chunk.text.endswith("detail.")
+        assert chunk.headings_path == ("T", "Big")
+    for chunk in doc.chunks[1:]:
+        assert chunk.text.startswith("Sentence number ")
+    seen = " ".join(c.text.split("\n\n")[-1] for c in doc.chunks)
+    assert all(sentence in seen for sentence in sentences)
+
+
+def test_sentence_over_hard_max_becomes_token_windows_with_15_percent_overlap(minilm):
+    words = [WORDS[i % len(WORDS)] for i in range(1500)]
+    assert minilm.count(" ".join(words)) == 1500  # one token per word
+    doc = structural("# T\n\n" + " ".join(words))
+    texts = [c.text.removeprefix("# T\n\n").split() for c in doc.chunks]
+    overlap = (350 * 15 + 50) // 100
+    assert [len(t) for t in texts[:-1]] == [350] * (len(texts) - 1)
+    for before, after in zip(texts, texts[1:], strict=False):
+        assert before[-overlap:] == after[:overlap]
+    rebuilt = texts[0] + [w for t in texts[1:] for w in t[overlap:]]
+    assert rebuilt == words
+    assert all(c.token_count <= 520 for c in doc.chunks)
+
+
+def test_oversized_code_block_is_cut_between_lines_with_the_fence_reopened():
+    code = [f"value_{i} = compute({i}, {i + 1})  # step {i}" for i in range(300)]
+    doc = structural("# T\n\n```python\n" + "\n".join(code) + "\n```\n\nafter\n")
+    pieces = [c for c in doc.chunks if "```" in c.text]
+    assert len(pieces) > 3
+    body = []
+    for chunk in pieces:
+        lines = chunk.text.removeprefix("# T\n\n").split("\n")
+        assert lines[0] == "```python" and lines[-1] == "```"
+        assert not unclosed_fences(chunk.text)
+        assert chunk.token_count <= 520 and chunk.is_code
+        body += lines[1:-1]
+    assert body == code
+    assert doc.chunks[-1].text == "after"
+
+
+def test_oversized_table_repeats_its_header():
+    rows = [f"| row {i} | value {i} with a few more words |" for i in range(200)]
+    doc = structural("| Name | Value |\n| --- | --- |\n" + "\n".join(rows) + "\n")
+    assert len(doc.chunks) > 1
+    assert all(c.text.startswith("| Name | Value |\n| --- | --- |\n") for c in doc.chunks)
+    assert [r for c in doc.chunks for r in c.text.split("\n")[2:]] == rows
+
+
+def test_unclosed_fence_is_closed_in_its_chunk():
+    doc = structural("# T\n\ntext\n\n```python\ncode\nmore\n")
+    assert not any(unclosed_fences(c.text) for c in doc.chunks)
+    assert doc.chunks[-1].text.endswith("more\n```")
+
+
+def test_tokenizer_name_and_version_are_recorded():
+    doc = structural("# T\n\ntext\n")
+    assert doc.tokenizer.startswith("hf:minilm@") and "/tokenizers-" in doc.tokenizer
+    heuristic = structural("# T\n\ntext\n", tokenizer="heuristic")
+    assert heuristic.tokenizer.startswith("words*1.3")
+    assert heuristic.strategy_key != doc.strategy_key
+
+
+def test_cache_key_names_every_parameter():
+    assert strategy_key("structural") == "structural-v1-350-450-520-o15-minilm"
+    assert list_strategies()["structural"] == "structural-v1-350-450-520-o15-minilm"
+    assert strategy_key("structural", overlap_percent=10) == "structural-v1-350-450-520-o10-minilm"
+    assert strategy_key("structural", tokenizer="heuristic").endswith("-heuristic")
+    with pytest.raises(ValueError, match="target <= soft_max"):
+        get_strategy("structural", target=500)
+    with pytest.raises(ValueError, match="unknown option 'window'"):
+        get_strategy("structural", window=3)
+
+
+def test_links_carry_type_and_resolved_target():
+    doc = structural(
+        (FIXTURES / "structural_boundaries.md").read_bytes(),
+        document_path="structural_boundaries.md",
+        corpus_paths={"structural_other.md"},
+    )
+    links = [(link.url, link.link_type, link.target_document) for link in doc.chunks[-1].links]
+    assert links == [
+        ("structural_other.md#part", "internal", "structural_other.md"),
+        ("https://example.com/x", "external", None),
+    ]
+    nested = structural("# A\n\nSee [b](../b.md) and [c](c.md).\n", document_path="guide/a.md",
+                        corpus_paths={"b.md"})
+    assert [link.target_document for link in nested.chunks[0].links] == ["b.md", None]
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"token_count": 521}, "over the hard maximum of 520"),
+        ({"text": "  \n"}, "empty text"),
+        ({"ordinal": 5}, "ordinal 5"),
+        ({"headings_path": ()}, "no heading path"),
+    ],
+)
+def test_a_failed_checklist_item_is_an_error(change, problem):
+    strategy = get_strategy("structural")
+    doc = parse(normalize("# T\n\nalpha\n\n## U\n\nbeta\n"))
+    chunks = list(strategy.chunk(doc).chunks)
+    strategy.validate(doc, chunks)  # the real output passes
+    chunks[1] = dataclasses.replace(chunks[1], **change)
+    with pytest.raises(ChunkingError) as caught:
+        strategy.validate(doc, chunks)
+    assert caught.value.code == CHUNKING_FAILED and problem in caught.value.message
