@@ -1,8 +1,8 @@
 """Link extraction (seed 002 section 9): find links with markdown-it's inline parser, classify them
 and resolve relative links against the corpus.
 
-Only inline tokens whose text contains `[` or `<` are inline-parsed, so documents pay for the inline
-parser only where a link can be.
+Only inline tokens that can hold a link are inline-parsed, with the inline rules that matter for
+links, so documents pay for inline parsing only where a link can be.
 """
 
 from __future__ import annotations
@@ -34,7 +34,11 @@ class FoundLink:
 
 @lru_cache(maxsize=1)
 def _inline_parser() -> MarkdownIt:
+    """CommonMark inline rules that decide where links are (code spans, escapes, raw HTML, links,
+    images, autolinks); emphasis, entities and line breaks cannot create or hide a link."""
     md = MarkdownIt("commonmark")
+    md.inline.ruler.disable(["newline", "emphasis", "entity"])
+    md.inline.ruler2.disable(["balance_pairs", "emphasis", "fragments_join"])
     # Keep URLs exactly as written (no percent-encoding, no dropping of unusual schemes).
     md.normalizeLink = lambda url: url
     md.validateLink = lambda url: True
@@ -49,13 +53,18 @@ def find_links(
     env = {"references": references}
     found: list[FoundLink] = []
     for token in tokens:
-        if token.type != "inline" or ("[" not in token.content and "<" not in token.content):
+        if token.type != "inline" or not _may_link(token.content, references):
             continue
         children: list[Token] = []
         md.inline.parse(token.content, md, env, children)
         line = token.map[0] + line_offset + 1
         found.extend(_links_in(children, line))
     return tuple(found)
+
+
+def _may_link(text: str, references: dict) -> bool:
+    """Cheap test: a link, image or autolink needs `](`, a `<`, or `[` plus a reference."""
+    return "](" in text or "<" in text or (bool(references) and "[" in text)
 
 
 def _links_in(children: list[Token], line: int) -> Iterable[FoundLink]:

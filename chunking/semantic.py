@@ -15,10 +15,14 @@ included); a seal inside a fenced block closes the fence and reopens it in the n
 longer than the maximum is cut into pieces at word boundaries; a dropped final chunk is reported in
 `skipped_tail_tokens` and kept with `keep_short_tail=True`; a chunk that starts with text before
 its first heading (a preamble) takes that heading's level as its start level.
+
+Whole blocks are added at once when every line of them would fit; otherwise the block is added
+line by line, so the result is that of the line-by-line algorithm.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -65,20 +69,20 @@ class SemanticStrategy(Strategy):
 
     def split(self, doc: ParsedDocument) -> Split:
         """Run seed 003's algorithm over `doc`."""
-        window = _Window(doc, self.counter, self.options)
-        return window.run()
+        return _Window(doc, self.counter, self.options).run()
 
 
 @dataclass
 class _Chunk:
-    """The chunk being collected."""
+    """The chunk being collected; sizes are in the counter's additive units."""
 
     parents: tuple[Heading, ...] = ()  # active headings above the chunk's start
-    prefix: tuple[Heading, ...] = ()  # the parents prepended to the text (see _Window.start)
+    prefix: tuple[Heading, ...] = ()  # the parents prepended to the text (see _Window.new_chunk)
     reopen: str = ""  # fence opener repeated at the top when the chunk starts inside a fence
-    overhead: int = 0  # tokens of the prefix and reopen lines
-    lines: list[tuple[int, str]] = field(default_factory=list)  # (source line, text)
-    tokens: int = 0  # tokens of the chunk's own lines (what seed 003 compares)
+    overhead: int = 0  # units of the prefix and reopen lines
+    # Own content: (first line, last line, None) for whole source lines, (n, n, text) for a piece.
+    segments: list[tuple[int, int, str | None]] = field(default_factory=list)
+    units: int = 0  # units of the own content (seed 003 compares its tokens)
     has_content: bool = False  # any non-blank own line
     start_level: int | None = None
     deepest: int | None = None
@@ -95,28 +99,25 @@ class _Window:
         self.min_tokens = options["min_tokens"]
         self.min_deeper = options["min_tokens_deeper"]
         self.max_tokens = options["max_tokens"]
+        self.limit = counter.max_units(self.max_tokens)  # most units a chunk text may measure
         self.keep_short_tail = options["keep_short_tail"]
-        self.headings = {b.start_line: b for b in doc.blocks if b.kind == "heading"}
-        self.fence_of_line = _fence_index(doc)
+        self.fence_starts = [fence.start_line for fence in doc.fences]
+        self.block_starts = [block.start_line for block in doc.blocks]
         self.hierarchy: dict[int, Heading] = {}
         self.drafts: list[Draft] = []
         self.chunk = _Chunk()
 
     def run(self) -> Split:
-        line = self.doc.source.body_start + 1
-        while line <= len(self.doc.lines):
-            block = self.headings.get(line)
-            if block is None:
-                self.add_line(line)
-                line += 1
-            else:
-                self.heading(block)
-                for number in range(block.start_line, block.end_line + 1):
-                    self.add_line(number)
-                line = block.end_line + 1
+        for heading, blocks in _sections(self.doc):
+            if heading is not None:
+                self.heading(heading)
+                self.add_range(heading.start_line, heading.end_line)
+            if blocks:
+                self.add_blocks(blocks)
         skipped = 0
         if self.chunk.has_content:
-            if self.chunk.tokens >= self.min_tokens or not self.drafts or self.keep_short_tail:
+            tokens = self.counter.tokens(self.chunk.units)
+            if tokens >= self.min_tokens or not self.drafts or self.keep_short_tail:
                 self.seal()
             else:
                 skipped = self.counter.count(self.draft(self.chunk).text)
@@ -127,11 +128,10 @@ class _Window:
     def heading(self, block: Block) -> None:
         """Seal before the heading if seed 003 says so, then track it in the hierarchy."""
         heading = block.heading
-        chunk = self.chunk
-        if not chunk.has_content or self.seals_at(heading, self.heading_tokens(block)):
+        if not self.chunk.has_content or self.seals_at(heading, self.units_of(block)):
             self.seal()
             parents = tuple(self.hierarchy[level] for level in sorted(self.hierarchy))
-            self.start(tuple(h for h in parents if h.level < heading.level))
+            self.chunk = self.new_chunk(tuple(h for h in parents if h.level < heading.level))
         for level in [level for level in self.hierarchy if level >= heading.level]:
             del self.hierarchy[level]
         self.hierarchy[heading.level] = heading
@@ -143,61 +143,105 @@ class _Window:
         if chunk.first_heading is None:
             chunk.first_heading = heading
 
-    def seals_at(self, heading: Heading, tokens: int) -> bool:
+    def seals_at(self, heading: Heading, units: int) -> bool:
         """Seed 003's decision at a heading, plus the hard maximum."""
         chunk = self.chunk
         if chunk.start_level == 1 and heading.level == 2 and chunk.seen_h2:
             return True
-        if chunk.overhead + chunk.tokens + tokens > self.max_tokens:
+        if chunk.overhead + chunk.units + units > self.limit:
             return True
+        tokens = self.counter.tokens(chunk.units)
         if chunk.start_level is None:
-            return chunk.tokens >= self.min_deeper
+            return tokens >= self.min_deeper
         if heading.level <= chunk.start_level or heading.level <= chunk.deepest:
-            return chunk.tokens >= self.min_tokens
-        return chunk.tokens >= self.min_deeper
-
-    def heading_tokens(self, block: Block) -> int:
-        lines = self.doc.lines[block.start_line - 1 : block.end_line]
-        return sum(self.counter.count(text) for text in lines)
+            return tokens >= self.min_tokens
+        return tokens >= self.min_deeper
 
     # -- lines ------------------------------------------------------------------------------
+
+    def units_of(self, block: Block) -> int:
+        return self.counter.units("\n".join(self.doc.lines[block.start_line - 1 : block.end_line]))
+
+    def add_blocks(self, blocks: list[tuple[int, int]]) -> None:
+        """Add the line ranges of a heading-free stretch: all at once when they fit, else one by
+        one (each range at once or line by line)."""
+        if not self.try_add(blocks[0][0], blocks[-1][1]):
+            for first, last in blocks:
+                if not self.try_add(first, last):
+                    for number in range(first, last + 1):
+                        self.add_line(number)
+
+    def add_range(self, first: int, last: int) -> None:
+        """Add source lines first..last: at once when every line of them fits, else line by line."""
+        if not self.try_add(first, last):
+            for number in range(first, last + 1):
+                self.add_line(number)
+
+    def try_add(self, first: int, last: int) -> bool:
+        """Add lines first..last at once if no line of them would break the hard maximum."""
+        text = "\n".join(self.doc.lines[first - 1 : last])
+        units = self.counter.units(text)
+        closer = self.largest_closer(first, last)
+        if self.chunk.overhead + self.chunk.units + units + closer > self.limit:
+            return False
+        self.append(first, last, None, units, bool(text.strip()))
+        return True
 
     def add_line(self, number: int) -> None:
         """Add source line `number`, sealing first when it would break the hard maximum."""
         text = self.doc.lines[number - 1]
-        tokens = self.counter.count(text)
-        closer = self.closer_tokens(number)
+        units = self.counter.units(text)
+        closer = self.closer_units(number)
         chunk = self.chunk
-        if chunk.has_content and chunk.overhead + chunk.tokens + tokens + closer > self.max_tokens:
+        if chunk.has_content and chunk.overhead + chunk.units + units + closer > self.limit:
             self.seal()
-            self.continue_at(number)
-        if self.chunk.overhead + tokens + closer <= self.max_tokens:
-            self.append(number, text, tokens)
+            self.chunk = self.continuation(number)
+        if self.chunk.overhead + units + closer <= self.limit:
+            self.append(number, number, None, units, bool(text.strip()))
             return
         # Longer than any chunk can hold: cut at word boundaries, one piece per chunk.
-        budget = (
-            self.max_tokens - closer - max(self.chunk.overhead, self.continuation(number).overhead)
-        )
-        for index, piece in enumerate(self.counter.split(text, max(budget, 1))):
+        overhead = max(self.chunk.overhead, self.continuation(number).overhead)
+        for index, piece in enumerate(self.counter.split(text, self.limit - overhead - closer)):
             if index:
                 self.seal()
-                self.continue_at(number)
-            self.append(number, piece, self.counter.count(piece))
+                self.chunk = self.continuation(number)
+            self.append(number, number, piece, self.counter.units(piece), bool(piece.strip()))
 
-    def append(self, number: int, text: str, tokens: int) -> None:
-        self.chunk.lines.append((number, text))
-        self.chunk.tokens += tokens
-        self.chunk.has_content = self.chunk.has_content or bool(text.strip())
+    def append(self, first: int, last: int, piece: str | None, units: int, content: bool) -> None:
+        chunk = self.chunk
+        segments = chunk.segments
+        if piece is None and segments and segments[-1][2] is None and segments[-1][1] == first - 1:
+            segments[-1] = (segments[-1][0], last, None)
+        else:
+            segments.append((first, last, piece))
+        chunk.units += units
+        chunk.has_content = chunk.has_content or content
 
-    def closer_tokens(self, number: int) -> int:
-        """Tokens of the closing fence line needed if the chunk ended right after line `number`."""
+    def closer_units(self, number: int) -> int:
+        """Units of the closing fence line needed if the chunk ended right after line `number`."""
         fence = self.open_fence_after(number)
-        return self.counter.count(fence_closer(self.doc, fence)) if fence else 0
+        return self.counter.units(fence_closer(self.doc, fence)) if fence else 0
+
+    def largest_closer(self, first: int, last: int) -> int:
+        """The most closer units needed after any line of first..last."""
+        low = max(bisect_right(self.fence_starts, first) - 1, 0)
+        high = bisect_right(self.fence_starts, last)
+        return max(
+            (
+                self.counter.units(fence_closer(self.doc, fence))
+                for fence in self.doc.fences[low:high]
+                if fence.end_line >= first
+            ),
+            default=0,
+        )
 
     def open_fence_after(self, number: int) -> Block | None:
         """The fence still open after line `number` (None outside fences or on a closing line)."""
-        fence = self.fence_of_line.get(number)
-        if fence is None or (fence.closed and number == fence.end_line):
+        index = bisect_right(self.fence_starts, number) - 1
+        if index < 0:
+            return None
+        fence = self.doc.fences[index]
+        if number > fence.end_line or (fence.closed and number == fence.end_line):
             return None
         return fence
 
@@ -206,88 +250,97 @@ class _Window:
     def new_chunk(self, parents: tuple[Heading, ...], reopen: str = "") -> _Chunk:
         """A chunk with `parents` prepended, outermost dropped while they take over half the max."""
         prefix = parents
-        while prefix and self.counter.count(_heading_lines(prefix)) > self.max_tokens // 2:
+        while prefix and self.counter.units(_heading_lines(prefix)) > self.limit // 2:
             prefix = prefix[1:]
-        overhead = self.counter.count(_heading_lines(prefix)) + self.counter.count(reopen)
+        overhead = self.counter.units(_heading_lines(prefix)) + self.counter.units(reopen)
         return _Chunk(parents=parents, prefix=prefix, reopen=reopen, overhead=overhead)
-
-    def start(self, parents: tuple[Heading, ...]) -> None:
-        self.chunk = self.new_chunk(parents)
 
     def continuation(self, number: int) -> _Chunk:
         """The chunk that continues the current section at line `number` after a max-token seal."""
         parents = tuple(self.hierarchy[level] for level in sorted(self.hierarchy))
-        fence = self.fence_of_line.get(number)
-        reopen = fence_reopener(self.doc, fence) if fence and number > fence.start_line else ""
+        fence = self.open_fence_after(number - 1)
+        reopen = fence_reopener(self.doc, fence) if fence and number <= fence.end_line else ""
         chunk = self.new_chunk(parents, reopen)
         chunk.start_level = chunk.deepest = parents[-1].level if parents else None
         return chunk
-
-    def continue_at(self, number: int) -> None:
-        self.chunk = self.continuation(number)
 
     def seal(self) -> None:
         """Emit the current chunk (if it has content) and start an empty one."""
         if self.chunk.has_content:
             self.drafts.append(self.draft(self.chunk))
-        self.start(parents=())
+        self.chunk = _Chunk()
 
     def draft(self, chunk: _Chunk) -> Draft:
         """BuildChunkWithHierarchy: parents, fence reopen, own lines, fence close."""
-        lines = chunk.lines
-        first = next(i for i, (_, text) in enumerate(lines) if text.strip())
-        last = max(i for i, (_, text) in enumerate(lines) if text.strip())
-        own = lines[first : last + 1]
+        lines, kinds = self.doc.lines, self.doc.line_kinds
+        own: list[str] = []
+        own_kinds = bytearray()
+        numbers: list[int] = []
+        for first, last, piece in chunk.segments:
+            if piece is None:
+                own.extend(lines[first - 1 : last])
+                own_kinds += kinds[first - 1 : last]
+                numbers.extend(range(first, last + 1))
+            else:
+                own.append(piece)
+                own_kinds.append(kinds[first - 1])
+                numbers.append(first)
+        start = next(i for i, text in enumerate(own) if text.strip())
+        end = next(i for i in range(len(own) - 1, -1, -1) if own[i].strip())
         texts = [h.markdown for h in chunk.prefix]
-        kinds = [TEXT] * len(texts)
+        line_kinds = bytearray([TEXT] * len(texts))
         if chunk.reopen:
             texts.append(chunk.reopen)
-            kinds.append(FENCE_MARK)
-        texts.extend(text for _, text in own)
-        kinds.extend(self.doc.line_kinds[number - 1] for number, _ in own)
-        fence = self.open_fence_after(own[-1][0])
+            line_kinds.append(FENCE_MARK)
+        texts.extend(own[start : end + 1])
+        line_kinds += own_kinds[start : end + 1]
+        units = chunk.overhead + chunk.units
+        fence = self.open_fence_after(numbers[end])
         if fence is not None:
             texts.append(fence_closer(self.doc, fence))
-            kinds.append(FENCE_MARK)
+            line_kinds.append(FENCE_MARK)
+            units += self.counter.units(texts[-1])
         first_heading = (chunk.first_heading,) if chunk.first_heading else ()
         return Draft(
             text="\n".join(texts),
-            start_line=own[0][0],
-            end_line=own[-1][0],
+            start_line=numbers[start],
+            end_line=numbers[end],
             headings=chunk.parents + first_heading,
-            title=self.target_heading(own, chunk.prefix),
-            line_kinds=bytes(kinds),
+            title=self.target_heading(numbers[start], numbers[end], chunk.prefix),
+            line_kinds=bytes(line_kinds),
+            token_count=self.counter.tokens(units) if self.counter.additive else None,
         )
 
-    def target_heading(self, own: list[tuple[int, str]], prefix: tuple[Heading, ...]) -> str:
+    def target_heading(self, first: int, last: int, prefix: tuple[Heading, ...]) -> str:
         """Seed 003's target heading: the first heading among the chunk's own lines with content
         under it; else its last heading; else the innermost prepended parent; else ""."""
-        found: list[Heading] = []
-        with_content: set[int] = set()
-        skip_until = 0
-        for number, text in own:
-            block = self.headings.get(number)
-            if block is not None:
-                if not found or found[-1] is not block.heading:
-                    found.append(block.heading)
-                skip_until = block.end_line
-            elif number > skip_until and text.strip() and found:
-                with_content.add(len(found) - 1)
-        for index, heading in enumerate(found):
-            if index in with_content:
+        starts = self.block_starts
+        inside = self.doc.blocks[bisect_left(starts, first) : bisect_right(starts, last)]
+        headings = [(i, b.heading) for i, b in enumerate(inside) if b.kind == "heading"]
+        for i, heading in headings:
+            if i + 1 < len(inside) and inside[i + 1].kind != "heading":
                 return heading.text
-        if found:
-            return found[-1].text
+        if headings:
+            return headings[-1][1].text
         return prefix[-1].text if prefix else ""
 
 
-def _fence_index(doc: ParsedDocument) -> dict[int, Block]:
-    """Every line inside a fenced block (its opening and closing lines too) mapped to the fence."""
-    return {
-        number: fence
-        for fence in doc.fences
-        for number in range(fence.start_line, fence.end_line + 1)
-    }
+def _sections(doc: ParsedDocument) -> list[tuple[Block | None, list[tuple[int, int]]]]:
+    """(heading block or None, line ranges up to the next heading): every body line once, the
+    lines between blocks (blank lines, link reference definitions) as ranges of their own."""
+    sections: list[tuple[Block | None, list[tuple[int, int]]]] = [(None, [])]
+    line = doc.source.body_start + 1
+    for block in doc.blocks:
+        if block.start_line > line:
+            sections[-1][1].append((line, block.start_line - 1))
+        if block.kind == "heading":
+            sections.append((block, []))
+        else:
+            sections[-1][1].append((block.start_line, block.end_line))
+        line = block.end_line + 1
+    if line <= len(doc.lines):
+        sections[-1][1].append((line, len(doc.lines)))
+    return sections
 
 
 def _heading_lines(headings: tuple[Heading, ...]) -> str:

@@ -54,6 +54,7 @@ class Draft:
     title: str | None = None  # None: the innermost heading's text
     content_type: str | None = None  # None: "code" when is_code, else "text"
     line_kinds: bytes | None = None  # one kind per line of text; None: found by parsing `text`
+    token_count: int | None = None  # None: counted from `text` by the strategy's counter
     extras: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -160,7 +161,7 @@ class Strategy:
             kinds = (
                 draft.line_kinds if draft.line_kinds is not None else text_line_kinds(draft.text)
             )
-            code = is_code(draft.text, kinds)
+            code = is_code(kinds)
             chunks.append(
                 Chunk(
                     ordinal=ordinal,
@@ -170,7 +171,11 @@ class Strategy:
                     header_path=" > ".join(heading.markdown for heading in draft.headings),
                     start_line=draft.start_line,
                     end_line=draft.end_line,
-                    token_count=counter.count(draft.text),
+                    token_count=(
+                        counter.count(draft.text)
+                        if draft.token_count is None
+                        else draft.token_count
+                    ),
                     is_code=code,
                     content_type=draft.content_type or ("code" if code else "text"),
                     links=self._links(doc, link_lines, draft),

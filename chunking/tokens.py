@@ -1,8 +1,7 @@
 """Token counters: the words x 1.3 heuristic of seed 003 (CJK-aware) and Hugging Face tokenizers.
 
-Every counter has a `name` (recorded in ChunkedDocument.tokenizer), `count(text)` and
-`split(text, budget)`. Counts are additive over lines: count("a\\nb") <= count("a") + count("b"),
-so a chunk assembled line by line never counts more than the sum its strategy accumulated.
+Every counter has a `name` (recorded in ChunkedDocument.tokenizer), `count(text)`,
+`split(text, max_units)`, and an additive measure `units` behind `count` (see TokenCounter).
 """
 
 from __future__ import annotations
@@ -32,18 +31,35 @@ _CJK = (
 # A word is one CJK character, or a run of up to 16 other non-space characters (a longer run,
 # e.g. a URL or a base64 blob, counts as one word per 16 characters).
 _WORD = re.compile(f"[{_CJK}]|[^\\s{_CJK}]{{1,16}}")
+_ANY_CJK = re.compile(f"[{_CJK}]")
+_RUN = re.compile(r"\S{1,16}")  # the same words when the text has no CJK character (faster)
 
 
 class TokenCounter(Protocol):
-    """What every token counter offers."""
+    """What every token counter offers.
+
+    `units` is additive over lines (units("a\\nb") == units("a") + units("b")) and `tokens` turns a
+    number of units into tokens, so a strategy can add up lines and know the exact token count
+    of the text it assembles.
+    """
 
     name: str
+    additive: bool  # whether count(text) is exactly tokens(sum of the units of its lines)
+
+    def units(self, text: str) -> int:
+        """The additive measure of `text` (words for the heuristic, tokens for tokenizers)."""
+
+    def tokens(self, units: int) -> int:
+        """Tokens of a text that measures `units`."""
+
+    def max_units(self, tokens: int) -> int:
+        """The most units a text of at most `tokens` tokens can measure."""
 
     def count(self, text: str) -> int:
         """Number of tokens in `text`."""
 
-    def split(self, text: str, budget: int) -> list[str]:
-        """Consecutive pieces of `text` (together exactly `text`), each at most `budget` tokens."""
+    def split(self, text: str, max_units: int) -> list[str]:
+        """Consecutive pieces of `text` (together exactly `text`), each at most `max_units`."""
 
 
 @dataclass(frozen=True)
@@ -51,14 +67,29 @@ class HeuristicCounter:
     """Seed 003's heuristic: ceil(words x 1.3), where each CJK character counts as one word."""
 
     name: str = "words*1.3+cjk/v1"
+    additive: bool = True  # count(text) == tokens(sum of units of its lines), exactly
+
+    def units(self, text: str) -> int:
+        """Number of words."""
+        if _ANY_CJK.search(text) is None:
+            return len(_RUN.findall(text))
+        return len(_WORD.findall(text))
+
+    def tokens(self, units: int) -> int:
+        """ceil(1.3 x words), in integer arithmetic."""
+        return (units * 13 + 9) // 10
+
+    def max_units(self, tokens: int) -> int:
+        """floor(tokens / 1.3) words."""
+        return tokens * 10 // 13
 
     def count(self, text: str) -> int:
-        """ceil(1.3 x number of words) in integer arithmetic."""
-        return (len(_WORD.findall(text)) * 13 + 9) // 10
+        """ceil(1.3 x number of words)."""
+        return self.tokens(self.units(text))
 
-    def split(self, text: str, budget: int) -> list[str]:
-        """Cut before every k-th word, k the most words whose count fits `budget` (at least 1)."""
-        per_piece = max(1, budget * 10 // 13)
+    def split(self, text: str, max_units: int) -> list[str]:
+        """Cut before every `max_units`-th word (at least one word per piece)."""
+        per_piece = max(1, max_units)
         starts = [match.start() for match in _WORD.finditer(text)]
         cuts = [0, *starts[per_piece::per_piece], len(text)]
         return [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
@@ -70,15 +101,28 @@ class HFCounter:
 
     name: str
     tokenizer: Any  # tokenizers.Tokenizer with truncation and padding off
+    additive: bool = False  # WordPiece is additive over lines, byte-level BPE is not
 
-    def count(self, text: str) -> int:
+    def units(self, text: str) -> int:
         """Number of tokens the model would see for `text` (no [CLS]/[SEP])."""
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
-    def split(self, text: str, budget: int) -> list[str]:
-        """Cut every `budget` tokens, moved back to a whitespace gap between tokens if possible."""
+    def tokens(self, units: int) -> int:
+        """Units are tokens."""
+        return units
+
+    def max_units(self, tokens: int) -> int:
+        """Units are tokens."""
+        return tokens
+
+    def count(self, text: str) -> int:
+        """Number of tokens the model would see for `text` (no [CLS]/[SEP])."""
+        return self.units(text)
+
+    def split(self, text: str, max_units: int) -> list[str]:
+        """Cut every `max_units` tokens, moved back to a whitespace gap between tokens if any."""
         offsets = self.tokenizer.encode(text, add_special_tokens=False).offsets
-        budget = max(1, budget)
+        budget = max(1, max_units)
         cuts, first = [0], 0
         while len(offsets) - first > budget:
             cut = first + budget

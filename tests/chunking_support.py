@@ -1,0 +1,114 @@
+"""Shared helpers of the chunking tests: a hypothesis strategy for random markdown and the
+cross-strategy invariant checks."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from hypothesis import strategies as st
+
+from chunking import ChunkedDocument, chunk_source
+from chunking.blocks import parse, unclosed_fences
+from chunking.normalize import normalize
+from chunking.strategy import get_strategy
+
+_WORDS = st.sampled_from(
+    "the quick brown fox jumps over lazy dog install configure run 安装 指南 設定 설치 "
+    "`code` **bold** [link](other.md) <https://example.com> a-very-long-identifier-name_x "
+    "# ## ``` ~~~ > - 1. |".split()
+)
+_SENTENCE = st.lists(_WORDS, min_size=1, max_size=40).map(" ".join)
+
+
+@st.composite
+def _block(draw) -> str:
+    kind = draw(st.integers(0, 11))
+    sentence = draw(_SENTENCE)
+    if kind == 0:
+        return f"{'#' * draw(st.integers(1, 6))} {sentence}"
+    if kind == 1:
+        return f"{sentence}\n{draw(st.sampled_from(['===', '---']))}"
+    if kind in (2, 3):
+        marker = draw(st.sampled_from(["```", "~~~", "````", "~~~~~"]))
+        indent = draw(st.sampled_from(["", " ", "   "]))
+        body = draw(
+            st.lists(st.sampled_from([sentence, "# not a heading", "", "x = 1"]), max_size=30)
+        )
+        closed = draw(st.booleans()) or kind == 2
+        lines = [f"{indent}{marker}{draw(st.sampled_from(['', 'python', 'yaml']))}"]
+        lines += [f"{indent}{line}" for line in body]
+        return "\n".join(lines + ([f"{indent}{marker}"] if closed else []))
+    if kind == 4:
+        items = draw(st.lists(_SENTENCE, min_size=1, max_size=6))
+        depth = draw(st.integers(0, 3))
+        return "\n".join(f"{'  ' * min(i, depth)}- {item}" for i, item in enumerate(items))
+    if kind == 5:
+        body = draw(st.lists(st.sampled_from([sentence, "# comment", "x = 1"]), max_size=8))
+        return "1. item\n\n   ```\n" + "\n".join(f"   {line}" for line in body) + "\n   ```"
+    if kind == 6:
+        return "\n".join(f"> {line}" for line in draw(st.lists(_SENTENCE, min_size=1, max_size=4)))
+    if kind == 7:
+        rows = draw(st.lists(_SENTENCE, min_size=1, max_size=5))
+        return "| a | b |\n|---|---|\n" + "\n".join(f"| {row} | x |" for row in rows)
+    if kind == 8:
+        return f"    {sentence}\n    # indented, not a heading"
+    if kind == 9:
+        return f"<div>\n# {sentence}\n</div>"
+    return "\n".join(draw(st.lists(_SENTENCE, min_size=1, max_size=12)))
+
+
+@st.composite
+def markdown_documents(draw) -> str:
+    """Random markdown mixing headings, setext headings, fences (closed or not), lists, quotes,
+    tables, indented code and HTML, with CJK words and heading-like lines inside code."""
+    blocks = draw(st.lists(_block(), max_size=25))
+    separator = draw(st.sampled_from(["\n\n", "\n"]))
+    return separator.join(blocks) + draw(st.sampled_from(["", "\n"]))
+
+
+_FENCE_LINE = re.compile(r"^\s*(`{3,}|~{3,})[^`]*$")
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def own_lines(text: str, heading_lines: set[str]) -> list[str]:
+    """The chunk's own content lines: its non-blank lines except headings of the document (which
+    may be prepended context) and bare fence lines (which may close or reopen a split fence)."""
+    return [
+        line
+        for line in text.split("\n")
+        if line.strip() and _collapse(line) not in heading_lines and not _FENCE_LINE.match(line)
+    ]
+
+
+def check_invariants(data: bytes | str, strategy: str, **options) -> ChunkedDocument:
+    """Chunk `data` twice and assert every cross-strategy invariant; returns the document."""
+    first = chunk_source(data, strategy=strategy, document_id="doc", **options)
+    second = chunk_source(data, strategy=strategy, document_id="doc", **options)
+    as_json = [json.dumps(c.to_dict(), ensure_ascii=False) for c in first.chunks]
+    assert as_json == [json.dumps(c.to_dict(), ensure_ascii=False) for c in second.chunks]
+
+    chunker = get_strategy(strategy, **options)
+    doc = parse(normalize(data))
+    headings = {b.heading.text for b in doc.blocks if b.heading is not None}
+    heading_lines = {_collapse(f"{'#' * n} {text}") for text in headings for n in range(1, 7)}
+    limit = chunker.hard_max_tokens
+    assert [c.ordinal for c in first.chunks] == list(range(len(first.chunks)))
+    for chunk in first.chunks:
+        assert chunk.text.strip(), f"chunk {chunk.ordinal} is empty"
+        assert 1 <= chunk.start_line <= chunk.end_line <= len(doc.lines)
+        source = _collapse("\n".join(doc.lines[chunk.start_line - 1 : chunk.end_line]))
+        for line in own_lines(chunk.text, heading_lines):
+            assert _collapse(line) in source, (
+                f"chunk {chunk.ordinal}: {line!r} is not in lines "
+                f"{chunk.start_line}..{chunk.end_line}"
+            )
+        assert unclosed_fences(chunk.text) == [], f"chunk {chunk.ordinal} leaves a fence open"
+        assert chunk.token_count == chunker.counter.count(chunk.text)
+        if limit is not None:
+            assert chunk.token_count <= limit
+        assert set(chunk.headings_path) <= headings, "a heading that is not a document heading"
+    return first

@@ -1,0 +1,117 @@
+"""The block parse: markdown-it tokens and line maps, fences, setext headings, parser dispatch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from chunking.blocks import (
+    FENCE_BODY,
+    FENCE_MARK,
+    INDENTED_CODE,
+    TABLE,
+    TEXT,
+    block_parser,
+    parse,
+    unclosed_fences,
+)
+from chunking.normalize import normalize
+from tests.chunking_support import markdown_documents
+
+FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
+
+
+def headings(text: str) -> list[tuple[int, str, int]]:
+    doc = parse(normalize(text))
+    return [(b.heading.level, b.heading.text, b.start_line) for b in doc.blocks if b.heading]
+
+
+def test_headings_never_come_from_fences_quotes_or_html():
+    found = headings((FIXTURES / "tricky_fences.md").read_text())
+    assert found == [(1, "Fences", 1), (2, "Real Heading", 26)]
+    found = headings((FIXTURES / "guide.md").read_text())
+    assert [text for _, text, _ in found] == [
+        "Installation Guide",
+        "Requirements",
+        "Optional tools",
+        "Install",
+        "Setext Heading",
+        "Configure",
+    ]
+
+
+def test_setext_heading_spans_its_two_lines():
+    doc = parse(normalize("Intro\n\nTitle\n=====\n\nSub\n---\ntext\n"))
+    heads = [b for b in doc.blocks if b.kind == "heading"]
+    assert [(b.heading.level, b.heading.text, b.start_line, b.end_line) for b in heads] == [
+        (1, "Title", 3, 4),
+        (2, "Sub", 6, 7),
+    ]
+
+
+def test_block_lines_are_original_file_lines_after_front_matter():
+    doc = parse(normalize("---\na: 1\n---\n# H\n\npara\n"))
+    assert [(b.kind, b.start_line, b.end_line) for b in doc.blocks] == [
+        ("heading", 4, 4),
+        ("paragraph", 6, 6),
+    ]
+
+
+def test_line_kinds_mark_code_and_tables():
+    text = "# H\n\n```py\ncode\n```\n\n    indented\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\ntext\n"
+    kinds = parse(normalize(text)).line_kinds
+    assert list(kinds) == [
+        TEXT, TEXT, FENCE_MARK, FENCE_BODY, FENCE_MARK, TEXT, INDENTED_CODE, TEXT,
+        TABLE, TABLE, TABLE, TEXT, TEXT,
+    ]  # fmt: skip
+
+
+def test_fences_record_info_marker_and_closure():
+    doc = parse(normalize((FIXTURES / "tricky_fences.md").read_text()))
+    fences = [(f.markup, f.info, f.closed) for f in doc.fences]
+    assert fences == [
+        ("```", "yaml", True),
+        ("~~~", "", True),
+        ("````", "markdown", True),
+        ("```", "", True),
+        ("```", "unclosed", False),
+    ]
+
+
+def test_unclosed_fences_only_counts_fences_open_at_the_end():
+    assert unclosed_fences("```\ncode\n```\n") == []
+    assert unclosed_fences("text\n~~~~\ncode\n") == [2]
+    # A fence that its list item ends is closed by the container, as CommonMark says.
+    assert unclosed_fences("- ```\n  code\n\ntext\n") == []
+
+
+@pytest.mark.timeout(30)
+def test_deep_nesting_and_many_headings_parse():
+    nested = "".join(f"{'  ' * depth}- level {depth}\n" for depth in range(500))
+    doc = parse(normalize(nested))
+    assert doc.blocks[0].kind == "bullet_list"
+    assert doc.blocks[-1].end_line == 500
+    quotes = parse(normalize(">" * 500 + " deep\n"))
+    assert quotes.blocks[0].kind == "blockquote"
+    many = parse(normalize("".join(f"## Heading {i}\n" for i in range(10_000))))
+    assert len(many.blocks) == 10_000
+
+
+def _tokens(md, text: str) -> list[tuple]:
+    tokens = []
+    md.block.parse(text, md, {}, tokens)
+    return [(t.type, t.map, t.level, t.content, t.info, t.markup) for t in tokens]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.md")))
+def test_first_char_dispatch_gives_markdown_its_tokens_on_fixtures(name):
+    text = (FIXTURES / name).read_text(encoding="utf-8")
+    assert _tokens(block_parser(True), text) == _tokens(block_parser(False), text)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(markdown_documents())
+def test_first_char_dispatch_gives_markdown_its_tokens(text):
+    assert _tokens(block_parser(True), text) == _tokens(block_parser(False), text)

@@ -1,0 +1,75 @@
+"""Decoding, line endings and YAML front matter (seed 002 section 2)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from chunking import CHUNKING_FAILED, INVALID_FRONT_MATTER, ChunkingError, chunk_source
+from chunking.normalize import normalize
+
+
+def test_invalid_utf8_names_the_byte_offset():
+    data = "# Title\n\ncafé ".encode() + b"\xff\xfe rest"
+    with pytest.raises(ChunkingError) as caught:
+        normalize(data)
+    assert caught.value.code == CHUNKING_FAILED
+    offset = len("# Title\n\ncafé ".encode())
+    assert f"byte offset {offset}:" in caught.value.message
+
+
+def test_nul_byte_is_binary_content():
+    with pytest.raises(ChunkingError) as caught:
+        normalize(b"# Title\n\x00\x01\x02")
+    assert caught.value.code == CHUNKING_FAILED
+    assert "byte offset 8" in caught.value.message
+
+
+def test_bom_dropped_and_line_endings_normalised():
+    doc = normalize(b"\xef\xbb\xbf# T\r\nline two\rline three\n\nlast")
+    assert doc.lines == ("# T", "line two", "line three", "", "last")
+    assert doc.body == "# T\nline two\nline three\n\nlast\n"
+
+
+def test_source_version_id_is_sha256_of_raw_bytes():
+    data = b"\xef\xbb\xbf# T\r\n"
+    assert normalize(data).source_version_id == hashlib.sha256(data).hexdigest()
+    text = "# T\n"
+    assert normalize(text).source_version_id == hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_front_matter_parsed_excluded_and_line_numbers_kept():
+    data = "---\ntitle: Guide\ndate: 2024-05-01\ntags: [a, b]\n---\n# Heading\n\nBody text.\n"
+    document = chunk_source(data)
+    assert document.front_matter == {"title": "Guide", "date": "2024-05-01", "tags": ["a", "b"]}
+    (chunk,) = document.chunks
+    assert "title: Guide" not in chunk.text
+    assert chunk.text.startswith("# Heading")
+    assert (chunk.start_line, chunk.end_line) == (6, 8)
+
+
+def test_front_matter_with_crlf_and_dots_terminator():
+    document = chunk_source(b"---\r\nauthor: me\r\n...\r\nText line.\r\n")
+    assert document.front_matter == {"author": "me"}
+    assert document.chunks[0].start_line == 4
+
+
+def test_empty_front_matter_is_empty_mapping():
+    assert chunk_source("---\n---\nText.\n").front_matter == {}
+
+
+@pytest.mark.parametrize(
+    "yaml_text",
+    ["title: [unclosed", "- a\n- b", "just a string", "key: value\n  bad: indent"],
+)
+def test_invalid_front_matter_is_an_error_for_the_document(yaml_text):
+    with pytest.raises(ChunkingError) as caught:
+        chunk_source(f"---\n{yaml_text}\n---\n# T\n")
+    assert caught.value.code == INVALID_FRONT_MATTER
+
+
+def test_unclosed_front_matter_is_ordinary_markdown():
+    document = chunk_source("---\ntitle: x\n\nno closing line here\n")
+    assert document.front_matter == {}
+    assert "title: x" in document.chunks[0].text
