@@ -41,7 +41,8 @@ def test_boundaries_of_section_4(minilm):
     assert got == [
         ("Preamble text before any heading.", (), ""),  # root chunk: no heading path
         ("# Guide", ("Guide",), "# Guide"),  # two short paragraphs merged (4.2)
-        ("## Setup", ("Guide", "Setup"), "# Guide > ## Setup > bullet list"),  # list may follow prose
+        # a list may follow prose in one chunk
+        ("## Setup", ("Guide", "Setup"), "# Guide > ## Setup > bullet list"),
         ("1. first ordered", ("Guide", "Setup"), "# Guide > ## Setup > ordered list"),  # switch
         ("After the lists comes prose.", ("Guide", "Setup"), "# Guide > ## Setup"),  # list exit
         ("| Name | Value |", ("Guide", "Setup"), "# Guide > ## Setup > table"),  # table starts
@@ -69,7 +70,7 @@ def test_every_heading_starts_a_chunk_and_empty_parents_ride_along():
 
 def _paragraphs(count: int, sentences: int) -> str:
     return "\n\n".join(
-        " ".join(f"Sentence {p}-{s} talks about topic {s} in some detail." for s in range(sentences))
+        " ".join(f"Sentence {p}-{s} talks about topic {s} in detail." for s in range(sentences))
         for p in range(count)
     )
 

@@ -1,0 +1,156 @@
+"""The `hierarchical` strategy (seed 004): content types, atomic units, character-sized overlap,
+hierarchy paths, enhanced content and symmetric cross-references."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from chunking import CHUNKING_FAILED, ChunkingError, chunk_source, list_strategies, strategy_key
+from chunking.blocks import parse, unclosed_fences
+from chunking.hierarchical import BAND
+from chunking.normalize import normalize
+from chunking.strategy import get_strategy
+
+FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
+
+
+def hierarchical(text: str, **options):
+    return chunk_source(text, strategy="hierarchical", **options)
+
+
+@pytest.fixture(scope="module")
+def types_doc():
+    return hierarchical((FIXTURES / "hierarchical_types.md").read_bytes())
+
+
+def by_path(doc, path: str):
+    return next(c for c in doc.chunks if c.extras["formatted_path"] == path)
+
+
+def test_each_content_type_is_classified(types_doc):
+    assert [(c.extras["formatted_path"], c.content_type) for c in types_doc.chunks] == [
+        ("Pydantic", "introduction"),
+        ("Pydantic > Installation", "code_example"),
+        ("Pydantic > Options", "table_based"),
+        ("Pydantic > See also", "link_list"),
+        ("Pydantic > Concepts", "descriptive_text"),
+        ("Pydantic > Concepts > Fields", "descriptive_text"),
+        ("Pydantic > Concepts > Validators", "descriptive_text"),
+        ("Pydantic > Mixed", "default"),
+        # "## Examples" has no content of its own, so it has no chunk (seed 004 skips it).
+        ("Pydantic > Examples > Fields", "descriptive_text"),
+    ]
+
+
+def test_title_and_first_section_rules_for_introduction():
+    assert hierarchical("Some words before any heading.\n").chunks[0].content_type == "introduction"
+    later = hierarchical("# A\n\nintro text\n\n## Overview\n\nMore text here.\n\n## B\n\nText.\n")
+    assert [c.content_type for c in later.chunks] == [
+        "introduction", "introduction", "descriptive_text"
+    ]
+
+
+def test_hierarchy_path_levels_and_enhanced_content(types_doc):
+    chunk = by_path(types_doc, "Pydantic > Concepts > Fields")
+    assert chunk.headings_path == ("Pydantic", "Concepts", "Fields")
+    assert chunk.header_path == "# Pydantic > ## Concepts > ### Fields"
+    assert chunk.title == "Fields"
+    assert chunk.extras["hierarchy_levels"] == [1, 2, 3]
+    assert chunk.extras["header_level"] == 3
+    assert chunk.text == "### Fields\n\nFields carry types and defaults."
+    assert chunk.extras["enhanced_content"] == (
+        "Context: Pydantic > Concepts > Fields\n\n### Fields\n\nFields carry types and defaults."
+    )
+
+
+def test_cross_references_follow_seed_004_and_are_symmetric(types_doc):
+    chunks = types_doc.chunks
+    related = {c.ordinal: set(c.extras["related_chunks"]) for c in chunks}
+    for ordinal, others in related.items():
+        assert ordinal not in others
+        assert all(ordinal in related[other] for other in others)
+    fields = by_path(types_doc, "Pydantic > Concepts > Fields").ordinal
+    other_fields = by_path(types_doc, "Pydantic > Examples > Fields").ordinal
+    concepts = by_path(types_doc, "Pydantic > Concepts").ordinal
+    validators = by_path(types_doc, "Pydantic > Concepts > Validators").ordinal
+    assert related[fields] == {other_fields, concepts, validators}  # title, parent, sibling
+    assert related[other_fields] == {fields}  # its parent "Examples" has no chunk
+    chunk = chunks[fields]
+    assert chunk.extras["related_sections"] == [
+        chunks[i].extras["formatted_path"] for i in chunk.extras["related_chunks"]
+    ]
+
+
+def test_descriptive_text_is_cut_between_paragraphs_with_a_character_overlap():
+    paragraphs = [
+        " ".join(f"Paragraph {p} sentence {s} explains one idea." for s in range(7))
+        for p in range(12)
+    ]
+    doc = hierarchical("# Guide\n\n## Concepts\n\n" + "\n\n".join(paragraphs) + "\n")
+    chunks = [c for c in doc.chunks if c.extras["formatted_path"] == "Guide > Concepts"]
+    assert len(chunks) > 3
+    assert all(c.content_type == "descriptive_text" for c in chunks)
+    for before, after in zip(chunks, chunks[1:], strict=False):
+        overlap = after.text.split("\n\n")[0]
+        assert 0 < len(overlap) <= 200  # the unit is characters, whole words
+        assert before.text.endswith(overlap)
+        assert overlap.split()[0] in before.text.split()
+        new = after.text[len(overlap) :].strip()
+        assert len(new) <= 1000 and new.startswith("Paragraph ")
+        # A continuation has no heading line, so enhanced content adds it after the context.
+        assert after.extras["enhanced_content"] == (
+            "Context: Guide > Concepts\n\n## Concepts\n\n" + after.text
+        )
+    assert [p for p in paragraphs if not any(p in c.text for c in chunks)] == []
+
+
+def test_atomic_code_stays_whole_up_to_the_hard_maximum_then_reopens_its_fence():
+    code = [f"result_{i} = transform(data, step={i})" for i in range(70)]
+    whole = hierarchical("# A\n\ntext\n\n## Example\n\n```python\n" + "\n".join(code) + "\n```\n")
+    example = [c for c in whole.chunks if c.title == "Example"]
+    assert 1000 < len(example[0].text) <= 4000 and len(example) == 1
+    assert example[0].content_type == "code_example"
+
+    huge = [f"result_{i} = transform(data, step={i})" for i in range(400)]
+    doc = hierarchical("## Example\n\n```python\n" + "\n".join(huge) + "\n```\n")
+    assert len(doc.chunks) > 3
+    body = []
+    for chunk in doc.chunks:
+        assert len(chunk.text) <= 4000 and not unclosed_fences(chunk.text)
+        lines = chunk.text.removeprefix("## Example\n\n").split("\n")
+        assert lines[0] == "```python" and lines[-1] == "```"
+        body += lines[1:-1]
+    assert body == huge
+
+
+def test_sibling_and_title_groups_are_banded_and_stay_symmetric():
+    sections = "\n\n".join(f"## Part {i}\n\n### Notes\n\nText {i}." for i in range(60))
+    doc = hierarchical("# Book\n\nIntro.\n\n" + sections + "\n")
+    related = {c.ordinal: set(c.extras["related_chunks"]) for c in doc.chunks}
+    assert all(o in related[r] for o, rs in related.items() for r in rs)
+    notes = [c for c in doc.chunks if c.title == "Notes"]
+    middle = notes[30]
+    same_title = {o for o in related[middle.ordinal] if doc.chunks[o].title == "Notes"}
+    assert len(same_title) == 2 * BAND
+    assert max(len(rs) for o, rs in related.items() if o != 0) <= 2 * BAND + 2
+
+
+def test_cache_key_and_options():
+    assert strategy_key("hierarchical") == "hierarchical-1000-200-4000"
+    assert list_strategies()["hierarchical"] == "hierarchical-1000-200-4000"
+    assert strategy_key("hierarchical", overlap_size=100) == "hierarchical-1000-100-4000"
+    with pytest.raises(ValueError, match="max_chunk_size \\+ overlap_size <= hard_max_size"):
+        get_strategy("hierarchical", max_chunk_size=3900)
+
+
+def test_chunk_over_the_character_hard_maximum_fails_the_checklist():
+    strategy = get_strategy("hierarchical")
+    doc = parse(normalize("# T\n\nalpha\n"))
+    chunks = list(strategy.chunk(doc).chunks)
+    chunks[0] = dataclasses.replace(chunks[0], text="x" * 4001)
+    with pytest.raises(ChunkingError) as caught:
+        strategy.validate(doc, chunks)
+    assert caught.value.code == CHUNKING_FAILED and "4001 characters" in caught.value.message
