@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import ray
+from ray.data import DataContext
+from ray.data.context import ShuffleStrategy
 
 from indexing import (
     IndexSettings,
@@ -45,6 +47,7 @@ log = logging.getLogger("mdindex.build")
 
 # Environment that Ray workers of a locally started instance need to reach S3 and stay offline.
 FORWARDED_ENV_PREFIXES = ("AWS_", "HF_", "TRANSFORMERS_", "RAY_AUTH_MODE")
+MAX_PARTITIONS = 200  # hash partitions of the group-by-topic shuffle (Ray Data's default)
 
 
 class InputNotFound(FileNotFoundError):
@@ -173,11 +176,15 @@ def topic_summaries(config: JobConfig, plan: Plan, rows: list[dict[str, Any]]) -
     """Run the Ray Data pipeline over `rows`; yield one summary per rebuilt topic as it finishes."""
     start_ray(config)
     configure_progress()
+    # The sort-based shuffle groups by topic in seconds; the default actor-based hash shuffle
+    # adds ~10 s of aggregator start-up to every run on a small machine.
+    DataContext.get_current().shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     source = Storage(config.input, config.storage_options)
     resources = config.resources
     from chunking import strategy_key
 
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
+    rebuilt = {row["topic"] for row in rows}
     chunk_settings = ChunkSettings(
         strategy=config.chunking.strategy,
         options=dict(config.chunking.options),
@@ -219,7 +226,7 @@ def topic_summaries(config: JobConfig, plan: Plan, rows: list[dict[str, Any]]) -
             fn_constructor_kwargs={"settings": embed_settings},
             **actor_stage_args(resources.embed),
         )
-        .groupby("topic")
+        .groupby("topic", num_partitions=max(1, min(MAX_PARTITIONS, len(rebuilt))))
         .map_groups(
             build_and_write,
             batch_format="pyarrow",

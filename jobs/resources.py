@@ -8,10 +8,24 @@ from ray.data import ActorPoolStrategy, TaskPoolStrategy
 
 from jobs.config import EmbedResources, IndexResources, TaskResources
 
+# Ray Data fuses a task stage into the next actor stage when their remote arguments match, which
+# would run chunking serially inside the embedding actors. Options given per task through
+# `ray_remote_args_fn` are never fused, so the CPU stages keep their own tasks, in parallel with
+# embedding; the option itself retries a task whose worker died.
+TASK_RETRIES = 3
+
+
+def _task_options() -> dict[str, Any]:
+    return {"max_retries": TASK_RETRIES}
+
 
 def task_stage_args(resources: TaskResources) -> dict[str, Any]:
     """`map_batches` arguments of a CPU stage run as tasks."""
-    args: dict[str, Any] = {"num_cpus": resources.num_cpus, "batch_size": resources.batch_size}
+    args: dict[str, Any] = {
+        "num_cpus": resources.num_cpus,
+        "batch_size": resources.batch_size,
+        "ray_remote_args_fn": _task_options,
+    }
     if resources.concurrency is not None:
         args["compute"] = TaskPoolStrategy(size=resources.concurrency)
     return args

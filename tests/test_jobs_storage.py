@@ -53,8 +53,12 @@ def make_bucket(s3_server, name: str) -> str:
     """Create a bucket without a LocationConstraint (moto rejects "us-east-1" as one)."""
     import s3fs
 
-    fs = s3fs.S3FileSystem(skip_instance_cache=True, key="testing", secret="testing",
-                           client_kwargs={"endpoint_url": s3_server.endpoint_url})
+    fs = s3fs.S3FileSystem(
+        skip_instance_cache=True,
+        key="testing",
+        secret="testing",
+        client_kwargs={"endpoint_url": s3_server.endpoint_url},
+    )
     fs.mkdir(name)
     return f"s3://{name}"
 

@@ -1,6 +1,6 @@
-"""Stage 4: embed on an actor pool. Each actor loads the model once; each batch looks the embedding
-cache up and embeds only the misses (`embedding.embed_with_cache`), and embeds the topics' questions
-as queries (with the model's query prefix)."""
+"""Stage 4: embed on an actor pool. Each actor loads the model once; for each document it looks the
+embedding cache up and embeds only the misses (`embedding.embed_with_cache`); it embeds each
+topic's questions as queries (with the model's query prefix)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,9 @@ class EmbedActor:
                     previous_source_hash=row["previous_hash"],
                 )
             )
-        results = embed_with_cache(self.embedder, self.cache, requests) if requests else []
+        # One call per document: the model's micro-batches then never mix texts of different
+        # documents, so a chunk's vector bits do not depend on how Ray batched the sources.
+        results = [embed_with_cache(self.embedder, self.cache, [r])[0] for r in requests]
         for row, request, result in zip(sources, requests, results, strict=True):
             row.update(
                 vectors=vectors_to_bytes(result.vectors),

@@ -1,0 +1,138 @@
+"""Config loading and validation: shipped configs load; bad ones fail early with exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs.config import ConfigError, JobConfig, config_from_dict, load_config
+from jobs.reindex import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["local.yaml", "cluster-gpu.yaml"])
+def test_shipped_configs_load_and_validate(name):
+    config = load_config(str(ROOT / "configs" / name), overrides={"input": "s3://bucket/docs"})
+    assert isinstance(config, JobConfig)
+    assert config.input == "s3://bucket/docs"
+    assert config.output and config.cache
+
+
+def test_cluster_gpu_config_is_the_gpu_setup():
+    config = load_config(str(ROOT / "configs" / "cluster-gpu.yaml"))
+    assert config.embedding.model == "mixedbread-ai/mxbai-embed-large-v1"
+    assert config.embedding.dtype == "fp16"
+    assert config.resources.embed.num_gpus == 1
+    assert all(uri.startswith("s3://") for uri in (config.input, config.output, config.cache))
+
+
+def test_cluster_yaml_validates_against_the_ray_launcher_schema():
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    cluster = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    validate_config(prepare_config(cluster))
+    workers = cluster["available_node_types"]["gpu_worker"]
+    assert workers["max_workers"] > workers["min_workers"] == 0  # autoscaling GPU group
+    assert any("pip install" in cmd and "-e" in cmd for cmd in cluster["setup_commands"])
+
+
+def test_defaults_output_in_place_and_cache_under_output(tmp_path):
+    config = config_from_dict({"input": str(tmp_path)})
+    assert config.output == str(tmp_path)
+    assert config.cache == f"{tmp_path}/.embedding-cache"
+    s3 = config_from_dict({"input": "s3://b/docs", "output": "s3://b/out"})
+    assert s3.cache == "s3://b/out/.embedding-cache"
+
+
+def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = config_from_dict({"input": "docs", "output": "file://out"})
+    assert config.input == str(tmp_path / "docs")
+    assert config.output == str(tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"embedding": {"batch_sizee": 3}}, "embedding.batch_sizee: unknown key; expected one of"),
+        ({"resources": {"embed": {"actors": 0}}}, "resources.embed.actors: must be >= 1"),
+        ({"resources": {"embed": {"num_gpus": "1"}}}, "resources.embed.num_gpus: expected a"),
+        ({"resources": {"chunk": {"batch_size": 2.5}}}, "resources.chunk.batch_size: expected an"),
+        ({"embedding": {"dtype": "int8"}}, "embedding.dtype: 'int8' is not one of"),
+        ({"embedding": {"device": "tpu"}}, "embedding.device: 'tpu' is not one of"),
+        ({"embedding": {"normalize": "yes"}}, "embedding.normalize: expected true or false"),
+        ({"failure_policy": "ignore"}, "failure_policy: 'ignore' is not one of: continue, abort"),
+        ({"prompts": {"threshold": 1.5}}, "prompts.threshold: must be <= 1.0"),
+        ({"sources": {"globs": []}}, "sources.globs: expected a non-empty list of strings"),
+        ({"chunking": {"strategy": "nope"}}, "chunking: unknown chunking strategy 'nope'"),
+        ({"chunking": {"options": {"no_such_option": 1}}}, "no_such_option"),
+        ({"embedding": []}, "embedding: expected a mapping"),
+        ({"output": "memory://x"}, "output: memory:// lives in one process"),
+        ({"resources": {"embed": {"actors": 3, "max_actors": 2}}}, "resources.embed.max_actors"),
+    ],
+)
+def test_bad_values_are_rejected_with_their_dotted_key(raw, message):
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict({"input": "/tmp/docs", **raw})
+    assert message in str(caught.value)
+
+
+def test_input_is_required():
+    with pytest.raises(ConfigError, match="input: required"):
+        config_from_dict({})
+
+
+def test_set_overrides_parse_yaml_scalars(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("input: /tmp/docs\nresources:\n  embed:\n    actors: 1\n")
+    config = load_config(
+        str(path),
+        settings=[
+            "resources.embed.actors=3",
+            "embedding.device=cpu",
+            "sources.globs=[a.md, b.md]",
+            "prompts.top_k=null",
+        ],
+    )
+    assert config.resources.embed.actors == 3
+    assert config.embedding.device == "cpu"
+    assert config.sources.globs == ("a.md", "b.md")
+    assert config.prompts.top_k is None
+    with pytest.raises(ConfigError, match="expected key=value"):
+        load_config(str(path), settings=["resources.embed.actors"])
+    with pytest.raises(ConfigError, match="resources.embed.actorz: unknown key"):
+        load_config(str(path), settings=["resources.embed.actorz=2"])
+
+
+def test_cli_exits_2_before_any_work_on_a_bad_config(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("embedding:\n  batch_sizee: 64\n")
+    assert main(["--config", str(path), "--input", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "embedding.batch_sizee: unknown key; expected one of" in err
+    assert not (tmp_path / "_reindex").exists()
+
+
+def test_cli_exits_2_on_missing_config_file_and_bad_yaml(tmp_path, capsys):
+    assert main(["--config", str(tmp_path / "absent.yaml"), "--input", str(tmp_path)]) == 2
+    assert "config file not found" in capsys.readouterr().err
+    path = tmp_path / "broken.yaml"
+    path.write_text("input: [unclosed\n")
+    assert main(["--config", str(path)]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+
+
+def test_cli_exits_2_on_bad_usage(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["--no-such-flag"])
+    assert caught.value.code == 2
+
+
+def test_cli_exits_2_when_the_input_does_not_exist(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("embedding:\n  device: cpu\n")
+    assert main(["--config", str(path), "--input", str(tmp_path / "nowhere")]) == 2
+    assert "no such directory" in capsys.readouterr().err

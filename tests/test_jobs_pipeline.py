@@ -1,0 +1,278 @@
+"""The build job end to end: real Ray (one local instance for the module), real MiniLM, real files
+on local disk and on S3 (moto), checked against seed 000's rules and the index.json schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import ray
+
+from indexing import chunk_table_schema, stripe_factor
+from jobs.reindex import main
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "fixtures" / "corpus"
+CONFIG = str(ROOT / "configs" / "local.yaml")
+SCHEMA = json.loads((ROOT / "tests" / "schemas" / "index.schema.json").read_text())
+TOPICS = ["guides", "libraries/http-client", "libraries/json-source-generation", "reference/cli"]
+GOLDEN = "libraries/json-source-generation"
+BROKEN = f"{GOLDEN}/broken-encoding.md"
+LOW_THRESHOLD = "prompts.threshold=0.3"  # MiniLM similarities of the fixture's questions
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_instance():
+    """One local Ray instance shared by every build of this module."""
+    ray.init(num_cpus=2, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+def build(*args: str) -> int:
+    """`python -m jobs.reindex` in-process with the shipped local config."""
+    return main(["--config", CONFIG, "--set", LOW_THRESHOLD, *args])
+
+
+def report_of(output: Path) -> dict:
+    return json.loads((output / "_reindex" / "report.json").read_text())
+
+
+def generated_files(output: Path) -> dict[str, bytes]:
+    """Every index output (index.json, chunk files, topic-spec, tables), not the cache or report."""
+    return {
+        p.relative_to(output).as_posix(): p.read_bytes()
+        for p in sorted(output.rglob("*"))
+        if p.is_file()
+        and not p.relative_to(output).as_posix().startswith((".", "_reindex/"))
+        and not (CORPUS / p.relative_to(output)).is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def local_output(tmp_path_factory) -> Path:
+    output = tmp_path_factory.mktemp("local") / "out"
+    assert build("--input", str(CORPUS), "--output", str(output)) == 3
+    return output
+
+
+def test_end_to_end_outputs_follow_seed_000(local_output):
+    out = local_output
+    for directory in ["", "libraries", "reference", *TOPICS]:
+        doc = json.loads((out / directory / "index.json").read_text())
+        jsonschema.validate(doc, SCHEMA)
+        assert doc["id"] == directory
+    root = json.loads((out / "index.json").read_text())
+    assert [t["id"] for t in root["_embedded"]["topics"]] == ["guides", "libraries", "reference"]
+    libraries = json.loads((out / "libraries" / "index.json").read_text())
+    assert [t["id"] for t in libraries["_embedded"]["topics"]] == TOPICS[1:3]
+    assert "chunks" not in libraries["_embedded"]
+
+    golden = json.loads((out / GOLDEN / "index.json").read_text())["_embedded"]["chunks"]
+    assert sorted(golden) == ["converters", "golden-reference"]  # the broken source has no entry
+    entry = golden["golden-reference"]
+    count = entry["count"]
+    assert count > 8 and len(entry["items"]) == count
+    assert entry["baseline_conceptual"] == 0 and entry["baseline_technical"] == 1
+    assert "Quick Reference" in entry["items"][1]["title"]
+    assert sorted(entry["stripe_order"]) == list(range(1, count))
+    assert sorted(entry["stripe_order_technical"]) == list(range(2, count))
+    factor = stripe_factor(count - 1)
+    assert factor > 1
+    assert entry["items"][0]["similarity_conceptual"] == pytest.approx(1.0, abs=1e-6)
+    assert entry["items"][1]["similarity_technical"] == pytest.approx(1.0, abs=1e-6)
+    keywords = {k["name"]: k["score"] for item in entry["items"] for k in item["keywords"]}
+    assert keywords["source generation"] == 9  # the topic's own _keywords/words.md
+    assert any(item.get("prompt_hashes") for item in entry["items"])
+    for item in entry["items"]:
+        assert (out / GOLDEN / item["href"]).is_file()
+    guides = json.loads((out / "guides" / "index.json").read_text())["_embedded"]["chunks"]
+    guide_keywords = {k["name"] for e in guides.values() for i in e["items"] for k in i["keywords"]}
+    assert "SDK" in guide_keywords  # nearest ancestor _keywords/words.md is the root's
+
+    table = pq.read_table(out / "_index" / "chunks" / "libraries~sjson-source-generation.parquet")
+    assert table.schema.equals(chunk_table_schema(384))
+    assert table.num_rows == sum(e["count"] for e in golden.values())
+    vectors = np.stack(table.column("embedding").to_numpy(zero_copy_only=False))
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    for href, text in zip(
+        table.column("href").to_pylist(), table.column("text").to_pylist(), strict=True
+    ):
+        assert (out / href).read_text(encoding="utf-8") == text
+    documents = pq.read_table(
+        out / "_index" / "documents" / "libraries~sjson-source-generation.parquet"
+    )
+    failed = [r for r in documents.to_pylist() if r["status"] == "failed"]
+    assert [(r["source"], r["error_code"]) for r in failed] == [(BROKEN, "CHUNKING_FAILED")]
+    assert (out / "_index" / "simhash" / "manifest.json").is_file()
+    assert "generated" in (out / GOLDEN / "topic-spec.md").read_text().lower()
+
+
+def test_end_to_end_report(local_output):
+    report = report_of(local_output)
+    assert report["status"] == "sources_failed"
+    assert report["sources"] == {"seen": 7, "changed": 7, "unchanged": 0, "deleted": 0, "failed": 1}
+    assert report["failures"] == [
+        {"path": BROKEN, "code": "CHUNKING_FAILED", "message": report["failures"][0]["message"]}
+    ]
+    assert "byte offset" in report["failures"][0]["message"]
+    total = sum(
+        e["count"]
+        for topic in TOPICS
+        for e in json.loads((local_output / topic / "index.json").read_text())["_embedded"][
+            "chunks"
+        ].values()
+    )
+    assert report["chunks"]["total"] == total
+    assert report["chunks"]["embedded"] == total and report["chunks"]["cache_hits"] == 0
+    read = [p for p in CORPUS.rglob("*.md") if "_keywords" not in p.parts]
+    assert report["bytes_read"] == sum(p.stat().st_size for p in read)
+    stages = report["timings"]["stages"]
+    assert set(stages) == {"read", "chunk", "embed", "index"}
+    assert stages["embed"]["chunks_per_second"] > 0
+    manifest = json.loads((local_output / "_reindex" / "manifest.json").read_text())
+    assert manifest["sources"][BROKEN]["failed"] is True
+
+
+def test_outputs_are_byte_identical_whatever_the_batching(local_output, tmp_path):
+    other = tmp_path / "out"
+    code = build(
+        "--input",
+        str(CORPUS),
+        "--output",
+        str(other),
+        "--set",
+        "resources.embed.actors=2",
+        "--set",
+        "resources.embed.num_cpus=0.5",
+        "--set",
+        "resources.embed.batch_size=1",
+        "--set",
+        "resources.chunk.batch_size=1",
+        "--set",
+        "resources.chunk.num_cpus=0.5",
+        "--set",
+        "resources.chunk.concurrency=2",
+    )
+    assert code == 3
+    ours, theirs = generated_files(local_output), generated_files(other)
+    assert sorted(ours) == sorted(theirs)
+    assert [p for p in ours if ours[p] != theirs[p]] == []
+
+
+def test_s3_end_to_end_matches_local_disk(local_output, s3_server, tmp_path):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(
+        skip_instance_cache=True,
+        key="testing",
+        secret="testing",
+        client_kwargs={"endpoint_url": s3_server.endpoint_url},
+    )
+    fs.mkdir("jobs-e2e")
+    fs.put(str(CORPUS) + "/", "jobs-e2e/corpus/", recursive=True)
+    config = tmp_path / "s3.yaml"
+    config.write_text(
+        Path(CONFIG).read_text() + f"\nstorage_options:\n  key: testing\n  secret: testing\n"
+        f"  client_kwargs: {{endpoint_url: '{s3_server.endpoint_url}'}}\n"
+    )
+    code = main(
+        [
+            "--config",
+            str(config),
+            "--set",
+            LOW_THRESHOLD,
+            "--input",
+            "s3://jobs-e2e/corpus",
+            "--output",
+            "s3://jobs-e2e/out",
+        ]
+    )
+    assert code == 3
+    local = generated_files(local_output)
+    for path, data in local.items():
+        assert fs.cat_file(f"jobs-e2e/out/{path}") == data, path
+    report = json.loads(fs.cat_file("jobs-e2e/out/_reindex/report.json"))
+    assert report["sources"]["failed"] == 1 and report["output"] == "s3://jobs-e2e/out"
+    assert fs.exists("jobs-e2e/out/.embedding-cache")
+
+
+def test_incremental_runs_in_place(tmp_path):
+    corpus = tmp_path / "docs"
+    shutil.copytree(CORPUS, corpus)
+    assert build("--input", str(corpus)) == 3  # output defaults to the input: in place
+    first = generated_files(corpus)
+    stamps = {p: os.stat(corpus / p).st_mtime_ns for p in first}
+
+    # An unchanged corpus: nothing embedded; only the topic with the failed source is redone,
+    # entirely from the cache, and every output comes out byte-identical.
+    assert build("--input", str(corpus)) == 3
+    report = report_of(corpus)
+    assert report["chunks"]["embedded"] == 0
+    assert report["chunks"]["cache_hits"] == report["chunks"]["total"] > 0
+    assert report["topics"]["rebuilt"] == 1 and report["topics"]["kept"] == 3
+    assert report["sources"]["unchanged"] == 6
+    assert generated_files(corpus) == first
+    untouched = [p for p in first if p.startswith(("guides/", "reference/"))]
+    assert all(os.stat(corpus / p).st_mtime_ns == stamps[p] for p in untouched)
+
+    # Edit one section of one document: only that document's changed chunks are embedded.
+    golden = corpus / GOLDEN / "golden-reference.md"
+    text = golden.read_text()
+    golden.write_text(
+        text.replace(
+            "## Security Considerations\n\n",
+            "## Security Considerations\n\nNever trust input sizes. ",
+            1,
+        )
+    )
+    assert build("--input", str(corpus)) == 3
+    report = report_of(corpus)
+    assert report["sources"]["changed"] == 2  # the edited one and the failed one (retried)
+    assert 1 <= report["chunks"]["embedded"] <= 2
+    assert (
+        report["chunks"]["cache_hits"] == report["chunks"]["total"] - report["chunks"]["embedded"]
+    )
+    after_edit = generated_files(corpus)
+    assert {p for p in first if first[p] != after_edit.get(p)} <= {
+        p for p in first if p.startswith((f"{GOLDEN}/", "_index/"))
+    }
+
+    # Delete documents: a whole topic and one source of another topic.
+    shutil.rmtree(corpus / "libraries" / "http-client")
+    (corpus / "guides" / "installation.md").unlink()
+    assert build("--input", str(corpus)) == 3
+    report = report_of(corpus)
+    assert report["sources"]["deleted"] == 2 and report["topics"]["deleted"] == 1
+    assert report["chunks"]["embedded"] == 0
+    assert not (corpus / "libraries" / "http-client" / "index.json").exists()
+    assert not list((corpus / "libraries").rglob("http-client/_chunks/*"))
+    assert not (corpus / "_index" / "chunks" / "libraries~shttp-client.parquet").exists()
+    libraries = json.loads((corpus / "libraries" / "index.json").read_text())
+    assert [t["id"] for t in libraries["_embedded"]["topics"]] == [GOLDEN]
+    guides = json.loads((corpus / "guides" / "index.json").read_text())["_embedded"]["chunks"]
+    assert sorted(guides) == ["getting-started"]
+    assert not list((corpus / "guides" / "_chunks").glob("installation-*.md"))
+    assert list((corpus / "guides" / "_chunks").glob("getting-started-*.md"))
+
+
+def test_a_failed_source_keeps_its_previous_outputs(tmp_path):
+    corpus = tmp_path / "docs"
+    shutil.copytree(CORPUS, corpus)
+    (corpus / BROKEN).unlink()
+    assert build("--input", str(corpus)) == 0
+    before = json.loads((corpus / "reference/cli/index.json").read_text())["_embedded"]["chunks"]
+    chunk_files = sorted((corpus / "reference/cli/_chunks").iterdir())
+    (corpus / "reference/cli/commands.md").write_bytes(b"# Commands\n\nbad \xff byte\n")
+    assert build("--input", str(corpus)) == 3
+    report = report_of(corpus)
+    assert [f["path"] for f in report["failures"]] == ["reference/cli/commands.md"]
+    after = json.loads((corpus / "reference/cli/index.json").read_text())["_embedded"]["chunks"]
+    assert after == before
+    assert sorted((corpus / "reference/cli/_chunks").iterdir()) == chunk_files
