@@ -1,0 +1,79 @@
+"""The `headers` strategy against seed 001's rules."""
+
+from __future__ import annotations
+
+from chunking import chunk_source, strategy_key
+
+
+def filler(count: int, word: str = "text") -> str:
+    return "\n".join(f"{word} line {i}" for i in range(count))
+
+
+def test_short_document_is_one_unchunked_chunk():
+    text = "# Title\n\n## A\nshort\n\n### B\nalso short\n"
+    document = chunk_source(text, strategy="headers")
+    assert document.is_chunked is False
+    (chunk,) = document.chunks
+    assert chunk.text == text.rstrip("\n")
+    assert (chunk.start_line, chunk.end_line) == (1, 7)
+    assert chunk.header_path == "# Title"
+
+
+def test_long_document_splits_at_h2_and_h3_with_header_paths():
+    text = (
+        f"# Guide\n{filler(200)}\n"
+        f"## Root Cause Analysis\n{filler(100)}\n"
+        f"### Database Layer\n{filler(100)}\n"
+        f"#### Detail (not a split point)\n{filler(50)}\n"
+        f"## Empty Section\n\n"
+        f"## Fix\n{filler(100)}\n"
+    )
+    document = chunk_source(text, strategy="headers")
+    assert document.is_chunked is True
+    paths = [chunk.header_path for chunk in document.chunks]
+    assert paths == [
+        "# Guide",
+        "# Guide > ## Root Cause Analysis",
+        "# Guide > ## Root Cause Analysis > ### Database Layer",
+        "# Guide > ## Fix",
+    ]
+    database = document.chunks[2]
+    assert database.headings_path == ("Guide", "Root Cause Analysis", "Database Layer")
+    assert database.text.startswith("### Database Layer\n")
+    assert "#### Detail" in database.text
+    lines = text.split("\n")
+    for chunk in document.chunks:
+        assert chunk.text == "\n".join(lines[chunk.start_line - 1 : chunk.end_line])
+
+
+def test_long_section_splits_between_blocks_never_inside_code():
+    code = "```python\n" + "\n".join(f"x_{i} = {i}" for i in range(300)) + "\n```"
+    paragraphs = "\n\n".join(f"Paragraph {i}.\nSecond line of {i}." for i in range(400))
+    text = f"## Big\n{paragraphs}\n\n{code}\n\n{paragraphs}\n"
+    document = chunk_source(text, strategy="headers")
+    assert len(document.chunks) >= 3
+    for chunk in document.chunks:
+        assert chunk.end_line - chunk.start_line + 1 <= 1000
+        assert chunk.header_path == "## Big"
+        assert chunk.text.count("```") in (0, 2)
+    starts = [chunk.start_line for chunk in document.chunks]
+    assert starts == sorted(starts)
+
+
+def test_document_without_h2_or_h3_is_one_chunk():
+    text = f"# Only a title\n{filler(600)}\n"
+    document = chunk_source(text, strategy="headers")
+    assert len(document.chunks) == 1
+    assert document.chunks[0].end_line == 601
+
+
+def test_unclosed_fence_is_closed_in_its_chunk():
+    text = f"## A\n{filler(600)}\n## B\n```\ncode\n"
+    last = chunk_source(text, strategy="headers").chunks[-1]
+    assert last.text == "## B\n```\ncode\n```"
+    assert (last.start_line, last.end_line) == (602, 604)
+
+
+def test_cache_key():
+    assert strategy_key("headers") == "headers-500-1000"
+    assert strategy_key("headers", max_document_lines=300) == "headers-300-1000"
