@@ -19,6 +19,7 @@ Chunk text is the source section (its heading line included in its first chunk);
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -92,10 +93,11 @@ class HierarchicalStrategy(Strategy):
         measure = Measure.characters(src)
         pieces: list[tuple[Section, str, Span, bool]] = []  # section, type, span, has heading
         first_content = True
+        lines_with_links = sorted({link.line for link in doc.links if not link.is_image})
         for section in sections(doc):
             if not section.blocks:
                 continue
-            kind = classify(doc, section, first_content)
+            kind = classify(doc, section, first_content, lines_with_links)
             first_content = False
             for span in self._pieces(doc, src, measure, section, kind):
                 starts_at_heading = section.heading is not None and span.start == _start(
@@ -261,8 +263,11 @@ def sections(doc: ParsedDocument) -> list[Section]:
     return found
 
 
-def classify(doc: ParsedDocument, section: Section, first_content: bool) -> str:
-    """Seed 004 content type of a section from its own blocks, counting non-blank lines.
+def classify(
+    doc: ParsedDocument, section: Section, first_content: bool, lines_with_links: list[int]
+) -> str:
+    """Seed 004 content type of a section from its own blocks, counting non-blank lines
+    (`lines_with_links`: the sorted lines that hold a link other than an image).
 
     In this order, the first that holds: code_example (code lines are more than half),
     table_based (table lines more than half), link_list (list lines more than half, at least
@@ -281,17 +286,16 @@ def classify(doc: ParsedDocument, section: Section, first_content: bool) -> str:
             list_ranges.append((block.start_line, block.end_line))
     total = sum(lines.values())
     list_lines = sum(lines[kind] for kind in _LISTS)
-    link_lines = {
-        link.line
-        for link in doc.links
-        if not link.is_image and any(a <= link.line <= b for a, b in list_ranges)
-    }
+    link_lines = sum(
+        bisect_right(lines_with_links, last) - bisect_left(lines_with_links, first)
+        for first, last in list_ranges
+    )
     title = section.headings[-1].text.strip().lower() if section.heading is not None else ""
     if 2 * sum(lines[kind] for kind in _CODE) > total:
         return "code_example"
     if 2 * lines["table"] > total:
         return "table_based"
-    if 2 * list_lines > total and len(link_lines) >= 2 and 2 * len(link_lines) >= list_lines:
+    if 2 * list_lines > total and link_lines >= 2 and 2 * link_lines >= list_lines:
         return "link_list"
     top = section.heading is None or section.headings[-1].level == 1
     if (first_content and top) or title in _INTRO_TITLES:

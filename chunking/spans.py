@@ -103,8 +103,18 @@ class Measure:
     @classmethod
     def tokens(cls, counter: TokenCounter, src: SourceText, span: Span) -> Measure:
         """A token measure of `span` (tokenized once here)."""
-        text = src.text[span.start : span.end]
-        return cls(counter, tuple(span.start + offset for offset in unit_starts(counter, text)))
+        return cls.tokens_of_all(counter, src, [span])[0]
+
+    @classmethod
+    def tokens_of_all(
+        cls, counter: TokenCounter, src: SourceText, spans: list[Span]
+    ) -> list[Measure]:
+        """Token measures of many spans."""
+        texts = [src.text[span.start : span.end] for span in spans]
+        return [
+            cls(counter, tuple(span.start + offset for offset in starts))
+            for span, starts in zip(spans, unit_starts(counter, texts), strict=True)
+        ]
 
     def size(self, start: int, end: int) -> int:
         """Size of the source range `[start, end)`."""
@@ -162,17 +172,24 @@ class Measure:
             first += step
 
 
-def unit_starts(counter: TokenCounter, text: str) -> list[int]:
-    """Offsets in `text` where the counter's units (tokens, or heuristic words) start."""
+def unit_starts(counter: TokenCounter, texts: list[str]) -> list[list[int]]:
+    """For each text, the offsets where the counter's units (tokens, or heuristic words) start."""
     tokenizer = getattr(counter, "tokenizer", None)
-    if tokenizer is not None:  # a Hugging Face tokenizer: the offsets of one encode
-        encoding = tokenizer.encode(text, add_special_tokens=False)
-        return [start for start, _ in encoding.offsets]
-    starts, offset = [], 0
-    for piece in counter.split(text, 1):
-        starts.append(offset)
-        offset += len(piece)
-    return starts
+    if tokenizer is not None:  # a Hugging Face tokenizer: the offsets of its encoding
+        # One encode per text: encode_batch would start a thread per core inside a worker
+        # that a scheduler gave one core.
+        return [
+            [start for start, _ in tokenizer.encode(text, add_special_tokens=False).offsets]
+            for text in texts
+        ]
+    out = []
+    for text in texts:
+        starts, offset = [], 0
+        for piece in counter.split(text, 1):
+            starts.append(offset)
+            offset += len(piece)
+        out.append(starts)
+    return out
 
 
 def trimmed(src: SourceText, start: int, end: int) -> Span:

@@ -137,19 +137,20 @@ class _Walker:
         self.percent = opts["overlap_percent"]
 
     def run(self) -> list[Draft]:
-        for block in self.doc.blocks:
+        spans = [self.src.block_span(block) for block in self.doc.blocks]
+        measures = Measure.tokens_of_all(self.counter, self.src, spans)
+        for block, span, measure in zip(self.doc.blocks, spans, measures, strict=True):
             if block.kind == "heading":
-                self._heading(block)
+                self._heading(block, measure.size(span.start, span.end))
             else:
-                self._unit(block)
+                self._unit(block, span, measure)
         self._emit()
         return self.drafts
 
-    def _heading(self, block: Block) -> None:
+    def _heading(self, block: Block, tokens: int) -> None:
         """Every heading starts a chunk; an empty parent heading rides along with its child."""
         heading = block.heading
         span = self.src.block_span(block)
-        tokens = self.counter.count(self.src.render(span))
         current = self.open
         deeper = current.headings_only and heading.level > self.stack[-1].level
         if deeper and current.tokens + tokens <= self.soft:
@@ -161,11 +162,9 @@ class _Walker:
             self.stack.pop()
         self.stack.append(heading)
 
-    def _unit(self, block: Block) -> None:
+    def _unit(self, block: Block, span: Span, measure: Measure) -> None:
         """Add one content block, closing the open chunk first where seed 002 says so."""
         kind = _unit_kind(block)
-        span = self.src.block_span(block)
-        measure = Measure.tokens(self.counter, self.src, span)
         tokens = measure.size(span.start, span.end)
         current = self.open
         if not current.empty and not current.headings_only:
