@@ -31,7 +31,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from chunking import chunk_document, strategy_key  # noqa: E402
+from chunking import chunk_document  # noqa: E402
 from embedding import (  # noqa: E402
     CacheEntry,
     CacheKey,
@@ -46,7 +46,9 @@ DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "fastapi-docs.tar.gz"
 NAIVE_BATCH = 32
 
 
-def corpus_documents(path: Path, limit: int) -> list[tuple[str, tuple[str, ...]]]:
+def corpus_documents(
+    path: Path, limit: int, options: dict[str, int]
+) -> list[tuple[str, tuple[str, ...]]]:
     """(source sha256, chunk texts) per markdown file, in path order, until `limit` chunks."""
     documents, total = [], 0
     with tarfile.open(path) as tar:
@@ -56,7 +58,9 @@ def corpus_documents(path: Path, limit: int) -> list[tuple[str, tuple[str, ...]]
         for member in members:
             data = tar.extractfile(member).read()
             try:
-                chunks = chunk_document(data, strategy="semantic", document_path=member.name)
+                chunks = chunk_document(
+                    data, strategy="semantic", document_path=member.name, **options
+                )
             except ValueError as error:  # a source the chunker rejects is skipped, as in a build
                 print(f"  skipped {member.name}: {error}", file=sys.stderr)
                 continue
@@ -128,7 +132,7 @@ def random_bert_large(directory: Path) -> str:
 def cache_hit_seconds(embedder, documents, vectors, root: Path) -> float:
     """Seconds for `embed_with_cache` to serve every document from a warm local cache."""
     cache = EmbeddingCache(str(root))
-    strategy = strategy_key("semantic")
+    strategy = "benchmark"
     requests = [DocRequest(strategy, source, texts) for source, texts in documents]
     entries, offset = [], 0
     for request in requests:
@@ -179,11 +183,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="minilm", help="a model name, or bert-large-random")
     parser.add_argument("--token-budget", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument(
+        "--chunk-option",
+        action="append",
+        default=[],
+        metavar="KEY=INT",
+        help="a semantic strategy option, e.g. max_tokens=256 (repeatable)",
+    )
     args = parser.parse_args(argv)
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    documents = corpus_documents(args.corpus, args.n)
+    options = dict(item.split("=", 1) for item in args.chunk_option)
+    documents = corpus_documents(args.corpus, args.n, {k: int(v) for k, v in options.items()})
     texts = [text for _, doc in documents for text in doc]
     scratch = Path(tempfile.mkdtemp(prefix="embedding-bench-"))
     try:

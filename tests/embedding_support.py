@@ -25,20 +25,6 @@ def embedder(model: str = "minilm", **options) -> Embedder:
     return load_embedder(model, device="cpu", **options)
 
 
-def make_bucket(s3_server, name: str) -> str:
-    """Create a bucket on the moto server and return its s3:// URI.
-
-    No region in the client: s3fs would send LocationConstraint us-east-1, which moto rejects."""
-    import s3fs
-
-    options = {
-        **s3_server.storage_options,
-        "client_kwargs": {"endpoint_url": s3_server.endpoint_url},
-    }
-    s3fs.S3FileSystem(skip_instance_cache=True, **options).mkdir(name)
-    return f"s3://{name}"
-
-
 def sha(text: str) -> str:
     """sha256 hex of a source text (what jobs passes as source_hash)."""
     return hashlib.sha256(text.encode()).hexdigest()

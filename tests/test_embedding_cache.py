@@ -19,7 +19,7 @@ from embedding import (
     embed_with_cache,
     text_hashes,
 )
-from tests.embedding_support import embedder, make_bucket, sha
+from tests.embedding_support import embedder, sha
 
 STRATEGY = "semantic-250-750"
 TEXTS = tuple(
@@ -241,7 +241,7 @@ def test_memory_filesystem_cache():
 
 
 def test_cache_on_moto_s3(s3_server):
-    bucket = make_bucket(s3_server, "embedding-cache")
+    bucket = s3_server.make_bucket("embedding-cache")
     cache = EmbeddingCache(f"{bucket}/out/.embedding-cache", s3_server.storage_options)
     requests = [request(TEXTS[i : i + 2], f"doc-{i}") for i in range(5)]
     first = embed_with_cache(embedder(), cache, requests)

