@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 import ray
 
 from indexing import chunk_table_schema, stripe_factor
+from jobs.cli import main as mdindex
 from jobs.reindex import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -261,18 +263,28 @@ def test_incremental_runs_in_place(tmp_path):
     assert not list((corpus / "guides" / "_chunks").glob("installation-*.md"))
     assert list((corpus / "guides" / "_chunks").glob("getting-started-*.md"))
 
-
-def test_a_failed_source_keeps_its_previous_outputs(tmp_path):
-    corpus = tmp_path / "docs"
-    shutil.copytree(CORPUS, corpus)
-    (corpus / BROKEN).unlink()
-    assert build("--input", str(corpus)) == 0
+    # A source that turns bad keeps its previous entry and chunk files.
     before = json.loads((corpus / "reference/cli/index.json").read_text())["_embedded"]["chunks"]
     chunk_files = sorted((corpus / "reference/cli/_chunks").iterdir())
     (corpus / "reference/cli/commands.md").write_bytes(b"# Commands\n\nbad \xff byte\n")
     assert build("--input", str(corpus)) == 3
     report = report_of(corpus)
-    assert [f["path"] for f in report["failures"]] == ["reference/cli/commands.md"]
+    assert [f["path"] for f in report["failures"]] == [BROKEN, "reference/cli/commands.md"]
     after = json.loads((corpus / "reference/cli/index.json").read_text())["_embedded"]["chunks"]
     assert after == before
     assert sorted((corpus / "reference/cli/_chunks").iterdir()) == chunk_files
+
+
+def test_quickstart_build_command_works_on_the_examples(tmp_path, capsys, monkeypatch):
+    """The `mdindex build` line of examples/quickstart.sh (the README quickstart), in-process."""
+    script = (ROOT / "examples" / "quickstart.sh").read_text()
+    [line] = [line for line in script.splitlines() if line.startswith("mdindex build")]
+    command = shlex.split(line)
+    command[command.index("--output") + 1] = str(tmp_path / "example")  # not out/ of the checkout
+    monkeypatch.chdir(ROOT)  # the script runs from the repository root
+    assert mdindex(command[1:]) == 0
+    assert "mdindex build:" in capsys.readouterr().out
+    root = json.loads((tmp_path / "example" / "index.json").read_text())
+    assert [t["id"] for t in root["_embedded"]["topics"]] == ["guides", "libraries", "reference"]
+    report = report_of(tmp_path / "example")
+    assert report["status"] == "ok" and report["failures"] == []

@@ -1,0 +1,146 @@
+"""The job as platform teams run it: `ray job submit` of `python -m jobs.reindex` to a Ray head."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CORPUS = ROOT / "tests" / "fixtures" / "corpus"
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RAY_AUTH_MODE="disabled")
+    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def _wait_for(url: str, process: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "ray start --head exited early"
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(1)
+    raise TimeoutError(f"{url} did not answer within {timeout} s")
+
+
+@pytest.fixture
+def ray_head():
+    """A Ray head (2 CPUs, free ports, its own temp dir) for one test; stopped by its own pid.
+
+    `ray start --block` keeps the head in the foreground, so stopping that one process stops
+    exactly this cluster (`ray stop` would stop every Ray on the machine).
+    """
+    gcs, dashboard, client, agent_http, agent_grpc, metrics, runtime_env = _free_ports(7)
+    temp_dir = tempfile.mkdtemp(prefix="rayjob", dir="/tmp")  # short: socket paths are limited
+    command = [
+        str(BIN / "ray"),
+        "start",
+        "--head",
+        "--block",
+        "--num-cpus",
+        "2",
+        "--port",
+        str(gcs),
+        "--dashboard-host",
+        "127.0.0.1",
+        "--dashboard-port",
+        str(dashboard),
+        "--ray-client-server-port",
+        str(client),
+        "--dashboard-agent-listen-port",
+        str(agent_http),
+        "--dashboard-agent-grpc-port",
+        str(agent_grpc),
+        "--metrics-export-port",
+        str(metrics),
+        "--runtime-env-agent-port",
+        str(runtime_env),
+        "--temp-dir",
+        temp_dir,
+        "--disable-usage-stats",
+    ]
+    process = subprocess.Popen(
+        command,
+        env=_environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        address = f"http://127.0.0.1:{dashboard}"
+        _wait_for(f"{address}/api/version", process)
+        yield address
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # only the processes this head started
+            process.wait(timeout=30)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_ray_job_submit_runs_the_build(ray_head, tmp_path):
+    output = tmp_path / "out"
+    runtime_env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}
+    command = [
+        str(BIN / "ray"),
+        "job",
+        "submit",
+        "--address",
+        ray_head,
+        "--working-dir",
+        ".",
+        "--runtime-env-json",
+        json.dumps(runtime_env),
+        "--",
+        "python",
+        "-m",
+        "jobs.reindex",
+        "--config",
+        "configs/local.yaml",
+        "--input",
+        str(CORPUS),
+        "--output",
+        str(output),
+    ]
+    done = subprocess.run(
+        command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=400
+    )
+    log = done.stdout + done.stderr
+    assert done.returncode != 0, log  # the job exits 3 (one invalid source), so the job FAILED
+    assert "exit code 3" in log or "exited with code 3" in log, log[-3000:]
+    assert "topic 'guides' written" in log  # log lines instead of progress bars
+    assert "Progress bars disabled" in log
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert report["sources"]["seen"] == 7 and report["sources"]["failed"] == 1
+    golden = json.loads((output / "libraries/json-source-generation/index.json").read_text())
+    assert golden["_embedded"]["chunks"]["golden-reference"]["count"] > 8
