@@ -30,6 +30,8 @@ from chunking.spans import (
     Measure,
     SourceText,
     Span,
+    balanced,
+    line_kinds,
     line_pieces,
     pack,
     sentences,
@@ -107,6 +109,7 @@ class HierarchicalStrategy(Strategy):
         related = cross_references([(section.index, section) for section, *_ in pieces])
         drafts = []
         for ordinal, (section, kind, span, has_heading) in enumerate(pieces):
+            span = balanced(doc, src, span)
             text = src.render(span)
             heading = section.headings[-1] if section.heading is not None else None
             enhanced = f"Context: {section.path}\n\n"
@@ -119,6 +122,7 @@ class HierarchicalStrategy(Strategy):
                     end_line=src.last_line(span),
                     headings=section.headings,
                     content_type=kind,
+                    line_kinds=line_kinds(doc, src, span),
                     extras={
                         "formatted_path": section.path,
                         "hierarchy_levels": [h.level for h in section.headings],

@@ -82,6 +82,14 @@ class SourceText:
         return self.line_of(max(span.start, span.end - 1))
 
 
+def line_kinds(doc: ParsedDocument, src: SourceText, span: Span) -> bytes | None:
+    """The kinds of the span's lines as the whole document's parse gave them, for a plain source
+    slice; None for a span with context text (its lines are then found by parsing it)."""
+    if span.prefix or span.suffix:
+        return None
+    return doc.line_kinds[src.first_line(span) - 1 : src.last_line(span)]
+
+
 @dataclass(frozen=True)
 class Measure:
     """Sizes of ranges inside one span of a source: tokens or characters.
@@ -287,6 +295,15 @@ def line_pieces(
             continue
         pieces.append(piece)
     return pieces
+
+
+def balanced(doc: ParsedDocument, src: SourceText, span: Span) -> Span:
+    """`span`, closed by a marker line if it holds a fence that never closes (only such a span
+    is parsed again)."""
+    first, last = src.first_line(span), src.last_line(span)
+    if any(not f.closed and first <= f.start_line <= last for f in doc.fences):
+        return _balanced(src, span)
+    return span
 
 
 def _balanced(src: SourceText, piece: Span) -> Span:

@@ -29,6 +29,8 @@ from chunking.spans import (
     Measure,
     SourceText,
     Span,
+    balanced,
+    line_kinds,
     line_pieces,
     pack,
     sentences,
@@ -279,6 +281,7 @@ class _Walker:
 
     def _emit_span(self, span: Span, kind: str) -> None:
         """Add one draft for `span` under the current heading stack."""
+        span = balanced(self.doc, self.src, span)
         path = [heading.markdown for heading in self.stack]
         if kind in _CONTAINERS:
             path.append(_CONTAINERS[kind])
@@ -288,6 +291,7 @@ class _Walker:
                 start_line=self.src.first_line(span),
                 end_line=self.src.last_line(span),
                 headings=tuple(self.stack),
+                line_kinds=line_kinds(self.doc, self.src, span),
                 extras={"chunk_path": " > ".join(path)},
             )
         )

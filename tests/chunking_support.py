@@ -67,7 +67,7 @@ def markdown_documents(draw) -> str:
     return separator.join(blocks) + draw(st.sampled_from(["", "\n"]))
 
 
-_FENCE_LINE = re.compile(r"^\s*(`{3,}|~{3,})[^`]*$")
+_FENCE_LINE = re.compile(r"^[\s>]*(`{3,}|~{3,})[^`]*$")  # block quote markers may precede
 
 
 def _collapse(text: str) -> str:
@@ -97,10 +97,14 @@ def check_invariants(data: bytes | str, strategy: str, **options) -> ChunkedDocu
     heading_lines = {_collapse(f"{'#' * n} {text}") for text in headings for n in range(1, 7)}
     limit = chunker.hard_max_tokens
     assert [c.ordinal for c in first.chunks] == list(range(len(first.chunks)))
+    sources: dict[tuple[int, int], str] = {}  # collapsed line ranges (many chunks share one)
     for chunk in first.chunks:
         assert chunk.text.strip(), f"chunk {chunk.ordinal} is empty"
         assert 1 <= chunk.start_line <= chunk.end_line <= len(doc.lines)
-        source = _collapse("\n".join(doc.lines[chunk.start_line - 1 : chunk.end_line]))
+        lines = (chunk.start_line, chunk.end_line)
+        if lines not in sources:
+            sources[lines] = _collapse("\n".join(doc.lines[lines[0] - 1 : lines[1]]))
+        source = sources[lines]
         for line in own_lines(chunk.text, heading_lines):
             assert _collapse(line) in source, (
                 f"chunk {chunk.ordinal}: {line!r} is not in lines "
