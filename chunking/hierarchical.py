@@ -102,10 +102,9 @@ class HierarchicalStrategy(Strategy):
             kind = classify(doc, section, first_content, lines_with_links)
             first_content = False
             for span in self._pieces(doc, src, measure, section, kind):
-                starts_at_heading = section.heading is not None and span.start == _start(
-                    src, section
-                ) and not span.prefix
-                pieces.append((section, kind, span, starts_at_heading))
+                at_heading = section.heading is not None and not span.prefix
+                at_heading = at_heading and span.start == _start(src, section)
+                pieces.append((section, kind, span, at_heading))
         related = cross_references([(section.index, section) for section, *_ in pieces])
         drafts = []
         for ordinal, (section, kind, span, has_heading) in enumerate(pieces):
@@ -151,8 +150,9 @@ class HierarchicalStrategy(Strategy):
         self, doc: ParsedDocument, src: SourceText, measure: Measure, section: Section, kind: str
     ) -> list[Span]:
         """The spans one section becomes."""
-        whole = Span(_start(src, section), src.block_span(section.blocks[-1]).end)
-        size = whole.end - whole.start
+        end = src.block_span(section.blocks[-1]).end
+        whole = balanced(doc, src, Span(_start(src, section), end))
+        size = len(src.render(whole))
         if _unclosed(section):  # line_pieces closes the fence in the last piece
             descriptive = kind == "descriptive_text"
             limit = self.options["max_chunk_size" if descriptive else "hard_max_size"]

@@ -20,6 +20,7 @@ boundary. Chunk text is the exact source slice (whitespace is not collapsed; see
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -76,8 +77,6 @@ class StructuralStrategy(Strategy):
         """e.g. `structural-v1-350-450-520-o15-minilm`; a tokenizer path is shown by its hash."""
         tokenizer = self.options["tokenizer"]
         if not _SAFE_LABEL.fullmatch(tokenizer):
-            import hashlib
-
             tokenizer = hashlib.sha256(tokenizer.encode()).hexdigest()[:8]
         o = self.options
         return (
@@ -91,13 +90,20 @@ class StructuralStrategy(Strategy):
 
 
 def _unit_kind(block: Block) -> str:
+    """Tables, code and lists keep their block kind; everything else is prose."""
     if block.kind in _ALONE or block.kind in _LISTS:
         return block.kind
     return _PROSE
 
 
-_CONTAINERS = {"table": "table", "fence": "code", "code_block": "code",
-               "bullet_list": "bullet list", "ordered_list": "ordered list"}
+# The container named at the end of a chunk's chunk_path (seed 002 section 8).
+_CONTAINERS = MappingProxyType({
+    "table": "table",
+    "fence": "code",
+    "code_block": "code",
+    "bullet_list": "bullet list",
+    "ordered_list": "ordered list",
+})
 
 
 @dataclass
