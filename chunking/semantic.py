@@ -79,7 +79,9 @@ class _Chunk:
     parents: tuple[Heading, ...] = ()  # active headings above the chunk's start
     prefix: tuple[Heading, ...] = ()  # the parents prepended to the text (see _Window.new_chunk)
     reopen: str = ""  # fence opener repeated at the top when the chunk starts inside a fence
-    overhead: int = 0  # units of the prefix and reopen lines
+    reopened: Block | None = None  # the fence `reopen` reopens
+    reserve: int = 0  # units kept for closing a reopened fence that its container ends
+    overhead: int = 0  # units of the prefix and reopen lines, and the reserve
     # Own content: (first line, last line, None) for whole source lines, (n, n, text) for a piece.
     segments: list[tuple[int, int, str | None]] = field(default_factory=list)
     units: int = 0  # units of the own content (seed 003 compares its tokens)
@@ -259,8 +261,16 @@ class _Window:
         """The chunk that continues the current section at line `number` after a max-token seal."""
         parents = tuple(self.hierarchy[level] for level in sorted(self.hierarchy))
         fence = self.open_fence_after(number - 1)
-        reopen = fence_reopener(self.doc, fence) if fence and number <= fence.end_line else ""
-        chunk = self.new_chunk(parents, reopen)
+        if fence is None or number > fence.end_line:
+            chunk = self.new_chunk(parents)
+        else:
+            chunk = self.new_chunk(parents, fence_reopener(self.doc, fence))
+            chunk.reopened = fence
+            if not fence.closed:
+                # In the source the fence's list item or quote closes it; reopened without
+                # that container it needs a closing line where the container ends.
+                chunk.reserve = self.counter.units(fence_closer(self.doc, fence))
+                chunk.overhead += chunk.reserve
         chunk.start_level = chunk.deepest = parents[-1].level if parents else None
         return chunk
 
@@ -292,10 +302,19 @@ class _Window:
         if chunk.reopen:
             texts.append(chunk.reopen)
             line_kinds.append(FENCE_MARK)
-        texts.extend(own[start : end + 1])
-        line_kinds += own_kinds[start : end + 1]
-        units = chunk.overhead + chunk.units
-        fence = self.open_fence_after(numbers[end])
+        numbers = numbers[start : end + 1]
+        own, own_kinds = own[start : end + 1], own_kinds[start : end + 1]
+        units = chunk.overhead - chunk.reserve + chunk.units
+        fence = chunk.reopened
+        if fence is not None and not fence.closed and numbers[-1] > fence.end_line:
+            cut = bisect_right(numbers, fence.end_line)
+            own.insert(cut, fence_closer(self.doc, fence))
+            own_kinds.insert(cut, FENCE_MARK)
+            numbers.insert(cut, fence.end_line)
+            units += chunk.reserve
+        texts.extend(own)
+        line_kinds += own_kinds
+        fence = self.open_fence_after(numbers[-1])
         if fence is not None:
             texts.append(fence_closer(self.doc, fence))
             line_kinds.append(FENCE_MARK)
@@ -303,10 +322,10 @@ class _Window:
         first_heading = (chunk.first_heading,) if chunk.first_heading else ()
         return Draft(
             text="\n".join(texts),
-            start_line=numbers[start],
-            end_line=numbers[end],
+            start_line=numbers[0],
+            end_line=numbers[-1],
             headings=chunk.parents + first_heading,
-            title=self.target_heading(numbers[start], numbers[end], chunk.prefix),
+            title=self.target_heading(numbers[0], numbers[-1], chunk.prefix),
             line_kinds=bytes(line_kinds),
             token_count=self.counter.tokens(units) if self.counter.additive else None,
         )

@@ -1,0 +1,73 @@
+"""`mdindex chunk` run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
+FIELDS = {
+    "ordinal", "text", "title", "headings_path", "header_path", "start_line", "end_line",
+    "token_count", "is_code", "content_type", "links", "chunk_id", "extras",
+}  # fmt: skip
+
+
+def mdindex(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "chunk", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
+
+
+def test_chunk_prints_one_json_object_per_chunk():
+    result = mdindex(
+        str(FIXTURES / "guide.md"), "--set", "max_tokens=120", "--set", "min_tokens=40"
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) > 1
+    assert [row["ordinal"] for row in rows] == list(range(len(rows)))
+    assert all(set(row) == FIELDS for row in rows)
+    assert all(row["token_count"] <= 120 for row in rows)
+    links = [link for row in rows for link in row["links"]]
+    assert {"url": "../overview.md", "text": "the overview", "link_type": "internal",
+            "target_document": None} in links  # fmt: skip
+
+
+def test_strategy_and_typed_options():
+    result = mdindex(
+        str(FIXTURES / "guide.md"),
+        "--strategy", "headers",
+        "--set", "max_document_lines=10",
+        "--set", "document_path=docs/guide.md",
+        "--set", "corpus_paths=[overview.md, docs/reference/api.md]",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert rows[0]["header_path"] == "# Installation Guide"
+    targets = {link["url"]: link["target_document"] for row in rows for link in row["links"]}
+    assert targets["../overview.md"] == "overview.md"
+    assert targets["./reference/api.md#install"] == "docs/reference/api.md"
+
+
+def test_failed_document_prints_code_and_exits_3(tmp_path):
+    bad = tmp_path / "bad.md"
+    bad.write_bytes(b"# ok\n\xff\xfe")
+    result = mdindex(str(bad))
+    assert result.returncode == 3
+    assert result.stdout == ""
+    assert result.stderr.startswith("CHUNKING_FAILED: ")
+    assert "byte offset 5" in result.stderr
+
+
+def test_bad_usage_exits_2(tmp_path):
+    assert mdindex(str(FIXTURES / "guide.md"), "--set", "no_such_option=1").returncode == 2
+    assert mdindex(str(FIXTURES / "guide.md"), "--strategy", "nope").returncode == 2
+    assert mdindex(str(FIXTURES / "guide.md"), "--set", "novalue").returncode == 2
+    missing = mdindex(str(tmp_path / "missing.md"))
+    assert missing.returncode == 2 and "missing.md" in missing.stderr

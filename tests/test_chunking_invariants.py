@@ -1,0 +1,133 @@
+"""Invariants every registered strategy keeps, on fixtures, random markdown and bad input.
+
+The own-content check (see tests/chunking_support.py): every non-blank line of a chunk, except
+lines that are headings of the document (possibly prepended context) and bare fence lines
+(possibly a closed or reopened fence), appears, whitespace collapsed, in the document's lines
+start_line..end_line (also collapsed).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from chunking import CHUNKING_FAILED, ChunkingError, chunk_source, list_strategies
+from tests.chunking_support import check_invariants, markdown_documents
+
+STRATEGIES = sorted(list_strategies())
+FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
+FIXTURE_FILES = sorted(p.name for p in FIXTURES.glob("*.md"))
+
+
+def test_every_strategy_is_listed_with_its_cache_key():
+    keys = list_strategies()
+    assert {"semantic", "headers", "structural", "hierarchical"} <= set(keys)
+    assert keys["semantic"] == "semantic-250-750"
+    assert len(set(keys.values())) == len(keys)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("name", FIXTURE_FILES)
+def test_invariants_on_fixtures(strategy, name):
+    data = (FIXTURES / name).read_bytes()
+    document = check_invariants(data, strategy)
+    assert document.chunks, "a non-empty fixture gives chunks"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_no_heading_is_taken_from_inside_a_fence(strategy):
+    document = check_invariants((FIXTURES / "tricky_fences.md").read_bytes(), strategy)
+    for chunk in document.chunks:
+        assert set(chunk.headings_path) <= {"Fences", "Real Heading"}
+        assert "Not a heading" not in chunk.title and "comment" not in chunk.title
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@settings(
+    max_examples=int(os.environ.get("CHUNKING_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(text=markdown_documents())
+def test_invariants_on_random_markdown(strategy, text):
+    check_invariants(text, strategy)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=markdown_documents())
+def test_invariants_with_small_limits_and_crlf(strategy, text):
+    options = {"semantic": {"max_tokens": 60, "min_tokens": 20, "min_tokens_deeper": 40}}
+    check_invariants(text.replace("\n", "\r\n"), strategy, **options.get(strategy, {}))
+
+
+# -- bad input: chunks or a clear ChunkingError, never a crash or a hang -------------------------
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_invalid_utf8_fails_with_chunking_failed(strategy):
+    with pytest.raises(ChunkingError) as caught:
+        chunk_source(b"# Title\n\nok\n\xc3\x28 broken", strategy=strategy)
+    assert caught.value.code == CHUNKING_FAILED
+    assert "byte offset 13" in caught.value.message
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_binary_file_fails_with_chunking_failed(strategy):
+    png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 4
+    with pytest.raises(ChunkingError) as caught:
+        chunk_source(png, strategy=strategy)
+    assert caught.value.code == CHUNKING_FAILED
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("data", [b"", b"   \n\n\t\n", b"\xef\xbb\xbf", b"---\na: 1\n---\n"])
+def test_empty_and_blank_files_give_no_chunks(strategy, data):
+    document = chunk_source(data, strategy=strategy)
+    assert document.chunks == ()
+    assert document.is_chunked is False
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_five_megabyte_single_line(strategy):
+    line = ("lorem ipsum dolor sit amet " * 190_000)[:5_000_000]
+    document = check_invariants(f"# Huge\n\n{line}\n", strategy)
+    assert document.chunks
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_ten_thousand_headings(strategy):
+    text = "".join(f"## Heading {i}\n\nText {i}.\n\n" for i in range(10_000))
+    document = chunk_source(text, strategy=strategy)
+    assert document.chunks
+    assert document.chunks[-1].end_line <= 40_000
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_unclosed_fence(strategy):
+    text = "# T\n\nIntro.\n\n```python\n" + "\n".join(f"# line {i}" for i in range(300)) + "\n"
+    document = check_invariants(text, strategy)
+    assert all("line" not in " ".join(chunk.headings_path) for chunk in document.chunks)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_lists_nested_500_deep(strategy):
+    text = "# T\n\n" + "".join(f"{'  ' * depth}- item {depth}\n" for depth in range(500))
+    assert check_invariants(text, strategy).chunks
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_file_of_headings_only(strategy):
+    text = "".join(f"{'#' * (1 + i % 6)} Heading {i}\n" for i in range(2_000))
+    check_invariants(text, strategy)

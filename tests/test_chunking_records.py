@@ -1,0 +1,111 @@
+"""The shared finishing step: code classification, canonical text, chunk ids, links, API."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from chunking import Chunk, Link, chunk_document, chunk_source
+from chunking.blocks import text_line_kinds
+from chunking.canonical import canonical_chunk_text, is_code
+from chunking.record import make_chunk_id
+
+FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
+
+
+def code_block(lines: int) -> str:
+    return "```python\n" + "\n".join(f"x = {i}" for i in range(lines)) + "\n```"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # 3 code lines of 5 (two fence lines): 0.6 > 0.5.
+        (code_block(3), True),
+        # 2 code lines of 4: exactly half is not more than half.
+        (code_block(2), False),
+        # 4 code lines of 8 (heading, blank, two fence lines): half again.
+        ("## Example\n\n" + code_block(4), False),
+        ("## Example\n\n" + code_block(5), True),
+        # An indented code block is not a fenced one.
+        ("Intro:\n\n" + "\n".join(f"    x = {i}" for i in range(10)), False),
+        ("Plain prose.\nMore prose.", False),
+    ],
+)
+def test_is_code_counts_lines_inside_fences_over_all_lines(text, expected):
+    assert is_code(text_line_kinds(text)) is expected
+
+
+def test_is_code_in_chunks():
+    document = chunk_source("# Code\n\n" + code_block(100) + "\n\n# Prose\n\n" + "words " * 400)
+    assert [chunk.is_code for chunk in document.chunks] == [True, False]
+    assert [chunk.content_type for chunk in document.chunks] == ["code", "text"]
+
+
+def test_canonical_text_collapses_whitespace_outside_code_and_tables():
+    text = "#  Title  \n\n  some\t text   here \n```\n  keep   this  \n```\n| a  |  b |\n|--|--|"
+    assert canonical_chunk_text(text, text_line_kinds(text)) == (
+        "# Title\n\nsome text here\n```\n  keep   this  \n```\n| a  |  b |\n|--|--|"
+    )
+
+
+def test_chunk_id_is_seed_002_formula():
+    data = b"# Title\n\nSome   text.\n"
+    (chunk,) = chunk_document(data, document_id="doc-1", tenant_id="acme")
+    source_version = hashlib.sha256(data).hexdigest()
+    assert chunk.chunk_id == make_chunk_id(
+        "acme", "doc-1", source_version, 0, "# Title\n\nSome text."
+    )
+    payload = f"acme|doc-1|{source_version}|0|# Title\n\nSome text."
+    assert chunk.chunk_id == hashlib.sha256(payload.encode()).hexdigest()
+
+
+def test_chunk_ids_change_with_identity_fields_only():
+    data = "# Title\n\nSome text.\n"
+    base = chunk_document(data, document_id="d")[0].chunk_id
+    assert chunk_document(data, document_id="d")[0].chunk_id == base
+    assert chunk_document(data, document_id="e")[0].chunk_id != base
+    assert chunk_document(data, document_id="d", tenant_id="t")[0].chunk_id != base
+    assert chunk_document(data + "\n", document_id="d")[0].chunk_id != base  # new version
+
+
+def test_links_are_extracted_typed_and_resolved():
+    data = (FIXTURES / "guide.md").read_bytes()
+    corpus = frozenset({"overview.md", "docs/reference/api.md", "docs/faq.md", "docs/img/logo.png"})
+    document = chunk_source(
+        data, document_path="docs/guide.md", corpus_paths=corpus, keep_short_tail=True
+    )
+    links = {link.url: link for chunk in document.chunks for link in chunk.links}
+    assert links["../overview.md"] == Link(
+        "../overview.md", "the overview", "internal", "overview.md"
+    )
+    assert links["./reference/api.md#install"].target_document == "docs/reference/api.md"
+    assert links["https://www.python.org/downloads/"].link_type == "external"
+    assert links["img/logo.png"] == Link("img/logo.png", "logo", "image", "docs/img/logo.png")
+    assert links["mailto:team@example.com"].link_type == "email"
+    assert links["faq.md"] == Link("faq.md", "FAQ", "internal", "docs/faq.md")  # reference link
+    urls = [link.url for chunk in document.chunks for link in chunk.links]
+    assert len(urls) == len(set(urls)) == 6
+
+
+def test_links_in_code_are_not_links():
+    text = "# T\n\nSee `[x](in-code.md)` and [y](real.md).\n\n```\n[z](fenced.md)\n```\n"
+    (chunk,) = chunk_document(text)
+    assert [link.url for link in chunk.links] == ["real.md"]
+    assert chunk_document("# T\n\n[a](#section)\n", document_path="a.md")[0].links == (
+        Link("#section", "a", "anchor", "a.md"),
+    )
+
+
+def test_chunk_document_returns_chunk_records():
+    chunks = chunk_document((FIXTURES / "guide.md").read_text(), strategy="headers")
+    assert chunks and all(isinstance(chunk, Chunk) for chunk in chunks)
+    as_dict = chunks[0].to_dict()
+    assert isinstance(as_dict["headings_path"], list) and isinstance(as_dict["links"], list)
+
+
+def test_unknown_strategy_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown chunking strategy 'nope'"):
+        chunk_source("# T\n", strategy="nope")
