@@ -19,6 +19,7 @@ import ray
 from ray.data import DataContext
 from ray.data.context import ShuffleStrategy
 
+from chunking import strategy_key
 from indexing import (
     IndexSettings,
     build_simhash_tables,
@@ -32,7 +33,7 @@ from indexing import (
 from indexing.paths import INDEX, TOPIC_SPEC, in_topic
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, REPORT_PATH, Manifest, SourceEntry, TopicEntry
-from jobs.plan import KEEP, REBUILD, RELINK, Plan, config_key, keep_directory, make_plan
+from jobs.plan import KEEP, REBUILD, RELINK, Plan, keep_directory, make_plan, settings_digest
 from jobs.progress import Heartbeat, configure_progress
 from jobs.records import QUESTIONS, SOURCE, TOPIC, new_row
 from jobs.report import Tally, build_report, report_bytes
@@ -63,14 +64,12 @@ def index_settings(config: JobConfig) -> IndexSettings:
 
 def settings_key(config: JobConfig) -> str:
     """Digest of every setting that changes the outputs (a change rebuilds every topic)."""
-    from chunking import strategy_key
-
     embedding = {
         k: v
         for k, v in vars(config.embedding).items()
         if k not in ("device", "local_dir", "token_budget")
     }
-    return config_key(
+    return settings_digest(
         {
             "strategy": strategy_key(config.chunking.strategy, **config.chunking.options),
             "embedding": embedding,
@@ -181,8 +180,6 @@ def topic_summaries(config: JobConfig, plan: Plan, rows: list[dict[str, Any]]) -
     DataContext.get_current().shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     source = Storage(config.input, config.storage_options)
     resources = config.resources
-    from chunking import strategy_key
-
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
     rebuilt = {row["topic"] for row in rows}
     chunk_settings = ChunkSettings(
@@ -253,7 +250,7 @@ def start_ray(config: JobConfig) -> None:
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(address="auto", log_to_driver=True)  # the job's runtime_env reaches every worker
+        ray.init(address="auto")  # the job's runtime_env already reaches every worker
         return
     env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)}
     ray.init(

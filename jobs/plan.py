@@ -54,14 +54,14 @@ def keep_directory(name: str) -> bool:
 
 
 def make_plan(
-    files: list[FileInfo], previous: Manifest, config_key: str, globs: tuple[str, ...]
+    files: list[FileInfo], previous: Manifest, settings: str, globs: tuple[str, ...]
 ) -> Plan:
-    """Decide what this run rebuilds, relinks, keeps and deletes."""
+    """Decide what this run rebuilds, relinks, keeps and deletes (`settings`: the settings key)."""
     by_path = {f.path: f for f in files}
     topics = group_sources(by_path, globs)
     keyword_files = [p for p in by_path if p == KEYWORDS_FILE or p.endswith("/" + KEYWORDS_FILE)]
     tree = index_tree(topics)
-    settings_changed = previous.config_key != config_key
+    settings_changed = previous.config_key != settings
     fingerprints = {p: by_path[p].fingerprint for paths in topics.values() for p in paths}
 
     def changed(path: str) -> bool:
@@ -80,7 +80,7 @@ def make_plan(
         keywords = nearest_keywords_path(topic, keyword_files)
         inputs = _digest(
             {
-                "config": config_key,
+                "config": settings,
                 "sources": [[p, fingerprints[p]] for p in sources],
                 "questions": questions and by_path[questions].fingerprint,
                 "keywords": keywords and [keywords, by_path[keywords].fingerprint],
@@ -107,7 +107,7 @@ def make_plan(
     )
 
 
-def config_key(settings: dict) -> str:
+def settings_digest(settings: dict) -> str:
     """A short digest of every setting that changes the outputs."""
     return _digest(settings)[:16]
 

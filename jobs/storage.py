@@ -9,7 +9,6 @@ single PUT on object stores (an object is never visible half-written).
 from __future__ import annotations
 
 import os
-import posixpath
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,11 +29,6 @@ def protocol_of(uri: str) -> str:
 def strip_protocol(uri: str) -> str:
     """The URI without its scheme (a plain path stays as it is)."""
     return split_protocol(uri)[1]
-
-
-def join(*parts: str) -> str:
-    """Join root-relative POSIX path parts, skipping empty ones (the root topic is "")."""
-    return posixpath.join(*[p for p in parts if p]) if any(parts) else ""
 
 
 @dataclass(frozen=True)
@@ -84,10 +78,6 @@ class Storage:
         """The full URI of a root-relative path, scheme included (plain path for local roots)."""
         path = self.full_path(relpath)
         return path if self.is_local else self.filesystem().unstrip_protocol(path)
-
-    def exists(self, relpath: str) -> bool:
-        """Whether a file exists at the root-relative path."""
-        return self.filesystem().isfile(self.full_path(relpath))
 
     def read_bytes(self, relpath: str) -> bytes:
         """The whole file; FileNotFoundError when it does not exist."""

@@ -288,3 +288,10 @@ def test_quickstart_build_command_works_on_the_examples(tmp_path, capsys, monkey
     assert [t["id"] for t in root["_embedded"]["topics"]] == ["guides", "libraries", "reference"]
     report = report_of(tmp_path / "example")
     assert report["status"] == "ok" and report["failures"] == []
+
+
+def test_abort_policy_stops_at_the_first_failed_source(tmp_path):
+    output = tmp_path / "out"
+    code = build("--input", str(CORPUS), "--output", str(output), "--set", "failure_policy=abort")
+    assert code == 1
+    assert not (output / "_reindex" / "manifest.json").exists()

@@ -1,0 +1,115 @@
+"""Change detection from listings and the previous manifest (pure: no Ray, no model, no reads)."""
+
+from __future__ import annotations
+
+from jobs.manifest import Manifest, SourceEntry, TopicEntry
+from jobs.plan import KEEP, REBUILD, RELINK, keep_directory, make_plan
+from jobs.storage import FileInfo
+
+GLOBS = ("*.md",)
+
+
+FILES = [
+    FileInfo("a/one.md", 1, "v1"),
+    FileInfo("a/two.md", 2, "v2"),
+    FileInfo("a/qa-pairs.md", 3, "v3"),
+    FileInfo("b/c/three.md", 4, "v4"),
+    FileInfo("_keywords/words.md", 5, "v5"),
+]
+
+
+def remember(files: list[FileInfo], settings: str = "s1") -> Manifest:
+    """The manifest a successful run over `files` leaves behind."""
+    plan = make_plan(files, Manifest(), settings, GLOBS)
+    return Manifest(
+        config_key=settings,
+        sources={p: SourceEntry(fp, "sha-" + p) for p, fp in plan.fingerprints.items()},
+        topics={t.topic: TopicEntry(t.inputs, t.children, ()) for t in plan.topics},
+        directories=tuple(plan.directories),
+    )
+
+
+def actions(plan) -> dict[str, str]:
+    return {t.topic: t.action for t in plan.topics}
+
+
+def test_first_run_rebuilds_everything():
+    plan = make_plan(FILES, Manifest(), "s1", GLOBS)
+    assert actions(plan) == {"a": REBUILD, "b/c": REBUILD}
+    assert plan.changed == {"a/one.md", "a/two.md", "b/c/three.md"}
+    assert plan.directories == {"": ["a", "b"], "b": ["b/c"]}
+    [a, _] = plan.topics
+    assert a.questions == "a/qa-pairs.md" and a.keywords == "_keywords/words.md"
+
+
+def test_unchanged_listing_keeps_every_topic_without_reading():
+    files = FILES
+    plan = make_plan(files, remember(files), "s1", GLOBS)
+    assert actions(plan) == {"a": KEEP, "b/c": KEEP}
+    assert plan.changed == frozenset() and plan.deleted == ()
+
+
+def test_a_changed_source_or_questions_or_keywords_rebuild_only_their_topic():
+    files = FILES
+    before = remember(files)
+    edited = [FileInfo(f.path, f.size + 10, "new") if f.path == "a/two.md" else f for f in files]
+    plan = make_plan(edited, before, "s1", GLOBS)
+    assert actions(plan) == {"a": REBUILD, "b/c": KEEP}
+    assert plan.changed == {"a/two.md"}
+    questions = [FileInfo(f.path, f.size, "new") if "qa-pairs" in f.path else f for f in files]
+    assert actions(make_plan(questions, before, "s1", GLOBS)) == {"a": REBUILD, "b/c": KEEP}
+    keywords = [FileInfo(f.path, f.size, "new") if "_keywords" in f.path else f for f in files]
+    assert actions(make_plan(keywords, before, "s1", GLOBS)) == {"a": REBUILD, "b/c": REBUILD}
+
+
+def test_new_settings_rebuild_everything():
+    files = FILES
+    plan = make_plan(files, remember(files), "s2", GLOBS)
+    assert set(actions(plan).values()) == {REBUILD}
+    assert len(plan.changed) == 3
+
+
+def test_a_new_child_topic_relinks_its_parent_and_deletions_are_listed():
+    files = FILES
+    before = remember(files)
+    grown = [*files, FileInfo("a/sub/four.md", 9, "v9")]
+    plan = make_plan(grown, before, "s1", GLOBS)
+    assert actions(plan) == {"a": RELINK, "a/sub": REBUILD, "b/c": KEEP}
+    shrunk = [f for f in files if not f.path.startswith("b/")]
+    plan = make_plan(shrunk, before, "s1", GLOBS)
+    assert plan.deleted == ("b/c/three.md",) and plan.deleted_topics == ("b/c",)
+    assert plan.directories == {"": ["a"]}
+
+
+def test_a_source_that_failed_last_time_is_retried():
+    files = FILES
+    before = remember(files)
+    failed = Manifest(
+        config_key="s1",
+        sources={
+            **before.sources,
+            "a/one.md": SourceEntry(before.sources["a/one.md"].fingerprint, None, failed=True),
+        },
+        topics={
+            **before.topics,
+            "a": TopicEntry(
+                before.topics["a"].inputs, before.topics["a"].children, (), failed=True
+            ),
+        },
+    )
+    plan = make_plan(files, failed, "s1", GLOBS)
+    assert actions(plan)["a"] == REBUILD and plan.changed == {"a/one.md"}
+
+
+def test_manifest_round_trips_through_json():
+    files = FILES
+    manifest = remember(files)
+    assert Manifest.from_json(manifest.to_json()) == manifest
+    assert Manifest.from_json(None) == Manifest()
+    assert Manifest.from_json(b'{"format": 0}') == Manifest()
+
+
+def test_generated_and_hidden_directories_are_not_listed():
+    assert keep_directory("guides") and keep_directory("_keywords")
+    assert not keep_directory("_chunks") and not keep_directory("_index")
+    assert not keep_directory(".embedding-cache") and not keep_directory("_reindex")
