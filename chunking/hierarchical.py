@@ -4,13 +4,14 @@ The document becomes a tree of sections (one per heading, plus the text before t
 each section's own content (up to the next heading of any level) gets one content type:
 code_example, table_based, link_list, introduction, descriptive_text or default (see `classify`).
 Sizes are in CHARACTERS, overlap included (seed 004 measures its 1000 in characters but takes its
-overlap as 200 words; we take 200 characters of whole words).
+overlap as 200 words; we take at most 200 characters: whole sentences, else whole words).
 - Atomic types (all but descriptive_text) stay one chunk up to `hard_max_size` (4000) characters;
   a bigger one is cut between blocks, then between lines (fences closed and reopened), table rows
   (header repeated) or sentences, into pieces of at most `hard_max_size`.
 - descriptive_text over `max_chunk_size` (1000) is cut between blocks (seed 004 cuts between
-  paragraphs); each later piece starts with the last <= `overlap_size` (200) characters of whole
-  words of the piece before, taken from the source so the text stays a source slice.
+  paragraphs); each later piece starts with the last <= `overlap_size` (200) characters of the
+  piece before (whole sentences, else whole words), taken from the source so the text stays a
+  source slice; overlap never comes from or goes into code or table lines.
 Chunk text is the source section (its heading line included in its first chunk); the seed's
 `enhanced_content` ("Context: A > B\n\n" + heading + text) goes in extras with `formatted_path`,
 `hierarchy_levels`, `header_level`, `related_chunks` and `related_sections`.
@@ -205,18 +206,21 @@ class HierarchicalStrategy(Strategy):
     def _overlap_start(
         self, doc: ParsedDocument, src: SourceText, before: Span, piece: Span
     ) -> int:
-        """Where `piece` starts once the last whole words of `before` (at most `overlap_size`
-        characters, never from code or table lines) are repeated; its own start if none fit."""
+        """Where `piece` starts once the end of `before` is repeated: its last whole sentences
+        within `overlap_size` characters, else its last whole words within them; never from
+        code or table lines. `piece.start` when nothing fits."""
         if piece.prefix or before.suffix or not self.options["overlap_size"]:
             return piece.start
         earliest = max(before.start, before.end - self.options["overlap_size"])
-        match = _WORD_START.search(src.text, earliest, before.end)
-        if match is None or piece.end - match.start() > self.options["hard_max_size"]:
+        tail = sentences(src, Span(earliest, before.end))
+        word = _WORD_START.search(src.text, earliest, before.end)
+        start = tail[1].start if len(tail) > 1 else word.start() if word else piece.start
+        if piece.end - start > self.options["hard_max_size"]:
             return piece.start
-        first, last = src.line_of(match.start()), src.line_of(piece.start)
+        first, last = src.line_of(start), src.line_of(piece.start)
         if any(doc.line_kinds[n - 1] in LITERAL_KINDS for n in range(first, last + 1)):
             return piece.start
-        return match.start()
+        return start
 
 
 def _fit(src: SourceText, measure: Measure, span: Span, limit: int) -> list[Span]:
@@ -270,41 +274,40 @@ def sections(doc: ParsedDocument) -> list[Section]:
 def classify(
     doc: ParsedDocument, section: Section, first_content: bool, lines_with_links: list[int]
 ) -> str:
-    """Seed 004 content type of a section from its own blocks, counting non-blank lines
+    """Seed 004 content type of a section from its own blocks, weighed in characters
     (`lines_with_links`: the sorted lines that hold a link other than an image).
 
-    In this order, the first that holds: code_example (code lines are more than half),
-    table_based (table lines more than half), link_list (list lines more than half, at least
-    two links on list lines and a link on at least half of the list lines), introduction (the
-    document's first section with content, when it is the preamble or an H1, or a section
-    titled Introduction or Overview), descriptive_text (paragraph, quote and list lines more
-    than half), default.
+    Each block weighs the characters of its lines, indentation and blank lines aside (characters,
+    not lines: a prose paragraph is often one long line). In this order, the first that holds:
+    code_example (code is more than half the weight), table_based (tables more than half),
+    link_list (lists more than half, at least two list lines with a link, and a link on at
+    least half of the lists' non-blank lines), introduction (the document's first section with
+    content when it is the preamble or an H1, or a section titled Introduction or Overview),
+    descriptive_text (paragraphs, quotes and lists more than half), default.
     """
-    lines: dict[str, int] = defaultdict(int)
-    list_ranges = []
+    weight: dict[str, int] = defaultdict(int)
+    list_lines = link_lines = 0
     for block in section.blocks:
-        lines[block.kind] += sum(
-            1 for line in doc.lines[block.start_line - 1 : block.end_line] if line.strip()
-        )
+        lines = [line.strip() for line in doc.lines[block.start_line - 1 : block.end_line]]
+        weight[block.kind] += sum(len(line) for line in lines)
         if block.kind in _LISTS:
-            list_ranges.append((block.start_line, block.end_line))
-    total = sum(lines.values())
-    list_lines = sum(lines[kind] for kind in _LISTS)
-    link_lines = sum(
-        bisect_right(lines_with_links, last) - bisect_left(lines_with_links, first)
-        for first, last in list_ranges
-    )
+            list_lines += sum(1 for line in lines if line)
+            link_lines += bisect_right(lines_with_links, block.end_line) - bisect_left(
+                lines_with_links, block.start_line
+            )
+    total = sum(weight.values())
     title = section.headings[-1].text.strip().lower() if section.heading is not None else ""
-    if 2 * sum(lines[kind] for kind in _CODE) > total:
+    if 2 * sum(weight[kind] for kind in _CODE) > total:
         return "code_example"
-    if 2 * lines["table"] > total:
+    if 2 * weight["table"] > total:
         return "table_based"
-    if 2 * list_lines > total and link_lines >= 2 and 2 * link_lines >= list_lines:
+    lists = sum(weight[kind] for kind in _LISTS)
+    if 2 * lists > total and link_lines >= 2 and 2 * link_lines >= list_lines:
         return "link_list"
     top = section.heading is None or section.headings[-1].level == 1
     if (first_content and top) or title in _INTRO_TITLES:
         return "introduction"
-    if 2 * sum(lines[kind] for kind in _PROSE) > total:
+    if 2 * sum(weight[kind] for kind in _PROSE) > total:
         return "descriptive_text"
     return "default"
 

@@ -53,6 +53,13 @@ def test_title_and_first_section_rules_for_introduction():
     ]
 
 
+def test_a_list_without_links_is_descriptive_and_mostly_links_is_a_link_list():
+    plain = hierarchical("# A\n\nIntro.\n\n## Steps\n\n- first step\n- second step\n- third\n")
+    assert plain.chunks[1].content_type == "descriptive_text"
+    links = hierarchical("# A\n\nIntro.\n\n## Refs\n\n- [a](a.md)\n- [b](b.md)\n- plain\n")
+    assert links.chunks[1].content_type == "link_list"
+
+
 def test_hierarchy_path_levels_and_enhanced_content(types_doc):
     chunk = by_path(types_doc, "Pydantic > Concepts > Fields")
     assert chunk.headings_path == ("Pydantic", "Concepts", "Fields")
@@ -95,9 +102,9 @@ def test_descriptive_text_is_cut_between_paragraphs_with_a_character_overlap():
     assert all(c.content_type == "descriptive_text" for c in chunks)
     for before, after in zip(chunks, chunks[1:], strict=False):
         overlap = after.text.split("\n\n")[0]
-        assert 0 < len(overlap) <= 200  # the unit is characters, whole words
+        assert 0 < len(overlap) <= 200  # the unit is characters: whole sentences here
         assert before.text.endswith(overlap)
-        assert overlap.split()[0] in before.text.split()
+        assert overlap.startswith("Paragraph ") and overlap.endswith("idea.")
         new = after.text[len(overlap) :].strip()
         assert len(new) <= 1000 and new.startswith("Paragraph ")
         # A continuation has no heading line, so enhanced content adds it after the context.
@@ -105,6 +112,25 @@ def test_descriptive_text_is_cut_between_paragraphs_with_a_character_overlap():
             "Context: Guide > Concepts\n\n## Concepts\n\n" + after.text
         )
     assert [p for p in paragraphs if not any(p in c.text for c in chunks)] == []
+
+
+def test_overlap_falls_back_to_whole_words_without_a_sentence_end():
+    paragraphs = [" ".join(f"p{p}w{w}" for w in range(60)) for p in range(8)]
+    doc = hierarchical("## Words\n\n" + "\n\n".join(paragraphs) + "\n")
+    assert len(doc.chunks) > 1
+    for before, after in zip(doc.chunks, doc.chunks[1:], strict=False):
+        overlap = after.text.split("\n\n")[0]
+        assert 0 < len(overlap) <= 200 and before.text.endswith(" " + overlap)
+
+
+def test_overlap_is_never_taken_from_code():
+    prose = " ".join(f"Word{i} filler text for size." for i in range(40))
+    code = "```python\n" + "\n".join(f"x_{i} = {i}" for i in range(30)) + "\n```"
+    doc = hierarchical(f"## Mixed\n\n{prose}\n\n{code}\n\n{prose}\n\n{code}\n\n{prose}\n")
+    assert doc.chunks[0].content_type == "descriptive_text" and len(doc.chunks) > 2
+    for chunk in doc.chunks:
+        assert not unclosed_fences(chunk.text)
+        assert not chunk.text.startswith("x_")
 
 
 def test_atomic_code_stays_whole_up_to_the_hard_maximum_then_reopens_its_fence():

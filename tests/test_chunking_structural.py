@@ -97,10 +97,29 @@ def test_oversized_paragraph_splits_at_sentences():
         assert chunk.token_count <= 520
         assert chunk.text.endswith("detail.")
         assert chunk.headings_path == ("T", "Big")
-    for chunk in doc.chunks[1:]:
-        assert chunk.text.startswith("Sentence number ")
+    for before, after in zip(doc.chunks, doc.chunks[1:], strict=False):
+        assert after.text.startswith("Sentence number ")
+        first = after.text[: after.text.index("detail.") + len("detail.")]
+        overlap = before.text[before.text.index(first) :]
+        assert after.text.startswith(overlap)  # section 6: the last whole sentences repeated
     seen = " ".join(c.text.split("\n\n")[-1] for c in doc.chunks)
     assert all(sentence in seen for sentence in sentences)
+
+
+def test_overlap_never_crosses_a_heading():
+    doc = structural("# T\n\n## A\n\n" + _paragraphs(6, 8) + "\n\n## B\n\n" + _paragraphs(6, 8))
+    first_of_b = next(c for c in doc.chunks if c.headings_path == ("T", "B"))
+    assert first_of_b.text.startswith("## B\n\n")
+    assert sum(c.text.startswith("Sentence ") for c in doc.chunks) >= 2  # overlaps inside A, B
+
+
+def test_cjk_paragraph_splits_at_ideographic_full_stops(minilm):
+    sentence = "这是一个关于分块的句子。"
+    doc = structural("# 标题\n\n" + sentence * 200)
+    assert len(doc.chunks) > 1
+    for chunk in doc.chunks:
+        assert chunk.token_count <= 520
+        assert chunk.text.endswith("。")
 
 
 def test_sentence_over_hard_max_becomes_token_windows_with_15_percent_overlap(minilm):
