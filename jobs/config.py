@@ -89,6 +89,10 @@ class EmbedResources:
     num_cpus: float = _min(0.01, 1.0)  # also the actor's torch thread count (rounded, at least 1)
     num_gpus: float = _min(0, 0.0)
     batch_size: int = _min(1, 32)
+    # True: one model call per batch mixes chunks of many documents (fuller GPU batches, but a
+    # vector's last bits then depend on its batch-mates); False: one call per document, so outputs
+    # are byte-identical whatever the batching.
+    mix_documents: bool = False
 
 
 @dataclass(frozen=True)

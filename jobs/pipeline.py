@@ -195,6 +195,7 @@ def topic_summaries(config: JobConfig, plan: Plan, rows: list[dict[str, Any]]) -
         cache_uri=config.cache,
         storage_options=dict(config.storage_options),
         strategy_key=key,
+        mix_documents=resources.embed.mix_documents,
     )
     context = TopicContext(
         source=source,

@@ -24,6 +24,7 @@ class EmbedSettings:
     cache_uri: str | None
     storage_options: dict[str, Any] = field(default_factory=dict)
     strategy_key: str = ""
+    mix_documents: bool = False
 
 
 class EmbedActor:
@@ -37,6 +38,7 @@ class EmbedActor:
             else None
         )
         self.strategy_key = settings.strategy_key
+        self.mix_documents = settings.mix_documents
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Attach vectors (and embed/cache counts) to chunked sources and parsed questions."""
@@ -54,9 +56,10 @@ class EmbedActor:
                     previous_source_hash=row["previous_hash"],
                 )
             )
-        # One call per document: the model's micro-batches then never mix texts of different
-        # documents, so a chunk's vector bits do not depend on how Ray batched the sources.
-        results = [embed_with_cache(self.embedder, self.cache, [r])[0] for r in requests]
+        if self.mix_documents:
+            results = embed_with_cache(self.embedder, self.cache, requests) if requests else []
+        else:  # micro-batches never mix documents: vector bits independent of Ray's batching
+            results = [embed_with_cache(self.embedder, self.cache, [r])[0] for r in requests]
         for row, request, result in zip(sources, requests, results, strict=True):
             row.update(
                 vectors=vectors_to_bytes(result.vectors),
