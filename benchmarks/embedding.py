@@ -47,7 +47,7 @@ NAIVE_BATCH = 32
 
 
 def corpus_documents(
-    path: Path, limit: int, options: dict[str, int]
+    path: Path, limit: int, options: dict[str, int | str]
 ) -> list[tuple[str, tuple[str, ...]]]:
     """(source sha256, chunk texts) per markdown file, in path order, until `limit` chunks."""
     documents, total = [], 0
@@ -187,15 +187,16 @@ def main(argv: list[str] | None = None) -> int:
         "--chunk-option",
         action="append",
         default=[],
-        metavar="KEY=INT",
-        help="a semantic strategy option, e.g. max_tokens=256 (repeatable)",
+        metavar="KEY=VALUE",
+        help="a semantic strategy option, e.g. max_tokens=256 or tokenizer=minilm (repeatable)",
     )
     args = parser.parse_args(argv)
 
     if args.threads:
         torch.set_num_threads(args.threads)
     options = dict(item.split("=", 1) for item in args.chunk_option)
-    documents = corpus_documents(args.corpus, args.n, {k: int(v) for k, v in options.items()})
+    options = {k: int(v) if v.isdigit() else v for k, v in options.items()}
+    documents = corpus_documents(args.corpus, args.n, options)
     texts = [text for _, doc in documents for text in doc]
     scratch = Path(tempfile.mkdtemp(prefix="embedding-bench-"))
     try:

@@ -15,8 +15,8 @@ from embedding.models import fingerprint, read_sentence_transformers, resolve_mo
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 POOLINGS = ("mean", "cls")
-# Padded tokens per micro-batch: small enough to stay in CPU caches, large enough to fill a GPU.
-DEFAULT_TOKEN_BUDGET = {"cpu": 4096, "cuda": 65536, "mps": 16384}
+# Padded tokens per micro-batch (measured on a 2-core AVX2 CPU: 16384 beat 2048-8192 by 5-25%).
+DEFAULT_TOKEN_BUDGET = {"cpu": 16384, "cuda": 65536, "mps": 16384}
 
 
 @dataclass(frozen=True, eq=False)
