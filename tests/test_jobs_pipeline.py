@@ -31,10 +31,14 @@ LOW_THRESHOLD = "prompts.threshold=0.3"  # MiniLM similarities of the fixture's 
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_instance():
-    """One local Ray instance shared by every build of this module."""
-    ray.init(num_cpus=2, include_dashboard=False)
+    """One local Ray instance shared by every build of this module (an already running one is
+    reused and left running)."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False)
     yield
-    ray.shutdown()
+    if started:
+        ray.shutdown()
 
 
 def build(*args: str) -> int:
