@@ -41,7 +41,7 @@ def test_boundaries_of_section_4(minilm):
     assert got == [
         ("Preamble text before any heading.", (), ""),  # root chunk: no heading path
         ("# Guide", ("Guide",), "# Guide"),  # two short paragraphs merged (4.2)
-        # a list may follow prose in one chunk
+        # a list may follow the prose that introduces it (ends with ":")
         ("## Setup", ("Guide", "Setup"), "# Guide > ## Setup > bullet list"),
         ("1. first ordered", ("Guide", "Setup"), "# Guide > ## Setup > ordered list"),  # switch
         ("After the lists comes prose.", ("Guide", "Setup"), "# Guide > ## Setup"),  # list exit
@@ -55,6 +55,13 @@ def test_boundaries_of_section_4(minilm):
     assert doc.chunks[2].text.endswith("- step two")
     assert [(c.start_line, c.end_line) for c in doc.chunks][:3] == [(1, 1), (3, 7), (9, 14)]
     assert all(c.token_count == minilm.count(c.text) for c in doc.chunks)
+
+
+def test_a_list_not_introduced_by_a_colon_starts_its_own_chunk():
+    doc = structural("# T\n\nCreate an archive.\n\n- Extract it:\n\n`tar xf a.tar`\n\n- List it:\n")
+    assert [c.text for c in doc.chunks] == [
+        "# T\n\nCreate an archive.", "- Extract it:", "`tar xf a.tar`", "- List it:"
+    ]
 
 
 def test_every_heading_starts_a_chunk_and_empty_parents_ride_along():
