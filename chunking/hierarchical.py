@@ -41,7 +41,8 @@ from chunking.spans import (
 )
 from chunking.strategy import Draft, Split, Strategy, register
 
-ATOMIC = ("introduction", "code_example", "table_based", "link_list", "default")
+# Content types kept whole (up to the hard maximum); descriptive_text is the one that is split.
+ATOMIC = frozenset(("introduction", "code_example", "table_based", "link_list", "default"))
 _INTRO_TITLES = frozenset(("introduction", "overview"))
 _CODE = frozenset(("fence", "code_block"))
 _LISTS = frozenset(("bullet_list", "ordered_list"))
@@ -150,22 +151,16 @@ class HierarchicalStrategy(Strategy):
     def _pieces(
         self, doc: ParsedDocument, src: SourceText, measure: Measure, section: Section, kind: str
     ) -> list[Span]:
-        """The spans one section becomes."""
+        """The spans one section becomes: itself when it fits, else cut (with overlap for
+        descriptive text)."""
         end = src.block_span(section.blocks[-1]).end
         whole = balanced(doc, src, Span(_start(src, section), end))
-        size = len(src.render(whole))
-        if _unclosed(section):  # line_pieces closes the fence in the last piece
-            descriptive = kind == "descriptive_text"
-            limit = self.options["max_chunk_size" if descriptive else "hard_max_size"]
-            return self._cut(doc, src, measure, section, limit)
-        if kind != "descriptive_text":
-            hard = self.options["hard_max_size"]
-            if size <= hard:
-                return [whole]
-            return self._cut(doc, src, measure, section, hard)
-        if size <= self.options["max_chunk_size"]:
+        limit = self.options["hard_max_size" if kind in ATOMIC else "max_chunk_size"]
+        if len(src.render(whole)) <= limit:
             return [whole]
-        pieces = self._cut(doc, src, measure, section, self.options["max_chunk_size"])
+        pieces = self._cut(doc, src, measure, section, limit)
+        if kind in ATOMIC:
+            return pieces
         return [pieces[0]] + [
             Span(self._overlap_start(doc, src, before, piece), piece.end, piece.prefix,
                  piece.suffix)
@@ -182,7 +177,7 @@ class HierarchicalStrategy(Strategy):
             span = src.block_span(block)
             if index == 0:
                 span = Span(_start(src, section), span.end)
-            if span.end - span.start <= limit and not _unclosed(section, block):
+            if span.end - span.start <= limit and not _unclosed(block):
                 units.append(span)
             elif block.kind == "table":
                 units += table_pieces(src, block, measure, limit)
@@ -232,9 +227,8 @@ def _fit(src: SourceText, measure: Measure, span: Span, limit: int) -> list[Span
     return [trimmed(src, a, b) for a, b in windows]
 
 
-def _unclosed(section: Section, block: Block | None = None) -> bool:
-    """Whether `block` (default: the section's last block) is a fence that is never closed."""
-    block = block or section.blocks[-1]
+def _unclosed(block: Block) -> bool:
+    """Whether `block` is a fence that is never closed."""
     return block.kind == "fence" and not block.closed
 
 
