@@ -24,6 +24,7 @@ FENCE_BODY = 2  # a line inside a fenced code block
 INDENTED_CODE = 3
 TABLE = 4
 LITERAL_KINDS = frozenset((FENCE_MARK, FENCE_BODY, INDENTED_CODE, TABLE))
+_LITERAL_TOKENS = frozenset(("fence", "code_block", "table_open"))  # tokens of literal lines
 
 
 @dataclass(frozen=True)
@@ -150,13 +151,13 @@ def parse(source: NormalizedDocument) -> ParsedDocument:
     blocks: list[Block] = []
     fences: list[Block] = []
     for index, token in enumerate(tokens):
-        if token.map is None or token.nesting == -1:
-            continue
-        start, end = token.map[0] + offset, token.map[1] + offset
-        _mark(kinds, token, start, end)
-        if token.type == "fence":
-            fences.append(_block(token, tokens, index, start, end))
-        if token.level == 0:
+        if token.type in _LITERAL_TOKENS:
+            start, end = token.map[0] + offset, token.map[1] + offset
+            _mark(kinds, token, start, end)
+            if token.type == "fence":
+                fences.append(_block(token, tokens, index, start, end))
+        if token.level == 0 and token.nesting != -1:
+            start, end = token.map[0] + offset, token.map[1] + offset
             blocks.append(_block(token, tokens, index, start, end))
     return ParsedDocument(
         source=source,
@@ -172,7 +173,7 @@ def text_line_kinds(text: str) -> bytes:
     lines = text.split("\n")
     kinds = bytearray(len(lines))
     for token in parse_tokens(text if text.endswith("\n") else text + "\n"):
-        if token.map is not None and token.nesting != -1:
+        if token.type in _LITERAL_TOKENS:
             _mark(kinds, token, token.map[0], token.map[1])
     return bytes(kinds)
 

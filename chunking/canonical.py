@@ -5,13 +5,7 @@
 
 from __future__ import annotations
 
-import re
-
 from chunking.blocks import FENCE_BODY, LITERAL_KINDS
-
-_LITERAL_RUN = re.compile(b"[" + bytes(sorted(LITERAL_KINDS)) + b"]+")
-_BLANKS = re.compile(r"[^\S\n]+")  # whitespace other than line breaks
-_EDGES = re.compile(r" *\n *")
 
 
 def canonical_chunk_text(text: str, line_kinds: bytes) -> str:
@@ -23,20 +17,12 @@ def canonical_chunk_text(text: str, line_kinds: bytes) -> str:
     lines = text.split("\n")
     if len(lines) != len(line_kinds):
         raise ValueError(f"{len(line_kinds)} line kinds for {len(lines)} lines")
-    parts, done = [], 0
-    for run in _LITERAL_RUN.finditer(line_kinds):
-        parts.append(_collapse(lines[done : run.start()]))
-        parts.append(lines[run.start() : run.end()])
-        done = run.end()
-    parts.append(_collapse(lines[done:]))
-    return "\n".join(line for part in parts for line in part)
-
-
-def _collapse(lines: list[str]) -> list[str]:
-    if not lines:
-        return []
-    joined = _EDGES.sub("\n", _BLANKS.sub(" ", "\n".join(lines)))
-    return joined.strip(" ").split("\n")
+    return "\n".join(
+        [
+            line if kind in LITERAL_KINDS else " ".join(line.split())
+            for line, kind in zip(lines, line_kinds, strict=True)
+        ]
+    )
 
 
 def is_code(line_kinds: bytes) -> bool:

@@ -79,12 +79,11 @@ class _Chunk:
     parents: tuple[Heading, ...] = ()  # active headings above the chunk's start
     prefix: tuple[Heading, ...] = ()  # the parents prepended to the text (see _Window.new_chunk)
     reopen: str = ""  # fence opener repeated at the top when the chunk starts inside a fence
-    reopened: Block | None = None  # the fence `reopen` reopens
-    reserve: int = 0  # units kept for closing a reopened fence that its container ends
-    overhead: int = 0  # units of the prefix and reopen lines, and the reserve
-    # Own content: (first line, last line, None) for whole source lines, (n, n, text) for a piece.
-    segments: list[tuple[int, int, str | None]] = field(default_factory=list)
-    units: int = 0  # units of the own content (seed 003 compares its tokens)
+    overhead: int = 0  # units of the prefix and reopen lines
+    # Own content: (first line, last line, None) for whole source lines, (n, n, text) for a
+    # piece of line n; the bool says whether the segment ends where its last line ends.
+    segments: list[tuple[int, int, str | None, bool]] = field(default_factory=list)
+    units: int = 0  # units of the own content and its inserted fence closers
     has_content: bool = False  # any non-blank own line
     start_level: int | None = None
     deepest: int | None = None
@@ -105,6 +104,9 @@ class _Window:
         self.keep_short_tail = options["keep_short_tail"]
         self.fence_starts = [fence.start_line for fence in doc.fences]
         self.block_starts = [block.start_line for block in doc.blocks]
+        # A fence its list item or block quote ends (or the end of the file) gets a closing line
+        # after its last line in the chunk text, since a chunk may not hold that container.
+        self.unclosed_ends = {fence.end_line: fence for fence in doc.fences if not fence.closed}
         self.hierarchy: dict[int, Heading] = {}
         self.drafts: list[Draft] = []
         self.chunk = _Chunk()
@@ -182,47 +184,61 @@ class _Window:
     def try_add(self, first: int, last: int) -> bool:
         """Add lines first..last at once if no line of them would break the hard maximum."""
         text = "\n".join(self.doc.lines[first - 1 : last])
-        units = self.counter.units(text)
+        units = self.counter.units(text) + sum(
+            self.closer_units_of(fence)
+            for end, fence in self.unclosed_ends.items()
+            if first <= end <= last
+        )
         closer = self.largest_closer(first, last)
         if self.chunk.overhead + self.chunk.units + units + closer > self.limit:
             return False
-        self.append(first, last, None, units, bool(text.strip()))
+        self.append(first, last, None, units, bool(text.strip()), True)
         return True
 
     def add_line(self, number: int) -> None:
         """Add source line `number`, sealing first when it would break the hard maximum."""
         text = self.doc.lines[number - 1]
-        units = self.counter.units(text)
+        ending = self.unclosed_ends.get(number)
+        tail = self.closer_units_of(ending) if ending else 0  # closer inserted after the line
+        units = self.counter.units(text) + tail
         closer = self.closer_units(number)
         chunk = self.chunk
         if chunk.has_content and chunk.overhead + chunk.units + units + closer > self.limit:
             self.seal()
             self.chunk = self.continuation(number)
         if self.chunk.overhead + units + closer <= self.limit:
-            self.append(number, number, None, units, bool(text.strip()))
+            self.append(number, number, None, units, bool(text.strip()), True)
             return
         # Longer than any chunk can hold: cut at word boundaries, one piece per chunk.
         overhead = max(self.chunk.overhead, self.continuation(number).overhead)
-        for index, piece in enumerate(self.counter.split(text, self.limit - overhead - closer)):
+        pieces = self.counter.split(text, self.limit - overhead - max(closer, tail))
+        for index, piece in enumerate(pieces):
             if index:
                 self.seal()
                 self.chunk = self.continuation(number)
-            self.append(number, number, piece, self.counter.units(piece), bool(piece.strip()))
+            last = index == len(pieces) - 1
+            units = self.counter.units(piece) + (tail if last else 0)
+            self.append(number, number, piece, units, bool(piece.strip()), last)
 
-    def append(self, first: int, last: int, piece: str | None, units: int, content: bool) -> None:
+    def append(
+        self, first: int, last: int, piece: str | None, units: int, content: bool, ends: bool
+    ) -> None:
         chunk = self.chunk
         segments = chunk.segments
         if piece is None and segments and segments[-1][2] is None and segments[-1][1] == first - 1:
-            segments[-1] = (segments[-1][0], last, None)
+            segments[-1] = (segments[-1][0], last, None, True)
         else:
-            segments.append((first, last, piece))
+            segments.append((first, last, piece, ends))
         chunk.units += units
         chunk.has_content = chunk.has_content or content
 
     def closer_units(self, number: int) -> int:
         """Units of the closing fence line needed if the chunk ended right after line `number`."""
         fence = self.open_fence_after(number)
-        return self.counter.units(fence_closer(self.doc, fence)) if fence else 0
+        return self.closer_units_of(fence) if fence else 0
+
+    def closer_units_of(self, fence: Block) -> int:
+        return self.counter.units(fence_closer(self.doc, fence))
 
     def largest_closer(self, first: int, last: int) -> int:
         """The most closer units needed after any line of first..last."""
@@ -230,7 +246,7 @@ class _Window:
         high = bisect_right(self.fence_starts, last)
         return max(
             (
-                self.counter.units(fence_closer(self.doc, fence))
+                self.closer_units_of(fence)
                 for fence in self.doc.fences[low:high]
                 if fence.end_line >= first
             ),
@@ -238,14 +254,13 @@ class _Window:
         )
 
     def open_fence_after(self, number: int) -> Block | None:
-        """The fence still open after line `number` (None outside fences or on a closing line)."""
+        """The fence still open after line `number`: None outside fences and on a fence's last
+        line (its closing line, or the line an inserted closer follows)."""
         index = bisect_right(self.fence_starts, number) - 1
         if index < 0:
             return None
         fence = self.doc.fences[index]
-        if number > fence.end_line or (fence.closed and number == fence.end_line):
-            return None
-        return fence
+        return fence if number < fence.end_line else None
 
     # -- chunks -----------------------------------------------------------------------------
 
@@ -261,16 +276,8 @@ class _Window:
         """The chunk that continues the current section at line `number` after a max-token seal."""
         parents = tuple(self.hierarchy[level] for level in sorted(self.hierarchy))
         fence = self.open_fence_after(number - 1)
-        if fence is None or number > fence.end_line:
-            chunk = self.new_chunk(parents)
-        else:
-            chunk = self.new_chunk(parents, fence_reopener(self.doc, fence))
-            chunk.reopened = fence
-            if not fence.closed:
-                # In the source the fence's list item or quote closes it; reopened without
-                # that container it needs a closing line where the container ends.
-                chunk.reserve = self.counter.units(fence_closer(self.doc, fence))
-                chunk.overhead += chunk.reserve
+        reopen = fence_reopener(self.doc, fence) if fence else ""
+        chunk = self.new_chunk(parents, reopen)
         chunk.start_level = chunk.deepest = parents[-1].level if parents else None
         return chunk
 
@@ -280,21 +287,43 @@ class _Window:
             self.drafts.append(self.draft(self.chunk))
         self.chunk = _Chunk()
 
-    def draft(self, chunk: _Chunk) -> Draft:
-        """BuildChunkWithHierarchy: parents, fence reopen, own lines, fence close."""
+    def own_lines(self, chunk: _Chunk) -> tuple[list[str], bytearray, list[int]]:
+        """The chunk's own lines, their kinds and source line numbers; a closing line follows
+        the last line of every fence that its container (or the file) ends."""
         lines, kinds = self.doc.lines, self.doc.line_kinds
         own: list[str] = []
         own_kinds = bytearray()
         numbers: list[int] = []
-        for first, last, piece in chunk.segments:
-            if piece is None:
-                own.extend(lines[first - 1 : last])
-                own_kinds += kinds[first - 1 : last]
-                numbers.extend(range(first, last + 1))
-            else:
+
+        def take(first: int, last: int) -> None:
+            own.extend(lines[first - 1 : last])
+            own_kinds.extend(kinds[first - 1 : last])
+            numbers.extend(range(first, last + 1))
+
+        def close(end: int) -> None:
+            own.append(fence_closer(self.doc, self.unclosed_ends[end]))
+            own_kinds.append(FENCE_MARK)
+            numbers.append(end)
+
+        for first, last, piece, ends in chunk.segments:
+            if piece is not None:
                 own.append(piece)
                 own_kinds.append(kinds[first - 1])
                 numbers.append(first)
+                if ends and first in self.unclosed_ends:
+                    close(first)
+                continue
+            for end in sorted(end for end in self.unclosed_ends if first <= end <= last):
+                take(first, end)
+                close(end)
+                first = end + 1
+            if first <= last:
+                take(first, last)
+        return own, own_kinds, numbers
+
+    def draft(self, chunk: _Chunk) -> Draft:
+        """BuildChunkWithHierarchy: parents, fence reopen, own lines, fence close."""
+        own, own_kinds, numbers = self.own_lines(chunk)
         start = next(i for i, text in enumerate(own) if text.strip())
         end = next(i for i in range(len(own) - 1, -1, -1) if own[i].strip())
         texts = [h.markdown for h in chunk.prefix]
@@ -304,17 +333,13 @@ class _Window:
             line_kinds.append(FENCE_MARK)
         numbers = numbers[start : end + 1]
         own, own_kinds = own[start : end + 1], own_kinds[start : end + 1]
-        units = chunk.overhead - chunk.reserve + chunk.units
-        fence = chunk.reopened
-        if fence is not None and not fence.closed and numbers[-1] > fence.end_line:
-            cut = bisect_right(numbers, fence.end_line)
-            own.insert(cut, fence_closer(self.doc, fence))
-            own_kinds.insert(cut, FENCE_MARK)
-            numbers.insert(cut, fence.end_line)
-            units += chunk.reserve
+        units = chunk.overhead + chunk.units
         texts.extend(own)
         line_kinds += own_kinds
         fence = self.open_fence_after(numbers[-1])
+        last = chunk.segments[-1]
+        if fence is None and last[2] is not None and not last[3]:
+            fence = self.open_fence_after(numbers[-1] - 1)  # cut inside the fence's last line
         if fence is not None:
             texts.append(fence_closer(self.doc, fence))
             line_kinds.append(FENCE_MARK)

@@ -67,7 +67,8 @@ def markdown_documents(draw) -> str:
     return separator.join(blocks) + draw(st.sampled_from(["", "\n"]))
 
 
-_FENCE_LINE = re.compile(r"^[\s>]*(`{3,}|~{3,})[^`]*$")  # block quote markers may precede
+# A fence line; block quote markers may precede it, a ~~~ fence's info may hold backticks.
+_FENCE_LINE = re.compile(r"^[\s>]*(`{3,}[^`]*|~{3,}.*)$")
 
 
 def _collapse(text: str) -> str:

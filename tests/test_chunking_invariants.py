@@ -73,7 +73,7 @@ def test_invalid_utf8_fails_with_chunking_failed(strategy):
     with pytest.raises(ChunkingError) as caught:
         chunk_source(b"# Title\n\nok\n\xc3\x28 broken", strategy=strategy)
     assert caught.value.code == CHUNKING_FAILED
-    assert "byte offset 13" in caught.value.message
+    assert "byte offset 12" in caught.value.message
 
 
 @pytest.mark.timeout(10)

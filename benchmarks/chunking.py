@@ -1,0 +1,104 @@
+"""Chunking throughput: every strategy against LangChain on the same markdown files.
+
+    python benchmarks/chunking.py [--corpora DIR] [--corpus fastapi-docs] [--repeat 2]
+
+Unpacks DIR/{corpus}.tar.gz (default DIR: ../shared/corpora next to the repository) into a
+temporary directory, then times, on the same files in the same run, each chunking strategy
+(parse + chunk + records) and LangChain's MarkdownHeaderTextSplitter (H1-H3) followed by
+RecursiveCharacterTextSplitter with its default settings. Prints MB/s (CPU time, best of
+--repeat runs, so other processes on the machine disturb the numbers less) and each strategy's
+ratio to LangChain. LangChain (langchain-text-splitters) is a benchmark-only dependency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from chunking import ChunkingError, chunk_source, list_strategies
+
+DEFAULT_CORPORA = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
+
+
+def load_corpus(archive: Path, into: Path) -> list[bytes]:
+    """The bytes of every .md file in `archive`, in sorted path order."""
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return [path.read_bytes() for path in sorted(into.rglob("*.md"))]
+
+
+def best_cpu_seconds(run: Callable[[], object], repeat: int) -> float:
+    """The smallest CPU time of `repeat` calls of `run`."""
+    times = []
+    for _ in range(repeat):
+        start = time.process_time()
+        run()
+        times.append(time.process_time() - start)
+    return min(times)
+
+
+def langchain_runner(files: list[bytes]) -> Callable[[], int]:
+    """LangChain's markdown pipeline over `files`; returns the number of chunks."""
+    from langchain_text_splitters import (
+        MarkdownHeaderTextSplitter,
+        RecursiveCharacterTextSplitter,
+    )
+
+    headers = MarkdownHeaderTextSplitter([("#", "h1"), ("##", "h2"), ("###", "h3")])
+    recursive = RecursiveCharacterTextSplitter()
+    texts = [data.decode("utf-8", errors="replace") for data in files]
+
+    def run() -> int:
+        return sum(len(recursive.split_documents(headers.split_text(text))) for text in texts)
+
+    return run
+
+
+def strategy_runner(files: list[bytes], strategy: str) -> Callable[[], tuple[int, int]]:
+    """One strategy over `files` from raw bytes; returns (chunks, failed sources)."""
+
+    def run() -> tuple[int, int]:
+        chunks = failed = 0
+        for data in files:
+            try:
+                chunks += len(chunk_source(data, strategy=strategy).chunks)
+            except ChunkingError:
+                failed += 1
+        return chunks, failed
+
+    return run
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark and print one line per contender."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpora", type=Path, default=DEFAULT_CORPORA)
+    parser.add_argument("--corpus", default="fastapi-docs")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--strategy", action="append", help="only these strategies (repeatable)")
+    args = parser.parse_args(argv)
+    strategies = args.strategy or sorted(list_strategies())
+    with tempfile.TemporaryDirectory() as tmp:
+        files = load_corpus(args.corpora / f"{args.corpus}.tar.gz", Path(tmp))
+    megabytes = sum(len(data) for data in files) / 1e6
+    print(f"{args.corpus}: {len(files)} markdown files, {megabytes:.1f} MB")
+    lang_run = langchain_runner(files)
+    lang_chunks = lang_run()
+    lang_rate = megabytes / best_cpu_seconds(lang_run, args.repeat)
+    print(f"{'langchain':<14} {lang_rate:6.2f} MB/s  1.00x  {lang_chunks} chunks")
+    for strategy in strategies:
+        run = strategy_runner(files, strategy)
+        chunks, failed = run()
+        rate = megabytes / best_cpu_seconds(run, args.repeat)
+        print(
+            f"{strategy:<14} {rate:6.2f} MB/s  {rate / lang_rate:.2f}x  {chunks} chunks"
+            + (f", {failed} failed sources" if failed else "")
+        )
+
+
+if __name__ == "__main__":
+    main()
