@@ -155,11 +155,7 @@ def work_rows(plan: Plan, previous: Manifest) -> list[dict[str, Any]]:
     for topic in plan.topics:
         if topic.action != REBUILD:
             continue
-        facts = {
-            "children": list(topic.children),
-            "keywords": topic.keywords,
-            "inputs": topic.inputs,
-        }
+        facts = {"children": list(topic.children), "keywords": topic.keywords}
         rows.append(new_row(topic.topic, TOPIC, "", payload=json.dumps(facts).encode()))
         for path in topic.sources:
             before = previous.sources.get(path)

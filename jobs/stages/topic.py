@@ -83,15 +83,9 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
     live = output.live_paths()
     existing = context.output.list_files(in_topic(topic, CHUNKS_DIR))
     context.output.delete(stale_files(existing, live))
-    documents = [
-        document_from_json(r["document"])
-        for r in rows
-        if r["kind"] == SOURCE and r["document"] is not None
-    ]
+    documents = [source.document for source in sources if source.document is not None]
     summary = {
         "topic": topic,
-        "inputs": facts["inputs"],
-        "children": facts["children"],
         "files": sorted(live | set(tables)),
         "prompt_entries": [[h, stem, i] for h, _, stem, i in output.prompt_entries],
         "failures": failures,
