@@ -173,15 +173,8 @@ def test_outputs_are_byte_identical_whatever_the_batching(local_output, tmp_path
 
 
 def test_s3_end_to_end_matches_local_disk(local_output, s3_server, tmp_path):
-    import s3fs
-
-    fs = s3fs.S3FileSystem(
-        skip_instance_cache=True,
-        key="testing",
-        secret="testing",
-        client_kwargs={"endpoint_url": s3_server.endpoint_url},
-    )
-    fs.mkdir("jobs-e2e")
+    s3_server.make_bucket("jobs-e2e")
+    fs = s3_server.filesystem()
     fs.put(str(CORPUS) + "/", "jobs-e2e/corpus/", recursive=True)
     config = tmp_path / "s3.yaml"
     config.write_text(

@@ -48,22 +48,8 @@ def test_memory_storage():
     _exercise(Storage("memory://jobs-storage-test/root"))
 
 
-def make_bucket(s3_server, name: str) -> str:
-    """Create a bucket without a LocationConstraint (moto rejects "us-east-1" as one)."""
-    import s3fs
-
-    fs = s3fs.S3FileSystem(
-        skip_instance_cache=True,
-        key="testing",
-        secret="testing",
-        client_kwargs={"endpoint_url": s3_server.endpoint_url},
-    )
-    fs.mkdir(name)
-    return f"s3://{name}"
-
-
 def test_s3_storage_paths_come_back_without_scheme(s3_server):
-    bucket = make_bucket(s3_server, "jobs-storage")
+    bucket = s3_server.make_bucket("jobs-storage")
     store = Storage(f"{bucket}/root", s3_server.storage_options)
     _exercise(store)
     assert store.uri("a/b/one.md") == "s3://jobs-storage/root/a/b/one.md"
