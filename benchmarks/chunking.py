@@ -1,6 +1,7 @@
 """Chunking throughput: every strategy against LangChain on the same markdown files.
 
     python benchmarks/chunking.py [--corpora DIR] [--corpus fastapi-docs] [--repeat 2]
+    python -m benchmarks.chunking ...   (the same, from the repository root)
 
 Unpacks DIR/{corpus}.tar.gz (default DIR: ../shared/corpora next to the repository) into a
 temporary directory, then times, on the same files in the same run, each chunking strategy
@@ -13,13 +14,17 @@ ratio to LangChain. LangChain (langchain-text-splitters) is a benchmark-only dep
 from __future__ import annotations
 
 import argparse
+import sys
 import tarfile
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from chunking import ChunkingError, chunk_source, list_strategies
+if not __package__:  # run as a script, this file's folder would shadow the `chunking` package
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from chunking import ChunkingError, chunk_source, list_strategies  # noqa: E402
 
 DEFAULT_CORPORA = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
 

@@ -20,6 +20,7 @@ from markdown_it.token import Token
 from chunking.record import Link
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+_AUTOLINK_START = re.compile(r"<(?:[A-Za-z][A-Za-z0-9+.\-]{1,31}:|[^\s<>@]+@)")
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,13 @@ def find_links(
 
 
 def _may_link(text: str, references: dict) -> bool:
-    """Cheap test: a link, image or autolink needs `](`, a `<`, or `[` plus a reference."""
-    return "](" in text or "<" in text or (bool(references) and "[" in text)
+    """Cheap test: a link or image needs `](` or `[` plus a reference definition; an autolink
+    needs `<` and a scheme or an e-mail address (HTML tags such as `<a href>` are not links)."""
+    return (
+        "](" in text
+        or (bool(references) and "[" in text)
+        or ("<" in text and _AUTOLINK_START.search(text) is not None)
+    )
 
 
 def _links_in(children: list[Token], line: int) -> Iterable[FoundLink]:
