@@ -15,7 +15,6 @@ from chunking.blocks import FENCE_MARK, Block, Heading, ParsedDocument, fence_cl
 from chunking.strategy import Draft, Split, Strategy, register
 
 _SPLIT_LEVELS = (2, 3)
-_PATH_LEVELS = 3  # headings of levels 1-3 make the header path
 
 
 @register
@@ -58,7 +57,7 @@ def _sections(doc: ParsedDocument) -> list[tuple[tuple[Block, ...], tuple[Headin
     current_stack: tuple[Heading, ...] = ()
     for block in doc.blocks:
         heading = block.heading
-        if heading is not None and heading.level <= _PATH_LEVELS:
+        if heading is not None:
             if heading.level in _SPLIT_LEVELS and current:
                 sections.append((tuple(current), current_stack))
                 current = []
@@ -91,12 +90,12 @@ def _pieces(blocks: tuple[Block, ...], max_lines: int) -> list[tuple[Block, ...]
 
 
 def _stack_at(doc: ParsedDocument, line: int) -> tuple[Heading, ...]:
-    """Headings of levels 1-3 active at `line`, counting a heading that starts there."""
+    """Headings active at `line`, counting a heading that starts there."""
     stack: dict[int, Heading] = {}
     for block in doc.blocks:
         if block.start_line > line:
             break
-        if block.heading is not None and block.heading.level <= _PATH_LEVELS:
+        if block.heading is not None:
             for level in [level for level in stack if level >= block.heading.level]:
                 del stack[level]
             stack[block.heading.level] = block.heading

@@ -11,10 +11,13 @@ Seed 003 rules, applied line by line over the document (headings come from the b
 
 Additions (see the README's Decisions): the prepended parents are those active when the chunk
 started; the hard maximum covers the whole emitted text (prepended headings and fence lines
-included); a seal inside a fenced block closes the fence and reopens it in the next chunk; a line
-longer than the maximum is cut into pieces at word boundaries; a dropped final chunk is reported in
-`skipped_tail_tokens` and kept with `keep_short_tail=True`; a chunk that starts with text before
-its first heading (a preamble) takes that heading's level as its start level.
+included); a seal inside a fenced block closes the fence and reopens it in the next chunk, and a
+fence that its list item, block quote or the file ends gets a closing line, so every chunk is
+well-formed markdown; a line longer than the maximum is cut into pieces at word boundaries; a
+dropped final chunk is reported in `skipped_tail_tokens` and kept with `keep_short_tail=True`; a
+chunk that starts with text before its first heading (a preamble) takes that heading's level as
+its start level; a chunk continuing a section after a max-token seal starts at the level of the
+innermost open heading.
 
 Whole blocks are added at once when every line of them would fit; otherwise the block is added
 line by line, so the result is that of the line-by-line algorithm.
