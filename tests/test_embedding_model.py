@@ -103,18 +103,24 @@ def test_query_prefix_applies_only_to_queries():
     assert prefixed.key == plain.key  # cached vectors are passages; the prefix never reaches them
 
 
-def test_pooling_follows_sentence_transformers_files_and_can_be_overridden(tmp_path):
+def test_pooling_and_query_prompt_follow_sentence_transformers_files(tmp_path):
     model_dir = tmp_path / "minilm-cls"
     shutil.copytree(get_model_path(), model_dir)
     pooling_file = model_dir / "1_Pooling" / "config.json"
     config = json.loads(pooling_file.read_text())
     config.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
     pooling_file.write_text(json.dumps(config))
+    prompts_file = model_dir / "config_sentence_transformers.json"
+    prompts = json.loads(prompts_file.read_text())
+    prompts["prompts"] = {"query": "Represent this question: ", "passage": ""}
+    prompts_file.write_text(json.dumps(prompts))
 
     from_files = embedder(str(model_dir))
     overridden = embedder(pooling="cls")
     assert embedder().settings.pooling == "mean"
     assert from_files.settings.pooling == "cls" and "-cls-" in from_files.key
+    assert from_files.settings.query_prefix == "Represent this question: "
+    assert embedder().settings.query_prefix == ""
     np.testing.assert_allclose(from_files.embed(TEXTS), overridden.embed(TEXTS), atol=1e-6)
     assert not np.allclose(overridden.embed(TEXTS[:1]), embedder().embed(TEXTS[:1]), atol=1e-3)
     assert embedder(str(model_dir), pooling="mean").settings.pooling == "mean"
