@@ -13,12 +13,16 @@ from embedding.embedder import Embedder
 
 @dataclass(frozen=True)
 class DocRequest:
-    """One document's chunk texts, its cache identity and (optionally) its previous version."""
+    """One document's chunk texts, its cache identity and (optionally) its previous version.
+
+    `query=True` marks texts embedded as queries (with the model's query prefix), such as the
+    questions of qa-pairs.md; their entries live under the embedder's `query_key`."""
 
     strategy_key: str
     source_hash: str
     texts: tuple[str, ...]
     previous_source_hash: str | None = None
+    query: bool = False
 
     def __post_init__(self):
         if isinstance(self.texts, str) or not all(isinstance(t, str) for t in self.texts):
@@ -57,23 +61,29 @@ def embed_with_cache(
 
     All entries (and the previous entries named by `previous_source_hash`) are read in one batched
     lookup; chunks whose text hash matches a chunk of a stale or previous entry keep its vector;
-    every remaining distinct text of the whole batch is embedded in ONE embedder call; new entries
-    are written back. `cache=None` embeds everything and writes nothing."""
+    every remaining distinct text of the whole batch is embedded in ONE embedder call (one per
+    kind when passages and queries are mixed); new entries are written back. `cache=None` embeds
+    everything and writes nothing."""
     plans = _plan(embedder, cache, requests)
-    pending: dict[str, str] = {}  # text hash -> text, first occurrence order
+    pending: dict[tuple[bool, str], str] = {}  # (query, text hash) -> text, first occurrence order
     for request, plan in zip(requests, plans, strict=True):
         for row in plan.missing:
-            pending.setdefault(plan.hashes[row], request.texts[row])
-    fresh = embedder.embed_with_stats(list(pending.values()))
-    cut = set(fresh.truncated_rows)
-    computed = {text_hash: (fresh.vectors[i], i in cut) for i, text_hash in enumerate(pending)}
+            pending.setdefault((request.query, plan.hashes[row]), request.texts[row])
+    computed: dict[tuple[bool, str], tuple[np.ndarray, bool]] = {}
+    for query in (False, True):
+        wanted = [key for key in pending if key[0] == query]
+        if not wanted:
+            continue
+        fresh = embedder.embed_with_stats([pending[key] for key in wanted], query=query)
+        cut = set(fresh.truncated_rows)
+        computed.update((key, (fresh.vectors[i], i in cut)) for i, key in enumerate(wanted))
     results: list[DocVectors] = []
     writes: list[CacheEntry] = []
     for request, plan in zip(requests, plans, strict=True):
         if plan.hit is not None:
             results.append(DocVectors(plan.hit.vectors, True, 0, 0, len(plan.hit.truncated_rows)))
             continue
-        rows = [plan.known.get(h) or computed[h] for h in plan.hashes]
+        rows = [plan.known.get(h) or computed[request.query, h] for h in plan.hashes]
         vectors = (
             np.stack([vector for vector, _ in rows]).astype(np.float32)
             if rows
@@ -83,7 +93,7 @@ def embed_with_cache(
         missing = len(plan.missing)
         results.append(DocVectors(vectors, False, len(rows) - missing, missing, len(truncated)))
         if cache is not None:
-            key = CacheKey(request.strategy_key, embedder.key, request.source_hash)
+            key = CacheKey(request.strategy_key, _model_key(embedder, request), request.source_hash)
             writes.append(CacheEntry(key, plan.hashes, vectors, truncated))
     if cache is not None and writes:
         cache.put_many(writes)
@@ -94,9 +104,9 @@ def _plan(
     embedder: Embedder, cache: EmbeddingCache | None, requests: Sequence[DocRequest]
 ) -> list[_Plan]:
     """Look every entry and previous entry up at once and decide what each request still needs."""
-    keys = [CacheKey(r.strategy_key, embedder.key, r.source_hash) for r in requests]
+    keys = [CacheKey(r.strategy_key, _model_key(embedder, r), r.source_hash) for r in requests]
     previous = [
-        CacheKey(r.strategy_key, embedder.key, r.previous_source_hash)
+        CacheKey(r.strategy_key, _model_key(embedder, r), r.previous_source_hash)
         if r.previous_source_hash and r.previous_source_hash != r.source_hash
         else None
         for r in requests
@@ -123,3 +133,8 @@ def _plan(
         missing = tuple(i for i, h in enumerate(hashes) if h not in known)
         plans.append(_Plan(None, hashes, known, missing))
     return plans
+
+
+def _model_key(embedder: Embedder, request: DocRequest) -> str:
+    """The model part of a request's cache key: query vectors are kept apart from passages."""
+    return embedder.query_key if request.query else embedder.key

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,12 @@ class Embedder:
         self.device = str(device)
         self.dim = int(model.config.hidden_size)
         self._device = device
+
+    @property
+    def query_key(self) -> str:
+        """Cache key of query vectors: the model key plus a digest of the query prefix."""
+        digest = hashlib.sha256(self.settings.query_prefix.encode("utf-8")).hexdigest()
+        return f"{self.key}-q{digest[:8]}"
 
     def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
         """Vectors of shape (len(texts), dim), float32, L2-normalised unless normalize=False.

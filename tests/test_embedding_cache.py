@@ -258,3 +258,19 @@ def test_cache_on_moto_s3(s3_server):
     assert [r.cache_hit for r in third] == [True, True, True, False, True]
     np.testing.assert_allclose(third[3].vectors, first[3].vectors, atol=1e-6)
     assert all(r.cache_hit for r in embed_with_cache(embedder(), fresh, requests))
+
+
+def test_queries_are_cached_apart_from_passages(cache):
+    questions = ("How do I cache embeddings?", "What does the router do?")
+    model = embedder()
+    passage = DocRequest(STRATEGY, sha("qa"), questions)
+    query = DocRequest("questions", sha("qa"), questions, query=True)
+    [as_passage, as_query] = embed_with_cache(model, cache, [passage, query])
+    assert as_query.embedded == 2 and as_passage.embedded == 2
+    np.testing.assert_allclose(
+        as_query.vectors, model.embed(list(questions), query=True), atol=1e-5
+    )
+    [hit] = embed_with_cache(model, cache, [query])
+    assert hit.cache_hit and hit.vectors.tobytes() == as_query.vectors.tobytes()
+    assert cache.get(CacheKey("questions", model.query_key, sha("qa")), model.dim) is not None
+    assert cache.get(CacheKey("questions", model.key, sha("qa")), model.dim) is None
