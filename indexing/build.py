@@ -19,7 +19,15 @@ from indexing.questions import match_questions
 from indexing.simhash import simhash64
 from indexing.simhash_tables import PromptEntry, blocks
 from indexing.stripes import similarities, stripe_order
-from indexing.tables import DocumentRow, SourceRows, chunk_table, document_table
+from indexing.tables import (
+    DocumentRow,
+    RetainedRows,
+    SourceRows,
+    chunk_table,
+    combined_chunk_table,
+    document_table,
+    front_matter_json,
+)
 from indexing.topic_spec import merge_section, render_section
 
 DEFAULT_TECHNICAL_TITLES = (
@@ -55,7 +63,8 @@ class IndexSettings:
 class SourceInput:
     """One source of a topic: its chunked document and one vector per chunk, or its error.
 
-    `source_version_id` is only read for a failed source (a chunked one carries it in `document`).
+    `source_version_id` is only read for a failed source (a chunked one carries it in `document`),
+    and so is `retained`: the failed source's rows in the previous run's tables, kept as they were.
     """
 
     path: str
@@ -63,6 +72,7 @@ class SourceInput:
     vectors: np.ndarray | None
     error: tuple[str, str] | None = None
     source_version_id: str | None = None
+    retained: RetainedRows | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -248,26 +258,15 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
     chunks: dict[str, Any] = {}
     files: dict[str, bytes] = {}
     retained: list[str] = []
-    table_sources: list[SourceRows] = []
+    table_parts: list[SourceRows | pa.Table] = []  # in source order: built rows, retained rows
     documents: list[ChunkedDocument] = []
     doc_rows: list[DocumentRow] = []
     for stem, src in zip(stems, sources, strict=True):
         if src.document is None:
             code, message = src.error or ("UNKNOWN", "source failed without an error")
-            doc_rows.append(
-                DocumentRow(
-                    inp.topic,
-                    src.path,
-                    src.path,
-                    False,
-                    0,
-                    src.source_version_id,
-                    inp.strategy,
-                    "failed",
-                    code,
-                    message,
-                )
-            )
+            doc_rows.append(_failed_row(inp, src, code, message))
+            if src.retained is not None and src.retained.chunks.num_rows:
+                table_parts.append(src.retained.chunks)
             if stem in previous_chunks:
                 chunks[stem] = previous_chunks[stem]
                 retained += [in_topic(inp.topic, item["href"]) for item in chunks[stem]["items"]]
@@ -284,13 +283,17 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
                 doc.source_version_id,
                 inp.strategy,
                 "ok",
+                tenant_id=doc.tenant_id,
+                front_matter=front_matter_json(doc),
+                skipped_tail_tokens=doc.skipped_tail_tokens,
+                tokenizer=doc.tokenizer,
             )
         )
         if not doc.chunks:
             continue
         built = _build_source(inp, src, doc, settings, question_hashes, matcher)
         chunks[stem] = built.entry
-        table_sources.append(built.rows)
+        table_parts.append(built.rows)
         for chunk, href in zip(doc.chunks, built.rows.hrefs, strict=True):
             files[href] = chunk.text.encode("utf-8")
 
@@ -300,7 +303,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
     )
     spec = merge_section(inp.existing_topic_spec, render_section(title, chunks))
     files[in_topic(inp.topic, TOPIC_SPEC)] = spec.encode("utf-8")
-    dims = {src.vectors.shape[1] for src in table_sources}
+    dims = {_dim(part) for part in table_parts}
     if len(dims) > 1:
         raise ValueError(
             f"topic {inp.topic!r}: sources have vectors of different sizes {sorted(dims)}"
@@ -310,11 +313,43 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
         topic=inp.topic,
         title=title,
         files=dict(sorted(files.items())),
-        chunk_rows=chunk_table(inp.topic, inp.model, inp.strategy, table_sources, dim),
+        chunk_rows=_chunk_rows(inp, table_parts, dim),
         document_rows=document_table(doc_rows),
         prompt_entries=prompt_entries(inp.topic, chunks),
         retained=tuple(sorted(retained)),
     )
+
+
+def _failed_row(inp: TopicInput, src: SourceInput, code: str, message: str) -> DocumentRow:
+    """A failed source's documents row: its retained row with the failure, or a bare one."""
+    if src.retained is not None:
+        kept = {k: v for k, v in src.retained.document.items() if k in DocumentRow.__annotations__}
+        return DocumentRow(**{**kept, "status": "failed", "error_code": code, "error": message})
+    return DocumentRow(
+        inp.topic, src.path, src.path, False, 0, src.source_version_id, inp.strategy, "failed",
+        code, message,
+    )  # fmt: skip
+
+
+def _is_table(part: SourceRows | pa.Table) -> bool:
+    return isinstance(part, pa.Table)
+
+
+def _dim(part: SourceRows | pa.Table) -> int:
+    if _is_table(part):
+        return part.schema.field("embedding").type.list_size
+    return part.vectors.shape[1]
+
+
+def _chunk_rows(inp: TopicInput, parts: list[SourceRows | pa.Table], dim: int) -> pa.Table:
+    """The topic's chunk table: built sources' rows with retained rows kept in source order."""
+    if not any(_is_table(p) for p in parts):
+        return chunk_table(inp.topic, inp.model, inp.strategy, parts, dim)
+    tables = [
+        p if _is_table(p) else chunk_table(inp.topic, inp.model, inp.strategy, [p], dim)
+        for p in parts
+    ]
+    return combined_chunk_table(tables, dim)
 
 
 def prompt_entries(topic: str, chunks: dict[str, Any]) -> list[PromptEntry]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -59,12 +60,18 @@ def chunk_table_schema(dim: int) -> pa.Schema:
 
 
 def document_table_schema() -> pa.Schema:
-    """Schema of the documents table: one row per source, chunked or failed."""
+    """Schema of the documents table: one row per source, chunked or failed.
+
+    With the chunk table's rows it holds every fact of a `ChunkedDocument`: `front_matter` is the
+    document's front matter as JSON text (sorted keys; values JSON cannot hold become strings),
+    null when the row describes no chunked version (a source that failed and never chunked).
+    """
     return pa.schema(
         [
             ("topic", pa.string()),
             ("source", pa.string()),
             ("document_id", pa.string()),
+            ("tenant_id", pa.string()),
             ("is_chunked", pa.bool_()),
             ("chunk_count", pa.int32()),
             ("source_version_id", pa.string()),
@@ -72,8 +79,16 @@ def document_table_schema() -> pa.Schema:
             ("status", pa.string()),
             ("error_code", pa.string()),
             ("error", pa.string()),
+            ("front_matter", pa.string()),
+            ("skipped_tail_tokens", pa.int32()),
+            ("tokenizer", pa.string()),
         ]
     )
+
+
+def front_matter_json(document: ChunkedDocument) -> str:
+    """A document's front matter as the documents table stores it."""
+    return json.dumps(document.front_matter, sort_keys=True, ensure_ascii=False, default=str)
 
 
 @dataclass(frozen=True)
@@ -157,6 +172,29 @@ class DocumentRow:
     status: str  # "ok" | "failed"
     error_code: str | None = None
     error: str | None = None
+    tenant_id: str | None = None
+    front_matter: str | None = None
+    skipped_tail_tokens: int | None = None
+    tokenizer: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class RetainedRows:
+    """A failed source's rows from the previous run's tables, kept while it fails.
+
+    `chunks`: its chunk-table rows (chunk table schema); `document`: its documents-table row, which
+    is kept with status "failed" and this run's error (its other facts describe the kept chunks).
+    """
+
+    chunks: pa.Table
+    document: dict[str, Any]
+
+
+def combined_chunk_table(parts: Sequence[pa.Table], dim: int) -> pa.Table:
+    """One chunk table from per-source pieces (built or retained), in the given order."""
+    schema = chunk_table_schema(dim)
+    tables = [part.select(schema.names).cast(schema) for part in parts]
+    return pa.concat_tables(tables).combine_chunks() if tables else schema.empty_table()
 
 
 def document_table(rows: Sequence[DocumentRow]) -> pa.Table:

@@ -6,11 +6,13 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from indexing_support import source, topic_input
 
 from indexing import IndexSettings, SourceInput, build_topic, chunk_table_schema, simhash64
+from indexing.tables import RetainedRows
 
 TOPIC = "guides/intro"
 DIM = 8
@@ -118,3 +120,39 @@ def test_a_topic_without_chunks_still_writes_readable_tables(tmp_path):
     pq.write_table(out.chunk_rows, tmp_path / "c.parquet")
     assert duckdb.sql(f"SELECT count(*) FROM '{tmp_path / 'c.parquet'}'").fetchall() == [(0,)]
     assert len(pd.read_parquet(tmp_path / "c.parquet")) == 0
+
+
+def test_a_failed_source_keeps_its_retained_rows_in_source_order(written):
+    """Rows of the previous tables handed in for a failed source stay, between its neighbours."""
+    rng = np.random.default_rng(7)
+    body = [("One", "First."), ("Two", "Second.")]
+    kept = source(f"{TOPIC}/b-kept.md", body, rng.normal(size=(2, DIM)).astype(np.float32),
+                  front_matter={"title": "Kept"})  # fmt: skip
+    neighbours = [
+        source(f"{TOPIC}/{stem}.md", [("X", stem)], rng.normal(size=(1, DIM)).astype(np.float32))
+        for stem in ("a", "c")
+    ]
+    before = build_topic(topic_input(TOPIC, [kept, *neighbours]), IndexSettings())
+    [kept_row] = [r for r in before.document_rows.to_pylist() if r["source"] == kept.path]
+    assert kept_row["front_matter"] == '{"title": "Kept"}' and kept_row["tenant_id"]
+    previous = pq.read_table(pa.BufferReader(_parquet_bytes(before.chunk_rows)))
+    retained = RetainedRows(
+        chunks=previous.filter(pc.equal(previous["source"], kept.path)), document=kept_row
+    )
+    failed = SourceInput(kept.path, None, None, ("CHUNKING_FAILED", "bad byte at 9"), "ff00",
+                         retained=retained)  # fmt: skip
+    after = build_topic(topic_input(TOPIC, [failed, *neighbours]), IndexSettings())
+    assert after.chunk_rows.equals(before.chunk_rows)
+    [failed_row] = [r for r in after.document_rows.to_pylist() if r["source"] == kept.path]
+    assert failed_row == {
+        **kept_row,
+        "status": "failed",
+        "error_code": "CHUNKING_FAILED",
+        "error": "bad byte at 9",
+    }
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
