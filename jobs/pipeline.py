@@ -1,6 +1,6 @@
-"""The build job: discover on the driver, stream read -> chunk -> embed -> per-topic reduce on Ray
-Data, then finish on the driver (relinks, deletions, directory indexes, SimHash tables, manifest,
-report).
+"""The build job: discover on the driver, stream carry -> read -> chunk -> embed -> per-topic reduce
+on Ray Data, then finish on the driver (relinks, deletions, directory indexes, SimHash tables,
+manifest, report).
 
 The driver holds the listing, the manifest and one small summary per topic; chunks and vectors
 stay in the Ray object store and the workers write every topic's files themselves.
@@ -34,10 +34,12 @@ from indexing.paths import INDEX, TOPIC_SPEC, in_topic
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, REPORT_PATH, Manifest, SourceEntry, TopicEntry
 from jobs.plan import KEEP, REBUILD, RELINK, Plan, keep_directory, make_plan, settings_digest
+from jobs.previous import Expected
 from jobs.progress import Heartbeat, configure_progress
 from jobs.records import QUESTIONS, SOURCE, TOPIC, new_row
 from jobs.report import Tally, build_report, report_bytes
 from jobs.resources import actor_stage_args, actor_threads, reduce_stage_args, task_stage_args
+from jobs.stages.carry import CarrySettings, carry_batch
 from jobs.stages.chunk import ChunkSettings, chunk_batch
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.read import read_batch
@@ -150,7 +152,11 @@ def run_job(config: JobConfig) -> dict[str, Any]:
 
 
 def work_rows(plan: Plan, previous: Manifest) -> list[dict[str, Any]]:
-    """The pipeline's input rows: per rebuilt topic a topic row, its sources and its questions."""
+    """The pipeline's input rows: per rebuilt topic a topic row, its sources and its questions.
+
+    A source unchanged since a run in which it succeeded is marked `carried`: taken from the
+    previous tables rather than read, chunked and embedded again.
+    """
     rows = []
     for topic in plan.topics:
         if topic.action != REBUILD:
@@ -160,7 +166,13 @@ def work_rows(plan: Plan, previous: Manifest) -> list[dict[str, Any]]:
         for path in topic.sources:
             before = previous.sources.get(path)
             rows.append(
-                new_row(topic.topic, SOURCE, path, previous_hash=before.sha256 if before else None)
+                new_row(
+                    topic.topic,
+                    SOURCE,
+                    path,
+                    previous_hash=before.sha256 if before else None,
+                    carried=path not in plan.changed and before is not None and bool(before.sha256),
+                )
             )
         if topic.questions:
             rows.append(new_row(topic.topic, QUESTIONS, topic.questions))
@@ -168,7 +180,11 @@ def work_rows(plan: Plan, previous: Manifest) -> list[dict[str, Any]]:
 
 
 def topic_summaries(config: JobConfig, plan: Plan, rows: list[dict[str, Any]]) -> Iterator[dict]:
-    """Run the Ray Data pipeline over `rows`; yield one summary per rebuilt topic as it finishes."""
+    """Run the Ray Data pipeline over `rows`; yield one summary per rebuilt topic as it finishes.
+
+    Stages: carry unchanged sources from the previous tables, read, chunk, embed (actor pool),
+    group by topic, build and write each topic.
+    """
     start_ray(config)
     configure_progress()
     # The sort-based shuffle groups by topic in seconds; the default actor-based hash shuffle
@@ -193,15 +209,24 @@ def topic_summaries(config: JobConfig, plan: Plan, rows: list[dict[str, Any]]) -
         strategy_key=key,
         mix_documents=resources.embed.mix_documents,
     )
-    context = TopicContext(
-        source=source,
-        output=Storage(config.output, config.storage_options),
-        settings=index_settings(config),
+    output = Storage(config.output, config.storage_options)
+    expected = Expected(
         model=config.embedding.model,
-        strategy=key,
+        strategy=config.chunking.strategy,
+        strategy_key=key,
+        corpus_paths=frozenset(plan.fingerprints),
+    )
+    context = TopicContext(
+        source=source, output=output, settings=index_settings(config), expected=expected
     )
     dataset = (
         ray.data.from_items(rows)
+        .map_batches(
+            carry_batch,
+            batch_format="pyarrow",
+            fn_kwargs={"settings": CarrySettings(output=output, expected=expected)},
+            **task_stage_args(resources.chunk),
+        )
         .map_batches(
             read_batch,
             batch_format="pyarrow",

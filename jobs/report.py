@@ -1,4 +1,13 @@
-"""The run report (`{output}/_reindex/report.json`) and the human summary printed at the end."""
+"""The run report (`{output}/_reindex/report.json`) and the human summary printed at the end.
+
+Timings: `wall_seconds` are the driver's clock per phase (discover, pipeline, finish, total).
+`stages` gives per stage the seconds its workers spent, summed over all workers (stages overlap
+and run in parallel, so these add up to more than the wall time), with that stage's throughput per
+worker-second: carry (unchanged sources taken from the previous tables), read (bytes), chunk
+(sources chunked), embed (chunks embedded), index (topics built and written), finish (the driver's
+relinks, deletions, directory indexes and SimHash tables). `throughput` is per wall-clock second of
+the whole run.
+"""
 
 from __future__ import annotations
 
@@ -17,10 +26,19 @@ class Tally:
 
     def add(self, summary: dict[str, Any]) -> None:
         """Fold one topic's summary into the totals."""
-        for key in ("chunks", "skipped_tail", "embedded", "cache_hits", "truncated", "bytes_read"):
+        for key in (
+            "chunks",
+            "skipped_tail",
+            "embedded",
+            "cache_hits",
+            "reused",
+            "truncated",
+            "bytes_read",
+            "carried",
+            "chunked",
+        ):
             self.counts[key] += summary[key]
         self.counts["topics_built"] += 1
-        self.counts["sources_processed"] += len(summary["sources"])
         self.counts["sources_failed"] += sum(1 for s in summary["sources"].values() if s["failed"])
         self.seconds.update(summary["seconds"])
         self.failures.extend(summary["failures"])
@@ -35,21 +53,32 @@ def build_report(
     facts: dict[str, Any],
 ) -> dict[str, Any]:
     """The report document: counts, timings with throughput, failures sorted by path."""
-    counts, seconds = tally.counts, tally.seconds
+    counts, seconds = tally.counts, tally.seconds + Counter(finish=wall["finish"])
     failures = sorted(tally.failures, key=lambda f: (f["path"], f["code"]))
 
-    def rate(items: float, stage: str) -> float | None:
-        return round(items / seconds[stage], 3) if seconds[stage] > 0 else None
+    def stage(name: str, **per_second: float) -> dict[str, float | None]:
+        spent = seconds[name]
+        rates = {k: round(v / spent, 3) if spent > 0 else None for k, v in per_second.items()}
+        return {"worker_seconds": round(spent, 3), **rates}
+
+    def per_wall(items: float) -> float | None:
+        return round(items / wall["total"], 3) if wall["total"] > 0 else None
 
     return {
         "status": "sources_failed" if failures else "ok",
         **facts,
-        "sources": {**sources, "failed": counts["sources_failed"]},
+        "sources": {
+            **sources,
+            "failed": counts["sources_failed"],
+            "chunked": counts["chunked"],
+            "carried": counts["carried"],
+        },
         "topics": topics,
         "chunks": {
             "total": counts["chunks"],
             "embedded": counts["embedded"],
             "cache_hits": counts["cache_hits"],
+            "reused": counts["reused"],
             "truncated": counts["truncated"],
             "skipped_tail": counts["skipped_tail"],
         },
@@ -57,22 +86,16 @@ def build_report(
         "timings": {
             "wall_seconds": {k: round(v, 3) for k, v in wall.items()},
             "stages": {
-                "read": {
-                    "worker_seconds": round(seconds["read"], 3),
-                    "bytes_per_second": rate(counts["bytes_read"], "read"),
-                },
-                "chunk": {
-                    "worker_seconds": round(seconds["chunk"], 3),
-                    "sources_per_second": rate(counts["sources_processed"], "chunk"),
-                },
-                "embed": {
-                    "worker_seconds": round(seconds["embed"], 3),
-                    "chunks_per_second": rate(counts["embedded"], "embed"),
-                },
-                "index": {
-                    "worker_seconds": round(seconds["index"], 3),
-                    "topics_per_second": rate(counts["topics_built"], "index"),
-                },
+                "carry": stage("carry", sources_per_second=counts["carried"]),
+                "read": stage("read", bytes_per_second=counts["bytes_read"]),
+                "chunk": stage("chunk", sources_per_second=counts["chunked"]),
+                "embed": stage("embed", chunks_per_second=counts["embedded"]),
+                "index": stage("index", topics_per_second=counts["topics_built"]),
+                "finish": stage("finish", topics_per_second=topics["seen"]),
+            },
+            "throughput": {
+                "bytes_per_second": per_wall(counts["bytes_read"]),
+                "chunks_per_second": per_wall(counts["chunks"]),
             },
         },
         "failures": failures,
@@ -90,11 +113,11 @@ def summary(report: dict[str, Any]) -> str:
     lines = [
         f"mdindex build: {s['seen']} sources in {t['seen']} topics -> {report['output']}",
         f"  sources: {s['changed']} changed, {s['unchanged']} unchanged, {s['deleted']} deleted, "
-        f"{s['failed']} failed",
+        f"{s['failed']} failed; {s['chunked']} chunked, {s['carried']} carried",
         f"  topics:  {t['rebuilt']} rebuilt, {t['relinked']} relinked, {t['kept']} kept, "
         f"{t['deleted']} deleted",
         f"  chunks:  {c['total']} built, {c['embedded']} embedded, {c['cache_hits']} from cache, "
-        f"{c['truncated']} truncated",
+        f"{c['reused']} reused, {c['truncated']} truncated",
         f"  time:    {report['timings']['wall_seconds']['total']:.1f} s",
     ]
     for failure in report["failures"]:

@@ -123,7 +123,15 @@ def test_end_to_end_outputs_follow_seed_000(local_output):
 def test_end_to_end_report(local_output):
     report = report_of(local_output)
     assert report["status"] == "sources_failed"
-    assert report["sources"] == {"seen": 7, "changed": 7, "unchanged": 0, "deleted": 0, "failed": 1}
+    assert report["sources"] == {
+        "seen": 7,
+        "changed": 7,
+        "unchanged": 0,
+        "deleted": 0,
+        "failed": 1,
+        "chunked": 7,
+        "carried": 0,
+    }
     assert report["failures"] == [
         {"path": BROKEN, "code": "CHUNKING_FAILED", "message": report["failures"][0]["message"]}
     ]
@@ -139,9 +147,17 @@ def test_end_to_end_report(local_output):
     assert report["chunks"]["embedded"] == total and report["chunks"]["cache_hits"] == 0
     read = [p for p in CORPUS.rglob("*.md") if "_keywords" not in p.parts]
     assert report["bytes_read"] == sum(p.stat().st_size for p in read)
-    stages = report["timings"]["stages"]
-    assert set(stages) == {"read", "chunk", "embed", "index"}
-    assert stages["embed"]["chunks_per_second"] > 0
+    timings = report["timings"]
+    assert set(timings["wall_seconds"]) == {"discover", "pipeline", "finish", "total"}
+    stages = timings["stages"]
+    assert list(stages) == ["carry", "read", "chunk", "embed", "index", "finish"]
+    assert all(stage["worker_seconds"] >= 0 for stage in stages.values())
+    for name, rate in [("read", "bytes_per_second"), ("chunk", "sources_per_second"),
+                       ("embed", "chunks_per_second"), ("index", "topics_per_second")]:  # fmt: skip
+        assert stages[name]["worker_seconds"] > 0 and stages[name][rate] > 0, name
+    assert stages["carry"] == {"worker_seconds": 0, "sources_per_second": None}  # a first run
+    assert timings["throughput"]["bytes_per_second"] > 0
+    assert timings["throughput"]["chunks_per_second"] > 0
     manifest = json.loads((local_output / "_reindex" / "manifest.json").read_text())
     assert manifest["sources"][BROKEN]["failed"] is True
 
@@ -202,26 +218,10 @@ def test_s3_end_to_end_matches_local_disk(local_output, s3_server, tmp_path):
     assert fs.exists("jobs-e2e/out/.embedding-cache")
 
 
-def test_incremental_runs_in_place(tmp_path):
-    corpus = tmp_path / "docs"
-    shutil.copytree(CORPUS, corpus)
-    assert build("--input", str(corpus)) == 3  # output defaults to the input: in place
-    first = generated_files(corpus)
-    stamps = {p: os.stat(corpus / p).st_mtime_ns for p in first}
+SHARD = "libraries~sjson-source-generation.parquet"
 
-    # An unchanged corpus: nothing embedded; only the topic with the failed source is redone,
-    # entirely from the cache, and every output comes out byte-identical.
-    assert build("--input", str(corpus)) == 3
-    report = report_of(corpus)
-    assert report["chunks"]["embedded"] == 0
-    assert report["chunks"]["cache_hits"] == report["chunks"]["total"] > 0
-    assert report["topics"]["rebuilt"] == 1 and report["topics"]["kept"] == 3
-    assert report["sources"]["unchanged"] == 6
-    assert generated_files(corpus) == first
-    untouched = [p for p in first if p.startswith(("guides/", "reference/"))]
-    assert all(os.stat(corpus / p).st_mtime_ns == stamps[p] for p in untouched)
 
-    # Edit one section of one document: only that document's changed chunks are embedded.
+def edit_one_section(corpus: Path) -> None:
     golden = corpus / GOLDEN / "golden-reference.md"
     text = golden.read_text()
     golden.write_text(
@@ -231,17 +231,78 @@ def test_incremental_runs_in_place(tmp_path):
             1,
         )
     )
+
+
+def shard_rows(output: Path, kind: str, topic_slug: str) -> list[dict]:
+    return pq.read_table(output / "_index" / kind / f"{topic_slug}.parquet").to_pylist()
+
+
+def test_incremental_runs_in_place(tmp_path):
+    corpus = tmp_path / "docs"
+    shutil.copytree(CORPUS, corpus)
+    assert build("--input", str(corpus)) == 3  # output defaults to the input: in place
+    first = generated_files(corpus)
+    stamps = {p: os.stat(corpus / p).st_mtime_ns for p in first}
+
+    # An unchanged corpus: nothing read but the failed source, nothing embedded; only the topic
+    # with the failed source is redone, its good sources carried from the previous tables, and
+    # every output comes out byte-identical to the from-scratch build.
+    assert build("--input", str(corpus)) == 3
+    report = report_of(corpus)
+    assert report["chunks"]["embedded"] == report["chunks"]["cache_hits"] == 0
+    assert report["chunks"]["reused"] == report["chunks"]["total"] > 0
+    assert report["topics"]["rebuilt"] == 1 and report["topics"]["kept"] == 3
+    assert report["sources"]["unchanged"] == 6
+    assert report["sources"]["carried"] == 2 and report["sources"]["chunked"] == 1
+    assert (
+        report["bytes_read"]
+        == (corpus / BROKEN).stat().st_size + (corpus / GOLDEN / "qa-pairs.md").stat().st_size
+    )
+    assert report["timings"]["stages"]["carry"]["sources_per_second"] > 0
+    assert generated_files(corpus) == first
+    untouched = [p for p in first if p.startswith(("guides/", "reference/"))]
+    assert all(os.stat(corpus / p).st_mtime_ns == stamps[p] for p in untouched)
+
+    # Edit one section of one document: only that document is chunked (with the failed one,
+    # retried), its unchanged neighbour is carried, and only the edited chunks are embedded.
+    edit_one_section(corpus)
     assert build("--input", str(corpus)) == 3
     report = report_of(corpus)
     assert report["sources"]["changed"] == 2  # the edited one and the failed one (retried)
+    assert report["sources"]["chunked"] == 2 and report["sources"]["carried"] == 1
+    converters = json.loads((corpus / GOLDEN / "index.json").read_text())["_embedded"]["chunks"]
+    assert report["chunks"]["reused"] == converters["converters"]["count"]
     assert 1 <= report["chunks"]["embedded"] <= 2
-    assert (
-        report["chunks"]["cache_hits"] == report["chunks"]["total"] - report["chunks"]["embedded"]
-    )
+    chunks = report["chunks"]
+    assert chunks["cache_hits"] == chunks["total"] - chunks["embedded"] - chunks["reused"]
     after_edit = generated_files(corpus)
     assert {p for p in first if first[p] != after_edit.get(p)} <= {
         p for p in first if p.startswith((f"{GOLDEN}/", "_index/"))
     }
+
+    # ... the same as a from-scratch build of the edited corpus (own output and cache), byte for
+    # byte but for the last bits of the re-embedded chunks' vectors: the embedder batched them
+    # without their unchanged neighbours, whose cached vectors were reused.
+    edited = tmp_path / "edited"
+    shutil.copytree(CORPUS, edited)
+    edit_one_section(edited)
+    assert build("--input", str(edited), "--output", str(tmp_path / "fresh")) == 3
+    fresh = generated_files(tmp_path / "fresh")
+    assert sorted(fresh) == sorted(after_edit)
+    shard = f"_index/chunks/{SHARD}"
+    assert [p for p in fresh if fresh[p] != after_edit[p]] in ([], [shard])
+    ours, theirs = pq.read_table(corpus / shard), pq.read_table(tmp_path / "fresh" / shard)
+    assert ours.drop_columns(["embedding"]).equals(theirs.drop_columns(["embedding"]))
+    a, b = (np.stack(t.column("embedding").to_numpy(zero_copy_only=False)) for t in (ours, theirs))
+    differ = {ours.column("source")[i].as_py() for i in np.flatnonzero((a != b).any(axis=1))}
+    assert differ <= {f"{GOLDEN}/golden-reference.md"} and np.allclose(a, b, rtol=0, atol=1e-6)
+
+    # Unreadable previous tables: the unchanged sources are read and chunked again, no failure.
+    (corpus / "_index" / "chunks" / SHARD).write_bytes(b"not parquet")
+    assert build("--input", str(corpus)) == 3
+    report = report_of(corpus)
+    assert report["sources"]["carried"] == 0 and report["sources"]["chunked"] == 3
+    assert generated_files(corpus) == after_edit
 
     # Delete documents: a whole topic and one source of another topic.
     shutil.rmtree(corpus / "libraries" / "http-client")
@@ -260,9 +321,12 @@ def test_incremental_runs_in_place(tmp_path):
     assert not list((corpus / "guides" / "_chunks").glob("installation-*.md"))
     assert list((corpus / "guides" / "_chunks").glob("getting-started-*.md"))
 
-    # A source that turns bad keeps its previous entry and chunk files.
+    # A source that turns bad keeps its previous index entry, chunk files and table rows; its
+    # documents row says it failed.
     before = json.loads((corpus / "reference/cli/index.json").read_text())["_embedded"]["chunks"]
     chunk_files = sorted((corpus / "reference/cli/_chunks").iterdir())
+    chunk_rows = shard_rows(corpus, "chunks", "reference~scli")
+    [document] = shard_rows(corpus, "documents", "reference~scli")
     (corpus / "reference/cli/commands.md").write_bytes(b"# Commands\n\nbad \xff byte\n")
     assert build("--input", str(corpus)) == 3
     report = report_of(corpus)
@@ -270,6 +334,19 @@ def test_incremental_runs_in_place(tmp_path):
     after = json.loads((corpus / "reference/cli/index.json").read_text())["_embedded"]["chunks"]
     assert after == before
     assert sorted((corpus / "reference/cli/_chunks").iterdir()) == chunk_files
+    assert len(chunk_rows) > 0 and shard_rows(corpus, "chunks", "reference~scli") == chunk_rows
+    [failed] = shard_rows(corpus, "documents", "reference~scli")
+    assert document["status"] == "ok" and document["chunk_count"] == len(chunk_rows)
+    assert failed["status"] == "failed" and failed["error_code"] == "CHUNKING_FAILED"
+    assert "byte offset" in failed["error"]
+    assert {k: v for k, v in failed.items() if k not in ("status", "error_code", "error")} == {
+        k: v for k, v in document.items() if k not in ("status", "error_code", "error")
+    }
+
+    # Still failing on the next run: the rows are kept again, unchanged.
+    assert build("--input", str(corpus)) == 3
+    assert shard_rows(corpus, "chunks", "reference~scli") == chunk_rows
+    assert shard_rows(corpus, "documents", "reference~scli") == [failed]
 
 
 def test_quickstart_build_command_works_on_the_examples(tmp_path, capsys, monkeypatch):

@@ -1,4 +1,5 @@
-"""Stage 3: chunk sources on CPU workers, and parse each topic's qa-pairs.md into questions.
+"""Stage 3: chunk sources (not carried ones) on CPU workers, and parse each topic's qa-pairs.md
+into questions.
 
 Failures become error records on the row (the chunker's code, e.g. CHUNKING_FAILED for invalid
 UTF-8), never exceptions, unless the failure policy is "abort".
@@ -39,7 +40,7 @@ def chunk_batch(batch: pa.Table, *, settings: ChunkSettings) -> pa.Table:
     """Chunk every readable source row and parse every readable questions row of the batch."""
     rows = batch.to_pylist()
     for row in rows:
-        if row["error_code"] is None and row["kind"] == SOURCE:
+        if row["error_code"] is None and row["kind"] == SOURCE and not row["carried"]:
             _chunk_row(row, settings)
         elif row["error_code"] is None and row["kind"] == QUESTIONS:
             _questions_row(row)

@@ -44,7 +44,11 @@ class EmbedActor:
         """Attach vectors (and embed/cache counts) to chunked sources and parsed questions."""
         started = time.perf_counter()
         rows = batch.to_pylist()
-        sources = [r for r in rows if r["kind"] == SOURCE and r["document"] is not None]
+        sources = [
+            r
+            for r in rows
+            if r["kind"] == SOURCE and r["document"] is not None and not r["carried"]
+        ]
         requests = []
         for row in sources:
             document = document_from_json(row["document"])
@@ -74,7 +78,8 @@ class EmbedActor:
                 if questions:
                     vectors = self.embedder.embed(questions, query=True)
                     row.update(vectors=vectors_to_bytes(vectors), dim=self.embedder.dim)
-        work = sum(1 for r in rows if r["kind"] in (SOURCE, QUESTIONS)) or 1
-        for row in rows:
-            row["embed_s"] = (time.perf_counter() - started) / work
+        worked = sources + [r for r in rows if r["kind"] == QUESTIONS]
+        elapsed = time.perf_counter() - started
+        for row in worked:  # the batch's seconds shared out, so stage totals add up
+            row["embed_s"] = elapsed / len(worked)
         return to_table(rows)

@@ -1,4 +1,5 @@
-"""Stage 2: read the bytes of sources and qa-pairs.md through fsspec, and hash the sources.
+"""Stage 2: read the bytes of sources (not carried ones) and qa-pairs.md through fsspec, and hash
+the sources.
 
 A batch is read with one `cat` of many paths (concurrent GETs on object stores). An unreadable file
 becomes an error record (READ_FAILED) for its own row; the rest of the batch goes on.
@@ -21,10 +22,10 @@ def read_batch(batch: pa.Table, *, source: Storage) -> pa.Table:
     """Fill `payload`, `bytes_read` and (for sources) `sha256` of every row that names a file."""
     started = time.perf_counter()
     rows = batch.to_pylist()
-    wanted = [row["path"] for row in rows if row["kind"] != TOPIC]
+    wanted = [row["path"] for row in rows if _needs_bytes(row)]
     found = source.read_many(wanted)
     for row in rows:
-        if row["kind"] == TOPIC:
+        if not _needs_bytes(row):
             continue
         data = found.get(row["path"])
         if isinstance(data, bytes):
@@ -37,6 +38,11 @@ def read_batch(batch: pa.Table, *, source: Storage) -> pa.Table:
             )
     elapsed = (time.perf_counter() - started) / max(1, len(wanted))
     for row in rows:
-        if row["kind"] != TOPIC:
+        if _needs_bytes(row):
             row["read_s"] = elapsed
     return to_table(rows)
+
+
+def _needs_bytes(row: dict) -> bool:
+    """Sources and qa-pairs.md, except sources carried from the previous run."""
+    return row["kind"] != TOPIC and not row["carried"]

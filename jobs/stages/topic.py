@@ -1,5 +1,6 @@
 """Stages 5-7: the per-topic reduce. Build one topic's index with `indexing.build_topic` from its
-rows (sorted, so arrival order never matters) and write its outputs, each file atomically: chunk
+rows (sorted, so arrival order never matters; a failed source keeps its rows of the previous
+tables, its index entry and its chunk files) and write its outputs, each file atomically: chunk
 files, topic-spec.md and table shards first, then index.json, then delete the chunk files the new
 index no longer refers to. Returns one small summary row per topic for the driver."""
 
@@ -25,6 +26,7 @@ from indexing import (
     stale_files,
 )
 from indexing.paths import CHUNKS_DIR, INDEX, TOPIC_SPEC, in_topic
+from jobs.previous import Expected, PreviousTables, read_previous, retained_rows
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
 from jobs.storage import Storage
 
@@ -39,8 +41,7 @@ class TopicContext:
     source: Storage
     output: Storage
     settings: IndexSettings
-    model: str
-    strategy: str
+    expected: Expected  # the model and strategy of this run, for rows kept from the previous one
 
 
 def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
@@ -53,7 +54,10 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
     keywords, keyword_failure = _keywords(context.source, facts["keywords"])
     failures += keyword_failure
     questions, question_vectors = _questions(rows)
-    sources = [_source_input(r) for r in rows if r["kind"] == SOURCE]
+    source_rows = [r for r in rows if r["kind"] == SOURCE]
+    failed = any(r["error_code"] is not None for r in source_rows)
+    previous = read_previous(context.output, topic) if failed else None  # read before writing
+    sources = [_source_input(r, previous, context.expected) for r in source_rows]
     output = build_topic(
         TopicInput(
             topic=topic,
@@ -64,8 +68,8 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
             child_topics=facts["children"],
             previous_index=context.output.read_optional(in_topic(topic, INDEX)),
             existing_topic_spec=_existing_spec(context, topic),
-            model=context.model,
-            strategy=context.strategy,
+            model=context.expected.model,
+            strategy=context.expected.strategy_key,
         ),
         context.settings,
     )
@@ -84,6 +88,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
     existing = context.output.list_files(in_topic(topic, CHUNKS_DIR))
     context.output.delete(stale_files(existing, live))
     documents = [source.document for source in sources if source.document is not None]
+    carried = [s.document for s, r in zip(sources, source_rows, strict=True) if r["carried"]]
     summary = {
         "topic": topic,
         "files": sorted(live | set(tables)),
@@ -95,12 +100,16 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
             if r["kind"] == SOURCE
         },
         "chunks": sum(len(d.chunks) for d in documents),
+        "carried": len(carried),
+        "chunked": len(source_rows) - len(carried),
+        "reused": sum(len(d.chunks) for d in carried),
         "skipped_tail": sum(1 for d in documents if d.skipped_tail_tokens),
         "embedded": _total(rows, "embedded"),
         "cache_hits": _total(rows, "cache_hits"),
         "truncated": _total(rows, "truncated"),
         "bytes_read": _total(rows, "bytes_read"),
         "seconds": {
+            "carry": _total(rows, "carry_s"),
             "read": _total(rows, "read_s"),
             "chunk": _total(rows, "chunk_s"),
             "embed": _total(rows, "embed_s"),
@@ -118,7 +127,9 @@ def _total(rows: list[dict[str, Any]], column: str) -> float:
     return sum(r[column] or 0 for r in rows)
 
 
-def _source_input(row: dict[str, Any]) -> SourceInput:
+def _source_input(
+    row: dict[str, Any], previous: PreviousTables | None, expected: Expected
+) -> SourceInput:
     if row["error_code"] is not None:
         return SourceInput(
             path=row["path"],
@@ -126,6 +137,7 @@ def _source_input(row: dict[str, Any]) -> SourceInput:
             vectors=None,
             error=(row["error_code"], row["error_message"]),
             source_version_id=row["sha256"],
+            retained=retained_rows(previous, row["path"], expected),
         )
     return SourceInput(
         path=row["path"],
@@ -161,5 +173,5 @@ def _existing_spec(context: TopicContext, topic: str) -> str | None:
 
 def _parquet(table: pa.Table) -> bytes:
     buffer = io.BytesIO()
-    pq.write_table(table, buffer)
+    pq.write_table(table.combine_chunks(), buffer)
     return buffer.getvalue()

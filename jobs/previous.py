@@ -1,0 +1,168 @@
+"""A topic's table shards as the previous run wrote them (`_index/chunks/`, `_index/documents/`).
+
+They are where an unchanged source of a rebuilt topic is carried from (its chunked document and
+vectors, exactly as chunking and embedding made them) and where a failed source's rows are kept
+from. Anything missing, unreadable or made with other settings reads as "not there": the caller
+then reads and chunks the source (or keeps no rows), it never fails the job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from chunking import Chunk, ChunkedDocument, Link
+from chunking.links import FoundLink, resolve
+from indexing import (
+    chunk_table_path,
+    chunk_table_schema,
+    document_table_path,
+    document_table_schema,
+)
+from indexing.tables import RetainedRows
+from jobs.storage import Storage
+
+log = logging.getLogger("mdindex.build")
+
+CHUNK_FIELDS = (
+    "ordinal",
+    "text",
+    "title",
+    "header_path",
+    "start_line",
+    "end_line",
+    "token_count",
+    "is_code",
+    "content_type",
+    "chunk_id",
+)
+
+
+@dataclass(frozen=True, eq=False)
+class PreviousTables:
+    """One topic's previous chunk and documents tables."""
+
+    chunks: pa.Table
+    documents: pa.Table
+
+    def chunk_rows(self, path: str) -> pa.Table:
+        """The chunk-table rows of one source, in chunk order."""
+        return self.chunks.filter(pc.equal(self.chunks["source"], path))
+
+    def document_row(self, path: str) -> dict[str, Any] | None:
+        """The documents-table row of one source, if it has one."""
+        rows = self.documents.filter(pc.equal(self.documents["source"], path)).to_pylist()
+        return rows[0] if len(rows) == 1 else None
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What carried rows must have been made with: this run's model, strategy and corpus."""
+
+    model: str
+    strategy: str  # the strategy name, e.g. "semantic"
+    strategy_key: str
+    corpus_paths: frozenset[str]
+
+
+def read_previous(output: Storage, topic: str) -> PreviousTables | None:
+    """The topic's previous shards; None when either is missing, unreadable or of another layout."""
+    try:
+        chunks = output.read_optional(chunk_table_path(topic))
+        documents = output.read_optional(document_table_path(topic))
+        if chunks is None or documents is None:
+            return None
+        tables = PreviousTables(
+            chunks=pq.read_table(pa.BufferReader(chunks)),
+            documents=pq.read_table(pa.BufferReader(documents)),
+        )
+    except (OSError, pa.ArrowException) as exc:
+        log.warning("topic %r: previous tables unreadable (%s); reading its sources", topic, exc)
+        return None
+    if not set(chunk_table_schema(0).names) <= set(tables.chunks.column_names) or not set(
+        document_table_schema().names
+    ) <= set(tables.documents.column_names):
+        return None
+    return tables
+
+
+def carried_document(
+    tables: PreviousTables, path: str, sha256: str, expected: Expected
+) -> tuple[ChunkedDocument, np.ndarray] | None:
+    """An unchanged source's chunked document and vectors rebuilt from the previous tables.
+
+    None when they cannot stand in for chunking it now: no "ok" row for this content hash, rows of
+    another model or strategy, chunks missing, or a link that resolves differently in this corpus.
+    """
+    row = tables.document_row(path)
+    if (
+        row is None
+        or row["status"] != "ok"
+        or row["source_version_id"] != sha256
+        or row["strategy"] != expected.strategy_key
+        or row["front_matter"] is None
+    ):
+        return None
+    rows = tables.chunk_rows(path)
+    records = rows.drop_columns(["embedding"]).to_pylist()
+    if [r["ordinal"] for r in records] != list(range(row["chunk_count"])) or any(
+        r["model"] != expected.model or r["strategy"] != expected.strategy_key for r in records
+    ):
+        return None
+    chunks = tuple(_chunk(r) for r in records)
+    if any(not _resolves_the_same(link, path, expected) for c in chunks for link in c.links):
+        return None
+    dim = rows.schema.field("embedding").type.list_size
+    if dim == 0:
+        return None
+    flat = rows.column("embedding").combine_chunks().flatten()
+    vectors = np.asarray(flat, dtype=np.float32).reshape(len(records), dim)
+    document = ChunkedDocument(
+        document_id=row["document_id"],
+        tenant_id=row["tenant_id"],
+        source_version_id=row["source_version_id"],
+        strategy=expected.strategy,
+        strategy_key=row["strategy"],
+        chunks=chunks,
+        front_matter=json.loads(row["front_matter"]),
+        is_chunked=row["is_chunked"],
+        skipped_tail_tokens=row["skipped_tail_tokens"],
+        tokenizer=row["tokenizer"],
+    )
+    return document, vectors
+
+
+def retained_rows(
+    tables: PreviousTables | None, path: str, expected: Expected
+) -> RetainedRows | None:
+    """A failed source's previous rows to keep (none without a previously chunked version)."""
+    row = tables.document_row(path) if tables is not None else None
+    if row is None or row["front_matter"] is None:
+        return None
+    rows = tables.chunk_rows(path)
+    same = pc.and_(
+        pc.equal(rows["model"], expected.model), pc.equal(rows["strategy"], expected.strategy_key)
+    )
+    return RetainedRows(chunks=rows.filter(same), document=row)
+
+
+def _chunk(record: dict[str, Any]) -> Chunk:
+    return Chunk(
+        **{k: record[k] for k in CHUNK_FIELDS},
+        headings_path=tuple(record["headings_path"]),
+        links=tuple(Link(**link) for link in record["links"]),
+        extras=json.loads(record["extras"]),
+    )
+
+
+def _resolves_the_same(link: Link, path: str, expected: Expected) -> bool:
+    """Whether the chunker would resolve this link the same way in this run's corpus."""
+    found = FoundLink(0, link.url, link.text, is_image=link.link_type == "image")
+    return resolve(found, path, expected.corpus_paths) == link
