@@ -12,6 +12,7 @@ from indexing.client import (
     chunk_path,
     chunk_tables,
     embedding_search,
+    query_embedder,
     question_matches,
     select_chunks,
 )
@@ -79,12 +80,6 @@ def topic_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any
     return {"topic": args.topic, "title": index["title"], "sources": sources}
 
 
-def _embed_query(model: str, question: str):
-    from embedding import load_embedder
-
-    return load_embedder(model).embed([question], query=True)[0]
-
-
 def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
     """The JSON-ready answer to `query --question`: SimHash matches, else embedding search."""
     matches: list[dict[str, Any]] = []
@@ -104,7 +99,7 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
         table = chunk_tables(reader, topics)
         method = "none" if table is None else "embedding"
         if table is not None:
-            for hit in embedding_search(table, args.question, args.n, _embed_query):
+            for hit in embedding_search(table, args.question, args.n, query_embedder(reader)):
                 matches.append(
                     {
                         "topic": hit.topic,

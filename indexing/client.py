@@ -114,6 +114,35 @@ class ChunkHit:
 
 EmbedQuery = Callable[[str, str], np.ndarray]  # (model name, question) -> query vector
 
+EMBEDDING_SETTINGS = "_index/model.json"
+# `load_embedder` options that change vectors, recorded by the build. A query honours all of them
+# but trust_remote_code: an index never makes its reader run a model's own code.
+VECTOR_OPTIONS = ("dtype", "pooling", "normalize", "max_length", "query_prefix", "revision")
+RECORDED_OPTIONS = (*VECTOR_OPTIONS, "trust_remote_code")
+
+
+def embedding_settings(model: str, options: dict[str, Any]) -> bytes:
+    """`_index/model.json`: the model and the options that change its vectors (None left out)."""
+    recorded = {k: options[k] for k in RECORDED_OPTIONS if options.get(k) is not None}
+    return (
+        json.dumps({"model": model, "options": recorded}, indent=1, sort_keys=True) + "\n"
+    ).encode()
+
+
+def query_embedder(reader: IndexReader) -> EmbedQuery:
+    """Embeds a question the way the index was built: with `_index/model.json`'s options when it
+    names the model asked for, else with the model's defaults."""
+    recorded = json.loads(reader.read(EMBEDDING_SETTINGS) or b"{}")
+
+    def embed(model: str, question: str) -> np.ndarray:
+        from embedding import load_embedder
+
+        options = recorded.get("options", {}) if recorded.get("model") == model else {}
+        options = {k: v for k, v in options.items() if k in VECTOR_OPTIONS}
+        return load_embedder(model, **options).embed([question], query=True)[0]
+
+    return embed
+
 
 def chunk_tables(reader: IndexReader, topics: list[str]) -> pa.Table | None:
     """The chunk-table shards of `topics` (those that exist) as one table, or None."""

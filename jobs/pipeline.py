@@ -1,6 +1,6 @@
 """The build job: discover on the driver, stream carry -> read -> chunk -> embed -> per-topic reduce
-on Ray Data, then finish on the driver (relinks, deletions, directory indexes, SimHash tables,
-manifest, report).
+on Ray Data, then finish on the driver (relinks, deletions, directory indexes, SimHash tables, the
+embedding settings `_index/model.json`, manifest, report).
 
 The driver holds the listing, the manifest and one small summary per topic; chunks and vectors
 stay in the Ray object store and the workers write every topic's files themselves.
@@ -30,6 +30,7 @@ from indexing import (
     set_child_topics,
     topic_spec_without_section,
 )
+from indexing.client import EMBEDDING_SETTINGS, embedding_settings
 from indexing.paths import INDEX, TOPIC_SPEC, in_topic
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, REPORT_PATH, Manifest, SourceEntry, TopicEntry
@@ -334,6 +335,8 @@ def finish(
     for path, data in sorted(tables.items()):
         output.write_if_changed(path, data)
     output.delete(sorted(set(previous.simhash_files) - set(tables)))
+    settings = embedding_settings(config.embedding.model, vars(config.embedding))
+    output.write_if_changed(EMBEDDING_SETTINGS, settings)  # for `mdindex query --question`
     return Manifest(
         config_key=settings_key(config),
         sources=sources,

@@ -369,3 +369,44 @@ def test_abort_policy_stops_at_the_first_failed_source(tmp_path):
     code = build("--input", str(CORPUS), "--output", str(output), "--set", "failure_policy=abort")
     assert code == 1
     assert not (output / "_reindex" / "manifest.json").exists()
+
+
+def test_build_records_the_embedding_settings(local_output):
+    recorded = json.loads((local_output / "_index" / "model.json").read_text())
+    options = {"dtype": "fp32", "normalize": True, "trust_remote_code": False}
+    assert recorded == {"model": "minilm", "options": options}  # configs/local.yaml's settings
+
+
+def test_question_fallback_embeds_with_the_recorded_settings(local_output, tmp_path, capsys):
+    """`mdindex query --question` without a SimHash match embeds the question as the build did."""
+    root = tmp_path / "index"
+    shutil.copytree(local_output, root, ignore=shutil.ignore_patterns(".embedding-cache"))
+    options = {"query_prefix": "Represent this sentence for searching: ", "max_length": 8}
+    (root / "_index" / "model.json").write_text(
+        json.dumps({"model": "minilm", "options": {**options, "trust_remote_code": False}})
+    )
+    question = "Which colour does a dragon's saddle have?"
+    argv = ["query", str(root), "--topic", GOLDEN, "--question", question, "--n", "3", "--json"]
+    assert mdindex(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["method"] == "embedding"
+
+    from embedding import load_embedder
+
+    table = pq.read_table(root / "_index" / "chunks" / SHARD)
+    matrix = np.stack(table.column("embedding").to_numpy(zero_copy_only=False))
+
+    rows = table.select(["source", "ordinal"]).to_pylist()
+
+    def best(**settings) -> list[tuple[str, int, float]]:
+        query = load_embedder("minilm", **settings).embed([question], query=True)[0]
+        scores = matrix @ query
+        order = sorted(range(len(rows)), key=lambda i: -scores[i])[:3]
+        return [(Path(rows[i]["source"]).stem, rows[i]["ordinal"], round(float(scores[i]), 4))
+                for i in order]  # fmt: skip
+
+    ours = [(m["source"], m["index"], m["score"]) for m in result["matches"]]
+    recorded, default = best(**options), best()
+    assert [m[:2] for m in ours] == [m[:2] for m in recorded]
+    assert [m[2] for m in ours] == pytest.approx([m[2] for m in recorded], abs=2e-4)
+    assert [m[2] for m in ours] != pytest.approx([m[2] for m in default], abs=2e-4)
