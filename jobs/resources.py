@@ -13,6 +13,11 @@ from jobs.config import EmbedResources, IndexResources, TaskResources
 # `ray_remote_args_fn` are never fused, so the CPU stages keep their own tasks, in parallel with
 # embedding; the option itself retries a task whose worker died.
 TASK_RETRIES = 3
+# An embedding actor whose process dies (OOM kill, lost node, preempted GPU) is restarted, and the
+# batches it was working on are run again on the pool: the output is unchanged. Ray Data's own
+# defaults are unbounded; a bound turns a crash loop into a failed job (exit 1) instead of a hang.
+ACTOR_RESTARTS = 3
+ACTOR_TASK_RETRIES = 3
 
 
 def _task_options() -> dict[str, Any]:
@@ -42,6 +47,8 @@ def actor_stage_args(resources: EmbedResources) -> dict[str, Any]:
         "num_cpus": resources.num_cpus,
         "num_gpus": resources.num_gpus,
         "batch_size": resources.batch_size,
+        "max_restarts": ACTOR_RESTARTS,
+        "max_task_retries": ACTOR_TASK_RETRIES,
     }
 
 

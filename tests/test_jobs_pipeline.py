@@ -7,6 +7,9 @@ import json
 import os
 import shlex
 import shutil
+import signal
+import threading
+import time
 from pathlib import Path
 
 import jsonschema
@@ -410,3 +413,64 @@ def test_question_fallback_embeds_with_the_recorded_settings(local_output, tmp_p
     assert [m[:2] for m in ours] == [m[:2] for m in recorded]
     assert [m[2] for m in ours] == pytest.approx([m[2] for m in recorded], abs=2e-4)
     assert [m[2] for m in ours] != pytest.approx([m[2] for m in default], abs=2e-4)
+
+
+def embed_actor_pids() -> set[int]:
+    """Processes whose title Ray set to the embedding actor's (`ray::MapWorker(...EmbedActor)`)."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            title = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if proc.name.isdigit() and title.startswith(b"ray::") and b"EmbedActor" in title:
+            found.add(int(proc.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux /proc")
+def test_a_killed_embedding_actor_is_restarted_and_the_output_is_unchanged(local_output, tmp_path):
+    """SIGKILL the embedding actor once, mid-run: Ray restarts it and retries its batch."""
+    output = tmp_path / "out"
+    cache = tmp_path / "cache"
+    before = embed_actor_pids()  # actors of earlier runs that may not have exited yet
+    killed: list[int] = []
+    restarted: set[int] = set()
+    done = threading.Event()
+
+    def kill_once() -> None:
+        # The first cache entry is written once the actor has embedded its first document; one
+        # source per batch leaves it several more batches, so the kill lands mid-run. Then watch
+        # for the process of the restarted actor.
+        while not done.is_set():
+            pids = embed_actor_pids() - before
+            if killed:
+                restarted.update(pids - set(killed))
+            elif list(cache.rglob("metadata.json")):
+                for pid in sorted(pids):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=kill_once, daemon=True)
+    watcher.start()
+    try:
+        code = build(
+            "--input",
+            str(CORPUS),
+            "--output",
+            str(output),
+            "--cache",
+            str(cache),
+            "--set",
+            "resources.embed.batch_size=1",
+        )
+    finally:
+        done.set()
+        watcher.join()
+    assert killed, "the embedding actor was never seen to kill"
+    assert restarted, "no embedding actor came up after the kill"
+    assert code == 3
+    ours, theirs = generated_files(local_output), generated_files(output)
+    assert sorted(ours) == sorted(theirs)
+    assert [p for p in ours if ours[p] != theirs[p]] == []
