@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -323,7 +323,8 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
 def _failed_row(inp: TopicInput, src: SourceInput, code: str, message: str) -> DocumentRow:
     """A failed source's documents row: its retained row with the failure, or a bare one."""
     if src.retained is not None:
-        kept = {k: v for k, v in src.retained.document.items() if k in DocumentRow.__annotations__}
+        names = {f.name for f in fields(DocumentRow)}
+        kept = {k: v for k, v in src.retained.document.items() if k in names}
         return DocumentRow(**{**kept, "status": "failed", "error_code": code, "error": message})
     return DocumentRow(
         inp.topic, src.path, src.path, False, 0, src.source_version_id, inp.strategy, "failed",

@@ -10,17 +10,32 @@ import shutil
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import ray
 
-from indexing import chunk_table_schema, stripe_factor
+from chunking import chunk_source, strategy_key
+from indexing import (
+    IndexSettings,
+    SourceInput,
+    TopicInput,
+    build_topic,
+    chunk_table_path,
+    chunk_table_schema,
+    document_table_path,
+    stripe_factor,
+)
 from jobs.cli import main as mdindex
+from jobs.previous import Expected, carried_document, read_previous
+from jobs.records import document_from_json, document_to_json
 from jobs.reindex import main
+from jobs.storage import Storage
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "fixtures" / "corpus"
@@ -474,3 +489,39 @@ def test_a_killed_embedding_actor_is_restarted_and_the_output_is_unchanged(local
     ours, theirs = generated_files(local_output), generated_files(output)
     assert sorted(ours) == sorted(theirs)
     assert [p for p in ours if ours[p] != theirs[p]] == []
+
+
+def test_a_carried_document_is_exactly_the_chunked_one(tmp_path):
+    """The tables a topic reduce writes give back the ChunkedDocument chunking made, unless a
+    link of it would now resolve differently (then the source must be chunked again)."""
+    path = "guides/getting-started.md"
+    corpus = frozenset({path, "guides/installation.md"})
+    chunked = chunk_source((CORPUS / path).read_bytes(), strategy="structural", document_id=path,
+                           document_path=path, corpus_paths=corpus)  # fmt: skip
+    links = [link.target_document for chunk in chunked.chunks for link in chunk.links]
+    assert "guides/installation.md" in links
+    expected = Expected("minilm", "structural", strategy_key("structural"), corpus)
+    vectors = np.random.default_rng(3).normal(size=(len(chunked.chunks), 8)).astype(np.float32)
+    inp = TopicInput("guides", [SourceInput(path, chunked, vectors)], [], None, [], [], None,
+                     None, expected.model, expected.strategy_key)  # fmt: skip
+    written = build_topic(inp, IndexSettings())
+    output = Storage(str(tmp_path))
+    output.write_bytes(chunk_table_path("guides"), parquet_bytes(written.chunk_rows))
+    output.write_bytes(document_table_path("guides"), parquet_bytes(written.document_rows))
+
+    tables = read_previous(output, "guides")
+    document, carried = carried_document(tables, path, chunked.source_version_id, expected)
+    assert document == document_from_json(document_to_json(chunked))
+    assert carried.tobytes() == vectors.tobytes()
+    gone = replace(expected, corpus_paths=frozenset({path}))
+    assert carried_document(tables, path, chunked.source_version_id, gone) is None
+    assert carried_document(tables, path, "another-hash", expected) is None
+    other_model = replace(expected, model="mxbai-embed-large-v1")
+    assert carried_document(tables, path, chunked.source_version_id, other_model) is None
+    assert read_previous(output, "no/such/topic") is None
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()

@@ -1,1 +1,1 @@
-"""The Ray Data stages of the build: read, chunk, embed (actor pool) and the per-topic reduce."""
+"""The Ray Data stages of the build: carry, read, chunk, embed (actor pool), per-topic reduce."""

@@ -13,8 +13,10 @@ import logging
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
+from chunking import ChunkedDocument
 from jobs.previous import Expected, PreviousTables, carried_document, read_previous
 from jobs.records import document_to_json, to_table, vectors_to_bytes
 from jobs.storage import Storage
@@ -41,10 +43,7 @@ def carry_batch(batch: pa.Table, *, settings: CarrySettings) -> pa.Table:
         topic = row["topic"]
         if topic not in shards:
             shards[topic] = read_previous(settings.output, topic)
-        tables = shards[topic]
-        found = tables and carried_document(
-            tables, row["path"], row["previous_hash"], settings.expected
-        )
+        found = _carried(shards[topic], row, settings.expected)
         if found:
             document, vectors = found
             row.update(
@@ -58,3 +57,17 @@ def carry_batch(batch: pa.Table, *, settings: CarrySettings) -> pa.Table:
             row["carried"] = False
         row["carry_s"] = time.perf_counter() - started
     return to_table(rows)
+
+
+def _carried(
+    tables: PreviousTables | None, row: dict, expected: Expected
+) -> tuple[ChunkedDocument, np.ndarray] | None:
+    """The row's document and vectors from the previous tables, or None (never an exception:
+    rows that do not parse make the source be read and chunked again)."""
+    if tables is None:
+        return None
+    try:
+        return carried_document(tables, row["path"], row["previous_hash"], expected)
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("%s: previous rows unusable (%s)", row["path"], exc)
+        return None
