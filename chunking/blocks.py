@@ -210,10 +210,13 @@ def _block(token: Token, tokens: list[Token], index: int, start: int, end: int) 
 
 
 def _opener_parts(doc: ParsedDocument, fence: Block) -> tuple[str, str]:
+    return _split_opener(doc.lines[fence.start_line - 1], fence.markup)
+
+
+def _split_opener(opener: str, markup: str) -> tuple[str, str]:
     """(container prefix, opener from its marker on): list markers in the prefix become blanks,
     block quote `>` are kept, so the prefix puts a line at the fence's indentation."""
-    opener = doc.lines[fence.start_line - 1]
-    cut = opener.index(fence.markup)
+    cut = opener.index(markup)
     prefix = "".join(char if char in "> \t" else " " for char in opener[:cut])
     return prefix, opener[cut:]
 
@@ -228,6 +231,18 @@ def fence_reopener(doc: ParsedDocument, fence: Block) -> str:
     """A line that opens `fence` again (same marker and info string) at its indentation."""
     prefix, rest = _opener_parts(doc, fence)
     return prefix + rest
+
+
+def closers_for_open_fences(text: str) -> list[str]:
+    """Lines that close the fences still open at the end of `text` (from a parse of `text`)."""
+    lines = text.split("\n")
+    text = text if text.endswith("\n") else text + "\n"
+    last = text.count("\n")
+    return [
+        _split_opener(lines[token.map[0]], token.markup)[0] + token.markup
+        for token in parse_tokens(text)
+        if token.type == "fence" and not fence_closed(token) and token.map[1] >= last
+    ]
 
 
 def unclosed_fences(text: str) -> list[int]:

@@ -40,12 +40,14 @@ class HeadersStrategy(Strategy):
                 return Split(drafts=(), is_chunked=False)
             stack = _stack_at(doc, doc.blocks[0].start_line)
             return Split(drafts=(_draft(doc, doc.blocks, stack, unclosed),), is_chunked=False)
-        drafts = [
-            _draft(doc, piece, stack, unclosed)
-            for blocks, stack in _sections(doc)
-            if any(block.kind != "heading" for block in blocks)
-            for piece in _pieces(blocks, self.options["max_section_lines"])
-        ]
+        drafts = []
+        for blocks, stack in _sections(doc):
+            if all(block.kind == "heading" for block in blocks):
+                continue  # an empty section
+            for index, piece in enumerate(_pieces(blocks, self.options["max_section_lines"])):
+                # A later piece of a long section may start under a deeper heading.
+                path = _stack_at(doc, piece[0].start_line) if index else stack
+                drafts.append(_draft(doc, piece, path, unclosed))
         return Split(drafts=tuple(drafts), is_chunked=True)
 
 

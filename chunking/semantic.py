@@ -25,6 +25,7 @@ line by line, so the result is that of the line-by-line algorithm.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -35,11 +36,15 @@ from chunking.blocks import (
     Block,
     Heading,
     ParsedDocument,
+    closers_for_open_fences,
     fence_closer,
     fence_reopener,
 )
 from chunking.strategy import Draft, Split, Strategy, register
 from chunking.tokens import TokenCounter
+
+# What would make a line open a fence (also inside a block quote).
+_FENCE_WORD = re.compile(r"[ \t>]*(`{3,}|~{3,})")
 
 
 @register
@@ -82,9 +87,12 @@ class _Chunk:
     parents: tuple[Heading, ...] = ()  # active headings above the chunk's start
     prefix: tuple[Heading, ...] = ()  # the parents prepended to the text (see _Window.new_chunk)
     reopen: str = ""  # fence opener repeated at the top when the chunk starts inside a fence
-    overhead: int = 0  # units of the prefix and reopen lines
-    # Own content: (first line, last line, None) for whole source lines, (n, n, text) for a
-    # piece of line n; the bool says whether the segment ends where its last line ends.
+    overhead: int = 0  # units of the prefix and reopen lines, and the reserve
+    # Units kept for closing a fence that a line inside an HTML block opens once the chunk,
+    # starting inside that block, no longer has the block around it.
+    reserve: int = 0
+    # Own content: (first line, last line, None, True) for whole source lines, (n, n, text,
+    # ends) for a piece of line n, `ends` saying whether the piece ends where the line does.
     segments: list[tuple[int, int, str | None, bool]] = field(default_factory=list)
     units: int = 0  # units of the own content and its inserted fence closers
     has_content: bool = False  # any non-blank own line
@@ -107,6 +115,10 @@ class _Window:
         self.keep_short_tail = options["keep_short_tail"]
         self.fence_starts = [fence.start_line for fence in doc.fences]
         self.block_starts = [block.start_line for block in doc.blocks]
+        self.html_blocks = [
+            (b.start_line, b.end_line) for b in doc.blocks if b.kind == "html_block"
+        ]
+        self.html_starts = [first for first, _ in self.html_blocks]
         # A fence its list item or block quote ends (or the end of the file) gets a closing line
         # after its last line in the chunk text, since a chunk may not hold that container.
         self.unclosed_ends = {fence.end_line: fence for fence in doc.fences if not fence.closed}
@@ -195,7 +207,7 @@ class _Window:
         closer = self.largest_closer(first, last)
         if self.chunk.overhead + self.chunk.units + units + closer > self.limit:
             return False
-        self.append(first, last, None, units, bool(text.strip()), True)
+        self.append(first, last, None, units, bool(text.strip()))
         return True
 
     def add_line(self, number: int) -> None:
@@ -210,22 +222,45 @@ class _Window:
             self.seal()
             self.chunk = self.continuation(number)
         if self.chunk.overhead + units + closer <= self.limit:
-            self.append(number, number, None, units, bool(text.strip()), True)
+            self.append(number, number, None, units, bool(text.strip()))
             return
         # Longer than any chunk can hold: cut at word boundaries, one piece per chunk.
-        overhead = max(self.chunk.overhead, self.continuation(number).overhead)
-        pieces = self.counter.split(text, self.limit - overhead - max(closer, tail))
+        overhead = max(self.chunk.overhead, self.continuation(number, mid_line=True).overhead)
+        pieces = self.pieces(text, self.limit - overhead - max(closer, tail))
         for index, piece in enumerate(pieces):
             if index:
                 self.seal()
-                self.chunk = self.continuation(number)
+                self.chunk = self.continuation(number, mid_line=True)
             last = index == len(pieces) - 1
             units = self.counter.units(piece) + (tail if last else 0)
             self.append(number, number, piece, units, bool(piece.strip()), last)
 
+    def pieces(self, text: str, budget: int) -> list[str]:
+        """`text` cut into pieces of at most `budget` units, none starting like a fence line
+        (a fence marker at a cut goes to the end of the piece before, which has room)."""
+        room = self.counter.units("`" * 16)
+        pieces: list[str] = []
+        for piece in self.counter.split(text, max(budget - room, 1)):
+            while pieces and (marker := _FENCE_WORD.match(piece)):
+                if self.counter.units(pieces[-1] + marker.group()) > budget:
+                    break
+                pieces[-1] += marker.group()
+                piece = piece[marker.end() :]
+            if piece:
+                pieces.append(piece)
+        return pieces
+
     def append(
-        self, first: int, last: int, piece: str | None, units: int, content: bool, ends: bool
+        self,
+        first: int,
+        last: int,
+        piece: str | None,
+        units: int,
+        content: bool,
+        ends: bool = True,
     ) -> None:
+        """Add lines first..last, or a piece of line `first` (`ends`: the piece ends where the
+        line does), that measure `units`."""
         chunk = self.chunk
         segments = chunk.segments
         if piece is None and segments and segments[-1][2] is None and segments[-1][1] == first - 1:
@@ -256,6 +291,13 @@ class _Window:
             default=0,
         )
 
+    def fence_at(self, number: int) -> Block | None:
+        """The fence that line `number` belongs to (its opening line included)."""
+        index = bisect_right(self.fence_starts, number) - 1
+        if index < 0 or number > self.doc.fences[index].end_line:
+            return None
+        return self.doc.fences[index]
+
     def open_fence_after(self, number: int) -> Block | None:
         """The fence still open after line `number`: None outside fences and on a fence's last
         line (its closing line, or the line an inserted closer follows)."""
@@ -267,22 +309,47 @@ class _Window:
 
     # -- chunks -----------------------------------------------------------------------------
 
-    def new_chunk(self, parents: tuple[Heading, ...], reopen: str = "") -> _Chunk:
-        """A chunk with `parents` prepended, outermost dropped while they take over half the max."""
+    def new_chunk(
+        self, parents: tuple[Heading, ...], fence: Block | None = None, bare: bool = False
+    ) -> _Chunk:
+        """A chunk with `parents` prepended (and `fence` reopened); the outermost parents are
+        dropped while these lines take over half the max, and the fence's info string too if
+        it alone does (or if `bare`)."""
+        reopen = fence_reopener(self.doc, fence) if fence else ""
+        if fence and (bare or self.counter.units(reopen) > self.limit // 2):
+            reopen = fence_closer(self.doc, fence)  # the bare marker opens it as well
         prefix = parents
-        while prefix and self.counter.units(_heading_lines(prefix)) > self.limit // 2:
+        fixed = self.counter.units(reopen)
+        while prefix and self.counter.units(_heading_lines(prefix)) + fixed > self.limit // 2:
             prefix = prefix[1:]
-        overhead = self.counter.units(_heading_lines(prefix)) + self.counter.units(reopen)
+        overhead = self.counter.units(_heading_lines(prefix)) + fixed
         return _Chunk(parents=parents, prefix=prefix, reopen=reopen, overhead=overhead)
 
-    def continuation(self, number: int) -> _Chunk:
-        """The chunk that continues the current section at line `number` after a max-token seal."""
+    def continuation(self, number: int, mid_line: bool = False) -> _Chunk:
+        """The chunk that continues the current section at line `number` (inside that line when
+        `mid_line`) after a max-token seal; a fence open there is reopened (a fence's opening
+        line cut in pieces reopens with its bare marker, the rest of the line inside it)."""
         parents = tuple(self.hierarchy[level] for level in sorted(self.hierarchy))
         fence = self.open_fence_after(number - 1)
-        reopen = fence_reopener(self.doc, fence) if fence else ""
-        chunk = self.new_chunk(parents, reopen)
+        opening = self.fence_at(number) if mid_line else None
+        if fence is None and opening is not None and opening.start_line == number:
+            chunk = self.new_chunk(parents, opening, bare=True)
+        else:
+            chunk = self.new_chunk(parents, fence)
+        html = self.html_block_at(number)
+        if html is not None:
+            markers = (_FENCE_WORD.match(line) for line in self.doc.lines[number - 1 : html[1]])
+            chunk.reserve = max((self.counter.units(m.group(1)) for m in markers if m), default=0)
+            chunk.overhead += chunk.reserve
         chunk.start_level = chunk.deepest = parents[-1].level if parents else None
         return chunk
+
+    def html_block_at(self, number: int) -> tuple[int, int] | None:
+        """(first, last) line of the top-level HTML block that line `number` continues."""
+        index = bisect_right(self.html_starts, number) - 1
+        if index >= 0 and self.html_blocks[index][0] < number <= self.html_blocks[index][1]:
+            return self.html_blocks[index]
+        return None
 
     def seal(self) -> None:
         """Emit the current chunk (if it has content) and start an empty one."""
@@ -336,17 +403,23 @@ class _Window:
             line_kinds.append(FENCE_MARK)
         numbers = numbers[start : end + 1]
         own, own_kinds = own[start : end + 1], own_kinds[start : end + 1]
-        units = chunk.overhead + chunk.units
+        units = chunk.overhead - chunk.reserve + chunk.units
         texts.extend(own)
         line_kinds += own_kinds
         fence = self.open_fence_after(numbers[-1])
-        last = chunk.segments[-1]
-        if fence is None and last[2] is not None and not last[3]:
-            fence = self.open_fence_after(numbers[-1] - 1)  # cut inside the fence's last line
+        _, _, piece, ends = chunk.segments[-1]
+        if fence is None and piece is not None and not ends:
+            fence = self.fence_at(numbers[-1])  # cut inside a fence's line
         if fence is not None:
             texts.append(fence_closer(self.doc, fence))
             line_kinds.append(FENCE_MARK)
             units += self.counter.units(texts[-1])
+        exact = self.counter.additive
+        if chunk.reserve:
+            closers = closers_for_open_fences("\n".join(texts))
+            texts.extend(closers)
+            line_kinds.extend([FENCE_MARK] * len(closers))
+            exact = exact and not closers
         first_heading = (chunk.first_heading,) if chunk.first_heading else ()
         return Draft(
             text="\n".join(texts),
@@ -355,7 +428,7 @@ class _Window:
             headings=chunk.parents + first_heading,
             title=self.target_heading(numbers[0], numbers[-1], chunk.prefix),
             line_kinds=bytes(line_kinds),
-            token_count=self.counter.tokens(units) if self.counter.additive else None,
+            token_count=self.counter.tokens(units) if exact else None,
         )
 
     def target_heading(self, first: int, last: int, prefix: tuple[Heading, ...]) -> str:
