@@ -261,6 +261,11 @@ def test_incremental_runs_in_place(tmp_path):
     assert build("--input", str(corpus)) == 3  # output defaults to the input: in place
     first = generated_files(corpus)
     stamps = {p: os.stat(corpus / p).st_mtime_ns for p in first}
+    questions_cached = {
+        p: os.stat(p).st_mtime_ns
+        for p in (corpus / ".embedding-cache" / "questions").rglob("metadata.json")
+    }
+    assert len(questions_cached) == 2  # the two qa-pairs.md of the fixture corpus, as queries
 
     # An unchanged corpus: nothing read but the failed source, nothing embedded; only the topic
     # with the failed source is redone, its good sources carried from the previous tables, and
@@ -278,6 +283,8 @@ def test_incremental_runs_in_place(tmp_path):
     )
     assert report["timings"]["stages"]["carry"]["sources_per_second"] > 0
     assert generated_files(corpus) == first
+    # The re-read questions of that topic came from the cache: their entry was not rewritten.
+    assert all(os.stat(p).st_mtime_ns == questions_cached[p] for p in questions_cached)
     untouched = [p for p in first if p.startswith(("guides/", "reference/"))]
     assert all(os.stat(corpus / p).st_mtime_ns == stamps[p] for p in untouched)
 

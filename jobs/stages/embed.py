@@ -1,6 +1,6 @@
 """Stage 4: embed on an actor pool. Each actor loads the model once; for each document it looks the
 embedding cache up and embeds only the misses (`embedding.embed_with_cache`); it embeds each
-topic's questions as queries (with the model's query prefix)."""
+topic's questions as queries (with the model's query prefix), through the same cache."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ import pyarrow as pa
 
 from embedding import DocRequest, EmbeddingCache, embed_with_cache, load_embedder
 from jobs.records import QUESTIONS, SOURCE, document_from_json, to_table, vectors_to_bytes
+
+# Cache namespace (the strategy-key level of seed 000's layout) of qa-pairs.md questions, which
+# are embedded as queries and cached like chunks (seed 000 section 6: "with caching").
+QUESTIONS_CACHE_KEY = "questions"
 
 
 @dataclass(frozen=True)
@@ -44,42 +48,37 @@ class EmbedActor:
         """Attach vectors (and embed/cache counts) to chunked sources and parsed questions."""
         started = time.perf_counter()
         rows = batch.to_pylist()
-        sources = [
-            r
-            for r in rows
-            if r["kind"] == SOURCE and r["document"] is not None and not r["carried"]
-        ]
-        requests = []
-        for row in sources:
-            document = document_from_json(row["document"])
-            requests.append(
-                DocRequest(
-                    strategy_key=self.strategy_key,
-                    source_hash=row["sha256"],
-                    texts=tuple(chunk.text for chunk in document.chunks),
-                    previous_source_hash=row["previous_hash"],
-                )
-            )
+        work = [(row, request) for row in rows if (request := self._request(row)) is not None]
+        requests = [request for _, request in work]
         if self.mix_documents:
             results = embed_with_cache(self.embedder, self.cache, requests) if requests else []
         else:  # micro-batches never mix documents: vector bits independent of Ray's batching
             results = [embed_with_cache(self.embedder, self.cache, [r])[0] for r in requests]
-        for row, request, result in zip(sources, requests, results, strict=True):
-            row.update(
-                vectors=vectors_to_bytes(result.vectors),
-                dim=self.embedder.dim,
-                embedded=result.embedded,
-                cache_hits=len(request.texts) - result.embedded,
-                truncated=result.truncated,
-            )
-        for row in rows:
-            if row["kind"] == QUESTIONS and row["document"] is not None:
-                questions = json.loads(row["document"])
-                if questions:
-                    vectors = self.embedder.embed(questions, query=True)
-                    row.update(vectors=vectors_to_bytes(vectors), dim=self.embedder.dim)
-        worked = sources + [r for r in rows if r["kind"] == QUESTIONS]
+        for (row, request), result in zip(work, results, strict=True):
+            row.update(vectors=vectors_to_bytes(result.vectors), dim=self.embedder.dim)
+            if not request.query:
+                row.update(
+                    embedded=result.embedded,
+                    cache_hits=len(request.texts) - result.embedded,
+                    truncated=result.truncated,
+                )
         elapsed = time.perf_counter() - started
-        for row in worked:  # the batch's seconds shared out, so stage totals add up
-            row["embed_s"] = elapsed / len(worked)
+        for row, _ in work:  # the batch's seconds shared out, so stage totals add up
+            row["embed_s"] = elapsed / len(work)
         return to_table(rows)
+
+    def _request(self, row: dict[str, Any]) -> DocRequest | None:
+        """The cache request of a freshly chunked source or of a topic's questions, else None."""
+        if row["document"] is None:
+            return None
+        if row["kind"] == SOURCE and not row["carried"]:
+            document = document_from_json(row["document"])
+            return DocRequest(
+                strategy_key=self.strategy_key,
+                source_hash=row["sha256"],
+                texts=tuple(chunk.text for chunk in document.chunks),
+                previous_source_hash=row["previous_hash"],
+            )
+        if row["kind"] == QUESTIONS and (questions := tuple(json.loads(row["document"]))):
+            return DocRequest(QUESTIONS_CACHE_KEY, row["sha256"], questions, query=True)
+        return None
