@@ -8,6 +8,7 @@ are listed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -86,10 +87,20 @@ _FIRST_CHARS = {
 }
 
 
-@lru_cache(maxsize=2)
-def block_parser(dispatch: bool = True) -> MarkdownIt:
-    """The shared CommonMark parser with GFM tables; `dispatch` picks rules by first character."""
+# What a setext underline line can look like in the source: markdown-it's lheading rule only
+# matches a line that is, after its indentation and block quote markers, a run of `=` or `-`
+# and spaces. A text without such a line is parsed without that rule: lheading tries every
+# paragraph (scanning it to its end) and, failing, pushes no token, so the tokens are the same.
+_SETEXT_UNDERLINE = re.compile(r"^[ \t>]*(?:=+|-+)[ \t]*$", re.MULTILINE)
+
+
+@lru_cache(maxsize=4)
+def block_parser(dispatch: bool = True, setext: bool = True) -> MarkdownIt:
+    """The shared CommonMark parser with GFM tables; `dispatch` picks rules by first character,
+    `setext` keeps the setext heading rule (lheading)."""
     md = MarkdownIt("commonmark").enable("table")
+    if not setext:
+        md.disable("lheading")
     if dispatch:
         _dispatch_by_first_char(md)
     return md
@@ -125,7 +136,7 @@ def _chain(by_char: dict, anywhere: tuple, every: tuple):
 
 def parse_tokens(text: str, env: dict | None = None) -> list[Token]:
     """Block tokens of `text` (inline tokens keep their raw content and have no children)."""
-    md = block_parser()
+    md = block_parser(setext=_SETEXT_UNDERLINE.search(text) is not None)
     tokens: list[Token] = []
     if text:
         md.block.parse(text, md, {} if env is None else env, tokens)
