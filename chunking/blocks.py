@@ -205,7 +205,8 @@ def _mark(kinds: bytearray, token: Token, start: int, end: int) -> None:
 def _block(token: Token, tokens: list[Token], index: int, start: int, end: int) -> Block:
     kind = token.type.removesuffix("_open")
     if kind == "heading":
-        text = tokens[index + 1].content
+        # A setext heading's text may span lines; a heading is one line wherever it is used.
+        text = " ".join(line.strip() for line in tokens[index + 1].content.split("\n"))
         heading = Heading(level=int(token.tag[1]), text=text)
         return Block(kind, start + 1, end, heading=heading)
     if kind == "fence":

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from chunking import chunk_document
 from chunking.blocks import (
     FENCE_BODY,
     FENCE_MARK,
@@ -49,6 +50,25 @@ def test_setext_heading_spans_its_two_lines():
         (1, "Title", 3, 4),
         (2, "Sub", 6, 7),
     ]
+
+
+def test_multi_line_setext_heading_is_one_line_of_text():
+    doc = parse(normalize("first line\n  second line\n---\nbody\n"))
+    [heading] = [b.heading for b in doc.blocks if b.heading]
+    assert (heading.level, heading.text, heading.markdown) == (
+        2,
+        "first line second line",
+        "## first line second line",
+    )
+
+
+def test_multi_line_setext_parent_keeps_line_kinds_aligned():
+    # Found by hypothesis: a two-line setext heading prepended as a parent split into two lines.
+    text = "# A\n\n" + "word " * 30 + "\nthe\nthe the\n-\n" + "more words here " * 10
+    for chunk in chunk_document(
+        text.replace("\n", "\r\n"), max_tokens=60, min_tokens=20, min_tokens_deeper=40
+    ):
+        assert all("\n" not in part for part in chunk.headings_path)
 
 
 def test_block_lines_are_original_file_lines_after_front_matter():
