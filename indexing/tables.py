@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from chunking.record import ChunkedDocument
+from chunking.record import Chunk, ChunkedDocument, Link
 
 LINK_TYPE = pa.struct(
     [
@@ -20,6 +20,32 @@ LINK_TYPE = pa.struct(
         ("target_document", pa.string()),
     ]
 )
+
+
+# Chunk fields stored in a column of their own, unchanged (headings_path, links and extras are
+# converted: list, list of structs, JSON text).
+PLAIN_CHUNK_FIELDS = (
+    "chunk_id",
+    "ordinal",
+    "title",
+    "header_path",
+    "start_line",
+    "end_line",
+    "token_count",
+    "is_code",
+    "content_type",
+    "text",
+)
+
+
+def chunk_from_row(row: dict[str, Any]) -> Chunk:
+    """The Chunk a row of the chunk table was made from (the inverse of `chunk_table`)."""
+    return Chunk(
+        **{k: row[k] for k in PLAIN_CHUNK_FIELDS},
+        headings_path=tuple(row["headings_path"]),
+        links=tuple(Link(**link) for link in row["links"]),
+        extras=json.loads(row["extras"]),
+    )
 
 
 def chunk_table_schema(dim: int) -> pa.Schema:
@@ -121,23 +147,9 @@ def chunk_table(
                     "document_id": doc.document_id,
                     "tenant_id": doc.tenant_id,
                     "source_version_id": doc.source_version_id,
-                    **{
-                        k: record[k]
-                        for k in (
-                            "chunk_id",
-                            "ordinal",
-                            "title",
-                            "headings_path",
-                            "header_path",
-                            "start_line",
-                            "end_line",
-                            "token_count",
-                            "is_code",
-                            "content_type",
-                            "text",
-                            "links",
-                        )
-                    },
+                    **{k: record[k] for k in PLAIN_CHUNK_FIELDS},
+                    "headings_path": record["headings_path"],
+                    "links": record["links"],
                     "extras": json.dumps(record["extras"], sort_keys=True, ensure_ascii=False),
                     "href": src.hrefs[i],
                     "similarity_conceptual": src.similarity_conceptual[i],

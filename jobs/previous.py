@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from chunking import Chunk, ChunkedDocument, Link
+from chunking import ChunkedDocument, Link
 from chunking.links import FoundLink, resolve
 from indexing import (
     chunk_table_path,
@@ -26,23 +26,10 @@ from indexing import (
     document_table_path,
     document_table_schema,
 )
-from indexing.tables import RetainedRows
+from indexing.tables import RetainedRows, chunk_from_row
 from jobs.storage import Storage
 
 log = logging.getLogger("mdindex.build")
-
-CHUNK_FIELDS = (
-    "ordinal",
-    "text",
-    "title",
-    "header_path",
-    "start_line",
-    "end_line",
-    "token_count",
-    "is_code",
-    "content_type",
-    "chunk_id",
-)
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,7 +103,7 @@ def carried_document(
         r["model"] != expected.model or r["strategy"] != expected.strategy_key for r in records
     ):
         return None
-    chunks = tuple(_chunk(r) for r in records)
+    chunks = tuple(chunk_from_row(r) for r in records)
     if any(not _resolves_the_same(link, path, expected) for c in chunks for link in c.links):
         return None
     dim = rows.schema.field("embedding").type.list_size
@@ -151,15 +138,6 @@ def retained_rows(
         pc.equal(rows["model"], expected.model), pc.equal(rows["strategy"], expected.strategy_key)
     )
     return RetainedRows(chunks=rows.filter(same), document=row)
-
-
-def _chunk(record: dict[str, Any]) -> Chunk:
-    return Chunk(
-        **{k: record[k] for k in CHUNK_FIELDS},
-        headings_path=tuple(record["headings_path"]),
-        links=tuple(Link(**link) for link in record["links"]),
-        extras=json.loads(record["extras"]),
-    )
 
 
 def _resolves_the_same(link: Link, path: str, expected: Expected) -> bool:
