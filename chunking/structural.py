@@ -227,7 +227,9 @@ class _Walker:
                 self.open = _Open()
         self._emit()
         for piece in pieces:
-            size = measure.size(piece.start, piece.end)
+            # The context a piece carries (a repeated table header, a fence line) counts too.
+            context = measure.size_of(piece.prefix + piece.suffix)
+            size = measure.size(piece.start, piece.end) + context
             if size > self.hard:  # a table row or a line over the limit: token windows
                 for start, end in measure.windows(piece.start, piece.end, *self._window()):
                     self._emit_span(trimmed(self.src, start, end), kind)

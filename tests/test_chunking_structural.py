@@ -167,6 +167,19 @@ def test_oversized_table_repeats_its_header():
     assert [r for c in doc.chunks for r in c.text.split("\n")[2:]] == rows
 
 
+def test_a_row_that_fits_alone_but_not_under_its_repeated_header_is_windowed(minilm):
+    # Found on the fastapi docs (ru/uk tutorial/metadata.md): the repeated header pushed a
+    # 505-token row to 525 tokens, over the hard maximum.
+    header = "| " + " | ".join(WORDS) + " |\n|" + " --- |" * len(WORDS)
+    words = (WORDS * 40)[: 510 - minilm.count("|  |")]
+    row = "| " + " ".join(words) + " |"
+    assert minilm.count(row) <= 520 < minilm.count(header + "\n" + row)
+    filler = "\n".join(f"| {w} |" + " x |" * (len(WORDS) - 1) for w in WORDS)
+    doc = structural(f"{header}\n{filler}\n{row}\n")
+    assert len(doc.chunks) > 1
+    assert all(chunk.token_count <= 520 for chunk in doc.chunks)
+
+
 def test_unclosed_fence_is_closed_in_its_chunk():
     doc = structural("# T\n\ntext\n\n```python\ncode\nmore\n")
     assert not any(unclosed_fences(c.text) for c in doc.chunks)
