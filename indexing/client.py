@@ -77,6 +77,8 @@ def select_chunks(
     """The first `n` chunks of each source (or of `source`) in stripe order.
 
     `technical` uses `stripe_order_technical` where a source has one, else the conceptual order.
+    Stripe orders leave the baselines out; they follow the stripe order, so a source of one
+    chunk still gives its chunk.
     """
     chunks = index["_embedded"].get("chunks", {})
     if source is not None and source not in chunks:
@@ -88,6 +90,8 @@ def select_chunks(
         use_technical = technical and "stripe_order_technical" in entry
         order = entry["stripe_order_technical" if use_technical else "stripe_order"]
         items = {item["index"]: item for item in entry["items"]}
+        baselines = (entry["baseline_conceptual"], entry.get("baseline_technical"))
+        order = order + [i for i in baselines if i in items and i not in order]
         picked = [items[i] for i in order[:n]]
         selected.append(Selection(stem, "technical" if use_technical else "conceptual", picked))
     return selected

@@ -84,7 +84,8 @@ def test_query_topic_returns_first_n_in_stripe_order(index_root, capsys):
     main = by_source["golden-reference"]
     assert main["order"] == "conceptual"
     assert [c["index"] for c in main["chunks"]] == chunks["golden-reference"]["stripe_order"][:3]
-    assert [c["index"] for c in by_source["faq"]["chunks"]] == [1]  # only one non-baseline chunk
+    # Two chunks: the stripe order holds the non-baseline one; the baseline follows it.
+    assert [c["index"] for c in by_source["faq"]["chunks"]] == [1, 0]
     for chunk in main["chunks"]:
         assert chunk["href"].endswith(f"{TOPIC}/_chunks/golden-reference-{chunk['index']}.md")
         assert "text" not in chunk
@@ -234,3 +235,32 @@ def test_query_an_index_on_s3(index_root, s3_server, capsys):
         main["chunks"][0]["text"]
         == (index_root / TOPIC / f"_chunks/golden-reference-{first}.md").read_text()
     )
+
+
+def test_baselines_follow_the_stripe_order_when_more_chunks_are_asked():
+    from indexing.client import select_chunks
+
+    def item(i):
+        return {"index": i, "href": f"_chunks/s-{i}.md", "title": f"t{i}"}
+
+    index = {
+        "id": "t",
+        "_embedded": {
+            "chunks": {
+                "single": {"baseline_conceptual": 0, "stripe_order": [], "items": [item(0)]},
+                "dual": {
+                    "baseline_conceptual": 0,
+                    "baseline_technical": 1,
+                    "stripe_order": [2, 4, 3],
+                    "stripe_order_technical": [4, 3, 2],
+                    "items": [item(i) for i in range(5)],
+                },
+            }
+        },
+    }
+    picked = {s.source: [c["index"] for c in s.items] for s in select_chunks(index, 2)}
+    assert picked == {"single": [0], "dual": [2, 4]}  # the seed's behaviour within the stripes
+    picked = {s.source: [c["index"] for c in s.items] for s in select_chunks(index, 10)}
+    assert picked == {"single": [0], "dual": [2, 4, 3, 0, 1]}
+    [technical] = select_chunks(index, 10, source="dual", technical=True)
+    assert [c["index"] for c in technical.items] == [4, 3, 2, 0, 1]
