@@ -28,6 +28,11 @@ LITERAL_KINDS = frozenset((FENCE_MARK, FENCE_BODY, INDENTED_CODE, TABLE))
 _LITERAL_TOKENS = frozenset(("fence", "code_block", "table_open"))  # tokens of literal lines
 
 
+# A trailing attribute list (mkdocs attr_list, Pandoc): `{ #anchor .class key=value }`.
+_ATTRIBUTE = r"(?:[#.][\w:-]+|[\w-]+=\S+)"
+_ATTRIBUTE_LIST = re.compile(rf"\s*\{{\s*{_ATTRIBUTE}(?:\s+{_ATTRIBUTE})*\s*\}}\s*$")
+
+
 @dataclass(frozen=True)
 class Heading:
     """One heading: its level (1-6) and its text (raw inline markdown)."""
@@ -39,6 +44,17 @@ class Heading:
     def markdown(self) -> str:
         """The heading as an ATX line, e.g. `## Install`."""
         return f"{'#' * self.level} {self.text}".rstrip()
+
+    @property
+    def title(self) -> str:
+        """The text without a trailing attribute list (see `heading_title`)."""
+        return heading_title(self.text)
+
+
+def heading_title(text: str) -> str:
+    """A heading's text without a trailing attribute list: `First Steps { #first-steps }` is
+    titled `First Steps` (chunk text keeps the heading as written)."""
+    return _ATTRIBUTE_LIST.sub("", text)
 
 
 @dataclass(frozen=True)

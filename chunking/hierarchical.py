@@ -67,7 +67,7 @@ class Section:
     @property
     def path(self) -> str:
         """Seed 004 formatted path, e.g. `Pydantic > API Documentation > Fields`."""
-        return " > ".join(heading.text for heading in self.headings)
+        return " > ".join(heading.title for heading in self.headings)
 
 
 @register
@@ -162,8 +162,9 @@ class HierarchicalStrategy(Strategy):
         if kind in ATOMIC:
             return pieces
         return [pieces[0]] + [
-            Span(self._overlap_start(doc, src, before, piece), piece.end, piece.prefix,
-                 piece.suffix)
+            Span(
+                self._overlap_start(doc, src, before, piece), piece.end, piece.prefix, piece.suffix
+            )
             for before, piece in zip(pieces, pieces[1:], strict=False)
         ]
 
@@ -290,7 +291,7 @@ def classify(
                 lines_with_links, block.start_line
             )
     total = sum(weight.values())
-    title = section.headings[-1].text.strip().lower() if section.heading is not None else ""
+    title = section.headings[-1].title.strip().lower() if section.heading is not None else ""
     if 2 * sum(weight[kind] for kind in _CODE) > total:
         return "code_example"
     if 2 * weight["table"] > total:
@@ -334,7 +335,7 @@ def cross_references(chunk_sections: list[tuple[int, Section]]) -> list[list[int
     by_parent: dict[int, list[Section]] = defaultdict(list)
     for section in section_of.values():
         if section.heading is not None:
-            by_title[section.headings[-1].text].append(section)
+            by_title[section.headings[-1].title].append(section)
         if section.parent is not None:
             by_parent[section.parent].append(section)
             if section.parent in lead:

@@ -439,10 +439,10 @@ class _Window:
         headings = [(i, b.heading) for i, b in enumerate(inside) if b.kind == "heading"]
         for i, heading in headings:
             if i + 1 < len(inside) and inside[i + 1].kind != "heading":
-                return heading.text
+                return heading.title
         if headings:
-            return headings[-1][1].text
-        return prefix[-1].text if prefix else ""
+            return headings[-1][1].title
+        return prefix[-1].title if prefix else ""
 
 
 def _sections(doc: ParsedDocument) -> list[tuple[Block | None, list[tuple[int, int]]]]:

@@ -167,8 +167,10 @@ class Strategy:
                     ordinal=ordinal,
                     text=draft.text,
                     title=draft.title if draft.title is not None else _innermost(draft.headings),
-                    headings_path=tuple(heading.text for heading in draft.headings),
-                    header_path=" > ".join(heading.markdown for heading in draft.headings),
+                    headings_path=tuple(heading.title for heading in draft.headings),
+                    header_path=" > ".join(
+                        f"{'#' * heading.level} {heading.title}" for heading in draft.headings
+                    ),
                     start_line=draft.start_line,
                     end_line=draft.end_line,
                     token_count=(
@@ -248,7 +250,7 @@ class Strategy:
 
 
 def _innermost(headings: tuple[Heading, ...]) -> str:
-    return headings[-1].text if headings else ""
+    return headings[-1].title if headings else ""
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 from markdown_it import MarkdownIt
 
+from chunking.blocks import heading_title
 from chunking.record import ChunkedDocument
 from indexing.hal import directory_title, dump_json, index_document
 from indexing.keywords import Keyword, KeywordMatcher, keyword_matcher, keywords_in
@@ -125,7 +126,7 @@ def first_h1(document: ChunkedDocument) -> str | None:
         tokens = parser.parse(chunk.text)
         for i, token in enumerate(tokens):
             if token.type == "heading_open" and token.tag == "h1" and tokens[i + 1].content.strip():
-                return tokens[i + 1].content.strip()
+                return heading_title(tokens[i + 1].content.strip())
     return None
 
 

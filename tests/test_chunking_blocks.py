@@ -15,6 +15,7 @@ from chunking.blocks import (
     TABLE,
     TEXT,
     block_parser,
+    heading_title,
     parse,
     unclosed_fences,
 )
@@ -135,3 +136,21 @@ def test_first_char_dispatch_gives_markdown_its_tokens_on_fixtures(name):
 @given(markdown_documents())
 def test_first_char_dispatch_gives_markdown_its_tokens(text):
     assert _tokens(block_parser(True), text) == _tokens(block_parser(False), text)
+
+
+@pytest.mark.parametrize("strategy", ["semantic", "headers", "structural", "hierarchical"])
+def test_titles_and_paths_drop_a_trailing_attribute_list(strategy):
+    text = "# First Steps { #first-steps }\n\nIntro.\n\n## Use {braces} here { .note }\n\nBody.\n"
+    options = {"keep_short_tail": True} if strategy == "semantic" else {}
+    chunks = chunk_document(text, strategy=strategy, **options)
+    assert chunks[0].title == "First Steps"
+    assert chunks[0].text.startswith("# First Steps { #first-steps }")  # the source, as written
+    paths = {c.headings_path for c in chunks} | {(c.header_path,) for c in chunks}
+    assert not any("{ #" in part or "{ ." in part for path in paths for part in path)
+
+
+def test_heading_title_only_drops_attribute_lists():
+    assert heading_title("Sub { #sub .cls data-x=1 }") == "Sub"
+    assert heading_title("Use {braces} here { .note }") == "Use {braces} here"
+    assert heading_title("Use {braces} here") == "Use {braces} here"
+    assert heading_title("Set {x}") == "Set {x}"
