@@ -15,7 +15,7 @@ from chunking.blocks import heading_title
 from chunking.record import ChunkedDocument
 from indexing.hal import directory_title, dump_json, index_document
 from indexing.keywords import Keyword, KeywordMatcher, keyword_matcher, keywords_in
-from indexing.paths import INDEX, TOPIC_SPEC, chunk_href, in_topic
+from indexing.paths import INDEX, TOPIC_SPEC, chunk_href, in_topic, source_stem
 from indexing.questions import match_questions
 from indexing.simhash import simhash64
 from indexing.simhash_tables import PromptEntry, blocks
@@ -145,10 +145,6 @@ def topic_title(
     return directory_title(topic)
 
 
-def _stem(path: str) -> str:
-    return posixpath.splitext(posixpath.basename(path))[0]
-
-
 def _check_vectors(src: SourceInput, count: int) -> np.ndarray:
     vectors = np.asarray(src.vectors) if src.vectors is not None else None
     if vectors is None or vectors.ndim != 2 or vectors.shape[0] != count:
@@ -172,7 +168,7 @@ def _build_source(
     matcher: KeywordMatcher,
 ) -> _Built:
     """The `_embedded.chunks` entry and table rows of one chunked source."""
-    stem = _stem(src.path)
+    stem = source_stem(src.path)
     chunks = doc.chunks
     vectors = _check_vectors(src, len(chunks))
     conceptual = similarities(vectors, 0)
@@ -246,8 +242,8 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
     `retained`); a source with zero chunks gets no entry. Raises ValueError for inconsistent input
     (two sources with one stem, vectors that do not match the chunks).
     """
-    sources = sorted(inp.sources, key=lambda s: _stem(s.path))
-    stems = [_stem(s.path) for s in sources]
+    sources = sorted(inp.sources, key=lambda s: source_stem(s.path))
+    stems = [source_stem(s.path) for s in sources]
     duplicates = sorted({s for s in stems if stems.count(s) > 1})
     if duplicates:
         raise ValueError(f"topic {inp.topic!r}: several sources share the stem(s) {duplicates}")

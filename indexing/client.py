@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractFileSystem
 
-from indexing.paths import INDEX, chunk_href, chunk_table_path, in_topic
+from indexing.paths import INDEX, chunk_href, chunk_table_path, in_topic, source_stem
 from indexing.simhash import simhash64
 from indexing.simhash_tables import SimhashMatch, lookup_simhash
 from indexing.vectors import unit_rows
@@ -174,7 +173,7 @@ def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) 
     return [
         ChunkHit(
             topic=rows[i]["topic"],
-            source=posixpath.splitext(posixpath.basename(rows[i]["source"]))[0],
+            source=source_stem(rows[i]["source"]),
             index=rows[i]["ordinal"],
             title=rows[i]["title"],
             score=round(float(scores[i]), 4),

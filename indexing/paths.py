@@ -29,6 +29,11 @@ def parent_of(topic: str) -> str | None:
     return None if topic == "" else posixpath.dirname(topic)
 
 
+def source_stem(path: str) -> str:
+    """A source's file name without its extension: `guides/intro.md` -> `intro`."""
+    return posixpath.splitext(posixpath.basename(path))[0]
+
+
 def chunk_href(stem: str, index: int) -> str:
     """A chunk file's href relative to its topic directory, as index.json stores it."""
     return f"{CHUNKS_DIR}/{stem}-{index}.md"
