@@ -143,7 +143,8 @@ class Storage:
             entries = fs.ls(base, detail=True)
         except FileNotFoundError:
             return []
-        return sorted(self._relative(e["name"]) for e in entries if e["type"] == "file")
+        root = self._root_path()
+        return sorted(_relative(fs, root, e["name"]) for e in entries if e["type"] == "file")
 
     def walk(self, keep_dir=lambda name: True) -> Iterator[FileInfo]:
         """Every file under the root, pruning directories for which `keep_dir(name)` is false."""
@@ -156,13 +157,14 @@ class Storage:
                 del dirs[name]
             for info in files.values():
                 yield FileInfo(
-                    self._relative(info["name"]), int(info.get("size") or 0), _version(info)
+                    _relative(fs, root, info["name"]), int(info.get("size") or 0), _version(info)
                 )
 
-    def _relative(self, full: str) -> str:
-        root = self._root_path()
-        name = self.filesystem()._strip_protocol(full).rstrip("/")
-        return name[len(root) + 1 :] if root else name.lstrip("/")
+
+def _relative(fs: fsspec.AbstractFileSystem, root: str, full: str) -> str:
+    """A listed name relative to `root` (both looked up once per listing, not per file)."""
+    name = fs._strip_protocol(full).rstrip("/")
+    return name[len(root) + 1 :] if root else name.lstrip("/")
 
 
 def _version(info: dict[str, Any]) -> str:
