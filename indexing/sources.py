@@ -6,7 +6,7 @@ import fnmatch
 import posixpath
 from collections.abc import Iterable
 
-from indexing.paths import TOPIC_SPEC, parent_of
+from indexing.paths import TOPIC_SPEC, in_topic, parent_of
 
 QA_PAIRS = "qa-pairs.md"
 KEYWORDS_FILE = "_keywords/words.md"
@@ -39,7 +39,7 @@ def nearest_keywords_path(topic: str, keyword_paths: Iterable[str]) -> str | Non
     available = set(keyword_paths)
     directory: str | None = topic
     while directory is not None:
-        candidate = f"{directory}/{KEYWORDS_FILE}" if directory else KEYWORDS_FILE
+        candidate = in_topic(directory, KEYWORDS_FILE)
         if candidate in available:
             return candidate
         directory = parent_of(directory)
