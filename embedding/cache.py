@@ -72,10 +72,6 @@ class CacheEntry:
     vectors: np.ndarray
     truncated_rows: tuple[int, ...] = ()
 
-    def matches(self, texts: Sequence[str]) -> bool:
-        """Whether this entry holds exactly these chunk texts, in this order."""
-        return self.text_hashes == text_hashes(texts)
-
 
 def text_hashes(texts: Sequence[str]) -> tuple[str, ...]:
     """sha256 hex of each text's UTF-8 bytes."""
