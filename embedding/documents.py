@@ -48,6 +48,7 @@ class DocVectors:
 class _Plan:
     """Per request: a full hit, or the vectors known by text hash and the rows still missing."""
 
+    key: CacheKey
     hit: CacheEntry | None
     hashes: tuple[str, ...]
     known: dict[str, tuple[np.ndarray, bool]]
@@ -93,8 +94,7 @@ def embed_with_cache(
         missing = len(plan.missing)
         results.append(DocVectors(vectors, False, len(rows) - missing, missing, len(truncated)))
         if cache is not None:
-            key = CacheKey(request.strategy_key, _model_key(embedder, request), request.source_hash)
-            writes.append(CacheEntry(key, plan.hashes, vectors, truncated))
+            writes.append(CacheEntry(plan.key, plan.hashes, vectors, truncated))
     if cache is not None and writes:
         cache.put_many(writes)
     return results
@@ -118,11 +118,13 @@ def _plan(
         found = cache.get_many(lookups, embedder.dim)
     stored_previous = iter(found[len(keys) :])
     plans = []
-    for request, entry, prev_key in zip(requests, found[: len(keys)], previous, strict=True):
+    for request, key, entry, prev_key in zip(
+        requests, keys, found[: len(keys)], previous, strict=True
+    ):
         prev_entry = next(stored_previous) if prev_key is not None else None
         hashes = text_hashes(request.texts)
         if entry is not None and entry.text_hashes == hashes:
-            plans.append(_Plan(entry, hashes, {}, ()))
+            plans.append(_Plan(key, entry, hashes, {}, ()))
             continue
         known: dict[str, tuple[np.ndarray, bool]] = {}
         for source in (prev_entry, entry):  # a stale entry of this very source is also usable
@@ -131,7 +133,7 @@ def _plan(
                 for row, text_hash in enumerate(source.text_hashes):
                     known.setdefault(text_hash, (source.vectors[row], row in cut))
         missing = tuple(i for i, h in enumerate(hashes) if h not in known)
-        plans.append(_Plan(None, hashes, known, missing))
+        plans.append(_Plan(key, None, hashes, known, missing))
     return plans
 
 
