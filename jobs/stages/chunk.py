@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from chunking import CHUNKING_FAILED, ChunkingError, chunk_source
 from indexing import parse_questions
-from jobs.records import QUESTIONS, SOURCE, document_to_json, to_table
+from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, to_table
 
 QUESTIONS_FAILED = "QUESTIONS_FAILED"
 
@@ -44,7 +44,7 @@ def chunk_batch(batch: pa.Table, *, settings: ChunkSettings) -> pa.Table:
             _chunk_row(row, settings)
         elif row["error_code"] is None and row["kind"] == QUESTIONS:
             _questions_row(row)
-        if row["kind"] != "topic":
+        if row["kind"] != TOPIC:
             row["payload"] = None  # bytes are not needed downstream
         if row["error_code"] is not None and settings.abort_on_failure:
             raise SourceFailed(f"{row['path']}: {row['error_code']}: {row['error_message']}")

@@ -50,6 +50,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
     rows = sorted(group.to_pylist(), key=lambda r: (r["kind"], r["path"]))
     facts = json.loads(next(r for r in rows if r["kind"] == TOPIC)["payload"])
     topic = rows[0]["topic"]
+    index_path = in_topic(topic, INDEX)
     failures = [_failure(r) for r in rows if r["error_code"] is not None]
     keywords, keyword_failure = _keywords(context.source, facts["keywords"])
     failures += keyword_failure
@@ -66,14 +67,13 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
             question_vectors=question_vectors,
             keywords=keywords,
             child_topics=facts["children"],
-            previous_index=context.output.read_optional(in_topic(topic, INDEX)),
+            previous_index=context.output.read_optional(index_path),
             existing_topic_spec=_existing_spec(context, topic),
             model=context.expected.model,
             strategy=context.expected.strategy_key,
         ),
         context.settings,
     )
-    index_path = in_topic(topic, INDEX)
     for path, data in output.files.items():
         if path != index_path:
             context.output.write_bytes(path, data)
@@ -96,8 +96,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
         "failures": failures,
         "sources": {
             r["path"]: {"sha256": r["sha256"], "failed": r["error_code"] is not None}
-            for r in rows
-            if r["kind"] == SOURCE
+            for r in source_rows
         },
         "chunks": sum(len(d.chunks) for d in documents),
         "carried": len(carried),
