@@ -153,8 +153,7 @@ def load_config(
     for key, value in (overrides or {}).items():
         if value is not None:
             raw[key] = value
-    config = _build(JobConfig, raw, "")
-    return _resolve(config)
+    return config_from_dict(raw)
 
 
 def config_from_dict(raw: dict[str, Any]) -> JobConfig:
@@ -302,7 +301,7 @@ def _absolute(uri: str, key: str) -> str:
             f"{key}: memory:// lives in one process and Ray workers cannot see it; "
             f"use a local path, file:// or s3://"
         )
-    if protocol in ("file", "local"):
+    if protocol in storage.LOCAL_PROTOCOLS:
         return str(Path(storage.strip_protocol(uri)).expanduser().resolve())
     return uri
 
