@@ -264,12 +264,9 @@ def fence_reopener(doc: ParsedDocument, fence: Block) -> str:
 def closers_for_open_fences(text: str) -> list[str]:
     """Lines that close the fences still open at the end of `text` (from a parse of `text`)."""
     lines = text.split("\n")
-    text = text if text.endswith("\n") else text + "\n"
-    last = text.count("\n")
     return [
         _split_opener(lines[token.map[0]], token.markup)[0] + token.markup
-        for token in parse_tokens(text)
-        if token.type == "fence" and not fence_closed(token) and token.map[1] >= last
+        for token in _open_fences(text)
     ]
 
 
@@ -278,10 +275,15 @@ def unclosed_fences(text: str) -> list[int]:
 
     A fence that its list item or block quote ends (as CommonMark allows) is not counted.
     """
+    return [token.map[0] + 1 for token in _open_fences(text)]
+
+
+def _open_fences(text: str) -> list[Token]:
+    """The fence tokens of a parse of `text` that are still open at its end."""
     text = text if text.endswith("\n") else text + "\n"
     last = text.count("\n")
     return [
-        token.map[0] + 1
+        token
         for token in parse_tokens(text)
         if token.type == "fence" and not fence_closed(token) and token.map[1] >= last
     ]

@@ -18,14 +18,13 @@ from dataclasses import dataclass
 from chunking.blocks import (
     Block,
     ParsedDocument,
+    closers_for_open_fences,
     fence_closer,
     fence_reopener,
-    unclosed_fences,
 )
 from chunking.tokens import TokenCounter
 
 # A sentence ends at . ! ? (then closing quotes or brackets, then whitespace) or at a CJK full stop.
-_MARKER = re.compile(r"`{3,}|~{3,}")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])\s*")
 
 
@@ -313,13 +312,8 @@ def _balanced(src: SourceText, piece: Span) -> Span:
     marker line that was lazy paragraph text becomes a fence opener); closing what the piece's
     own parse leaves open keeps every chunk well-formed.
     """
-    text = src.render(piece)
-    for opener in unclosed_fences(text)[:1]:
-        line = text.split("\n")[opener - 1]
-        marker = _MARKER.search(line)
-        indent = "".join(c if c in "> \t" else " " for c in line[: marker.start()])
-        closer = "\n" + indent + marker.group()
-        return Span(piece.start, piece.end, piece.prefix, piece.suffix + closer)
+    for closer in closers_for_open_fences(src.render(piece))[:1]:
+        return Span(piece.start, piece.end, piece.prefix, piece.suffix + "\n" + closer)
     return piece
 
 
