@@ -181,22 +181,9 @@ class Measure:
 
 def unit_starts(counter: TokenCounter, texts: list[str]) -> list[list[int]]:
     """For each text, the offsets where the counter's units (tokens, or heuristic words) start."""
-    tokenizer = getattr(counter, "tokenizer", None)
-    if tokenizer is not None:  # a Hugging Face tokenizer: the offsets of its encoding
-        # One encode per text: encode_batch would start a thread per core inside a worker
-        # that a scheduler gave one core.
-        return [
-            [start for start, _ in tokenizer.encode(text, add_special_tokens=False).offsets]
-            for text in texts
-        ]
-    out = []
-    for text in texts:
-        starts, offset = [], 0
-        for piece in counter.split(text, 1):
-            starts.append(offset)
-            offset += len(piece)
-        out.append(starts)
-    return out
+    # One encode per text: encode_batch would start a thread per core inside a worker that a
+    # scheduler gave one core.
+    return [counter.starts(text) for text in texts]
 
 
 def trimmed(src: SourceText, start: int, end: int) -> Span:

@@ -61,6 +61,9 @@ class TokenCounter(Protocol):
     def split(self, text: str, max_units: int) -> list[str]:
         """Consecutive pieces of `text` (together exactly `text`), each at most `max_units`."""
 
+    def starts(self, text: str) -> list[int]:
+        """Offsets in `text` where its units start."""
+
 
 @dataclass(frozen=True)
 class HeuristicCounter:
@@ -93,6 +96,14 @@ class HeuristicCounter:
         starts = [match.start() for match in _WORD.finditer(text)]
         cuts = [0, *starts[per_piece::per_piece], len(text)]
         return [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+    def starts(self, text: str) -> list[int]:
+        """Offsets of the one-word pieces of `split(text, 1)` (the first at 0)."""
+        out, offset = [], 0
+        for piece in self.split(text, 1):
+            out.append(offset)
+            offset += len(piece)
+        return out
 
 
 @dataclass(frozen=True)
@@ -131,6 +142,10 @@ class HFCounter:
             first = gap
         cuts.append(len(text))
         return [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+    def starts(self, text: str) -> list[int]:
+        """Start offsets of the tokens of `text`."""
+        return [start for start, _ in self.tokenizer.encode(text, add_special_tokens=False).offsets]
 
 
 @lru_cache(maxsize=8)
