@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import posixpath
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
 import numpy as np
-from fsspec.implementations.local import LocalFileSystem
+
+from embedding.files import write_atomically
 
 FORMAT = "mdindex-embedding-cache/1"
 _VECTOR = np.dtype("<f4")
@@ -161,28 +160,7 @@ class EmbeddingCache:
         }
 
     def _write(self, files: dict[str, bytes]) -> None:
-        if not files:
-            return
-        if isinstance(self.fs, LocalFileSystem):
-            for path, data in files.items():
-                _write_local_atomically(path, data)
-        else:
-            self.fs.pipe(files)
-
-
-def _write_local_atomically(path: str, data: bytes) -> None:
-    """Write to a temporary file in the same folder, then rename over `path`."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+        write_atomically(self.fs, files)
 
 
 def _metadata_bytes(entry: CacheEntry, rows: np.ndarray) -> bytes:

@@ -8,14 +8,14 @@ single PUT on object stores (an object is never visible half-written).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
 from fsspec.core import split_protocol
+
+from embedding.files import write_atomically
 
 LOCAL_PROTOCOLS = ("file", "local")
 
@@ -101,23 +101,7 @@ class Storage:
 
     def write_bytes(self, relpath: str, data: bytes) -> None:
         """Write a whole file atomically, creating parent directories as needed."""
-        fs = self.filesystem()
-        path = self.full_path(relpath)
-        if not self.is_local:
-            fs.pipe_file(path, data)
-            return
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        handle, temp = tempfile.mkstemp(
-            dir=directory, prefix=".tmp-", suffix="-" + os.path.basename(path)
-        )
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(data)
-            os.replace(temp, path)
-        except BaseException:
-            os.unlink(temp)
-            raise
+        write_atomically(self.filesystem(), {self.full_path(relpath): data})
 
     def write_if_changed(self, relpath: str, data: bytes) -> bool:
         """Write only when the stored bytes differ; True when something was written."""
