@@ -9,9 +9,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from markdown_it import MarkdownIt
 
-from chunking.blocks import heading_title
+from chunking.blocks import heading_title, parse_tokens
 from chunking.record import ChunkedDocument
 from indexing.hal import directory_title, dump_json, index_document
 from indexing.keywords import Keyword, KeywordMatcher, keyword_matcher, keywords_in
@@ -121,9 +120,8 @@ def is_technical_title(title: str, technical_titles: tuple[str, ...]) -> bool:
 
 def first_h1(document: ChunkedDocument) -> str | None:
     """The text of the first level-1 heading in the document's chunks, if any."""
-    parser = MarkdownIt("commonmark")
     for chunk in document.chunks:
-        tokens = parser.parse(chunk.text)
+        tokens = parse_tokens(chunk.text)
         for i, token in enumerate(tokens):
             if token.type == "heading_open" and token.tag == "h1" and tokens[i + 1].content.strip():
                 return heading_title(tokens[i + 1].content.strip())

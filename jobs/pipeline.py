@@ -94,7 +94,8 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     except FileNotFoundError as exc:
         raise InputNotFound(f"input {config.input}: no such directory") from exc
     previous = Manifest.from_json(output.read_optional(MANIFEST_PATH))
-    plan = make_plan(files, previous, settings_key(config), config.sources.globs)
+    config_key = settings_key(config)
+    plan = make_plan(files, previous, config_key, config.sources.globs)
     rows = work_rows(plan, previous)
     wall["discover"] = time.perf_counter() - started
     log.info(
@@ -112,14 +113,14 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     if rows:
         rebuilt = sum(1 for t in plan.topics if t.action == REBUILD)
         with Heartbeat(lambda: f"{len(built)} of {rebuilt} topics written"):
-            for summary in topic_summaries(config, plan, rows):
+            for summary in topic_summaries(config, plan, rows, source, output):
                 tally.add(summary)
                 built[summary["topic"]] = _compact(summary)
                 log.info("topic %r written (%d/%d)", summary["topic"], len(built), rebuilt)
     wall["pipeline"] = time.perf_counter() - mark
 
     mark = time.perf_counter()
-    manifest = finish(config, output, plan, previous, built)
+    manifest = finish(config, config_key, output, plan, previous, built)
     wall["finish"] = time.perf_counter() - mark
     wall["total"] = time.perf_counter() - started
     actions = [t.action for t in plan.topics]
@@ -180,7 +181,9 @@ def work_rows(plan: Plan, previous: Manifest) -> list[dict[str, Any]]:
     return rows
 
 
-def topic_summaries(config: JobConfig, plan: Plan, rows: list[dict[str, Any]]) -> Iterator[dict]:
+def topic_summaries(
+    config: JobConfig, plan: Plan, rows: list[dict[str, Any]], source: Storage, output: Storage
+) -> Iterator[dict]:
     """Run the Ray Data pipeline over `rows`; yield one summary per rebuilt topic as it finishes.
 
     Stages: carry unchanged sources from the previous tables, read, chunk, embed (actor pool),
@@ -191,7 +194,6 @@ def topic_summaries(config: JobConfig, plan: Plan, rows: list[dict[str, Any]]) -
     # The sort-based shuffle groups by topic in seconds; the default actor-based hash shuffle
     # adds ~10 s of aggregator start-up to every run on a small machine.
     DataContext.get_current().shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
-    source = Storage(config.input, config.storage_options)
     resources = config.resources
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
     rebuilt = {row["topic"] for row in rows}
@@ -210,7 +212,6 @@ def topic_summaries(config: JobConfig, plan: Plan, rows: list[dict[str, Any]]) -
         strategy_key=key,
         mix_documents=resources.embed.mix_documents,
     )
-    output = Storage(config.output, config.storage_options)
     expected = Expected(
         model=config.embedding.model,
         strategy=config.chunking.strategy,
@@ -283,6 +284,7 @@ def start_ray(config: JobConfig) -> None:
 
 def finish(
     config: JobConfig,
+    config_key: str,
     output: Storage,
     plan: Plan,
     previous: Manifest,
@@ -338,7 +340,7 @@ def finish(
     settings = embedding_settings(config.embedding.model, vars(config.embedding))
     output.write_if_changed(EMBEDDING_SETTINGS, settings)  # for `mdindex query --question`
     return Manifest(
-        config_key=settings_key(config),
+        config_key=config_key,
         sources=sources,
         topics=topics,
         directories=tuple(sorted(plan.directories)),

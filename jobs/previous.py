@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -41,12 +42,27 @@ class PreviousTables:
 
     def chunk_rows(self, path: str) -> pa.Table:
         """The chunk-table rows of one source, in chunk order."""
-        return self.chunks.filter(pc.equal(self.chunks["source"], path))
+        return self.chunks.take(self._chunk_indices.get(path, []))
 
     def document_row(self, path: str) -> dict[str, Any] | None:
-        """The documents-table row of one source, if it has one."""
-        rows = self.documents.filter(pc.equal(self.documents["source"], path)).to_pylist()
+        """The documents-table row of one source, if it has exactly one."""
+        rows = self._document_rows.get(path, [])
         return rows[0] if len(rows) == 1 else None
+
+    @cached_property
+    def _chunk_indices(self) -> dict[str, list[int]]:
+        """Row indices of each source's chunks (one pass over the table, not one per source)."""
+        indices: dict[str, list[int]] = {}
+        for index, source in enumerate(self.chunks.column("source").to_pylist()):
+            indices.setdefault(source, []).append(index)
+        return indices
+
+    @cached_property
+    def _document_rows(self) -> dict[str, list[dict[str, Any]]]:
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for row in self.documents.to_pylist():
+            rows.setdefault(row["source"], []).append(row)
+        return rows
 
 
 @dataclass(frozen=True)
