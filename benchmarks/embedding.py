@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     overrides = dict(item.split("=", 1) for item in args.chunk_option)
-    options = {**load_config(str(JOB_CONFIG)).chunking.options}
+    job = load_config(str(JOB_CONFIG), overrides={"input": ".", "output": "."})
+    options = dict(job.chunking.options)
     options.update({k: int(v) if v.isdigit() else v for k, v in overrides.items()})
     documents = corpus_documents(args.corpus, args.n, options)
     texts = [text for _, doc in documents for text in doc]
