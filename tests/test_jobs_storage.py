@@ -40,6 +40,15 @@ def test_local_storage_is_atomic_and_lists_relative_paths(tmp_path):
     assert store.uri("a/b/one.md") == str(tmp_path / "root" / "a/b/one.md")
 
 
+def test_a_failed_local_write_keeps_the_old_file_and_no_temporary(tmp_path):
+    store = Storage(str(tmp_path))
+    store.write_bytes("a/x.json", b"old")
+    with pytest.raises(TypeError):
+        store.write_bytes("a/x.json", "text, not bytes")  # fails after the temporary file exists
+    assert (tmp_path / "a" / "x.json").read_bytes() == b"old"
+    assert os.listdir(tmp_path / "a") == ["x.json"]
+
+
 def test_file_uri_storage(tmp_path):
     _exercise(Storage(f"file://{tmp_path}/root"))
 
