@@ -259,7 +259,6 @@ def main(argv: list[str] | None = None) -> int:
         lengths = [len(ids) for ids in encoded["input_ids"]]
         tokens = sum(lengths)
         flops = model_flops(ours.model, lengths)
-
         peak = matmul_gflops(device, torch.float32)
         achieved = flops / ours_s / 1e9
         cosine = (naive_vectors * result.vectors).sum(axis=1)
