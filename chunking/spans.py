@@ -268,12 +268,15 @@ def line_pieces(
         start, end = group[0].start, group[-1].end
         reopen = _fence_around(fences, src.line_of(start), reopen=True)
         close = _fence_around(fences, src.line_of(max(start, end - 1)), reopen=False)
-        piece = _balanced(src, Span(
-            start,
-            end,
-            prefix=fence_reopener(doc, reopen) + "\n" if reopen else "",
-            suffix="\n" + fence_closer(doc, close) if close else "",
-        ))
+        piece = _balanced(
+            src,
+            Span(
+                start,
+                end,
+                prefix=fence_reopener(doc, reopen) + "\n" if reopen else "",
+                suffix="\n" + fence_closer(doc, close) if close else "",
+            ),
+        )
         size = measure.size(start, end) + measure.size_of(piece.prefix + piece.suffix)
         if size > limit and len(group) > 1:  # its fence context did not fit: halve the group
             half = len(group) // 2
@@ -309,8 +312,10 @@ def _fence_around(fences: list[Block], line: int, reopen: bool) -> Block | None:
     last line is the opener or a body line; a fence without a closing line, which runs to the
     end of its container, counts its last line as a body line)."""
     for fence in fences:
-        inside = fence.start_line < line <= fence.end_line if reopen else (
-            fence.start_line <= line < fence.end_line + (not fence.closed)
+        inside = (
+            fence.start_line < line <= fence.end_line
+            if reopen
+            else (fence.start_line <= line < fence.end_line + (not fence.closed))
         )
         if inside:
             return fence

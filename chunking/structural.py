@@ -98,13 +98,15 @@ def _unit_kind(block: Block) -> str:
 
 
 # The container named at the end of a chunk's chunk_path (seed 002 section 8).
-_CONTAINERS = MappingProxyType({
-    "table": "table",
-    "fence": "code",
-    "code_block": "code",
-    "bullet_list": "bullet list",
-    "ordered_list": "ordered list",
-})
+_CONTAINERS = MappingProxyType(
+    {
+        "table": "table",
+        "fence": "code",
+        "code_block": "code",
+        "bullet_list": "bullet list",
+        "ordered_list": "ordered list",
+    }
+)
 
 
 @dataclass

@@ -49,7 +49,9 @@ def test_title_and_first_section_rules_for_introduction():
     assert hierarchical("Some words before any heading.\n").chunks[0].content_type == "introduction"
     later = hierarchical("# A\n\nintro text\n\n## Overview\n\nMore text here.\n\n## B\n\nText.\n")
     assert [c.content_type for c in later.chunks] == [
-        "introduction", "introduction", "descriptive_text"
+        "introduction",
+        "introduction",
+        "descriptive_text",
     ]
 
 

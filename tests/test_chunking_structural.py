@@ -18,8 +18,10 @@ from chunking.tokens import get_counter
 
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
 # Words that are one WordPiece token each, so token windows can be checked word by word.
-WORDS = ("apple river stone cloud green paper music light table window garden horse "
-         "water silver coffee summer doctor market").split()
+WORDS = (
+    "apple river stone cloud green paper music light table window garden horse "
+    "water silver coffee summer doctor market"
+).split()
 
 
 def structural(text: str, **options):
@@ -60,7 +62,10 @@ def test_boundaries_of_section_4(minilm):
 def test_a_list_not_introduced_by_a_colon_starts_its_own_chunk():
     doc = structural("# T\n\nCreate an archive.\n\n- Extract it:\n\n`tar xf a.tar`\n\n- List it:\n")
     assert [c.text for c in doc.chunks] == [
-        "# T\n\nCreate an archive.", "- Extract it:", "`tar xf a.tar`", "- List it:"
+        "# T\n\nCreate an archive.",
+        "- Extract it:",
+        "`tar xf a.tar`",
+        "- List it:",
     ]
 
 
@@ -216,8 +221,11 @@ def test_links_carry_type_and_resolved_target():
         ("structural_other.md#part", "internal", "structural_other.md"),
         ("https://example.com/x", "external", None),
     ]
-    nested = structural("# A\n\nSee [b](../b.md) and [c](c.md).\n", document_path="guide/a.md",
-                        corpus_paths={"b.md"})
+    nested = structural(
+        "# A\n\nSee [b](../b.md) and [c](c.md).\n",
+        document_path="guide/a.md",
+        corpus_paths={"b.md"},
+    )
     assert [link.target_document for link in nested.chunks[0].links] == ["b.md", None]
 
 
