@@ -1,31 +1,72 @@
-"""Length-aware micro-batches: similar lengths together, padded size bounded by a token budget."""
+"""Fixed-shape micro-batches: a row's arithmetic never depends on which rows share its batch.
+
+Every row is padded to its *bucket length*, a function of its own token count alone (rounded up to a
+multiple of `LENGTH_STEP`, capped at the model window), and rows of one bucket are cut into runs of
+`rows_per_batch(length, budget)`. A model's kernels pick their blocking from the input's shape, so
+with the sequence length fixed per row, a row's vector comes out bit for bit the same whatever its
+neighbours, its position or the number of rows (measured on CPU). GPUs also choose GEMM kernels by
+row count, so there the embedder pads every micro-batch to its full row count as well.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+LENGTH_STEP = 16  # bucket lengths are multiples of this (padding cost: ~8 tokens a row)
 
 
-def plan_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Group row indices into micro-batches, longest rows first.
+@dataclass(frozen=True)
+class MicroBatch:
+    """Row indices that run together, each padded to `length` tokens."""
 
-    Rows are sorted by length (ties by index, so the plan is deterministic) and cut into runs whose
-    padded size, rows x longest row, stays within `token_budget`; a row longer than the budget
-    gets a batch of its own. Every index appears exactly once.
-    """
+    length: int
+    rows: tuple[int, ...]
+
+
+def bucket_length(length: int, cap: int, step: int = LENGTH_STEP) -> int:
+    """The padded length of a row of `length` tokens: up to a multiple of `step`, at most `cap`."""
+    return min(cap, -(-max(1, length) // step) * step)
+
+
+def rows_per_batch(length: int, token_budget: int) -> int:
+    """Rows of one micro-batch of bucket `length`: as many as the token budget holds, at least 1."""
     if token_budget < 1:
         raise ValueError(f"token_budget must be >= 1, got {token_budget}")
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    for index in order:
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= token_budget:
-            batches[-1].append(index)
-        else:
-            batches.append([index])
+    return max(1, token_budget // length)
+
+
+def plan_batches(
+    lengths: Sequence[int], token_budget: int, cap: int, step: int = LENGTH_STEP
+) -> list[MicroBatch]:
+    """Group row indices into fixed-shape micro-batches, longest bucket first.
+
+    Rows of a bucket keep their input order and are cut into runs of `rows_per_batch`; every index
+    appears exactly once, and the plan is a function of the lengths alone.
+    """
+    buckets: dict[int, list[int]] = {}
+    for index, length in enumerate(lengths):
+        buckets.setdefault(bucket_length(length, cap, step), []).append(index)
+    batches = []
+    for length in sorted(buckets, reverse=True):
+        rows = buckets[length]
+        size = rows_per_batch(length, token_budget)
+        batches.extend(
+            MicroBatch(length, tuple(rows[i : i + size])) for i in range(0, len(rows), size)
+        )
     return batches
 
 
-def padding_waste(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:
-    """Fraction of the padded token slots that are padding (0.0 for no rows)."""
-    padded = sum(len(batch) * max(lengths[i] for i in batch) for batch in batches)
+def padding_waste(
+    lengths: Sequence[int], batches: Sequence[MicroBatch], *, full_rows: int | None = None
+) -> float:
+    """Fraction of the computed token slots that are padding (0.0 for no rows).
+
+    `full_rows`: the token budget when every micro-batch is padded to its full row count (GPUs).
+    """
+    padded = sum(
+        (rows_per_batch(b.length, full_rows) if full_rows else len(b.rows)) * b.length
+        for b in batches
+    )
     real = sum(lengths)
     return 0.0 if padded == 0 else (padded - real) / padded

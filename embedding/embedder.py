@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from embedding.batching import plan_batches
+from embedding.batching import MicroBatch, plan_batches, rows_per_batch
 from embedding.models import fingerprint, read_sentence_transformers, resolve_model
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -22,11 +22,14 @@ DEFAULT_TOKEN_BUDGET = {"cpu": 16384, "cuda": 65536, "mps": 16384}
 
 @dataclass(frozen=True, eq=False)
 class Embedded:
-    """Vectors (n, dim) float32 in input order, and which inputs were cut to the model window."""
+    """Vectors (n, dim) float32 in input order, which inputs were cut to the model window, and
+    the token slots computed (`padded_tokens`) for the `tokens` the inputs really have."""
 
     vectors: np.ndarray
     truncated: int
     truncated_rows: tuple[int, ...] = ()
+    tokens: int = 0
+    padded_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ class Embedder:
         self.device = str(device)
         self.dim = int(model.config.hidden_size)
         self._device = device
+        self._pad_id = tokenizer.pad_token_id or 0
+        # A filler row: the tokens of an empty text (at least one, so no row is wholly masked).
+        self._filler = tokenizer("", return_attention_mask=False)["input_ids"] or [self._pad_id]
 
     @property
     def query_key(self) -> str:
@@ -76,7 +82,10 @@ class Embedder:
         return self.embed_with_stats(texts, query=query).vectors
 
     def embed_with_stats(self, texts: Sequence[str], *, query: bool = False) -> Embedded:
-        """Like `embed`, and also count the texts longer than the model window (truncated)."""
+        """Like `embed`, and also count the texts longer than the model window (truncated).
+
+        Rows run in fixed-shape micro-batches (`embedding.batching`), so a text's vector is the
+        same bits whatever else is embedded with it."""
         texts = _checked_texts(texts)
         if not texts:
             return Embedded(np.zeros((0, self.dim), dtype=np.float32), 0)
@@ -84,10 +93,21 @@ class Embedder:
             texts = [self.settings.query_prefix + text for text in texts]
         ids, truncated_rows = self._tokenize(texts)
         out = torch.empty((len(ids), self.dim), dtype=torch.float32, device=self._device)
-        for batch in plan_batches([len(row) for row in ids], self.settings.token_budget):
-            rows = torch.tensor(batch, device=self._device)
-            out[rows] = self._forward([ids[i] for i in batch])
-        return Embedded(out.cpu().numpy(), len(truncated_rows), truncated_rows)
+        padded = 0
+        for batch in plan_batches(
+            [len(row) for row in ids], self.settings.token_budget, self.settings.max_length
+        ):
+            rows = list(batch.rows)
+            vectors = self._forward([ids[i] for i in rows], batch)
+            out[torch.tensor(rows, device=self._device)] = vectors[: len(rows)]
+            padded += vectors.shape[0] * batch.length
+        return Embedded(
+            out.cpu().numpy(),
+            len(truncated_rows),
+            truncated_rows,
+            tokens=sum(len(row) for row in ids),
+            padded_tokens=padded,
+        )
 
     def _tokenize(self, texts: list[str]) -> tuple[list[list[int]], tuple[int, ...]]:
         """Token ids cut to the window; a text that overflowed into a second window was cut."""
@@ -109,24 +129,37 @@ class Embedder:
         truncated = tuple(i for i, count in enumerate(windows) if count > 1)
         return [first[i] for i in range(len(texts))], truncated
 
-    def _forward(self, ids: list[list[int]]) -> torch.Tensor:
-        """Pooled (and normalised) float32 vectors of one micro-batch, on the model's device."""
-        batch = self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
-        on_gpu = self._device.type == "cuda"
-        if on_gpu:
-            batch = {
-                k: v.pin_memory().to(self._device, non_blocking=True) for k, v in batch.items()
+    def _forward(self, ids: list[list[int]], batch: MicroBatch) -> torch.Tensor:
+        """Pooled (and normalised) float32 vectors of one micro-batch, on the model's device.
+
+        Every row is padded to the batch's bucket length; on accelerators the batch is also filled
+        up to its full row count with filler rows (their vectors are computed and dropped)."""
+        rows = len(ids)
+        if self._device.type != "cpu":
+            rows = max(rows, rows_per_batch(batch.length, self.settings.token_budget))
+        input_ids = np.full((rows, batch.length), self._pad_id, dtype=np.int64)
+        mask = np.zeros((rows, batch.length), dtype=np.int64)
+        for r, row in enumerate([*ids, *[self._filler] * (rows - len(ids))]):
+            input_ids[r, : len(row)] = row
+            mask[r, : len(row)] = 1
+        tensors = {
+            "input_ids": torch.from_numpy(input_ids),
+            "attention_mask": torch.from_numpy(mask),
+        }
+        if self._device.type == "cuda":
+            tensors = {
+                k: v.pin_memory().to(self._device, non_blocking=True) for k, v in tensors.items()
             }
         else:
-            batch = {k: v.to(self._device) for k, v in batch.items()}
+            tensors = {k: v.to(self._device) for k, v in tensors.items()}
         with torch.inference_mode(), self._autocast():
-            hidden = self.model(**batch).last_hidden_state
+            hidden = self.model(**tensors).last_hidden_state
         hidden = hidden.float()
         if self.settings.pooling == "cls":
             pooled = hidden[:, 0]
         else:
-            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+            weights = tensors["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
         if self.settings.normalize:
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
         return pooled
@@ -235,21 +268,23 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> str:
-    """ "auto" -> bf16 (fp16 without bf16) on GPUs; on CPUs bf16 only with native bf16 support.
+def resolve_dtype(
+    dtype: str, device: torch.device, native_bf16: Callable[[], bool] | None = None
+) -> str:
+    """ "auto" -> fp16 on CUDA and MPS; on CPUs bf16 with native bf16 support, else fp32.
 
-    Without AVX-512 BF16 or AMX, CPU bf16 autocast is several times slower than fp32."""
+    Without AVX-512 BF16 or AMX, CPU bf16 autocast is several times slower than fp32.
+    `native_bf16` is the CPU capability check (default `cpu_has_native_bf16`)."""
     if dtype != "auto":
         return _choice("dtype", dtype, tuple(DTYPES))
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    if device.type == "mps":
+    if device.type in ("cuda", "mps"):
         return "fp16"
-    return "bf16" if cpu_has_native_bf16() else "fp32"
+    return "bf16" if (native_bf16 or cpu_has_native_bf16)() else "fp32"
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU runs bf16 matrix multiplies natively (AVX-512 BF16 or AMX)."""
+    """Whether this CPU runs bf16 matrix multiplies natively (AVX-512 BF16 or AMX), as torch's
+    own CPU capability report says."""
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 

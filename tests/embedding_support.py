@@ -20,9 +20,11 @@ UNRELATED = [
 
 
 @cache
-def embedder(model: str = "minilm", **options) -> Embedder:
-    """The embedder for (model, options) on CPU, loaded at most once per test session."""
-    return load_embedder(model, device="cpu", **options)
+def embedder(model: str = "minilm", *, dtype: str, **options) -> Embedder:
+    """The embedder for (model, dtype, options) on CPU, loaded at most once per test session.
+
+    `dtype` is required: every test states the precision it is about."""
+    return load_embedder(model, device="cpu", dtype=dtype, **options)
 
 
 def sha(text: str) -> str:

@@ -1,4 +1,4 @@
-"""Length-aware micro-batching: every row once, budget respected, little padding, deterministic."""
+"""Fixed-shape micro-batching: every row once, shapes from a row's own length, little padding."""
 
 from __future__ import annotations
 
@@ -6,27 +6,52 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from embedding.batching import padding_waste, plan_batches
+from embedding.batching import (
+    LENGTH_STEP,
+    MicroBatch,
+    bucket_length,
+    padding_waste,
+    plan_batches,
+    rows_per_batch,
+)
 
 
-@given(st.lists(st.integers(min_value=1, max_value=512), max_size=300), st.integers(1, 20000))
-def test_every_row_once_and_within_budget(lengths, budget):
-    batches = plan_batches(lengths, budget)
-    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+@given(
+    st.lists(st.integers(min_value=1, max_value=512), max_size=300),
+    st.integers(1, 20000),
+    st.integers(1, 512),
+)
+def test_every_row_once_in_a_batch_shaped_by_its_own_length(lengths, budget, cap):
+    lengths = [min(length, cap) for length in lengths]
+    batches = plan_batches(lengths, budget, cap)
+    assert sorted(i for batch in batches for i in batch.rows) == list(range(len(lengths)))
     for batch in batches:
-        padded = len(batch) * max(lengths[i] for i in batch)
-        assert padded <= budget or len(batch) == 1
-    assert plan_batches(lengths, budget) == batches
+        assert len(batch.rows) <= rows_per_batch(batch.length, budget)
+        assert all(bucket_length(lengths[i], cap) == batch.length for i in batch.rows)
+        assert all(lengths[i] <= batch.length for i in batch.rows)
+    assert plan_batches(lengths, budget, cap) == batches
 
 
-def test_sorted_batches_waste_far_less_padding_than_fixed_batches():
+def test_bucket_length_rounds_up_to_the_step_within_the_window():
+    assert bucket_length(1, 256) == LENGTH_STEP
+    assert bucket_length(LENGTH_STEP, 256) == LENGTH_STEP
+    assert bucket_length(LENGTH_STEP + 1, 256) == 2 * LENGTH_STEP
+    assert bucket_length(250, 256) == 256
+    assert bucket_length(250, 250) == 250
+
+
+def test_bucketed_batches_waste_far_less_padding_than_fixed_batches():
     lengths = [(i * 7919) % 250 + 6 for i in range(2000)]
-    planned = plan_batches(lengths, 4096)
-    fixed = [list(range(i, min(i + 32, len(lengths)))) for i in range(0, len(lengths), 32)]
-    assert padding_waste(lengths, planned) < 0.05
+    planned = plan_batches(lengths, 4096, 256)
+    fixed = [
+        MicroBatch(max(lengths[i : i + 32]), tuple(range(i, min(i + 32, len(lengths)))))
+        for i in range(0, len(lengths), 32)
+    ]
+    assert padding_waste(lengths, planned) < 0.06
+    assert padding_waste(lengths, planned, full_rows=4096) < 0.20  # GPU: tails filled up
     assert padding_waste(lengths, fixed) > 0.4
 
 
 def test_budget_must_be_positive():
     with pytest.raises(ValueError, match="token_budget"):
-        plan_batches([3, 4], 0)
+        plan_batches([3, 4], 0, 256)

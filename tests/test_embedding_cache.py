@@ -38,32 +38,32 @@ def cache(tmp_path) -> EmbeddingCache:
 
 
 def entry_path(cache: EmbeddingCache, source="doc-a") -> str:
-    return cache.entry_path(CacheKey(STRATEGY, embedder().key, sha(source)))
+    return cache.entry_path(CacheKey(STRATEGY, embedder(dtype="fp32").key, sha(source)))
 
 
 def test_miss_then_hit_returns_bit_identical_vectors(cache):
-    [first] = embed_with_cache(embedder(), cache, [request()])
+    [first] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
     assert (first.cache_hit, first.reused, first.embedded) == (False, 0, len(TEXTS))
-    [second] = embed_with_cache(embedder(), cache, [request()])
+    [second] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
     assert (second.cache_hit, second.reused, second.embedded) == (True, 0, 0)
     assert second.vectors.dtype == np.float32
     assert second.vectors.tobytes() == first.vectors.tobytes()
-    np.testing.assert_allclose(first.vectors, embedder().embed(list(TEXTS)), atol=1e-6)
+    np.testing.assert_allclose(first.vectors, embedder(dtype="fp32").embed(list(TEXTS)), atol=1e-6)
 
 
 def test_layout_and_metadata_follow_seed_000(cache):
-    embed_with_cache(embedder(), cache, [request()])
+    embed_with_cache(embedder(dtype="fp32"), cache, [request()])
     folder = entry_path(cache)
-    assert folder.endswith(f"/{STRATEGY}/{embedder().key}/{sha('doc-a')[:16]}")
+    assert folder.endswith(f"/{STRATEGY}/{embedder(dtype='fp32').key}/{sha('doc-a')[:16]}")
     names = sorted(p.rsplit("/", 1)[-1] for p in cache.fs.ls(folder, detail=False))
     assert names == sorted(["metadata.json"] + [f"chunk-{i}.bin" for i in range(len(TEXTS))])
     meta = json.loads(cache.fs.cat(f"{folder}/metadata.json"))
-    assert meta["model"] == embedder().key and meta["strategy"] == STRATEGY
+    assert meta["model"] == embedder(dtype="fp32").key and meta["strategy"] == STRATEGY
     assert meta["source_hash"] == sha("doc-a") and meta["chunk_count"] == len(TEXTS)
     assert meta["dim"] == 384 and len(meta["chunk_hashes"]) == len(TEXTS)
     raw = cache.fs.cat(f"{folder}/chunk-2.bin")
     assert len(raw) == 384 * 4
-    [hit] = embed_with_cache(embedder(), cache, [request()])
+    [hit] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
     assert np.frombuffer(raw, dtype="<f4").tobytes() == hit.vectors[2].tobytes()
 
 
@@ -115,28 +115,28 @@ DAMAGE = {
 
 @pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
 def test_damaged_entry_is_a_miss_and_is_regenerated(cache, damage):
-    [first] = embed_with_cache(embedder(), cache, [request()])
+    [first] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
     damage(cache.fs, entry_path(cache))
-    key = CacheKey(STRATEGY, embedder().key, sha("doc-a"))
+    key = CacheKey(STRATEGY, embedder(dtype="fp32").key, sha("doc-a"))
     assert cache.get(key, 384) is None
-    [again] = embed_with_cache(embedder(), cache, [request()])
+    [again] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
     assert not again.cache_hit
     np.testing.assert_allclose(again.vectors, first.vectors, atol=1e-6)
     regenerated = cache.get(key, 384)
     assert regenerated is not None and regenerated.text_hashes == text_hashes(TEXTS)
-    [hit] = embed_with_cache(embedder(), cache, [request()])
+    [hit] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
     assert hit.cache_hit and hit.vectors.tobytes() == again.vectors.tobytes()
 
 
 def test_wrong_dimension_request_is_a_miss(cache):
-    embed_with_cache(embedder(), cache, [request()])
-    assert cache.get(CacheKey(STRATEGY, embedder().key, sha("doc-a")), 768) is None
+    embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+    assert cache.get(CacheKey(STRATEGY, embedder(dtype="fp32").key, sha("doc-a")), 768) is None
 
 
 def test_other_model_or_strategy_never_sees_the_entry(cache):
-    embed_with_cache(embedder(), cache, [request()])
-    other_model = CacheKey(STRATEGY, embedder(max_length=16).key, sha("doc-a"))
-    other_strategy = CacheKey("semantic-100-200", embedder().key, sha("doc-a"))
+    embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+    other_model = CacheKey(STRATEGY, embedder(dtype="fp32", max_length=16).key, sha("doc-a"))
+    other_strategy = CacheKey("semantic-100-200", embedder(dtype="fp32").key, sha("doc-a"))
     assert cache.get(other_model, 384) is None and cache.get(other_strategy, 384) is None
 
 
@@ -144,21 +144,21 @@ def test_edited_document_reembeds_only_changed_chunks(cache):
     old = tuple(
         f"Paragraph {i} explains option {i} of the build command in detail." for i in range(40)
     )
-    [before] = embed_with_cache(embedder(), cache, [request(old, "v1")])
+    [before] = embed_with_cache(embedder(dtype="fp32"), cache, [request(old, "v1")])
     new = list(old)
     new[10:13] = ["An edited paragraph about caching.", "A new note on retries.", "Another one."]
     new.append("A paragraph added at the end.")
-    [after] = embed_with_cache(embedder(), cache, [request(new, "v2", previous="v1")])
+    [after] = embed_with_cache(embedder(dtype="fp32"), cache, [request(new, "v2", previous="v1")])
     assert (after.cache_hit, after.reused, after.embedded) == (False, 37, 4)
     unchanged = [i for i in range(40) if not 10 <= i < 13]
     assert after.vectors[unchanged].tobytes() == before.vectors[unchanged].tobytes()
-    np.testing.assert_allclose(after.vectors, embedder().embed(new), atol=1e-5)
-    [hit] = embed_with_cache(embedder(), cache, [request(new, "v2")])
+    np.testing.assert_allclose(after.vectors, embedder(dtype="fp32").embed(new), atol=1e-5)
+    [hit] = embed_with_cache(embedder(dtype="fp32"), cache, [request(new, "v2")])
     assert hit.cache_hit and hit.vectors.tobytes() == after.vectors.tobytes()
 
 
 def test_a_batch_is_embedded_in_one_call_in_request_order(cache, monkeypatch):
-    model = embedder()
+    model = embedder(dtype="fp32")
     embed_with_cache(model, cache, [request(TEXTS[:2], "warm")])
     calls: list[int] = []
     real = model.embed_with_stats
@@ -184,20 +184,20 @@ def test_a_batch_is_embedded_in_one_call_in_request_order(cache, monkeypatch):
 
 
 def test_without_a_cache_everything_is_embedded():
-    [result] = embed_with_cache(embedder(), None, [request()])
+    [result] = embed_with_cache(embedder(dtype="fp32"), None, [request()])
     assert (result.cache_hit, result.embedded) == (False, len(TEXTS))
 
 
 def test_truncated_chunks_are_counted_on_miss_and_on_hit(cache):
     long = " ".join(f"token{i}" for i in range(500))
-    [miss] = embed_with_cache(embedder(), cache, [request((TEXTS[0], long), "long")])
-    [hit] = embed_with_cache(embedder(), cache, [request((TEXTS[0], long), "long")])
+    [miss] = embed_with_cache(embedder(dtype="fp32"), cache, [request((TEXTS[0], long), "long")])
+    [hit] = embed_with_cache(embedder(dtype="fp32"), cache, [request((TEXTS[0], long), "long")])
     assert miss.truncated == 1 and hit.cache_hit and hit.truncated == 1
 
 
 def test_concurrent_writers_of_one_entry_never_expose_a_partial_entry(cache):
-    vectors = embedder().embed(list(TEXTS))
-    key = CacheKey(STRATEGY, embedder().key, sha("contended"))
+    vectors = embedder(dtype="fp32").embed(list(TEXTS))
+    key = CacheKey(STRATEGY, embedder(dtype="fp32").key, sha("contended"))
     entry = CacheEntry(key, text_hashes(TEXTS), vectors)
     stop = time.monotonic() + 2.0
     seen: list[bool] = []
@@ -234,8 +234,8 @@ def test_bad_keys_are_rejected():
 
 def test_memory_filesystem_cache():
     cache = EmbeddingCache("memory://embedding-cache-test/root")
-    [first] = embed_with_cache(embedder(), cache, [request()])
-    [hit] = embed_with_cache(embedder(), cache, [request()])
+    [first] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+    [hit] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
     assert hit.cache_hit and hit.vectors.tobytes() == first.vectors.tobytes()
     fsspec.filesystem("memory").rm("/embedding-cache-test", recursive=True)
 
@@ -244,25 +244,25 @@ def test_cache_on_moto_s3(s3_server):
     bucket = s3_server.make_bucket("embedding-cache")
     cache = EmbeddingCache(f"{bucket}/out/.embedding-cache", s3_server.storage_options)
     requests = [request(TEXTS[i : i + 2], f"doc-{i}") for i in range(5)]
-    first = embed_with_cache(embedder(), cache, requests)
+    first = embed_with_cache(embedder(dtype="fp32"), cache, requests)
     assert not any(r.cache_hit for r in first)
     fresh = EmbeddingCache(f"{bucket}/out/.embedding-cache", s3_server.storage_options)
-    second = embed_with_cache(embedder(), fresh, requests)
+    second = embed_with_cache(embedder(dtype="fp32"), fresh, requests)
     assert all(r.cache_hit for r in second)
     for a, b in zip(first, second, strict=True):
         assert a.vectors.tobytes() == b.vectors.tobytes()
     s3 = s3_server.filesystem()
-    folder = fresh.entry_path(CacheKey(STRATEGY, embedder().key, sha("doc-3")))
+    folder = fresh.entry_path(CacheKey(STRATEGY, embedder(dtype="fp32").key, sha("doc-3")))
     s3.pipe(f"{folder}/chunk-1.bin", s3.cat(f"{folder}/chunk-1.bin")[:100])  # a truncated object
-    third = embed_with_cache(embedder(), fresh, requests)
+    third = embed_with_cache(embedder(dtype="fp32"), fresh, requests)
     assert [r.cache_hit for r in third] == [True, True, True, False, True]
     np.testing.assert_allclose(third[3].vectors, first[3].vectors, atol=1e-6)
-    assert all(r.cache_hit for r in embed_with_cache(embedder(), fresh, requests))
+    assert all(r.cache_hit for r in embed_with_cache(embedder(dtype="fp32"), fresh, requests))
 
 
 def test_queries_are_cached_apart_from_passages(cache):
     questions = ("How do I cache embeddings?", "What does the router do?")
-    model = embedder()
+    model = embedder(dtype="fp32")
     passage = DocRequest(STRATEGY, sha("qa"), questions)
     query = DocRequest("questions", sha("qa"), questions, query=True)
     [as_passage, as_query] = embed_with_cache(model, cache, [passage, query])

@@ -37,45 +37,53 @@ def cosine_pairs(vectors: np.ndarray) -> np.ndarray:
 
 
 def test_paraphrases_score_higher_than_unrelated_pairs():
-    model = embedder()
+    model = embedder(dtype="fp32")
     close = cosine_pairs(model.embed([t for pair in PARAPHRASES for t in pair]))
     far = cosine_pairs(model.embed([t for pair in UNRELATED for t in pair]))
     assert close.min() > far.max()
     assert close.min() > 0.5 and far.max() < 0.3
 
 
-def test_vectors_are_float32_unit_length_in_input_order():
-    model = embedder()
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_vectors_are_float32_unit_length_in_input_order(dtype):
+    model = embedder(dtype=dtype)
     vectors = model.embed(TEXTS)
     assert vectors.shape == (len(TEXTS), 384) and vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     singles = np.concatenate([model.embed([text]) for text in TEXTS])
-    np.testing.assert_allclose(vectors, singles, atol=1e-5)
+    np.testing.assert_array_equal(vectors, singles)  # fixed-shape micro-batches: exact
 
 
-def test_matches_sentence_transformers_reference():
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_matches_sentence_transformers_reference(dtype):
     from sentence_transformers import SentenceTransformer
 
     reference = SentenceTransformer(str(get_model_path()), device="cpu").encode(
         TEXTS, normalize_embeddings=True
     )
-    np.testing.assert_allclose(embedder().embed(TEXTS), reference, atol=1e-5)
+    vectors = embedder(dtype=dtype).embed(TEXTS)
+    if dtype == "fp32":
+        np.testing.assert_allclose(vectors, reference, atol=1e-5)
+    assert (vectors * reference).sum(axis=1).min() >= 0.9999
 
 
-def test_same_text_agrees_whatever_batch_size_or_order():
-    texts = TEXTS + [f"sentence number {i} about topic {i % 5}" for i in range(8)]
-    base = embedder().embed(texts)
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_same_text_agrees_bit_for_bit_whatever_batch_size_or_order(dtype):
+    texts = TEXTS + [f"sentence number {i} about topic {i % 5}" for i in range(8)] + [LONG]
+    base = embedder(dtype=dtype).embed(texts)
     order = np.random.default_rng(7).permutation(len(texts))
-    shuffled = embedder().embed([texts[i] for i in order])
-    np.testing.assert_allclose(shuffled, base[order], atol=1e-5)
-    one_by_one = embedder(token_budget=1).embed(texts)
-    np.testing.assert_allclose(one_by_one, base, atol=1e-5)
-    huge_batches = embedder(token_budget=1_000_000).embed(texts[::-1])
-    np.testing.assert_allclose(huge_batches[::-1], base, atol=1e-5)
+    shuffled = embedder(dtype=dtype).embed([texts[i] for i in order])
+    np.testing.assert_array_equal(shuffled, base[order])
+    one_by_one = embedder(dtype=dtype, token_budget=1).embed(texts)
+    np.testing.assert_array_equal(one_by_one, base)
+    huge_batches = embedder(dtype=dtype, token_budget=1_000_000).embed(texts[::-1])
+    np.testing.assert_array_equal(huge_batches[::-1], base)
+    among_others = embedder(dtype=dtype).embed(["unrelated neighbour " * 40, *texts[:3]])
+    np.testing.assert_array_equal(among_others[1:], base[:3])
 
 
 def test_over_long_text_is_truncated_and_counted():
-    model = embedder()
+    model = embedder(dtype="fp32")
     result = model.embed_with_stats(["short text", LONG, LONG + " and a tail past the window"])
     assert result.truncated == 2 and result.truncated_rows == (1, 2)
     np.testing.assert_allclose(result.vectors[1], result.vectors[2], atol=1e-6)
@@ -84,16 +92,16 @@ def test_over_long_text_is_truncated_and_counted():
 
 
 def test_max_length_override_changes_window_and_key():
-    short = embedder(max_length=16)
+    short = embedder(dtype="fp32", max_length=16)
     assert short.embed_with_stats([TEXTS[5]]).truncated == 1
-    assert short.key != embedder().key and "-16-" in short.key
+    assert short.key != embedder(dtype="fp32").key and "-16-" in short.key
     with pytest.raises(ValueError, match="exceeds"):
         load_embedder(device="cpu", max_length=100_000)
 
 
 def test_query_prefix_applies_only_to_queries():
-    prefixed = embedder(query_prefix="query: ")
-    plain = embedder()
+    prefixed = embedder(dtype="fp32", query_prefix="query: ")
+    plain = embedder(dtype="fp32")
     question = "How do I declare a path parameter?"
     np.testing.assert_allclose(prefixed.embed([question]), plain.embed([question]), atol=1e-6)
     np.testing.assert_allclose(
@@ -115,23 +123,24 @@ def test_pooling_and_query_prompt_follow_sentence_transformers_files(tmp_path):
     prompts["prompts"] = {"query": "Represent this question: ", "passage": ""}
     prompts_file.write_text(json.dumps(prompts))
 
-    from_files = embedder(str(model_dir))
-    overridden = embedder(pooling="cls")
-    assert embedder().settings.pooling == "mean"
+    from_files = embedder(str(model_dir), dtype="fp32")
+    overridden = embedder(dtype="fp32", pooling="cls")
+    assert embedder(dtype="fp32").settings.pooling == "mean"
     assert from_files.settings.pooling == "cls" and "-cls-" in from_files.key
     assert from_files.settings.query_prefix == "Represent this question: "
-    assert embedder().settings.query_prefix == ""
+    assert embedder(dtype="fp32").settings.query_prefix == ""
     np.testing.assert_allclose(from_files.embed(TEXTS), overridden.embed(TEXTS), atol=1e-6)
-    assert not np.allclose(overridden.embed(TEXTS[:1]), embedder().embed(TEXTS[:1]), atol=1e-3)
-    assert embedder(str(model_dir), pooling="mean").settings.pooling == "mean"
+    plain = embedder(dtype="fp32").embed(TEXTS[:1])
+    assert not np.allclose(overridden.embed(TEXTS[:1]), plain, atol=1e-3)
+    assert embedder(str(model_dir), dtype="fp32", pooling="mean").settings.pooling == "mean"
 
 
 def test_model_from_local_directory_gives_the_default_vectors(tmp_path):
     model_dir = tmp_path / "all-MiniLM-L6-v2"
     shutil.copytree(get_model_path(), model_dir)
     local = load_embedder(str(model_dir), device="cpu", dtype="fp32")
-    np.testing.assert_allclose(local.embed(TEXTS), embedder().embed(TEXTS), atol=1e-6)
-    assert local.key == embedder().key  # same files, same settings: same cache entries
+    np.testing.assert_allclose(local.embed(TEXTS), embedder(dtype="fp32").embed(TEXTS), atol=1e-6)
+    assert local.key == embedder(dtype="fp32").key  # same files, same settings: same cache entries
 
 
 def _upload(fs, remote_root: str) -> None:
@@ -167,7 +176,7 @@ def test_model_from_memory_uri_is_copied_once_and_gives_the_default_vectors(tmp_
     ).stat().st_size
 
     remote = load_embedder(uri, device="cpu", dtype="fp32", local_dir=str(tmp_path))
-    np.testing.assert_allclose(remote.embed(TEXTS), embedder().embed(TEXTS), atol=1e-6)
+    np.testing.assert_allclose(remote.embed(TEXTS), embedder(dtype="fp32").embed(TEXTS), atol=1e-6)
     assert remote.name == uri
 
 
@@ -207,12 +216,12 @@ def test_empty_uri_and_bad_names_raise_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="dtype"):
         load_embedder(device="cpu", dtype="int8")
     with pytest.raises(TypeError, match="single string"):
-        embedder().embed("not a list")
+        embedder(dtype="fp32").embed("not a list")
     with pytest.raises(TypeError, match="item 1"):
-        embedder().embed(["fine", 3])
+        embedder(dtype="fp32").embed(["fine", 3])
 
 
-def test_device_and_dtype_resolution():
+def test_device_resolution():
     assert resolve_device("cpu").type == "cpu"
     with pytest.raises(ValueError):
         resolve_device("tpu")
@@ -220,28 +229,42 @@ def test_device_and_dtype_resolution():
         assert resolve_device("auto").type == "cpu"
         with pytest.raises(ValueError, match="CUDA is not available"):
             resolve_device("cuda")
-    expected = "bf16" if cpu_has_native_bf16() else "fp32"
-    assert resolve_dtype("auto", torch.device("cpu")) == expected
-    assert resolve_dtype("fp16", torch.device("cpu")) == "fp16"
+
+
+def test_auto_dtype_is_bf16_on_cpus_with_native_bf16_fp32_elsewhere_fp16_on_cuda():
+    cpu = torch.device("cpu")
+    assert resolve_dtype("auto", cpu, native_bf16=lambda: True) == "bf16"
+    assert resolve_dtype("auto", cpu, native_bf16=lambda: False) == "fp32"
+    assert resolve_dtype("auto", torch.device("cuda")) == "fp16"
+    assert resolve_dtype("auto", cpu) == ("bf16" if cpu_has_native_bf16() else "fp32")
+    assert resolve_dtype("fp16", cpu) == "fp16"
+    assert resolve_dtype("fp32", torch.device("cuda")) == "fp32"
+
+
+def test_native_bf16_check_agrees_with_the_kernel_cpu_flags():
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        pytest.skip("no /proc/cpuinfo on this system")
+    flags = {
+        flag
+        for line in cpuinfo.read_text().splitlines()
+        if line.startswith("flags")
+        for flag in line.split(":", 1)[1].split()
+    }
+    assert cpu_has_native_bf16() == bool(flags & {"avx512_bf16", "amx_tile"})
 
 
 def test_model_key_includes_dtype_and_is_filesystem_safe():
-    keys = {embedder().key, embedder(dtype="bf16").key}
+    keys = {embedder(dtype="fp32").key, embedder(dtype="bf16").key}
     assert len(keys) == 2
     assert all(key.endswith(("-fp32", "-bf16")) and "/" not in key for key in keys)
-
-
-def test_cpu_bf16_vectors_are_close_to_fp32():
-    fp32 = embedder().embed(TEXTS[:4])
-    bf16 = embedder(dtype="bf16").embed(TEXTS[:4])
-    assert bf16.dtype == np.float32
-    assert (fp32 * bf16).sum(axis=1).min() >= 0.9999
+    assert embedder(dtype="auto").key == embedder(dtype=embedder(dtype="auto").settings.dtype).key
 
 
 def test_num_threads_sets_torch_threads():
     before = torch.get_num_threads()
     try:
-        embedder(num_threads=1)
+        embedder(dtype="fp32", num_threads=1)
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
@@ -257,7 +280,7 @@ def test_cuda_vectors_match_cpu(dtype):
     if dtype == "auto":
         assert gpu.settings.dtype in ("bf16", "fp16")
     texts = TEXTS + [LONG]
-    cosine = (gpu.embed(texts) * embedder().embed(texts)).sum(axis=1)
+    cosine = (gpu.embed(texts) * embedder(dtype="fp32").embed(texts)).sum(axis=1)
     assert cosine.min() >= 0.999
     assert gpu.embed_with_stats(texts).truncated == 1
 
