@@ -9,6 +9,7 @@ field's metadata (`_min`, `_choices`), next to the field they constrain.
 from __future__ import annotations
 
 import dataclasses
+import os
 import posixpath
 import types
 import typing
@@ -41,9 +42,11 @@ def _choices(options: tuple[str, ...], default: str) -> Any:
 
 @dataclass(frozen=True)
 class SourcesConfig:
-    """Which files of the input are sources (matched on the file name)."""
+    """Which files of the input are sources (matched on the file name), and whether symbolic
+    links in a local input are followed (off: skipped and reported as SYMLINK_SKIPPED)."""
 
     globs: tuple[str, ...] = ("*.md",)
+    follow_symlinks: bool = False
 
 
 @dataclass(frozen=True)
@@ -273,11 +276,7 @@ def _resolve(config: JobConfig) -> JobConfig:
         raise ConfigError("input: required (set it in the config or pass --input)")
     source = _absolute(config.input, "input")
     output = _absolute(config.output, "output") if config.output else source
-    cache = (
-        _absolute(config.cache, "cache")
-        if config.cache
-        else posixpath.join(output.rstrip("/"), ".embedding-cache")
-    )
+    cache = _absolute(config.cache, "cache") if config.cache else _default_cache(output)
     device = config.embedding.device
     if device not in DEVICES and not (device.startswith("cuda:") and device[5:].isdigit()):
         raise ConfigError(
@@ -304,6 +303,20 @@ def _absolute(uri: str, key: str) -> str:
     if protocol in storage.LOCAL_PROTOCOLS:
         return str(Path(storage.strip_protocol(uri)).expanduser().resolve())
     return uri
+
+
+def _default_cache(output: str) -> str:
+    """`{output}/.embedding-cache`, refused when it is a local symbolic link leading out of the
+    output root (an in-place corpus must not send the cache's writes elsewhere)."""
+    cache = posixpath.join(output.rstrip("/"), ".embedding-cache")
+    if storage.protocol_of(cache) in storage.LOCAL_PROTOCOLS:
+        real, root = os.path.realpath(cache), os.path.realpath(output)
+        if not storage.is_within(real, root):
+            raise ConfigError(
+                f"cache: the default {cache} resolves to {real}, outside the output root {root} "
+                f"(a symbolic link); remove the link or set `cache`"
+            )
+    return cache
 
 
 def _check_chunking(chunking: ChunkingConfig) -> None:

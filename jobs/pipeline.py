@@ -45,7 +45,7 @@ from jobs.stages.chunk import ChunkSettings, chunk_batch
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.read import read_batch
 from jobs.stages.topic import TopicContext, build_and_write
-from jobs.storage import Storage
+from jobs.storage import Storage, SymlinkRefused
 
 log = logging.getLogger("mdindex.build")
 
@@ -87,8 +87,9 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     """Run one build and return its report (also written to `{output}/_reindex/report.json`)."""
     wall: dict[str, float] = {}
     started = time.perf_counter()
-    source = Storage(config.input, config.storage_options)
-    output = Storage(config.output, config.storage_options)
+    follow = config.sources.follow_symlinks
+    source = Storage(config.input, config.storage_options, follow_symlinks=follow)
+    output = Storage(config.output, config.storage_options, follow_symlinks=follow)
     try:
         files = list(source.walk(keep_directory))
     except FileNotFoundError as exc:
@@ -108,6 +109,9 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     )
 
     tally = Tally()
+    for failure in plan.skipped:
+        log.warning("%s skipped: %s", failure["path"], failure["message"])
+        tally.failures.append(failure)
     built: dict[str, dict[str, Any]] = {}
     mark = time.perf_counter()
     if rows:
@@ -350,11 +354,14 @@ def finish(
 
 def remove_topic(output: Storage, topic: str, files: tuple[str, ...]) -> None:
     """Delete the outputs of a topic that lost all its sources (seed 001 lifecycle); keep any
-    hand-written part of its topic-spec.md."""
+    hand-written part of its topic-spec.md (a symbolic link there is left as it is)."""
     output.delete(orphaned_topic_files(topic, files))
     output.delete([chunk_table_path(topic), document_table_path(topic)])
     spec_path = in_topic(topic, TOPIC_SPEC)
-    spec = output.read_optional(spec_path)
+    try:
+        spec = output.read_optional(spec_path)
+    except SymlinkRefused:
+        return
     if spec is not None:
         rest = topic_spec_without_section(spec.decode("utf-8", errors="replace"))
         if rest is None:

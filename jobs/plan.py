@@ -3,7 +3,8 @@
 Pure functions over `FileInfo` listings. A topic is rebuilt when anything its index depends on
 changed (a source's fingerprint, its qa-pairs.md, its keywords file, the settings) or when it had a
 failed source last time; it is relinked (only `_embedded.topics` rewritten) when only its child
-topics changed; otherwise it is kept as it is, without reading anything.
+topics changed; otherwise it is kept as it is, without reading anything. Symbolic links the
+listing did not follow are not part of the corpus; those that would have mattered are reported.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import posixpath
 from dataclasses import dataclass
 
 from indexing import group_sources, nearest_keywords_path
-from indexing.sources import KEYWORDS_FILE, QA_PAIRS, index_tree
+from indexing.sources import KEYWORDS_FILE, NOT_SOURCES, QA_PAIRS, index_tree, is_source
 from jobs.manifest import Manifest
-from jobs.storage import FileInfo
+from jobs.storage import FileInfo, SkippedLink
 
 REBUILD = "rebuild"
 RELINK = "relink"
 KEEP = "keep"
+SYMLINK_SKIPPED = "SYMLINK_SKIPPED"
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Plan:
     changed: frozenset[str]  # sources whose content, settings or last outcome differ
     deleted: tuple[str, ...]  # sources gone since the previous run
     deleted_topics: tuple[str, ...]
+    skipped: tuple[dict[str, str], ...] = ()  # report failures for links not followed
 
 
 def keep_directory(name: str) -> bool:
@@ -53,13 +56,34 @@ def keep_directory(name: str) -> bool:
     return not name.startswith(".") and (not name.startswith("_") or name == "_keywords")
 
 
+def _is_keywords_file(path: str) -> bool:
+    """Whether a corpus-relative path is a `_keywords/words.md` (of the root or of a folder)."""
+    return path == KEYWORDS_FILE or path.endswith("/" + KEYWORDS_FILE)
+
+
+def skipped_links(links: list[SkippedLink], globs: tuple[str, ...]) -> tuple[dict[str, str], ...]:
+    """Report failures (SYMLINK_SKIPPED) for the links not followed that would have been read:
+    folders, sources, qa-pairs.md, topic-spec.md and keywords files; sorted by path."""
+    return tuple(
+        {"path": link.path, "code": SYMLINK_SKIPPED, "message": link.reason}
+        for link in sorted(links, key=lambda link: link.path)
+        if link.directory
+        or is_source(link.path, globs)
+        or posixpath.basename(link.path) in NOT_SOURCES
+        or _is_keywords_file(link.path)
+    )
+
+
 def make_plan(
-    files: list[FileInfo], previous: Manifest, settings: str, globs: tuple[str, ...]
+    listing: list[FileInfo | SkippedLink],
+    previous: Manifest,
+    settings: str,
+    globs: tuple[str, ...],
 ) -> Plan:
     """Decide what this run rebuilds, relinks, keeps and deletes (`settings`: the settings key)."""
-    by_path = {f.path: f for f in files}
+    by_path = {f.path: f for f in listing if isinstance(f, FileInfo)}
     topics = group_sources(by_path, globs)
-    keyword_files = [p for p in by_path if p == KEYWORDS_FILE or p.endswith("/" + KEYWORDS_FILE)]
+    keyword_files = [p for p in by_path if _is_keywords_file(p)]
     tree = index_tree(topics)
     settings_changed = previous.config_key != settings
     fingerprints = {p: by_path[p].fingerprint for paths in topics.values() for p in paths}
@@ -104,6 +128,7 @@ def make_plan(
         changed=frozenset(p for p in fingerprints if changed(p)),
         deleted=tuple(sorted(set(previous.sources) - set(fingerprints))),
         deleted_topics=tuple(sorted(set(previous.topics) - set(topics))),
+        skipped=skipped_links([f for f in listing if isinstance(f, SkippedLink)], globs),
     )
 
 

@@ -4,12 +4,21 @@ Paths handed to a `Storage` are POSIX paths relative to its root. s3fs lists obj
 `bucket/key` without the scheme, so listings are turned back into root-relative paths here and
 nowhere else. Writes are atomic per file: a temporary file renamed into place on local disk, a
 single PUT on object stores (an object is never visible half-written).
+
+Confinement (local roots; object stores have no symbolic links): a write or delete whose folder
+resolves outside the root's real path is refused (`OutsideRoot`), whatever the links on the way.
+Unless `follow_symlinks` is set, the listing does not follow symbolic links (it reports them as
+`SkippedLink`) and a read refuses a path that is one (`SymlinkRefused`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import errno
+import os
+import posixpath
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import fsspec
@@ -18,6 +27,15 @@ from fsspec.core import split_protocol
 from embedding.files import write_atomically
 
 LOCAL_PROTOCOLS = ("file", "local")
+NOT_FOLLOWED = "symbolic link, not followed (sources.follow_symlinks is false)"
+
+
+class OutsideRoot(PermissionError):
+    """A write or delete whose folder resolves, through a symbolic link, outside the root."""
+
+
+class SymlinkRefused(OSError):
+    """A read of a symbolic link on a storage that does not follow them."""
 
 
 def protocol_of(uri: str) -> str:
@@ -46,11 +64,22 @@ class FileInfo:
 
 
 @dataclass(frozen=True)
+class SkippedLink:
+    """A symbolic link the listing did not follow: its root-relative path, why, and whether it
+    leads to a folder."""
+
+    path: str
+    reason: str
+    directory: bool
+
+
+@dataclass(frozen=True)
 class Storage:
     """Files under one root URI, addressed by root-relative POSIX paths."""
 
     root: str
     options: dict[str, Any] = field(default_factory=dict)
+    follow_symlinks: bool = False  # local roots: whether listings and reads follow symbolic links
 
     @property
     def protocol(self) -> str:
@@ -79,9 +108,20 @@ class Storage:
         path = self.full_path(relpath)
         return path if self.is_local else self.filesystem().unstrip_protocol(path)
 
+    @cached_property
+    def real_root(self) -> str:
+        """The root's real path, every symbolic link resolved (local roots; looked up once)."""
+        return os.path.realpath(self._root_path())
+
+    def _reads_links(self) -> bool:
+        return self.follow_symlinks or not self.is_local
+
     def read_bytes(self, relpath: str) -> bytes:
-        """The whole file; FileNotFoundError when it does not exist."""
-        return self.filesystem().cat_file(self.full_path(relpath))
+        """The whole file; FileNotFoundError when it does not exist, SymlinkRefused when it is a
+        symbolic link that this storage does not follow."""
+        if self._reads_links():
+            return self.filesystem().cat_file(self.full_path(relpath))
+        return _read_not_following(self.full_path(relpath))
 
     def read_optional(self, relpath: str) -> bytes | None:
         """The whole file, or None when it does not exist."""
@@ -94,14 +134,17 @@ class Storage:
         """Several files in one call (concurrent GETs on object stores); errors per path."""
         if not relpaths:
             return {}
+        if not self._reads_links():
+            return {p: _attempt(self.read_bytes, p) for p in relpaths}
         fs = self.filesystem()
         full = {self.full_path(p): p for p in relpaths}
         found = fs.cat(list(full), on_error="return")
         return {full[key]: value for key, value in found.items()}
 
     def write_bytes(self, relpath: str, data: bytes) -> None:
-        """Write a whole file atomically, creating parent directories as needed."""
-        write_atomically(self.filesystem(), {self.full_path(relpath): data})
+        """Write a whole file atomically, creating parent directories as needed; OutsideRoot when
+        its folder resolves outside the root."""
+        write_atomically(self.filesystem(), {self._confined(relpath, "write"): data})
 
     def write_if_changed(self, relpath: str, data: bytes) -> bool:
         """Write only when the stored bytes differ; True when something was written."""
@@ -111,11 +154,12 @@ class Storage:
         return True
 
     def delete(self, relpaths: list[str]) -> None:
-        """Delete files (missing ones are ignored)."""
+        """Delete files (missing ones are ignored); OutsideRoot for a file whose folder resolves
+        outside the root (nothing after it is deleted)."""
         fs = self.filesystem()
         for relpath in relpaths:
             try:
-                fs.rm_file(self.full_path(relpath))
+                fs.rm_file(self._confined(relpath, "delete"))
             except FileNotFoundError:
                 continue
 
@@ -130,10 +174,21 @@ class Storage:
         root = self._root_path()
         return sorted(_relative(fs, root, e["name"]) for e in entries if e["type"] == "file")
 
-    def walk(self, keep_dir=lambda name: True) -> Iterator[FileInfo]:
-        """Every file under the root, pruning directories for which `keep_dir(name)` is false."""
-        fs = self.filesystem()
+    def walk(
+        self, keep_dir: Callable[[str], bool] = lambda name: True
+    ) -> Iterator[FileInfo | SkippedLink]:
+        """Every file under the root, pruning directories for which `keep_dir(name)` is false.
+
+        On local roots, symbolic links are followed only with `follow_symlinks` (never into a
+        folder the walk is already inside); a link not followed comes out as a `SkippedLink`.
+        """
         root = self._root_path()
+        if self.is_local:
+            if not os.path.isdir(root):
+                raise FileNotFoundError(f"{self.root}: no such directory")
+            yield from _walk_local(root, keep_dir, self.follow_symlinks)
+            return
+        fs = self.filesystem()
         if not fs.isdir(root):
             raise FileNotFoundError(f"{self.root}: no such directory")
         for _directory, dirs, files in fs.walk(root, detail=True, topdown=True):
@@ -143,6 +198,118 @@ class Storage:
                 yield FileInfo(
                     _relative(fs, root, info["name"]), int(info.get("size") or 0), _version(info)
                 )
+
+    def _confined(self, relpath: str, action: str) -> str:
+        """The full path of `relpath`, once its folder is known to resolve inside the root."""
+        full = self.full_path(relpath)
+        if self.is_local:
+            folder = os.path.dirname(full)
+            real = os.path.realpath(folder)
+            if not is_within(real, self.real_root):
+                raise OutsideRoot(
+                    f"refusing to {action} {full}: {folder} resolves to {real}, outside the root "
+                    f"{self.real_root} (a symbolic link leads out of it)"
+                )
+        return full
+
+
+def is_within(path: str, root: str) -> bool:
+    """Whether the absolute `path` is `root` or lies under it (both real paths)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _read_not_following(path: str) -> bytes:
+    """A local file's bytes, refusing (SymlinkRefused) when the path itself is a symbolic link."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SymlinkRefused(errno.ELOOP, NOT_FOLLOWED, path) from exc
+        raise
+    with open(handle, "rb") as file:
+        return file.read()
+
+
+def _attempt(read: Callable[[str], bytes], relpath: str) -> bytes | OSError:
+    """`read(relpath)`, or the OSError it raised."""
+    try:
+        return read(relpath)
+    except OSError as exc:
+        return exc
+
+
+Folder = tuple[str, str, tuple[str, ...]]  # (relative path + "/", full path, real paths to it)
+
+
+def _walk_local(
+    root: str, keep_dir: Callable[[str], bool], follow: bool
+) -> Iterator[FileInfo | SkippedLink]:
+    """The local walk behind `Storage.walk` (regular files with size and mtime; other kinds of
+    file are not listed). Each pending folder carries the real paths of the folders the walk went
+    through to reach it, so that a link back into one of them (a loop) is never followed."""
+    pending: list[Folder] = [("", root, (os.path.realpath(root),))]
+    while pending:
+        relative, folder, trail = pending.pop()
+        for entry in _entries(folder):
+            try:
+                found = _listed(entry, f"{relative}{entry.name}", trail, keep_dir, follow)
+            except FileNotFoundError:  # removed while being listed
+                continue
+            if isinstance(found, tuple):
+                pending.append(found)
+            elif found is not None:
+                yield found
+
+
+def _entries(folder: str) -> list[os.DirEntry]:
+    """A folder's entries; none when it cannot be read or is gone (as fsspec's walk omits it)."""
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except OSError:
+        return []
+
+
+def _listed(
+    entry: os.DirEntry,
+    path: str,
+    trail: tuple[str, ...],
+    keep_dir: Callable[[str], bool],
+    follow: bool,
+) -> FileInfo | SkippedLink | Folder | None:
+    """What one directory entry adds to a local walk: a file, a skipped link, a folder to walk
+    next, or nothing (pruned folders, fifos, sockets, devices)."""
+    if not entry.is_symlink():
+        if entry.is_dir(follow_symlinks=False):
+            real = posixpath.join(trail[-1], entry.name)
+            return (f"{path}/", entry.path, (*trail, real)) if keep_dir(entry.name) else None
+        if entry.is_file(follow_symlinks=False):
+            stat = entry.stat(follow_symlinks=False)
+            return FileInfo(path, stat.st_size, str(stat.st_mtime))
+        return None
+    directory = _leads_to_folder(entry)
+    if directory and not keep_dir(entry.name):
+        return None
+    if not follow:
+        return SkippedLink(path, NOT_FOLLOWED, directory)
+    try:
+        stat = entry.stat()
+    except OSError as exc:
+        return SkippedLink(path, f"symbolic link that cannot be followed: {exc.strerror}", False)
+    if not directory:
+        return FileInfo(path, stat.st_size, str(stat.st_mtime))
+    real = os.path.realpath(entry.path)
+    if real in trail:
+        return SkippedLink(path, "symbolic link to a folder it is in (a loop), not followed", True)
+    return (f"{path}/", entry.path, (*trail, real))
+
+
+def _leads_to_folder(entry: os.DirEntry) -> bool:
+    """Whether a symbolic link leads to a folder (False when it cannot be followed)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _relative(fs: fsspec.AbstractFileSystem, root: str, full: str) -> str:

@@ -117,3 +117,18 @@ def s3_server() -> Iterator[S3Server]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """One local Ray instance (2 CPUs) shared by the build tests of the whole session, shut down
+    at its end; an already running one is reused and left running. Modules that build request it
+    so that Ray starts once, not once per module."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False)
+    yield
+    if started:
+        ray.shutdown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,32 @@ def test_defaults_output_in_place_and_cache_under_output(tmp_path):
     assert config.cache == f"{tmp_path}/.embedding-cache"
     s3 = config_from_dict({"input": "s3://b/docs", "output": "s3://b/out"})
     assert s3.cache == "s3://b/out/.embedding-cache"
+
+
+def test_symbolic_links_are_not_followed_unless_the_config_says_so(tmp_path):
+    assert config_from_dict({"input": str(tmp_path)}).sources.follow_symlinks is False
+    config = load_config(
+        None, overrides={"input": str(tmp_path)}, settings=["sources.follow_symlinks=true"]
+    )
+    assert config.sources.follow_symlinks is True
+    with pytest.raises(ConfigError, match="sources.follow_symlink: unknown key"):
+        config_from_dict({"input": str(tmp_path), "sources": {"follow_symlink": True}})
+
+
+def test_a_default_cache_linked_out_of_the_output_is_refused(tmp_path, capsys):
+    docs, elsewhere = tmp_path / "docs", tmp_path / "elsewhere"
+    docs.mkdir()
+    elsewhere.mkdir()
+    (docs / ".embedding-cache").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(ConfigError, match="cache: the default .* resolves to .*elsewhere"):
+        config_from_dict({"input": str(docs)})
+    explicit = config_from_dict({"input": str(docs), "cache": str(docs / ".embedding-cache")})
+    assert explicit.cache == str(elsewhere)  # a cache named explicitly is the user's choice
+    path = tmp_path / "c.yaml"
+    path.write_text("embedding:\n  device: cpu\n")
+    assert main(["--config", str(path), "--input", str(docs)]) == 2
+    assert "remove the link or set `cache`" in capsys.readouterr().err
+    assert os.listdir(elsewhere) == []
 
 
 def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from jobs.manifest import Manifest, SourceEntry, TopicEntry
-from jobs.plan import KEEP, REBUILD, RELINK, keep_directory, make_plan
-from jobs.storage import FileInfo
+from jobs.plan import KEEP, REBUILD, RELINK, SYMLINK_SKIPPED, keep_directory, make_plan
+from jobs.storage import FileInfo, SkippedLink
 
 GLOBS = ("*.md",)
 
@@ -113,3 +113,24 @@ def test_generated_and_hidden_directories_are_not_listed():
     assert keep_directory("guides") and keep_directory("_keywords")
     assert not keep_directory("_chunks") and not keep_directory("_index")
     assert not keep_directory(".embedding-cache") and not keep_directory("_reindex")
+
+
+def test_links_not_followed_are_left_out_and_reported_when_they_would_have_been_read():
+    links = [
+        SkippedLink("a/x.md", "symbolic link", False),
+        SkippedLink("a/qa-pairs.md", "symbolic link", False),
+        SkippedLink("a/topic-spec.md", "symbolic link", False),
+        SkippedLink("b/_keywords/words.md", "symbolic link", False),
+        SkippedLink("b/docs", "symbolic link", True),
+        SkippedLink("a/logo.png", "symbolic link", False),  # never read: not reported
+    ]
+    plan = make_plan([*FILES, *links], Manifest(), "s1", GLOBS)
+    assert plan.fingerprints == make_plan(FILES, Manifest(), "s1", GLOBS).fingerprints
+    assert [(f["path"], f["code"]) for f in plan.skipped] == [
+        ("a/qa-pairs.md", SYMLINK_SKIPPED),
+        ("a/topic-spec.md", SYMLINK_SKIPPED),
+        ("a/x.md", SYMLINK_SKIPPED),
+        ("b/_keywords/words.md", SYMLINK_SKIPPED),
+        ("b/docs", SYMLINK_SKIPPED),
+    ]
+    assert plan.skipped[0]["message"] == "symbolic link"

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from jobs.plan import keep_directory
-from jobs.storage import Storage
+from jobs.storage import FileInfo, OutsideRoot, SkippedLink, Storage, SymlinkRefused
 
 
 def _exercise(store: Storage) -> None:
@@ -69,3 +69,100 @@ def test_s3_storage_paths_come_back_without_scheme(s3_server):
 def test_walk_of_missing_root_raises(tmp_path):
     with pytest.raises(FileNotFoundError):
         list(Storage(str(tmp_path / "absent")).walk())
+
+
+def _outside_and_root(tmp_path):
+    """A root whose `t/_chunks` is a symbolic link to an outside folder holding `precious-1.md`."""
+    outside, root = tmp_path / "outside", tmp_path / "root"
+    outside.mkdir()
+    (outside / "precious-1.md").write_text("precious")
+    (root / "t").mkdir(parents=True)
+    (root / "t" / "_chunks").symlink_to(outside, target_is_directory=True)
+    return outside, root
+
+
+def test_local_writes_and_deletes_never_leave_the_root_through_a_link(tmp_path):
+    outside, root = _outside_and_root(tmp_path)
+    store = Storage(str(root))
+    with pytest.raises(OutsideRoot, match=r"refusing to write .*t/_chunks/a-0\.md"):
+        store.write_bytes("t/_chunks/a-0.md", b"chunk")
+    with pytest.raises(OutsideRoot, match="outside the root"):
+        store.delete(["t/_chunks/precious-1.md"])
+    with pytest.raises(OutsideRoot):
+        store.write_bytes("../escape.md", b"x")  # a path naming "..", not only links
+    assert sorted(os.listdir(outside)) == ["precious-1.md"]
+    assert (outside / "precious-1.md").read_text() == "precious"
+
+
+def test_a_link_inside_the_root_is_replaced_by_a_write_never_written_through(tmp_path):
+    outside, root = _outside_and_root(tmp_path)
+    (root / "t" / "index.json").symlink_to(outside / "precious-1.md")
+    inner = root / "real"
+    inner.mkdir()
+    (root / "alias").symlink_to(inner, target_is_directory=True)  # a folder link inside the root
+    store = Storage(str(root))
+    store.write_bytes("t/index.json", b"{}")
+    store.write_bytes("alias/x.md", b"x")
+    assert not (root / "t" / "index.json").is_symlink()
+    assert (outside / "precious-1.md").read_text() == "precious"
+    assert (inner / "x.md").read_bytes() == b"x"
+
+
+def test_reads_refuse_symbolic_links_unless_following(tmp_path):
+    outside, root = _outside_and_root(tmp_path)
+    (root / "t" / "x.md").symlink_to(outside / "precious-1.md")
+    (root / "t" / "y.md").write_text("y")
+    strict = Storage(str(root))  # not following: the default
+    with pytest.raises(SymlinkRefused, match="not followed"):
+        strict.read_bytes("t/x.md")
+    assert strict.read_optional("t/missing.md") is None
+    found = strict.read_many(["t/x.md", "t/y.md", "t/missing.md"])
+    assert isinstance(found["t/x.md"], SymlinkRefused) and found["t/y.md"] == b"y"
+    assert isinstance(found["t/missing.md"], FileNotFoundError)
+    assert Storage(str(root), follow_symlinks=True).read_bytes("t/x.md") == b"precious"
+
+
+def _linked_corpus(tmp_path):
+    """A corpus with a file link, a folder link, a link to itself, a folder loop and a dead link."""
+    root, secret = tmp_path / "docs", tmp_path / "secret.md"
+    secret.write_text("secret")
+    (root / "t").mkdir(parents=True)
+    (root / "t" / "a.md").write_text("a")
+    (root / "shared").mkdir()
+    (root / "shared" / "s.md").write_text("s")
+    (root / "t" / "x.md").symlink_to(secret)
+    (root / "t" / "more").symlink_to(root / "shared", target_is_directory=True)
+    (root / "t" / "self.md").symlink_to(root / "t" / "self.md")
+    (root / "t" / "up").symlink_to(root, target_is_directory=True)
+    (root / "t" / "dead.md").symlink_to(tmp_path / "nowhere.md")
+    (root / "t" / "_chunks").symlink_to(tmp_path, target_is_directory=True)  # pruned
+    return root
+
+
+@pytest.mark.timeout(60)
+def test_walk_skips_symbolic_links_by_default(tmp_path):
+    listing = list(
+        Storage(str(_linked_corpus(tmp_path)), follow_symlinks=False).walk(keep_directory)
+    )
+    files = sorted(f.path for f in listing if isinstance(f, FileInfo))
+    skipped = {f.path: f.directory for f in listing if isinstance(f, SkippedLink)}
+    assert files == ["shared/s.md", "t/a.md"]
+    assert skipped == {
+        "t/x.md": False,
+        "t/more": True,
+        "t/self.md": False,
+        "t/up": True,
+        "t/dead.md": False,
+    }
+
+
+@pytest.mark.timeout(60)
+def test_walk_follows_symbolic_links_when_asked_but_never_around_a_loop(tmp_path):
+    root = _linked_corpus(tmp_path)
+    listing = list(Storage(str(root), follow_symlinks=True).walk(keep_directory))
+    files = {f.path: f for f in listing if isinstance(f, FileInfo)}
+    skipped = {f.path: f.reason for f in listing if isinstance(f, SkippedLink)}
+    assert sorted(files) == ["shared/s.md", "t/a.md", "t/more/s.md", "t/x.md"]
+    assert files["t/x.md"].size == len("secret")
+    assert sorted(skipped) == ["t/dead.md", "t/self.md", "t/up"]
+    assert "loop" in skipped["t/up"] and "cannot be followed" in skipped["t/self.md"]

@@ -28,7 +28,7 @@ from indexing import (
 from indexing.paths import CHUNKS_DIR, INDEX, TOPIC_SPEC, in_topic
 from jobs.previous import Expected, PreviousTables, read_previous, retained_rows
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
-from jobs.storage import Storage
+from jobs.storage import Storage, SymlinkRefused
 
 KEYWORDS_FAILED = "KEYWORDS_FAILED"
 SUMMARY_SCHEMA = pa.schema([("topic", pa.string()), ("summary", pa.large_string())])
@@ -51,6 +51,8 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
     facts = json.loads(next(r for r in rows if r["kind"] == TOPIC)["payload"])
     topic = rows[0]["topic"]
     index_path = in_topic(topic, INDEX)
+    spec_path = in_topic(topic, TOPIC_SPEC)
+    existing_spec, spec_is_link = _existing_spec(context, spec_path)
     failures = [_failure(r) for r in rows if r["error_code"] is not None]
     keywords, keyword_failure = _keywords(context.source, facts["keywords"])
     failures += keyword_failure
@@ -68,14 +70,14 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
             keywords=keywords,
             child_topics=facts["children"],
             previous_index=context.output.read_optional(index_path),
-            existing_topic_spec=_existing_spec(context, topic),
+            existing_topic_spec=existing_spec,
             model=context.expected.model,
             strategy=context.expected.strategy_key,
         ),
         context.settings,
     )
     for path, data in output.files.items():
-        if path != index_path:
+        if path != index_path and not (path == spec_path and spec_is_link):
             context.output.write_bytes(path, data)
     tables = {
         chunk_table_path(topic): output.chunk_rows,
@@ -162,12 +164,20 @@ def _keywords(source: Storage, path: str | None) -> tuple[list, list[dict[str, s
         return [], [{"path": path, "code": KEYWORDS_FAILED, "message": str(exc)}]
 
 
-def _existing_spec(context: TopicContext, topic: str) -> str | None:
-    path = in_topic(topic, TOPIC_SPEC)
-    data = context.output.read_optional(path)
+def _existing_spec(context: TopicContext, path: str) -> tuple[str | None, bool]:
+    """The person-written topic-spec.md to merge into (the output's, else the input's), and
+    whether the output's is a symbolic link not followed, to be left as it is. A linked input
+    one is not read either (the listing reported it as SYMLINK_SKIPPED)."""
+    try:
+        data = context.output.read_optional(path)
+    except SymlinkRefused:
+        return None, True
     if data is None and context.source.root != context.output.root:
-        data = context.source.read_optional(path)
-    return None if data is None else data.decode("utf-8", errors="replace")
+        try:
+            data = context.source.read_optional(path)
+        except SymlinkRefused:
+            data = None
+    return None if data is None else data.decode("utf-8", errors="replace"), False
 
 
 def _parquet(table: pa.Table) -> bytes:
