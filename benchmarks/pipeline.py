@@ -171,17 +171,20 @@ class BuildResult:
 
     @property
     def efficiency(self) -> float | None:
-        """wall ÷ (Σ stage worker-seconds ÷ CPUs): 1.0 is every CPU busy with stage work."""
-        busy = sum(self.worker_s(stage) for stage in self.stages)
-        return self.total_s / (busy / self.cpus) if busy > 0 else None
+        """wall ÷ (Σ stage worker-seconds ÷ CPUs), as the report computes it: 1.0 is every CPU
+        busy with stage work."""
+        return self.report["timings"]["efficiency"]
 
     @property
     def chunk_mb_per_worker_s(self) -> float | None:
-        return _ratio(self.report["bytes_read"] / MB, self.worker_s("chunk"))
+        """Markdown chunked per chunk-stage worker-second (sources only, not qa-pairs.md)."""
+        rate = self.stages["chunk"]["bytes_per_second"]
+        return rate / MB if rate is not None else None
 
     @property
     def embed_chunks_per_worker_s(self) -> float | None:
-        return _ratio(self.report["chunks"]["embedded"], self.worker_s("embed"))
+        """Chunks through the embed stage (embedded or from the cache) per worker-second."""
+        return self.stages["embed"]["chunks_per_second"]
 
 
 @dataclass(frozen=True)
@@ -217,10 +220,6 @@ class Target:
         if self.value is None:
             return False
         return self.value <= self.bound if self.at_most else self.value >= self.bound
-
-
-def _ratio(numerator: float, denominator: float) -> float | None:
-    return numerator / denominator if denominator else None
 
 
 # ---------------------------------------------------------------------------------------------

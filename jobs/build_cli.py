@@ -1,8 +1,24 @@
-"""The `mdindex build` sub-command (and the arguments `python -m jobs.reindex` shares)."""
+"""The `mdindex build` sub-command: its arguments and how a parsed command line runs (also what
+`python -m jobs.reindex` runs).
+
+Exit codes: 0 everything succeeded; 1 the job itself failed; 2 bad usage or config;
+3 some sources failed (everything else was written).
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
+
+from jobs.config import ConfigError, load_config
+
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1
+EXIT_USAGE = 2
+EXIT_SOURCES_FAILED = 3
+
+log = logging.getLogger("mdindex.build")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,11 +46,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "1 the job failed, 2 bad usage or config, 3 some sources failed (all else written).",
     )
     add_arguments(parser)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run_build)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run a build from parsed arguments; returns the exit code."""
-    from jobs.reindex import run_build
+def run_build(args: argparse.Namespace) -> int:
+    """Load and validate the config, run the job, print the summary; returns the exit code."""
+    from jobs.pipeline import InputNotFound, run_job
+    from jobs.report import summary
 
-    return run_build(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        config = load_config(
+            args.config,
+            overrides={"input": args.input, "output": args.output, "cache": args.cache},
+            settings=args.settings,
+        )
+    except ConfigError as exc:
+        print(f"mdindex build: config error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        report = run_job(config)
+    except InputNotFound as exc:
+        print(f"mdindex build: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception:  # noqa: BLE001 - any failure of the job itself maps to exit code 1
+        log.exception("the job failed")
+        return EXIT_JOB_FAILED
+    print(summary(report))
+    return EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK

@@ -76,26 +76,27 @@ class EmbeddingConfig:
 
 @dataclass(frozen=True)
 class TaskResources:
-    """A CPU stage run as Ray tasks: CPUs per task, how many run at once, sources per batch."""
+    """The read-and-chunk stage run as Ray tasks: CPUs per task, how many at once, batch size."""
 
     num_cpus: float = _min(0.01, 1.0)
     concurrency: int | None = _min(1, None)  # None: as many as the cluster's CPUs allow
-    batch_size: int = _min(1, 16)
+    # Megabytes of sources per task (packed from the listing's sizes); None: the corpus split in
+    # about 4 batches per CPU, between 0.25 and 16 MB.
+    batch_mb: float | None = _min(0.001, None)
 
 
 @dataclass(frozen=True)
 class EmbedResources:
-    """The embedding actor pool: pool size, resources per actor, sources per batch."""
+    """The embedding actor pool: pool size, resources per actor, documents per batch.
 
-    actors: int = _min(1, 1)
+    `actors` and `num_cpus` left null on a CPU-only build size the pool to the machine (see
+    `jobs.resources.embed_pool`); GPU configs set them."""
+
+    actors: int | None = _min(1, None)
     max_actors: int | None = _min(1, None)  # autoscale from `actors` up to this; None: fixed pool
-    num_cpus: float = _min(0.01, 1.0)  # also the actor's torch thread count (rounded, at least 1)
+    num_cpus: float | None = _min(0.01, None)  # also the torch thread count (rounded, at least 1)
     num_gpus: float = _min(0, 0.0)
-    batch_size: int = _min(1, 32)
-    # True: one model call per batch mixes chunks of many documents (fuller GPU batches, but a
-    # vector's last bits then depend on its batch-mates); False: one call per document, so outputs
-    # are byte-identical whatever the batching.
-    mix_documents: bool = False
+    batch_size: int | None = _min(1, None)  # documents per batch; None: one chunk task's output
 
 
 @dataclass(frozen=True)
@@ -283,10 +284,10 @@ def _resolve(config: JobConfig) -> JobConfig:
             f"embedding.device: {device!r} is not one of: {', '.join(DEVICES)}, cuda:N"
         )
     embed = config.resources.embed
-    if embed.max_actors is not None and embed.max_actors < embed.actors:
+    if embed.max_actors is not None and embed.max_actors < (embed.actors or 1):
         raise ConfigError(
             f"resources.embed.max_actors: must be >= resources.embed.actors "
-            f"({embed.actors}), got {embed.max_actors}"
+            f"({embed.actors or 1}), got {embed.max_actors}"
         )
     _check_chunking(config.chunking)
     return dataclasses.replace(config, input=source, output=output, cache=cache)

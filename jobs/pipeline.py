@@ -1,9 +1,10 @@
-"""The build job: discover on the driver, stream carry -> read -> chunk -> embed -> per-topic reduce
-on Ray Data, then finish on the driver (relinks, deletions, directory indexes, SimHash tables, the
-embedding settings `_index/model.json`, manifest, report).
+"""The build job: discover on the driver, stream read+chunk -> embed -> per-topic reduce on Ray
+Data, then finish on the driver (`jobs.finish`).
 
 The driver holds the listing, the manifest and one small summary per topic; chunks and vectors
-stay in the Ray object store and the workers write every topic's files themselves.
+stay in the Ray object store and the workers write every topic's files themselves. Only changed
+sources travel through the pipeline: a rebuilt topic's unchanged sources are carried by its reduce
+straight from the previous tables.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -20,49 +22,47 @@ from ray.data import DataContext
 from ray.data.context import ShuffleStrategy
 
 from chunking import strategy_key
-from indexing import (
-    IndexSettings,
-    build_simhash_tables,
-    chunk_table_path,
-    directory_index,
-    document_table_path,
-    orphaned_topic_files,
-    set_child_topics,
-    topic_spec_without_section,
-)
-from indexing.client import EMBEDDING_SETTINGS, embedding_settings
-from indexing.paths import INDEX, TOPIC_SPEC, in_topic
 from jobs.config import JobConfig
-from jobs.manifest import MANIFEST_PATH, REPORT_PATH, Manifest, SourceEntry, TopicEntry
+from jobs.finish import finish, index_settings
+from jobs.manifest import MANIFEST_PATH, REPORT_PATH, Manifest
 from jobs.plan import KEEP, REBUILD, RELINK, Plan, keep_directory, make_plan, settings_digest
 from jobs.previous import Expected
-from jobs.progress import Heartbeat, configure_progress
-from jobs.records import QUESTIONS, SOURCE, TOPIC, new_row
-from jobs.report import Tally, build_report, report_bytes
-from jobs.resources import actor_stage_args, actor_threads, reduce_stage_args, task_stage_args
-from jobs.stages.carry import CarrySettings, carry_batch
-from jobs.stages.chunk import ChunkSettings, chunk_batch
+from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
+from jobs.records import QUESTIONS, SOURCE, TOPIC, new_row, to_table
+from jobs.report import build_report, report_bytes
+from jobs.resources import (
+    EmbedPool,
+    actor_stage_args,
+    embed_pool,
+    reduce_stage_args,
+    task_stage_args,
+)
+from jobs.stages.chunk import ChunkSettings, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
-from jobs.stages.read import read_batch
 from jobs.stages.topic import TopicContext, build_and_write
-from jobs.storage import Storage, SymlinkRefused
+from jobs.stats import RunStats
+from jobs.storage import FileInfo, Storage
 
 log = logging.getLogger("mdindex.build")
 
 # Environment that Ray workers of a locally started instance need to reach S3 and stay offline.
 FORWARDED_ENV_PREFIXES = ("AWS_", "HF_", "TRANSFORMERS_", "RAY_AUTH_MODE")
 MAX_PARTITIONS = 200  # hash partitions of the group-by-topic shuffle (Ray Data's default)
+BATCHES_PER_CPU = 4  # automatic batch size: the corpus cut into about this many batches per CPU
+MIN_BATCH_BYTES, MAX_BATCH_BYTES = 250_000, 16_000_000
 
 
 class InputNotFound(FileNotFoundError):
     """The input root does not exist (a usage error: exit code 2)."""
 
 
-def index_settings(config: JobConfig) -> IndexSettings:
-    """The indexing library's settings from the config."""
-    return IndexSettings(
-        prompt_threshold=config.prompts.threshold, prompt_top_k=config.prompts.top_k
-    )
+@dataclass(frozen=True)
+class Built:
+    """What the pipeline left for the driver: each rebuilt topic's summary, and the counters."""
+
+    summaries: dict[str, dict[str, Any]]
+    stats: RunStats
+    cpus: float
 
 
 def settings_key(config: JobConfig) -> str:
@@ -91,13 +91,15 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     source = Storage(config.input, config.storage_options, follow_symlinks=follow)
     output = Storage(config.output, config.storage_options, follow_symlinks=follow)
     try:
-        files = list(source.walk(keep_directory))
+        listing = list(source.walk(keep_directory))
     except FileNotFoundError as exc:
         raise InputNotFound(f"input {config.input}: no such directory") from exc
     previous = Manifest.from_json(output.read_optional(MANIFEST_PATH))
     config_key = settings_key(config)
-    plan = make_plan(files, previous, config_key, config.sources.globs)
-    rows = work_rows(plan, previous)
+    plan = make_plan(listing, previous, config_key, config.sources.globs)
+    sizes = {f.path: f.size for f in listing if isinstance(f, FileInfo)}
+    del listing
+    rebuilt = [t.topic for t in plan.topics if t.action == REBUILD]
     wall["discover"] = time.perf_counter() - started
     log.info(
         "%d sources in %d topics: %d changed, %d deleted; %d topics to rebuild",
@@ -105,36 +107,37 @@ def run_job(config: JobConfig) -> dict[str, Any]:
         len(plan.topics),
         len(plan.changed),
         len(plan.deleted),
-        sum(1 for t in plan.topics if t.action == REBUILD),
+        len(rebuilt),
     )
-
-    tally = Tally()
     for failure in plan.skipped:
         log.warning("%s skipped: %s", failure["path"], failure["message"])
-        tally.failures.append(failure)
-    built: dict[str, dict[str, Any]] = {}
-    mark = time.perf_counter()
-    if rows:
-        rebuilt = sum(1 for t in plan.topics if t.action == REBUILD)
-        with Heartbeat(lambda: f"{len(built)} of {rebuilt} topics written"):
-            for summary in topic_summaries(config, plan, rows, source, output):
-                tally.add(summary)
-                built[summary["topic"]] = _compact(summary)
-                log.info("topic %r written (%d/%d)", summary["topic"], len(built), rebuilt)
-    wall["pipeline"] = time.perf_counter() - mark
+
+    built = Built({}, RunStats(), float(os.cpu_count() or 1))
+    if rebuilt:
+        mark = time.perf_counter()
+        start_ray(config)
+        wall["ray_start"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        built = build_topics(config, plan, previous, sizes, source, output)
+        wall["pipeline"] = time.perf_counter() - mark
 
     mark = time.perf_counter()
-    manifest = finish(config, config_key, output, plan, previous, built)
+    manifest = finish(config, config_key, output, plan, previous, built.summaries)
     wall["finish"] = time.perf_counter() - mark
     wall["total"] = time.perf_counter() - started
     actions = [t.action for t in plan.topics]
+    outcomes = [o for s in built.summaries.values() for o in s["sources"].values()]
     report = build_report(
-        tally,
+        built.stats,
+        failures=[*plan.skipped, *(f for s in built.summaries.values() for f in s["failures"])],
         sources={
             "seen": len(plan.fingerprints),
             "changed": len(plan.changed),
             "unchanged": len(plan.fingerprints) - len(plan.changed),
             "deleted": len(plan.deleted),
+            "failed": sum(1 for o in outcomes if o["failed"]),
+            "chunked": sum(1 for o in outcomes if not o["carried"]),
+            "carried": sum(1 for o in outcomes if o["carried"]),
         },
         topics={
             "seen": len(plan.topics),
@@ -144,6 +147,7 @@ def run_job(config: JobConfig) -> dict[str, Any]:
             "deleted": len(plan.deleted_topics),
         },
         wall=wall,
+        cpus=built.cpus,
         facts={
             "input": source.uri(),
             "output": output.uri(),
@@ -157,50 +161,139 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     return report
 
 
-def work_rows(plan: Plan, previous: Manifest) -> list[dict[str, Any]]:
-    """The pipeline's input rows: per rebuilt topic a topic row, its sources and its questions.
+def build_topics(
+    config: JobConfig,
+    plan: Plan,
+    previous: Manifest,
+    sizes: dict[str, int],
+    source: Storage,
+    output: Storage,
+) -> Built:
+    """Rebuild every topic the plan says to, with a heartbeat; collect summaries and counters.
 
-    A source unchanged since a run in which it succeeded is marked `carried`: taken from the
-    previous tables rather than read, chunked and embedded again.
-    """
+    A topic whose carried sources turn out unusable (previous tables missing or damaged) is run
+    once more with every source through the pipeline."""
+    configure_progress()
+    collector = StatsCollector.remote()
+    cpus = float(ray.cluster_resources().get("CPU", 1))
+    topics = [t for t in plan.topics if t.action == REBUILD]
+    rows = work_rows(topics, plan, previous, sizes, carry=True)
+    goal = Goal(
+        sources=sum(1 for r in rows if r["kind"] == SOURCE),
+        bytes=sum(r["size"] for r in rows if r["kind"] == SOURCE),
+        topics=len(topics),
+    )
+    summaries: dict[str, dict[str, Any]] = {}
+
+    def status(elapsed: float) -> str:
+        return progress_line(ray.get(collector.total.remote()), goal, elapsed)
+
+    try:
+        with Heartbeat(status):
+            for carry in (True, False):
+                recarry = set()
+                for summary in topic_summaries(config, plan, rows, source, output, collector, cpus):
+                    if "recarry" in summary:
+                        recarry.add(summary["topic"])
+                        continue
+                    summaries[summary["topic"]] = summary
+                    log.info(
+                        "topic %r written (%d/%d)", summary["topic"], len(summaries), len(topics)
+                    )
+                if not recarry or not carry:
+                    break
+                log.info(
+                    "%d topics could not carry their unchanged sources; reading them", len(recarry)
+                )
+                again = [t for t in topics if t.topic in recarry]
+                rows = work_rows(again, plan, previous, sizes, carry=False)
+        stats = ray.get(collector.total.remote())
+    finally:
+        ray.kill(collector)
+    return Built(summaries, stats, cpus)
+
+
+def work_rows(
+    topics: list,
+    plan: Plan,
+    previous: Manifest,
+    sizes: dict[str, int],
+    *,
+    carry: bool,
+) -> list[dict[str, Any]]:
+    """The pipeline's input rows: per rebuilt topic a topic row, its changed sources and its
+    questions, in topic order.
+
+    A source unchanged since a run in which it succeeded gets no row when `carry`: the topic row
+    names it, and the reduce takes it from the previous tables."""
     rows = []
-    for topic in plan.topics:
-        if topic.action != REBUILD:
-            continue
-        facts = {"children": list(topic.children), "keywords": topic.keywords}
-        rows.append(new_row(topic.topic, TOPIC, "", payload=json.dumps(facts).encode()))
+    for topic in topics:
+        carried = {}
+        sources = []
         for path in topic.sources:
             before = previous.sources.get(path)
-            rows.append(
+            if carry and path not in plan.changed and before is not None and before.sha256:
+                carried[path] = before.sha256
+                continue
+            sources.append(
                 new_row(
                     topic.topic,
                     SOURCE,
                     path,
+                    size=sizes[path],
                     previous_hash=before.sha256 if before else None,
-                    carried=path not in plan.changed and before is not None and bool(before.sha256),
                 )
             )
+        facts = {"children": list(topic.children), "keywords": topic.keywords, "carried": carried}
+        rows.append(new_row(topic.topic, TOPIC, "", size=0, payload=json.dumps(facts).encode()))
+        rows.extend(sources)
         if topic.questions:
-            rows.append(new_row(topic.topic, QUESTIONS, topic.questions))
+            rows.append(
+                new_row(topic.topic, QUESTIONS, topic.questions, size=sizes[topic.questions])
+            )
     return rows
 
 
+def pack_batches(rows: list[dict[str, Any]], target_bytes: float) -> list[list[dict[str, Any]]]:
+    """Consecutive rows cut into batches of about `target_bytes` of listed size each."""
+    batches: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for row in rows:
+        if batches[-1] and size >= target_bytes:
+            batches.append([])
+            size = 0
+        batches[-1].append(row)
+        size += row["size"]
+    return batches if batches[0] else []
+
+
+def batch_bytes(config: JobConfig, total: int, cpus: float) -> float:
+    """Bytes of sources per read-and-chunk task: the config's, or about 4 batches per CPU."""
+    if config.resources.chunk.batch_mb is not None:
+        return config.resources.chunk.batch_mb * 1e6
+    return min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, total / (BATCHES_PER_CPU * cpus)))
+
+
 def topic_summaries(
-    config: JobConfig, plan: Plan, rows: list[dict[str, Any]], source: Storage, output: Storage
+    config: JobConfig,
+    plan: Plan,
+    rows: list[dict[str, Any]],
+    source: Storage,
+    output: Storage,
+    collector,
+    cpus: float,
 ) -> Iterator[dict]:
     """Run the Ray Data pipeline over `rows`; yield one summary per rebuilt topic as it finishes.
 
-    Stages: carry unchanged sources from the previous tables, read, chunk, embed (actor pool),
-    group by topic, build and write each topic.
-    """
-    start_ray(config)
-    configure_progress()
+    Stages: read and chunk (CPU tasks, batches packed by size), embed (actor pool), group by topic,
+    build and write each topic."""
     # The sort-based shuffle groups by topic in seconds; the default actor-based hash shuffle
     # adds ~10 s of aggregator start-up to every run on a small machine.
     DataContext.get_current().shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     resources = config.resources
+    pool = embed_pool(resources.embed, cpus, resources.chunk)
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
-    rebuilt = {row["topic"] for row in rows}
+    topics = {row["topic"] for row in rows}
     chunk_settings = ChunkSettings(
         strategy=config.chunking.strategy,
         options=dict(config.chunking.options),
@@ -210,11 +303,11 @@ def topic_summaries(
     )
     embed_settings = EmbedSettings(
         model=config.embedding.model,
-        options=embedder_options(config),
+        options=embedder_options(config, pool),
         cache_uri=config.cache,
         storage_options=dict(config.storage_options),
         strategy_key=key,
-        mix_documents=resources.embed.mix_documents,
+        collector=collector,
     )
     expected = Expected(
         model=config.embedding.model,
@@ -223,35 +316,28 @@ def topic_summaries(
         corpus_paths=frozenset(plan.fingerprints),
     )
     context = TopicContext(
-        source=source, output=output, settings=index_settings(config), expected=expected
+        source=source,
+        output=output,
+        settings=index_settings(config),
+        expected=expected,
+        collector=collector,
     )
+    target = batch_bytes(config, sum(row["size"] for row in rows), cpus)
     dataset = (
-        ray.data.from_items(rows)
+        ray.data.from_arrow([to_table(batch) for batch in pack_batches(rows, target)])
         .map_batches(
-            carry_batch,
+            read_and_chunk,
             batch_format="pyarrow",
-            fn_kwargs={"settings": CarrySettings(output=output, expected=expected)},
-            **task_stage_args(resources.chunk),
-        )
-        .map_batches(
-            read_batch,
-            batch_format="pyarrow",
-            fn_kwargs={"source": source},
-            **task_stage_args(resources.chunk),
-        )
-        .map_batches(
-            chunk_batch,
-            batch_format="pyarrow",
-            fn_kwargs={"settings": chunk_settings},
+            fn_kwargs={"source": source, "settings": chunk_settings, "collector": collector},
             **task_stage_args(resources.chunk),
         )
         .map_batches(
             EmbedActor,
             batch_format="pyarrow",
             fn_constructor_kwargs={"settings": embed_settings},
-            **actor_stage_args(resources.embed),
+            **actor_stage_args(pool, resources.embed.batch_size),
         )
-        .groupby("topic", num_partitions=max(1, min(MAX_PARTITIONS, len(rebuilt))))
+        .groupby("topic", num_partitions=max(1, min(MAX_PARTITIONS, len(topics))))
         .map_groups(
             build_and_write,
             batch_format="pyarrow",
@@ -264,17 +350,18 @@ def topic_summaries(
             yield json.loads(text)
 
 
-def embedder_options(config: JobConfig) -> dict[str, Any]:
+def embedder_options(config: JobConfig, pool: EmbedPool) -> dict[str, Any]:
     """`load_embedder` keyword arguments: the set embedding options, threads, storage options."""
     options = {k: v for k, v in vars(config.embedding).items() if k != "model" and v is not None}
-    options["num_threads"] = actor_threads(config.resources.embed)
+    options["num_threads"] = pool.threads
     if config.storage_options:
         options["storage_options"] = dict(config.storage_options)
     return options
 
 
 def start_ray(config: JobConfig) -> None:
-    """Join the running Ray (a test's, or the cluster under `ray job submit`) or start one."""
+    """Join this process's Ray (a test's) or the cluster RAY_ADDRESS names (`ray job submit` sets
+    it); otherwise start a private local instance, never one that `ray start` left running here."""
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):
@@ -282,94 +369,8 @@ def start_ray(config: JobConfig) -> None:
         return
     env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)}
     ray.init(
-        num_cpus=config.resources.num_cpus, include_dashboard=False, runtime_env={"env_vars": env}
+        address="local",
+        num_cpus=config.resources.num_cpus,
+        include_dashboard=False,
+        runtime_env={"env_vars": env},
     )
-
-
-def finish(
-    config: JobConfig,
-    config_key: str,
-    output: Storage,
-    plan: Plan,
-    previous: Manifest,
-    built: dict[str, dict[str, Any]],
-) -> Manifest:
-    """Driver-side side effects after every topic is written; returns the manifest to store."""
-    topics: dict[str, TopicEntry] = {}
-    sources: dict[str, SourceEntry] = {}
-    for topic in plan.topics:
-        if topic.action == REBUILD:
-            summary = built[topic.topic]
-            topics[topic.topic] = TopicEntry(
-                inputs=topic.inputs,
-                children=topic.children,
-                files=tuple(summary["files"]),
-                prompt_entries=tuple(tuple(e) for e in summary["prompt_entries"]),
-                failed=bool(summary["failures"]),
-            )
-            for path, outcome in summary["sources"].items():
-                sources[path] = SourceEntry(
-                    plan.fingerprints[path], outcome["sha256"], outcome["failed"]
-                )
-            continue
-        entry = previous.topics[topic.topic]
-        if topic.action == RELINK:
-            index = output.read_optional(in_topic(topic.topic, INDEX))
-            if index is not None:
-                output.write_if_changed(
-                    in_topic(topic.topic, INDEX), set_child_topics(index, list(topic.children))
-                )
-            entry = TopicEntry(
-                entry.inputs, topic.children, entry.files, entry.prompt_entries, entry.failed
-            )
-        topics[topic.topic] = entry
-        sources.update({p: previous.sources[p] for p in topic.sources})
-
-    for topic in plan.deleted_topics:
-        remove_topic(output, topic, previous.topics[topic].files)
-    current = set(topics) | set(plan.directories)
-    output.delete([in_topic(d, INDEX) for d in previous.directories if d not in current])
-    for directory, children in plan.directories.items():
-        output.write_if_changed(in_topic(directory, INDEX), directory_index(directory, children))
-
-    entries = [
-        (h, topic, stem, i)
-        for topic, entry in topics.items()
-        for h, stem, i in entry.prompt_entries
-    ]
-    tables = build_simhash_tables(sorted(entries), k=index_settings(config).simhash_k)
-    for path, data in sorted(tables.items()):
-        output.write_if_changed(path, data)
-    output.delete(sorted(set(previous.simhash_files) - set(tables)))
-    settings = embedding_settings(config.embedding.model, vars(config.embedding))
-    output.write_if_changed(EMBEDDING_SETTINGS, settings)  # for `mdindex query --question`
-    return Manifest(
-        config_key=config_key,
-        sources=sources,
-        topics=topics,
-        directories=tuple(sorted(plan.directories)),
-        simhash_files=tuple(sorted(tables)),
-    )
-
-
-def remove_topic(output: Storage, topic: str, files: tuple[str, ...]) -> None:
-    """Delete the outputs of a topic that lost all its sources (seed 001 lifecycle); keep any
-    hand-written part of its topic-spec.md (a symbolic link there is left as it is)."""
-    output.delete(orphaned_topic_files(topic, files))
-    output.delete([chunk_table_path(topic), document_table_path(topic)])
-    spec_path = in_topic(topic, TOPIC_SPEC)
-    try:
-        spec = output.read_optional(spec_path)
-    except SymlinkRefused:
-        return
-    if spec is not None:
-        rest = topic_spec_without_section(spec.decode("utf-8", errors="replace"))
-        if rest is None:
-            output.delete([spec_path])
-        else:
-            output.write_bytes(spec_path, rest.encode("utf-8"))
-
-
-def _compact(summary: dict[str, Any]) -> dict[str, Any]:
-    """What the driver keeps of a topic summary until the end (no counts, no timings)."""
-    return {k: summary[k] for k in ("files", "prompt_entries", "failures", "sources")}

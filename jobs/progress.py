@@ -1,5 +1,7 @@
-"""Progress output: Ray Data's progress bars in a terminal, periodic log lines elsewhere
-(under `ray job submit` bars would spam the job log)."""
+"""Progress while a build runs: stage counters collected in a small Ray actor, and a heartbeat
+line a person can read (sources chunked, chunks embedded and from cache, topics written, MB/s, ETA),
+in a terminal and under `ray job submit` alike. Ray Data's own progress bars are drawn only in a
+terminal (under `ray job submit` they would spam the job log)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+
+import ray
+
+from jobs.stats import RunStats
 
 log = logging.getLogger("mdindex.build")
+HEARTBEAT_SECONDS = 30.0
 
 
 def interactive() -> bool:
@@ -25,10 +33,68 @@ def configure_progress() -> None:
     DataContext.get_current().enable_progress_bars = interactive()
 
 
+@ray.remote(num_cpus=0)
+class StatsCollector:
+    """Sums the stage records of one run (a Ray actor the driver starts and reads)."""
+
+    def __init__(self) -> None:
+        self._total = RunStats()
+
+    def add(self, stats: RunStats) -> None:
+        """Fold one batch's record into the total."""
+        self._total += stats
+
+    def total(self) -> RunStats:
+        """The sum so far."""
+        return self._total
+
+
+def report_stats(collector, stats: RunStats) -> None:
+    """Send one batch's record to the run's collector (None: nothing collects, e.g. in tests).
+
+    The call waits for the actor, so a finished task's counts are in before the driver reads."""
+    if collector is not None:
+        ray.get(collector.add.remote(stats))
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What this run has to do, from the plan: for the progress line's fractions and ETA."""
+
+    sources: int
+    bytes: int
+    topics: int
+
+
+def progress_line(stats: RunStats, goal: Goal, elapsed: float) -> str:
+    """One line: sources chunked, MB and MB/s, chunks embedded and from cache, topics, ETA."""
+    mb = stats.chunk.bytes / 1e6
+    rate = mb / elapsed if elapsed > 0 else 0.0
+    line = (
+        f"{stats.chunk.sources + stats.chunk.failed}/{goal.sources} sources chunked "
+        f"({mb:.1f} of {goal.bytes / 1e6:.1f} MB, {rate:.2f} MB/s); "
+        f"{stats.embed.embedded} chunks embedded, {stats.embed.cache_hits} from cache; "
+        f"{stats.index.topics}/{goal.topics} topics written"
+    )
+    eta = _eta(stats, goal, elapsed)
+    return line + (f"; ETA {eta:.0f} s" if eta is not None else "")
+
+
+def _eta(stats: RunStats, goal: Goal, elapsed: float) -> float | None:
+    """Seconds left: the slower of chunking (by bytes) and embedding (by expected chunks)."""
+    if stats.chunk.bytes <= 0 or elapsed <= 0:
+        return None
+    chunk_left = elapsed * (goal.bytes - stats.chunk.bytes) / stats.chunk.bytes
+    expected_chunks = stats.chunk.chunks * goal.bytes / stats.chunk.bytes
+    done = stats.embed.embedded + stats.embed.cache_hits
+    embed_left = elapsed * (expected_chunks - done) / done if done else chunk_left
+    return max(0.0, chunk_left, embed_left)
+
+
 class Heartbeat:
     """A daemon thread that logs `status()` every `interval` seconds until stopped."""
 
-    def __init__(self, status: Callable[[], str], interval: float = 30.0):
+    def __init__(self, status: Callable[[float], str], interval: float = HEARTBEAT_SECONDS):
         self._status = status
         self._interval = interval
         self._stop = threading.Event()
@@ -45,4 +111,8 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
-            log.info("running for %.0f s: %s", time.monotonic() - self._started, self._status())
+            elapsed = time.monotonic() - self._started
+            try:
+                log.info("progress after %.0f s: %s", elapsed, self._status(elapsed))
+            except Exception as exc:  # noqa: BLE001 - a progress line must never stop the build
+                log.info("progress after %.0f s: unavailable (%s)", elapsed, exc)

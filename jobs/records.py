@@ -1,11 +1,11 @@
 """The rows that flow through the Ray Data pipeline, and the JSON codec of a chunked document.
 
 One row per work item, all with the same Arrow schema so blocks always concatenate:
-- kind "source": one markdown source (read, chunked, embedded), or, when `carried`, an unchanged
-  source of a rebuilt topic taken from the previous run's table shards (neither read, chunked nor
-  embedded);
+- kind "source": one changed markdown source (read, chunked, embedded);
 - kind "questions": a topic's qa-pairs.md (read, parsed, embedded as queries);
-- kind "topic": a topic's facts for its reduce (child topics, keywords file), carried in `payload`.
+- kind "topic": a rebuilt topic's facts for its reduce (child topics, keywords file, and the
+  unchanged sources it carries from the previous tables), as JSON in `payload`.
+Unchanged sources of a rebuilt topic have no row: the reduce takes them from the previous tables.
 Documents travel as JSON text and vectors as raw little-endian float32 bytes: plain Arrow columns.
 """
 
@@ -28,8 +28,8 @@ ROW_SCHEMA = pa.schema(
         ("topic", pa.string()),
         ("kind", pa.string()),
         ("path", pa.string()),
+        ("size", pa.int64()),  # the listing's size (batches are packed by it)
         ("previous_hash", pa.string()),  # sha256 of the source in the previous run, if any
-        ("carried", pa.bool_()),  # taken from the previous run's tables (else read and chunked)
         ("payload", pa.large_binary()),  # raw bytes once read; the topic facts for kind "topic"
         ("sha256", pa.string()),
         ("document", pa.large_string()),  # ChunkedDocument JSON; the question list for "questions"
@@ -37,14 +37,6 @@ ROW_SCHEMA = pa.schema(
         ("error_message", pa.string()),
         ("vectors", pa.large_binary()),
         ("dim", pa.int32()),
-        ("bytes_read", pa.int64()),
-        ("embedded", pa.int32()),
-        ("cache_hits", pa.int32()),
-        ("truncated", pa.int32()),
-        ("carry_s", pa.float64()),
-        ("read_s", pa.float64()),
-        ("chunk_s", pa.float64()),
-        ("embed_s", pa.float64()),
     ]
 )
 

@@ -1,103 +1,86 @@
 """The run report (`{output}/_reindex/report.json`) and the human summary printed at the end.
 
-Timings: `wall_seconds` are the driver's clock per phase (discover, pipeline, finish, total).
-`stages` gives per stage the seconds its workers spent, summed over all workers (stages overlap
-and run in parallel, so these add up to more than the wall time), with that stage's throughput per
-worker-second: carry (unchanged sources taken from the previous tables), read (bytes), chunk
-(sources chunked), embed (chunks embedded), index (topics built and written), finish (the driver's
-relinks, deletions, directory indexes and SimHash tables). `throughput` is per wall-clock second of
-the whole run.
+Counts and timings come from the run's merged stage records (`jobs.stats.RunStats`).
+Timings: `wall_seconds` are the driver's clock per phase (discover, ray_start, pipeline, finish,
+total). `stages` gives per stage the seconds its workers spent, summed over all workers (stages
+overlap and run in parallel, so these add up to more than the wall time), with that stage's
+throughput per worker-second: read (bytes), chunk (sources and bytes), embed (chunks), index
+(topics built and written), finish (the driver's relinks, deletions, directory indexes and SimHash
+tables). `throughput` is per wall-clock second of the whole run, and `efficiency` is the wall time
+over the worker-seconds spread on the run's CPUs (1.0: every CPU busy all the time).
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from typing import Any
 
-
-class Tally:
-    """Totals accumulated from per-topic summaries as they arrive (driver memory: a few numbers)."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self.seconds: Counter[str] = Counter()
-        self.failures: list[dict[str, str]] = []
-
-    def add(self, summary: dict[str, Any]) -> None:
-        """Fold one topic's summary into the totals."""
-        for key in (
-            "chunks",
-            "skipped_tail",
-            "embedded",
-            "cache_hits",
-            "reused",
-            "truncated",
-            "bytes_read",
-            "carried",
-            "chunked",
-        ):
-            self.counts[key] += summary[key]
-        self.counts["topics_built"] += 1
-        self.counts["sources_failed"] += sum(1 for s in summary["sources"].values() if s["failed"])
-        self.seconds.update(summary["seconds"])
-        self.failures.extend(summary["failures"])
+from jobs.stats import RunStats
 
 
 def build_report(
-    tally: Tally,
+    stats: RunStats,
     *,
+    failures: list[dict[str, str]],
     sources: dict[str, int],
     topics: dict[str, int],
     wall: dict[str, float],
+    cpus: float,
     facts: dict[str, Any],
 ) -> dict[str, Any]:
     """The report document: counts, timings with throughput, failures sorted by path."""
-    counts, seconds = tally.counts, tally.seconds + Counter(finish=wall["finish"])
-    failures = sorted(tally.failures, key=lambda f: (f["path"], f["code"]))
+    failures = sorted(failures, key=lambda f: (f["path"], f["code"]))
+    total = wall["total"]
 
-    def stage(name: str, **per_second: float) -> dict[str, float | None]:
-        spent = seconds[name]
-        rates = {k: round(v / spent, 3) if spent > 0 else None for k, v in per_second.items()}
-        return {"worker_seconds": round(spent, 3), **rates}
+    def stage(seconds: float, **per_second: float) -> dict[str, float | None]:
+        rates = {k: round(v / seconds, 3) if seconds > 0 else None for k, v in per_second.items()}
+        return {"worker_seconds": round(seconds, 6), **rates}
 
     def per_wall(items: float) -> float | None:
-        return round(items / wall["total"], 3) if wall["total"] > 0 else None
+        return round(items / total, 3) if total > 0 else None
 
+    worker_seconds = (
+        stats.read.seconds
+        + stats.chunk.seconds
+        + stats.embed.seconds
+        + stats.index.seconds
+        + wall["finish"]
+    )
     return {
         "status": "sources_failed" if failures else "ok",
         **facts,
-        "sources": {
-            **sources,
-            "failed": counts["sources_failed"],
-            "chunked": counts["chunked"],
-            "carried": counts["carried"],
-        },
+        "sources": sources,
         "topics": topics,
         "chunks": {
-            "total": counts["chunks"],
-            "embedded": counts["embedded"],
-            "cache_hits": counts["cache_hits"],
-            "reused": counts["reused"],
-            "truncated": counts["truncated"],
-            "skipped_tail": counts["skipped_tail"],
+            "total": stats.index.chunks,
+            "embedded": stats.embed.embedded,
+            "cache_hits": stats.embed.cache_hits,
+            "reused": stats.index.reused,
+            "truncated": stats.embed.truncated,
+            "skipped_tail": stats.chunk.skipped_tail,
         },
-        "bytes_read": counts["bytes_read"],
+        "bytes_read": stats.read.bytes,
         "timings": {
             "wall_seconds": {k: round(v, 3) for k, v in wall.items()},
             "stages": {
-                "carry": stage("carry", sources_per_second=counts["carried"]),
-                "read": stage("read", bytes_per_second=counts["bytes_read"]),
-                "chunk": stage("chunk", sources_per_second=counts["chunked"]),
-                "embed": stage("embed", chunks_per_second=counts["embedded"]),
-                "index": stage("index", topics_per_second=counts["topics_built"]),
-                "finish": stage("finish", topics_per_second=topics["seen"]),
+                "read": stage(stats.read.seconds, bytes_per_second=stats.read.bytes),
+                "chunk": stage(
+                    stats.chunk.seconds,
+                    sources_per_second=stats.chunk.sources,
+                    bytes_per_second=stats.chunk.bytes,
+                ),
+                "embed": stage(stats.embed.seconds, chunks_per_second=stats.embed.chunks),
+                "index": stage(stats.index.seconds, topics_per_second=stats.index.topics),
+                "finish": stage(wall["finish"], topics_per_second=topics["seen"]),
             },
             "throughput": {
-                "bytes_per_second": per_wall(counts["bytes_read"]),
-                "chunks_per_second": per_wall(counts["chunks"]),
+                "bytes_per_second": per_wall(stats.read.bytes),
+                "chunks_per_second": per_wall(stats.index.chunks),
             },
+            "cpus": cpus,
+            "efficiency": round(total / (worker_seconds / cpus), 3) if worker_seconds else None,
         },
+        "counters": stats.to_dict(),
         "failures": failures,
     }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ray.data import ActorPoolStrategy, TaskPoolStrategy
@@ -10,7 +11,7 @@ from jobs.config import EmbedResources, IndexResources, TaskResources
 
 # Ray Data fuses a task stage into the next actor stage when their remote arguments match, which
 # would run chunking serially inside the embedding actors. Options given per task through
-# `ray_remote_args_fn` are never fused, so the CPU stages keep their own tasks, in parallel with
+# `ray_remote_args_fn` are never fused, so the CPU stage keeps its own tasks, in parallel with
 # embedding; the option itself retries a task whose worker died.
 TASK_RETRIES = 3
 # An embedding actor whose process dies (OOM kill, lost node, preempted GPU) is restarted, and the
@@ -18,6 +19,46 @@ TASK_RETRIES = 3
 # defaults are unbounded; a bound turns a crash loop into a failed job (exit 1) instead of a hang.
 ACTOR_RESTARTS = 3
 ACTOR_TASK_RETRIES = 3
+MAX_AUTO_THREADS = 4  # torch threads per CPU actor when the pool sizes itself
+
+
+@dataclass(frozen=True)
+class EmbedPool:
+    """The embedding pool as it runs: actors, logical CPUs per actor, torch threads per actor."""
+
+    actors: int
+    max_actors: int | None
+    num_cpus: float
+    num_gpus: float
+    threads: int
+
+
+def embed_pool(resources: EmbedResources, cpus: float, chunk: TaskResources) -> EmbedPool:
+    """The pool the config asks for; `actors`/`num_cpus` left null are sized to the machine.
+
+    GPU pools default to one actor with one CPU. A CPU pool runs up to `MAX_AUTO_THREADS` torch
+    threads per actor and as many actors as `cpus` holds; together they reserve every logical CPU
+    but one chunk task's, and their threads use the whole machine once chunking is done (on a
+    2-CPU machine: one actor, 2 threads, 1 logical CPU)."""
+    if resources.num_gpus > 0:
+        actors = resources.actors or 1
+        num_cpus = resources.num_cpus if resources.num_cpus is not None else 1.0
+        return EmbedPool(
+            actors, resources.max_actors, num_cpus, resources.num_gpus, _threads(num_cpus)
+        )
+    if resources.num_cpus is not None:
+        threads = _threads(resources.num_cpus)
+        actors = resources.actors or max(1, int(cpus // threads))
+        return EmbedPool(actors, resources.max_actors, resources.num_cpus, 0.0, threads)
+    threads = max(1, min(MAX_AUTO_THREADS, int(cpus)))
+    actors = resources.actors or max(1, int(cpus // threads))
+    num_cpus = max(0.0, (cpus - chunk.num_cpus) / actors)
+    return EmbedPool(actors, resources.max_actors, num_cpus, 0.0, threads)
+
+
+def _threads(num_cpus: float) -> int:
+    """Torch threads for an actor's CPU share: rounded, at least one."""
+    return max(1, round(num_cpus))
 
 
 def _task_options() -> dict[str, Any]:
@@ -25,10 +66,10 @@ def _task_options() -> dict[str, Any]:
 
 
 def task_stage_args(resources: TaskResources) -> dict[str, Any]:
-    """`map_batches` arguments of a CPU stage run as tasks."""
+    """`map_batches` arguments of the CPU stage run as tasks (one batch per input block)."""
     args: dict[str, Any] = {
         "num_cpus": resources.num_cpus,
-        "batch_size": resources.batch_size,
+        "batch_size": None,
         "ray_remote_args_fn": _task_options,
     }
     if resources.concurrency is not None:
@@ -36,25 +77,20 @@ def task_stage_args(resources: TaskResources) -> dict[str, Any]:
     return args
 
 
-def actor_stage_args(resources: EmbedResources) -> dict[str, Any]:
+def actor_stage_args(pool: EmbedPool, batch_size: int | None) -> dict[str, Any]:
     """`map_batches` arguments of the embedding actor pool (fixed, or autoscaling to max_actors)."""
-    if resources.max_actors is None or resources.max_actors == resources.actors:
-        compute = ActorPoolStrategy(size=resources.actors)
+    if pool.max_actors is None or pool.max_actors == pool.actors:
+        compute = ActorPoolStrategy(size=pool.actors)
     else:
-        compute = ActorPoolStrategy(min_size=resources.actors, max_size=resources.max_actors)
+        compute = ActorPoolStrategy(min_size=pool.actors, max_size=pool.max_actors)
     return {
         "compute": compute,
-        "num_cpus": resources.num_cpus,
-        "num_gpus": resources.num_gpus,
-        "batch_size": resources.batch_size,
+        "num_cpus": pool.num_cpus,
+        "num_gpus": pool.num_gpus,
+        "batch_size": batch_size,
         "max_restarts": ACTOR_RESTARTS,
         "max_task_retries": ACTOR_TASK_RETRIES,
     }
-
-
-def actor_threads(resources: EmbedResources) -> int:
-    """Torch threads for one embedding actor: its CPU share, at least one."""
-    return max(1, round(resources.num_cpus))
 
 
 def reduce_stage_args(resources: IndexResources) -> dict[str, Any]:

@@ -144,7 +144,13 @@ class Storage:
     def write_bytes(self, relpath: str, data: bytes) -> None:
         """Write a whole file atomically, creating parent directories as needed; OutsideRoot when
         its folder resolves outside the root."""
-        write_atomically(self.filesystem(), {self._confined(relpath, "write"): data})
+        self.write_many({relpath: data})
+
+    def write_many(self, files: dict[str, bytes]) -> None:
+        """`write_bytes` for many files in one call (concurrent PUTs on object stores); every
+        path is checked before anything is written."""
+        confined = {self._confined(relpath, "write"): data for relpath, data in files.items()}
+        write_atomically(self.filesystem(), confined)
 
     def write_if_changed(self, relpath: str, data: bytes) -> bool:
         """Write only when the stored bytes differ; True when something was written."""

@@ -87,7 +87,11 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"embedding": {"batch_sizee": 3}}, "embedding.batch_sizee: unknown key; expected one of"),
         ({"resources": {"embed": {"actors": 0}}}, "resources.embed.actors: must be >= 1"),
         ({"resources": {"embed": {"num_gpus": "1"}}}, "resources.embed.num_gpus: expected a"),
-        ({"resources": {"chunk": {"batch_size": 2.5}}}, "resources.chunk.batch_size: expected an"),
+        ({"resources": {"chunk": {"batch_mb": "big"}}}, "resources.chunk.batch_mb: expected a num"),
+        (
+            {"resources": {"embed": {"mix_documents": True}}},
+            "resources.embed.mix_documents: unknown",
+        ),
         ({"embedding": {"dtype": "int8"}}, "embedding.dtype: 'int8' is not one of"),
         ({"embedding": {"device": "tpu"}}, "embedding.device: 'tpu' is not one of"),
         ({"embedding": {"normalize": "yes"}}, "embedding.normalize: expected true or false"),

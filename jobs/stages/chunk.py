@@ -1,12 +1,15 @@
-"""Stage 3: chunk sources (not carried ones) on CPU workers, and parse each topic's qa-pairs.md
-into questions.
+"""Stage 1b: chunk changed sources on CPU workers, and parse each topic's qa-pairs.md into
+questions; `read_and_chunk` is the task that runs stages 1a and 1b on one batch of sources.
 
 Failures become error records on the row (the chunker's code, e.g. CHUNKING_FAILED for invalid
 UTF-8), never exceptions, unless the failure policy is "abort".
+Reads `payload`; writes `document`, `error_code`, `error_message` and drops `payload` (except the
+topic facts).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -16,7 +19,11 @@ import pyarrow as pa
 
 from chunking import CHUNKING_FAILED, ChunkingError, chunk_source
 from indexing import parse_questions
+from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, to_table
+from jobs.stages.read import read_rows
+from jobs.stats import ChunkStats, RunStats
+from jobs.storage import Storage
 
 QUESTIONS_FAILED = "QUESTIONS_FAILED"
 
@@ -36,23 +43,34 @@ class ChunkSettings:
     abort_on_failure: bool = False
 
 
-def chunk_batch(batch: pa.Table, *, settings: ChunkSettings) -> pa.Table:
-    """Chunk every readable source row and parse every readable questions row of the batch."""
+def read_and_chunk(
+    batch: pa.Table, *, source: Storage, settings: ChunkSettings, collector=None
+) -> pa.Table:
+    """Read and chunk one batch of work rows; report both stages' counts to the collector."""
     rows = batch.to_pylist()
+    read = read_rows(rows, source)
+    chunked = chunk_rows(rows, settings)
+    report_stats(collector, RunStats(read=read, chunk=chunked))
+    return to_table(rows)
+
+
+def chunk_rows(rows: list[dict[str, Any]], settings: ChunkSettings) -> ChunkStats:
+    """Chunk every readable source row and parse every readable questions row (in place)."""
+    started = time.perf_counter()
+    stats = ChunkStats()
     for row in rows:
-        if row["error_code"] is None and row["kind"] == SOURCE and not row["carried"]:
-            _chunk_row(row, settings)
+        if row["error_code"] is None and row["kind"] == SOURCE:
+            stats += _chunk_row(row, settings)
         elif row["error_code"] is None and row["kind"] == QUESTIONS:
             _questions_row(row)
         if row["kind"] != TOPIC:
             row["payload"] = None  # bytes are not needed downstream
         if row["error_code"] is not None and settings.abort_on_failure:
             raise SourceFailed(f"{row['path']}: {row['error_code']}: {row['error_message']}")
-    return to_table(rows)
+    return dataclasses.replace(stats, seconds=time.perf_counter() - started)
 
 
-def _chunk_row(row: dict[str, Any], settings: ChunkSettings) -> None:
-    started = time.perf_counter()
+def _chunk_row(row: dict[str, Any], settings: ChunkSettings) -> ChunkStats:
     try:
         document = chunk_source(
             row["payload"],
@@ -65,11 +83,17 @@ def _chunk_row(row: dict[str, Any], settings: ChunkSettings) -> None:
         )
     except ChunkingError as exc:
         row.update(error_code=exc.code, error_message=exc.message)
+        return ChunkStats(bytes=len(row["payload"]), failed=1)
     except Exception as exc:  # noqa: BLE001 - one bad source must not stop the others
         row.update(error_code=CHUNKING_FAILED, error_message=f"{type(exc).__name__}: {exc}")
-    else:
-        row["document"] = document_to_json(document)
-    row["chunk_s"] = time.perf_counter() - started
+        return ChunkStats(bytes=len(row["payload"]), failed=1)
+    row["document"] = document_to_json(document)
+    return ChunkStats(
+        sources=1,
+        bytes=len(row["payload"]),
+        chunks=len(document.chunks),
+        skipped_tail=int(bool(document.skipped_tail_tokens)),
+    )
 
 
 def _questions_row(row: dict[str, Any]) -> None:

@@ -1,6 +1,10 @@
-"""Stage 4: embed on an actor pool. Each actor loads the model once; for each document it looks the
-embedding cache up and embeds only the misses (`embedding.embed_with_cache`); it embeds each
-topic's questions as queries (with the model's query prefix), through the same cache."""
+"""Stage 2: embed on an actor pool. Each actor loads the model once; for each batch it looks every
+document up in the embedding cache at once and embeds all the misses of all its documents in one
+embedder call (`embedding.embed_with_cache`), whose fixed-shape micro-batches keep every vector the
+same bits whatever documents share the batch. Each topic's questions are embedded as queries (with
+the model's query prefix), through the same cache.
+Reads `document`, `sha256`, `previous_hash`; writes `vectors`, `dim`.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,9 @@ from typing import Any
 import pyarrow as pa
 
 from embedding import DocRequest, EmbeddingCache, embed_with_cache, load_embedder
-from jobs.records import QUESTIONS, SOURCE, document_from_json, to_table, vectors_to_bytes
+from jobs.progress import report_stats
+from jobs.records import QUESTIONS, SOURCE, to_table, vectors_to_bytes
+from jobs.stats import EmbedStats, RunStats
 
 # Cache namespace (the strategy-key level of seed 000's layout) of qa-pairs.md questions, which
 # are embedded as queries and cached like chunks (seed 000 section 6: "with caching").
@@ -28,7 +34,7 @@ class EmbedSettings:
     cache_uri: str | None
     storage_options: dict[str, Any] = field(default_factory=dict)
     strategy_key: str = ""
-    mix_documents: bool = False
+    collector: Any = None  # the run's StatsCollector actor, if any
 
 
 class EmbedActor:
@@ -42,41 +48,42 @@ class EmbedActor:
             else None
         )
         self.strategy_key = settings.strategy_key
-        self.mix_documents = settings.mix_documents
+        self.collector = settings.collector
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        """Attach vectors (and embed/cache counts) to chunked sources and parsed questions."""
+        """Attach vectors to chunked sources and parsed questions; report the counts."""
         started = time.perf_counter()
         rows = batch.to_pylist()
         work = [(row, request) for row in rows if (request := self._request(row)) is not None]
         requests = [request for _, request in work]
-        if self.mix_documents:
-            results = embed_with_cache(self.embedder, self.cache, requests) if requests else []
-        else:  # micro-batches never mix documents: vector bits independent of Ray's batching
-            results = [embed_with_cache(self.embedder, self.cache, [r])[0] for r in requests]
+        results = embed_with_cache(self.embedder, self.cache, requests) if requests else []
+        stats = EmbedStats()
         for (row, request), result in zip(work, results, strict=True):
             row.update(vectors=vectors_to_bytes(result.vectors), dim=self.embedder.dim)
-            if not request.query:
-                row.update(
+            if request.query:
+                stats += EmbedStats(questions=len(request.texts))
+            else:
+                stats += EmbedStats(
+                    documents=1,
+                    chunks=len(request.texts),
                     embedded=result.embedded,
                     cache_hits=len(request.texts) - result.embedded,
                     truncated=result.truncated,
                 )
-        elapsed = time.perf_counter() - started
-        for row, _ in work:  # the batch's seconds shared out, so stage totals add up
-            row["embed_s"] = elapsed / len(work)
+        stats += EmbedStats(seconds=time.perf_counter() - started)
+        report_stats(self.collector, RunStats(embed=stats))
         return to_table(rows)
 
     def _request(self, row: dict[str, Any]) -> DocRequest | None:
-        """The cache request of a freshly chunked source or of a topic's questions, else None."""
+        """The cache request of a chunked source or of a topic's questions, else None."""
         if row["document"] is None:
             return None
-        if row["kind"] == SOURCE and not row["carried"]:
-            document = document_from_json(row["document"])
+        if row["kind"] == SOURCE:
+            chunks = json.loads(row["document"])["chunks"]
             return DocRequest(
                 strategy_key=self.strategy_key,
                 source_hash=row["sha256"],
-                texts=tuple(chunk.text for chunk in document.chunks),
+                texts=tuple(chunk["text"] for chunk in chunks),
                 previous_source_hash=row["previous_hash"],
             )
         if row["kind"] == QUESTIONS and (questions := tuple(json.loads(row["document"]))):

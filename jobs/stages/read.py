@@ -1,48 +1,44 @@
-"""Stage 2: read the bytes of sources (not carried ones) and qa-pairs.md through fsspec, and hash
-the sources.
+"""Stage 1a: read the bytes of changed sources and qa-pairs.md through fsspec, and hash the sources.
 
 A batch is read with one `cat` of many paths (concurrent GETs on object stores). An unreadable file
 becomes an error record (READ_FAILED) for its own row; the rest of the batch goes on.
+Reads `path`; writes `payload`, `sha256`, `error_code`, `error_message`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from typing import Any
 
-import pyarrow as pa
-
-from jobs.records import TOPIC, to_table
+from jobs.records import TOPIC
+from jobs.stats import ReadStats
 from jobs.storage import Storage
 
 READ_FAILED = "READ_FAILED"
 
 
-def read_batch(batch: pa.Table, *, source: Storage) -> pa.Table:
-    """Fill `payload`, `bytes_read` and (for sources) `sha256` of every row that names a file."""
+def read_rows(rows: list[dict[str, Any]], source: Storage) -> ReadStats:
+    """Fill `payload` and `sha256` of every row that names a file (in place); count the bytes."""
     started = time.perf_counter()
-    rows = batch.to_pylist()
-    wanted = [row["path"] for row in rows if _needs_bytes(row)]
-    found = source.read_many(wanted)
-    for row in rows:
-        if not _needs_bytes(row):
-            continue
+    wanted = [row for row in rows if row["kind"] != TOPIC]
+    found = source.read_many([row["path"] for row in wanted])
+    total = failed = 0
+    for row in wanted:
         data = found.get(row["path"])
         if isinstance(data, bytes):
-            row.update(payload=data, bytes_read=len(data), sha256=hashlib.sha256(data).hexdigest())
+            row.update(payload=data, sha256=hashlib.sha256(data).hexdigest())
+            total += len(data)
         else:
             reason = data if data is not None else FileNotFoundError(row["path"])
             row.update(
                 error_code=READ_FAILED,
                 error_message=f"cannot read {source.uri(row['path'])}: {reason}",
             )
-    elapsed = (time.perf_counter() - started) / max(1, len(wanted))
-    for row in rows:
-        if _needs_bytes(row):
-            row["read_s"] = elapsed
-    return to_table(rows)
-
-
-def _needs_bytes(row: dict) -> bool:
-    """Sources and qa-pairs.md, except sources carried from the previous run."""
-    return row["kind"] != TOPIC and not row["carried"]
+            failed += 1
+    return ReadStats(
+        files=len(wanted) - failed,
+        bytes=total,
+        failed=failed,
+        seconds=time.perf_counter() - started,
+    )

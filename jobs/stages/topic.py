@@ -1,20 +1,24 @@
-"""Stages 5-7: the per-topic reduce. Build one topic's index with `indexing.build_topic` from its
-rows (sorted, so arrival order never matters; a failed source keeps its rows of the previous
-tables, its index entry and its chunk files) and write its outputs, each file atomically: chunk
-files, topic-spec.md and table shards first, then index.json, then delete the chunk files the new
-index no longer refers to. Returns one small summary row per topic for the driver."""
+"""Stage 3: the per-topic reduce. Build one topic's index with `indexing.build_topic` from its
+rows and the unchanged sources it carries from the previous tables (sorted, so arrival order never
+matters; a failed source keeps its rows of the previous tables, its index entry and its chunk
+files) and write its outputs, each file atomically: chunk files, topic-spec.md and table shards
+first, then index.json, then delete the chunk files the new index no longer refers to. Returns one
+small summary row per topic for the driver."""
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from chunking import ChunkedDocument
 from indexing import (
     IndexSettings,
     SourceInput,
@@ -26,9 +30,19 @@ from indexing import (
     stale_files,
 )
 from indexing.paths import CHUNKS_DIR, INDEX, TOPIC_SPEC, in_topic
-from jobs.previous import Expected, PreviousTables, read_previous, retained_rows
+from jobs.previous import (
+    Expected,
+    PreviousTables,
+    carried_document,
+    read_previous,
+    retained_rows,
+)
+from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
+from jobs.stats import IndexStats, RunStats
 from jobs.storage import Storage, SymlinkRefused
+
+log = logging.getLogger("mdindex.build")
 
 KEYWORDS_FAILED = "KEYWORDS_FAILED"
 SUMMARY_SCHEMA = pa.schema([("topic", pa.string()), ("summary", pa.large_string())])
@@ -42,14 +56,30 @@ class TopicContext:
     output: Storage
     settings: IndexSettings
     expected: Expected  # the model and strategy of this run, for rows kept from the previous one
+    collector: Any = None  # the run's StatsCollector actor, if any
 
 
 def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
-    """Build and write one topic from all its rows; return its one-row summary."""
+    """Build and write one topic from all its rows; return its one-row summary.
+
+    Unchanged sources named in the topic row are carried from the previous tables. When one cannot
+    be (tables missing or unusable), nothing is written and the summary lists it under `recarry`,
+    for the driver to run it through the pipeline."""
     started = time.perf_counter()
     rows = sorted(group.to_pylist(), key=lambda r: (r["kind"], r["path"]))
     facts = json.loads(next(r for r in rows if r["kind"] == TOPIC)["payload"])
     topic = rows[0]["topic"]
+    source_rows = [r for r in rows if r["kind"] == SOURCE]
+    failed = any(r["error_code"] is not None for r in source_rows)
+    previous = (  # read before writing
+        read_previous(context.output, topic) if failed or facts["carried"] else None
+    )
+    carried = {
+        path: _carried(previous, path, sha256, context.expected)
+        for path, sha256 in sorted(facts["carried"].items())
+    }
+    if recarry := sorted(path for path, found in carried.items() if found is None):
+        return _summary(topic, {"recarry": recarry})
     index_path = in_topic(topic, INDEX)
     spec_path = in_topic(topic, TOPIC_SPEC)
     existing_spec, spec_is_link = _existing_spec(context, spec_path)
@@ -57,10 +87,11 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
     keywords, keyword_failure = _keywords(context.source, facts["keywords"])
     failures += keyword_failure
     questions, question_vectors = _questions(rows)
-    source_rows = [r for r in rows if r["kind"] == SOURCE]
-    failed = any(r["error_code"] is not None for r in source_rows)
-    previous = read_previous(context.output, topic) if failed else None  # read before writing
-    sources = [_source_input(r, previous, context.expected) for r in source_rows]
+    sources = sorted(
+        [_source_input(r, previous, context.expected) for r in source_rows]
+        + [SourceInput(path, *found) for path, found in carried.items()],
+        key=lambda source: source.path,
+    )
     output = build_topic(
         TopicInput(
             topic=topic,
@@ -76,56 +107,83 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
         ),
         context.settings,
     )
-    for path, data in output.files.items():
-        if path != index_path and not (path == spec_path and spec_is_link):
-            context.output.write_bytes(path, data)
     tables = {
         chunk_table_path(topic): output.chunk_rows,
         document_table_path(topic): output.document_rows,
     }
-    for path, table in tables.items():
-        context.output.write_bytes(path, _parquet(table))
+    context.output.write_many(
+        {
+            **{
+                path: data
+                for path, data in output.files.items()
+                if path != index_path and not (path == spec_path and spec_is_link)
+            },
+            **{path: _parquet(table) for path, table in tables.items()},
+        }
+    )
     context.output.write_bytes(index_path, output.files[index_path])
     live = output.live_paths()
     existing = context.output.list_files(in_topic(topic, CHUNKS_DIR))
     context.output.delete(stale_files(existing, live))
-    documents = [source.document for source in sources if source.document is not None]
-    carried = [s.document for s, r in zip(sources, source_rows, strict=True) if r["carried"]]
-    summary = {
-        "topic": topic,
-        "files": sorted(live | set(tables)),
-        "prompt_entries": [[h, stem, i] for h, _, stem, i in output.prompt_entries],
-        "failures": failures,
-        "sources": {
-            r["path"]: {"sha256": r["sha256"], "failed": r["error_code"] is not None}
-            for r in source_rows
-        },
-        "chunks": sum(len(d.chunks) for d in documents),
-        "carried": len(carried),
-        "chunked": len(source_rows) - len(carried),
-        "reused": sum(len(d.chunks) for d in carried),
-        "skipped_tail": sum(1 for d in documents if d.skipped_tail_tokens),
-        "embedded": _total(rows, "embedded"),
-        "cache_hits": _total(rows, "cache_hits"),
-        "truncated": _total(rows, "truncated"),
-        "bytes_read": _total(rows, "bytes_read"),
-        "seconds": {
-            "carry": _total(rows, "carry_s"),
-            "read": _total(rows, "read_s"),
-            "chunk": _total(rows, "chunk_s"),
-            "embed": _total(rows, "embed_s"),
-            "index": time.perf_counter() - started,
-        },
+    reused = sum(len(document.chunks) for document, _ in carried.values())
+    report_stats(
+        context.collector,
+        RunStats(
+            index=IndexStats(
+                topics=1,
+                chunks=sum(len(s.document.chunks) for s in sources if s.document is not None),
+                carried=len(carried),
+                reused=reused,
+                seconds=time.perf_counter() - started,
+            )
+        ),
+    )
+    outcomes = {
+        r["path"]: {"sha256": r["sha256"], "failed": r["error_code"] is not None, "carried": False}
+        for r in source_rows
     }
-    return pa.table({"topic": [topic], "summary": [json.dumps(summary)]}, schema=SUMMARY_SCHEMA)
+    outcomes.update(
+        {
+            path: {"sha256": facts["carried"][path], "failed": False, "carried": True}
+            for path in carried
+        }
+    )
+    return _summary(
+        topic,
+        {
+            "files": sorted(live | set(tables)),
+            "prompt_entries": [[h, stem, i] for h, _, stem, i in output.prompt_entries],
+            "failures": failures,
+            "sources": outcomes,
+        },
+    )
+
+
+def _summary(topic: str, facts: dict[str, Any]) -> pa.Table:
+    """The one-row summary table the driver reads."""
+    text = json.dumps({"topic": topic, **facts})
+    return pa.table({"topic": [topic], "summary": [text]}, schema=SUMMARY_SCHEMA)
 
 
 def _failure(row: dict[str, Any]) -> dict[str, str]:
     return {"path": row["path"], "code": row["error_code"], "message": row["error_message"]}
 
 
-def _total(rows: list[dict[str, Any]], column: str) -> float:
-    return sum(r[column] or 0 for r in rows)
+def _carried(
+    previous: PreviousTables | None, path: str, sha256: str, expected: Expected
+) -> tuple[ChunkedDocument, np.ndarray] | None:
+    """An unchanged source's document and vectors from the previous tables, or None (never an
+    exception: rows that do not parse make the source go through the pipeline)."""
+    if previous is None:
+        return None
+    try:
+        found = carried_document(previous, path, sha256, expected)
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("%s: previous rows unusable (%s)", path, exc)
+        return None
+    if found is None:
+        log.info("%s: not in the previous tables as it is now; reading it", path)
+    return found
 
 
 def _source_input(

@@ -1,0 +1,116 @@
+"""The driver's finish, after every rebuilt topic is written: relinks of topics whose children
+changed, deletions of topics and sources that are gone, directory indexes, the corpus SimHash
+tables, the embedding settings `_index/model.json`, and the manifest the next run compares against.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from indexing import (
+    IndexSettings,
+    build_simhash_tables,
+    chunk_table_path,
+    directory_index,
+    document_table_path,
+    orphaned_topic_files,
+    set_child_topics,
+    topic_spec_without_section,
+)
+from indexing.client import EMBEDDING_SETTINGS, embedding_settings
+from indexing.paths import INDEX, TOPIC_SPEC, in_topic
+from jobs.config import JobConfig
+from jobs.manifest import Manifest, SourceEntry, TopicEntry
+from jobs.plan import REBUILD, RELINK, Plan
+from jobs.storage import Storage, SymlinkRefused
+
+
+def index_settings(config: JobConfig) -> IndexSettings:
+    """The indexing library's settings from the config."""
+    return IndexSettings(
+        prompt_threshold=config.prompts.threshold, prompt_top_k=config.prompts.top_k
+    )
+
+
+def finish(
+    config: JobConfig,
+    config_key: str,
+    output: Storage,
+    plan: Plan,
+    previous: Manifest,
+    built: dict[str, dict[str, Any]],
+) -> Manifest:
+    """Driver-side side effects after every topic is written; returns the manifest to store."""
+    topics: dict[str, TopicEntry] = {}
+    sources: dict[str, SourceEntry] = {}
+    for topic in plan.topics:
+        if topic.action == REBUILD:
+            summary = built[topic.topic]
+            topics[topic.topic] = TopicEntry(
+                inputs=topic.inputs,
+                children=topic.children,
+                files=tuple(summary["files"]),
+                prompt_entries=tuple(tuple(e) for e in summary["prompt_entries"]),
+                failed=bool(summary["failures"]),
+            )
+            for path, outcome in summary["sources"].items():
+                sources[path] = SourceEntry(
+                    plan.fingerprints[path], outcome["sha256"], outcome["failed"]
+                )
+            continue
+        entry = previous.topics[topic.topic]
+        if topic.action == RELINK:
+            index = output.read_optional(in_topic(topic.topic, INDEX))
+            if index is not None:
+                output.write_if_changed(
+                    in_topic(topic.topic, INDEX), set_child_topics(index, list(topic.children))
+                )
+            entry = TopicEntry(
+                entry.inputs, topic.children, entry.files, entry.prompt_entries, entry.failed
+            )
+        topics[topic.topic] = entry
+        sources.update({p: previous.sources[p] for p in topic.sources})
+
+    for topic in plan.deleted_topics:
+        remove_topic(output, topic, previous.topics[topic].files)
+    current = set(topics) | set(plan.directories)
+    output.delete([in_topic(d, INDEX) for d in previous.directories if d not in current])
+    for directory, children in plan.directories.items():
+        output.write_if_changed(in_topic(directory, INDEX), directory_index(directory, children))
+
+    entries = [
+        (h, topic, stem, i)
+        for topic, entry in topics.items()
+        for h, stem, i in entry.prompt_entries
+    ]
+    tables = build_simhash_tables(sorted(entries), k=index_settings(config).simhash_k)
+    for path, data in sorted(tables.items()):
+        output.write_if_changed(path, data)
+    output.delete(sorted(set(previous.simhash_files) - set(tables)))
+    settings = embedding_settings(config.embedding.model, vars(config.embedding))
+    output.write_if_changed(EMBEDDING_SETTINGS, settings)  # for `mdindex query --question`
+    return Manifest(
+        config_key=config_key,
+        sources=sources,
+        topics=topics,
+        directories=tuple(sorted(plan.directories)),
+        simhash_files=tuple(sorted(tables)),
+    )
+
+
+def remove_topic(output: Storage, topic: str, files: tuple[str, ...]) -> None:
+    """Delete the outputs of a topic that lost all its sources (seed 001 lifecycle); keep any
+    hand-written part of its topic-spec.md (a symbolic link there is left as it is)."""
+    output.delete(orphaned_topic_files(topic, files))
+    output.delete([chunk_table_path(topic), document_table_path(topic)])
+    spec_path = in_topic(topic, TOPIC_SPEC)
+    try:
+        spec = output.read_optional(spec_path)
+    except SymlinkRefused:
+        return
+    if spec is not None:
+        rest = topic_spec_without_section(spec.decode("utf-8", errors="replace"))
+        if rest is None:
+            output.delete([spec_path])
+        else:
+            output.write_bytes(spec_path, rest.encode("utf-8"))

@@ -1,0 +1,63 @@
+"""Stage records that add up, the progress line, the embedding pool's sizing and size batches."""
+
+from __future__ import annotations
+
+from jobs.config import EmbedResources, TaskResources
+from jobs.pipeline import pack_batches
+from jobs.progress import Goal, progress_line
+from jobs.records import SOURCE, new_row
+from jobs.resources import embed_pool
+from jobs.stats import ChunkStats, EmbedStats, IndexStats, RunStats
+
+
+def test_records_add_field_by_field_and_nest():
+    one = RunStats(chunk=ChunkStats(sources=2, bytes=100, chunks=5, seconds=0.5))
+    two = RunStats(chunk=ChunkStats(sources=1, bytes=50, chunks=2, seconds=0.25))
+    total = one + two + RunStats(embed=EmbedStats(embedded=6, cache_hits=1))
+    assert total.chunk == ChunkStats(sources=3, bytes=150, chunks=7, seconds=0.75)
+    assert total.embed.embedded == 6 and total.index == IndexStats()
+    assert total.to_dict()["chunk"] == {
+        "sources": 3,
+        "bytes": 150,
+        "chunks": 7,
+        "failed": 0,
+        "skipped_tail": 0,
+        "seconds": 0.75,
+    }
+
+
+def test_progress_line_names_every_counter_and_an_eta():
+    stats = RunStats(
+        chunk=ChunkStats(sources=50, bytes=1_000_000, chunks=100),
+        embed=EmbedStats(embedded=40, cache_hits=10),
+        index=IndexStats(topics=1),
+    )
+    line = progress_line(stats, Goal(sources=100, bytes=2_000_000, topics=4), elapsed=10.0)
+    assert line.startswith("50/100 sources chunked (1.0 of 2.0 MB, 0.10 MB/s)")
+    assert "40 chunks embedded, 10 from cache" in line and "1/4 topics written" in line
+    # chunking needs 10 s more; embedding has done 50 of an expected 200 chunks: 30 s more
+    assert line.endswith("ETA 30 s")
+    assert "ETA" not in progress_line(RunStats(), Goal(1, 1, 1), elapsed=1.0)
+
+
+def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_stay_explicit():
+    chunk = TaskResources()
+    two = embed_pool(EmbedResources(), 2, chunk)
+    assert (two.actors, two.threads, two.num_cpus, two.num_gpus) == (1, 2, 1.0, 0.0)
+    sixteen = embed_pool(EmbedResources(), 16, chunk)
+    assert (sixteen.actors, sixteen.threads) == (4, 4) and sixteen.num_cpus == 15 / 4
+    explicit = embed_pool(EmbedResources(actors=2, num_cpus=0.5), 16, chunk)
+    assert (explicit.actors, explicit.threads, explicit.num_cpus) == (2, 1, 0.5)
+    gpu = embed_pool(EmbedResources(num_gpus=1, max_actors=4), 64, chunk)
+    assert (gpu.actors, gpu.max_actors, gpu.num_cpus, gpu.num_gpus) == (1, 4, 1.0, 1)
+
+
+def test_batches_are_packed_by_listed_size_in_order():
+    rows = [new_row("t", SOURCE, f"t/{i}.md", size=size) for i, size in enumerate([5, 5, 30, 1, 1])]
+    batches = pack_batches(rows, target_bytes=10)
+    assert [[r["path"] for r in batch] for batch in batches] == [
+        ["t/0.md", "t/1.md"],
+        ["t/2.md"],
+        ["t/3.md", "t/4.md"],
+    ]
+    assert pack_batches([], 10) == []
