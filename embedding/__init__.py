@@ -5,21 +5,30 @@ embedder = load_embedder("minilm")                 # or a hub id, a directory, s
 vectors = embedder.embed(["some chunk text"])      # (1, 384) float32
 cache = EmbeddingCache("s3://bucket/out/.embedding-cache")
 [result] = embed_with_cache(embedder, cache, [DocRequest("semantic-250-750", sha, texts)])
+
+Names are imported on first use, so `embedding.files` or `embedding.cache` alone (as a chunking
+worker needs them) never pays for importing torch.
 """
 
-from embedding.cache import CacheEntry, CacheKey, EmbeddingCache, text_hashes
-from embedding.documents import DocRequest, DocVectors, embed_with_cache
-from embedding.embedder import Embedded, Embedder, load_embedder
+from importlib import import_module
 
-__all__ = [
-    "CacheEntry",
-    "CacheKey",
-    "DocRequest",
-    "DocVectors",
-    "Embedded",
-    "Embedder",
-    "EmbeddingCache",
-    "embed_with_cache",
-    "load_embedder",
-    "text_hashes",
-]
+_HOMES = {
+    "CacheEntry": "embedding.cache",
+    "CacheKey": "embedding.cache",
+    "EmbeddingCache": "embedding.cache",
+    "text_hashes": "embedding.cache",
+    "DocRequest": "embedding.documents",
+    "DocVectors": "embedding.documents",
+    "embed_with_cache": "embedding.documents",
+    "Embedded": "embedding.embedder",
+    "Embedder": "embedding.embedder",
+    "load_embedder": "embedding.embedder",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    """Import a public name from its module the first time it is asked for."""
+    if name not in _HOMES:
+        raise AttributeError(f"module 'embedding' has no attribute {name!r}")
+    return getattr(import_module(_HOMES[name]), name)

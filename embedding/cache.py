@@ -7,9 +7,11 @@ which chunks were truncated and the sha256 of all vector bytes (so a damaged .bi
 
 Reads validate everything they can (keys, source hash, dimension, chunk count, every .bin size,
 finite values); anything wrong or unreadable makes the entry a miss, never wrong vectors.
-Writes put the .bin files first and metadata.json last, each as one atomic object (temporary file
-and rename on local disks, a single put on object storage), so a half-written entry reads as a
-miss and concurrent writers of the same entry (same content) cannot corrupt it.
+Writes put the .bin files first and metadata.json last. metadata.json is one atomic object
+(temporary file and rename on local disks, a single put on object storage); the .bin files are
+written in place on local disks (a single put on object storage), since a reader checks their
+bytes against metadata's digest anyway. A half-written entry reads as a miss, and concurrent
+writers of the same entry (same content) cannot make a wrong entry read as valid.
 """
 
 from __future__ import annotations
@@ -145,8 +147,8 @@ class EmbeddingCache:
             for index, row in enumerate(rows):
                 vectors[self._chunk_path(entry.key, index)] = row.tobytes()
             metadata[self._metadata_path(entry.key)] = _metadata_bytes(entry, rows)
-        self._write(vectors)
-        self._write(metadata)
+        write_atomically(self.fs, vectors, in_place=True)  # metadata's digest vouches for them
+        write_atomically(self.fs, metadata)
 
     def _cat(self, paths: list[str]) -> dict[str, bytes]:
         """Contents of the readable files among `paths` (unreadable ones are left out)."""
@@ -158,9 +160,6 @@ class EmbeddingCache:
             for path, data in found.items()
             if isinstance(data, bytes)
         }
-
-    def _write(self, files: dict[str, bytes]) -> None:
-        write_atomically(self.fs, files)
 
 
 def _metadata_bytes(entry: CacheEntry, rows: np.ndarray) -> bytes:

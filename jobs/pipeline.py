@@ -291,7 +291,7 @@ def topic_summaries(
     # adds ~10 s of aggregator start-up to every run on a small machine.
     DataContext.get_current().shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     resources = config.resources
-    pool = embed_pool(resources.embed, cpus, resources.chunk)
+    pool = embed_pool(resources.embed, cpus)
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
     topics = {row["topic"] for row in rows}
     chunk_settings = ChunkSettings(

@@ -33,13 +33,13 @@ class EmbedPool:
     threads: int
 
 
-def embed_pool(resources: EmbedResources, cpus: float, chunk: TaskResources) -> EmbedPool:
+def embed_pool(resources: EmbedResources, cpus: float) -> EmbedPool:
     """The pool the config asks for; `actors`/`num_cpus` left null are sized to the machine.
 
     GPU pools default to one actor with one CPU. A CPU pool runs up to `MAX_AUTO_THREADS` torch
-    threads per actor and as many actors as `cpus` holds; together they reserve every logical CPU
-    but one chunk task's, and their threads use the whole machine once chunking is done (on a
-    2-CPU machine: one actor, 2 threads, 1 logical CPU)."""
+    threads per actor and as many actors as `cpus` holds (2 CPUs: one actor with 2 threads). Its
+    actors reserve no logical CPU, so chunk tasks run on every CPU while there is chunking to do
+    (then the two share the cores), and the actors' threads have the whole machine after."""
     if resources.num_gpus > 0:
         actors = resources.actors or 1
         num_cpus = resources.num_cpus if resources.num_cpus is not None else 1.0
@@ -52,8 +52,7 @@ def embed_pool(resources: EmbedResources, cpus: float, chunk: TaskResources) -> 
         return EmbedPool(actors, resources.max_actors, resources.num_cpus, 0.0, threads)
     threads = max(1, min(MAX_AUTO_THREADS, int(cpus)))
     actors = resources.actors or max(1, int(cpus // threads))
-    num_cpus = max(0.0, (cpus - chunk.num_cpus) / actors)
-    return EmbedPool(actors, resources.max_actors, num_cpus, 0.0, threads)
+    return EmbedPool(actors, resources.max_actors, 0.0, 0.0, threads)
 
 
 def _threads(num_cpus: float) -> int:

@@ -298,6 +298,10 @@ def test_incremental_runs_in_place(tmp_path):
     assert all(os.stat(p).st_mtime_ns == questions_cached[p] for p in questions_cached)
     untouched = [p for p in first if p.startswith(("guides/", "reference/"))]
     assert all(os.stat(corpus / p).st_mtime_ns == stamps[p] for p in untouched)
+    # In the redone topic, the carried sources' chunk files were not written again.
+    carried_chunks = [p for p in first if p.startswith(f"{GOLDEN}/_chunks/")]
+    assert carried_chunks
+    assert all(os.stat(corpus / p).st_mtime_ns == stamps[p] for p in carried_chunks)
 
     # Edit one section of one document: only that document is chunked (with the failed one,
     # retried), its unchanged neighbour is carried, and only the edited chunks are embedded.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobs.config import EmbedResources, TaskResources
+from jobs.config import EmbedResources
 from jobs.pipeline import pack_batches
 from jobs.progress import Goal, progress_line
 from jobs.records import SOURCE, new_row
@@ -41,14 +41,13 @@ def test_progress_line_names_every_counter_and_an_eta():
 
 
 def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_stay_explicit():
-    chunk = TaskResources()
-    two = embed_pool(EmbedResources(), 2, chunk)
-    assert (two.actors, two.threads, two.num_cpus, two.num_gpus) == (1, 2, 1.0, 0.0)
-    sixteen = embed_pool(EmbedResources(), 16, chunk)
-    assert (sixteen.actors, sixteen.threads) == (4, 4) and sixteen.num_cpus == 15 / 4
-    explicit = embed_pool(EmbedResources(actors=2, num_cpus=0.5), 16, chunk)
+    two = embed_pool(EmbedResources(), 2)
+    assert (two.actors, two.threads, two.num_cpus, two.num_gpus) == (1, 2, 0.0, 0.0)
+    sixteen = embed_pool(EmbedResources(), 16)
+    assert (sixteen.actors, sixteen.threads, sixteen.num_cpus) == (4, 4, 0.0)
+    explicit = embed_pool(EmbedResources(actors=2, num_cpus=0.5), 16)
     assert (explicit.actors, explicit.threads, explicit.num_cpus) == (2, 1, 0.5)
-    gpu = embed_pool(EmbedResources(num_gpus=1, max_actors=4), 64, chunk)
+    gpu = embed_pool(EmbedResources(num_gpus=1, max_actors=4), 64)
     assert (gpu.actors, gpu.max_actors, gpu.num_cpus, gpu.num_gpus) == (1, 4, 1.0, 1)
 
 

@@ -29,7 +29,7 @@ from indexing import (
     parse_keywords,
     stale_files,
 )
-from indexing.paths import CHUNKS_DIR, INDEX, TOPIC_SPEC, in_topic
+from indexing.paths import CHUNKS_DIR, INDEX, TOPIC_SPEC, chunk_href, in_topic, source_stem
 from jobs.previous import (
     Expected,
     PreviousTables,
@@ -111,19 +111,22 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
         chunk_table_path(topic): output.chunk_rows,
         document_table_path(topic): output.document_rows,
     }
+    existing = context.output.list_files(in_topic(topic, CHUNKS_DIR))
+    kept = _carried_chunk_files(topic, carried) & set(existing)
     context.output.write_many(
         {
             **{
                 path: data
                 for path, data in output.files.items()
-                if path != index_path and not (path == spec_path and spec_is_link)
+                if path not in kept
+                and path != index_path
+                and not (path == spec_path and spec_is_link)
             },
             **{path: _parquet(table) for path, table in tables.items()},
         }
     )
     context.output.write_bytes(index_path, output.files[index_path])
     live = output.live_paths()
-    existing = context.output.list_files(in_topic(topic, CHUNKS_DIR))
     context.output.delete(stale_files(existing, live))
     reused = sum(len(document.chunks) for document, _ in carried.values())
     report_stats(
@@ -157,6 +160,18 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
             "sources": outcomes,
         },
     )
+
+
+def _carried_chunk_files(
+    topic: str, carried: dict[str, tuple[ChunkedDocument, np.ndarray]]
+) -> set[str]:
+    """The chunk files of carried sources: the same text as the run that wrote them, so one
+    that is still there is not written again."""
+    return {
+        in_topic(topic, chunk_href(source_stem(path), i))
+        for path, (document, _) in carried.items()
+        for i in range(len(document.chunks))
+    }
 
 
 def _summary(topic: str, facts: dict[str, Any]) -> pa.Table:
