@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -242,7 +243,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
     """
     sources = sorted(inp.sources, key=lambda s: source_stem(s.path))
     stems = [source_stem(s.path) for s in sources]
-    duplicates = sorted({s for s in stems if stems.count(s) > 1})
+    duplicates = sorted(stem for stem, count in Counter(stems).items() if count > 1)
     if duplicates:
         raise ValueError(f"topic {inp.topic!r}: several sources share the stem(s) {duplicates}")
     previous = json.loads(inp.previous_index) if inp.previous_index else None

@@ -13,13 +13,12 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.data import DataContext
-from ray.data.context import ShuffleStrategy
 
 from chunking import strategy_key
 from jobs.config import JobConfig
@@ -29,17 +28,18 @@ from jobs.plan import KEEP, REBUILD, RELINK, Plan, keep_directory, make_plan, se
 from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
 from jobs.records import QUESTIONS, SOURCE, TOPIC, new_row, to_table
+from jobs.reduce import reduce_topics
 from jobs.report import build_report, report_bytes
 from jobs.resources import (
     EmbedPool,
     actor_stage_args,
     embed_pool,
-    reduce_stage_args,
+    reduce_task_options,
     task_stage_args,
 )
 from jobs.stages.chunk import ChunkSettings, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
-from jobs.stages.topic import TopicContext, build_and_write
+from jobs.stages.topic import TopicContext
 from jobs.stats import RunStats
 from jobs.storage import FileInfo, Storage
 
@@ -47,7 +47,6 @@ log = logging.getLogger("mdindex.build")
 
 # Environment that Ray workers of a locally started instance need to reach S3 and stay offline.
 FORWARDED_ENV_PREFIXES = ("AWS_", "HF_", "TRANSFORMERS_", "RAY_AUTH_MODE")
-MAX_PARTITIONS = 200  # hash partitions of the group-by-topic shuffle (Ray Data's default)
 BATCHES_PER_CPU = 4  # automatic batch size: the corpus cut into about this many batches per CPU
 MIN_BATCH_BYTES, MAX_BATCH_BYTES = 250_000, 16_000_000
 
@@ -285,15 +284,11 @@ def topic_summaries(
 ) -> Iterator[dict]:
     """Run the Ray Data pipeline over `rows`; yield one summary per rebuilt topic as it finishes.
 
-    Stages: read and chunk (CPU tasks, batches packed by size), embed (actor pool), group by topic,
-    build and write each topic."""
-    # The sort-based shuffle groups by topic in seconds; the default actor-based hash shuffle
-    # adds ~10 s of aggregator start-up to every run on a small machine.
-    DataContext.get_current().shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+    Stages: read and chunk (CPU tasks, batches packed by size), embed (actor pool), then each
+    topic built and written as soon as all its rows are embedded (`jobs.reduce`)."""
     resources = config.resources
     pool = embed_pool(resources.embed, cpus)
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
-    topics = {row["topic"] for row in rows}
     chunk_settings = ChunkSettings(
         strategy=config.chunking.strategy,
         options=dict(config.chunking.options),
@@ -337,17 +332,9 @@ def topic_summaries(
             fn_constructor_kwargs={"settings": embed_settings},
             **actor_stage_args(pool, resources.embed.batch_size),
         )
-        .groupby("topic", num_partitions=max(1, min(MAX_PARTITIONS, len(topics))))
-        .map_groups(
-            build_and_write,
-            batch_format="pyarrow",
-            fn_kwargs={"context": context},
-            **reduce_stage_args(resources.index),
-        )
     )
-    for batch in dataset.iter_batches(batch_size=1, batch_format="pyarrow"):
-        for text in batch.column("summary").to_pylist():
-            yield json.loads(text)
+    expected = Counter(row["topic"] for row in rows)
+    yield from reduce_topics(dataset, expected, context, reduce_task_options(resources.index))
 
 
 def embedder_options(config: JobConfig, pool: EmbedPool) -> dict[str, Any]:

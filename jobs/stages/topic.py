@@ -3,7 +3,7 @@ rows and the unchanged sources it carries from the previous tables (sorted, so a
 matters; a failed source keeps its rows of the previous tables, its index entry and its chunk
 files) and write its outputs, each file atomically: chunk files, topic-spec.md and table shards
 first, then index.json, then delete the chunk files the new index no longer refers to. Returns one
-small summary row per topic for the driver."""
+small summary per topic for the driver."""
 
 from __future__ import annotations
 
@@ -45,7 +45,6 @@ from jobs.storage import Storage, SymlinkRefused
 log = logging.getLogger("mdindex.build")
 
 KEYWORDS_FAILED = "KEYWORDS_FAILED"
-SUMMARY_SCHEMA = pa.schema([("topic", pa.string()), ("summary", pa.large_string())])
 
 
 @dataclass(frozen=True)
@@ -59,8 +58,8 @@ class TopicContext:
     collector: Any = None  # the run's StatsCollector actor, if any
 
 
-def build_and_write(group: pa.Table, *, context: TopicContext) -> pa.Table:
-    """Build and write one topic from all its rows; return its one-row summary.
+def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]:
+    """Build and write one topic from all its rows; return its summary for the driver.
 
     Unchanged sources named in the topic row are carried from the previous tables. When one cannot
     be (tables missing or unusable), nothing is written and the summary lists it under `recarry`,
@@ -174,10 +173,9 @@ def _carried_chunk_files(
     }
 
 
-def _summary(topic: str, facts: dict[str, Any]) -> pa.Table:
-    """The one-row summary table the driver reads."""
-    text = json.dumps({"topic": topic, **facts})
-    return pa.table({"topic": [topic], "summary": [text]}, schema=SUMMARY_SCHEMA)
+def _summary(topic: str, facts: dict[str, Any]) -> dict[str, Any]:
+    """The summary the driver reads (small: no chunk data)."""
+    return {"topic": topic, **facts}
 
 
 def _failure(row: dict[str, Any]) -> dict[str, str]:

@@ -1,0 +1,77 @@
+"""The per-topic reduce, started for each topic as soon as all its rows are embedded.
+
+Ray Data's group-by waits for every row of the corpus before the first group is reduced (a sort
+shuffle of all chunks and vectors). Here the driver follows the embedding stage's output block by
+block (references only, never the data): a zero-CPU task counts each block's rows per topic, and
+once a topic has all the rows its plan expects, one Ray task reduces it from the blocks that hold
+them (`jobs.stages.topic.build_and_write`). Topics are written while later ones are still being
+embedded, and nothing is shuffled.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import ray
+from ray.data import Dataset
+
+from jobs.stages.topic import TopicContext, build_and_write
+
+Span = tuple[int, int | None]  # rows [start, end) of a block; end None: to the block's end
+
+
+def _rows(block: pa.Table, span: Span) -> pa.Table:
+    start, end = span
+    return block.slice(start, (block.num_rows if end is None else end) - start)
+
+
+@ray.remote(num_cpus=0)
+def _topic_counts(block: pa.Table, span: Span) -> dict[str, int]:
+    """How many rows of each topic a span of a block holds."""
+    return dict(Counter(_rows(block, span).column("topic").to_pylist()))
+
+
+def _reduce_topic(
+    topic: str, spans: list[Span], *blocks: pa.Table, context: TopicContext
+) -> dict[str, Any]:
+    """Build and write one topic from its rows in the given block spans."""
+    tables = [_rows(block, span) for block, span in zip(blocks, spans, strict=True)]
+    rows = pa.concat_tables([t.filter(pc.equal(t.column("topic"), topic)) for t in tables])
+    return build_and_write(rows, context=context)
+
+
+def reduce_topics(
+    dataset: Dataset, expected: Counter, context: TopicContext, options: dict[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """Run `dataset` (rows of the pipeline schema) and yield each topic's summary as its reduce
+    finishes; `expected` is the number of rows of each topic, `options` the reduce tasks' Ray
+    options."""
+    reduce = ray.remote(_reduce_topic).options(**options)
+    remaining = Counter(expected)
+    held: dict[str, list[tuple[Any, Span]]] = {}
+    running: list = []
+    for bundle in dataset.iter_internal_ref_bundles():
+        pieces = [
+            (entry.ref, (part.start_offset, part.end_offset) if part else (0, None))
+            for entry, part in zip(bundle.blocks, bundle.slices, strict=True)
+        ]
+        counts = ray.get([_topic_counts.remote(ref, span) for ref, span in pieces])
+        for piece, found in zip(pieces, counts, strict=True):
+            for topic, count in found.items():
+                held.setdefault(topic, []).append(piece)
+                remaining[topic] -= count
+                if remaining[topic] == 0:
+                    refs, spans = zip(*held.pop(topic), strict=True)
+                    running.append(reduce.remote(topic, list(spans), *refs, context=context))
+        if running:
+            done, running = ray.wait(running, num_returns=len(running), timeout=0)
+            yield from ray.get(done)
+    if held:
+        raise RuntimeError(f"rows missing for topics {sorted(held)}: {dict(remaining)}")
+    while running:
+        done, running = ray.wait(running, num_returns=1)
+        yield from ray.get(done)
