@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,15 @@ def _wait_for(url: str, process: subprocess.Popen, timeout: float = 120.0) -> No
     raise TimeoutError(f"{url} did not answer within {timeout} s")
 
 
+@dataclass(frozen=True)
+class RayHead:
+    """A running head: its job API address, and the RAY_TMPDIR under which `ray.init()` finds it
+    (as it finds a default `ray start --head` under /tmp)."""
+
+    address: str
+    ray_tmpdir: str
+
+
 @pytest.fixture
 def ray_head():
     """A Ray head (2 CPUs, free ports, its own temp dir) for one test; stopped by its own pid.
@@ -58,7 +68,8 @@ def ray_head():
     exactly this cluster (`ray stop` would stop every Ray on the machine).
     """
     gcs, dashboard, client, agent_http, agent_grpc, metrics, runtime_env = _free_ports(7)
-    temp_dir = tempfile.mkdtemp(prefix="rayjob", dir="/tmp")  # short: socket paths are limited
+    base = tempfile.mkdtemp(prefix="rayjob", dir="/tmp")  # short: socket paths are limited
+    temp_dir = f"{base}/ray"  # where ray.init() looks with RAY_TMPDIR={base}
     command = [
         str(BIN / "ray"),
         "start",
@@ -96,7 +107,7 @@ def ray_head():
     try:
         address = f"http://127.0.0.1:{dashboard}"
         _wait_for(f"{address}/api/version", process)
-        yield address
+        yield RayHead(address, base)
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -104,7 +115,7 @@ def ray_head():
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)  # only the processes this head started
             process.wait(timeout=30)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.slow
@@ -116,7 +127,7 @@ def test_ray_job_submit_runs_the_build(ray_head, tmp_path):
         "job",
         "submit",
         "--address",
-        ray_head,
+        ray_head.address,
         "--working-dir",
         ".",
         "--runtime-env-json",
@@ -144,3 +155,20 @@ def test_ray_job_submit_runs_the_build(ray_head, tmp_path):
     assert report["sources"]["seen"] == 7 and report["sources"]["failed"] == 1
     golden = json.loads((output / "libraries/json-source-generation/index.json").read_text())
     assert golden["_embedded"]["chunks"]["golden-reference"]["count"] > 8
+
+
+@pytest.mark.slow
+def test_a_local_build_starts_its_own_ray_beside_a_running_head(ray_head, tmp_path):
+    """With `ray start --head` running on the machine and no RAY_ADDRESS, `python -m jobs.reindex`
+    starts a private Ray (with its own `resources.num_cpus`), instead of joining that cluster,
+    where `num_cpus` is refused and the build exits 1."""
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "jobs.reindex", "--config", "configs/local.yaml"]
+    command += ["--input", str(CORPUS), "--output", str(output), "--set", "resources.num_cpus=1"]
+    env = dict(_environment(), RAY_TMPDIR=ray_head.ray_tmpdir)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    log = done.stdout + done.stderr
+    assert done.returncode == 3, log[-3000:]  # one invalid source; everything else written
+    assert "Started a local Ray instance" in log
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert report["timings"]["cpus"] == 1 and report["sources"]["seen"] == 7
