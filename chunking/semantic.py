@@ -20,7 +20,8 @@ its start level; a chunk continuing a section after a max-token seal starts at t
 innermost open heading.
 
 Whole blocks are added at once when every line of them would fit; otherwise the block is added
-line by line, so the result is that of the line-by-line algorithm.
+line by line, so the result is that of the line-by-line algorithm. With an additive counter each
+source line is measured once and a range of lines measures the sum of its lines.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from itertools import accumulate
 from types import MappingProxyType
 
 from chunking.blocks import (
@@ -108,6 +110,15 @@ class _Window:
     def __init__(self, doc: ParsedDocument, counter: TokenCounter, options):
         self.doc = doc
         self.counter = counter
+        # Units and non-blank lines among lines 1..n for every n (with an additive counter a
+        # range of lines measures the sum of its lines).
+        self.lines_total = (
+            list(accumulate(counter.line_units(doc.lines), initial=0)) if counter.additive else None
+        )
+        self.nonblank_total = list(
+            accumulate((bool(line.strip()) for line in doc.lines), initial=0)
+        )
+        self.context: dict[str, int] = {}  # units of lines that are not in the source
         self.min_tokens = options["min_tokens"]
         self.min_deeper = options["min_tokens_deeper"]
         self.max_tokens = options["max_tokens"]
@@ -179,7 +190,20 @@ class _Window:
     # -- lines ------------------------------------------------------------------------------
 
     def units_of(self, block: Block) -> int:
-        return self.counter.units("\n".join(self.doc.lines[block.start_line - 1 : block.end_line]))
+        return self.lines_units(block.start_line, block.end_line)
+
+    def lines_units(self, first: int, last: int) -> int:
+        """Units of source lines first..last joined by newlines."""
+        if self.lines_total is not None:
+            return self.lines_total[last] - self.lines_total[first - 1]
+        return self.counter.units("\n".join(self.doc.lines[first - 1 : last]))
+
+    def context_units(self, text: str) -> int:
+        """Units of a text that is not in the source (prepended headings, fence lines), each
+        measured once per document."""
+        if text not in self.context:
+            self.context[text] = self.counter.units(text)
+        return self.context[text]
 
     def add_blocks(self, blocks: list[tuple[int, int]]) -> None:
         """Add the line ranges of a heading-free stretch: all at once when they fit, else one by
@@ -198,8 +222,7 @@ class _Window:
 
     def try_add(self, first: int, last: int) -> bool:
         """Add lines first..last at once if no line of them would break the hard maximum."""
-        text = "\n".join(self.doc.lines[first - 1 : last])
-        units = self.counter.units(text) + sum(
+        units = self.lines_units(first, last) + sum(
             self.closer_units_of(fence)
             for end, fence in self.unclosed_ends.items()
             if first <= end <= last
@@ -207,7 +230,8 @@ class _Window:
         closer = self.largest_closer(first, last)
         if self.chunk.overhead + self.chunk.units + units + closer > self.limit:
             return False
-        self.append(first, last, None, units, bool(text.strip()))
+        content = self.nonblank_total[last] > self.nonblank_total[first - 1]
+        self.append(first, last, None, units, content)
         return True
 
     def add_line(self, number: int) -> None:
@@ -215,7 +239,7 @@ class _Window:
         text = self.doc.lines[number - 1]
         ending = self.unclosed_ends.get(number)
         tail = self.closer_units_of(ending) if ending else 0  # closer inserted after the line
-        units = self.counter.units(text) + tail
+        units = self.lines_units(number, number) + tail
         closer = self.closer_units(number)
         chunk = self.chunk
         if chunk.has_content and chunk.overhead + chunk.units + units + closer > self.limit:
@@ -276,7 +300,7 @@ class _Window:
         return self.closer_units_of(fence) if fence else 0
 
     def closer_units_of(self, fence: Block) -> int:
-        return self.counter.units(fence_closer(self.doc, fence))
+        return self.context_units(fence_closer(self.doc, fence))
 
     def largest_closer(self, first: int, last: int) -> int:
         """The most closer units needed after any line of first..last."""
@@ -316,13 +340,13 @@ class _Window:
         dropped while these lines take over half the max, and the fence's info string too if
         it alone does (or if `bare`)."""
         reopen = fence_reopener(self.doc, fence) if fence else ""
-        if fence and (bare or self.counter.units(reopen) > self.limit // 2):
+        if fence and (bare or self.context_units(reopen) > self.limit // 2):
             reopen = fence_closer(self.doc, fence)  # the bare marker opens it as well
         prefix = parents
-        fixed = self.counter.units(reopen)
-        while prefix and self.counter.units(_heading_lines(prefix)) + fixed > self.limit // 2:
+        fixed = self.context_units(reopen)
+        while prefix and self.context_units(_heading_lines(prefix)) + fixed > self.limit // 2:
             prefix = prefix[1:]
-        overhead = self.counter.units(_heading_lines(prefix)) + fixed
+        overhead = self.context_units(_heading_lines(prefix)) + fixed
         return _Chunk(parents=parents, prefix=prefix, reopen=reopen, overhead=overhead)
 
     def continuation(self, number: int, mid_line: bool = False) -> _Chunk:

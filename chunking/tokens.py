@@ -2,14 +2,22 @@
 
 Every counter has a `name` (recorded in ChunkedDocument.tokenizer), `count(text)`,
 `split(text, max_units)`, and an additive measure `units` behind `count` (see TokenCounter).
+
+A tokenizer whose tokens never cross whitespace (BERT's WordPiece, and MiniLM's) is additive:
+the tokens of a text are those of its words (the runs between spaces, tabs and newlines), each
+tokenized alone. Its counter adds up the tokens of the words, and remembers those of the short
+words it has seen, so a word that comes back is not tokenized again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from dataclasses import dataclass
+from bisect import bisect_left
+from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import accumulate, chain, pairwise
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,6 +41,11 @@ _CJK = (
 _WORD = re.compile(f"[{_CJK}]|[^\\s{_CJK}]{{1,16}}")
 _ANY_CJK = re.compile(f"[{_CJK}]")
 _RUN = re.compile(r"\S{1,16}")  # the same words when the text has no CJK character (faster)
+# Tokenizers whose tokens never cross whitespace, with a per-character normaliser.
+_LOCAL_NORMALIZERS = frozenset({None, "BertNormalizer"})
+_LOCAL_PRE_TOKENIZERS = frozenset({"BertPreTokenizer", "WhitespaceSplit"})
+_MAX_WORDS = 1 << 16  # distinct words an HFCounter remembers before it starts over
+_MAX_WORD_CHARS = 64  # longer words are tokenized each time (they seldom come back)
 
 
 class TokenCounter(Protocol):
@@ -48,6 +61,10 @@ class TokenCounter(Protocol):
 
     def units(self, text: str) -> int:
         """The additive measure of `text` (words for the heuristic, tokens for tokenizers)."""
+
+    def line_units(self, lines: list[str]) -> list[int]:
+        """`units` of each line (for an additive counter, of any range of lines joined by
+        newlines, by adding them up)."""
 
     def tokens(self, units: int) -> int:
         """Tokens of a text that measures `units`."""
@@ -77,6 +94,10 @@ class HeuristicCounter:
         if _ANY_CJK.search(text) is None:
             return len(_RUN.findall(text))
         return len(_WORD.findall(text))
+
+    def line_units(self, lines: list[str]) -> list[int]:
+        """Words of each line."""
+        return [self.units(line) for line in lines]
 
     def tokens(self, units: int) -> int:
         """ceil(1.3 x words), in integer arithmetic."""
@@ -112,11 +133,49 @@ class HFCounter:
 
     name: str
     tokenizer: Any  # tokenizers.Tokenizer with truncation and padding off
-    additive: bool = False  # WordPiece is additive over lines, byte-level BPE is not
+    additive: bool = False  # see splits_at_whitespace: WordPiece is, byte-level BPE is not
+    # Additive only: the token start offsets of the short words tokenized so far.
+    known: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False, compare=False)
 
     def units(self, text: str) -> int:
         """Number of tokens the model would see for `text` (no [CLS]/[SEP])."""
-        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        if not self.additive:
+            return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        return sum(map(len, self.word_starts(_words(text))))
+
+    def line_units(self, lines: list[str]) -> list[int]:
+        """Tokens of each line, the new words of all lines tokenized together."""
+        if not self.additive:
+            return [self.units(line) for line in lines]
+        split = [line.replace("\t", " ").split(" ") for line in lines]  # _words of each line
+        starts = self.word_starts(list(chain.from_iterable(split)))
+        totals = list(accumulate(map(len, starts), initial=0))
+        ends = accumulate(map(len, split), initial=0)
+        return [totals[end] - totals[begin] for begin, end in pairwise(ends)]
+
+    def word_starts(self, words: list[str]) -> list[tuple[int, ...]]:
+        """Token start offsets of each whitespace-free word (additive tokenizers). Words not
+        seen before are tokenized together in one call; short ones are remembered."""
+        known = self.known
+        if len(known) > _MAX_WORDS:
+            known.clear()
+        new = [word for word in dict.fromkeys(words) if word not in known]
+        if not new:
+            return [known[word] for word in words]
+        fresh = dict(zip(new, self._tokenize_words(new), strict=True))
+        known.update(item for item in fresh.items() if len(item[0]) <= _MAX_WORD_CHARS)
+        return [fresh[word] if word in fresh else known[word] for word in words]
+
+    def _tokenize_words(self, words: list[str]) -> list[tuple[int, ...]]:
+        """Token start offsets of each word, from one call on the words joined by newlines."""
+        encoding = self.tokenizer.encode("\n".join(words), add_special_tokens=False)
+        starts = [start for start, _ in encoding.offsets]
+        out, offset, first = [], 0, 0
+        for word in words:  # no token starts at a joining newline
+            stop = bisect_left(starts, offset + len(word), first)
+            out.append(tuple(map(offset.__rsub__, starts[first:stop])))
+            offset, first = offset + len(word) + 1, stop
+        return out
 
     def tokens(self, units: int) -> int:
         """Units are tokens."""
@@ -145,7 +204,20 @@ class HFCounter:
 
     def starts(self, text: str) -> list[int]:
         """Start offsets of the tokens of `text`."""
-        return [start for start, _ in self.tokenizer.encode(text, add_special_tokens=False).offsets]
+        if not self.additive:
+            encoding = self.tokenizer.encode(text, add_special_tokens=False)
+            return [start for start, _ in encoding.offsets]
+        words = _words(text)
+        out, offset = [], 0
+        for word, starts in zip(words, self.word_starts(words), strict=True):
+            out.extend(map(offset.__add__, starts))
+            offset += len(word) + 1
+        return out
+
+
+def _words(text: str) -> list[str]:
+    """`text` split at every space, tab and newline (so empty strings between two of them)."""
+    return text.replace("\t", " ").replace("\n", " ").split(" ")
 
 
 @lru_cache(maxsize=8)
@@ -175,7 +247,27 @@ def _hf_counter(spec: str, label: str) -> HFCounter:
         raise ValueError(f"cannot load tokenizer {spec!r}: {exc}") from None
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    digest = hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()[:12]
+    config = tokenizer.to_str()
+    digest = hashlib.sha256(config.encode("utf-8")).hexdigest()[:12]
     return HFCounter(
-        name=f"hf:{label}@{digest}/tokenizers-{tokenizers.__version__}", tokenizer=tokenizer
+        name=f"hf:{label}@{digest}/tokenizers-{tokenizers.__version__}",
+        tokenizer=tokenizer,
+        additive=splits_at_whitespace(json.loads(config)),
+    )
+
+
+def splits_at_whitespace(config: dict[str, Any]) -> bool:
+    """Whether a tokenizer (its tokenizer.json) never makes a token across or out of a space,
+    tab or newline: a BERT normaliser (per character) or none, a pre-tokenizer that splits at
+    whitespace, and added tokens that hold no whitespace and strip none."""
+    normalizer = (config.get("normalizer") or {}).get("type")
+    pre_tokenizer = (config.get("pre_tokenizer") or {}).get("type")
+    added = config.get("added_tokens") or ()
+    return (
+        normalizer in _LOCAL_NORMALIZERS
+        and pre_tokenizer in _LOCAL_PRE_TOKENIZERS
+        and not any(
+            token.get("lstrip") or token.get("rstrip") or any(c.isspace() for c in token["content"])
+            for token in added
+        )
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from chunking import chunk_source, strategy_key
@@ -9,6 +11,7 @@ from chunking.blocks import unclosed_fences
 from chunking.tokens import get_counter
 
 COUNT = get_counter("heuristic").count
+FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
 
 
 def words(tokens: int, word: str = "lorem") -> str:
@@ -209,3 +212,20 @@ def test_options_are_validated():
         chunk_source("# T\n", max_tokens="many")
     with pytest.raises(ValueError, match="min_tokens"):
         chunk_source("# T\n", min_tokens=600)
+
+
+@pytest.mark.parametrize("sizes", [(150, 250), (20, 40)])
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.md")))
+def test_minilm_token_counts_are_what_the_tokenizer_says(name, sizes):
+    # Counts add up from lines and words; each must equal one tokenizer call on the chunk text.
+    low, high = sizes
+    document = chunk_source(
+        (FIXTURES / name).read_bytes(),
+        tokenizer="minilm",
+        min_tokens=low,
+        max_tokens=high,
+        keep_short_tail=True,
+    )
+    tokenizer = get_counter("minilm").tokenizer
+    for chunk in document.chunks:
+        assert chunk.token_count == len(tokenizer.encode(chunk.text, add_special_tokens=False).ids)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chunking.tokens import get_counter
+from chunking.tokens import get_counter, splits_at_whitespace
 
 
 def test_heuristic_is_ceil_of_words_times_1_3():
@@ -62,3 +62,71 @@ def test_minilm_counter_uses_the_embedded_models_tokenizer():
 def test_unknown_tokenizer_is_a_clear_error():
     with pytest.raises(ValueError, match="cannot load tokenizer"):
         get_counter("/no/such/tokenizer-dir")
+
+
+# Text where a count taken from pieces could drift from tokenizing the whole: CJK (Han split
+# per character, kana not), emoji with modifiers and joiners, combining accents (stripped by
+# MiniLM's normaliser), code, words over WordPiece's 100-character limit, URLs, the model's own
+# special tokens, control and non-ASCII space characters.
+TRICKY = [
+    "本指南介绍如何安装软件包，并为生产环境进行配置。",
+    "このDockerイメージは、Uvicornが停止したワーカーの管理をサポートしていなかった",
+    "설치 프로그램을 실행하세요 (Windows용)",
+    "emoji 🎉👍🏽 family 👨\u200d👩\u200d👧 flag 🇯🇵 keycap 1\ufe0f\u20e3",
+    "cafe\u0301 na\u00efve \u00c5ngstr\u00f6m \u0301leading-mark İstanbul ǅemal",
+    "def f(x: int) -> dict[str, int]:\n\treturn {'a': x**2}  # ← comment",
+    "x" * 99 + " " + "y" * 100 + " " + "z" * 101 + " " + "é" * 120,
+    "https://fastapi.tiangolo.com/tutorial/first-steps/?q=1&v=2#anchor-x",
+    "[CLS] a[MASK]b [SEP][PAD] [UNK]",
+    "control\x0bchars\x1fhere non\u00a0breaking ideo\u3000space zero\u200bwidth \ufffd",
+    "  leading and trailing \t ",
+    "",
+    "\n\n\t\n",
+]
+
+
+def minilm_direct(text: str) -> list[int]:
+    """Token start offsets from one call of the model's own tokenizer on `text`."""
+    encoding = get_counter("minilm").tokenizer.encode(text, add_special_tokens=False)
+    return [start for start, _ in encoding.offsets]
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_minilm_counts_from_words_equal_the_tokenizer(text):
+    counter = get_counter("minilm")
+    assert counter.additive
+    assert counter.count(text) == len(minilm_direct(text))
+    assert counter.starts(text) == minilm_direct(text)
+
+
+def test_minilm_ranges_cut_at_whitespace_count_what_the_tokenizer_says():
+    counter = get_counter("minilm")
+    text = "\n".join(TRICKY)
+    starts = counter.starts(text)
+    gaps = [0, *(i for i, c in enumerate(text) if c in " \t\n"), len(text)]
+    for a in gaps[::3]:
+        for b in gaps[::5]:
+            if a <= b:
+                inside = sum(a <= start < b for start in starts)
+                assert inside == len(minilm_direct(text[a:b])), (a, b)
+
+
+def test_minilm_line_units_add_up_to_any_range_of_lines():
+    counter = get_counter("minilm")
+    lines = "\n".join(TRICKY).split("\n")
+    units = counter.line_units(lines)
+    for first in range(len(lines)):
+        for last in range(first, len(lines)):
+            joined = "\n".join(lines[first : last + 1])
+            assert sum(units[first : last + 1]) == len(minilm_direct(joined))
+
+
+def test_only_tokenizers_that_split_at_whitespace_are_additive():
+    bert = {"normalizer": {"type": "BertNormalizer"}, "pre_tokenizer": {"type": "BertPreTokenizer"}}
+    assert splits_at_whitespace(bert)
+    assert not splits_at_whitespace({**bert, "pre_tokenizer": {"type": "ByteLevel"}})
+    assert not splits_at_whitespace({**bert, "normalizer": {"type": "Sequence"}})
+    mask = {"content": "<mask>", "lstrip": True, "rstrip": False}
+    assert not splits_at_whitespace({**bert, "added_tokens": [mask]})
+    spaced = {"content": "New York", "lstrip": False, "rstrip": False}
+    assert not splits_at_whitespace({**bert, "added_tokens": [spaced]})
