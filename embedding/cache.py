@@ -27,7 +27,7 @@ from typing import Any
 import fsspec
 import numpy as np
 
-from embedding.files import write_atomically
+from embedding.files import read_existing, write_atomically
 
 FORMAT = "mdindex-embedding-cache/1"
 _VECTOR = np.dtype("<f4")
@@ -100,7 +100,7 @@ class EmbeddingCache:
 
         fsspec's `cat` of a list runs the requests concurrently on object storage."""
         metadata_paths = [self._metadata_path(key) for key in keys]
-        blobs = self._cat(metadata_paths)
+        blobs = read_existing(self.fs, metadata_paths)
         metadata = [
             _parse_metadata(blobs.get(path), key, dim)
             for path, key in zip(metadata_paths, keys, strict=True)
@@ -109,7 +109,7 @@ class EmbeddingCache:
             [self._chunk_path(key, i) for i in range(len(meta.text_hashes))] if meta else []
             for key, meta in zip(keys, metadata, strict=True)
         ]
-        vector_blobs = self._cat([path for paths in vector_paths for path in paths])
+        vector_blobs = read_existing(self.fs, [path for paths in vector_paths for path in paths])
         entries: list[CacheEntry | None] = []
         for key, meta, paths in zip(keys, metadata, vector_paths, strict=True):
             vectors = None
@@ -149,17 +149,6 @@ class EmbeddingCache:
             metadata[self._metadata_path(entry.key)] = _metadata_bytes(entry, rows)
         write_atomically(self.fs, vectors, in_place=True)  # metadata's digest vouches for them
         write_atomically(self.fs, metadata)
-
-    def _cat(self, paths: list[str]) -> dict[str, bytes]:
-        """Contents of the readable files among `paths` (unreadable ones are left out)."""
-        if not paths:
-            return {}
-        found = self.fs.cat(paths, on_error="return")
-        return {
-            self.fs._strip_protocol(path): data
-            for path, data in found.items()
-            if isinstance(data, bytes)
-        }
 
 
 def _metadata_bytes(entry: CacheEntry, rows: np.ndarray) -> bytes:

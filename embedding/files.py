@@ -1,4 +1,5 @@
-"""Whole-file writes that no reader can see half done, on any fsspec filesystem."""
+"""Whole-file writes that no reader can see half done, and batched reads, on any fsspec
+filesystem."""
 
 from __future__ import annotations
 
@@ -26,9 +27,20 @@ def write_atomically(
         return
     for folder in {os.path.dirname(path) for path in files}:  # each folder once, not per file
         os.makedirs(folder, exist_ok=True)
-    write = _write_local if in_place else _replace_local
+    if in_place:
+        for path, data in files.items():
+            _write_local(path, data)
+        return
+    new_mode = 0o666 & ~_umask()  # what open() gives a new file
     for path, data in files.items():
-        write(path, data)
+        _replace_local(path, data, new_mode)
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _write_local(path: str, data: bytes) -> None:
@@ -37,11 +49,17 @@ def _write_local(path: str, data: bytes) -> None:
         out.write(data)
 
 
-def _replace_local(path: str, data: bytes) -> None:
+def _replace_local(path: str, data: bytes, new_mode: int) -> None:
     """Write `data` to a temporary file beside `path` (whose folder exists), then rename it over
-    `path`."""
+    `path`. The file gets the mode `open()` would give it: a file that existed keeps its mode,
+    a new one `new_mode` (mkstemp's own 0600 would hide it from a web server)."""
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        mode = new_mode
     handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
     try:
+        os.fchmod(handle, mode)
         with os.fdopen(handle, "wb") as out:
             out.write(data)
         os.replace(temporary, path)
@@ -49,3 +67,25 @@ def _replace_local(path: str, data: bytes) -> None:
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
+
+
+def read_existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, bytes]:
+    """The contents of those of `paths` that can be read (the others are left out), keyed by the
+    filesystem's own path. One concurrent `cat` on object stores; plain `open` on local disk,
+    where fsspec's per-file layers cost more than the read (a miss: ~80 us against ~15 us)."""
+    if not paths:
+        return {}
+    if isinstance(fs, LocalFileSystem):
+        found = {}
+        for path in paths:
+            try:
+                with open(fs._strip_protocol(path), "rb") as handle:
+                    found[fs._strip_protocol(path)] = handle.read()
+            except OSError:
+                continue
+        return found
+    return {
+        fs._strip_protocol(path): data
+        for path, data in fs.cat(paths, on_error="return").items()
+        if isinstance(data, bytes)
+    }

@@ -19,11 +19,18 @@ TASK_RETRIES = 3
 # defaults are unbounded; a bound turns a crash loop into a failed job (exit 1) instead of a hang.
 ACTOR_RESTARTS = 3
 ACTOR_TASK_RETRIES = 3
-MAX_AUTO_THREADS = 4  # torch threads per CPU actor when the pool sizes itself
 # CPU actors share the cores with chunk tasks; OpenMP's default spin-waiting then makes torch's
 # threads thrash (measured: the stand-in model 2.7x slower beside two busy processes). Passive
 # waiting costs nothing measurable on an idle machine.
 CPU_ACTOR_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+# Torch threads per CPU actor when the pool sizes itself: one below 8 CPUs, else two. Much of an
+# actor's time is single-threaded (tokenizing, cache I/O, Arrow), so several one-thread actors
+# beat one actor with many threads (measured on 2 CPUs: 2x1 over 1x2 with the stand-in model).
+def auto_threads(cpus: float) -> int:
+    """Torch threads per actor of a self-sized CPU pool."""
+    return 1 if cpus < 8 else 2
 
 
 @dataclass(frozen=True)
@@ -40,8 +47,8 @@ class EmbedPool:
 def embed_pool(resources: EmbedResources, cpus: float) -> EmbedPool:
     """The pool the config asks for; `actors`/`num_cpus` left null are sized to the machine.
 
-    GPU pools default to one actor with one CPU. A CPU pool runs up to `MAX_AUTO_THREADS` torch
-    threads per actor and as many actors as `cpus` holds (2 CPUs: one actor with 2 threads). Its
+    GPU pools default to one actor with one CPU. A CPU pool runs `auto_threads` torch threads per
+    actor and as many actors as `cpus` holds (2 CPUs: two actors with one thread each). Its
     actors reserve no logical CPU, so chunk tasks run on every CPU while there is chunking to do
     (then the two share the cores), and the actors' threads have the whole machine after."""
     if resources.num_gpus > 0:
@@ -54,7 +61,7 @@ def embed_pool(resources: EmbedResources, cpus: float) -> EmbedPool:
         threads = _threads(resources.num_cpus)
         actors = resources.actors or max(1, int(cpus // threads))
         return EmbedPool(actors, resources.max_actors, resources.num_cpus, 0.0, threads)
-    threads = max(1, min(MAX_AUTO_THREADS, int(cpus)))
+    threads = auto_threads(cpus)
     actors = resources.actors or max(1, int(cpus // threads))
     return EmbedPool(actors, resources.max_actors, 0.0, 0.0, threads)
 

@@ -146,11 +146,12 @@ class Storage:
         its folder resolves outside the root."""
         self.write_many({relpath: data})
 
-    def write_many(self, files: dict[str, bytes]) -> None:
+    def write_many(self, files: dict[str, bytes], *, in_place: bool = False) -> None:
         """`write_bytes` for many files in one call (concurrent PUTs on object stores); every
-        path is checked before anything is written."""
+        path is checked before anything is written. `in_place`: local files are written
+        directly, without a temporary file and rename (for new files nothing refers to yet)."""
         confined = {self._confined(relpath, "write"): data for relpath, data in files.items()}
-        write_atomically(self.filesystem(), confined)
+        write_atomically(self.filesystem(), confined, in_place=in_place)
 
     def write_if_changed(self, relpath: str, data: bytes) -> bool:
         """Write only when the stored bytes differ; True when something was written."""

@@ -42,9 +42,9 @@ def test_progress_line_names_every_counter_and_an_eta():
 
 def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_stay_explicit():
     two = embed_pool(EmbedResources(), 2)
-    assert (two.actors, two.threads, two.num_cpus, two.num_gpus) == (1, 2, 0.0, 0.0)
+    assert (two.actors, two.threads, two.num_cpus, two.num_gpus) == (2, 1, 0.0, 0.0)
     sixteen = embed_pool(EmbedResources(), 16)
-    assert (sixteen.actors, sixteen.threads, sixteen.num_cpus) == (4, 4, 0.0)
+    assert (sixteen.actors, sixteen.threads, sixteen.num_cpus) == (8, 2, 0.0)
     explicit = embed_pool(EmbedResources(actors=2, num_cpus=0.5), 16)
     assert (explicit.actors, explicit.threads, explicit.num_cpus) == (2, 1, 0.5)
     gpu = embed_pool(EmbedResources(num_gpus=1, max_actors=4), 64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
@@ -47,6 +48,21 @@ def test_a_failed_local_write_keeps_the_old_file_and_no_temporary(tmp_path):
         store.write_bytes("a/x.json", "text, not bytes")  # fails after the temporary file exists
     assert (tmp_path / "a" / "x.json").read_bytes() == b"old"
     assert os.listdir(tmp_path / "a") == ["x.json"]
+
+
+def test_local_writes_take_the_umask_and_keep_an_existing_files_mode(tmp_path):
+    store = Storage(str(tmp_path))
+    mask = os.umask(0o027)
+    try:
+        store.write_bytes("a/new.json", b"{}")
+        store.write_many({f"a/many-{i}.md": b"x" for i in range(3)}, in_place=True)
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(os.stat(tmp_path / "a" / "new.json").st_mode) == 0o640
+    assert stat.S_IMODE(os.stat(tmp_path / "a" / "many-0.md").st_mode) == 0o640
+    os.chmod(tmp_path / "a" / "new.json", 0o604)
+    store.write_bytes("a/new.json", b"[]")
+    assert stat.S_IMODE(os.stat(tmp_path / "a" / "new.json").st_mode) == 0o604
 
 
 def test_file_uri_storage(tmp_path):

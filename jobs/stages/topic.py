@@ -29,7 +29,15 @@ from indexing import (
     parse_keywords,
     stale_files,
 )
-from indexing.paths import CHUNKS_DIR, INDEX, TOPIC_SPEC, chunk_href, in_topic, source_stem
+from indexing.paths import (
+    CHUNKS_DIR,
+    INDEX,
+    TOPIC_SPEC,
+    chunk_href,
+    in_topic,
+    is_chunk_file,
+    source_stem,
+)
 from jobs.previous import (
     Expected,
     PreviousTables,
@@ -112,15 +120,18 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     }
     existing = context.output.list_files(in_topic(topic, CHUNKS_DIR))
     kept = _carried_chunk_files(topic, carried) & set(existing)
+    writes = {
+        path: data
+        for path, data in output.files.items()
+        if path not in kept and path != index_path and not (path == spec_path and spec_is_link)
+    }
+    # A chunk file under a new name is seen by no reader until index.json names it: written in
+    # place (half the directory operations of a temporary file and rename).
+    fresh = {path for path in writes if is_chunk_file(path)} - set(existing)
+    context.output.write_many({path: writes[path] for path in fresh}, in_place=True)
     context.output.write_many(
         {
-            **{
-                path: data
-                for path, data in output.files.items()
-                if path not in kept
-                and path != index_path
-                and not (path == spec_path and spec_is_link)
-            },
+            **{path: data for path, data in writes.items() if path not in fresh},
             **{path: _parquet(table) for path, table in tables.items()},
         }
     )
