@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from embedding.cache import CacheEntry, CacheKey, EmbeddingCache, text_hashes
-from embedding.embedder import Embedder
+
+if TYPE_CHECKING:  # only for annotations: this module works without importing torch
+    from embedding.embedder import Embedder
 
 
 @dataclass(frozen=True)

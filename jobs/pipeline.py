@@ -24,7 +24,16 @@ from chunking import strategy_key
 from jobs.config import JobConfig
 from jobs.finish import finish, index_settings
 from jobs.manifest import MANIFEST_PATH, REPORT_PATH, Manifest
-from jobs.plan import KEEP, REBUILD, RELINK, Plan, keep_directory, make_plan, settings_digest
+from jobs.plan import (
+    KEEP,
+    REBUILD,
+    RELINK,
+    Plan,
+    TopicPlan,
+    keep_directory,
+    make_plan,
+    settings_digest,
+)
 from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
 from jobs.records import QUESTIONS, SOURCE, TOPIC, new_row, to_table
@@ -211,7 +220,7 @@ def build_topics(
 
 
 def work_rows(
-    topics: list,
+    topics: list[TopicPlan],
     plan: Plan,
     previous: Manifest,
     sizes: dict[str, int],

@@ -42,10 +42,9 @@ ROW_SCHEMA = pa.schema(
 
 
 def new_row(topic: str, kind: str, path: str, **values: Any) -> dict[str, Any]:
-    """A pipeline row with every column present (unset ones null)."""
-    row = dict.fromkeys(ROW_SCHEMA.names)
-    row.update(topic=topic, kind=kind, path=path, **values)
-    return row
+    """A pipeline row as the driver makes it: only the columns it sets (`to_table` fills the
+    others with null, so the driver keeps a few keys per source, not every column)."""
+    return {"topic": topic, "kind": kind, "path": path, **values}
 
 
 def to_table(rows: list[dict[str, Any]]) -> pa.Table:

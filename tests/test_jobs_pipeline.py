@@ -18,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import ray
 
 from chunking import chunk_source, strategy_key
 from indexing import (
@@ -47,16 +46,7 @@ BROKEN = f"{GOLDEN}/broken-encoding.md"
 LOW_THRESHOLD = "prompts.threshold=0.3"  # MiniLM similarities of the fixture's questions
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_instance():
-    """One local Ray instance shared by every build of this module (an already running one is
-    reused and left running)."""
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    if started:
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_session")  # one local Ray for every build here
 
 
 def build(*args: str) -> int:

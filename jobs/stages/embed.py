@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from embedding import DocRequest, EmbeddingCache, embed_with_cache, load_embedder
+from embedding import DocRequest, EmbeddingCache, embed_with_cache
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, to_table, vectors_to_bytes
 from jobs.stats import EmbedStats, RunStats
@@ -41,6 +41,9 @@ class EmbedActor:
     """A callable class for `map_batches(..., compute=ActorPoolStrategy(...))`."""
 
     def __init__(self, settings: EmbedSettings):
+        # Imported here, in the actor: the driver never loads torch.
+        from embedding import load_embedder
+
         self.embedder = load_embedder(settings.model, **settings.options)
         self.cache = (
             EmbeddingCache(settings.cache_uri, settings.storage_options)
