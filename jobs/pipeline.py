@@ -294,7 +294,9 @@ def topic_summaries(
     Stages: read and chunk (CPU tasks, batches packed by size), embed (actor pool), then each
     topic built and written as soon as all its rows are embedded (`jobs.reduce`)."""
     resources = config.resources
-    pool = embed_pool(resources.embed, cpus)
+    target = batch_bytes(config, sum(row["size"] for row in rows), cpus)
+    batches = [to_table(batch) for batch in pack_batches(rows, target)]
+    pool = embed_pool(resources.embed, cpus, len(batches))
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
     chunk_settings = ChunkSettings(
         strategy=config.chunking.strategy,
@@ -324,9 +326,8 @@ def topic_summaries(
         expected=expected,
         collector=collector,
     )
-    target = batch_bytes(config, sum(row["size"] for row in rows), cpus)
     dataset = (
-        ray.data.from_arrow([to_table(batch) for batch in pack_batches(rows, target)])
+        ray.data.from_arrow(batches)
         .map_batches(
             read_and_chunk,
             batch_format="pyarrow",

@@ -44,11 +44,12 @@ class EmbedPool:
     threads: int
 
 
-def embed_pool(resources: EmbedResources, cpus: float) -> EmbedPool:
+def embed_pool(resources: EmbedResources, cpus: float, batches: int) -> EmbedPool:
     """The pool the config asks for; `actors`/`num_cpus` left null are sized to the machine.
 
     GPU pools default to one actor with one CPU. A CPU pool runs `auto_threads` torch threads per
-    actor and as many actors as `cpus` holds (2 CPUs: two actors with one thread each). Its
+    actor and as many actors as `cpus` holds, but no more than there are `batches` (2 CPUs: two
+    actors with one thread each). Its
     actors reserve no logical CPU, so chunk tasks run on every CPU while there is chunking to do
     (then the two share the cores), and the actors' threads have the whole machine after."""
     if resources.num_gpus > 0:
@@ -62,7 +63,7 @@ def embed_pool(resources: EmbedResources, cpus: float) -> EmbedPool:
         actors = resources.actors or max(1, int(cpus // threads))
         return EmbedPool(actors, resources.max_actors, resources.num_cpus, 0.0, threads)
     threads = auto_threads(cpus)
-    actors = resources.actors or max(1, int(cpus // threads))
+    actors = resources.actors or max(1, min(batches, int(cpus // threads)))
     return EmbedPool(actors, resources.max_actors, 0.0, 0.0, threads)
 
 

@@ -41,13 +41,14 @@ def test_progress_line_names_every_counter_and_an_eta():
 
 
 def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_stay_explicit():
-    two = embed_pool(EmbedResources(), 2)
+    two = embed_pool(EmbedResources(), 2, batches=8)
     assert (two.actors, two.threads, two.num_cpus, two.num_gpus) == (2, 1, 0.0, 0.0)
-    sixteen = embed_pool(EmbedResources(), 16)
+    sixteen = embed_pool(EmbedResources(), 16, batches=64)
     assert (sixteen.actors, sixteen.threads, sixteen.num_cpus) == (8, 2, 0.0)
-    explicit = embed_pool(EmbedResources(actors=2, num_cpus=0.5), 16)
+    assert embed_pool(EmbedResources(), 16, batches=3).actors == 3  # no idle actor loading a model
+    explicit = embed_pool(EmbedResources(actors=2, num_cpus=0.5), 16, batches=1)
     assert (explicit.actors, explicit.threads, explicit.num_cpus) == (2, 1, 0.5)
-    gpu = embed_pool(EmbedResources(num_gpus=1, max_actors=4), 64)
+    gpu = embed_pool(EmbedResources(num_gpus=1, max_actors=4), 64, batches=1)
     assert (gpu.actors, gpu.max_actors, gpu.num_cpus, gpu.num_gpus) == (1, 4, 1.0, 1)
 
 
