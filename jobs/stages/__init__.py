@@ -1,1 +1,1 @@
-"""The Ray Data stages of the build: carry, read, chunk, embed (actor pool), per-topic reduce."""
+"""The stages of the build: read and chunk (CPU tasks), embed (actor pool), per-topic reduce."""
