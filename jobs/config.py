@@ -28,6 +28,15 @@ POOLINGS = ("mean", "cls")
 FAILURE_POLICIES = ("continue", "abort")
 
 
+# Keys earlier versions accepted, with what replaced them (named in the unknown-key error).
+RETIRED_KEYS = {
+    "resources.chunk.batch_size": "replaced by resources.chunk.batch_mb: batches go by size",
+    "resources.embed.mix_documents": (
+        "removed: chunks of many documents always share fixed-shape micro-batches"
+    ),
+}
+
+
 class ConfigError(ValueError):
     """A configuration that cannot run; the message names the offending key by its dotted path."""
 
@@ -211,7 +220,8 @@ def _build(cls: type, raw: Any, path: str) -> Any:
     for key in raw:
         if key not in fields:
             where = f"{path}.{key}" if path else str(key)
-            raise ConfigError(f"{where}: unknown key; expected one of: {', '.join(fields)}")
+            hint = f" ({RETIRED_KEYS[where]})" if where in RETIRED_KEYS else ""
+            raise ConfigError(f"{where}: unknown key{hint}; expected one of: {', '.join(fields)}")
     values = {}
     for name, value in raw.items():
         where = f"{path}.{name}" if path else name

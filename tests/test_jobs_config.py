@@ -90,7 +90,11 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"resources": {"chunk": {"batch_mb": "big"}}}, "resources.chunk.batch_mb: expected a num"),
         (
             {"resources": {"embed": {"mix_documents": True}}},
-            "resources.embed.mix_documents: unknown",
+            "resources.embed.mix_documents: unknown key (removed: chunks of many documents",
+        ),
+        (
+            {"resources": {"chunk": {"batch_size": 8}}},
+            "resources.chunk.batch_size: unknown key (replaced by resources.chunk.batch_mb",
         ),
         ({"embedding": {"dtype": "int8"}}, "embedding.dtype: 'int8' is not one of"),
         ({"embedding": {"device": "tpu"}}, "embedding.device: 'tpu' is not one of"),
