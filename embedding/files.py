@@ -77,10 +77,10 @@ def read_existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, 
         return {}
     if isinstance(fs, LocalFileSystem):
         found = {}
-        for path in paths:
+        for path in map(fs._strip_protocol, paths):
             try:
-                with open(fs._strip_protocol(path), "rb") as handle:
-                    found[fs._strip_protocol(path)] = handle.read()
+                with open(path, "rb") as handle:
+                    found[path] = handle.read()
             except OSError:
                 continue
         return found

@@ -1,8 +1,9 @@
 """Stage 3: the per-topic reduce. Build one topic's index with `indexing.build_topic` from its
 rows and the unchanged sources it carries from the previous tables (sorted, so arrival order never
 matters; a failed source keeps its rows of the previous tables, its index entry and its chunk
-files) and write its outputs, each file atomically: chunk files, topic-spec.md and table shards
-first, then index.json, then delete the chunk files the new index no longer refers to. Returns one
+files) and write its outputs: chunk files, topic-spec.md and table shards first (each atomically,
+except chunk files under new names, which no index.json names yet), then index.json, then delete
+the chunk files the new index no longer refers to. Returns one
 small summary per topic for the driver."""
 
 from __future__ import annotations
