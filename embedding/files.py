@@ -3,6 +3,7 @@ filesystem."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 
@@ -69,6 +70,18 @@ def _replace_local(path: str, data: bytes, new_mode: int) -> None:
         raise
 
 
+def cat_many(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, bytes | Exception]:
+    """fsspec's concurrent `cat` of `paths`, an exception in place of each file that cannot be
+    read. On s3fs each object is one GET: its default multi-part download first sends a HEAD per
+    object (plus a LIST when it is missing), which tripled a cold build's requests."""
+    options = {"max_concurrency": 1} if _takes_max_concurrency(fs) else {}
+    return fs.cat(paths, on_error="return", **options)
+
+
+def _takes_max_concurrency(fs: fsspec.AbstractFileSystem) -> bool:
+    return "max_concurrency" in inspect.signature(fs._cat_file).parameters
+
+
 def read_existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, bytes]:
     """The contents of those of `paths` that can be read (the others are left out), keyed by the
     filesystem's own path. One concurrent `cat` on object stores; plain `open` on local disk,
@@ -86,6 +99,6 @@ def read_existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, 
         return found
     return {
         fs._strip_protocol(path): data
-        for path, data in fs.cat(paths, on_error="return").items()
+        for path, data in cat_many(fs, paths).items()
         if isinstance(data, bytes)
     }

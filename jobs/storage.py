@@ -24,7 +24,7 @@ from typing import Any
 import fsspec
 from fsspec.core import split_protocol
 
-from embedding.files import write_atomically
+from embedding.files import cat_many, write_atomically
 
 LOCAL_PROTOCOLS = ("file", "local")
 NOT_FOLLOWED = "symbolic link, not followed (sources.follow_symlinks is false)"
@@ -138,7 +138,7 @@ class Storage:
             return {p: _attempt(self.read_bytes, p) for p in relpaths}
         fs = self.filesystem()
         full = {self.full_path(p): p for p in relpaths}
-        found = fs.cat(list(full), on_error="return")
+        found = cat_many(fs, list(full))
         return {full[key]: value for key, value in found.items()}
 
     def write_bytes(self, relpath: str, data: bytes) -> None:
