@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
-from chunking.blocks import FENCE_BODY, LITERAL_KINDS
+from chunking.blocks import FENCE_BODY, FENCE_MARK, LITERAL_KINDS
+
+_FENCED = frozenset((FENCE_MARK, FENCE_BODY))
 
 
 def canonical_chunk_text(text: str, line_kinds: bytes) -> str:
@@ -25,10 +27,15 @@ def canonical_chunk_text(text: str, line_kinds: bytes) -> str:
     )
 
 
-def is_code(line_kinds: bytes) -> bool:
-    """Seed 000 section 5: more than half of the chunk's lines are inside fenced code blocks.
+def is_code(text: str, line_kinds: bytes) -> bool:
+    """Seed 000 section 5: more than half of the chunk's non-blank lines belong to fenced blocks.
 
-    Every line of the chunk counts, blank ones too; the ``` fence lines count as lines but not
-    as code (one fenced block of n lines is n / (n + 2) code).
+    A fenced block's lines are its ``` delimiter lines and the lines between them; blank lines
+    count in neither total, so a heading plus one fenced block is code.
     """
-    return line_kinds.count(FENCE_BODY) * 2 > len(line_kinds)
+    code = total = 0
+    for line, kind in zip(text.split("\n"), line_kinds, strict=True):
+        if line.strip():
+            total += 1
+            code += kind in _FENCED
+    return code * 2 > total

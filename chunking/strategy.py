@@ -161,7 +161,7 @@ class Strategy:
             kinds = (
                 draft.line_kinds if draft.line_kinds is not None else text_line_kinds(draft.text)
             )
-            code = is_code(kinds)
+            code = is_code(draft.text, kinds)
             chunks.append(
                 Chunk(
                     ordinal=ordinal,

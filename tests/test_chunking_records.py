@@ -22,26 +22,38 @@ def code_block(lines: int) -> str:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        # 3 code lines of 5 (two fence lines): 0.6 > 0.5.
-        (code_block(3), True),
-        # 2 code lines of 4: exactly half is not more than half.
-        (code_block(2), False),
-        # 4 code lines of 8 (heading, blank, two fence lines): half again.
-        ("## Example\n\n" + code_block(4), False),
-        ("## Example\n\n" + code_block(5), True),
+        # Fence delimiter lines are lines of the block: a lone block is all code.
+        (code_block(2), True),
+        (code_block(0), True),
+        # A heading plus one fenced block (issue 10 B5): 3 code lines of 4 non-blank lines.
+        ("## Example\n\n" + code_block(1), True),
+        # Blank lines count in neither total (here 3 code lines of 6 non-blank: half is not more).
+        ("One.\n\nTwo.\n\n\n\nThree.\n\n" + code_block(1), False),
+        ("One.\n\nTwo.\n\n" + code_block(1), True),
+        # Blank lines inside the block count in neither total either.
+        ("A.\nB.\nC.\n\n```\nx\n\n\n\n```", False),
         # An indented code block is not a fenced one.
         ("Intro:\n\n" + "\n".join(f"    x = {i}" for i in range(10)), False),
         ("Plain prose.\nMore prose.", False),
+        ("", False),
     ],
 )
-def test_is_code_counts_lines_inside_fences_over_all_lines(text, expected):
-    assert is_code(text_line_kinds(text)) is expected
+def test_is_code_counts_fenced_lines_over_non_blank_lines(text, expected):
+    assert is_code(text, text_line_kinds(text)) is expected
 
 
 def test_is_code_in_chunks():
     document = chunk_source("# Code\n\n" + code_block(100) + "\n\n# Prose\n\n" + "words " * 400)
     assert [chunk.is_code for chunk in document.chunks] == [True, False]
     assert [chunk.content_type for chunk in document.chunks] == ["code", "text"]
+
+
+@pytest.mark.parametrize("strategy", ["semantic", "headers", "structural", "hierarchical"])
+def test_heading_plus_one_fence_is_code_and_hierarchical_calls_it_code_example(strategy):
+    (chunk,) = chunk_document("## Example\n\n" + code_block(1) + "\n", strategy=strategy)
+    assert chunk.is_code
+    if strategy == "hierarchical":
+        assert chunk.content_type == "code_example"
 
 
 def test_canonical_text_collapses_whitespace_outside_code_and_tables():
