@@ -2,12 +2,15 @@
 
 Counts and timings come from the run's merged stage records (`jobs.stats.RunStats`).
 Timings: `wall_seconds` are the driver's clock per phase (discover, ray_start, pipeline, finish,
-total). `stages` gives per stage the seconds its workers spent, summed over all workers (stages
-overlap and run in parallel, so these add up to more than the wall time), with that stage's
-throughput per worker-second: read (bytes), chunk (sources and bytes), embed (chunks), index
-(topics built and written), finish (the driver's relinks, deletions, directory indexes and SimHash
-tables). `throughput` is per wall-clock second of the whole run, and `efficiency` is the wall time
-over the worker-seconds spread on the run's CPUs (1.0: every CPU busy all the time).
+total). `stages` gives per stage its worker-seconds, the CPU time its worker processes used in
+its calls, summed over all workers (stages overlap and run in parallel, so these add up to more
+than the wall time); its busy-seconds, the wall-clock time of those calls (which on a saturated
+machine also counts waiting for a CPU, and on a GPU waiting for the device); and its throughput per
+worker-second: read (bytes), chunk (sources and bytes), embed (chunks), index (topics built and
+written), finish (the driver's relinks, deletions, directory indexes and SimHash tables, by its
+clock). `throughput` is per wall-clock second of the whole run, and `efficiency` is the wall time
+over the worker-seconds spread on the run's CPUs (1.0: every CPU busy with stage work all the
+time; more: CPUs idle, or busy with work outside the stages, such as starting workers).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jobs.stats import RunStats
+from jobs.stats import ChunkStats, EmbedStats, IndexStats, ReadStats, RunStats
 
 
 def build_report(
@@ -32,18 +35,21 @@ def build_report(
     failures = sorted(failures, key=lambda f: (f["path"], f["code"]))
     total = wall["total"]
 
-    def stage(seconds: float, **per_second: float) -> dict[str, float | None]:
-        rates = {k: round(v / seconds, 3) if seconds > 0 else None for k, v in per_second.items()}
-        return {"worker_seconds": round(seconds, 6), **rates}
+    def stage(cpu: float, busy: float, **per_second: float) -> dict[str, float | None]:
+        rates = {k: round(v / cpu, 3) if cpu > 0 else None for k, v in per_second.items()}
+        return {"worker_seconds": round(cpu, 6), "busy_seconds": round(busy, 6), **rates}
+
+    def work(of: ReadStats | ChunkStats | EmbedStats | IndexStats) -> tuple[float, float]:
+        return of.cpu_seconds, of.seconds
 
     def per_wall(items: float) -> float | None:
         return round(items / total, 3) if total > 0 else None
 
     worker_seconds = (
-        stats.read.seconds
-        + stats.chunk.seconds
-        + stats.embed.seconds
-        + stats.index.seconds
+        stats.read.cpu_seconds
+        + stats.chunk.cpu_seconds
+        + stats.embed.cpu_seconds
+        + stats.index.cpu_seconds
         + wall["finish"]
     )
     return {
@@ -63,15 +69,15 @@ def build_report(
         "timings": {
             "wall_seconds": {k: round(v, 3) for k, v in wall.items()},
             "stages": {
-                "read": stage(stats.read.seconds, bytes_per_second=stats.read.bytes),
+                "read": stage(*work(stats.read), bytes_per_second=stats.read.bytes),
                 "chunk": stage(
-                    stats.chunk.seconds,
+                    *work(stats.chunk),
                     sources_per_second=stats.chunk.sources,
                     bytes_per_second=stats.chunk.bytes,
                 ),
-                "embed": stage(stats.embed.seconds, chunks_per_second=stats.embed.chunks),
-                "index": stage(stats.index.seconds, topics_per_second=stats.index.topics),
-                "finish": stage(wall["finish"], topics_per_second=topics["seen"]),
+                "embed": stage(*work(stats.embed), chunks_per_second=stats.embed.chunks),
+                "index": stage(*work(stats.index), topics_per_second=stats.index.topics),
+                "finish": stage(wall["finish"], wall["finish"], topics_per_second=topics["seen"]),
             },
             "throughput": {
                 "bytes_per_second": per_wall(stats.read.bytes),

@@ -3,11 +3,16 @@
 Every stage reports the record of each batch it finishes to the run's collector
 (`jobs.progress.StatsCollector`); the sum is the progress line while the job runs and the report's
 counts and timings at the end. This module is the one place that names the counters.
+
+Each stage times its own calls two ways: `seconds`, the wall-clock time inside the call, and
+`cpu_seconds`, the CPU time its worker process used meanwhile. On a busy machine the first also
+counts time spent waiting for a CPU, so throughput per worker-second uses the second.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -43,6 +48,21 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class Clock:
+    """When a stage's call started: the wall clock and this process's CPU time."""
+
+    wall: float = dataclasses.field(default_factory=time.perf_counter)
+    cpu: float = dataclasses.field(default_factory=time.process_time)
+
+    def spent(self) -> dict[str, float]:
+        """`seconds` (wall) and `cpu_seconds` (this process's CPU time) since the start."""
+        return {
+            "seconds": time.perf_counter() - self.wall,
+            "cpu_seconds": time.process_time() - self.cpu,
+        }
+
+
+@dataclass(frozen=True)
 class ReadStats(Stats):
     """Sources and qa-pairs.md files read (bytes) or failed to read."""
 
@@ -50,6 +70,7 @@ class ReadStats(Stats):
     bytes: int = 0
     failed: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +83,7 @@ class ChunkStats(Stats):
     failed: int = 0
     skipped_tail: int = 0  # sources whose final chunk the strategy skipped (seed 003)
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -77,6 +99,7 @@ class EmbedStats(Stats):
     tokens: int = 0
     padded_tokens: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +111,7 @@ class IndexStats(Stats):
     carried: int = 0
     reused: int = 0  # chunks of carried sources
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,12 @@ def test_end_to_end_report(local_output):
     for name, rate in [("read", "bytes_per_second"), ("chunk", "sources_per_second"),
                        ("embed", "chunks_per_second"), ("index", "topics_per_second")]:  # fmt: skip
         assert stages[name]["worker_seconds"] > 0 and stages[name][rate] > 0, name
+        assert stages[name]["busy_seconds"] > 0, name  # wall-clock time in the stage's calls
+        assert stages[name][rate] == pytest.approx(  # throughput per CPU-second of the workers
+            report["counters"][name][{"read": "bytes", "chunk": "sources", "embed": "chunks",
+                                      "index": "topics"}[name]] / stages[name]["worker_seconds"],
+            rel=1e-2,
+        )  # fmt: skip
     assert report["counters"]["index"]["carried"] == 0  # a first run
     assert report["counters"]["embed"]["questions"] > 0  # the qa-pairs.md questions, as queries
     assert timings["cpus"] == 2 and timings["efficiency"] > 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +21,7 @@ from indexing import parse_questions
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, to_table
 from jobs.stages.read import read_rows
-from jobs.stats import ChunkStats, RunStats
+from jobs.stats import ChunkStats, Clock, RunStats
 from jobs.storage import Storage
 
 QUESTIONS_FAILED = "QUESTIONS_FAILED"
@@ -56,7 +55,7 @@ def read_and_chunk(
 
 def chunk_rows(rows: list[dict[str, Any]], settings: ChunkSettings) -> ChunkStats:
     """Chunk every readable source row and parse every readable questions row (in place)."""
-    started = time.perf_counter()
+    clock = Clock()
     stats = ChunkStats()
     for row in rows:
         if row["error_code"] is None and row["kind"] == SOURCE:
@@ -67,7 +66,7 @@ def chunk_rows(rows: list[dict[str, Any]], settings: ChunkSettings) -> ChunkStat
             row["payload"] = None  # bytes are not needed downstream
         if row["error_code"] is not None and settings.abort_on_failure:
             raise SourceFailed(f"{row['path']}: {row['error_code']}: {row['error_message']}")
-    return dataclasses.replace(stats, seconds=time.perf_counter() - started)
+    return dataclasses.replace(stats, **clock.spent())
 
 
 def _chunk_row(row: dict[str, Any], settings: ChunkSettings) -> ChunkStats:

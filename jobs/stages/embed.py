@@ -9,7 +9,6 @@ Reads `document`, `sha256`, `previous_hash`; writes `vectors`, `dim`.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +17,7 @@ import pyarrow as pa
 from embedding import DocRequest, EmbeddingCache, embed_with_cache
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, to_table, vectors_to_bytes
-from jobs.stats import EmbedStats, RunStats
+from jobs.stats import Clock, EmbedStats, RunStats
 
 # Cache namespace (the strategy-key level of seed 000's layout) of qa-pairs.md questions, which
 # are embedded as queries and cached like chunks (seed 000 section 6: "with caching").
@@ -55,7 +54,7 @@ class EmbedActor:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Attach vectors to chunked sources and parsed questions; report the counts."""
-        started = time.perf_counter()
+        clock = Clock()
         rows = batch.to_pylist()
         work = [(row, request) for row in rows if (request := self._request(row)) is not None]
         requests = [request for _, request in work]
@@ -73,7 +72,7 @@ class EmbedActor:
                     cache_hits=len(request.texts) - result.embedded,
                     truncated=result.truncated,
                 )
-        stats += EmbedStats(seconds=time.perf_counter() - started)
+        stats += EmbedStats(**clock.spent())
         report_stats(self.collector, RunStats(embed=stats))
         return to_table(rows)
 

@@ -8,11 +8,10 @@ Reads `path`; writes `payload`, `sha256`, `error_code`, `error_message`.
 from __future__ import annotations
 
 import hashlib
-import time
 from typing import Any
 
 from jobs.records import TOPIC
-from jobs.stats import ReadStats
+from jobs.stats import Clock, ReadStats
 from jobs.storage import Storage
 
 READ_FAILED = "READ_FAILED"
@@ -20,7 +19,7 @@ READ_FAILED = "READ_FAILED"
 
 def read_rows(rows: list[dict[str, Any]], source: Storage) -> ReadStats:
     """Fill `payload` and `sha256` of every row that names a file (in place); count the bytes."""
-    started = time.perf_counter()
+    clock = Clock()
     wanted = [row for row in rows if row["kind"] != TOPIC]
     found = source.read_many([row["path"] for row in wanted])
     total = failed = 0
@@ -40,5 +39,5 @@ def read_rows(rows: list[dict[str, Any]], source: Storage) -> ReadStats:
         files=len(wanted) - failed,
         bytes=total,
         failed=failed,
-        seconds=time.perf_counter() - started,
+        **clock.spent(),
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +47,7 @@ from jobs.previous import (
 )
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
-from jobs.stats import IndexStats, RunStats
+from jobs.stats import Clock, IndexStats, RunStats
 from jobs.storage import Storage, SymlinkRefused
 
 log = logging.getLogger("mdindex.build")
@@ -73,7 +72,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     Unchanged sources named in the topic row are carried from the previous tables. When one cannot
     be (tables missing or unusable), nothing is written and the summary lists it under `recarry`,
     for the driver to run it through the pipeline."""
-    started = time.perf_counter()
+    clock = Clock()
     rows = sorted(group.to_pylist(), key=lambda r: (r["kind"], r["path"]))
     facts = json.loads(next(r for r in rows if r["kind"] == TOPIC)["payload"])
     topic = rows[0]["topic"]
@@ -148,7 +147,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
                 chunks=sum(len(s.document.chunks) for s in sources if s.document is not None),
                 carried=len(carried),
                 reused=reused,
-                seconds=time.perf_counter() - started,
+                **clock.spent(),
             )
         ),
     )
