@@ -10,6 +10,8 @@ from typing import Any
 
 from chunking.record import (
     CHUNKING_FAILED,
+    CHUNKING_TIMEOUT,
+    FRONT_MATTER_TOO_LARGE,
     INVALID_FRONT_MATTER,
     Chunk,
     ChunkedDocument,
@@ -19,6 +21,8 @@ from chunking.record import (
 
 __all__ = [
     "CHUNKING_FAILED",
+    "CHUNKING_TIMEOUT",
+    "FRONT_MATTER_TOO_LARGE",
     "INVALID_FRONT_MATTER",
     "Chunk",
     "ChunkedDocument",

@@ -13,11 +13,21 @@ from typing import Any
 
 import yaml
 
-from chunking.record import CHUNKING_FAILED, INVALID_FRONT_MATTER, ChunkingError
+from chunking.record import (
+    CHUNKING_FAILED,
+    FRONT_MATTER_TOO_LARGE,
+    INVALID_FRONT_MATTER,
+    ChunkingError,
+)
 
 _BOM = "\ufeff"
+_UTF16_BOMS = {b"\xff\xfe": "FF FE", b"\xfe\xff": "FE FF"}
 _FRONT_MATTER_OPEN = "---"
 _FRONT_MATTER_CLOSE = ("---", "...")
+# Front matter bounds: YAML aliases can make a few hundred bytes expand to gigabytes.
+MAX_FRONT_MATTER_CHARS = 65_536  # the YAML text between the markers
+MAX_FRONT_MATTER_NODES = 100_000  # scalars' characters plus one per node, aliases expanded
+MAX_FRONT_MATTER_DEPTH = 32
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,9 @@ class NormalizedDocument:
 
 def decode(data: bytes) -> str:
     """UTF-8 text of `data` without a BOM; invalid UTF-8 or a NUL byte raises CHUNKING_FAILED."""
+    utf16 = _utf16_hint(data)
+    if utf16:
+        raise ChunkingError(CHUNKING_FAILED, f"looks like UTF-16 ({utf16}); save it as UTF-8")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -48,6 +61,19 @@ def decode(data: bytes) -> str:
     if nul >= 0:
         raise ChunkingError(CHUNKING_FAILED, f"binary content: NUL byte at byte offset {nul}")
     return text.removeprefix(_BOM)
+
+
+def _utf16_hint(data: bytes) -> str:
+    """Why `data` looks like UTF-16 ("" when it does not): a UTF-16 byte order mark, or NUL
+    bytes at every other offset of its first 64 bytes (ASCII text in UTF-16 without a mark)."""
+    for mark, name in _UTF16_BOMS.items():
+        if data.startswith(mark):
+            return f"byte order mark {name}"
+    head = data[:64]
+    for parity, name in ((1, "little-endian"), (0, "big-endian")):
+        if len(head) >= 8 and set(head[parity::2]) == {0} and 0 not in head[1 - parity :: 2]:
+            return f"{name}, no byte order mark"
+    return ""
 
 
 def split_lines(text: str) -> tuple[str, ...]:
@@ -88,8 +114,18 @@ def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
     if close is None:
         return {}, 0
     source = "\n".join(lines[1:close])
+    if len(source) > MAX_FRONT_MATTER_CHARS:
+        raise ChunkingError(
+            FRONT_MATTER_TOO_LARGE,
+            f"YAML front matter of {len(source)} characters (limit {MAX_FRONT_MATTER_CHARS})",
+        )
     try:
         data = yaml.safe_load(source)
+    except RecursionError:
+        raise ChunkingError(
+            FRONT_MATTER_TOO_LARGE,
+            f"YAML front matter nested deeper than {MAX_FRONT_MATTER_DEPTH} levels",
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""
@@ -102,9 +138,40 @@ def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
             INVALID_FRONT_MATTER,
             f"YAML front matter must be a mapping, got {type(data).__name__}",
         )
+    _check_expansion(data)
     try:
         # JSON-ready and deterministic: dates become ISO strings, tuples lists.
         plain = json.loads(json.dumps(data, default=str))
     except (TypeError, ValueError) as exc:
         raise ChunkingError(INVALID_FRONT_MATTER, f"YAML front matter: {exc}") from None
     return plain, close + 1
+
+
+def _check_expansion(data: Any) -> None:
+    """Raise FRONT_MATTER_TOO_LARGE when `data`, with every alias expanded, is deeper than
+    MAX_FRONT_MATTER_DEPTH or larger than MAX_FRONT_MATTER_NODES (a billion-laughs bomb stops
+    after that many steps, never expanded)."""
+    left = MAX_FRONT_MATTER_NODES
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_FRONT_MATTER_DEPTH:
+            raise ChunkingError(
+                FRONT_MATTER_TOO_LARGE,
+                f"YAML front matter nested deeper than {MAX_FRONT_MATTER_DEPTH} levels",
+            )
+        if isinstance(value, dict):
+            children = [*value.keys(), *value.values()]
+        elif isinstance(value, list):
+            children = value
+        else:
+            children = []
+            left -= len(str(value))
+        left -= 1
+        if left < 0:
+            raise ChunkingError(
+                FRONT_MATTER_TOO_LARGE,
+                "YAML front matter expands (aliases included) to over "
+                f"{MAX_FRONT_MATTER_NODES} nodes and characters",
+            )
+        stack.extend((child, depth + 1) for child in children)

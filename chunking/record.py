@@ -8,6 +8,8 @@ from typing import Any
 
 CHUNKING_FAILED = "CHUNKING_FAILED"
 INVALID_FRONT_MATTER = "INVALID_FRONT_MATTER"
+FRONT_MATTER_TOO_LARGE = "FRONT_MATTER_TOO_LARGE"  # over the size, expansion or depth bound
+CHUNKING_TIMEOUT = "CHUNKING_TIMEOUT"  # the source ran past its time budget
 
 
 class ChunkingError(ValueError):

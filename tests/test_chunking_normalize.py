@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
 import pytest
 
-from chunking import CHUNKING_FAILED, INVALID_FRONT_MATTER, ChunkingError, chunk_source
+from chunking import (
+    CHUNKING_FAILED,
+    FRONT_MATTER_TOO_LARGE,
+    INVALID_FRONT_MATTER,
+    ChunkingError,
+    chunk_source,
+)
 from chunking.normalize import normalize
 
 
@@ -73,3 +80,58 @@ def test_unclosed_front_matter_is_ordinary_markdown():
     document = chunk_source("---\ntitle: x\n\nno closing line here\n")
     assert document.front_matter == {}
     assert "title: x" in document.chunks[0].text
+
+
+def _alias_bomb(levels: int) -> str:
+    """Billion-laughs front matter: each level holds nine aliases of the one before (~400 bytes
+    at nine levels; about 387 million strings once expanded)."""
+    lines = ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for level in range(1, levels + 1):
+        lines.append(f"l{level}: &l{level} [" + ",".join([f"*l{level - 1}"] * 9) + "]")
+    return "---\n" + "\n".join(lines) + "\n---\n# T\n\nBody.\n"
+
+
+@pytest.mark.parametrize(
+    ("front_matter", "says"),
+    [
+        (_alias_bomb(9), "expands (aliases included)"),
+        ("---\nx: &a [*a]\n---\nBody.\n", "nested deeper than 32 levels"),
+        ("---\nx: " + "[" * 20_000 + "]" * 20_000 + "\n---\nBody.\n", "nested deeper"),
+        ("---\nx: " + "y" * 70_000 + "\n---\nBody.\n", "of 70003 characters (limit 65536)"),
+    ],
+    ids=["alias-bomb", "recursive-alias", "deep-flow", "oversized"],
+)
+def test_front_matter_is_bounded_in_size_expansion_and_depth(front_matter, says):
+    started = time.perf_counter()
+    with pytest.raises(ChunkingError) as caught:
+        chunk_source(front_matter)
+    assert caught.value.code == FRONT_MATTER_TOO_LARGE
+    assert says in caught.value.message
+    assert time.perf_counter() - started < 10  # the bomb is never expanded
+
+
+def test_front_matter_with_a_few_aliases_is_expanded():
+    document = chunk_source("---\nbase: &b {a: 1}\nx: *b\ny: [*b, *b]\n---\nBody.\n")
+    assert document.front_matter == {"base": {"a": 1}, "x": {"a": 1}, "y": [{"a": 1}, {"a": 1}]}
+
+
+def test_python_object_tags_are_refused():
+    with pytest.raises(ChunkingError) as caught:
+        chunk_source("---\nx: !!python/object/apply:os.system ['true']\n---\nBody.\n")
+    assert caught.value.code == INVALID_FRONT_MATTER
+    assert "python/object" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ("# Title\n\nsome text\n".encode("utf-16"), "looks like UTF-16 (byte order mark FF FE)"),
+        ("# Title\n\nsome text\n".encode("utf-16-be"), "looks like UTF-16 (big-endian, no byte"),
+        ("# Title\n\nsome text\n".encode("utf-16-le"), "looks like UTF-16 (little-endian, no"),
+    ],
+)
+def test_utf16_input_is_named_as_utf16(data, says):
+    with pytest.raises(ChunkingError) as caught:
+        normalize(data)
+    assert caught.value.code == CHUNKING_FAILED
+    assert says in caught.value.message
