@@ -603,9 +603,7 @@ def print_build(result: BuildResult, serial: SerialResult | None) -> None:
     print(f"  {'stage':<10}{'worker-s':>10}{'busy-s':>9}  throughput per worker-second (report)")
     for name, stage in r.stages.items():
         rates = ", ".join(
-            rate_text(k, v)
-            for k, v in stage.items()
-            if k.endswith("_per_second") and v is not None
+            rate_text(k, v) for k, v in stage.items() if k.endswith("_per_second") and v is not None
         )
         print(
             f"  {name:<10}{stage.get('worker_seconds', 0):10.2f}"
