@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any
@@ -39,6 +40,9 @@ DEFAULT_TECHNICAL_TITLES = (
     "cheat sheet",
     "cheatsheet",
 )
+
+
+_WORD = re.compile(r"[^\W_]+")
 
 
 @dataclass(frozen=True)
@@ -114,9 +118,16 @@ class TopicOutput:
 
 
 def is_technical_title(title: str, technical_titles: tuple[str, ...]) -> bool:
-    """Whether a chunk title contains one of the technical-baseline phrases, case-insensitively."""
-    folded = title.casefold()
-    return any(phrase.casefold() in folded for phrase in technical_titles)
+    """Whether a chunk title holds one of the technical-baseline phrases as whole words, ignoring
+    case and punctuation ("Quick-Reference" holds "quick reference"; "Quick Refresh" does not
+    hold "quick ref")."""
+    words = f" {' '.join(_words(title))} "
+    return any(f" {' '.join(_words(phrase))} " in words for phrase in technical_titles)
+
+
+def _words(text: str) -> list[str]:
+    """Case-folded words: runs of letters and digits (punctuation and underscores split them)."""
+    return _WORD.findall(text.casefold())
 
 
 def first_h1(document: ChunkedDocument) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any
 import fsspec
 import yaml
 
+from indexing.build import DEFAULT_TECHNICAL_TITLES
 from jobs import storage
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -134,6 +135,14 @@ class PromptsConfig:
 
 
 @dataclass(frozen=True)
+class IndexConfig:
+    """Index rules: the chunk-1 title phrases that make it the technical baseline (seed 000 §7),
+    matched as whole words, ignoring case and punctuation."""
+
+    technical_titles: tuple[str, ...] = DEFAULT_TECHNICAL_TITLES
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """A whole job: `output` defaults to `input`, `cache` to `{output}/.embedding-cache`."""
 
@@ -147,6 +156,7 @@ class JobConfig:
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     prompts: PromptsConfig = field(default_factory=PromptsConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
     failure_policy: str = _choices(FAILURE_POLICIES, "continue")
 
 

@@ -28,7 +28,9 @@ from jobs.storage import Storage, SymlinkRefused
 def index_settings(config: JobConfig) -> IndexSettings:
     """The indexing library's settings from the config."""
     return IndexSettings(
-        prompt_threshold=config.prompts.threshold, prompt_top_k=config.prompts.top_k
+        prompt_threshold=config.prompts.threshold,
+        prompt_top_k=config.prompts.top_k,
+        technical_titles=config.index.technical_titles,
     )
 
 

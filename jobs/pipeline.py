@@ -85,6 +85,7 @@ def settings_key(config: JobConfig) -> str:
             "tenant": config.tenant,
             "globs": list(config.sources.globs),
             "prompts": vars(config.prompts),
+            "index": vars(config.index),
         }
     )
 

@@ -24,6 +24,7 @@ from indexing import (
     set_child_topics,
     simhash64,
 )
+from indexing.build import DEFAULT_TECHNICAL_TITLES, is_technical_title
 
 SCHEMA = json.loads((Path(__file__).parent / "schemas" / "index.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -150,13 +151,32 @@ def test_single_baseline_omits_technical_fields(second):
     assert entry["stripe_order"] == [1, 4, 7, 2, 5, 8, 3, 6]  # 9 chunks: factor 3
 
 
-@pytest.mark.parametrize("second", ["API Reference", "quick reference card", "Cheat sheet"])
+@pytest.mark.parametrize(
+    "second",
+    ["API Reference", "quick reference card", "Cheat sheet", "Quick-Reference", "API: reference"],
+)
 def test_technical_titles_match_case_insensitively(second):
     vectors = ranked_vectors([1.0, 0.5, 0.4])
     out = build_topic(
         topic_input(TOPIC, [source(SOURCE, sections(3, second), vectors)]), IndexSettings()
     )
     assert index_of(out)["_embedded"]["chunks"]["golden-reference"]["baseline_technical"] == 1
+
+
+@pytest.mark.parametrize(
+    ("title", "expected"),
+    [
+        ("Quick Refresh of Concepts", False),  # "quick ref" is a phrase of whole words
+        ("Quick-Reference", True),
+        ("The API-reference, in short", True),
+        ("Cheat sheets", False),
+        ("cheat_sheet", True),
+        ("Cheat Sheet!", True),
+        ("Rapid API references", False),
+    ],
+)
+def test_technical_titles_match_whole_words_ignoring_case_and_punctuation(title, expected):
+    assert is_technical_title(title, DEFAULT_TECHNICAL_TITLES) is expected
 
 
 def test_technical_title_list_is_configurable():

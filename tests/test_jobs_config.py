@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from indexing import IndexSettings
 from jobs.config import ConfigError, JobConfig, config_from_dict, load_config
 from jobs.reindex import main
 
@@ -171,3 +172,18 @@ def test_cli_exits_2_when_the_input_does_not_exist(tmp_path, capsys):
     path.write_text("embedding:\n  device: cpu\n")
     assert main(["--config", str(path), "--input", str(tmp_path / "nowhere")]) == 2
     assert "no such directory" in capsys.readouterr().err
+
+
+def test_technical_titles_are_configurable_and_reach_the_index_settings(tmp_path):
+    from jobs.finish import index_settings
+    from jobs.pipeline import settings_key
+
+    default = config_from_dict({"input": str(tmp_path)})
+    assert index_settings(default).technical_titles == IndexSettings().technical_titles
+    custom = config_from_dict(
+        {"input": str(tmp_path), "index": {"technical_titles": ["Syntax", "API at a glance"]}}
+    )
+    assert index_settings(custom).technical_titles == ("Syntax", "API at a glance")
+    assert settings_key(custom) != settings_key(default)  # a change rebuilds every topic
+    with pytest.raises(ConfigError, match=r"index\.technical_titles"):
+        config_from_dict({"input": str(tmp_path), "index": {"technical_titles": [3]}})
