@@ -32,6 +32,7 @@ from indexing.tables import (
 )
 from indexing.topic_spec import merge_section, render_section
 
+PRIMARY_SOURCE = "golden-reference.md"  # seed 000's primary source: it names the topic
 DEFAULT_TECHNICAL_TITLES = (
     "quick reference",
     "api reference",
@@ -141,16 +142,21 @@ def first_h1(document: ChunkedDocument) -> str | None:
 
 
 def topic_title(
-    topic: str, documents: list[ChunkedDocument], previous: dict[str, Any] | None
+    topic: str, documents: dict[str, ChunkedDocument], previous: dict[str, Any] | None
 ) -> str:
-    """Front-matter `title` of the first chunked source, else its first H1, else the previous
-    run's title (when every source failed), else the directory name."""
-    if documents:
-        title = documents[0].front_matter.get("title")
+    """The title of the primary source (seed 000: `golden-reference.md`), else of the first
+    chunked source (`documents` maps source paths to documents, in source order): its front-matter
+    `title`, else its first H1. Else the previous run's title (when every source failed), else
+    the directory name."""
+    first = next(iter(documents.values()), None)
+    primary = documents.get(in_topic(topic, PRIMARY_SOURCE))
+    for document in [d for d in (primary, first) if d is not None]:
+        title = document.front_matter.get("title")
         if isinstance(title, str) and title.strip():
             return title.strip()
-        return first_h1(documents[0]) or directory_title(topic)
-    if previous is not None:
+        if h1 := first_h1(document):
+            return h1
+    if first is None and previous is not None:
         return previous["title"]
     return directory_title(topic)
 
@@ -266,7 +272,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
     files: dict[str, bytes] = {}
     retained: list[str] = []
     table_parts: list[SourceRows | pa.Table] = []  # in source order: built rows, retained rows
-    documents: list[ChunkedDocument] = []
+    documents: dict[str, ChunkedDocument] = {}
     doc_rows: list[DocumentRow] = []
     for stem, src in zip(stems, sources, strict=True):
         if src.document is None:
@@ -279,7 +285,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
                 retained += [in_topic(inp.topic, item["href"]) for item in chunks[stem]["items"]]
             continue
         doc = src.document
-        documents.append(doc)
+        documents[src.path] = doc
         doc_rows.append(
             DocumentRow(
                 inp.topic,

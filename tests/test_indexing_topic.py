@@ -290,6 +290,39 @@ def test_title_from_front_matter_then_h1_then_directory():
     assert plain.title == "stj" and index_of(plain)["title"] == "stj"
 
 
+def with_h1(path: str, h1: str, front_matter=None) -> SourceInput:
+    """A one-chunk source whose chunk starts with the H1 `h1`."""
+    doc = make_document(path, [("Overview", "intro")], front_matter=front_matter)
+    chunk = doc.chunks[0]
+    chunk = type(chunk)(**{**chunk.__dict__, "text": f"# {h1}\n\nintro"})
+    return SourceInput(
+        path, type(doc)(**{**doc.__dict__, "chunks": (chunk,)}), ranked_vectors([1.0])
+    )
+
+
+def test_title_comes_from_golden_reference_before_sources_that_sort_first():
+    converters = with_h1(f"{TOPIC}/converters.md", "Converters")
+    golden = with_h1(SOURCE, "System.Text.Json Source Generation")
+    assert build_topic(topic_input(TOPIC, [converters, golden]), IndexSettings()).title == (
+        "System.Text.Json Source Generation"
+    )
+    # Front matter still comes first, and a topic without golden-reference.md takes its first
+    # source's title.
+    titled = with_h1(SOURCE, "Heading", front_matter={"title": "From Front Matter"})
+    assert build_topic(topic_input(TOPIC, [converters, titled]), IndexSettings()).title == (
+        "From Front Matter"
+    )
+    other = with_h1(f"{TOPIC}/zebra.md", "Zebra")
+    assert build_topic(topic_input(TOPIC, [other, converters]), IndexSettings()).title == (
+        "Converters"
+    )
+    # A golden reference without an H1 leaves the title to the first source.
+    plain = source(SOURCE, [("Overview", "intro")], ranked_vectors([1.0]))
+    assert build_topic(topic_input(TOPIC, [converters, plain]), IndexSettings()).title == (
+        "Converters"
+    )
+
+
 def test_failed_source_keeps_its_previous_entry_and_files():
     good = source(SOURCE, sections(3), ranked_vectors([1.0, 0.5, 0.2]))
     other = f"{TOPIC}/extra.md"
