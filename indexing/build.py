@@ -17,7 +17,7 @@ from chunking.record import ChunkedDocument
 from indexing.hal import directory_title, dump_json, index_document
 from indexing.keywords import Keyword, KeywordMatcher, keyword_matcher, keywords_in
 from indexing.paths import INDEX, TOPIC_SPEC, chunk_href, in_topic, source_stem
-from indexing.questions import match_questions
+from indexing.questions import best_chunks, match_questions
 from indexing.simhash import simhash64
 from indexing.simhash_tables import PromptEntry, blocks
 from indexing.stripes import similarities, stripe_order
@@ -182,8 +182,10 @@ def _build_source(
     settings: IndexSettings,
     question_hashes: list[int],
     matcher: KeywordMatcher,
+    best: list[int],
 ) -> _Built:
-    """The `_embedded.chunks` entry and table rows of one chunked source."""
+    """The `_embedded.chunks` entry and table rows of one chunked source (`best`: per question,
+    the index of its best chunk of the topic when that chunk is in this source, else -1)."""
     stem = source_stem(src.path)
     chunks = doc.chunks
     vectors = _check_vectors(src, len(chunks))
@@ -193,7 +195,7 @@ def _build_source(
         technical = similarities(vectors, 1)
     matched = (
         match_questions(
-            vectors, inp.question_vectors, settings.prompt_threshold, settings.prompt_top_k
+            vectors, inp.question_vectors, settings.prompt_threshold, settings.prompt_top_k, best
         )
         if question_hashes
         else [[] for _ in chunks]
@@ -267,6 +269,15 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
     previous_chunks = previous["_embedded"].get("chunks", {}) if previous else {}
     question_hashes = _question_hashes(inp)
     matcher = keyword_matcher(inp.keywords)
+    with_chunks = [s for s in sources if s.document is not None and s.document.chunks]
+    position = {s.path: i for i, s in enumerate(with_chunks)}
+    best = (
+        best_chunks(
+            [_check_vectors(s, len(s.document.chunks)) for s in with_chunks], inp.question_vectors
+        )
+        if question_hashes
+        else []
+    )
 
     chunks: dict[str, Any] = {}
     files: dict[str, bytes] = {}
@@ -304,7 +315,8 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
         )
         if not doc.chunks:
             continue
-        built = _build_source(inp, src, doc, settings, question_hashes, matcher)
+        here = [chunk if at == position[src.path] else -1 for at, chunk in best]
+        built = _build_source(inp, src, doc, settings, question_hashes, matcher, here)
         chunks[stem] = built.entry
         table_parts.append(built.rows)
         for chunk, href in zip(doc.chunks, built.rows.hrefs, strict=True):

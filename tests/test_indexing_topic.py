@@ -251,20 +251,41 @@ def test_prompt_hashes_threshold_and_top_k():
         "golden-reference"
     ]["items"]
     assert items[0]["prompt_hashes"] == [simhash64(questions[0])]
-    assert "prompt_hashes" not in items[1]  # 0.7071 < 0.75: omitted, not empty
+    # "Unrelated?" passes the threshold nowhere: it attaches to its best chunk only (0.7071 for
+    # chunks 1 and 3, the tie going to the earlier chunk).
+    assert items[1]["prompt_hashes"] == [simhash64(questions[3])]
     assert items[2]["prompt_hashes"] == sorted({simhash64(questions[1]), simhash64(questions[2])})
-    assert "prompt_hashes" not in items[3]
+    assert "prompt_hashes" not in items[3]  # no question: omitted, not empty
     top1 = build_topic(inp, IndexSettings(prompt_threshold=0.75, prompt_top_k=1))
     items = json.loads(top1.files[f"{TOPIC}/index.json"])["_embedded"]["chunks"][
         "golden-reference"
     ]["items"]
-    assert items[2]["prompt_hashes"] == [simhash64(questions[1])]
+    # top_k keeps the best of the threshold matches; "Part two again?" stays on its best chunk.
+    assert items[2]["prompt_hashes"] == sorted({simhash64(questions[1]), simhash64(questions[2])})
     assert top1.prompt_entries == sorted(
         [
             (simhash64(questions[0]), TOPIC, "golden-reference", 0),
+            (simhash64(questions[3]), TOPIC, "golden-reference", 1),
             (simhash64(questions[1]), TOPIC, "golden-reference", 2),
+            (simhash64(questions[2]), TOPIC, "golden-reference", 2),
         ]
     )
+
+
+def test_every_question_attaches_to_its_best_chunk_of_the_topic():
+    questions = ["Far from everything?", "Close to the overview?"]
+    qv = np.array([[0.0, 0.3, 0.2, 0.9], [1.0, 0.0, 0.0, 0.0]])
+    first = source(SOURCE, [("A", "a"), ("B", "b")], np.array([[1.0, 0, 0, 0], [0, 1.0, 0, 0]]))
+    second = source(
+        f"{TOPIC}/other.md", [("C", "c"), ("D", "d")], np.array([[0, 0, 1.0, 0], [0, 1.0, 0, 1.0]])
+    )
+    inp = topic_input(TOPIC, [first, second], questions=questions, question_vectors=qv)
+    out = build_topic(inp, IndexSettings(prompt_threshold=0.99))
+    chunks = index_of(out)["_embedded"]["chunks"]
+    # The far question's best chunk is other.md's chunk 1 (cosine 0.83, under the threshold).
+    assert chunks["other"]["items"][1]["prompt_hashes"] == [simhash64(questions[0])]
+    assert chunks["golden-reference"]["items"][0]["prompt_hashes"] == [simhash64(questions[1])]
+    assert {h for h, *_ in out.prompt_entries} == {simhash64(q) for q in questions}
 
 
 def test_title_from_front_matter_then_h1_then_directory():
