@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 MANIFEST_PATH = "_reindex/manifest.json"
 REPORT_PATH = "_reindex/report.json"
+REPORT_HTML_PATH = "_reindex/report.html"
 FORMAT = 1
 
 

@@ -23,7 +23,7 @@ import ray
 from chunking import strategy_key
 from jobs.config import JobConfig
 from jobs.finish import finish, index_settings
-from jobs.manifest import MANIFEST_PATH, REPORT_PATH, Manifest
+from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import (
     KEEP,
     REBUILD,
@@ -38,7 +38,7 @@ from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
 from jobs.records import QUESTIONS, SOURCE, TOPIC, new_row, to_table
 from jobs.reduce import reduce_topics
-from jobs.report import build_report, report_bytes
+from jobs.report import build_report, key_settings, write_report
 from jobs.resources import (
     EmbedPool,
     actor_stage_args,
@@ -161,10 +161,11 @@ def run_job(config: JobConfig) -> dict[str, Any]:
             "cache": config.cache,
             "model": config.embedding.model,
             "strategy": config.chunking.strategy,
+            "settings": key_settings(config),
         },
     )
     output.write_bytes(MANIFEST_PATH, manifest.to_json())
-    output.write_bytes(REPORT_PATH, report_bytes(report))
+    write_report(output, report)
     return report
 
 

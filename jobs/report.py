@@ -16,9 +16,36 @@ time; more: CPUs idle, or busy with work outside the stages, such as starting wo
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from typing import Any
 
+from jobs.build_cli import EXIT_OK, EXIT_SOURCES_FAILED
+from jobs.config import JobConfig
+from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
+from jobs.report_html import render_html
 from jobs.stats import ChunkStats, EmbedStats, IndexStats, ReadStats, RunStats
+from jobs.storage import Storage
+
+
+def key_settings(config: JobConfig) -> dict[str, Any]:
+    """The settings a reader of the report wants next to the outcome (not the whole config)."""
+    embed, chunk = config.resources.embed, config.resources.chunk
+    return {
+        "chunking": {"strategy": config.chunking.strategy, **config.chunking.options},
+        "embedding": {
+            k: getattr(config.embedding, k) for k in ("model", "device", "dtype", "max_length")
+        },
+        "resources": {
+            "num_cpus": config.resources.num_cpus,
+            "chunk_batch_mb": chunk.batch_mb,
+            "embed_actors": embed.actors,
+            "embed_num_gpus": embed.num_gpus,
+            "embed_batch_size": embed.batch_size,
+        },
+        "globs": list(config.sources.globs),
+        "failure_policy": config.failure_policy,
+        "tenant": config.tenant,
+    }
 
 
 def build_report(
@@ -54,6 +81,8 @@ def build_report(
     )
     return {
         "status": "sources_failed" if failures else "ok",
+        "exit_code": EXIT_SOURCES_FAILED if failures else EXIT_OK,
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **facts,
         "sources": sources,
         "topics": topics,
@@ -61,10 +90,14 @@ def build_report(
             "total": stats.index.chunks,
             "embedded": stats.embed.embedded,
             "cache_hits": stats.embed.cache_hits,
+            "cache_reused": stats.embed.cache_reused,
             "reused": stats.index.reused,
             "truncated": stats.embed.truncated,
             "skipped_tail": stats.chunk.skipped_tail,
+            "skipped_tokens": stats.chunk.skipped_tokens,
+            "tokens": {facts.get("strategy", "chunks"): stats.chunk.tokens.to_dict()},
         },
+        "slowest_sources": stats.chunk.slowest.to_dict(),
         "bytes_read": stats.read.bytes,
         "timings": {
             "wall_seconds": {k: round(v, 3) for k, v in wall.items()},
@@ -94,6 +127,14 @@ def build_report(
 def report_bytes(report: dict[str, Any]) -> bytes:
     """The report as indented JSON bytes."""
     return (json.dumps(report, indent=2) + "\n").encode()
+
+
+def write_report(output: Storage, report: dict[str, Any]) -> None:
+    """Write `_reindex/report.json` and, from the same dict, `_reindex/report.html` (a failed
+    run's report too: the page renders whatever sections the report has)."""
+    output.write_many(
+        {REPORT_PATH: report_bytes(report), REPORT_HTML_PATH: render_html(report).encode()}
+    )
 
 
 def summary(report: dict[str, Any]) -> str:

@@ -12,11 +12,16 @@ counts time spent waiting for a CPU, so throughput per worker-second uses the se
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 S = TypeVar("S", bound="Stats")
+
+TOKEN_BUCKET = 10  # width of a token-count histogram bucket (the report's charts re-bin these)
+SLOWEST = 20  # sources kept by `Slowest`
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,64 @@ class Clock:
 
 
 @dataclass(frozen=True)
+class Histogram(Stats):
+    """Counts of whole numbers in buckets of TOKEN_BUCKET (bucket start -> count), with the
+    smallest and largest value seen (None while empty)."""
+
+    buckets: dict[int, int] = dataclasses.field(default_factory=dict)
+    low: int | None = None
+    high: int | None = None
+
+    @classmethod
+    def of(cls, values: Iterable[int]) -> Histogram:
+        """The histogram of `values`."""
+        values = list(values)
+        buckets: dict[int, int] = {}
+        for value in values:
+            start = value - value % TOKEN_BUCKET
+            buckets[start] = buckets.get(start, 0) + 1
+        return cls(buckets, min(values, default=None), max(values, default=None))
+
+    def __add__(self, other: Histogram) -> Histogram:
+        if type(other) is not type(self):
+            return NotImplemented
+        buckets = dict(self.buckets)
+        for start, count in other.buckets.items():
+            buckets[start] = buckets.get(start, 0) + count
+        ends = [v for v in (self.low, other.low, self.high, other.high) if v is not None]
+        return Histogram(buckets, min(ends, default=None), max(ends, default=None))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Bucket width, buckets as sorted [start, count] pairs, min, max and the count."""
+        return {
+            "bucket": TOKEN_BUCKET,
+            "buckets": [[start, self.buckets[start]] for start in sorted(self.buckets)],
+            "min": self.low,
+            "max": self.high,
+            "count": sum(self.buckets.values()),
+        }
+
+
+@dataclass(frozen=True)
+class Slowest(Stats):
+    """The SLOWEST sources by chunking time: (seconds, path, bytes, chunks), slowest first."""
+
+    entries: tuple[tuple[float, str, int, int], ...] = ()
+
+    def __add__(self, other: Slowest) -> Slowest:
+        if type(other) is not type(self):
+            return NotImplemented
+        return Slowest(tuple(heapq.nlargest(SLOWEST, self.entries + other.entries)))
+
+    def to_dict(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """One {path, seconds, bytes, chunks} object per source, slowest first."""
+        return [
+            {"path": path, "seconds": round(seconds, 4), "bytes": size, "chunks": chunks}
+            for seconds, path, size, chunks in self.entries
+        ]
+
+
+@dataclass(frozen=True)
 class ReadStats(Stats):
     """Sources and qa-pairs.md files read (bytes) or failed to read."""
 
@@ -82,7 +145,10 @@ class ChunkStats(Stats):
     chunks: int = 0
     failed: int = 0
     skipped_tail: int = 0  # sources whose final chunk the strategy skipped (seed 003)
+    skipped_tokens: int = 0  # the tokens of those skipped final chunks
     seconds: float = 0.0
+    tokens: Histogram = dataclasses.field(default_factory=Histogram)  # token counts of the chunks
+    slowest: Slowest = dataclasses.field(default_factory=Slowest)
     cpu_seconds: float = 0.0
 
 
@@ -94,6 +160,7 @@ class EmbedStats(Stats):
     chunks: int = 0
     embedded: int = 0
     cache_hits: int = 0  # chunks not embedded: a whole cache entry, or a chunk of an older one
+    cache_reused: int = 0  # of cache_hits, chunks of an older entry (found by their text's hash)
     truncated: int = 0
     questions: int = 0  # qa-pairs.md questions embedded as queries (or taken from the cache)
     tokens: int = 0

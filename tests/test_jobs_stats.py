@@ -7,7 +7,15 @@ from jobs.pipeline import pack_batches
 from jobs.progress import Goal, progress_line
 from jobs.records import SOURCE, new_row
 from jobs.resources import embed_pool
-from jobs.stats import ChunkStats, EmbedStats, IndexStats, RunStats
+from jobs.stats import (
+    SLOWEST,
+    ChunkStats,
+    EmbedStats,
+    Histogram,
+    IndexStats,
+    RunStats,
+    Slowest,
+)
 
 
 def test_records_add_field_by_field_and_nest():
@@ -22,8 +30,33 @@ def test_records_add_field_by_field_and_nest():
         "chunks": 7,
         "failed": 0,
         "skipped_tail": 0,
+        "skipped_tokens": 0,
         "seconds": 0.75,
+        "tokens": {"bucket": 10, "buckets": [], "min": None, "max": None, "count": 0},
+        "slowest": [],
+        "cpu_seconds": 0.0,
     }
+
+
+def test_token_histograms_and_slowest_sources_merge_like_counters():
+    one = ChunkStats(
+        tokens=Histogram.of([5, 12, 19]),
+        slowest=Slowest(tuple((s, f"a{s}.md", 10, 1) for s in range(SLOWEST))),
+    )
+    two = ChunkStats(tokens=Histogram.of([250, 3]), slowest=Slowest(((7.5, "b.md", 99, 4),)))
+    total = (one + two).to_dict()
+    assert total["tokens"] == {
+        "bucket": 10,
+        "buckets": [[0, 2], [10, 2], [250, 1]],
+        "min": 3,
+        "max": 250,
+        "count": 5,
+    }
+    slowest = total["slowest"]
+    assert len(slowest) == SLOWEST and slowest[0]["seconds"] == SLOWEST - 1
+    assert {"path": "b.md", "seconds": 7.5, "bytes": 99, "chunks": 4} in slowest
+    assert slowest[-1]["path"] == "a1.md"  # a0.md, the fastest, fell off
+    assert Histogram() + Histogram.of([]) == Histogram()  # empty: no min or max
 
 
 def test_progress_line_names_every_counter_and_an_eta():

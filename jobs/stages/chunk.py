@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,7 @@ from indexing import parse_questions
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, to_table
 from jobs.stages.read import read_rows
-from jobs.stats import ChunkStats, Clock, RunStats
+from jobs.stats import ChunkStats, Clock, Histogram, RunStats, Slowest
 from jobs.storage import Storage
 
 QUESTIONS_FAILED = "QUESTIONS_FAILED"
@@ -70,6 +71,7 @@ def chunk_rows(rows: list[dict[str, Any]], settings: ChunkSettings) -> ChunkStat
 
 
 def _chunk_row(row: dict[str, Any], settings: ChunkSettings) -> ChunkStats:
+    started = time.perf_counter()
     try:
         document = chunk_source(
             row["payload"],
@@ -87,11 +89,16 @@ def _chunk_row(row: dict[str, Any], settings: ChunkSettings) -> ChunkStats:
         row.update(error_code=CHUNKING_FAILED, error_message=f"{type(exc).__name__}: {exc}")
         return ChunkStats(bytes=len(row["payload"]), failed=1)
     row["document"] = document_to_json(document)
+    seconds = time.perf_counter() - started
+    size, chunks = len(row["payload"]), len(document.chunks)
     return ChunkStats(
         sources=1,
-        bytes=len(row["payload"]),
-        chunks=len(document.chunks),
+        bytes=size,
+        chunks=chunks,
         skipped_tail=int(bool(document.skipped_tail_tokens)),
+        skipped_tokens=document.skipped_tail_tokens,
+        tokens=Histogram.of(chunk.token_count for chunk in document.chunks),
+        slowest=Slowest(((seconds, row["path"], size, chunks),)),
     )
 
 

@@ -70,6 +70,7 @@ class EmbedActor:
                     chunks=len(request.texts),
                     embedded=result.embedded,
                     cache_hits=len(request.texts) - result.embedded,
+                    cache_reused=result.reused,
                     truncated=result.truncated,
                 )
         stats += EmbedStats(**clock.spent())

@@ -1,0 +1,271 @@
+"""`{output}/_reindex/report.html`: the run report (`jobs.report`) as one self-contained page with
+inline SVG charts (`jobs.svg`), for the people who read a nightly run days later.
+
+Sections: the outcome, exit code and key settings; sources (numbers and a bar); per-stage
+worker-seconds and throughput with the efficiency; chunk token counts per strategy (histogram with
+min and max marked, truncated chunks and skipped content); cache outcomes; failures grouped by
+code; the slowest sources. A report with sections missing (a failed run) renders what it has.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from html import escape
+from typing import Any
+
+from jobs.svg import Bar, Bin, bar_chart, histogram, stacked_bar
+
+BINS = 24  # about this many bars in the token histogram
+GREEN, BLUE, GREY, RED, ORANGE, TEAL = (
+    "#54a24b", "#4c78a8", "#bab0ac", "#e45756", "#f58518", "#72b7b2",
+)  # fmt: skip
+STAGE_COLORS = {"read": TEAL, "chunk": BLUE, "embed": ORANGE, "index": GREEN, "finish": GREY}
+
+STYLE = """
+body { font-family: sans-serif; margin: 2em auto; max-width: 980px; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid #ddd; }
+.status { display: inline-block; padding: .2em .7em; border-radius: 4px; color: #fff; }
+.ok { background: #54a24b; } .warn { background: #f58518; } .bad { background: #e45756; }
+table { border-collapse: collapse; margin: .6em 0; font-size: .92em; }
+td, th { padding: .25em .7em; border-bottom: 1px solid #eee; text-align: left; }
+td { vertical-align: top; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+.figures { display: flex; flex-wrap: wrap; gap: .6em; margin: .6em 0; }
+.figure { border: 1px solid #ddd; border-radius: 4px; padding: .4em .8em; min-width: 6em; }
+.figure b { display: block; font-size: 1.3em; }
+.bar { background: #4c78a8; height: .8em; }
+.none { color: #777; font-style: italic; }
+code { font-size: .92em; }
+"""
+
+
+def render_html(report: dict[str, Any]) -> str:
+    """The report page for one run report (the dict `jobs.report.build_report` makes)."""
+    sections = [
+        _outcome(report),
+        _sources(report),
+        _stages(report),
+        _chunks(report),
+        _cache(report),
+        _failures(report),
+        _slowest(report),
+    ]
+    title = f"mdindex run report: {report.get('output', '')}"
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>{escape(title)}</h1>{''.join(sections)}</body></html>\n"
+    )
+
+
+def _figures(pairs: list[tuple[str, Any]]) -> str:
+    return (
+        '<div class="figures">'
+        + "".join(
+            f'<div class="figure"><b>{escape(_number(v))}</b>{escape(k)}</div>' for k, v in pairs
+        )
+        + "</div>"
+    )
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return "n/a" if value is None else str(value)
+
+
+def _none(text: str) -> str:
+    return f'<p class="none">{escape(text)}</p>'
+
+
+def _outcome(report: dict[str, Any]) -> str:
+    status = report.get("status", "unknown")
+    css = {"ok": "ok", "sources_failed": "warn"}.get(status, "bad")
+    facts = ("input", "output", "cache", "model", "strategy")
+    rows = [(k, report[k]) for k in facts if k in report]
+    rows += [("finished", report["finished_at"])] if "finished_at" in report else []
+    rows += _flatten(report.get("settings", {}))
+    if "error" in report:
+        rows.append(("error", report["error"]))
+    table = "".join(
+        f"<tr><th>{escape(k)}</th><td><code>{escape(_setting(v))}</code></td></tr>" for k, v in rows
+    )
+    return (
+        f'<p><span class="status {css}">{escape(status)}</span> '
+        f"exit code <b>{escape(_number(report.get('exit_code')))}</b></p>"
+        f"<h2>Run and settings</h2><table>{table}</table>"
+    )
+
+
+def _flatten(settings: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    rows = []
+    for key, value in settings.items():
+        if isinstance(value, dict) and value:
+            rows += _flatten(value, f"{prefix}{key}.")
+        else:
+            rows.append((f"{prefix}{key}", value))
+    return rows
+
+
+def _setting(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _sources(report: dict[str, Any]) -> str:
+    s, t = report.get("sources"), report.get("topics")
+    if not s:
+        return "<h2>Sources</h2>" + _none("no source counts in this report")
+    keys = ("seen", "changed", "unchanged", "deleted", "failed", "chunked", "carried")
+    html = "<h2>Sources</h2>" + _figures([(k, s.get(k)) for k in keys])
+    untouched = max(0, s["seen"] - s["chunked"] - s["carried"])
+    parts = [
+        Bar("chunked", s["chunked"] - s["failed"], _number(s["chunked"] - s["failed"]), GREEN),
+        Bar("carried", s["carried"], _number(s["carried"]), BLUE),
+        Bar("failed", s["failed"], _number(s["failed"]), RED),
+        Bar("untouched", untouched, _number(untouched), GREY),
+    ]
+    if s["seen"]:
+        html += stacked_bar(parts, "sources of this run")
+    if t:
+        html += _figures([(f"topics {k}", v) for k, v in t.items()])
+    return html
+
+
+def _stages(report: dict[str, Any]) -> str:
+    timings = report.get("timings")
+    if not timings:
+        return "<h2>Stages</h2>" + _none("no timings in this report")
+    units = {
+        "bytes_per_second": ("MB/s", 1e-6),
+        "sources_per_second": ("sources/s", 1),
+        "chunks_per_second": ("chunks/s", 1),
+        "topics_per_second": ("topics/s", 1),
+    }
+    bars = []
+    for name, stage in timings.get("stages", {}).items():
+        rates = [
+            f"{_number(rate * units[key][1])} {units[key][0]}"
+            for key, rate in stage.items()
+            if key in units and rate is not None
+        ]
+        note = f"{stage['worker_seconds']:.2f} s" + (f" ({', '.join(rates)})" if rates else "")
+        bars.append(Bar(name, stage["worker_seconds"], note, STAGE_COLORS.get(name, GREY)))
+    wall = timings.get("wall_seconds", {})
+    phases = [Bar(k, v, f"{v:.2f} s", GREY if k == "total" else TEAL) for k, v in wall.items()]
+    throughput = timings.get("throughput", {})
+    return (
+        "<h2>Stages</h2>"
+        + _figures(
+            [
+                ("efficiency (wall time / worker-seconds per CPU)", timings.get("efficiency")),
+                ("CPUs", timings.get("cpus")),
+                ("wall seconds", wall.get("total")),
+                ("MB/s overall", (throughput.get("bytes_per_second") or 0) / 1e6),
+                ("chunks/s overall", throughput.get("chunks_per_second")),
+            ]
+        )
+        + "<p>Worker-seconds per stage, summed over workers (stages overlap), with throughput "
+        "per worker-second:</p>"
+        + (bar_chart(bars, "worker-seconds per stage") if bars else _none("no stage ran"))
+        + "<p>Wall-clock seconds per phase of the driver:</p>"
+        + (bar_chart(phases, "wall seconds per phase") if phases else "")
+    )
+
+
+def token_bins(histogram: dict[str, Any], target: int = BINS) -> list[Bin]:
+    """The report's fine token buckets merged into about `target` equal bins from min to max."""
+    bucket = histogram["bucket"]
+    low, high = histogram["min"], histogram["max"]
+    width = max(bucket, math.ceil((high - low + 1) / target / bucket) * bucket)
+    start = low - low % width
+    counts: dict[int, int] = defaultdict(int)
+    for first, count in histogram["buckets"]:
+        counts[(max(first, low) - start) // width] += count
+    return [
+        Bin(start + i * width, start + (i + 1) * width, counts.get(i, 0))
+        for i in range((high - start) // width + 1)
+    ]
+
+
+def _chunks(report: dict[str, Any]) -> str:
+    c = report.get("chunks")
+    if not c:
+        return "<h2>Chunks</h2>" + _none("no chunk counts in this report")
+    html = "<h2>Chunks</h2>" + _figures(
+        [
+            ("chunks in rebuilt topics", c.get("total")),
+            ("truncated to the model window", c.get("truncated")),
+            ("sources with a skipped final chunk", c.get("skipped_tail")),
+            ("tokens skipped", c.get("skipped_tokens")),
+        ]
+    )
+    for strategy, hist in (c.get("tokens") or {}).items():
+        html += f"<p>Token counts of the chunks made this run, <code>{escape(strategy)}</code>:</p>"
+        if not hist["count"]:
+            html += _none("no chunks were made in this run")
+            continue
+        marks = [(f"min {hist['min']}", hist["min"]), (f"max {hist['max']}", hist["max"])]
+        html += histogram(token_bins(hist), marks, f"token counts, {strategy}")
+    return html
+
+
+def _cache(report: dict[str, Any]) -> str:
+    c = report.get("chunks")
+    if not c:
+        return ""
+    whole = c["cache_hits"] - c.get("cache_reused", 0)
+    parts = [
+        Bar("cache hits", whole, _number(whole), GREEN),
+        Bar("chunk-level reuse", c.get("cache_reused", 0), _number(c.get("cache_reused", 0)), TEAL),
+        Bar("embedded", c["embedded"], _number(c["embedded"]), ORANGE),
+        Bar("carried from the last run", c["reused"], _number(c["reused"]), BLUE),
+    ]
+    html = "<h2>Embedding cache</h2>" + _figures([(p.label, p.value) for p in parts])
+    if sum(p.value for p in parts):
+        html += stacked_bar(parts, "where each chunk's vector came from")
+    else:
+        html += _none("no chunk needed a vector in this run")
+    return html
+
+
+def _failures(report: dict[str, Any]) -> str:
+    failures = report.get("failures", [])
+    if not failures:
+        return "<h2>Failures</h2>" + _none("none")
+    groups: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for failure in failures:
+        groups[failure["code"]].append(failure)
+    html = f"<h2>Failures ({len(failures)})</h2>"
+    for code in sorted(groups, key=lambda c: (-len(groups[c]), c)):
+        rows = "".join(
+            f"<tr><td><code>{escape(f['path'])}</code></td><td>{escape(f['message'])}</td></tr>"
+            for f in sorted(groups[code], key=lambda f: f["path"])
+        )
+        html += (
+            f"<h3>{escape(code)} ({len(groups[code])})</h3>"
+            f"<table><tr><th>path</th><th>message</th></tr>{rows}</table>"
+        )
+    return html
+
+
+def _slowest(report: dict[str, Any]) -> str:
+    slowest = report.get("slowest_sources", [])
+    if not slowest:
+        return "<h2>Slowest sources</h2>" + _none("no source was chunked in this run")
+    top = slowest[0]["seconds"] or 1
+    rows = "".join(
+        f'<tr><td><code>{escape(s["path"])}</code></td><td class="n">{s["seconds"] * 1000:.1f}'
+        f'</td><td class="n">{s["bytes"]:,}</td><td class="n">{s["chunks"]:,}</td>'
+        f'<td style="width:180px"><div class="bar" style="width:{100 * s["seconds"] / top:.0f}%">'
+        "</div></td></tr>"
+        for s in slowest
+    )
+    return (
+        f"<h2>Slowest sources ({len(slowest)})</h2><p>Chunking time per source:</p>"
+        "<table><tr><th>path</th><th>ms</th><th>bytes</th><th>chunks</th><th></th></tr>"
+        f"{rows}</table>"
+    )

@@ -1,0 +1,133 @@
+"""Small inline SVG charts for the run report (`jobs.report_html`): horizontal bars, one stacked
+bar, and a histogram with marked values. Pure functions from numbers to SVG text; no scripts, no
+external resources, colours passed in by the caller."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+FONT = 12
+ROW = 22  # height of one bar row
+LABEL = 150  # width of the label column of bar charts
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar: its label, value, the text written after it and its colour."""
+
+    label: str
+    value: float
+    note: str
+    color: str
+
+
+@dataclass(frozen=True)
+class Bin:
+    """One histogram bin: values in [low, high), and how many."""
+
+    low: int
+    high: int
+    count: int
+
+
+def _svg(width: int, height: int, body: list[str], title: str) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="{FONT}">'
+        f"<title>{escape(title)}</title>{''.join(body)}</svg>"
+    )
+
+
+def _text(x: float, y: float, text: str, anchor: str = "start", fill: str = "#222") -> str:
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{fill}">{escape(text)}</text>'
+    )
+
+
+def _rect(x: float, y: float, w: float, h: float, color: str, tip: str) -> str:
+    return (
+        f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.1f}" height="{h:.1f}" '
+        f'fill="{color}"><title>{escape(tip)}</title></rect>'
+    )
+
+
+def bar_chart(bars: Sequence[Bar], title: str, width: int = 640) -> str:
+    """Horizontal bars, one row each, scaled to the largest value; the note after each bar."""
+    span = width - LABEL - 170
+    top = max((bar.value for bar in bars), default=0) or 1
+    body = []
+    for i, bar in enumerate(bars):
+        y = i * ROW + 4
+        length = span * bar.value / top
+        body.append(_text(LABEL - 6, y + 13, bar.label, "end"))
+        body.append(_rect(LABEL, y, length, ROW - 6, bar.color, f"{bar.label}: {bar.note}"))
+        body.append(_text(LABEL + length + 6, y + 13, bar.note))
+    return _svg(width, len(bars) * ROW + 8, body, title)
+
+
+def stacked_bar(parts: Sequence[Bar], title: str, width: int = 640) -> str:
+    """One bar split into parts in proportion to their values, with a legend row below."""
+    total = sum(part.value for part in parts) or 1
+    body, x = [], 0.0
+    for part in parts:
+        length = width * part.value / total
+        body.append(_rect(x, 0, length, 24, part.color, f"{part.label}: {part.note}"))
+        x += length
+    x = 0.0
+    for part in parts:
+        body.append(_rect(x, 34, 12, 12, part.color, part.label))
+        legend = f"{part.label} {part.note}"
+        body.append(_text(x + 16, 45, legend))
+        x += 16 + len(legend) * FONT * 0.6 + 14
+    return _svg(max(width, int(x)), 52, body, title)
+
+
+def histogram(
+    bins: Sequence[Bin], marks: Sequence[tuple[str, float]], title: str, width: int = 640
+) -> str:
+    """Vertical bars over consecutive bins, a count axis, and labelled vertical lines at `marks`
+    (e.g. min and max)."""
+    height, left, bottom, top_pad = 220, 44, 34, 22
+    plot_w, plot_h = width - left - 10, height - bottom - top_pad
+    low, high = bins[0].low, bins[-1].high
+    tallest = max(b.count for b in bins) or 1
+
+    def x_of(value: float) -> float:
+        return left + plot_w * (value - low) / ((high - low) or 1)
+
+    body = [
+        f'<line x1="{left}" y1="{top_pad + plot_h}" x2="{left + plot_w}" '
+        f'y2="{top_pad + plot_h}" stroke="#888"/>',
+        _text(left - 6, top_pad + 4, str(tallest), "end", "#555"),
+        _text(left - 6, top_pad + plot_h, "0", "end", "#555"),
+    ]
+    step = max(1, len(bins) // 8)
+    for i, b in enumerate(bins):
+        x0, x1 = x_of(b.low), x_of(b.high)
+        h = plot_h * b.count / tallest
+        body.append(
+            _rect(
+                x0 + 1,
+                top_pad + plot_h - h,
+                x1 - x0 - 2,
+                h,
+                "#4c78a8",
+                f"{b.low}-{b.high - 1}: {b.count}",
+            )  # fmt: skip
+        )
+        if i % step == 0:
+            body.append(_text(x0, top_pad + plot_h + 14, str(b.low), "middle", "#555"))
+    body.append(_text(x_of(high), top_pad + plot_h + 14, str(high), "middle", "#555"))
+    for i, (label, value) in enumerate(marks):
+        x = x_of(value)
+        body.append(
+            f'<line x1="{x:.1f}" y1="{top_pad - 4}" x2="{x:.1f}" y2="{top_pad + plot_h}" '
+            f'stroke="#e45756" stroke-width="2" stroke-dasharray="4 2"/>'
+        )
+        anchor = "start" if x < left + plot_w / 2 else "end"
+        nudge = 4 if anchor == "start" else -4
+        body.append(_text(x + nudge, top_pad - 8 + 12 * (i % 2), label, anchor, "#c03030"))
+    body.append(_text(left + plot_w / 2, height - 4, "tokens per chunk", "middle", "#555"))
+    return _svg(width, height, body, title)
