@@ -134,15 +134,19 @@ def embedding_settings(model: str, options: dict[str, Any]) -> bytes:
 
 def query_embedder(reader: IndexReader) -> EmbedQuery:
     """Embeds a question the way the index was built: with `_index/model.json`'s options when it
-    names the model asked for, else with the model's defaults."""
+    names the model asked for, else with the model's defaults. Each model is loaded once, on
+    its first question, and kept for the questions after it."""
     recorded = json.loads(reader.read(EMBEDDING_SETTINGS) or b"{}")
+    loaded: dict[str, Any] = {}
 
     def embed(model: str, question: str) -> np.ndarray:
-        from embedding import load_embedder
+        if model not in loaded:
+            from embedding import load_embedder
 
-        options = recorded.get("options", {}) if recorded.get("model") == model else {}
-        options = {k: v for k, v in options.items() if k in VECTOR_OPTIONS}
-        return load_embedder(model, **options).embed([question], query=True)[0]
+            options = recorded.get("options", {}) if recorded.get("model") == model else {}
+            options = {k: v for k, v in options.items() if k in VECTOR_OPTIONS}
+            loaded[model] = load_embedder(model, **options)
+        return loaded[model].embed([question], query=True)[0]
 
     return embed
 

@@ -17,6 +17,7 @@ from indexing_support import ranked_vectors, source, topic_input, write_index
 
 from indexing import IndexSettings, build_topic, simhash64
 from indexing.cli import register
+from indexing.client import IndexReader, query_embedder
 from indexing.server import make_server, parse_range
 
 TOPIC = "guides/intro"
@@ -264,3 +265,21 @@ def test_baselines_follow_the_stripe_order_when_more_chunks_are_asked():
     assert picked == {"single": [0], "dual": [2, 4, 3, 0, 1]}
     [technical] = select_chunks(index, 10, source="dual", technical=True)
     assert [c["index"] for c in technical.items] == [4, 3, 2, 0, 1]
+
+
+def test_query_embedder_loads_the_model_once_per_reader(index_root, monkeypatch):
+    import embedding
+
+    loads = []
+    real = embedding.load_embedder
+
+    def counting_load(*args, **kwargs):
+        loads.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(embedding, "load_embedder", counting_load)
+    embed = query_embedder(IndexReader.open(str(index_root)))
+    first = embed("minilm", "How do I install the tool?")
+    second = embed("minilm", "What does part seven explain?")
+    assert len(loads) == 1
+    assert first.shape == second.shape == (384,) and not np.array_equal(first, second)
