@@ -164,7 +164,8 @@ def _metadata_bytes(entry: CacheEntry, rows: np.ndarray) -> bytes:
         "chunk_hashes": list(entry.text_hashes),
         "truncated": sorted(entry.truncated_rows),
     }
-    return (json.dumps(document, indent=1, sort_keys=True) + "\n").encode("utf-8")
+    # Compact: an indent makes json use its pure-Python encoder, a fifth of a millisecond per entry.
+    return (json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
 
 
 def _parse_metadata(blob: bytes | None, key: CacheKey, dim: int) -> _Metadata | None:
