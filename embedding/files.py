@@ -79,7 +79,8 @@ def cat_many(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, bytes
 
 
 def _takes_max_concurrency(fs: fsspec.AbstractFileSystem) -> bool:
-    return "max_concurrency" in inspect.signature(fs._cat_file).parameters
+    cat_file = getattr(fs, "_cat_file", None)  # async filesystems only
+    return cat_file is not None and "max_concurrency" in inspect.signature(cat_file).parameters
 
 
 def read_existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, bytes]:
