@@ -7,7 +7,10 @@ Seed 003 rules, applied line by line over the document (headings come from the b
   min_tokens_deeper (500);
 - before any line that would take the chunk over max_tokens (750): seal;
 - a sealed chunk gets its parent headings prepended (BuildChunkWithHierarchy);
-- the final chunk is kept only with min_tokens or when it is the only chunk.
+- the final chunk is kept only with min_tokens or when it is the only chunk; we apply this rule
+  only where it was meant, to a final section under its own heading: the remainder of a section
+  that a max-token seal split is always kept (it never fits into the chunk before it, which was
+  sealed because the remainder's first line did not fit).
 
 Additions (see the README's Decisions): the prepended parents are those active when the chunk
 started; the hard maximum covers the whole emitted text (prepended headings and fence lines
@@ -102,6 +105,7 @@ class _Chunk:
     deepest: int | None = None
     seen_h2: bool = False
     first_heading: Heading | None = None
+    continued: bool = False  # starts with the rest of a section that a max-token seal split
 
 
 class _Window:
@@ -147,7 +151,8 @@ class _Window:
         skipped = 0
         if self.chunk.has_content:
             tokens = self.counter.tokens(self.chunk.units)
-            if tokens >= self.min_tokens or not self.drafts or self.keep_short_tail:
+            keep = self.chunk.continued or not self.drafts or self.keep_short_tail
+            if keep or tokens >= self.min_tokens:
                 self.seal()
             else:
                 skipped = self.counter.count(self.draft(self.chunk).text)
@@ -366,6 +371,7 @@ class _Window:
             chunk.reserve = max((self.counter.units(m.group(1)) for m in markers if m), default=0)
             chunk.overhead += chunk.reserve
         chunk.start_level = chunk.deepest = parents[-1].level if parents else None
+        chunk.continued = True
         return chunk
 
     def html_block_at(self, number: int) -> tuple[int, int] | None:

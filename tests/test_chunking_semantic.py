@@ -102,9 +102,32 @@ def test_example_3_max_tokens_seals_before_the_line_that_would_pass_750():
     assert 600 <= first.token_count <= 750
     # The continuation re-prepends its section heading (the sliding window).
     assert second.text.startswith("## Large Section\n" + words(200))
-    # Without keep_short_tail the ~200-token tail is under 250 and skipped (seed 003 rule),
-    # although the example shows it as chunk 2.
-    assert spans(chunk_source(EXAMPLE_3)) == [(1, 4)]
+    # The ~200-token tail is under 250 but it is the remainder of a size split, not a final
+    # section under its own heading: it is kept (issue 10 B2), as the example shows it.
+    assert spans(chunk_source(EXAMPLE_3)) == [(1, 4), (5, 6)]
+    assert chunk_source(EXAMPLE_3).skipped_tail_tokens == 0
+
+
+def test_final_chunk_rule_skips_only_a_short_final_section_under_its_own_heading():
+    # A remainder of a size split whose section then goes deeper is still a remainder.
+    remainder = EXAMPLE_3 + f"### Deeper\n{words(20)}\n"
+    assert spans(chunk_source(remainder)) == [(1, 4), (5, 8)]
+    # A short final section under its own heading is skipped (seed 003: "See also" sections),
+    # even when the section before it was split by size.
+    see_also = EXAMPLE_3 + f"{words(150)}\n\n## See also\n{words(20)}\n"
+    document = chunk_source(see_also)
+    assert spans(document) == [(1, 4), (5, 7)]
+    assert document.skipped_tail_tokens == COUNT(f"## See also\n{words(20)}")
+
+
+def test_a_short_size_split_remainder_is_a_chunk_of_its_own():
+    # The previous chunk was sealed because the remainder's first line did not fit, so the two
+    # never fit together: a remainder far under min_tokens stays a chunk of its own.
+    for tail in (30, 60, 100):
+        text = f"## Big\n{words(200)}\n{words(200)}\n{words(tail)}\n"
+        document = chunk_source(text, max_tokens=420)
+        assert spans(document) == [(1, 3), (4, 4)] and document.skipped_tail_tokens == 0
+        assert document.chunks[1].text == f"## Big\n{words(tail)}"
 
 
 def test_h1_rule_is_a_hard_boundary_even_when_small():
