@@ -4,7 +4,9 @@ The document becomes a tree of sections (one per heading, plus the text before t
 each section's own content (up to the next heading of any level) gets one content type:
 code_example, table_based, link_list, introduction, descriptive_text or default (see `classify`).
 Sizes are in CHARACTERS, overlap included (seed 004 measures its 1000 in characters but takes its
-overlap as 200 words; we take at most 200 characters: whole sentences, else whole words).
+overlap as 200 words; we take at most 200 characters: whole sentences, else whole words): a split
+descriptive section is packed into pieces of max_chunk_size - overlap_size, so that a piece with
+its overlap stays within max_chunk_size.
 - Atomic types (all but descriptive_text) stay one chunk up to `hard_max_size` (4000) characters;
   a bigger one is cut between blocks, then between lines (fences closed and reopened), table rows
   (header repeated) or sentences, into pieces of at most `hard_max_size`.
@@ -85,10 +87,10 @@ class HierarchicalStrategy(Strategy):
         size, overlap, hard = (
             self.options[key] for key in ("max_chunk_size", "overlap_size", "hard_max_size")
         )
-        if not (0 <= overlap < size and size + overlap <= hard):
+        if not 0 <= overlap < size <= hard:
             raise ValueError(
-                "hierarchical sizes need 0 <= overlap_size < max_chunk_size and "
-                f"max_chunk_size + overlap_size <= hard_max_size, got {size}/{overlap}/{hard}"
+                "hierarchical sizes need 0 <= overlap_size < max_chunk_size <= hard_max_size, "
+                f"got {size}/{overlap}/{hard}"
             )
 
     def split(self, doc: ParsedDocument) -> Split:
@@ -158,9 +160,10 @@ class HierarchicalStrategy(Strategy):
         limit = self.options["hard_max_size" if kind in ATOMIC else "max_chunk_size"]
         if len(src.render(whole)) <= limit:
             return [whole]
-        pieces = self._cut(doc, src, measure, section, limit)
         if kind in ATOMIC:
-            return pieces
+            return self._cut(doc, src, measure, section, limit)
+        # Room for the overlap inside max_chunk_size.
+        pieces = self._cut(doc, src, measure, section, limit - self.options["overlap_size"])
         return [pieces[0]] + [
             Span(
                 self._overlap_start(doc, src, before, piece), piece.end, piece.prefix, piece.suffix
@@ -203,16 +206,18 @@ class HierarchicalStrategy(Strategy):
         self, doc: ParsedDocument, src: SourceText, before: Span, piece: Span
     ) -> int:
         """Where `piece` starts once the end of `before` is repeated: its last whole sentences
-        within `overlap_size` characters, else its last whole words within them; never from
-        code or table lines. `piece.start` when nothing fits."""
+        within `overlap_size` characters, else its last whole words within them, the piece
+        staying within `max_chunk_size`; never from code or table lines. `piece.start` when
+        nothing fits."""
         if piece.prefix or before.suffix or not self.options["overlap_size"]:
             return piece.start
-        earliest = max(before.start, before.end - self.options["overlap_size"])
+        room = self.options["max_chunk_size"] - (piece.end - piece.start) - len(piece.suffix)
+        earliest = max(before.start, before.end - min(self.options["overlap_size"], room))
+        if earliest >= before.end:
+            return piece.start
         tail = sentences(src, Span(earliest, before.end))
         word = _WORD_START.search(src.text, earliest, before.end)
         start = tail[1].start if len(tail) > 1 else word.start() if word else piece.start
-        if piece.end - start > self.options["hard_max_size"]:
-            return piece.start
         first, last = src.line_of(start), src.line_of(piece.start)
         if any(doc.line_kinds[n - 1] in LITERAL_KINDS for n in range(first, last + 1)):
             return piece.start

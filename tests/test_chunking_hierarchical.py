@@ -107,8 +107,9 @@ def test_descriptive_text_is_cut_between_paragraphs_with_a_character_overlap():
         assert 0 < len(overlap) <= 200  # the unit is characters: whole sentences here
         assert before.text.endswith(overlap)
         assert overlap.startswith("Paragraph ") and overlap.endswith("idea.")
-        new = after.text[len(overlap) :].strip()
-        assert len(new) <= 1000 and new.startswith("Paragraph ")
+        assert after.text[len(overlap) :].strip().startswith("Paragraph ")
+        # max_chunk_size includes the overlap (issue 10 B8: they used to reach 1,035).
+        assert len(after.text) <= 1000 and len(before.text) <= 1000
         # A continuation has no heading line, so enhanced content adds it after the context.
         assert after.extras["enhanced_content"] == (
             "Context: Guide > Concepts\n\n## Concepts\n\n" + after.text
@@ -123,6 +124,7 @@ def test_overlap_falls_back_to_whole_words_without_a_sentence_end():
     for before, after in zip(doc.chunks, doc.chunks[1:], strict=False):
         overlap = after.text.split("\n\n")[0]
         assert 0 < len(overlap) <= 200 and before.text.endswith(" " + overlap)
+        assert len(after.text) <= 1000
 
 
 def test_overlap_is_never_taken_from_code():
@@ -170,8 +172,9 @@ def test_cache_key_and_options():
     assert strategy_key("hierarchical") == "hierarchical-1000-200-4000"
     assert list_strategies()["hierarchical"] == "hierarchical-1000-200-4000"
     assert strategy_key("hierarchical", overlap_size=100) == "hierarchical-1000-100-4000"
-    with pytest.raises(ValueError, match="max_chunk_size \\+ overlap_size <= hard_max_size"):
-        get_strategy("hierarchical", max_chunk_size=3900)
+    with pytest.raises(ValueError, match="overlap_size < max_chunk_size <= hard_max_size"):
+        get_strategy("hierarchical", max_chunk_size=4100)
+    get_strategy("hierarchical", max_chunk_size=3900)  # the overlap is inside max_chunk_size
 
 
 def test_chunk_over_the_character_hard_maximum_fails_the_checklist():
