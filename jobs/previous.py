@@ -44,6 +44,23 @@ class PreviousTables:
         """The chunk-table rows of one source, in chunk order."""
         return self.chunks.take(self._chunk_indices.get(path, []))
 
+    def chunk_records(self, path: str) -> tuple[list[dict[str, Any]], np.ndarray]:
+        """The chunk-table rows of one source as dicts without the embedding, in chunk order, and
+        their embeddings as one (n, dim) matrix. The table is converted once for all sources: a
+        `take` per source cost a tenth of a millisecond each, most of a large topic's carry."""
+        indices = self._chunk_indices.get(path, [])
+        return [self._records[i] for i in indices], self._vectors[indices]
+
+    @cached_property
+    def _records(self) -> list[dict[str, Any]]:
+        return self.chunks.drop_columns(["embedding"]).to_pylist()
+
+    @cached_property
+    def _vectors(self) -> np.ndarray:
+        dim = self.chunks.schema.field("embedding").type.list_size
+        flat = self.chunks.column("embedding").combine_chunks().flatten()
+        return np.asarray(flat, dtype=np.float32).reshape(self.chunks.num_rows, dim)
+
     def document_row(self, path: str) -> dict[str, Any] | None:
         """The documents-table row of one source, if it has exactly one."""
         rows = self._document_rows.get(path, [])
@@ -113,8 +130,7 @@ def carried_document(
         or row["front_matter"] is None
     ):
         return None
-    rows = tables.chunk_rows(path)
-    records = rows.drop_columns(["embedding"]).to_pylist()
+    records, vectors = tables.chunk_records(path)
     if [r["ordinal"] for r in records] != list(range(row["chunk_count"])) or any(
         r["model"] != expected.model or r["strategy"] != expected.strategy_key for r in records
     ):
@@ -122,11 +138,8 @@ def carried_document(
     chunks = tuple(chunk_from_row(r) for r in records)
     if any(not _resolves_the_same(link, path, expected) for c in chunks for link in c.links):
         return None
-    dim = rows.schema.field("embedding").type.list_size
-    if dim == 0:
+    if vectors.shape[1] == 0:
         return None
-    flat = rows.column("embedding").combine_chunks().flatten()
-    vectors = np.asarray(flat, dtype=np.float32).reshape(len(records), dim)
     document = ChunkedDocument(
         document_id=row["document_id"],
         tenant_id=row["tenant_id"],
