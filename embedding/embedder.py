@@ -12,7 +12,12 @@ import numpy as np
 import torch
 
 from embedding.batching import MicroBatch, plan_batches, rows_per_batch
-from embedding.models import fingerprint, read_sentence_transformers, resolve_model
+from embedding.models import (
+    fingerprint,
+    no_progress_bars,
+    read_sentence_transformers,
+    resolve_model,
+)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 POOLINGS = ("mean", "cls")
@@ -216,12 +221,13 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
     if not tokenizer.is_fast:
         raise ValueError(f"model {model!r}: a fast (Rust) tokenizer is required")
     tokenizer.padding_side = "right"
-    loaded = AutoModel.from_pretrained(
-        files.directory,
-        trust_remote_code=trust,
-        use_safetensors=(files.directory / "model.safetensors").is_file() or None,
-        dtype=DTYPES[dtype] if torch_device.type != "cpu" else torch.float32,
-    )
+    with no_progress_bars():
+        loaded = AutoModel.from_pretrained(
+            files.directory,
+            trust_remote_code=trust,
+            use_safetensors=(files.directory / "model.safetensors").is_file() or None,
+            dtype=DTYPES[dtype] if torch_device.type != "cpu" else torch.float32,
+        )
     loaded.eval().to(torch_device)
     settings = EmbedderSettings(
         pooling=_choice("pooling", opt.get("pooling", st.pooling or "mean"), POOLINGS),

@@ -19,6 +19,7 @@ import posixpath
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,21 @@ class SentenceTransformersSettings:
     normalize: bool | None
     max_length: int | None
     query_prefix: str | None
+
+
+@contextlib.contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """Transformers' tqdm bars off while loading (its "Loading weights" bar is noise in every
+    embedding actor's log); the previous setting is restored after."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def safe_label(text: str) -> str:

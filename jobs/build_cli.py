@@ -51,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     """Load and validate the config, run the job, print the summary; returns the exit code."""
+    from jobs.logs import clean_logs
     from jobs.pipeline import InputNotFound, run_job
     from jobs.report import summary
 
@@ -65,7 +66,8 @@ def run_build(args: argparse.Namespace) -> int:
         print(f"mdindex build: config error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        report = run_job(config)
+        with clean_logs():
+            report = run_job(config)
     except InputNotFound as exc:
         print(f"mdindex build: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -361,9 +361,18 @@ def start_ray(config: JobConfig) -> None:
     it); otherwise start a private local instance, never one that `ray start` left running here."""
     if ray.is_initialized():
         return
+    # Ray's own INFO lines stay out of the log (ours say what happened; jobs.logs).
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(address="auto")  # the job's runtime_env already reaches every worker
+        # the job's runtime_env already reaches every worker
+        context = ray.init(address="auto", logging_level=logging.WARNING)
+        log.info("joined the Ray cluster at %s", context.address_info["gcs_address"])
         return
     # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
     # runtime_env to forward it would cost every new worker process about a second.
-    ray.init(address="local", num_cpus=config.resources.num_cpus, include_dashboard=False)
+    context = ray.init(
+        address="local",
+        num_cpus=config.resources.num_cpus,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+    )
+    log.info("started a local Ray instance (logs in %s)", context.address_info["session_dir"])

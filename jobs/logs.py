@@ -1,0 +1,111 @@
+"""Clean logs: a healthy build prints our own lines only (the plan, progress, the summary).
+
+What Ray prints on a healthy run that we cannot avoid is filtered here, and only here:
+- `RayDeprecationWarning`s for `ray_remote_args` and `ray_remote_args_fn` in `map_batches`: Ray 2.60
+  has no named parameter for task retries, actor restarts and actor task retries, and a
+  `ray_remote_args_fn` is what keeps chunk tasks from being fused into the embedding actors
+  (`jobs.resources`). Both go away with Ray 2.64, which pyproject.toml keeps out.
+- the core worker's error-level line "has constructor arguments in the object store and
+  max_restarts > 0": Ray Data itself puts every actor pool's map function in the object store and
+  passes the reference to the actors, whatever our constructor arguments; the line goes only
+  with `max_restarts=0`, and the embedding actors are meant to restart. It is written by Ray's C++
+  core straight to file descriptor 2, so the filter sits on that descriptor.
+- Ray Data's console lines below WARNING, and its "Progress bars disabled" warning (we disable the
+  bars ourselves outside a terminal, and log our own progress line instead). Ray Data still writes
+  everything to `ray-data.log` in the Ray session's log folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import threading
+import warnings
+from collections.abc import Iterator
+
+DEPRECATED_REMOTE_ARGS = r"`ray_remote_args(_fn)?` is deprecated"
+HARMLESS_STDERR = (re.compile(rb"core_worker\.cc.*constructor arguments in the object store"),)
+PROGRESS_BARS_DISABLED = "Progress bars disabled"
+
+
+class RayDataConsoleFilter(logging.Filter):
+    """Lets through Ray Data's console records of WARNING and above, except the notice that the
+    progress bars are off."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING and not record.getMessage().startswith(
+            PROGRESS_BARS_DISABLED
+        )
+
+
+@contextlib.contextmanager
+def clean_logs() -> Iterator[None]:
+    """While a build runs in this process: the filters above, undone on exit."""
+    from ray.util.annotations import RayDeprecationWarning
+
+    consoles = _ray_data_consoles()
+    console_filter = RayDataConsoleFilter()
+    for handler in consoles:
+        handler.addFilter(console_filter)
+    try:
+        with warnings.catch_warnings(), StderrFilter(HARMLESS_STDERR):
+            warnings.filterwarnings(
+                "ignore", message=DEPRECATED_REMOTE_ARGS, category=RayDeprecationWarning
+            )
+            yield
+    finally:
+        for handler in consoles:
+            handler.removeFilter(console_filter)
+
+
+def _ray_data_consoles() -> list[logging.Handler]:
+    """The console handlers Ray Data's logging config gives its logger (not its log file)."""
+    import ray.data  # noqa: F401 - configures the "ray.data" logger
+
+    return [
+        h
+        for h in logging.getLogger("ray.data").handlers
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+    ]
+
+
+class StderrFilter:
+    """Drops the lines matching `patterns` from everything this process writes to file
+    descriptor 2 (Python and C++ alike), passing every other line through unchanged."""
+
+    def __init__(self, patterns: tuple[re.Pattern[bytes], ...]):
+        self._patterns = patterns
+        self._saved: int | None = None
+        self._drained = threading.Event()
+        self._end = f"mdindex-stderr-end-{os.getpid()}-{id(self)}\n".encode()
+
+    def __enter__(self) -> StderrFilter:
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        read, write = os.pipe()
+        os.dup2(write, 2)
+        os.close(write)
+        pump = threading.Thread(target=self._pump, args=(read, os.dup(self._saved)), daemon=True)
+        pump.start()
+        return self
+
+    def _pump(self, read: int, target: int) -> None:
+        with open(read, "rb") as pipe, open(target, "wb", buffering=0) as out:
+            for line in pipe:
+                if line == self._end:
+                    self._drained.set()
+                elif not any(p.search(line) for p in self._patterns):
+                    out.write(line)
+
+    def __exit__(self, *exc_info: object) -> None:
+        # Everything written so far comes out before descriptor 2 is given back. Processes
+        # started meanwhile (a local Ray's) keep the pipe open, so the pump lives on (a daemon
+        # thread) to pass their lines through until they and this process end.
+        sys.stderr.flush()
+        os.write(2, self._end)
+        self._drained.wait(timeout=5)
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
