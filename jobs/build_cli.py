@@ -28,6 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", help="output root URI (overrides `output`; default: in place)")
     parser.add_argument("--cache", help="embedding cache URI (default: {output}/.embedding-cache)")
     parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would be read, chunked, carried and deleted, which topics rebuilt, and "
+        "a rough cost (bytes to read, chunks to embed); start nothing, write nothing, exit 0",
+    )
+    parser.add_argument(
         "--set",
         dest="settings",
         action="append",
@@ -51,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     """Load and validate the config, run the job, print the summary; returns the exit code."""
+    from jobs.dry_run import describe, dry_run
     from jobs.logs import clean_logs
     from jobs.pipeline import InputNotFound, run_job
     from jobs.report import summary
@@ -66,6 +73,9 @@ def run_build(args: argparse.Namespace) -> int:
         print(f"mdindex build: config error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
+        if args.dry_run:
+            print(describe(dry_run(config)))
+            return EXIT_OK
         with clean_logs():
             report = run_job(config)
     except InputNotFound as exc:

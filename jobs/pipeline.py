@@ -90,10 +90,21 @@ def settings_key(config: JobConfig) -> str:
     )
 
 
-def run_job(config: JobConfig) -> dict[str, Any]:
-    """Run one build and return its report (also written to `{output}/_reindex/report.json`)."""
-    wall: dict[str, float] = {}
-    started = time.perf_counter()
+@dataclass(frozen=True)
+class Discovery:
+    """What the driver knows before any work: the storages, the previous manifest, the settings
+    key, the plan and the listed size of every file."""
+
+    source: Storage
+    output: Storage
+    previous: Manifest
+    config_key: str
+    plan: Plan
+    sizes: dict[str, int]
+
+
+def discover(config: JobConfig) -> Discovery:
+    """List the input, read the previous manifest and plan the run (reads nothing else)."""
     follow = config.sources.follow_symlinks
     source = Storage(config.input, config.storage_options, follow_symlinks=follow)
     output = Storage(config.output, config.storage_options, follow_symlinks=follow)
@@ -105,7 +116,15 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     config_key = settings_key(config)
     plan = make_plan(listing, previous, config_key, config.sources.globs)
     sizes = {f.path: f.size for f in listing if isinstance(f, FileInfo)}
-    del listing
+    return Discovery(source, output, previous, config_key, plan, sizes)
+
+
+def run_job(config: JobConfig) -> dict[str, Any]:
+    """Run one build and return its report (also written to `{output}/_reindex/report.json`)."""
+    wall: dict[str, float] = {}
+    started = time.perf_counter()
+    found = discover(config)
+    source, output, plan = found.source, found.output, found.plan
     rebuilt = [t.topic for t in plan.topics if t.action == REBUILD]
     wall["discover"] = time.perf_counter() - started
     log.info(
@@ -125,11 +144,11 @@ def run_job(config: JobConfig) -> dict[str, Any]:
         start_ray(config)
         wall["ray_start"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        built = build_topics(config, plan, previous, sizes, source, output)
+        built = build_topics(config, plan, found.previous, found.sizes, source, output)
         wall["pipeline"] = time.perf_counter() - mark
 
     mark = time.perf_counter()
-    manifest = finish(config, config_key, output, plan, previous, built.summaries)
+    manifest = finish(config, found.config_key, output, plan, found.previous, built.summaries)
     wall["finish"] = time.perf_counter() - mark
     wall["total"] = time.perf_counter() - started
     actions = [t.action for t in plan.topics]
@@ -306,6 +325,7 @@ def topic_summaries(
         tenant=config.tenant,
         corpus_paths=frozenset(plan.fingerprints),
         abort_on_failure=config.failure_policy == "abort",
+        time_budget=config.chunking.timeout_seconds,
     )
     embed_settings = EmbedSettings(
         model=config.embedding.model,

@@ -1,0 +1,127 @@
+"""`mdindex build --dry-run`: what a build would do, from the listing, the previous manifest, the
+previous report and the embedding cache's folder names alone; Ray is not started and nothing is
+read from the corpus or written anywhere.
+
+The estimate is rough on purpose. Bytes to read are the listed sizes of the files the pipeline
+would read. Chunks to embed are those bytes at the previous run's chunks per byte of chunked
+sources (or DEFAULT_BYTES_PER_CHUNK on a first run), less the sources whose content is unchanged
+(the same listing fingerprint, re-run for other reasons such as a settings change) and whose
+vectors are in the cache already.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+
+from chunking import strategy_key
+from jobs.config import JobConfig
+from jobs.manifest import REPORT_PATH
+from jobs.pipeline import discover, work_rows
+from jobs.plan import KEEP, REBUILD, RELINK
+from jobs.records import QUESTIONS, SOURCE, TOPIC
+from jobs.storage import Storage
+
+DEFAULT_BYTES_PER_CHUNK = 1000  # first run: no previous counts to go by
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """The work a build would do, and its rough cost."""
+
+    sources: int
+    topics: dict[str, list[str]]  # action (rebuild, relink, keep, delete) -> topics
+    read: list[str]  # files the pipeline would read: sources to chunk and qa-pairs.md
+    chunk: list[str]  # sources it would chunk
+    carried: list[str]  # unchanged sources of rebuilt topics, taken from the previous tables
+    deleted: list[str]  # sources gone since the last run
+    bytes_to_read: int
+    cached: int  # sources to chunk whose vectors the cache holds already
+    chunks_to_embed: int  # estimate
+
+
+def dry_run(config: JobConfig) -> DryRun:
+    """Plan the build `config` describes, without doing any of it."""
+    found = discover(config)
+    plan, previous = found.plan, found.previous
+    actions = {REBUILD: [], RELINK: [], KEEP: []}
+    for topic in plan.topics:
+        actions[topic.action].append(topic.topic)
+    rebuilt = [t for t in plan.topics if t.action == REBUILD]
+    rows = work_rows(rebuilt, plan, previous, found.sizes, carry=True)
+    read = [row for row in rows if row["kind"] in (SOURCE, QUESTIONS)]
+    chunk = [row for row in rows if row["kind"] == SOURCE]
+    topic_facts = [json.loads(row["payload"]) for row in rows if row["kind"] == TOPIC]
+    carried = sorted(path for facts in topic_facts for path in facts["carried"])
+    key = strategy_key(config.chunking.strategy, **config.chunking.options)
+    in_cache = cached_sources(Storage(config.cache, config.storage_options), key)
+    cached = [
+        row
+        for row in chunk
+        if (before := previous.sources.get(row["path"])) is not None
+        and before.sha256
+        and before.fingerprint == plan.fingerprints[row["path"]]
+        and before.sha256[:16] in in_cache
+    ]
+    to_embed = sum(row["size"] for row in chunk) - sum(row["size"] for row in cached)
+    return DryRun(
+        sources=len(plan.fingerprints),
+        topics={**actions, "delete": list(plan.deleted_topics)},
+        read=[row["path"] for row in read],
+        chunk=[row["path"] for row in chunk],
+        carried=carried,
+        deleted=list(plan.deleted),
+        bytes_to_read=sum(row["size"] for row in read),
+        cached=len(cached),
+        chunks_to_embed=round(to_embed * chunks_per_byte(found.output)),
+    )
+
+
+def cached_sources(cache: Storage, key: str) -> set[str]:
+    """The source-hash prefixes with a passage entry under strategy `key`, for any model (folder
+    names only: no entry is read)."""
+    fs = cache.filesystem()
+    try:
+        models = fs.ls(cache.full_path(key), detail=True)
+    except FileNotFoundError:
+        return set()
+    found = set()
+    for model in models:
+        if model["type"] == "directory" and "-q" not in posixpath.basename(model["name"]):
+            found.update(posixpath.basename(e.rstrip("/")) for e in fs.ls(model["name"]))
+    return found
+
+
+def chunks_per_byte(output: Storage) -> float:
+    """Chunks per byte of chunked source in the previous run's report, else the default."""
+    data = output.read_optional(REPORT_PATH)
+    counters = json.loads(data).get("counters", {}).get("chunk", {}) if data else {}
+    if counters.get("bytes") and counters.get("chunks"):
+        return counters["chunks"] / counters["bytes"]
+    return 1 / DEFAULT_BYTES_PER_CHUNK
+
+
+def describe(plan: DryRun) -> str:
+    """The dry run for a person (and for a script: one `key: value` summary line each first)."""
+    lines = [
+        f"sources: {plan.sources}",
+        f"topics to rebuild: {len(plan.topics[REBUILD])}",
+        f"topics to relink: {len(plan.topics[RELINK])}",
+        f"topics to keep: {len(plan.topics[KEEP])}",
+        f"topics to delete: {len(plan.topics['delete'])}",
+        f"files to read: {len(plan.read)}",
+        f"bytes to read: {plan.bytes_to_read}",
+        f"sources to chunk: {len(plan.chunk)}",
+        f"sources to carry: {len(plan.carried)}",
+        f"sources to delete: {len(plan.deleted)}",
+        f"sources expected from the cache: {plan.cached}",
+        f"chunks to embed (estimate): {plan.chunks_to_embed}",
+    ]
+    for action in (REBUILD, RELINK, "delete"):
+        lines += [f"  {action} topic {topic or '(root)'}" for topic in plan.topics[action]]
+    lines += [f"  read {path}" for path in plan.read]
+    lines += [f"  chunk {path}" for path in plan.chunk]
+    lines += [f"  carry {path}" for path in plan.carried]
+    lines += [f"  delete {path}" for path in plan.deleted]
+    return "\n".join(lines)
