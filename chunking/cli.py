@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    for chunk in document.chunks:
-        sys.stdout.write(json.dumps(chunk.to_dict(), ensure_ascii=False) + "\n")
+    for record in document.chunk_records():
+        sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
     if document.skipped_tail_tokens:
         print(
             f"note: {args.file}: a final chunk of {document.skipped_tail_tokens} tokens was "

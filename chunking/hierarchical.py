@@ -77,6 +77,7 @@ class HierarchicalStrategy(Strategy):
     """Seed 004: content types, atomic units, overlapping descriptive text, cross-references."""
 
     name = "hierarchical"
+    default_embed_context = True  # seed 004 embeds `enhanced_content`, the context-enriched text
     defaults = MappingProxyType(
         {"max_chunk_size": 1000, "overlap_size": 200, "hard_max_size": 4000}
     )
@@ -115,9 +116,9 @@ class HierarchicalStrategy(Strategy):
             span = balanced(doc, src, span)
             text = src.render(span)
             heading = section.headings[-1] if section.heading is not None else None
-            enhanced = f"Context: {section.path}\n\n"
+            context = f"Context: {section.path}\n\n"  # seed 004's enhanced_content, to the letter
             if heading is not None and not has_heading:
-                enhanced += heading.markdown + "\n\n"
+                context += heading.markdown + "\n\n"
             drafts.append(
                 Draft(
                     text=text,
@@ -126,11 +127,12 @@ class HierarchicalStrategy(Strategy):
                     headings=section.headings,
                     content_type=kind,
                     line_kinds=line_kinds(doc, src, span),
+                    context=context,
                     extras={
                         "formatted_path": section.path,
                         "hierarchy_levels": [h.level for h in section.headings],
                         "header_level": heading.level if heading else 0,
-                        "enhanced_content": enhanced + text,
+                        "enhanced_content": context + text,
                         "related_chunks": related[ordinal],
                         "related_sections": [pieces[other][0].path for other in related[ordinal]],
                     },

@@ -48,6 +48,13 @@ class Chunk:
     links: tuple[Link, ...]
     chunk_id: str
     extras: dict[str, Any] = field(default_factory=dict, hash=False, compare=True)
+    chunk_path: str = ""  # seed 002 section 8: the heading path, plus the container if any
+    context: str = ""  # what the embedder sees before `text` (see `embedding_text`)
+
+    @property
+    def embedding_text(self) -> str:
+        """The text to embed: `context` (e.g. hierarchical's "Context: A > B" lines) + `text`."""
+        return self.context + self.text
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict with lists instead of tuples, fields in declaration order.
@@ -81,6 +88,23 @@ class ChunkedDocument:
     is_chunked: bool
     skipped_tail_tokens: int = 0  # tokens of a final chunk the strategy dropped (0: none)
     tokenizer: str = ""  # name and version of the token counter, e.g. "words*1.3/v1"
+
+    @property
+    def promotion_level(self) -> str | None:
+        """Seed 001's `promotion_level`: the front matter's, as text; None when it has none.
+        Every chunk inherits it from its document."""
+        value = self.front_matter.get("promotion_level")
+        return None if value is None else str(value)
+
+    def chunk_records(self) -> list[dict[str, Any]]:
+        """Every chunk as a JSON-ready dict with its document's fields in front."""
+        document = {
+            "document_id": self.document_id,
+            "tenant_id": self.tenant_id,
+            "source_version_id": self.source_version_id,
+            "promotion_level": self.promotion_level,
+        }
+        return [{**document, **chunk.to_dict()} for chunk in self.chunks]
 
 
 def make_chunk_id(

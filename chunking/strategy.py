@@ -39,6 +39,8 @@ _MODULES = {
 _REGISTRY: dict[str, type[Strategy]] = {}
 
 # Options every strategy understands; they never change chunk texts, except the tokenizer.
+# `embed_context` (default: the strategy's `default_embed_context`) embeds each chunk with its
+# heading path in front (`Chunk.context`); a non-default value is in the cache key.
 _COMMON = MappingProxyType({"document_path": "", "corpus_paths": frozenset()})
 _NOT_IN_KEY = frozenset(_COMMON)
 
@@ -56,6 +58,8 @@ class Draft:
     line_kinds: bytes | None = None  # one kind per line of text; None: found by parsing `text`
     token_count: int | None = None  # None: counted from `text` by the strategy's counter
     extras: Mapping[str, Any] = field(default_factory=dict)
+    chunk_path: str | None = None  # None: the header path
+    context: str | None = None  # None: "Context: A > B" over the heading path (embed_context)
 
 
 @dataclass(frozen=True)
@@ -101,9 +105,15 @@ class Strategy:
     defaults: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     key_options: ClassVar[tuple[str, ...]] = ()  # spelled out in the cache key, in this order
     default_tokenizer: ClassVar[str] = "heuristic"
+    default_embed_context: ClassVar[bool] = False
 
     def __init__(self, **options: Any):
-        known = {**_COMMON, "tokenizer": self.default_tokenizer, **self.defaults}
+        known = {
+            **_COMMON,
+            "tokenizer": self.default_tokenizer,
+            "embed_context": self.default_embed_context,
+            **self.defaults,
+        }
         for key in options:
             if key not in known:
                 raise ValueError(
@@ -157,20 +167,28 @@ class Strategy:
         counter = self.counter
         link_lines = [found.line for found in doc.links]
         chunks = []
+        embed_context = self.options["embed_context"]
         for ordinal, draft in enumerate(result.drafts):
             kinds = (
                 draft.line_kinds if draft.line_kinds is not None else text_line_kinds(draft.text)
             )
             code = is_code(draft.text, kinds)
+            headings_path = tuple(heading.title for heading in draft.headings)
+            header_path = " > ".join(
+                f"{'#' * heading.level} {heading.title}" for heading in draft.headings
+            )
+            context = ""
+            if embed_context:
+                context = (
+                    draft.context if draft.context is not None else path_context(headings_path)
+                )
             chunks.append(
                 Chunk(
                     ordinal=ordinal,
                     text=draft.text,
                     title=draft.title if draft.title is not None else _innermost(draft.headings),
-                    headings_path=tuple(heading.title for heading in draft.headings),
-                    header_path=" > ".join(
-                        f"{'#' * heading.level} {heading.title}" for heading in draft.headings
-                    ),
+                    headings_path=headings_path,
+                    header_path=header_path,
                     start_line=draft.start_line,
                     end_line=draft.end_line,
                     token_count=(
@@ -189,6 +207,8 @@ class Strategy:
                         canonical_chunk_text(draft.text, kinds),
                     ),
                     extras=dict(draft.extras),
+                    chunk_path=header_path if draft.chunk_path is None else draft.chunk_path,
+                    context=context,
                 )
             )
         self.validate(doc, chunks)
@@ -247,6 +267,11 @@ class Strategy:
                     CHUNKING_FAILED,
                     f"strategy {self.name!r} produced an invalid chunk {chunk.ordinal}: {problem}",
                 )
+
+
+def path_context(headings_path: tuple[str, ...]) -> str:
+    """Seed 004's context line over a heading path, e.g. "Context: A > B\n\n" ("" without one)."""
+    return f"Context: {' > '.join(headings_path)}\n\n" if headings_path else ""
 
 
 def _innermost(headings: tuple[Heading, ...]) -> str:

@@ -313,6 +313,6 @@ class _Walker:
                 end_line=self.src.last_line(span),
                 headings=tuple(self.stack),
                 line_kinds=line_kinds(self.doc, self.src, span),
-                extras={"chunk_path": " > ".join(path)},
+                chunk_path=" > ".join(path),
             )
         )

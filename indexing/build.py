@@ -311,6 +311,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
                 front_matter=front_matter_json(doc),
                 skipped_tail_tokens=doc.skipped_tail_tokens,
                 tokenizer=doc.tokenizer,
+                promotion_level=doc.promotion_level,
             )
         )
         if not doc.chunks:

@@ -35,6 +35,8 @@ PLAIN_CHUNK_FIELDS = (
     "is_code",
     "content_type",
     "text",
+    "chunk_path",
+    "context",
 )
 
 
@@ -51,7 +53,8 @@ def chunk_from_row(row: dict[str, Any]) -> Chunk:
 def chunk_table_schema(dim: int) -> pa.Schema:
     """Schema of the chunk table: every Chunk field, its document, index facts, model and embedding.
 
-    `text` is seed 001's `content`; `embedding` is a fixed-size list of `dim` float32;
+    `promotion_level` is the document's (seed 001: chunks inherit it); `text` is seed 001's
+    `content`; `embedding` is a fixed-size list of `dim` float32;
     `prompt_hashes` are unsigned 64-bit SimHashes.
     """
     return pa.schema(
@@ -61,6 +64,7 @@ def chunk_table_schema(dim: int) -> pa.Schema:
             ("document_id", pa.string()),
             ("tenant_id", pa.string()),
             ("source_version_id", pa.string()),
+            ("promotion_level", pa.string()),
             ("chunk_id", pa.string()),
             ("ordinal", pa.int32()),
             ("title", pa.string()),
@@ -72,6 +76,8 @@ def chunk_table_schema(dim: int) -> pa.Schema:
             ("is_code", pa.bool_()),
             ("content_type", pa.string()),
             ("text", pa.string()),
+            ("chunk_path", pa.string()),
+            ("context", pa.string()),
             ("links", pa.list_(LINK_TYPE)),
             ("extras", pa.string()),
             ("href", pa.string()),
@@ -101,6 +107,7 @@ def document_table_schema() -> pa.Schema:
             ("is_chunked", pa.bool_()),
             ("chunk_count", pa.int32()),
             ("source_version_id", pa.string()),
+            ("promotion_level", pa.string()),
             ("strategy", pa.string()),
             ("status", pa.string()),
             ("error_code", pa.string()),
@@ -147,6 +154,7 @@ def chunk_table(
                     "document_id": doc.document_id,
                     "tenant_id": doc.tenant_id,
                     "source_version_id": doc.source_version_id,
+                    "promotion_level": doc.promotion_level,
                     **{k: record[k] for k in PLAIN_CHUNK_FIELDS},
                     "headings_path": record["headings_path"],
                     "links": record["links"],
@@ -188,6 +196,7 @@ class DocumentRow:
     front_matter: str | None = None
     skipped_tail_tokens: int | None = None
     tokenizer: str | None = None
+    promotion_level: str | None = None
 
 
 @dataclass(frozen=True, eq=False)

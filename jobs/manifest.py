@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 MANIFEST_PATH = "_reindex/manifest.json"
 REPORT_PATH = "_reindex/report.json"
 REPORT_HTML_PATH = "_reindex/report.html"
-FORMAT = 1
+# 2: chunk records and tables gained fields, and chunking and index rules changed (issue 10), so
+# an output of format 1 is rebuilt whole.
+FORMAT = 2
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from pathlib import Path
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
 FIELDS = {
     "ordinal", "text", "title", "headings_path", "header_path", "start_line", "end_line",
-    "token_count", "is_code", "content_type", "links", "chunk_id", "extras",
+    "token_count", "is_code", "content_type", "links", "chunk_id", "extras", "chunk_path",
+    "context", "document_id", "tenant_id", "source_version_id", "promotion_level",
 }  # fmt: skip
 
 
@@ -34,9 +35,21 @@ def test_chunk_prints_one_json_object_per_chunk():
     assert [row["ordinal"] for row in rows] == list(range(len(rows)))
     assert all(set(row) == FIELDS for row in rows)
     assert all(row["token_count"] <= 120 for row in rows)
+    assert {(row["document_id"], row["tenant_id"]) for row in rows} == {("", "default")}
     links = [link for row in rows for link in row["links"]]
     assert {"url": "../overview.md", "text": "the overview", "link_type": "internal",
             "target_document": None} in links  # fmt: skip
+
+
+def test_chunk_prints_the_document_fields_and_promotion_level(tmp_path):
+    doc = tmp_path / "promoted.md"
+    doc.write_text("---\npromotion_level: promoted\n---\n# Title\n\nSome text.\n")
+    result = mdindex(str(doc), "--document-id", "docs/promoted.md", "--tenant-id", "acme")
+    assert result.returncode == 0, result.stderr
+    (row,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert row["document_id"] == "docs/promoted.md" and row["tenant_id"] == "acme"
+    assert row["promotion_level"] == "promoted" and len(row["source_version_id"]) == 64
+    assert row["chunk_path"] == "# Title" and row["context"] == ""
 
 
 def test_strategy_and_typed_options():

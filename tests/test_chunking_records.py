@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chunking import Chunk, Link, chunk_document, chunk_source
+from chunking import Chunk, Link, chunk_document, chunk_source, strategy_key
 from chunking.blocks import text_line_kinds
 from chunking.canonical import canonical_chunk_text, is_code
 from chunking.record import make_chunk_id
@@ -121,3 +121,35 @@ def test_chunk_document_returns_chunk_records():
 def test_unknown_strategy_is_a_value_error():
     with pytest.raises(ValueError, match="unknown chunking strategy 'nope'"):
         chunk_source("# T\n", strategy="nope")
+
+
+@pytest.mark.parametrize("strategy", ["semantic", "headers", "structural", "hierarchical"])
+def test_every_strategy_sets_chunk_path_and_the_document_carries_promotion_level(strategy):
+    text = "---\npromotion_level: 2\n---\n# Guide\n\n## Setup\n\n" + "Install it. " * 20 + "\n"
+    document = chunk_source(text, strategy=strategy)
+    assert document.promotion_level == "2"
+    for chunk in document.chunks:
+        assert chunk.chunk_path.startswith(chunk.header_path) and chunk.chunk_path
+    assert chunk_source("# Plain\n\ntext\n", strategy=strategy).promotion_level is None
+
+
+@pytest.mark.parametrize("strategy", ["semantic", "headers", "structural", "hierarchical"])
+def test_embed_context_puts_the_heading_path_before_the_text_to_embed(strategy):
+    text = "# Guide\n\n## Setup\n\n" + "Install it. " * 20 + "\n"
+    plain = chunk_source(text, strategy=strategy, embed_context=False)
+    assert all(c.context == "" and c.embedding_text == c.text for c in plain.chunks)
+    enriched = chunk_source(text, strategy=strategy, embed_context=True)
+    last = enriched.chunks[-1]
+    assert last.context.startswith(f"Context: {' > '.join(last.headings_path)}\n\n")
+    assert last.context.startswith("Context: Guide")
+    assert last.embedding_text == last.context + last.text
+    assert [c.text for c in enriched.chunks] == [c.text for c in plain.chunks]
+
+
+def test_hierarchical_embeds_seed_004_enhanced_content_by_default():
+    text = "# Guide\n\n## Setup\n\n" + "Install it. " * 20 + "\n\n```\ncode\n```\n"
+    for chunk in chunk_source(text, strategy="hierarchical").chunks:
+        assert chunk.embedding_text == chunk.extras["enhanced_content"]
+    assert strategy_key("hierarchical") == "hierarchical-1000-200-4000"
+    assert strategy_key("hierarchical", embed_context=False) != strategy_key("hierarchical")
+    assert strategy_key("semantic") == "semantic-250-750"

@@ -39,7 +39,7 @@ def test_boundaries_of_section_4(minilm):
         document_path="structural_boundaries.md",
         corpus_paths={"structural_other.md"},
     )
-    got = [(c.text.split("\n")[0], c.headings_path, c.extras["chunk_path"]) for c in doc.chunks]
+    got = [(c.text.split("\n")[0], c.headings_path, c.chunk_path) for c in doc.chunks]
     assert got == [
         ("Preamble text before any heading.", (), ""),  # root chunk: no heading path
         ("# Guide", ("Guide",), "# Guide"),  # two short paragraphs merged (4.2)

@@ -32,7 +32,9 @@ def written(tmp_path_factory):
     question = big_question()
     body = [("Overview", "Intro [site](https://example.com)."), ("API Reference", "```\nx()\n```"),
             ("Usage", "Use it.")]  # fmt: skip
-    good = source(f"{TOPIC}/guide.md", body, vectors, is_code={1})
+    good = source(
+        f"{TOPIC}/guide.md", body, vectors, is_code={1}, front_matter={"promotion_level": "pinned"}
+    )
     failed = SourceInput(
         f"{TOPIC}/broken.md", None, None, ("CHUNKING_FAILED", "bad byte at 3"), "ab12"
     )
@@ -55,9 +57,11 @@ def test_pyarrow_reads_every_chunk_field_and_exact_types(written):
     for row, chunk in zip(rows, document.chunks, strict=True):
         record = chunk.to_dict()
         for field in ("chunk_id", "title", "headings_path", "header_path", "start_line", "end_line",
-                      "token_count", "is_code", "content_type", "text", "links"):  # fmt: skip
+                      "token_count", "is_code", "content_type", "text", "links", "chunk_path",
+                      "context"):  # fmt: skip
             assert row[field] == record[field], field
         assert row["extras"] == "{}"
+        assert row["promotion_level"] == "pinned"  # seed 001: inherited from the document
     assert (
         rows[0]["topic"] == TOPIC and rows[0]["model"] and rows[0]["strategy"] == "semantic-250-750"
     )
@@ -86,6 +90,7 @@ def test_pandas_reads_the_tables(written):
         f"{TOPIC}/broken.md": "failed",
         f"{TOPIC}/guide.md": "ok",
     }
+    assert documents.set_index("source")["promotion_level"][f"{TOPIC}/guide.md"] == "pinned"
 
 
 def test_duckdb_queries_the_tables(written):

@@ -537,3 +537,25 @@ def parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     return sink.getvalue().to_pybytes()
+
+
+def test_hierarchical_embeds_its_context_enriched_text(tmp_path):
+    """Seed 004 embeds `enhanced_content`; the job embeds each chunk's `embedding_text`."""
+    corpus = tmp_path / "in" / "guides"
+    shutil.copytree(CORPUS / "guides", corpus)
+    output = tmp_path / "out"
+    code = build("--input", str(corpus.parent), "--output", str(output),
+                 "--set", "chunking.strategy=hierarchical",
+                 "--set", "chunking.options={tokenizer: minilm}")  # fmt: skip
+    assert code == 0
+    rows = pq.read_table(output / chunk_table_path("guides")).to_pylist()
+    from embedding import load_embedder
+
+    embedder = load_embedder("minilm", device="cpu", dtype="fp32")
+    texts = [json.loads(row["extras"])["enhanced_content"] for row in rows]
+    assert [row["context"] + row["text"] for row in rows] == texts
+    expected = embedder.embed(texts)
+    raw = embedder.embed([row["text"] for row in rows])
+    got = np.array([row["embedding"] for row in rows], dtype=np.float32)
+    assert np.abs(got - expected).max() < 1e-5
+    assert np.abs(got - raw).max() > 1e-2

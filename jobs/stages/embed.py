@@ -3,6 +3,8 @@ document up in the embedding cache at once and embeds all the misses of all its 
 embedder call (`embedding.embed_with_cache`), whose fixed-shape micro-batches keep every vector the
 same bits whatever documents share the batch. Each topic's questions are embedded as queries (with
 the model's query prefix), through the same cache.
+Each chunk is embedded as its `embedding_text` (the chunking layer decides: e.g. hierarchical's
+context-enriched text), and the cache is keyed on exactly that text.
 Reads `document`, `sha256`, `previous_hash`; writes `vectors`, `dim`.
 """
 
@@ -16,7 +18,7 @@ import pyarrow as pa
 
 from embedding import DocRequest, EmbeddingCache, embed_with_cache
 from jobs.progress import report_stats
-from jobs.records import QUESTIONS, SOURCE, to_table, vectors_to_bytes
+from jobs.records import QUESTIONS, SOURCE, document_from_json, to_table, vectors_to_bytes
 from jobs.stats import Clock, EmbedStats, RunStats
 
 # Cache namespace (the strategy-key level of seed 000's layout) of qa-pairs.md questions, which
@@ -82,11 +84,11 @@ class EmbedActor:
         if row["document"] is None:
             return None
         if row["kind"] == SOURCE:
-            chunks = json.loads(row["document"])["chunks"]
+            chunks = document_from_json(row["document"]).chunks
             return DocRequest(
                 strategy_key=self.strategy_key,
                 source_hash=row["sha256"],
-                texts=tuple(chunk["text"] for chunk in chunks),
+                texts=tuple(chunk.embedding_text for chunk in chunks),
                 previous_source_hash=row["previous_hash"],
             )
         if row["kind"] == QUESTIONS and (questions := tuple(json.loads(row["document"]))):
