@@ -41,15 +41,21 @@ def chunk_source(
     strategy: str = "semantic",
     document_id: str = "",
     tenant_id: str = "default",
+    time_budget: float | None = None,
     **options: Any,
 ) -> ChunkedDocument:
-    """Chunk one markdown source (bytes or text) with the named strategy and its options."""
+    """Chunk one markdown source (bytes or text) with the named strategy and its options;
+    past `time_budget` seconds it fails with CHUNKING_TIMEOUT (see `chunking.budget`)."""
     from chunking.blocks import parse
+    from chunking.budget import within_budget
     from chunking.normalize import normalize
     from chunking.strategy import get_strategy
 
     chunker = get_strategy(strategy, **options)
-    return chunker.chunk(parse(normalize(data)), document_id=document_id, tenant_id=tenant_id)
+    return within_budget(
+        time_budget,
+        lambda: chunker.chunk(parse(normalize(data)), document_id=document_id, tenant_id=tenant_id),
+    )
 
 
 def chunk_document(

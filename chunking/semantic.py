@@ -45,6 +45,7 @@ from chunking.blocks import (
     fence_closer,
     fence_reopener,
 )
+from chunking.record import CHUNKING_FAILED, ChunkingError
 from chunking.strategy import Draft, Split, Strategy, register
 from chunking.tokens import TokenCounter
 
@@ -347,6 +348,13 @@ class _Window:
         reopen = fence_reopener(self.doc, fence) if fence else ""
         if fence and (bare or self.context_units(reopen) > self.limit // 2):
             reopen = fence_closer(self.doc, fence)  # the bare marker opens it as well
+            if 4 * self.context_units(reopen) > self.limit:  # no room left for its content
+                raise ChunkingError(
+                    CHUNKING_FAILED,
+                    f"the code fence opened at line {fence.start_line} needs "
+                    f"{2 * self.context_units(reopen)} units ({self.counter.name}) to reopen "
+                    f"and close, over half the chunk limit of {self.limit}",
+                )
         prefix = parents
         fixed = self.context_units(reopen)
         while prefix and self.context_units(_heading_lines(prefix)) + fixed > self.limit // 2:

@@ -22,6 +22,7 @@ from chunking.blocks import (
     fence_closer,
     fence_reopener,
 )
+from chunking.record import CHUNKING_FAILED, ChunkingError
 from chunking.tokens import TokenCounter
 
 # A sentence ends at . ! ? (then closing quotes or brackets, then whitespace) or at a CJK full stop.
@@ -122,6 +123,11 @@ class Measure:
             cls(counter, tuple(span.start + offset for offset in starts))
             for span, starts in zip(spans, unit_starts(counter, texts), strict=True)
         ]
+
+    @property
+    def unit(self) -> str:
+        """What sizes count: "tokens" or "characters"."""
+        return "characters" if self.counter is None else "tokens"
 
     def size(self, start: int, end: int) -> int:
         """Size of the source range `[start, end)`."""
@@ -247,10 +253,16 @@ def line_pieces(
     piece is well-formed markdown; an unclosed fence is closed in the last piece.
     """
     fences = [f for f in doc.fences if span.start <= src.line_starts[f.start_line - 1] < span.end]
-    reserve = max(
-        (measure.size_of(fence_reopener(doc, f) + "\n" + fence_closer(doc, f)) + 2 for f in fences),
-        default=0,
-    )
+    reserve = 0
+    for fence in fences:
+        context = measure.size_of(fence_reopener(doc, fence) + "\n" + fence_closer(doc, fence)) + 2
+        if 2 * context > limit:  # every piece would repeat it: quadratic output, or no room
+            raise ChunkingError(
+                CHUNKING_FAILED,
+                f"the code fence opened at line {fence.start_line} needs {context} "
+                f"{measure.unit} to reopen and close, over half the chunk limit of {limit}",
+            )
+        reserve = max(reserve, context)
     budget = max(1, limit - reserve)
     parts: list[Span] = []
     for line in line_spans(src, span):

@@ -61,10 +61,12 @@ class SourcesConfig:
 
 @dataclass(frozen=True)
 class ChunkingConfig:
-    """The chunking strategy and its options, passed to `chunking.chunk_source`."""
+    """The chunking strategy and its options, passed to `chunking.chunk_source`, and each
+    source's time budget (past it the source fails with CHUNKING_TIMEOUT; None: no budget)."""
 
     strategy: str = "semantic"
     options: dict[str, Any] = field(default_factory=dict)
+    timeout_seconds: float | None = _min(0.001, 120.0)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ class ChunkSettings:
     tenant: str = "default"
     corpus_paths: frozenset[str] = frozenset()
     abort_on_failure: bool = False
+    time_budget: float | None = None  # seconds per source (CHUNKING_TIMEOUT past it)
 
 
 def read_and_chunk(
@@ -80,6 +81,7 @@ def _chunk_row(row: dict[str, Any], settings: ChunkSettings) -> ChunkStats:
             tenant_id=settings.tenant,
             document_path=row["path"],
             corpus_paths=settings.corpus_paths,
+            time_budget=settings.time_budget,
             **settings.options,
         )
     except ChunkingError as exc:

@@ -1,0 +1,44 @@
+"""A time budget for one call: past it, the call stops with CHUNKING_TIMEOUT.
+
+The budget is an interval timer (SIGALRM), so it stops pure-Python work wherever it is; it
+applies in a process's main thread (where Ray runs a task) and is not set elsewhere.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from chunking.record import CHUNKING_TIMEOUT, ChunkingError
+
+T = TypeVar("T")
+
+
+class _Expired(BaseException):
+    """Raised by the timer; a BaseException, so no `except Exception` on the way catches it."""
+
+
+def _expire(signum: int, frame: object) -> None:
+    raise _Expired
+
+
+def within_budget(seconds: float | None, call: Callable[[], T]) -> T:
+    """`call()`, stopped with ChunkingError(CHUNKING_TIMEOUT) after `seconds` (None or 0: no
+    budget; outside a main thread neither)."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        return call()
+    previous = signal.signal(signal.SIGALRM, _expire)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return call()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Expired:
+        raise ChunkingError(
+            CHUNKING_TIMEOUT, f"chunking ran past its time budget of {seconds:g} s"
+        ) from None
+    finally:
+        signal.signal(signal.SIGALRM, previous)

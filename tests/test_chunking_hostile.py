@@ -1,0 +1,142 @@
+"""Hostile inputs (issue 12): each ends in a clear error code or in valid chunks, for every
+strategy, in time linear in its size: bounded against a normal document of the same size."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from chunking import (
+    CHUNKING_FAILED,
+    CHUNKING_TIMEOUT,
+    ChunkingError,
+    chunk_source,
+    list_strategies,
+)
+
+STRATEGIES = sorted(list_strategies())
+PROSE = "The client retries a request after a timeout, and the delay doubles each time. "
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00"
+
+
+def normal(size: int) -> bytes:
+    """An ordinary markdown document of `size` bytes: sections of a few paragraphs."""
+    section = "## Section\n\n" + "\n\n".join([PROSE * 4] * 3) + "\n\n"
+    return (("# Guide\n\n" + section * (size // len(section) + 1)).encode())[:size]
+
+
+def outcome(data: bytes, strategy: str) -> tuple[str, float]:
+    """("N chunks" or the error code, seconds) of chunking `data`."""
+    started = time.perf_counter()
+    try:
+        result = f"{len(chunk_source(data, strategy=strategy).chunks)} chunks"
+    except ChunkingError as exc:
+        result = exc.code
+    return result, time.perf_counter() - started
+
+
+def bounded(data: bytes, strategy: str) -> str:
+    """The outcome of `data`, asserting it took at most 10x a normal document of its size (run
+    first, so that imports and first-use set-up are not charged to `data`)."""
+    _, reference = outcome(normal(len(data)), strategy)
+    result, seconds = outcome(data, strategy)
+    assert seconds <= 10 * reference + 2.0, (strategy, seconds, reference)
+    return result
+
+
+# A fence marker too long to repeat in every piece fails the source; `headers` has no token
+# limit and keeps it whole.
+FENCE_TOO_LONG = ("chunks", CHUNKING_FAILED)
+HOSTILE = {
+    "1M backticks": (b"`" * 1_000_000 + b"\n", FENCE_TOO_LONG),
+    "20k tildes": (b"# T\n\n" + b"~" * 20_000 + b"\n", FENCE_TOO_LONG),
+    "backticks in a list": (b"- item\n\n  " + b"`" * 50_000 + b"\n", FENCE_TOO_LONG),
+    "unclosed fence": (b"# T\n\n```python\n" + b"x = compute(1)\n" * 20_000, ("chunks",)),
+    "fence in a list 500 deep": (
+        b"".join(b"  " * i + b"- item\n" for i in range(500)) + b"  " * 500 + b"```\ncode\n",
+        ("chunks",),
+    ),
+    "100,000 nested blockquotes": (b">" * 100_000 + b" deep\n\nAfter.\n", ("chunks",)),
+    "5,000-column table": (
+        b"|"
+        + b"|".join(b"c%d" % i for i in range(5000))
+        + b"|\n|"
+        + b"|".join([b"-"] * 5000)
+        + b"|\n|"
+        + b"|".join([b"v"] * 5000)
+        + b"|\n",
+        ("chunks",),
+    ),
+    "20,000 headings": (
+        b"".join(b"## Heading %d\n\n" % i for i in range(20_000)),
+        ("chunks", "none"),
+    ),
+    "CRLF endings": (normal(50_000).replace(b"\n", b"\r\n"), ("chunks",)),
+    "CR-only endings": (normal(50_000).replace(b"\n", b"\r"), ("chunks",)),
+}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_input_ends_in_chunks_or_a_code_in_linear_time(name, strategy):
+    data, expected = HOSTILE[name]
+    result = bounded(data, strategy)
+    kind = "none" if result == "0 chunks" else "chunks" if result.endswith(" chunks") else result
+    assert kind in expected, result
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"# T\n\ncaf\xe9\n", "invalid UTF-8 at byte offset 8"),
+        (PNG, "invalid UTF-8 at byte offset 0"),
+        (b"# T\n\x00\x01", "binary content: NUL byte at byte offset 4"),
+    ],
+    ids=["invalid-utf8", "png", "nul"],
+)
+def test_undecodable_sources_fail_with_their_offset(data, says):
+    with pytest.raises(ChunkingError) as caught:
+        chunk_source(data)
+    assert caught.value.code == CHUNKING_FAILED
+    assert says in caught.value.message
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("data", [b"", b"  \n\t\n\r\n   "], ids=["empty", "whitespace"])
+def test_empty_and_blank_sources_give_no_chunks(data, strategy):
+    assert chunk_source(data, strategy=strategy).chunks == ()
+
+
+def test_crlf_and_cr_chunk_like_lf():
+    lf = chunk_source(normal(20_000), strategy="semantic")
+    for ending in (b"\r\n", b"\r"):
+        other = chunk_source(normal(20_000).replace(b"\n", ending), strategy="semantic")
+        assert [c.text for c in other.chunks] == [c.text for c in lf.chunks]
+
+
+def test_a_source_past_its_time_budget_fails_with_chunking_timeout():
+    started = time.perf_counter()
+    with pytest.raises(ChunkingError) as caught:
+        chunk_source(normal(4_000_000), strategy="structural", tokenizer="minilm", time_budget=0.2)
+    assert caught.value.code == CHUNKING_TIMEOUT
+    assert "time budget of 0.2 s" in caught.value.message
+    assert time.perf_counter() - started < 5
+    # The timer is gone: the next source has all the time it needs.
+    assert chunk_source(normal(2_000), time_budget=60).chunks
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("20 MB single line", lambda: b"word " * 4_000_000),
+        ("50 MB document", lambda: normal(50_000_000)),
+    ],
+)
+def test_huge_sources_chunk_in_linear_time(name, data):
+    source = data()
+    result, seconds = outcome(source, "semantic")
+    _, reference = outcome(normal(1_000_000), "semantic")
+    assert result.endswith(" chunks") and result != "0 chunks"
+    assert seconds <= 5 * reference * len(source) / 1_000_000 + 5, (name, seconds, reference)
