@@ -16,7 +16,16 @@ from chunking.blocks import heading_title, parse_tokens
 from chunking.record import ChunkedDocument
 from indexing.hal import directory_title, dump_json, index_document
 from indexing.keywords import Keyword, KeywordMatcher, keyword_matcher, keywords_in
-from indexing.paths import INDEX, TOPIC_SPEC, chunk_href, in_topic, source_stem
+from indexing.paths import (
+    INDEX,
+    TOPIC_SPEC,
+    chunk_file,
+    chunk_href,
+    href_of,
+    href_path,
+    in_topic,
+    source_stem,
+)
 from indexing.questions import best_chunks, match_questions
 from indexing.simhash import simhash64
 from indexing.simhash_tables import PromptEntry, blocks
@@ -233,7 +242,7 @@ def _build_source(
         path=src.path,
         document=doc,
         vectors=vectors,
-        hrefs=[in_topic(inp.topic, item["href"]) for item in items],
+        hrefs=[href_of(in_topic(inp.topic, chunk_file(stem, i))) for i in range(len(items))],
         similarity_conceptual=conceptual,
         similarity_technical=technical,
         prompt_hashes=prompt_hashes,
@@ -293,7 +302,9 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
                 table_parts.append(src.retained.chunks)
             if stem in previous_chunks:
                 chunks[stem] = previous_chunks[stem]
-                retained += [in_topic(inp.topic, item["href"]) for item in chunks[stem]["items"]]
+                retained += [
+                    in_topic(inp.topic, href_path(item["href"])) for item in chunks[stem]["items"]
+                ]
             continue
         doc = src.document
         documents[src.path] = doc
@@ -321,7 +332,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
         chunks[stem] = built.entry
         table_parts.append(built.rows)
         for chunk, href in zip(doc.chunks, built.rows.hrefs, strict=True):
-            files[href] = chunk.text.encode("utf-8")
+            files[href_path(href)] = chunk.text.encode("utf-8")
 
     title = topic_title(inp.topic, documents, previous)
     files[in_topic(inp.topic, INDEX)] = dump_json(

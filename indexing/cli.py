@@ -16,7 +16,7 @@ from indexing.client import (
     question_matches,
     select_chunks,
 )
-from indexing.paths import in_topic
+from indexing.paths import href_path, in_topic
 from indexing.server import make_server
 from indexing.simhash import simhash64
 
@@ -59,9 +59,12 @@ def register(subparsers) -> None:
     serve.set_defaults(run=run_serve)
 
 
-def _text(reader: IndexReader, relpath: str) -> str | None:
+def _text(reader: IndexReader, relpath: str) -> str:
+    """A chunk's text; FileNotFoundError naming it when the index lists it but it is missing."""
     data = reader.read(relpath)
-    return None if data is None else data.decode("utf-8")
+    if data is None:
+        raise FileNotFoundError(f"chunk file {reader.location(relpath)} is missing")
+    return data.decode("utf-8")
 
 
 def topic_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
@@ -71,7 +74,7 @@ def topic_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any
     for selection in select_chunks(index, args.n, args.source, args.technical):
         chunks = []
         for item in selection.items:
-            relpath = in_topic(args.topic, item["href"])
+            relpath = in_topic(args.topic, href_path(item["href"]))
             record = {**item, "href": reader.location(relpath)}
             if args.show:
                 record["text"] = _text(reader, relpath)
@@ -137,7 +140,7 @@ def _print_text(result: dict[str, Any]) -> None:
             for item in source["chunks"]:
                 print(f"  [{item['index']}] {item['title']}\n      {item['href']}")
                 if "text" in item:
-                    print("      " + (item["text"] or "").replace("\n", "\n      "))
+                    print("      " + item["text"].replace("\n", "\n      "))
         return
     print(f"simhash {result['simhash']}: {result['method']}, {len(result['matches'])} matches")
     for match in result["matches"]:
@@ -147,7 +150,7 @@ def _print_text(result: dict[str, Any]) -> None:
             f"({how})\n      {match['href']}"
         )
         if "text" in match:
-            print("      " + (match["text"] or "").replace("\n", "\n      "))
+            print("      " + match["text"].replace("\n", "\n      "))
 
 
 def run_query(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractFileSystem
 
-from indexing.paths import INDEX, chunk_href, chunk_table_path, in_topic, source_stem
+from indexing.paths import INDEX, chunk_file, chunk_table_path, href_of, in_topic, source_stem
 from indexing.simhash import simhash64
 from indexing.simhash_tables import SimhashMatch, lookup_simhash
 from indexing.vectors import unit_rows
@@ -32,14 +32,21 @@ class IndexReader:
         fs, root = fsspec.core.url_to_fs(uri, **(storage_options or {}))
         return cls(fs=fs, root=root.rstrip("/"))
 
+    def _path(self, relpath: str) -> str:
+        """Where the filesystem finds an output-root-relative path (URL-encoded over HTTP)."""
+        protocol = self.fs.protocol
+        protocols = {protocol} if isinstance(protocol, str) else set(protocol)
+        web = bool(protocols & {"http", "https"})
+        return f"{self.root}/{href_of(relpath) if web else relpath}"
+
     def location(self, relpath: str) -> str:
         """The full path or URL of an output-root-relative path, as a client would fetch it."""
-        return self.fs.unstrip_protocol(f"{self.root}/{relpath}")
+        return self.fs.unstrip_protocol(self._path(relpath))
 
     def read(self, relpath: str) -> bytes | None:
         """The bytes of an output-root-relative file, or None when it does not exist."""
         try:
-            return self.fs.cat_file(f"{self.root}/{relpath}")
+            return self.fs.cat_file(self._path(relpath))
         except FileNotFoundError:
             return None
 
@@ -188,4 +195,4 @@ def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) 
 
 def chunk_path(topic: str, source: str, index: int) -> str:
     """Output-root-relative path of a chunk file."""
-    return in_topic(topic, chunk_href(source, index))
+    return in_topic(topic, chunk_file(source, index))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from urllib.parse import quote, unquote
 
 INDEX = "index.json"
 TOPIC_SPEC = "topic-spec.md"
@@ -19,9 +20,19 @@ def in_topic(topic: str, relpath: str) -> str:
     return f"{topic}/{relpath}" if topic else relpath
 
 
+def href_of(relpath: str) -> str:
+    """The URL-encoded href of a path (`%`, `#`, `?`, spaces, newlines, non-ASCII escaped)."""
+    return quote(relpath)
+
+
+def href_path(href: str) -> str:
+    """The path an href names (the inverse of `href_of`)."""
+    return unquote(href)
+
+
 def index_href(topic: str) -> str:
     """The root-absolute href of a topic's (or directory's) index.json."""
-    return "/" + in_topic(topic, INDEX)
+    return "/" + href_of(in_topic(topic, INDEX))
 
 
 def parent_of(topic: str) -> str | None:
@@ -34,9 +45,14 @@ def source_stem(path: str) -> str:
     return posixpath.splitext(posixpath.basename(path))[0]
 
 
+def chunk_file(stem: str, index: int) -> str:
+    """A chunk file's path relative to its topic directory."""
+    return f"{CHUNKS_DIR}/{stem}-{index}.md"
+
+
 def chunk_href(stem: str, index: int) -> str:
     """A chunk file's href relative to its topic directory, as index.json stores it."""
-    return f"{CHUNKS_DIR}/{stem}-{index}.md"
+    return href_of(chunk_file(stem, index))
 
 
 def is_chunk_file(relpath: str) -> bool:

@@ -58,10 +58,18 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
+    def list_directory(self, path):
+        """No directory listings (they would show `.embedding-cache/` and every file)."""
+        self.send_error(HTTPStatus.NOT_FOUND, "directory listings are off")
+
     def send_head(self):
-        """Like the base class, but answers a single byte range with 206 Partial Content."""
+        """Like the base class, but answers a single byte range with 206 Partial Content, and
+        404 for anything that resolves (through symbolic links) outside the served directory."""
         header = self.headers.get("Range")
         path = self.translate_path(self.path)
+        if not _inside(self.directory, path):
+            self.send_error(HTTPStatus.NOT_FOUND, "outside the served directory")
+            return None
         if header is None or not os.path.isfile(path):
             return super().send_head()
         with open(path, "rb") as handle:
@@ -89,6 +97,12 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args) -> None:
         if not getattr(self.server, "quiet", False):
             super().log_message(format, *args)
+
+
+def _inside(directory: str, path: str) -> bool:
+    """Whether `path`, every symbolic link resolved, is `directory` or lies under it."""
+    root, real = os.path.realpath(directory), os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def make_server(directory: str, host: str = "127.0.0.1", port: int = 8000, quiet: bool = False):

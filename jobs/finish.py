@@ -111,7 +111,11 @@ def remove_topic(output: Storage, topic: str, files: tuple[str, ...]) -> None:
     except SymlinkRefused:
         return
     if spec is not None:
-        rest = topic_spec_without_section(spec.decode("utf-8", errors="replace"))
+        try:
+            text = spec.decode("utf-8")
+        except UnicodeDecodeError:
+            return  # not ours to rewrite: a person's file we cannot decode stays as it is
+        rest = topic_spec_without_section(text)
         if rest is None:
             output.delete([spec_path])
         else:

@@ -33,7 +33,7 @@ from indexing.paths import (
     CHUNKS_DIR,
     INDEX,
     TOPIC_SPEC,
-    chunk_href,
+    chunk_file,
     in_topic,
     is_chunk_file,
     source_stem,
@@ -53,6 +53,7 @@ from jobs.storage import Storage, SymlinkRefused
 log = logging.getLogger("mdindex.build")
 
 KEYWORDS_FAILED = "KEYWORDS_FAILED"
+TOPIC_SPEC_FAILED = "TOPIC_SPEC_FAILED"
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,8 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
         return _summary(topic, {"recarry": recarry})
     index_path = in_topic(topic, INDEX)
     spec_path = in_topic(topic, TOPIC_SPEC)
-    existing_spec, spec_is_link = _existing_spec(context, spec_path)
-    failures = [_failure(r) for r in rows if r["error_code"] is not None]
+    existing_spec, spec_left, spec_failure = _existing_spec(context, spec_path)
+    failures = [_failure(r) for r in rows if r["error_code"] is not None] + spec_failure
     keywords, keyword_failure = _keywords(context.source, facts["keywords"])
     failures += keyword_failure
     questions, question_vectors = _questions(rows)
@@ -123,7 +124,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     writes = {
         path: data
         for path, data in output.files.items()
-        if path not in kept and path != index_path and not (path == spec_path and spec_is_link)
+        if path not in kept and path != index_path and not (path == spec_path and spec_left)
     }
     # A chunk file under a new name is seen by no reader until index.json names it: written in
     # place (half the directory operations of a temporary file and rename).
@@ -178,7 +179,7 @@ def _carried_chunk_files(
     """The chunk files of carried sources: the same text as the run that wrote them, so one
     that is still there is not written again."""
     return {
-        in_topic(topic, chunk_href(source_stem(path), i))
+        in_topic(topic, chunk_file(source_stem(path), i))
         for path, (document, _) in carried.items()
         for i in range(len(document.chunks))
     }
@@ -246,20 +247,30 @@ def _keywords(source: Storage, path: str | None) -> tuple[list, list[dict[str, s
         return [], [{"path": path, "code": KEYWORDS_FAILED, "message": str(exc)}]
 
 
-def _existing_spec(context: TopicContext, path: str) -> tuple[str | None, bool]:
-    """The person-written topic-spec.md to merge into (the output's, else the input's), and
-    whether the output's is a symbolic link not followed, to be left as it is. A linked input
-    one is not read either (the listing reported it as SYMLINK_SKIPPED)."""
+def _existing_spec(
+    context: TopicContext, path: str
+) -> tuple[str | None, bool, list[dict[str, str]]]:
+    """The person-written topic-spec.md to merge into (the output's, else the input's), whether
+    the output's is to be left as it is, and the failure to report. Left as it is: a symbolic
+    link (not followed), or a file that is not UTF-8 (TOPIC_SPEC_FAILED: rewriting it would
+    corrupt it). A linked input one is not read either (the listing reported it as
+    SYMLINK_SKIPPED)."""
     try:
         data = context.output.read_optional(path)
     except SymlinkRefused:
-        return None, True
+        return None, True, []
     if data is None and context.source.root != context.output.root:
         try:
             data = context.source.read_optional(path)
         except SymlinkRefused:
             data = None
-    return None if data is None else data.decode("utf-8", errors="replace"), False
+    if data is None:
+        return None, False, []
+    try:
+        return data.decode("utf-8"), False, []
+    except UnicodeDecodeError as exc:
+        message = f"not UTF-8 (invalid byte at offset {exc.start}): left untouched, not updated"
+        return None, True, [{"path": path, "code": TOPIC_SPEC_FAILED, "message": message}]
 
 
 def _parquet(table: pa.Table) -> bytes:

@@ -1,0 +1,116 @@
+"""Hrefs of sources with odd names reach their chunk over HTTP (issue 12 item 9), `query --show`
+fails loudly on a missing chunk, and `mdindex serve` stays inside its directory (item 11)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+
+import pytest
+import requests
+from indexing_support import ranked_vectors, source, topic_input, write_index
+
+from indexing import IndexSettings, build_topic
+from indexing.cli import register
+from indexing.server import make_server
+
+TOPIC = "odd names/t#1"
+NAMES = ["50% off", "what?", "c#", "a b", "指南", "new\nline"]
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="mdindex")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    code = args.run(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def index_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("odd") / "site"
+    sources = [
+        source(f"{TOPIC}/{name}.md", [(f"About {name}", f"Text of {name}.")], ranked_vectors([1.0]))
+        for name in NAMES
+    ]
+    write_index(root, [build_topic(topic_input(TOPIC, sources), IndexSettings())])
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(index_root):
+    httpd = make_server(str(index_root), port=0, quiet=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_hrefs_are_url_encoded_and_name_the_chunk_files(index_root):
+    index = json.loads((index_root / TOPIC / "index.json").read_bytes())
+    assert index["_links"]["self"]["href"] == "/odd%20names/t%231/index.json"
+    hrefs = {name: index["_embedded"]["chunks"][name]["items"][0]["href"] for name in NAMES}
+    assert hrefs["50% off"] == "_chunks/50%25%20off-0.md"
+    assert hrefs["what?"] == "_chunks/what%3F-0.md"
+    assert hrefs["c#"] == "_chunks/c%23-0.md"
+    assert hrefs["new\nline"] == "_chunks/new%0Aline-0.md"
+    for name in NAMES:
+        assert (index_root / TOPIC / "_chunks" / f"{name}-0.md").read_text().endswith(f"{name}.")
+
+
+def test_every_href_is_fetched_over_http(index_root, server, capsys):
+    index = json.loads((index_root / TOPIC / "index.json").read_bytes())
+    for name in NAMES:
+        href = index["_embedded"]["chunks"][name]["items"][0]["href"]
+        reply = requests.get(f"{server}/{requests.utils.quote(TOPIC)}/{href}", timeout=10)
+        assert reply.status_code == 200 and reply.text.endswith(f"Text of {name}.")
+    code, out, _ = run_cli(["query", server, "--topic", TOPIC, "--show", "--json"], capsys)
+    assert code == 0
+    texts = {s["source"]: s["chunks"][0]["text"] for s in json.loads(out)["sources"]}
+    assert texts == {name: f"## About {name}\n\nText of {name}." for name in NAMES}
+
+
+def test_query_show_fails_loudly_on_a_missing_chunk(index_root, server, capsys, tmp_path):
+    copy = tmp_path / "site"
+    for path in index_root.rglob("*"):
+        if path.is_file():
+            target = copy / path.relative_to(index_root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    (copy / TOPIC / "_chunks" / "c#-0.md").unlink()
+    code, out, err = run_cli(["query", str(copy), "--topic", TOPIC, "--show"], capsys)
+    assert code == 1 and out == ""
+    assert "chunk file" in err and "c#-0.md is missing" in err
+    assert run_cli(["query", str(copy), "--topic", TOPIC], capsys)[0] == 0  # no text asked
+
+
+def test_serve_never_leaves_its_directory_nor_lists_one(tmp_path):
+    root = tmp_path / "site"
+    (root / "t").mkdir(parents=True)
+    (root / "t" / "index.json").write_text("{}")
+    (root / ".embedding-cache").mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET")
+    (root / "t" / "leak.md").symlink_to(secret)
+    (root / "outside").symlink_to(tmp_path)
+    (root / "inside.json").symlink_to(root / "t" / "index.json")
+    httpd = make_server(str(root), port=0, quiet=True)
+    assert httpd.server_address[0] == "127.0.0.1"  # loopback unless told otherwise
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        for path in ("/t/leak.md", "/outside/secret.txt", "/../secret.txt", "/%2e%2e/secret.txt"):
+            reply = requests.get(base + path, timeout=10)
+            assert reply.status_code == 404 and "TOP-SECRET" not in reply.text, path
+        for path in ("/", "/t/", "/.embedding-cache/", "/outside/"):
+            reply = requests.get(base + path, timeout=10)
+            assert reply.status_code == 404 and "index.json" not in reply.text, path
+        assert requests.get(base + "/inside.json", timeout=10).text == "{}"
+        assert requests.get(base + "/t/index.json", timeout=10).text == "{}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
