@@ -3,10 +3,10 @@ previous report and the embedding cache's folder names alone; Ray is not started
 read from the corpus or written anywhere.
 
 The estimate is rough on purpose. Bytes to read are the listed sizes of the files the pipeline
-would read. Chunks to embed are those bytes at the previous run's chunks per byte of chunked
-sources (or DEFAULT_BYTES_PER_CHUNK on a first run), less the sources whose content is unchanged
-(the same listing fingerprint, re-run for other reasons such as a settings change) and whose
-vectors are in the cache already.
+would read. Chunks to embed are counted per source to chunk, at least one each, from its size
+at the previous run's chunks per byte of chunked sources (or DEFAULT_BYTES_PER_CHUNK on a first
+run), leaving out the sources whose content is unchanged (the same listing fingerprint, re-run for
+other reasons such as a settings change) and whose vectors are in the cache already.
 """
 
 from __future__ import annotations
@@ -64,7 +64,11 @@ def dry_run(config: JobConfig) -> DryRun:
         and before.fingerprint == plan.fingerprints[row["path"]]
         and before.sha256[:16] in in_cache
     ]
-    to_embed = sum(row["size"] for row in chunk) - sum(row["size"] for row in cached)
+    density = chunks_per_byte(found.output)
+    cached_paths = {row["path"] for row in cached}
+    to_embed = sum(
+        max(1, round(row["size"] * density)) for row in chunk if row["path"] not in cached_paths
+    )
     return DryRun(
         sources=len(plan.fingerprints),
         topics={**actions, "delete": list(plan.deleted_topics)},
@@ -74,7 +78,7 @@ def dry_run(config: JobConfig) -> DryRun:
         deleted=list(plan.deleted),
         bytes_to_read=sum(row["size"] for row in read),
         cached=len(cached),
-        chunks_to_embed=round(to_embed * chunks_per_byte(found.output)),
+        chunks_to_embed=to_embed,
     )
 
 

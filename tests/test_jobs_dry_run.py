@@ -1,0 +1,92 @@
+"""`mdindex build --dry-run`: the plan and its rough cost, against what the real build then does."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.reindex import main
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "fixtures" / "corpus"
+CONFIG = str(ROOT / "configs" / "local.yaml")
+GOLDEN = "libraries/json-source-generation"
+BROKEN = f"{GOLDEN}/broken-encoding.md"
+
+
+def dry(capsys, *args: str) -> tuple[dict[str, str], list[str]]:
+    """The dry run's `key: value` summary and its listed actions."""
+    assert main(["--config", CONFIG, *args, "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    summary = dict(line.split(": ", 1) for line in lines if not line.startswith("  "))
+    return summary, [line.strip() for line in lines if line.startswith("  ")]
+
+
+def tree(root: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in root.rglob("*")} if root.exists() else {}
+
+
+def test_a_dry_run_starts_no_ray_and_writes_nothing(tmp_path):
+    """In a fresh process: exit 0, Ray never initialised, no output folder made."""
+    output = tmp_path / "out"
+    script = (
+        "import sys, ray; from jobs.reindex import main\n"
+        f"code = main(['--config', {CONFIG!r}, '--input', {str(CORPUS)!r}, "
+        f"'--output', {str(output)!r}, '--dry-run'])\n"
+        "print('ray initialised:', ray.is_initialized()); sys.exit(code)\n"
+    )
+    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ray initialised: False" in done.stdout
+    assert "topics to rebuild: 4" in done.stdout and "sources to chunk: 7" in done.stdout
+    assert not output.exists()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
+    corpus, output = tmp_path / "docs", tmp_path / "out"
+    shutil.copytree(CORPUS, corpus)
+    where = ["--input", str(corpus), "--output", str(output)]
+    summary, actions = dry(capsys, *where)
+    listed = [p for p in corpus.rglob("*.md") if "_keywords" not in p.parts]
+    assert summary["topics to rebuild"] == "4" and summary["files to read"] == str(len(listed))
+    assert summary["bytes to read"] == str(sum(p.stat().st_size for p in listed))
+    assert int(summary["chunks to embed (estimate)"]) > 0  # a first run: the default density
+    assert f"chunk {BROKEN}" in actions and f"read {GOLDEN}/qa-pairs.md" in actions
+    assert main(["--config", CONFIG, *where]) == 3
+
+    # One source edited, one deleted: the dry run names them and its neighbours, and the cost
+    # is what the build then reports; the dry run itself touches nothing.
+    (corpus / "guides" / "installation.md").write_text("# Installation\n\nRun `pip install`.\n")
+    (corpus / "reference" / "cli" / "commands.md").unlink()
+    before = tree(output)
+    summary, actions = dry(capsys, *where)
+    assert tree(output) == before
+    assert summary["topics to rebuild"] == "2"  # guides, and the topic with the failed source
+    assert summary["topics to delete"] == "1" and "delete topic reference/cli" in actions
+    assert "delete reference/cli/commands.md" in actions
+    assert "chunk guides/installation.md" in actions and f"chunk {BROKEN}" in actions
+    assert "carry guides/getting-started.md" in actions
+    assert f"carry {GOLDEN}/golden-reference.md" in actions
+    assert main(["--config", CONFIG, *where]) == 3
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert int(summary["bytes to read"]) == report["bytes_read"]
+    assert int(summary["sources to chunk"]) == report["sources"]["chunked"]
+    assert int(summary["sources to carry"]) == report["sources"]["carried"]
+    assert summary["chunks to embed (estimate)"] == "2"  # at least one per source to chunk
+    assert report["chunks"]["embedded"] == 1  # the failed one has none after all
+
+    # A settings change rebuilds everything, but every unchanged source's vectors are cached.
+    summary, _ = dry(capsys, *where, "--set", "prompts.top_k=3")
+    assert summary["topics to rebuild"] == "3" and summary["sources to chunk"] == "6"
+    assert summary["sources expected from the cache"] == "5"  # all but the failed one
+    assert summary["chunks to embed (estimate)"] == "1"  # the failed one, not cached
