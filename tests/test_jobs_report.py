@@ -1,0 +1,154 @@
+"""The run report: report.html beside report.json from the same data, `mdindex report` on local and
+S3 outputs, and the page as headless Chromium renders it (marked `browser`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from jobs.cli import main as mdindex
+from jobs.reindex import main
+from jobs.report_html import render_html, token_bins
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "fixtures" / "corpus"
+CONFIG = str(ROOT / "configs" / "local.yaml")
+BROKEN = "libraries/json-source-generation/broken-encoding.md"
+SECTIONS = (
+    "Run and settings",
+    "Sources",
+    "Stages",
+    "Chunks",
+    "Embedding cache",
+    "Failures (1)",
+    "Slowest sources (6)",
+)
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, ray_session) -> Path:
+    output = tmp_path_factory.mktemp("report") / "out"
+    assert main(["--config", CONFIG, "--input", str(CORPUS), "--output", str(output)]) == 3
+    return output
+
+
+def report_and_page(output: Path) -> tuple[dict, str]:
+    folder = output / "_reindex"
+    return json.loads((folder / "report.json").read_text()), (folder / "report.html").read_text()
+
+
+def svgs(page: str) -> list[ET.Element]:
+    """Every inline chart, parsed as XML (so each is well-formed)."""
+    return [ET.fromstring(svg) for svg in re.findall(r"<svg .*?</svg>", page, re.S)]
+
+
+def test_report_html_shows_every_section_from_the_report_data(built):
+    report, page = report_and_page(built)
+    assert page == render_html(report)  # the same data, nothing else
+    for section in SECTIONS:
+        assert f"{section}</h2>" in page, section
+    assert not re.search(r"""(src|href)=|<script|<link|@import|url\(""", page)  # self-contained
+    assert "sources_failed" in page and "exit code <b>3</b>" in page
+    assert "chunking.strategy" in page and "embedding.model" in page
+    charts = svgs(page)
+    titles = [chart.find("{http://www.w3.org/2000/svg}title").text for chart in charts]
+    assert titles == [
+        "sources of this run",
+        "worker-seconds per stage",
+        "wall seconds per phase",
+        "token counts, semantic",
+        "where each chunk's vector came from",
+    ]
+    tokens = report["chunks"]["tokens"]["semantic"]
+    assert tokens["count"] == report["counters"]["chunk"]["chunks"] > 0
+    assert f"min {tokens['min']}" in page and f"max {tokens['max']}" in page
+    assert "<h3>CHUNKING_FAILED (1)</h3>" in page and BROKEN in page
+    slowest = report["slowest_sources"]
+    assert len(slowest) == 6 and BROKEN not in {s["path"] for s in slowest}  # chunked ones only
+    assert [s["seconds"] for s in slowest] == sorted((s["seconds"] for s in slowest), reverse=True)
+
+
+def test_token_bins_cover_min_to_max_and_keep_every_count():
+    histogram = {"bucket": 10, "buckets": [[30, 2], [40, 1], [250, 5], [990, 1]], "min": 31,
+                 "max": 997, "count": 9}  # fmt: skip
+    bins = token_bins(histogram, target=24)
+    assert bins[0].low <= 31 and bins[-1].high > 997
+    assert sum(b.count for b in bins) == 9
+    assert len({b.high - b.low for b in bins}) == 1 and 20 <= len(bins) <= 26
+
+
+def test_a_failed_runs_report_renders_what_it_has():
+    page = render_html({"status": "failed", "exit_code": 1, "output": "s3://b/out",
+                        "error": "RuntimeError: worker died"})  # fmt: skip
+    assert "exit code <b>1</b>" in page and "RuntimeError: worker died" in page
+    assert "no timings in this report" in page and "<svg" not in page
+
+
+def test_report_command_prints_the_last_runs_summary(built, capsys):
+    (built / "_reindex" / "report.html").unlink()  # e.g. written by an older version
+    assert mdindex(["report", str(built)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("last run: sources_failed (exit code 3), finished ")
+    assert "mdindex build: 7 sources in 4 topics" in out and f"FAILED {BROKEN}" in out
+    assert out.rstrip().endswith(f"report: {built / '_reindex' / 'report.html'}")
+    report, page = report_and_page(built)
+    assert page == render_html(report)
+    assert mdindex(["report", str(built / "nothing")]) == 2
+
+
+def test_report_command_reads_an_s3_output_and_writes_the_page_locally(
+    built, s3_server, tmp_path, capsys
+):
+    bucket = s3_server.make_bucket("reports")
+    s3_server.filesystem().put(str(built / "_reindex" / "report.json"),
+                               f"{bucket}/out/_reindex/report.json")  # fmt: skip
+    page = tmp_path / "report.html"
+    assert mdindex(["report", f"{bucket}/out", "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert "mdindex build: 7 sources in 4 topics" in out and f"report: {page}" in out
+    report, _ = report_and_page(built)
+    assert page.read_text() == render_html(report)
+
+
+MEASURE = """<script>
+window.addEventListener("load", () => {
+  const charts = [...document.querySelectorAll("svg")].map((svg) => {
+    const box = svg.getBoundingClientRect();
+    const marks = [...svg.querySelectorAll("rect")].filter((r) => {
+      const b = r.getBoundingClientRect(); return b.width > 0 && b.height > 0; }).length;
+    return {width: box.width, height: box.height, marks: marks};
+  });
+  const pre = document.createElement("pre"); pre.id = "measured";
+  pre.textContent = JSON.stringify({charts: charts, width: document.body.scrollWidth});
+  document.body.appendChild(pre);
+});
+</script></body>"""
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian package chromium)")
+def test_report_html_renders_in_headless_chromium(built, tmp_path):
+    """Chromium lays out every chart with marks of non-zero size, the page fits its width, and
+    it takes a screenshot of it (a measuring script is added to a copy, not to the report)."""
+    page = (built / "_reindex" / "report.html").read_text()
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", MEASURE))
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,2400"]
+    dom = subprocess.run([*flags, "--dump-dom", probe.as_uri()], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    measured = json.loads(re.search(r'<pre id="measured">(.*?)</pre>', dom.stdout).group(1))
+    assert len(measured["charts"]) == 5
+    for chart in measured["charts"]:
+        assert chart["width"] > 300 and chart["height"] > 20 and chart["marks"] >= 1, chart
+    assert measured["width"] <= 1100
+    shot = tmp_path / "report.png"
+    subprocess.run([*flags, f"--screenshot={shot}", (built / "_reindex" / "report.html").as_uri()],
+                   capture_output=True, timeout=120)  # fmt: skip
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
