@@ -20,7 +20,7 @@ from typing import Any
 import fsspec
 import yaml
 
-from indexing.build import DEFAULT_TECHNICAL_TITLES
+from indexing.build import DEFAULT_SIMHASH_K, DEFAULT_TECHNICAL_TITLES
 from jobs import storage
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -132,16 +132,18 @@ class ResourcesConfig:
 class PromptsConfig:
     """Query expansion (seed 000 section 6): question-to-chunk similarity cut-off and cap."""
 
-    threshold: float = field(default=0.6, metadata={"min": -1.0, "max": 1.0})
+    threshold: float = field(default=0.7, metadata={"min": -1.0, "max": 1.0})
     top_k: int | None = _min(1, None)
 
 
 @dataclass(frozen=True)
 class IndexConfig:
     """Index rules: the chunk-1 title phrases that make it the technical baseline (seed 000 §7),
-    matched as whole words, ignoring case and punctuation."""
+    matched as whole words, ignoring case and punctuation; the Hamming distance k of the corpus
+    SimHash tables (a question's lookup finds stored prompts within k bits)."""
 
     technical_titles: tuple[str, ...] = DEFAULT_TECHNICAL_TITLES
+    simhash_k: int = field(default=DEFAULT_SIMHASH_K, metadata={"min": 0, "max": 63})
 
 
 @dataclass(frozen=True)

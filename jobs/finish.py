@@ -31,6 +31,7 @@ def index_settings(config: JobConfig) -> IndexSettings:
         prompt_threshold=config.prompts.threshold,
         prompt_top_k=config.prompts.top_k,
         technical_titles=config.index.technical_titles,
+        simhash_k=config.index.simhash_k,
     )
 
 

@@ -184,6 +184,9 @@ def test_technical_titles_are_configurable_and_reach_the_index_settings(tmp_path
         {"input": str(tmp_path), "index": {"technical_titles": ["Syntax", "API at a glance"]}}
     )
     assert index_settings(custom).technical_titles == ("Syntax", "API at a glance")
+    assert index_settings(default).simhash_k == 6
+    tighter = config_from_dict({"input": str(tmp_path), "index": {"simhash_k": 3}})
+    assert index_settings(tighter).simhash_k == 3
     assert settings_key(custom) != settings_key(default)  # a change rebuilds every topic
     with pytest.raises(ConfigError, match=r"index\.technical_titles"):
         config_from_dict({"input": str(tmp_path), "index": {"technical_titles": [3]}})
