@@ -1,4 +1,5 @@
-"""The run report (`{output}/_reindex/report.json`) and the human summary printed at the end.
+"""The run report (`{output}/_reindex/report.json`, and from the same dict its page report.html,
+`jobs.report_html`) and the human summary printed at the end.
 
 Counts and timings come from the run's merged stage records (`jobs.stats.RunStats`).
 Timings: `wall_seconds` are the driver's clock per phase (discover, ray_start, pipeline, finish,

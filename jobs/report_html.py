@@ -152,6 +152,8 @@ def _stages(report: dict[str, Any]) -> str:
             for key, rate in stage.items()
             if key in units and rate is not None
         ]
+        busy = stage.get("busy_seconds")
+        rates += [f"busy {busy:.2f} s"] if busy is not None else []
         note = f"{stage['worker_seconds']:.2f} s" + (f" ({', '.join(rates)})" if rates else "")
         bars.append(Bar(name, stage["worker_seconds"], note, STAGE_COLORS.get(name, GREY)))
     wall = timings.get("wall_seconds", {})
@@ -168,8 +170,8 @@ def _stages(report: dict[str, Any]) -> str:
                 ("chunks/s overall", throughput.get("chunks_per_second")),
             ]
         )
-        + "<p>Worker-seconds per stage, summed over workers (stages overlap), with throughput "
-        "per worker-second:</p>"
+        + "<p>Worker-seconds per stage (CPU time, summed over workers; stages overlap), with "
+        "throughput per worker-second and the wall time of the stage's calls (busy):</p>"
         + (bar_chart(bars, "worker-seconds per stage") if bars else _none("no stage ran"))
         + "<p>Wall-clock seconds per phase of the driver:</p>"
         + (bar_chart(phases, "wall seconds per phase") if phases else "")
