@@ -50,7 +50,8 @@ def run_report(args: argparse.Namespace) -> int:
     report = json.loads(data)
     status = f"{report.get('status')} (exit code {report.get('exit_code')})"
     print(f"last run: {status}, finished {report.get('finished_at', 'at an unknown time')}")
-    print(summary(report))
+    # a failed run's report may hold no counts, only what went wrong
+    print(summary(report) if "sources" in report else f"  {report.get('error', 'no counts')}")
     if output.is_local:
         page = Path(output.uri(REPORT_HTML_PATH))
         if not page.is_file():  # a report from before report.html existed

@@ -84,11 +84,18 @@ def test_token_bins_cover_min_to_max_and_keep_every_count():
     assert len({b.high - b.low for b in bins}) == 1 and 20 <= len(bins) <= 26
 
 
-def test_a_failed_runs_report_renders_what_it_has():
-    page = render_html({"status": "failed", "exit_code": 1, "output": "s3://b/out",
-                        "error": "RuntimeError: worker died"})  # fmt: skip
+def test_a_failed_runs_report_renders_what_it_has(tmp_path, capsys):
+    failed = {"status": "failed", "exit_code": 1, "output": str(tmp_path),
+              "error": "RuntimeError: worker died"}  # fmt: skip
+    page = render_html(failed)
     assert "exit code <b>1</b>" in page and "RuntimeError: worker died" in page
     assert "no timings in this report" in page and "<svg" not in page
+    (tmp_path / "_reindex").mkdir()
+    (tmp_path / "_reindex" / "report.json").write_text(json.dumps(failed))
+    assert mdindex(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("last run: failed (exit code 1)") and "RuntimeError: worker died" in out
+    assert (tmp_path / "_reindex" / "report.html").read_text() == page
 
 
 def test_report_command_prints_the_last_runs_summary(built, capsys):
