@@ -14,7 +14,6 @@ the final-chunk rule's counts.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
@@ -42,6 +41,11 @@ from indexing.vectors import unit_rows  # noqa: E402
 TARBALL = ROOT.parent / "shared" / "corpora" / "fastapi-docs.tar.gz"
 WORK = ROOT / ".bench" / "retrieval"
 QUESTIONS = Path(__file__).with_name("retrieval_questions.yaml")
+# Unpacked by benchmarks/pipeline.py; counted for the final-chunk rule when present.
+EXTRA_CORPORA = {
+    "tldr-pages English": ROOT / ".bench" / "corpora" / "tldr-pages" / "tldr-pages" / "pages",
+    "FastAPI, all languages": ROOT / ".bench" / "corpora" / "fastapi-docs" / "fastapi-docs",
+}
 DOCS = "fastapi-docs/en/docs/"
 PARTS = ("tutorial/", "advanced/")
 LOCAL = ["tokenizer: minilm", "min_tokens: 150", "max_tokens: 250"]  # configs/local.yaml
@@ -56,6 +60,16 @@ VARIANTS = {
     "structural+ctx": ("structural", ["embed_context: true"]),
     "hierarchical-raw": ("hierarchical", ["embed_context: false"]),
     "hierarchical": ("hierarchical", []),
+}
+# Variants of a question, from a different user's paraphrase down to small edits.
+EDITS = {
+    "paraphrase": lambda q: q.paraphrase,
+    "lower case, no '?'": lambda q: q.text.lower().rstrip("?"),
+    "first word dropped": lambda q: q.text.split(" ", 1)[1],
+    "'please' added": lambda q: q.text.rstrip("?") + " please?",
+    "one word changed": lambda q: (
+        q.text.replace(" I ", " we ", 1) if " I " in q.text else q.text.replace(" a ", " the ", 1)
+    ),
 }
 HEADING = re.compile(r"^(#{1,6}) .*?(?:\{ #([^ }]+) \})?\s*$")
 
@@ -273,7 +287,7 @@ def prompts(chunks: ChunkSet, qv: np.ndarray, questions: list[Question]) -> None
             cos = np.round(chunks.vectors[rows] @ vector, 4)
             above = {rows[i] for i in np.flatnonzero(cos >= t)}
             attached += bool(above)
-            (_, best), = best_chunks([chunks.vectors[rows]], vector[None, :])
+            ((_, best),) = best_chunks([chunks.vectors[rows]], vector[None, :])
             found = above | {rows[best]}
             matched += len(found)
             hits = sum(chunks.files[i] in q.files for i in found)
@@ -285,40 +299,47 @@ def prompts(chunks: ChunkSet, qv: np.ndarray, questions: list[Question]) -> None
     built = [row.get("prompt_hashes") or [] for row in chunks.rows]
     ours = [simhash64(q.text) for q in questions]
     found = [{i for i, hs in enumerate(built) if h in hs} for h in ours]
-    hit = sum(any(chunks.files[i] in q.files for i in f) for q, f in zip(questions, found))
-    share = sum(len(f) > 0 for f in found)
-    print(f"\nBuilt index (threshold 0.6, best chunk kept): {share}/{len(questions)} questions "
-          f"attached; {hit}/{len(questions)} lead to an answering file")  # fmt: skip
-    distances = sorted(
-        bin(simhash64(q.text) ^ simhash64(q.paraphrase)).count("1") for q in questions
-    )
-    print(f"Hamming distance question -> paraphrase: min {distances[0]}, median "
-          f"{distances[len(distances) // 2]}, max {distances[-1]}; within k=3: "
-          f"{sum(d <= 3 for d in distances)}/{len(distances)}")  # fmt: skip
+    pairs = zip(questions, found, strict=True)
+    hit = sum(any(chunks.files[i] in q.files for i in f) for q, f in pairs)
+    n, share = len(questions), sum(len(f) > 0 for f in found)
+    print(f"\nBuilt index (configs/local.yaml's threshold, best chunk kept): {share}/{n} "
+          f"questions attached; {hit}/{n} lead to an answering file")  # fmt: skip
+    print("| variant of the question | median distance | within k=3 | k=6 | k=10 |")
+    print("|---|---|---|---|---|")
+    for name, edit in EDITS.items():
+        ds = sorted(bin(simhash64(q.text) ^ simhash64(edit(q))).count("1") for q in questions)
+        print(
+            f"| {name} | {ds[len(ds) // 2]} | "
+            + " | ".join(f"{sum(d <= k for d in ds)}/{len(ds)}" for k in (3, 6, 10))
+            + " |"
+        )
     texts = [q.text for q in questions] + [q.paraphrase for q in questions]
     hashes = [simhash64(t) for t in texts]
     same = sum(a == b for a, b in combinations(hashes, 2))
     near = sorted(bin(a ^ b).count("1") for a, b in combinations(hashes, 2))
     print(f"Collisions among {len(texts)} questions and paraphrases: {same} equal hashes, "
-          f"{sum(d <= 3 for d in near)} pairs within distance 3 "
+          f"{sum(d <= 3 for d in near)} pairs within distance 3, {sum(d <= 6 for d in near)} "
+          f"within 6 "
           f"(closest pair {near[0]}, median pair {near[len(near) // 2]})")  # fmt: skip
 
 
-def tail_counts(corpus: Path) -> None:
+def tail_counts(name: str, corpus: Path) -> None:
     """Seed 003's final-chunk rule: short final sections skipped, size-split remainders kept."""
     options = {"tokenizer": "minilm", "min_tokens": 150, "max_tokens": 250}
-    skipped = remainders = chunks = 0
+    skipped = remainders = chunks = tokens = kept = 0
     for path in sorted(corpus.rglob("*.md")):
         if path.name == "qa-pairs.md":
             continue
         document = chunk_source(path.read_bytes(), **options)
         chunks += len(document.chunks)
+        tokens += sum(c.token_count for c in document.chunks)
         skipped += bool(document.skipped_tail_tokens)
         last = document.chunks[-1] if len(document.chunks) > 1 else None
-        remainders += bool(last and last.token_count < options["min_tokens"])
-    print(f"\nFinal-chunk rule (semantic, configs/local.yaml, {chunks} chunks): {skipped} short "
-          f"final sections skipped; {remainders} short size-split remainders kept (the old rule "
-          f"skipped both: {skipped + remainders})")  # fmt: skip
+        if last and last.token_count < options["min_tokens"]:
+            remainders += 1
+            kept += last.token_count
+    print(f"| {name} | {chunks:,} | {skipped:,} | {remainders:,} ({kept / tokens:.1%} of the "
+          f"tokens) | {skipped + remainders:,} |")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -363,8 +384,8 @@ def main(argv: list[str] | None = None) -> None:
     for name, chunks in sets.items():
         ours = recall(chunks, qv, questions, corpus)
         para = recall(chunks, pv, questions, corpus)
-        print(f"| {name} | {len(chunks.files)} | {ours['r@1']:.3f} | {ours['r@5']:.3f} | "
-              f"{ours['mrr@10']:.3f} | {ours['chunk r@5']:.3f} | {para['mrr@10']:.3f} |")  # fmt: skip
+        cells = [ours["r@1"], ours["r@5"], ours["mrr@10"], ours["chunk r@5"], para["mrr@10"]]
+        print(f"| {name} | {len(chunks.files)} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
 
     if default is not None:
         print("\nStripe order vs runtime MMR (λ=0.5, query = baseline) vs similarity order,")
@@ -375,7 +396,14 @@ def main(argv: list[str] | None = None) -> None:
                                                  key=lambda x: (x[0][1], x[0][0])):  # fmt: skip
             print(f"| {k} | {name} | {rel:.3f} | {div:.3f} | {cov:.2f} |")
         prompts(default, qv, questions)
-    tail_counts(corpus)
+    print("\nFinal-chunk rule (semantic, configs/local.yaml: 150-250 MiniLM tokens)")
+    print("| corpus | chunks | short final sections skipped | size-split remainders kept |"
+          " the old rule skipped |")  # fmt: skip
+    print("|---|---|---|---|---|")
+    tail_counts("FastAPI en tutorial/ + advanced/", corpus)
+    for name, extra in EXTRA_CORPORA.items():
+        if extra.is_dir():
+            tail_counts(name, extra)
 
 
 if __name__ == "__main__":
