@@ -12,12 +12,19 @@ Writes put the .bin files first and metadata.json last. metadata.json is one ato
 written in place on local disks (a single put on object storage), since a reader checks their
 bytes against metadata's digest anyway. A half-written entry reads as a miss, and concurrent
 writers of the same entry (same content) cannot make a wrong entry read as valid.
+
+A damaged entry is logged and recomputed. A cache that cannot be written (a full disk, a
+directory where a file should be, a folder whose symbolic links lead out of the cache root) is
+not an error: `put_many` removes what it wrote of each such entry and returns one warning per
+entry, naming its path.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import posixpath
 import re
 from collections.abc import Sequence
@@ -26,8 +33,11 @@ from typing import Any
 
 import fsspec
 import numpy as np
+from fsspec.implementations.local import LocalFileSystem
 
-from embedding.files import read_existing, write_atomically
+from embedding.files import is_within, read_existing, write_atomically
+
+log = logging.getLogger(__name__)
 
 FORMAT = "mdindex-embedding-cache/1"
 _VECTOR = np.dtype("<f4")
@@ -116,6 +126,12 @@ class EmbeddingCache:
             if meta is not None:
                 blobs_of_entry = [vector_blobs.get(path) for path in paths]
                 vectors = _parse_vectors(blobs_of_entry, dim, meta.vectors_sha256)
+                if vectors is None:
+                    log.warning(
+                        "cache entry %s: vectors missing or damaged; recomputing", key.relpath
+                    )
+            elif self._metadata_path(key) in blobs:
+                log.warning("cache entry %s: metadata.json damaged; recomputing", key.relpath)
             entries.append(
                 None
                 if vectors is None
@@ -129,26 +145,78 @@ class EmbeddingCache:
     def _chunk_path(self, key: CacheKey, index: int) -> str:
         return posixpath.join(self.entry_path(key), f"chunk-{index}.bin")
 
-    def put(self, entry: CacheEntry) -> None:
-        """Write one entry (vectors first, metadata.json last), replacing what was there."""
-        self.put_many([entry])
+    def put(self, entry: CacheEntry) -> str:
+        """Write one entry (vectors first, metadata.json last), replacing what was there; the
+        warning when it could not be written ("" when it was; see `put_many`)."""
+        return self.put_many([entry]).get(entry.key, "")
 
-    def put_many(self, entries: Sequence[CacheEntry]) -> None:
-        """Write many entries: all .bin files, then all metadata.json files."""
-        vectors: dict[str, bytes] = {}
-        metadata: dict[str, bytes] = {}
+    def put_many(self, entries: Sequence[CacheEntry]) -> dict[CacheKey, str]:
+        """Write many entries: all .bin files, then all metadata.json files. An entry that
+        cannot be written is removed again and gets a warning naming its path (also logged)."""
+        warnings: dict[CacheKey, str] = {}
+        files = {}
         for entry in entries:
-            rows = np.ascontiguousarray(entry.vectors, dtype=_VECTOR)
-            if rows.ndim != 2 or rows.shape[0] != len(entry.text_hashes):
-                raise ValueError(
-                    f"cache entry {entry.key.relpath}: {rows.shape} vectors for "
-                    f"{len(entry.text_hashes)} chunks"
-                )
-            for index, row in enumerate(rows):
-                vectors[self._chunk_path(entry.key, index)] = row.tobytes()
-            metadata[self._metadata_path(entry.key)] = _metadata_bytes(entry, rows)
+            refused = self._refused(entry.key)
+            if refused:
+                warnings[entry.key] = refused
+            else:
+                files[entry.key] = self._entry_files(entry)
+        try:
+            self._write(list(files.values()))
+        except OSError:  # find out which entries fail, one by one, and leave none half written
+            for key, parts in files.items():
+                try:
+                    self._write([parts])
+                except OSError as exc:
+                    self._remove(parts)
+                    where = exc.filename2 or exc.filename or self.entry_path(key)
+                    warnings[key] = (
+                        f"cache entry {self.entry_path(key)} not written: "
+                        f"{exc.strerror or exc} ({where})"
+                    )
+        for warning in warnings.values():
+            log.warning("%s", warning)
+        return warnings
+
+    def _entry_files(self, entry: CacheEntry) -> tuple[dict[str, bytes], dict[str, bytes]]:
+        """An entry's ({.bin path: bytes}, {metadata.json path: bytes})."""
+        rows = np.ascontiguousarray(entry.vectors, dtype=_VECTOR)
+        if rows.ndim != 2 or rows.shape[0] != len(entry.text_hashes):
+            raise ValueError(
+                f"cache entry {entry.key.relpath}: {rows.shape} vectors for "
+                f"{len(entry.text_hashes)} chunks"
+            )
+        vectors = {self._chunk_path(entry.key, i): row.tobytes() for i, row in enumerate(rows)}
+        return vectors, {self._metadata_path(entry.key): _metadata_bytes(entry, rows)}
+
+    def _refused(self, key: CacheKey) -> str:
+        """Why an entry's folder may not be written ("" when it may): on local disk, a symbolic
+        link inside the cache that leads out of its root."""
+        if not isinstance(self.fs, LocalFileSystem):
+            return ""
+        root, real = os.path.realpath(self.root), os.path.realpath(self.entry_path(key))
+        if is_within(real, root):
+            return ""
+        return (
+            f"cache entry {self.entry_path(key)} not written: it resolves to {real}, outside "
+            f"the cache root {root} (a symbolic link leads out of it)"
+        )
+
+    def _write(self, parts: list[tuple[dict[str, bytes], dict[str, bytes]]]) -> None:
+        """Every .bin file of `parts`, then every metadata.json."""
+        vectors = {path: data for bins, _ in parts for path, data in bins.items()}
+        metadata = {path: data for _, meta in parts for path, data in meta.items()}
         write_atomically(self.fs, vectors, in_place=True)  # metadata's digest vouches for them
         write_atomically(self.fs, metadata)
+
+    def _remove(self, parts: tuple[dict[str, bytes], dict[str, bytes]]) -> None:
+        """Delete the files of an entry that failed to write (what is not there is skipped)."""
+        for path in [*parts[1], *parts[0]]:  # metadata.json first: the entry stops reading as valid
+            try:
+                if self.fs.isfile(path):
+                    self.fs.rm_file(path)
+            except OSError:
+                continue
 
 
 def _metadata_bytes(entry: CacheEntry, rows: np.ndarray) -> bytes:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,13 +38,15 @@ class DocVectors:
 
     cache_hit: the whole entry was valid and reused; reused: chunks taken from a stale or previous
     entry by text hash; embedded: chunks computed now; truncated: chunks cut to the model window
-    (remembered in the cache, so a hit reports the same count as the run that embedded them)."""
+    (remembered in the cache, so a hit reports the same count as the run that embedded them);
+    cache_warning: why the vectors could not be written to the cache ("" when they were)."""
 
     vectors: np.ndarray
     cache_hit: bool
     reused: int
     embedded: int
     truncated: int
+    cache_warning: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,13 @@ def embed_with_cache(
         results.append(DocVectors(vectors, False, len(rows) - missing, missing, len(truncated)))
         if cache is not None:
             writes.append(CacheEntry(plan.key, plan.hashes, vectors, truncated))
-    if cache is not None and writes:
-        cache.put_many(writes)
-    return results
+    if cache is None or not writes:
+        return results
+    warnings = cache.put_many(writes)
+    return [
+        replace(result, cache_warning=warnings.get(plan.key, "")) if plan.hit is None else result
+        for result, plan in zip(results, plans, strict=True)
+    ]
 
 
 def _plan(

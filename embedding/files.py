@@ -45,9 +45,28 @@ def _umask() -> int:
 
 
 def _write_local(path: str, data: bytes) -> None:
-    """Write `data` over `path` directly (a reader may see it half written)."""
-    with open(path, "wb") as out:
-        out.write(data)
+    """Write `data` over `path` directly (a reader may see it half written); a symbolic link
+    at `path` is refused (ELOOP), never written through."""
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+    _write_and_close(handle, data, path)
+
+
+def _write_and_close(handle: int, data: bytes, path: str) -> None:
+    """Write all of `data` to an open file descriptor and close it; a failure (a full disk:
+    ENOSPC) names `path`, which write() alone does not."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(handle, view) :]
+    except OSError as exc:
+        raise type(exc)(exc.errno, exc.strerror, path) from None
+    finally:
+        os.close(handle)
+
+
+def is_within(path: str, root: str) -> bool:
+    """Whether the absolute `path` is `root` or lies under it (both real paths)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _replace_local(path: str, data: bytes, new_mode: int) -> None:
@@ -61,8 +80,7 @@ def _replace_local(path: str, data: bytes, new_mode: int) -> None:
     handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
     try:
         os.fchmod(handle, mode)
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
+        _write_and_close(handle, data, path)
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):

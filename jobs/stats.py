@@ -22,6 +22,7 @@ S = TypeVar("S", bound="Stats")
 
 TOKEN_BUCKET = 10  # width of a token-count histogram bucket (the report's charts re-bin these)
 SLOWEST = 20  # sources kept by `Slowest`
+NOTES = 20  # messages kept by `Notes`
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,22 @@ class Slowest(Stats):
 
 
 @dataclass(frozen=True)
+class Notes(Stats):
+    """Warning messages, the first NOTES of them kept (their count is a counter beside)."""
+
+    messages: tuple[str, ...] = ()
+
+    def __add__(self, other: Notes) -> Notes:
+        if type(other) is not type(self):
+            return NotImplemented
+        return Notes((self.messages + other.messages)[:NOTES])
+
+    def to_dict(self) -> list[str]:  # type: ignore[override]
+        """The messages, oldest first."""
+        return list(self.messages)
+
+
+@dataclass(frozen=True)
 class ReadStats(Stats):
     """Sources and qa-pairs.md files read (bytes) or failed to read."""
 
@@ -163,6 +180,8 @@ class EmbedStats(Stats):
     cache_reused: int = 0  # of cache_hits, chunks of an older entry (found by their text's hash)
     truncated: int = 0
     questions: int = 0  # qa-pairs.md questions embedded as queries (or taken from the cache)
+    cache_write_failures: int = 0  # documents whose vectors could not be cached (a warning)
+    cache_warnings: Notes = dataclasses.field(default_factory=Notes)  # what those were
     tokens: int = 0
     padded_tokens: int = 0
     seconds: float = 0.0

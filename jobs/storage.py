@@ -24,7 +24,7 @@ from typing import Any
 import fsspec
 from fsspec.core import split_protocol
 
-from embedding.files import cat_many, write_atomically
+from embedding.files import cat_many, is_within, write_atomically
 
 LOCAL_PROTOCOLS = ("file", "local")
 NOT_FOLLOWED = "symbolic link, not followed (sources.follow_symlinks is false)"
@@ -218,11 +218,6 @@ class Storage:
                     f"{self.real_root} (a symbolic link leads out of it)"
                 )
         return full
-
-
-def is_within(path: str, root: str) -> bool:
-    """Whether the absolute `path` is `root` or lies under it (both real paths)."""
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _read_not_following(path: str) -> bytes:

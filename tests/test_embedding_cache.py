@@ -4,6 +4,9 @@ partial reuse of an edited document, one embedder call per batch, concurrent wri
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -114,11 +117,14 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
-def test_damaged_entry_is_a_miss_and_is_regenerated(cache, damage):
+def test_damaged_entry_is_a_miss_and_is_regenerated(cache, damage, caplog):
     [first] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
     damage(cache.fs, entry_path(cache))
     key = CacheKey(STRATEGY, embedder(dtype="fp32").key, sha("doc-a"))
-    assert cache.get(key, 384) is None
+    with caplog.at_level("WARNING", logger="embedding.cache"):
+        assert cache.get(key, 384) is None
+    if damage is not DAMAGE["missing metadata"]:  # a plain miss is not damage
+        assert f"cache entry {key.relpath}:" in caplog.text and "recomputing" in caplog.text
     [again] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
     assert not again.cache_hit
     np.testing.assert_allclose(again.vectors, first.vectors, atol=1e-6)
@@ -274,3 +280,70 @@ def test_queries_are_cached_apart_from_passages(cache):
     assert hit.cache_hit and hit.vectors.tobytes() == as_query.vectors.tobytes()
     assert cache.get(CacheKey("questions", model.query_key, sha("qa")), model.dim) is not None
     assert cache.get(CacheKey("questions", model.key, sha("qa")), model.dim) is None
+
+
+def test_two_entries_with_swapped_files_are_both_recomputed(cache):
+    requests = [request(TEXTS[:3], "doc-a"), request(TEXTS[3:], "doc-b")]
+    first = embed_with_cache(embedder(dtype="fp32"), cache, requests)
+    a, b = entry_path(cache, "doc-a"), entry_path(cache, "doc-b")
+    for name in ("chunk-0.bin", "metadata.json"):
+        data_a, data_b = cache.fs.cat(f"{a}/{name}"), cache.fs.cat(f"{b}/{name}")
+        cache.fs.pipe({f"{a}/{name}": data_b, f"{b}/{name}": data_a})
+    again = embed_with_cache(embedder(dtype="fp32"), cache, requests)
+    assert [r.cache_hit for r in again] == [False, False]
+    for before, after in zip(first, again, strict=True):
+        np.testing.assert_allclose(after.vectors, before.vectors, atol=1e-6)
+
+
+def test_an_entry_path_that_is_a_directory_is_a_warning(cache, caplog):
+    folder = entry_path(cache)
+    cache.fs.makedirs(f"{folder}/metadata.json/x")
+    with caplog.at_level("WARNING", logger="embedding.cache"):
+        [result] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+    assert result.embedded == len(TEXTS) and result.vectors.shape == (len(TEXTS), 384)
+    assert result.cache_warning.startswith(f"cache entry {folder} not written: Is a directory")
+    assert f"{folder}/metadata.json" in result.cache_warning and folder in caplog.text
+    assert [p.rsplit("/", 1)[-1] for p in cache.fs.ls(folder)] == ["metadata.json"]  # no .bin
+
+
+def test_a_write_failing_midway_leaves_no_half_written_entry(tmp_path):
+    """A real kernel write failure (RLIMIT_FSIZE: EFBIG past 1,000 bytes, as a full disk stops a
+    write), in a child process so that the limit binds nothing else."""
+    script = f"""
+import resource, signal, numpy as np
+from embedding import CacheEntry, CacheKey, EmbeddingCache
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+cache = EmbeddingCache({str(tmp_path / "cache")!r})
+small = CacheEntry(CacheKey("s", "m", "{"1" * 64}"), ("{"a" * 64}",), np.ones((1, 8), "f4"))
+big = CacheEntry(CacheKey("s", "m", "{"2" * 64}"), ("{"b" * 64}",), np.ones((1, 384), "f4"))
+print(cache.put_many([small, big]))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    cache = EmbeddingCache(str(tmp_path / "cache"))
+    big = cache.entry_path(CacheKey("s", "m", "2" * 64))
+    assert f"cache entry {big} not written: File too large ({big}/chunk-0.bin)" in done.stdout
+    assert cache.fs.ls(big) == []  # the half-written chunk-0.bin was removed
+    assert cache.get(CacheKey("s", "m", "1" * 64), 8) is not None  # the small one was written
+
+
+def test_links_inside_the_cache_never_lead_writes_out(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept.bin").write_bytes(b"precious")
+    cache = EmbeddingCache(str(tmp_path / "cache"))
+    model = embedder(dtype="fp32")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / STRATEGY).symlink_to(outside)
+    [result] = embed_with_cache(model, cache, [request()])
+    assert "outside the cache root" in result.cache_warning and result.embedded == len(TEXTS)
+    other = EmbeddingCache(str(tmp_path / "other"))
+    folder = entry_path(other)
+    other.fs.makedirs(folder)
+    os.symlink(outside / "kept.bin", f"{folder}/chunk-0.bin")
+    [linked] = embed_with_cache(model, other, [request()])
+    assert "not written" in linked.cache_warning and "chunk-0.bin" in linked.cache_warning
+    assert sorted(p.name for p in outside.iterdir()) == ["kept.bin"]
+    assert (outside / "kept.bin").read_bytes() == b"precious"

@@ -19,7 +19,7 @@ import pyarrow as pa
 from embedding import DocRequest, EmbeddingCache, embed_with_cache
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, document_from_json, to_table, vectors_to_bytes
-from jobs.stats import Clock, EmbedStats, RunStats
+from jobs.stats import Clock, EmbedStats, Notes, RunStats
 
 # Cache namespace (the strategy-key level of seed 000's layout) of qa-pairs.md questions, which
 # are embedded as queries and cached like chunks (seed 000 section 6: "with caching").
@@ -64,6 +64,10 @@ class EmbedActor:
         stats = EmbedStats()
         for (row, request), result in zip(work, results, strict=True):
             row.update(vectors=vectors_to_bytes(result.vectors), dim=self.embedder.dim)
+            if result.cache_warning:
+                stats += EmbedStats(
+                    cache_write_failures=1, cache_warnings=Notes((result.cache_warning,))
+                )
             if request.query:
                 stats += EmbedStats(questions=len(request.texts))
             else:
