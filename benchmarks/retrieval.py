@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from chunking import chunk_source  # noqa: E402
+from chunking.tokens import get_counter  # noqa: E402
 from indexing import simhash64  # noqa: E402
 from indexing.questions import best_chunks  # noqa: E402
 from indexing.stripes import stripe_order  # noqa: E402
@@ -48,7 +49,8 @@ EXTRA_CORPORA = {
 }
 DOCS = "fastapi-docs/en/docs/"
 PARTS = ("tutorial/", "advanced/")
-LOCAL = ["tokenizer: minilm", "min_tokens: 150", "max_tokens: 250"]  # configs/local.yaml
+SEMANTIC = {"tokenizer": "minilm", "min_tokens": 150, "max_tokens": 250}  # configs/local.yaml
+LOCAL = [f"{key}: {value}" for key, value in SEMANTIC.items()]
 # name -> (strategy, chunking options as YAML flow mapping items)
 VARIANTS = {
     "semantic": ("semantic", LOCAL),
@@ -323,19 +325,25 @@ def prompts(chunks: ChunkSet, qv: np.ndarray, questions: list[Question]) -> None
           f"(closest pair {near[0]}, median pair {near[len(near) // 2]})")  # fmt: skip
 
 
+def own_tokens(lines: list[str], first: int, last: int) -> int:
+    """MiniLM tokens of source lines first..last: a chunk's own content, without the parent
+    headings it repeats (what the seed 003 final-chunk rule measured)."""
+    return get_counter("minilm").count("\n".join(lines[first - 1 : last]))
+
+
 def tail_counts(name: str, corpus: Path) -> None:
     """Seed 003's final-chunk rule: short final sections skipped, size-split remainders kept."""
-    options = {"tokenizer": "minilm", "min_tokens": 150, "max_tokens": 250}
     skipped = remainders = chunks = tokens = kept = 0
     for path in sorted(corpus.rglob("*.md")):
         if path.name == "qa-pairs.md":
             continue
-        document = chunk_source(path.read_bytes(), **options)
+        document = chunk_source(path.read_bytes(), **SEMANTIC)
         chunks += len(document.chunks)
         tokens += sum(c.token_count for c in document.chunks)
         skipped += bool(document.skipped_tail_tokens)
         last = document.chunks[-1] if len(document.chunks) > 1 else None
-        if last and last.token_count < options["min_tokens"]:
+        lines = path.read_text(errors="replace").split("\n")
+        if last and own_tokens(lines, last.start_line, last.end_line) < SEMANTIC["min_tokens"]:
             remainders += 1
             kept += last.token_count
     print(f"| {name} | {chunks:,} | {skipped:,} | {remainders:,} ({kept / tokens:.1%} of the "
@@ -364,14 +372,13 @@ def main(argv: list[str] | None = None) -> None:
     sets = {name: load_chunks(build(corpus, args.work, name)) for name in args.variants.split(",")}
     sets["naive 1000/200"] = naive_chunks(corpus, embedder)
     default = sets.get("semantic")
-    if default is not None:
-        last = {}
-        for i, f in enumerate(default.files):
-            last[f] = i
+    if default is not None:  # what seed 003's rule as written would have dropped
+        final = {f: i for i, f in enumerate(default.files)}
+        text = {f: (corpus / f).read_text().split("\n") for f in final}
         keep = [
-            i for i in range(len(default.files))
-            if not (last[default.files[i]] == i and default.rows[i]["ordinal"] > 0
-                    and default.rows[i]["token_count"] < 150)
+            i for i, f in enumerate(default.files)
+            if not (final[f] == i and default.rows[i]["ordinal"] > 0
+                    and own_tokens(text[f], *default.lines[i]) < SEMANTIC["min_tokens"])
         ]  # fmt: skip
         sets["semantic, old final-chunk rule"] = ChunkSet(
             [default.files[i] for i in keep], [default.lines[i] for i in keep],
