@@ -60,7 +60,7 @@ def run_build(args: argparse.Namespace) -> int:
     from jobs.dry_run import describe, dry_run
     from jobs.logs import clean_logs
     from jobs.pipeline import InputNotFound, run_job
-    from jobs.report import summary
+    from jobs.report import summary, write_failed_report
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
@@ -81,8 +81,9 @@ def run_build(args: argparse.Namespace) -> int:
     except InputNotFound as exc:
         print(f"mdindex build: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except Exception:  # noqa: BLE001 - any failure of the job itself maps to exit code 1
+    except Exception as exc:  # noqa: BLE001 - any failure of the job itself maps to exit code 1
         log.exception("the job failed")
+        write_failed_report(config, exc)
         return EXIT_JOB_FAILED
     print(summary(report))
     return EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK

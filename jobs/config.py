@@ -147,6 +147,26 @@ class IndexConfig:
 
 
 @dataclass(frozen=True)
+class S3Config:
+    """Timeouts and attempts of every S3 request (botocore's; s3fs adds its own retries of a
+    timed-out request), so that a stalled endpoint fails the build, naming its URL, instead of
+    holding it silently. Keys of `storage_options.config_kwargs` take precedence."""
+
+    connect_timeout: float = _min(0.1, 5.0)
+    read_timeout: float = _min(0.1, 20.0)
+    max_attempts: int = _min(1, 2)
+
+    def with_timeouts(self, options: dict[str, Any]) -> dict[str, Any]:
+        """`options` (s3fs storage options) with these settings in botocore's config_kwargs."""
+        settings = {
+            "connect_timeout": self.connect_timeout,
+            "read_timeout": self.read_timeout,
+            "retries": {"max_attempts": self.max_attempts, "mode": "standard"},
+        }
+        return {**options, "config_kwargs": {**settings, **options.get("config_kwargs", {})}}
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """A whole job: `output` defaults to `input`, `cache` to `{output}/.embedding-cache`."""
 
@@ -161,7 +181,24 @@ class JobConfig:
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     prompts: PromptsConfig = field(default_factory=PromptsConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
+    s3: S3Config = field(default_factory=S3Config)
     failure_policy: str = _choices(FAILURE_POLICIES, "continue")
+
+    def s3_note(self) -> str | None:
+        """A log line saying how S3 requests are bounded (None when no URI is on S3)."""
+        if not any(
+            storage.protocol_of(uri or "") == "s3" for uri in (self.input, self.output, self.cache)
+        ):
+            return None
+        kwargs = self.storage_options.get("config_kwargs", {})
+        endpoint = self.storage_options.get("client_kwargs", {}).get(
+            "endpoint_url"
+        ) or os.environ.get("AWS_ENDPOINT_URL", "AWS's default")
+        attempts = kwargs.get("retries", {}).get("max_attempts")
+        return (
+            f"S3 endpoint {endpoint}: connect timeout {kwargs.get('connect_timeout')} s, read "
+            f"timeout {kwargs.get('read_timeout')} s, {attempts} attempts per request"
+        )
 
 
 def load_config(
@@ -314,7 +351,12 @@ def _resolve(config: JobConfig) -> JobConfig:
             f"({embed.actors or 1}), got {embed.max_actors}"
         )
     _check_chunking(config.chunking)
-    return dataclasses.replace(config, input=source, output=output, cache=cache)
+    options = config.storage_options
+    if any(storage.protocol_of(uri) == "s3" for uri in (source, output, cache)):
+        options = config.s3.with_timeouts(options)
+    return dataclasses.replace(
+        config, input=source, output=output, cache=cache, storage_options=options
+    )
 
 
 def _absolute(uri: str, key: str) -> str:

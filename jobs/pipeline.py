@@ -123,6 +123,8 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     """Run one build and return its report (also written to `{output}/_reindex/report.json`)."""
     wall: dict[str, float] = {}
     started = time.perf_counter()
+    if note := config.s3_note():
+        log.info("%s", note)
     found = discover(config)
     source, output, plan = found.source, found.output, found.plan
     rebuilt = [t.topic for t in plan.topics if t.action == REBUILD]

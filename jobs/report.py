@@ -17,15 +17,18 @@ time; more: CPUs idle, or busy with work outside the stages, such as starting wo
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime, timezone
 from typing import Any
 
-from jobs.build_cli import EXIT_OK, EXIT_SOURCES_FAILED
+from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
 from jobs.config import JobConfig
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.report_html import render_html
 from jobs.stats import ChunkStats, EmbedStats, IndexStats, ReadStats, RunStats
 from jobs.storage import Storage
+
+log = logging.getLogger("mdindex.build")
 
 
 def key_settings(config: JobConfig) -> dict[str, Any]:
@@ -136,6 +139,24 @@ def write_report(output: Storage, report: dict[str, Any]) -> None:
     output.write_many(
         {REPORT_PATH: report_bytes(report), REPORT_HTML_PATH: render_html(report).encode()}
     )
+
+
+def write_failed_report(config: JobConfig, error: BaseException) -> None:
+    """Write the report of a run that failed (exit code 1): what went wrong, no counts. Where
+    the output cannot take even that (a full or read-only disk), the failure is only logged."""
+    report = {
+        "status": "failed",
+        "exit_code": EXIT_JOB_FAILED,
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "input": config.input,
+        "output": config.output,
+        "error": f"{type(error).__name__}: {error}",
+        "settings": key_settings(config),
+    }
+    try:
+        write_report(Storage(config.output, config.storage_options), report)
+    except OSError as exc:
+        log.warning("the failed run's report could not be written: %s", exc)
 
 
 def summary(report: dict[str, Any]) -> str:

@@ -1,0 +1,101 @@
+"""Faults (issue 12): a failed run writes its report; a stalled S3 endpoint fails the build within
+the configured timeouts, naming the endpoint, and a re-run once it answers converges. Real builds
+on the session's Ray instance, a real socket that never answers, a real moto server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.reindex import main
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "configs" / "local.yaml")
+TEXT = "# {0}\n\nThe {0} page says how requests are retried after a timeout.\n"
+
+
+def build(*args: str) -> int:
+    return main(["--config", CONFIG, *args])
+
+
+def report_of(output: Path) -> dict:
+    return json.loads((output / "_reindex" / "report.json").read_text())
+
+
+def test_a_failed_run_writes_its_report(tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text(TEXT.format("Alpha"))
+    assert build("--input", str(docs)) == 0
+    assert report_of(docs)["status"] == "ok"
+    index = (docs / "t" / "index.json").read_bytes()
+    (docs / "t" / "b.md").write_bytes(b"# Beta\n\ncaf\xe9\n")
+    assert build("--input", str(docs), "--set", "failure_policy=abort") == 1
+    report = report_of(docs)
+    assert (report["status"], report["exit_code"]) == ("failed", 1)
+    assert "t/b.md" in report["error"] and "CHUNKING_FAILED" in report["error"]
+    assert (docs / "t" / "index.json").read_bytes() == index  # the previous output stays
+
+
+class StalledEndpoint:
+    """A TCP server that accepts connections and never answers (a hung S3 endpoint)."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.held.append(self.server.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        for connection in self.held:
+            connection.close()
+        self.server.close()
+
+
+def s3_options(endpoint: str) -> str:
+    return json.dumps(
+        {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        }
+    )
+
+
+def test_a_stalled_s3_endpoint_fails_the_build_naming_it(tmp_path, s3_server, caplog):
+    caplog.set_level("INFO")
+    stalled = StalledEndpoint()
+    bounded = ["--set", "s3.read_timeout=1", "--set", "s3.max_attempts=1"]
+    output = tmp_path / "out"
+    started = time.monotonic()
+    try:
+        code = build(
+            "--input", "s3://docs/corpus", "--output", str(output),
+            "--set", f"storage_options={s3_options(stalled.url)}", *bounded,
+        )  # fmt: skip
+    finally:
+        stalled.close()
+    assert code == 1 and time.monotonic() - started < 60, time.monotonic() - started
+    assert f"S3 endpoint {stalled.url}: connect timeout 5.0 s, read timeout 1.0 s" in caplog.text
+    report = report_of(output)
+    assert report["status"] == "failed" and stalled.url in report["error"]
+    # The endpoint answers again (here: a live server holding the corpus): the re-run converges.
+    bucket = s3_server.make_bucket("stalled-docs")
+    s3_server.filesystem().pipe(f"{bucket}/corpus/t/a.md", TEXT.format("Alpha").encode())
+    live = ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}", *bounded]
+    assert build("--input", f"{bucket}/corpus", "--output", str(output), *live) == 0
+    assert report_of(output)["status"] == "ok" and (output / "t" / "_chunks" / "a-0.md").is_file()
