@@ -53,7 +53,7 @@ def _rect(x: float, y: float, w: float, h: float, color: str, tip: str) -> str:
     )
 
 
-def bar_chart(bars: Sequence[Bar], title: str, width: int = 640) -> str:
+def bar_chart(bars: Sequence[Bar], title: str, width: int = 900) -> str:
     """Horizontal bars, one row each, scaled to the largest value; the note after each bar."""
     span = width - LABEL - 170
     top = max((bar.value for bar in bars), default=0) or 1
@@ -67,7 +67,7 @@ def bar_chart(bars: Sequence[Bar], title: str, width: int = 640) -> str:
     return _svg(width, len(bars) * ROW + 8, body, title)
 
 
-def stacked_bar(parts: Sequence[Bar], title: str, width: int = 640) -> str:
+def stacked_bar(parts: Sequence[Bar], title: str, width: int = 900) -> str:
     """One bar split into parts in proportion to their values, with a legend row below."""
     total = sum(part.value for part in parts) or 1
     body, x = [], 0.0
@@ -85,12 +85,13 @@ def stacked_bar(parts: Sequence[Bar], title: str, width: int = 640) -> str:
 
 
 def histogram(
-    bins: Sequence[Bin], marks: Sequence[tuple[str, float]], title: str, width: int = 640
+    bins: Sequence[Bin], marks: Sequence[tuple[str, float]], title: str, width: int = 900
 ) -> str:
     """Vertical bars over consecutive bins, a count axis, and labelled vertical lines at `marks`
-    (e.g. min and max)."""
-    height, left, bottom, top_pad = 220, 44, 34, 22
+    (e.g. min and max), their labels above the plot."""
+    height, left, bottom, top_pad = 236, 44, 34, 38
     plot_w, plot_h = width - left - 10, height - bottom - top_pad
+    base = top_pad + plot_h
     low, high = bins[0].low, bins[-1].high
     tallest = max(b.count for b in bins) or 1
 
@@ -98,36 +99,26 @@ def histogram(
         return left + plot_w * (value - low) / ((high - low) or 1)
 
     body = [
-        f'<line x1="{left}" y1="{top_pad + plot_h}" x2="{left + plot_w}" '
-        f'y2="{top_pad + plot_h}" stroke="#888"/>',
+        f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#888"/>',
         _text(left - 6, top_pad + 4, str(tallest), "end", "#555"),
-        _text(left - 6, top_pad + plot_h, "0", "end", "#555"),
+        _text(left - 6, base, "0", "end", "#555"),
     ]
-    step = max(1, len(bins) // 8)
-    for i, b in enumerate(bins):
+    for b in bins:
         x0, x1 = x_of(b.low), x_of(b.high)
         h = plot_h * b.count / tallest
-        body.append(
-            _rect(
-                x0 + 1,
-                top_pad + plot_h - h,
-                x1 - x0 - 2,
-                h,
-                "#4c78a8",
-                f"{b.low}-{b.high - 1}: {b.count}",
-            )  # fmt: skip
-        )
-        if i % step == 0:
-            body.append(_text(x0, top_pad + plot_h + 14, str(b.low), "middle", "#555"))
-    body.append(_text(x_of(high), top_pad + plot_h + 14, str(high), "middle", "#555"))
+        tip = f"{b.low}-{b.high - 1}: {b.count}"
+        body.append(_rect(x0 + 1, base - h, x1 - x0 - 2, h, "#4c78a8", tip))
+    step = max(1, len(bins) // 8)
+    for i in range(0, len(bins) + 1, step):  # axis labels at every step-th bin edge
+        edge = bins[i].low if i < len(bins) else high
+        body.append(_text(x_of(edge), base + 14, str(edge), "middle", "#555"))
     for i, (label, value) in enumerate(marks):
-        x = x_of(value)
+        x, y = x_of(value), top_pad - 18 + 14 * (i % 2)
         body.append(
-            f'<line x1="{x:.1f}" y1="{top_pad - 4}" x2="{x:.1f}" y2="{top_pad + plot_h}" '
-            f'stroke="#e45756" stroke-width="2" stroke-dasharray="4 2"/>'
+            f'<line x1="{x:.1f}" y1="{y + 4}" x2="{x:.1f}" y2="{base}" stroke="#e45756" '
+            'stroke-width="2" stroke-dasharray="4 2"/>'
         )
         anchor = "start" if x < left + plot_w / 2 else "end"
-        nudge = 4 if anchor == "start" else -4
-        body.append(_text(x + nudge, top_pad - 8 + 12 * (i % 2), label, anchor, "#c03030"))
+        body.append(_text(x + (4 if anchor == "start" else -4), y, label, anchor, "#c03030"))
     body.append(_text(left + plot_w / 2, height - 4, "tokens per chunk", "middle", "#555"))
     return _svg(width, height, body, title)
