@@ -51,6 +51,9 @@ def reduce_topics(
     finishes; `expected` is the number of rows of each topic, `options` the reduce tasks' Ray
     options."""
     reduce = ray.remote(_reduce_topic).options(**options)
+    # Stored once: passed by value, the context (which names every source of the corpus) was
+    # copied into each topic's task, driver memory growing with topics x sources.
+    shared = ray.put(context)
     remaining = Counter(expected)
     held: dict[str, list[tuple[Any, Span]]] = {}
     running: list = []
@@ -66,7 +69,7 @@ def reduce_topics(
                 remaining[topic] -= count
                 if remaining[topic] == 0:
                     refs, spans = zip(*held.pop(topic), strict=True)
-                    running.append(reduce.remote(topic, list(spans), *refs, context=context))
+                    running.append(reduce.remote(topic, list(spans), *refs, context=shared))
         if running:
             done, running = ray.wait(running, num_returns=len(running), timeout=0)
             yield from ray.get(done)
