@@ -55,7 +55,8 @@ def _rect(x: float, y: float, w: float, h: float, color: str, tip: str) -> str:
 
 def bar_chart(bars: Sequence[Bar], title: str, width: int = 900) -> str:
     """Horizontal bars, one row each, scaled to the largest value; the note after each bar."""
-    span = width - LABEL - 170
+    # the bars share what the labels and the longest note leave (a character is about 0.6 em)
+    span = width - LABEL - 12 - max((len(bar.note) for bar in bars), default=0) * FONT * 0.6
     top = max((bar.value for bar in bars), default=0) or 1
     body = []
     for i, bar in enumerate(bars):
