@@ -72,10 +72,15 @@ def run_build(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"mdindex build: config error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.dry_run:  # writes nothing, not even a failed run's report
+        try:
+            plan = describe(dry_run(config))
+        except InputNotFound as exc:
+            print(f"mdindex build: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(plan)
+        return EXIT_OK
     try:
-        if args.dry_run:
-            print(describe(dry_run(config)))
-            return EXIT_OK
         with clean_logs():
             report = run_job(config)
     except InputNotFound as exc:

@@ -49,6 +49,10 @@ def test_a_dry_run_starts_no_ray_and_writes_nothing(tmp_path):
     assert "ray initialised: False" in done.stdout
     assert "topics to rebuild: 4" in done.stdout and "sources to chunk: 7" in done.stdout
     assert not output.exists()
+    # a missing input is bad usage (2), and even then nothing is written (no failed-run report)
+    missing = ["--input", str(tmp_path / "missing"), "--output", str(output), "--dry-run"]
+    assert main(["--config", CONFIG, *missing]) == 2
+    assert not output.exists()
 
 
 @pytest.mark.usefixtures("ray_session")
