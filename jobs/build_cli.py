@@ -78,6 +78,9 @@ def run_build(args: argparse.Namespace) -> int:
         except InputNotFound as exc:
             print(f"mdindex build: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        except Exception:  # noqa: BLE001 - e.g. an unreadable output: exit code 1
+            log.exception("the dry run failed")
+            return EXIT_JOB_FAILED
         print(plan)
         return EXIT_OK
     try:

@@ -53,6 +53,14 @@ def test_a_dry_run_starts_no_ray_and_writes_nothing(tmp_path):
     missing = ["--input", str(tmp_path / "missing"), "--output", str(output), "--dry-run"]
     assert main(["--config", CONFIG, *missing]) == 2
     assert not output.exists()
+    # a dry run that fails (a damaged manifest) exits 1 without writing a failed run's report
+    (output / "_reindex").mkdir(parents=True)
+    (output / "_reindex" / "manifest.json").write_text("{not json")
+    assert (
+        main(["--config", CONFIG, "--input", str(CORPUS), "--output", str(output), "--dry-run"])
+        == 1
+    )
+    assert [p.name for p in (output / "_reindex").iterdir()] == ["manifest.json"]
 
 
 @pytest.mark.usefixtures("ray_session")
