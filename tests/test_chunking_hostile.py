@@ -140,3 +140,20 @@ def test_huge_sources_chunk_in_linear_time(name, data):
     _, reference = outcome(normal(1_000_000), "semantic")
     assert result.endswith(" chunks") and result != "0 chunks"
     assert seconds <= 5 * reference * len(source) / 1_000_000 + 5, (name, seconds, reference)
+
+
+def test_a_qa_pairs_file_of_10000_questions_parses_in_linear_time():
+    from indexing import parse_questions
+
+    def questions(n: int) -> str:
+        return "".join(
+            f"## How do I set option {i}?\n\nQ: What is value {i}?\n\n" for i in range(n)
+        )
+
+    started = time.perf_counter()
+    parse_questions(questions(1_000))
+    small = time.perf_counter() - started
+    started = time.perf_counter()
+    found = parse_questions(questions(10_000))
+    assert len(found) == 20_000 and found[:2] == ["How do I set option 0?", "What is value 0?"]
+    assert time.perf_counter() - started <= 30 * small + 1.0

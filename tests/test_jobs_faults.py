@@ -99,3 +99,26 @@ def test_a_stalled_s3_endpoint_fails_the_build_naming_it(tmp_path, s3_server, ca
     live = ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}", *bounded]
     assert build("--input", f"{bucket}/corpus", "--output", str(output), *live) == 0
     assert report_of(output)["status"] == "ok" and (output / "t" / "_chunks" / "a-0.md").is_file()
+
+
+def test_a_source_deleted_or_edited_while_the_build_reads_it(tmp_path):
+    """Listed, then deleted before its read: READ_FAILED naming it, the batch goes on. Listed,
+    then edited: the bytes read are hashed, and the next listing sees it changed."""
+    from jobs.stages.read import READ_FAILED, read_rows
+    from jobs.storage import Storage
+
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    for name in ("a", "b", "c"):
+        (docs / "t" / f"{name}.md").write_text(TEXT.format(name))
+    storage = Storage(str(docs))
+    listed = {info.path: info for info in storage.walk()}
+    (docs / "t" / "b.md").unlink()
+    (docs / "t" / "c.md").write_text(TEXT.format("edited"))
+    rows = [{"kind": "source", "path": p, "error_code": None} for p in sorted(listed)]
+    stats = read_rows(rows, storage)
+    assert (stats.files, stats.failed) == (2, 1)
+    assert rows[1]["error_code"] == READ_FAILED and "t/b.md" in rows[1]["error_message"]
+    assert rows[2]["payload"] == TEXT.format("edited").encode()
+    relisted = {info.path: info for info in storage.walk()}
+    assert relisted["t/c.md"] != listed["t/c.md"] and relisted["t/a.md"] == listed["t/a.md"]

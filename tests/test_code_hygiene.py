@@ -1,0 +1,100 @@
+"""Code hygiene (issue 12), checked on the source itself: no pickle, YAML through `yaml.safe_load`
+only, no eval/exec, no shell=True, trust_remote_code off by default and never taken from an
+index, and `mdindex serve` bound to the loopback unless told otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+from embedding import embedder
+from indexing import client
+from indexing.cli import register
+from indexing.server import make_server
+from jobs.config import EmbeddingConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("chunking", "embedding", "indexing", "jobs", "benchmarks", "examples")
+SOURCES = sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+
+
+def trees() -> list[tuple[str, ast.AST]]:
+    return [(p.relative_to(ROOT).as_posix(), ast.parse(p.read_text(), str(p))) for p in SOURCES]
+
+
+def calls(tree: ast.AST) -> list[ast.Call]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+
+
+def dotted(node: ast.AST) -> str:
+    """`a.b.c` of a call's function ("" for anything else)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr}" if base else ""
+    return ""
+
+
+def test_the_sources_are_found():
+    assert len(SOURCES) > 50 and any(p.name == "normalize.py" for p in SOURCES)
+
+
+def test_no_pickle():
+    for path, tree in trees():
+        for node in ast.walk(tree):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            assert not any("pickle" in name for name in names), path
+
+
+def test_yaml_is_read_with_safe_load_only():
+    used = {
+        (path, dotted(call.func))
+        for path, tree in trees()
+        for call in calls(tree)
+        if dotted(call.func).startswith("yaml.")
+    }
+    assert used and {name for _, name in used} <= {"yaml.safe_load", "yaml.safe_dump"}, used
+
+
+def test_no_eval_or_exec():
+    for path, tree in trees():
+        for call in calls(tree):
+            assert dotted(call.func) not in ("eval", "exec", "builtins.eval", "compile"), path
+
+
+def test_no_shell_true():
+    for path, tree in trees():
+        for call in calls(tree):
+            for keyword in call.keywords:
+                shell = keyword.arg == "shell" and not (
+                    isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+                )
+                assert not shell, (path, call.lineno)
+            assert dotted(call.func) not in ("os.system", "os.popen"), path
+
+
+def test_trust_remote_code_is_off_by_default_and_never_taken_from_an_index():
+    assert EmbeddingConfig().trust_remote_code is False
+    assert 'opt.get("trust_remote_code", False)' in inspect.getsource(embedder.load_embedder)
+    assert "trust_remote_code" not in client.VECTOR_OPTIONS
+    source = inspect.getsource(client.query_embedder)
+    assert "if k in VECTOR_OPTIONS" in source  # the recorded options are filtered through it
+
+
+@pytest.mark.parametrize("argv", [["serve", "."]])
+def test_serve_binds_the_loopback_by_default(argv):
+    parser = argparse.ArgumentParser(prog="mdindex")
+    register(parser.add_subparsers(dest="command", required=True))
+    assert parser.parse_args(argv).host == "127.0.0.1"
+    assert inspect.signature(make_server).parameters["host"].default == "127.0.0.1"
