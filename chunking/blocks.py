@@ -9,6 +9,7 @@ are listed.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -17,6 +18,7 @@ from markdown_it.token import Token
 
 from chunking.links import FoundLink, find_links
 from chunking.normalize import NormalizedDocument
+from chunking.record import CHUNKING_FAILED, ChunkingError
 
 # Kinds of source lines (one byte per line in `ParsedDocument.line_kinds`).
 TEXT = 0
@@ -259,6 +261,21 @@ def fence_reopener(doc: ParsedDocument, fence: Block) -> str:
     """A line that opens `fence` again (same marker and info string) at its indentation."""
     prefix, rest = _opener_parts(doc, fence)
     return prefix + rest
+
+
+def check_fence_marker(fence: Block, size: Callable[[str], int], limit: int, unit: str) -> None:
+    """Raise CHUNKING_FAILED when `fence`'s marker, opened and closed again in every piece it
+    is cut into, would take over half of a chunk's `limit` (measured by `size`). Only a prefix
+    of the marker is measured, so a marker of a million backticks costs no more than a short one.
+    """
+    marker = size(fence.markup[: 8 * limit + 8])
+    if 4 * marker > limit:
+        raise ChunkingError(
+            CHUNKING_FAILED,
+            f"the code fence opened at line {fence.start_line} has a marker of "
+            f"{len(fence.markup)} characters ({marker}+ {unit}): too long to reopen and close "
+            f"in chunks of at most {limit} {unit}",
+        )
 
 
 def closers_for_open_fences(text: str) -> list[str]:

@@ -41,11 +41,11 @@ from chunking.blocks import (
     Block,
     Heading,
     ParsedDocument,
+    check_fence_marker,
     closers_for_open_fences,
     fence_closer,
     fence_reopener,
 )
-from chunking.record import CHUNKING_FAILED, ChunkingError
 from chunking.strategy import Draft, Split, Strategy, register
 from chunking.tokens import TokenCounter
 
@@ -345,16 +345,11 @@ class _Window:
         """A chunk with `parents` prepended (and `fence` reopened); the outermost parents are
         dropped while these lines take over half the max, and the fence's info string too if
         it alone does (or if `bare`)."""
+        if fence:
+            check_fence_marker(fence, self.counter.units, self.limit, "units")
         reopen = fence_reopener(self.doc, fence) if fence else ""
         if fence and (bare or self.context_units(reopen) > self.limit // 2):
             reopen = fence_closer(self.doc, fence)  # the bare marker opens it as well
-            if 4 * self.context_units(reopen) > self.limit:  # no room left for its content
-                raise ChunkingError(
-                    CHUNKING_FAILED,
-                    f"the code fence opened at line {fence.start_line} needs "
-                    f"{2 * self.context_units(reopen)} units ({self.counter.name}) to reopen "
-                    f"and close, over half the chunk limit of {self.limit}",
-                )
         prefix = parents
         fixed = self.context_units(reopen)
         while prefix and self.context_units(_heading_lines(prefix)) + fixed > self.limit // 2:

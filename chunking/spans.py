@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from chunking.blocks import (
     Block,
     ParsedDocument,
+    check_fence_marker,
     closers_for_open_fences,
     fence_closer,
     fence_reopener,
@@ -255,6 +256,7 @@ def line_pieces(
     fences = [f for f in doc.fences if span.start <= src.line_starts[f.start_line - 1] < span.end]
     reserve = 0
     for fence in fences:
+        check_fence_marker(fence, measure.size_of, limit, measure.unit)
         context = measure.size_of(fence_reopener(doc, fence) + "\n" + fence_closer(doc, fence)) + 2
         if 2 * context > limit:  # every piece would repeat it: quadratic output, or no room
             raise ChunkingError(
