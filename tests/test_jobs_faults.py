@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from jobs_support import outputs
 
 from jobs.reindex import main
 
@@ -122,3 +123,84 @@ def test_a_source_deleted_or_edited_while_the_build_reads_it(tmp_path):
     assert rows[2]["payload"] == TEXT.format("edited").encode()
     relisted = {info.path: info for info in storage.walk()}
     assert relisted["t/c.md"] != listed["t/c.md"] and relisted["t/a.md"] == listed["t/a.md"]
+
+
+@pytest.mark.slow
+def test_a_source_past_its_time_budget_fails_alone_and_the_rest_is_written(tmp_path):
+    """In a real build the budget stops the source inside its Ray task (CHUNKING_TIMEOUT)."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text(TEXT.format("Alpha"))
+    (docs / "t" / "b.md").write_text(TEXT.format("Beta"))
+    (docs / "t" / "huge.md").write_bytes(b"word " * 4_000_000)  # 20 MB: tens of seconds
+    started = time.monotonic()
+    assert build("--input", str(docs), "--set", "chunking.timeout_seconds=3") == 3
+    assert time.monotonic() - started < 120
+    report = report_of(docs)
+    assert [(f["path"], f["code"]) for f in report["failures"]] == [
+        ("t/huge.md", "CHUNKING_TIMEOUT")
+    ]
+    chunks = json.loads((docs / "t" / "index.json").read_text())["_embedded"]["chunks"]
+    assert sorted(chunks) == ["a", "b"]
+
+
+def test_an_s3_endpoint_gone_fails_the_build_naming_it(tmp_path):
+    with socket.socket() as closed:  # a port nothing listens on: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    output = tmp_path / "out"
+    code = build(
+        "--input", "s3://docs/corpus", "--output", str(output),
+        "--set", f"storage_options={s3_options(gone)}", "--set", "s3.max_attempts=1",
+    )  # fmt: skip
+    assert code == 1
+    report = report_of(output)
+    assert report["status"] == "failed" and gone in report["error"]
+
+
+def topics_corpus(docs: Path, version: str) -> None:
+    for t in range(6):
+        for name in ("a", "b", "c"):
+            path = docs / f"t{t}" / f"{name}.md"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(
+                TEXT.format(f"{name} {t} {version}") + f"\n## More\n\n{version} text.\n"
+            )
+
+
+@pytest.mark.slow
+def test_a_driver_killed_mid_build_leaves_a_valid_output_and_a_rerun_converges(tmp_path):
+    """`kill -9` of `python -m jobs.reindex` (joined to this session's Ray) once it has started
+    writing the new version: every index.json still parses and names files that exist, and a
+    re-run gives the bytes of a clean build of the new version."""
+    import os
+    import subprocess
+    import sys
+
+    import ray
+
+    docs, killed, clean = tmp_path / "docs", tmp_path / "killed", tmp_path / "clean"
+    topics_corpus(docs, "v1")
+    assert build("--input", str(docs), "--output", str(killed)) == 0
+    topics_corpus(docs, "v2")
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
+    driver = subprocess.Popen(
+        [*command, "--input", str(docs), "--output", str(killed)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while driver.poll() is None and time.monotonic() < deadline:
+        if any(b"v2 text" in p.read_bytes() for p in killed.glob("t*/_chunks/*.md")):
+            break
+        time.sleep(0.005)
+    driver.kill()
+    assert driver.wait() == -9  # killed mid-build, not finished
+    for index in killed.rglob("index.json"):
+        doc = json.loads(index.read_text())
+        for source in doc["_embedded"].get("chunks", {}).values():
+            for item in source["items"]:
+                assert (index.parent / item["href"]).is_file()
+    assert build("--input", str(docs), "--output", str(killed)) == 0
+    assert build("--input", str(docs), "--output", str(clean)) == 0
+    assert outputs(killed) == outputs(clean)

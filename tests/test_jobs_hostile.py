@@ -1,0 +1,195 @@
+"""Hostile inputs in one real build (issue 12): the cases beside two normal files, in place, with
+a cache whose folder is a link leading out of it. Each source ends in a clear per-source code or
+in chunks, the rest is written, and a re-run converges byte for byte. One build (and its re-run)
+for all of them, so the module is marked slow (CI runs it). The cases whose cost is their size
+(20 MB line, 50 MB document, 20,000 headings, 5,000 columns, 10,000 questions) are bounded in
+tests/test_chunking_hostile.py instead, where no embedding of thousands of chunks is needed."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from jobs_support import outputs
+
+from chunking import strategy_key
+from jobs.config import load_config
+from jobs.reindex import main
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_session")]
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "configs" / "local.yaml")
+NORMAL = (
+    "# {0}\n\nThe {0} page explains how the client retries a request after a timeout, and how "
+    "the delay between attempts doubles up to a limit.\n\n## Settings\n\nSet the retry count "
+    "and the base delay in the client options.\n"
+)
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00"
+BOMB = "\n".join(
+    ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 10)]
+)
+BEGIN, END = "<!-- mdindex:begin -->", "<!-- mdindex:end -->"
+
+# path -> bytes; "hostile/" holds one topic of every hostile source beside two normal files.
+HOSTILE: dict[str, bytes] = {
+    "invalid-utf8.md": b"# T\n\ncaf\xe9\n",
+    "utf16.md": NORMAL.format("Wide").encode("utf-16"),
+    "utf8-bom.md": b"\xef\xbb\xbf" + NORMAL.format("Bom").encode(),
+    "nul.md": b"# T\n\x00\x01\x02",
+    "image.md": PNG,
+    "empty.md": b"",
+    "blank.md": b"  \n\t\n\r\n",
+    "unclosed-fence.md": b"# Code\n\n```python\n" + b"x = compute(1)\n" * 2_000,
+    "list-fence.md": b"".join(b"  " * i + b"- item\n" for i in range(500))
+    + b"  " * 500
+    + b"```\ncode\n",
+    "quotes.md": b">" * 100_000 + b" deep\n\nAfter the quotes.\n",
+    "backticks.md": b"`" * 1_000_000 + b"\n",
+    "bad-yaml.md": b"---\ntitle: [unclosed\n---\n# T\n",
+    "alias-bomb.md": f"---\n{BOMB}\n---\n# T\n\nBody.\n".encode(),
+    "python-object.md": b"---\nx: !!python/object/apply:os.system ['true']\n---\n# T\n",
+    "crlf.md": NORMAL.format("Crlf").replace("\n", "\r\n").encode(),
+    "cr.md": NORMAL.format("Cr").replace("\n", "\r").encode(),
+}
+FAILS = {  # hostile source -> (code, words of its message)
+    "invalid-utf8.md": ("CHUNKING_FAILED", "invalid UTF-8 at byte offset 8"),
+    "utf16.md": ("CHUNKING_FAILED", "looks like UTF-16"),
+    "nul.md": ("CHUNKING_FAILED", "NUL byte at byte offset 4"),
+    "image.md": ("CHUNKING_FAILED", "invalid UTF-8 at byte offset 0"),
+    "backticks.md": ("CHUNKING_FAILED", "code fence opened at line 1"),
+    "bad-yaml.md": ("INVALID_FRONT_MATTER", "YAML front matter"),
+    "alias-bomb.md": ("FRONT_MATTER_TOO_LARGE", "aliases included"),
+    "python-object.md": ("INVALID_FRONT_MATTER", "python/object"),
+}
+ODD_NAMES = ["a b", "指南", "c#", "what?", "50%", "new\nline"]
+LATIN1_SPEC = "# Notes\n\nRésumé des règles.\n".encode("latin-1")
+
+
+def corpus(docs: Path) -> None:
+    files: dict[str, bytes] = {f"hostile/{name}": data for name, data in HOSTILE.items()}
+    for topic in ("hostile", "odd", "kw-table", "kw-binary", "spec-two", "spec-none", "spec-l1"):
+        for name in ("normal-a", "normal-b"):
+            files[f"{topic}/{name}.md"] = NORMAL.format(f"{topic} {name}").encode()
+    files.update({f"odd/{name}.md": NORMAL.format(name).encode() for name in ODD_NAMES})
+    questions = "".join(f"Q: How do I set option {i}?\n\n" for i in range(1_000))
+    files["hostile/qa-pairs.md"] = questions.encode()
+    files["kw-table/_keywords/words.md"] = b"| keyword | score |\n|---|---|\n| retry | high |\n"
+    files["kw-binary/_keywords/words.md"] = PNG
+    files["spec-two/topic-spec.md"] = (
+        f"# Two\n\n{BEGIN}\nmine\n{BEGIN}\nold\n{END}\nafter\n".encode()
+    )
+    files["spec-none/topic-spec.md"] = b"# Written by a person\n\nKeep this.\n"
+    files["spec-l1/topic-spec.md"] = LATIN1_SPEC
+    for hidden in ("..x", "_x", ".x"):
+        files[f"{hidden}/a.md"] = NORMAL.format(hidden).encode()
+    for path, data in files.items():
+        (docs / path).parent.mkdir(parents=True, exist_ok=True)
+        (docs / path).write_bytes(data)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(docs, outside, first report, outputs after the first run, second run's exit code)."""
+    root = tmp_path_factory.mktemp("hostile")
+    docs, outside = root / "docs", root / "outside"
+    outside.mkdir()
+    corpus(docs)
+    options = load_config(CONFIG, overrides={"input": str(docs)}).chunking.options
+    (docs / ".embedding-cache").mkdir()
+    (docs / ".embedding-cache" / strategy_key("semantic", **options)).symlink_to(outside)
+    args = ["--config", CONFIG, "--input", str(docs)]
+    assert main(args) == 3
+    report = json.loads((docs / "_reindex" / "report.json").read_text())
+    first = outputs(docs)
+    return docs, outside, report, first, main(args)
+
+
+def test_each_hostile_source_ends_in_its_code(built):
+    _, _, report, _, _ = built
+    failures = {f["path"]: (f["code"], f["message"]) for f in report["failures"]}
+    for name, (code, words) in FAILS.items():
+        assert failures[f"hostile/{name}"][0] == code, name
+        assert words in failures[f"hostile/{name}"][1], (name, failures[f"hostile/{name}"])
+    assert failures["kw-table/_keywords/words.md"][0] == "KEYWORDS_FAILED"
+    assert failures["kw-binary/_keywords/words.md"][0] == "KEYWORDS_FAILED"
+    assert failures["spec-l1/topic-spec.md"][0] == "TOPIC_SPEC_FAILED"
+    assert len(failures) == len(FAILS) + 3, sorted(failures)
+
+
+def test_the_other_sources_are_chunked_and_written(built):
+    docs, _, report, _, _ = built
+    index = json.loads((docs / "hostile" / "index.json").read_text())["_embedded"]["chunks"]
+    chunked = {"normal-a", "normal-b", "utf8-bom", "unclosed-fence", "list-fence", "quotes",
+               "crlf", "cr"}  # fmt: skip
+    assert chunked <= set(index)
+    for stem in chunked:
+        for item in index[stem]["items"]:
+            assert (docs / "hostile" / item["href"]).is_file()
+    assert not {"empty", "blank"} & set(index) or all(
+        index[s]["count"] == 0 for s in ("empty", "blank") if s in index
+    )
+    assert index["crlf"]["count"] == index["cr"]["count"] == index["normal-a"]["count"]
+    assert report["counters"]["embed"]["questions"] == 1_000
+    for topic in ("kw-table", "kw-binary", "spec-two", "spec-none", "spec-l1"):
+        assert (docs / topic / "index.json").is_file()
+
+
+def test_odd_file_names_get_hrefs_that_name_their_files(built):
+    docs, _, _, _, _ = built
+    index = json.loads((docs / "odd" / "index.json").read_text())["_embedded"]["chunks"]
+    for name in ODD_NAMES:
+        href = index[name]["items"][0]["href"]
+        assert "%" in href and (docs / "odd" / "_chunks" / f"{name}-0.md").is_file()
+
+
+def test_hidden_and_generated_folder_names_are_never_topics(built):
+    docs, _, _, _, _ = built
+    for hidden in ("..x", "_x", ".x"):
+        assert sorted(p.name for p in (docs / hidden).iterdir()) == ["a.md"]
+    topics = json.loads((docs / "index.json").read_text())["_embedded"]["topics"]
+    assert not {t["id"] for t in topics} & {"..x", "_x", ".x"}
+
+
+def test_a_persons_topic_specs_are_kept(built):
+    docs, _, _, _, _ = built
+    assert (docs / "spec-l1" / "topic-spec.md").read_bytes() == LATIN1_SPEC
+    none = (docs / "spec-none" / "topic-spec.md").read_text()
+    assert none.startswith("# Written by a person\n\nKeep this.\n") and "mdindex:begin" in none
+    two = (docs / "spec-two" / "topic-spec.md").read_text()
+    assert two.startswith(f"# Two\n\n{BEGIN}\nmine\n") and two.endswith("after\n")
+    assert "\nold\n" not in two
+
+
+def test_a_cache_link_out_of_the_cache_is_a_warning_and_writes_nothing_there(built):
+    _, outside, report, _, _ = built
+    embed = report["counters"]["embed"]
+    assert embed["cache_write_failures"] > 0
+    assert "outside the cache root" in embed["cache_warnings"][0]
+    assert list(outside.iterdir()) == []
+
+
+def test_a_rerun_converges_byte_for_byte(built):
+    docs, _, _, first, second_code = built
+    assert second_code == 3
+    again = outputs(docs)
+    assert sorted(again) == sorted(first)
+    changed = [path for path in first if again[path] != first[path]]
+    rows = {
+        path: [
+            (a, b)
+            for a, b in zip(
+                pq.read_table(io.BytesIO(first[path])).to_pylist(),
+                pq.read_table(io.BytesIO(again[path])).to_pylist(),
+                strict=True,
+            )
+            if a != b
+        ]
+        for path in changed
+        if path.endswith(".parquet")
+    }
+    assert changed == [], rows
