@@ -62,13 +62,16 @@ def clean_logs() -> Iterator[None]:
 
 
 def _ray_data_consoles() -> list[logging.Handler]:
-    """The console handlers Ray Data's logging config gives its logger (not its log file)."""
+    """The console handlers Ray Data's logging config gives its logger: Ray's own stream
+    handlers, not its log file, nor handlers others attach (pytest's log capture)."""
     import ray.data  # noqa: F401 - configures the "ray.data" logger
 
     return [
         h
         for h in logging.getLogger("ray.data").handlers
-        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+        if isinstance(h, logging.StreamHandler)
+        and not isinstance(h, logging.FileHandler)
+        and type(h).__module__.startswith("ray.")
     ]
 
 
