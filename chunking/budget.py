@@ -14,6 +14,7 @@ from typing import TypeVar
 from chunking.record import CHUNKING_TIMEOUT, ChunkingError
 
 T = TypeVar("T")
+_REPEAT = 0.05  # seconds between further signals once the budget is spent
 
 
 class _Expired(BaseException):
@@ -31,7 +32,8 @@ def within_budget(seconds: float | None, call: Callable[[], T]) -> T:
         return call()
     previous = signal.signal(signal.SIGALRM, _expire)
     try:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        # Repeating: an exception raised where Python drops it (a gc callback) is raised again.
+        signal.setitimer(signal.ITIMER_REAL, seconds, _REPEAT)
         try:
             return call()
         finally:
