@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +142,20 @@ def write_index(root: Path, outputs: list[TopicOutput], k: int = 3) -> None:
 def _target(root: Path, relpath: str) -> Path:
     (root / relpath).parent.mkdir(parents=True, exist_ok=True)
     return root / relpath
+
+
+@contextlib.contextmanager
+def serving(root: Path) -> Iterator[str]:
+    """`mdindex serve`'s server for `root` on a free loopback port, in a thread; yields its base
+    URL and shuts it down after."""
+    from indexing.server import make_server
+
+    httpd = make_server(str(root), port=0, quiet=True)
+    assert httpd.server_address[0] == "127.0.0.1"  # loopback unless told otherwise
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

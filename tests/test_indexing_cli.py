@@ -7,18 +7,17 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
 import requests
 import s3fs
-from indexing_support import ranked_vectors, source, topic_input, write_index
+from indexing_support import ranked_vectors, serving, source, topic_input, write_index
 
 from indexing import IndexSettings, build_topic, simhash64
 from indexing.cli import register
 from indexing.client import IndexReader, query_embedder
-from indexing.server import make_server, parse_range
+from indexing.server import parse_range
 
 TOPIC = "guides/intro"
 QUESTIONS = ["How do I install the tool?", "What does part seven explain?"]
@@ -61,12 +60,8 @@ def index_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(index_root):
-    httpd = make_server(str(index_root), port=0, quiet=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(index_root) as url:
+        yield url
 
 
 def index_json(root) -> dict:

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
 
 import pytest
 import requests
-from indexing_support import ranked_vectors, source, topic_input, write_index
+from indexing_support import ranked_vectors, serving, source, topic_input, write_index
 
 from indexing import IndexSettings, build_topic
 from indexing.cli import register
-from indexing.server import make_server
 
 TOPIC = "odd names/t#1"
 NAMES = ["50% off", "what?", "c#", "a b", "指南", "new\nline"]
@@ -41,12 +39,8 @@ def index_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(index_root):
-    httpd = make_server(str(index_root), port=0, quiet=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(index_root) as url:
+        yield url
 
 
 def test_hrefs_are_url_encoded_and_name_the_chunk_files(index_root):
@@ -97,12 +91,7 @@ def test_serve_never_leaves_its_directory_nor_lists_one(tmp_path):
     (root / "t" / "leak.md").symlink_to(secret)
     (root / "outside").symlink_to(tmp_path)
     (root / "inside.json").symlink_to(root / "t" / "index.json")
-    httpd = make_server(str(root), port=0, quiet=True)
-    assert httpd.server_address[0] == "127.0.0.1"  # loopback unless told otherwise
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{httpd.server_address[1]}"
-    try:
+    with serving(root) as base:
         for path in ("/t/leak.md", "/outside/secret.txt", "/../secret.txt", "/%2e%2e/secret.txt"):
             reply = requests.get(base + path, timeout=10)
             assert reply.status_code == 404 and "TOP-SECRET" not in reply.text, path
@@ -111,6 +100,3 @@ def test_serve_never_leaves_its_directory_nor_lists_one(tmp_path):
             assert reply.status_code == 404 and "index.json" not in reply.text, path
         assert requests.get(base + "/inside.json", timeout=10).text == "{}"
         assert requests.get(base + "/t/index.json", timeout=10).text == "{}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()

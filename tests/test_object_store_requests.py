@@ -3,66 +3,41 @@ requests are counted): one GET per object, found or not, and no HEAD or LIST bes
 
 from __future__ import annotations
 
-import socket
-import threading
-from collections import Counter
+import importlib.util
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from embedding.cache import CacheKey, EmbeddingCache
 from jobs.storage import Storage
 
-KEYS = {"key": "testing", "secret": "testing"}
 
-
-class _Counting:
-    """WSGI middleware counting requests by kind (a GET that lists a bucket counts as LIST)."""
-
-    def __init__(self, app):
-        self.app = app
-        self.counts: Counter[str] = Counter()
-        self.lock = threading.Lock()
-
-    def __call__(self, environ, start_response):
-        kind = environ["REQUEST_METHOD"]
-        if kind == "GET" and "list-type" in environ.get("QUERY_STRING", ""):
-            kind = "LIST"
-        with self.lock:
-            self.counts[kind] += 1
-        return self.app(environ, start_response)
-
-    def take(self) -> dict[str, int]:
-        with self.lock:
-            counts = dict(self.counts)
-            self.counts.clear()
-        return counts
+def _benchmark_module():
+    """benchmarks/pipeline.py, whose counting moto server (`S3`) the benchmark itself uses."""
+    path = Path(__file__).parents[1] / "benchmarks" / "pipeline.py"
+    spec = importlib.util.spec_from_file_location("mdindex_benchmark_pipeline", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
-def counted() -> Iterator[tuple[dict, _Counting]]:
-    """A moto server of this module's own, its storage options and its request counter."""
-    import s3fs
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    counter = _Counting(server._server.app)
-    server._server.app = counter
-    options = {**KEYS, "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
-    s3fs.S3FileSystem(skip_instance_cache=True, **options).mkdir("counted")
+def counted() -> Iterator[tuple[str, dict, object]]:
+    """A moto server of this module's own with a bucket, its storage options, its counter."""
+    s3 = _benchmark_module().S3()
+    bucket = s3.new_bucket("counted")
     try:
-        yield options, counter
+        yield bucket, s3.storage_options, s3.counter
     finally:
-        server.stop()
+        s3.server.stop()
 
 
 def test_storage_read_many_sends_one_get_per_object(counted):
-    options, counter = counted
-    store = Storage("s3://counted/in", options=options)
+    bucket, options, counter = counted
+    store = Storage(f"s3://{bucket}/in", options=options)
     store.write_many({f"t/{i}.md": f"page {i}".encode() for i in range(5)})
     counter.take()
     found = store.read_many([f"t/{i}.md" for i in range(5)] + ["t/missing.md"])
@@ -76,8 +51,8 @@ def test_cache_lookups_send_one_get_per_object(counted):
 
     from embedding.cache import CacheEntry
 
-    options, counter = counted
-    cache = EmbeddingCache("s3://counted/cache", storage_options=options)
+    bucket, options, counter = counted
+    cache = EmbeddingCache(f"s3://{bucket}/cache", storage_options=options)
     stored = CacheKey("semantic-x", "model-y", "a" * 64)
     cache.put(CacheEntry(stored, ("b" * 64, "c" * 64), np.ones((2, 4), dtype=np.float32)))
     counter.take()
