@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import threading
@@ -159,3 +160,15 @@ def serving(root: Path) -> Iterator[str]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """Run the `indexing` sub-commands (query, serve, ...) in-process: exit code, stdout, stderr."""
+    from indexing.cli import register
+
+    parser = argparse.ArgumentParser(prog="mdindex")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    code = args.run(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

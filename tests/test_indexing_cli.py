@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import subprocess
@@ -12,24 +11,14 @@ import numpy as np
 import pytest
 import requests
 import s3fs
-from indexing_support import ranked_vectors, serving, source, topic_input, write_index
+from indexing_support import ranked_vectors, run_cli, serving, source, topic_input, write_index
 
 from indexing import IndexSettings, build_topic, simhash64
-from indexing.cli import register
 from indexing.client import IndexReader, query_embedder
 from indexing.server import parse_range
 
 TOPIC = "guides/intro"
 QUESTIONS = ["How do I install the tool?", "What does part seven explain?"]
-
-
-def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser(prog="mdindex")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    code = args.run(args)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def big_question() -> str:

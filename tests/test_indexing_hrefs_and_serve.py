@@ -3,27 +3,16 @@ fails loudly on a missing chunk, and `mdindex serve` stays inside its directory 
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 import requests
-from indexing_support import ranked_vectors, serving, source, topic_input, write_index
+from indexing_support import ranked_vectors, run_cli, serving, source, topic_input, write_index
 
 from indexing import IndexSettings, build_topic
-from indexing.cli import register
 
 TOPIC = "odd names/t#1"
 NAMES = ["50% off", "what?", "c#", "a b", "指南", "new\nline"]
-
-
-def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser(prog="mdindex")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    code = args.run(args)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")
