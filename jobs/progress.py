@@ -81,14 +81,16 @@ def progress_line(stats: RunStats, goal: Goal, elapsed: float) -> str:
 
 
 def _eta(stats: RunStats, goal: Goal, elapsed: float) -> float | None:
-    """Seconds left: the slower of chunking (by bytes) and embedding (by expected chunks)."""
+    """Seconds left: the slower of chunking (by bytes) and embedding (by expected chunks); None
+    before there is a rate to go by (nothing chunked, or all chunked and nothing embedded yet)."""
     if stats.chunk.bytes <= 0 or elapsed <= 0:
         return None
     chunk_left = elapsed * (goal.bytes - stats.chunk.bytes) / stats.chunk.bytes
     expected_chunks = stats.chunk.chunks * goal.bytes / stats.chunk.bytes
     done = stats.embed.embedded + stats.embed.cache_hits
-    embed_left = elapsed * (expected_chunks - done) / done if done else chunk_left
-    return max(0.0, chunk_left, embed_left)
+    if not done:
+        return chunk_left if chunk_left > 0 else None
+    return max(0.0, chunk_left, elapsed * (expected_chunks - done) / done)
 
 
 class Heartbeat:

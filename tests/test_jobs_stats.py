@@ -71,6 +71,9 @@ def test_progress_line_names_every_counter_and_an_eta():
     # chunking needs 10 s more; embedding has done 50 of an expected 200 chunks: 30 s more
     assert line.endswith("ETA 30 s")
     assert "ETA" not in progress_line(RunStats(), Goal(1, 1, 1), elapsed=1.0)
+    # every source chunked, no batch embedded yet: no rate to go by, so no ETA (it said "ETA 0 s")
+    chunked = RunStats(chunk=ChunkStats(sources=100, bytes=2_000_000, chunks=200))
+    assert "ETA" not in progress_line(chunked, Goal(100, 2_000_000, 4), elapsed=10.0)
 
 
 def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_stay_explicit():
