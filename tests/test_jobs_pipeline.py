@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from jobs_support import outputs
 
 from chunking import chunk_source, strategy_key
 from indexing import (
@@ -59,14 +60,9 @@ def report_of(output: Path) -> dict:
 
 
 def generated_files(output: Path) -> dict[str, bytes]:
-    """Every index output (index.json, chunk files, topic-spec, tables), not the cache or report."""
-    return {
-        p.relative_to(output).as_posix(): p.read_bytes()
-        for p in sorted(output.rglob("*"))
-        if p.is_file()
-        and not p.relative_to(output).as_posix().startswith((".", "_reindex/"))
-        and not (CORPUS / p.relative_to(output)).is_file()
-    }
+    """Every index output (index.json, chunk files, topic-spec, tables), not the cache or report,
+    nor the corpus's own files (an in-place build)."""
+    return {path: data for path, data in outputs(output).items() if not (CORPUS / path).is_file()}
 
 
 @pytest.fixture(scope="module")
