@@ -25,7 +25,7 @@ from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
 from jobs.config import JobConfig
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.report_html import render_html
-from jobs.stats import ChunkStats, EmbedStats, IndexStats, ReadStats, RunStats
+from jobs.stats import RunStats, StageStats
 from jobs.storage import Storage
 
 log = logging.getLogger("mdindex.build")
@@ -66,22 +66,18 @@ def build_report(
     failures = sorted(failures, key=lambda f: (f["path"], f["code"]))
     total = wall["total"]
 
-    def stage(cpu: float, busy: float, **per_second: float) -> dict[str, float | None]:
-        rates = {k: round(v / cpu, 3) if cpu > 0 else None for k, v in per_second.items()}
-        return {"worker_seconds": round(cpu, 6), "busy_seconds": round(busy, 6), **rates}
+    finish = StageStats(seconds=wall["finish"], cpu_seconds=wall["finish"])  # the driver's clock
 
-    def work(of: ReadStats | ChunkStats | EmbedStats | IndexStats) -> tuple[float, float]:
-        return of.cpu_seconds, of.seconds
+    def stage(work: StageStats, **per_second: float) -> dict[str, float | None]:
+        cpu = work.cpu_seconds
+        rates = {k: round(v / cpu, 3) if cpu > 0 else None for k, v in per_second.items()}
+        return {"worker_seconds": round(cpu, 6), "busy_seconds": round(work.seconds, 6), **rates}
 
     def per_wall(items: float) -> float | None:
         return round(items / total, 3) if total > 0 else None
 
-    worker_seconds = (
-        stats.read.cpu_seconds
-        + stats.chunk.cpu_seconds
-        + stats.embed.cpu_seconds
-        + stats.index.cpu_seconds
-        + wall["finish"]
+    worker_seconds = sum(
+        work.cpu_seconds for work in (stats.read, stats.chunk, stats.embed, stats.index, finish)
     )
     return {
         "status": "sources_failed" if failures else "ok",
@@ -106,15 +102,15 @@ def build_report(
         "timings": {
             "wall_seconds": {k: round(v, 3) for k, v in wall.items()},
             "stages": {
-                "read": stage(*work(stats.read), bytes_per_second=stats.read.bytes),
+                "read": stage(stats.read, bytes_per_second=stats.read.bytes),
                 "chunk": stage(
-                    *work(stats.chunk),
+                    stats.chunk,
                     sources_per_second=stats.chunk.sources,
                     bytes_per_second=stats.chunk.bytes,
                 ),
-                "embed": stage(*work(stats.embed), chunks_per_second=stats.embed.chunks),
-                "index": stage(*work(stats.index), topics_per_second=stats.index.topics),
-                "finish": stage(wall["finish"], wall["finish"], topics_per_second=topics["seen"]),
+                "embed": stage(stats.embed, chunks_per_second=stats.embed.chunks),
+                "index": stage(stats.index, topics_per_second=stats.index.topics),
+                "finish": stage(finish, topics_per_second=topics["seen"]),
             },
             "throughput": {
                 "bytes_per_second": per_wall(stats.read.bytes),

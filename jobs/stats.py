@@ -143,18 +143,25 @@ class Notes(Stats):
 
 
 @dataclass(frozen=True)
-class ReadStats(Stats):
-    """Sources and qa-pairs.md files read (bytes) or failed to read."""
+class StageStats(Stats):
+    """The time a stage's calls took (see the module docstring); its counters are added by each
+    stage's own record."""
 
-    files: int = 0
-    bytes: int = 0
-    failed: int = 0
     seconds: float = 0.0
     cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
-class ChunkStats(Stats):
+class ReadStats(StageStats):
+    """Sources and qa-pairs.md files read (bytes) or failed to read."""
+
+    files: int = 0
+    bytes: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True)
+class ChunkStats(StageStats):
     """Sources chunked (and their bytes), the chunks made, sources that failed."""
 
     sources: int = 0
@@ -163,14 +170,12 @@ class ChunkStats(Stats):
     failed: int = 0
     skipped_tail: int = 0  # sources whose final chunk the strategy skipped (seed 003)
     skipped_tokens: int = 0  # the tokens of those skipped final chunks
-    seconds: float = 0.0
     tokens: Histogram = dataclasses.field(default_factory=Histogram)  # token counts of the chunks
     slowest: Slowest = dataclasses.field(default_factory=Slowest)
-    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
-class EmbedStats(Stats):
+class EmbedStats(StageStats):
     """Chunks embedded or taken from the cache, and the model's token slots."""
 
     documents: int = 0
@@ -184,20 +189,16 @@ class EmbedStats(Stats):
     cache_warnings: Notes = dataclasses.field(default_factory=Notes)  # what those were
     tokens: int = 0
     padded_tokens: int = 0
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
-class IndexStats(Stats):
+class IndexStats(StageStats):
     """Topics built and written, with their chunks; carried sources taken from the last run."""
 
     topics: int = 0
     chunks: int = 0
     carried: int = 0
     reused: int = 0  # chunks of carried sources
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
