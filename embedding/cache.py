@@ -29,6 +29,7 @@ import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import fsspec
@@ -194,13 +195,18 @@ class EmbeddingCache:
         link inside the cache that leads out of its root."""
         if not isinstance(self.fs, LocalFileSystem):
             return ""
-        root, real = os.path.realpath(self.root), os.path.realpath(self.entry_path(key))
+        root, real = self._real_root, os.path.realpath(self.entry_path(key))
         if is_within(real, root):
             return ""
         return (
             f"cache entry {self.entry_path(key)} not written: it resolves to {real}, outside "
             f"the cache root {root} (a symbolic link leads out of it)"
         )
+
+    @cached_property
+    def _real_root(self) -> str:
+        """The cache root's real path (resolved once, not for every entry written)."""
+        return os.path.realpath(self.root)
 
     def _write(self, parts: list[tuple[dict[str, bytes], dict[str, bytes]]]) -> None:
         """Every .bin file of `parts`, then every metadata.json."""
