@@ -39,6 +39,7 @@ class DocVectors:
     cache_hit: the whole entry was valid and reused; reused: chunks taken from a stale or previous
     entry by text hash; embedded: chunks computed now; truncated: chunks cut to the model window
     (remembered in the cache, so a hit reports the same count as the run that embedded them);
+    entry: the cache entry still to be written (None for a hit, or without a cache);
     cache_warning: why the vectors could not be written to the cache ("" when they were)."""
 
     vectors: np.ndarray
@@ -46,6 +47,7 @@ class DocVectors:
     reused: int
     embedded: int
     truncated: int
+    entry: CacheEntry | None = None
     cache_warning: str = ""
 
 
@@ -63,13 +65,32 @@ class _Plan:
 def embed_with_cache(
     embedder: Embedder, cache: EmbeddingCache | None, requests: Sequence[DocRequest]
 ) -> list[DocVectors]:
-    """Vectors for each request, in request order, computing only what the cache lacks.
+    """Vectors for each request, in request order, computing only what the cache lacks, and the
+    new entries written back (`embed_uncached`, then `EmbeddingCache.put_many`)."""
+    results = embed_uncached(embedder, cache, requests)
+    writes = [result.entry for result in results if result.entry is not None]
+    if cache is None or not writes:
+        return results
+    warnings = cache.put_many(writes)
+    return [
+        replace(result, cache_warning=warnings.get(result.entry.key, ""))
+        if result.entry
+        else result
+        for result in results
+    ]
+
+
+def embed_uncached(
+    embedder: Embedder, cache: EmbeddingCache | None, requests: Sequence[DocRequest]
+) -> list[DocVectors]:
+    """Vectors for each request, in request order, computing only what the cache lacks; each
+    result that was not a hit carries the `entry` to write back (none when `cache` is None).
 
     All entries (and the previous entries named by `previous_source_hash`) are read in one batched
     lookup; chunks whose text hash matches a chunk of a stale or previous entry keep its vector;
     every remaining distinct text of the whole batch is embedded in ONE embedder call (one per
-    kind when passages and queries are mixed); new entries are written back. `cache=None` embeds
-    everything and writes nothing."""
+    kind when passages and queries are mixed). Writing is left to the caller, so an accelerator
+    never waits on cache writes (the build writes them in a CPU stage, `jobs.stages.store`)."""
     plans = _plan(embedder, cache, requests)
     pending: dict[tuple[bool, str], str] = {}  # (query, text hash) -> text, first occurrence order
     for request, plan in zip(requests, plans, strict=True):
@@ -84,7 +105,6 @@ def embed_with_cache(
         cut = set(fresh.truncated_rows)
         computed.update((key, (fresh.vectors[i], i in cut)) for i, key in enumerate(wanted))
     results: list[DocVectors] = []
-    writes: list[CacheEntry] = []
     for request, plan in zip(requests, plans, strict=True):
         if plan.hit is not None:
             results.append(DocVectors(plan.hit.vectors, True, 0, 0, len(plan.hit.truncated_rows)))
@@ -97,16 +117,11 @@ def embed_with_cache(
         )
         truncated = tuple(i for i, (_, cut_row) in enumerate(rows) if cut_row)
         missing = len(plan.missing)
-        results.append(DocVectors(vectors, False, len(rows) - missing, missing, len(truncated)))
-        if cache is not None:
-            writes.append(CacheEntry(plan.key, plan.hashes, vectors, truncated))
-    if cache is None or not writes:
-        return results
-    warnings = cache.put_many(writes)
-    return [
-        replace(result, cache_warning=warnings.get(plan.key, "")) if plan.hit is None else result
-        for result, plan in zip(results, plans, strict=True)
-    ]
+        entry = CacheEntry(plan.key, plan.hashes, vectors, truncated) if cache else None
+        results.append(
+            DocVectors(vectors, False, len(rows) - missing, missing, len(truncated), entry)
+        )
+    return results
 
 
 def _plan(

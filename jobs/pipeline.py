@@ -1,5 +1,5 @@
-"""The build job: discover on the driver, stream read+chunk -> embed -> per-topic reduce on Ray
-Data, then finish on the driver (`jobs.finish`).
+"""The build job: discover on the driver, stream read+chunk -> embed -> cache writes -> per-topic
+reduce on Ray Data, then finish on the driver (`jobs.finish`).
 
 The driver holds the listing, the manifest and one small summary per topic; chunks and vectors
 stay in the Ray object store and the workers write every topic's files themselves. Only changed
@@ -44,10 +44,12 @@ from jobs.resources import (
     actor_stage_args,
     embed_pool,
     reduce_task_options,
+    store_stage_args,
     task_stage_args,
 )
 from jobs.stages.chunk import ChunkSettings, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
+from jobs.stages.store import store_entries
 from jobs.stages.topic import TopicContext
 from jobs.stats import RunStats
 from jobs.storage import FileInfo, Storage
@@ -314,8 +316,9 @@ def topic_summaries(
 ) -> Iterator[dict]:
     """Run the Ray Data pipeline over `rows`; yield one summary per rebuilt topic as it finishes.
 
-    Stages: read and chunk (CPU tasks, batches packed by size), embed (actor pool), then each
-    topic built and written as soon as all its rows are embedded (`jobs.reduce`)."""
+    Stages: read and chunk (CPU tasks, batches packed by size), embed (actor pool), write the
+    new cache entries (CPU tasks), then each topic built and written as soon as all its rows are
+    embedded (`jobs.reduce`)."""
     resources = config.resources
     target = batch_bytes(config, sum(row["size"] for row in rows), cpus)
     batches = [to_table(batch) for batch in pack_batches(rows, target)]
@@ -365,6 +368,17 @@ def topic_summaries(
             **actor_stage_args(pool, resources.embed.batch_size),
         )
     )
+    if config.cache:
+        dataset = dataset.map_batches(
+            store_entries,
+            batch_format="pyarrow",
+            fn_kwargs={
+                "cache_uri": config.cache,
+                "storage_options": dict(config.storage_options),
+                "collector": collector,
+            },
+            **store_stage_args(resources.index),
+        )
     expected = Counter(row["topic"] for row in rows)
     yield from reduce_topics(dataset, expected, context, reduce_task_options(resources.index))
 

@@ -7,6 +7,7 @@ One row per work item, all with the same Arrow schema so blocks always concatena
   unchanged sources it carries from the previous tables), as JSON in `payload`.
 Unchanged sources of a rebuilt topic have no row: the reduce takes them from the previous tables.
 Documents travel as JSON text and vectors as raw little-endian float32 bytes: plain Arrow columns.
+A cache entry the embedding actor computed but did not write travels as JSON beside its vectors.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunking import Chunk, ChunkedDocument, Link
+from embedding.cache import CacheEntry, CacheKey
 
 SOURCE = "source"
 QUESTIONS = "questions"
@@ -37,6 +39,7 @@ ROW_SCHEMA = pa.schema(
         ("error_message", pa.string()),
         ("vectors", pa.large_binary()),
         ("dim", pa.int32()),
+        ("cache_entry", pa.large_string()),  # the cache entry still to write (`entry_to_json`)
     ]
 )
 
@@ -93,3 +96,24 @@ def vectors_to_bytes(vectors: np.ndarray) -> bytes:
 def vectors_from_bytes(data: bytes, dim: int) -> np.ndarray:
     """The (n, dim) float32 matrix `vectors_to_bytes` wrote."""
     return np.frombuffer(data, dtype="<f4").reshape(-1, dim).astype(np.float32)
+
+
+def entry_to_json(entry: CacheEntry) -> str:
+    """A cache entry's identity, chunk text hashes and truncated rows as JSON (not its vectors,
+    which travel in the row's `vectors` column)."""
+    key = entry.key
+    return json.dumps(
+        {
+            "key": [key.strategy_key, key.model_key, key.source_hash],
+            "text_hashes": list(entry.text_hashes),
+            "truncated": list(entry.truncated_rows),
+        }
+    )
+
+
+def entry_from_json(text: str, vectors: np.ndarray) -> CacheEntry:
+    """The cache entry `entry_to_json` wrote, with its vectors."""
+    data = json.loads(text)
+    return CacheEntry(
+        CacheKey(*data["key"]), tuple(data["text_hashes"]), vectors, tuple(data["truncated"])
+    )

@@ -7,11 +7,12 @@ total). `stages` gives per stage its worker-seconds, the CPU time its worker pro
 its calls, summed over all workers (stages overlap and run in parallel, so these add up to more
 than the wall time); its busy-seconds, the wall-clock time of those calls (which on a saturated
 machine also counts waiting for a CPU, and on a GPU waiting for the device); and its throughput per
-worker-second: read (bytes), chunk (sources and bytes), embed (chunks), index (topics built and
-written), finish (the driver's relinks, deletions, directory indexes and SimHash tables, by its
-clock). `throughput` is per wall-clock second of the whole run, and `efficiency` is the wall time
-over the worker-seconds spread on the run's CPUs (1.0: every CPU busy with stage work all the
-time; more: CPUs idle, or busy with work outside the stages, such as starting workers).
+worker-second: read (bytes), chunk (sources and bytes), embed (chunks), store (chunks whose
+vectors were written to the embedding cache), index (topics built and written), finish (the
+driver's relinks, deletions, directory indexes and SimHash tables, by its clock). `throughput` is
+per wall-clock second of the whole run, and `efficiency` is the wall time over the worker-seconds
+spread on the run's CPUs (1.0: every CPU busy with stage work all the time; more: CPUs idle, or
+busy with work outside the stages, such as starting workers).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def build_report(
         return round(items / total, 3) if total > 0 else None
 
     worker_seconds = sum(
-        work.cpu_seconds for work in (stats.read, stats.chunk, stats.embed, stats.index, finish)
+        work.cpu_seconds
+        for work in (stats.read, stats.chunk, stats.embed, stats.store, stats.index, finish)
     )
     return {
         "status": "sources_failed" if failures else "ok",
@@ -109,6 +111,7 @@ def build_report(
                     bytes_per_second=stats.chunk.bytes,
                 ),
                 "embed": stage(stats.embed, chunks_per_second=stats.embed.chunks),
+                "store": stage(stats.store, chunks_per_second=stats.store.chunks),
                 "index": stage(stats.index, topics_per_second=stats.index.topics),
                 "finish": stage(finish, topics_per_second=topics["seen"]),
             },

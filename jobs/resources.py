@@ -88,6 +88,16 @@ def task_stage_args(resources: TaskResources) -> dict[str, Any]:
     return args
 
 
+def store_stage_args(resources: IndexResources) -> dict[str, Any]:
+    """`map_batches` arguments of the cache-writing stage: CPU tasks sized like the reduce's (both
+    write files), one batch per embedded block."""
+    return {
+        "num_cpus": resources.num_cpus,
+        "batch_size": None,
+        "ray_remote_args_fn": _task_options,
+    }
+
+
 def actor_stage_args(pool: EmbedPool, batch_size: int | None) -> dict[str, Any]:
     """`map_batches` arguments of the embedding actor pool (fixed, or autoscaling to max_actors)."""
     if pool.max_actors is None or pool.max_actors == pool.actors:

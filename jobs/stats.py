@@ -185,10 +185,19 @@ class EmbedStats(StageStats):
     cache_reused: int = 0  # of cache_hits, chunks of an older entry (found by their text's hash)
     truncated: int = 0
     questions: int = 0  # qa-pairs.md questions embedded as queries (or taken from the cache)
-    cache_write_failures: int = 0  # documents whose vectors could not be cached (a warning)
-    cache_warnings: Notes = dataclasses.field(default_factory=Notes)  # what those were
     tokens: int = 0
     padded_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class StoreStats(StageStats):
+    """Embedding cache entries written (documents, and their chunks), and those that could not be
+    (a warning each, naming the path)."""
+
+    entries: int = 0
+    chunks: int = 0
+    failures: int = 0
+    warnings: Notes = dataclasses.field(default_factory=Notes)
 
 
 @dataclass(frozen=True)
@@ -208,4 +217,5 @@ class RunStats(Stats):
     read: ReadStats = dataclasses.field(default_factory=ReadStats)
     chunk: ChunkStats = dataclasses.field(default_factory=ChunkStats)
     embed: EmbedStats = dataclasses.field(default_factory=EmbedStats)
+    store: StoreStats = dataclasses.field(default_factory=StoreStats)
     index: IndexStats = dataclasses.field(default_factory=IndexStats)

@@ -19,6 +19,7 @@ from embedding import (
     CacheKey,
     DocRequest,
     EmbeddingCache,
+    embed_uncached,
     embed_with_cache,
     text_hashes,
 )
@@ -52,6 +53,25 @@ def test_miss_then_hit_returns_bit_identical_vectors(cache):
     assert second.vectors.dtype == np.float32
     assert second.vectors.tobytes() == first.vectors.tobytes()
     np.testing.assert_allclose(first.vectors, embedder(dtype="fp32").embed(list(TEXTS)), atol=1e-6)
+
+
+def test_embed_uncached_writes_nothing_and_hands_back_the_entries_to_write(cache):
+    model = embedder(dtype="fp32")
+    [miss, partial] = embed_uncached(
+        model, cache, [request(), request(TEXTS[:2] + ("new text",), "doc-b")]
+    )
+    assert not cache.fs.exists(entry_path(cache)) and not cache.fs.exists(cache.root)
+    assert miss.entry.key == CacheKey(STRATEGY, model.key, sha("doc-a"))
+    assert miss.entry.text_hashes == text_hashes(TEXTS)
+    assert miss.entry.vectors.tobytes() == miss.vectors.tobytes()
+    assert cache.put_many([miss.entry, partial.entry]) == {}  # written apart, e.g. on a CPU worker
+    [hit, hit_b] = embed_uncached(
+        model, cache, [request(), request(TEXTS[:2] + ("new text",), "doc-b")]
+    )
+    assert (hit.cache_hit, hit.entry, hit_b.cache_hit) == (True, None, True)
+    assert hit.vectors.tobytes() == miss.vectors.tobytes()
+    [no_cache] = embed_uncached(model, None, [request()])
+    assert no_cache.entry is None and no_cache.vectors.tobytes() == miss.vectors.tobytes()
 
 
 def test_layout_and_metadata_follow_seed_000(cache):

@@ -154,17 +154,23 @@ def test_end_to_end_report(local_output):
     timings = report["timings"]
     assert set(timings["wall_seconds"]) == {"discover", "ray_start", "pipeline", "finish", "total"}
     stages = timings["stages"]
-    assert list(stages) == ["read", "chunk", "embed", "index", "finish"]
+    assert list(stages) == ["read", "chunk", "embed", "store", "index", "finish"]
     assert all(stage["worker_seconds"] >= 0 for stage in stages.values())
     for name, rate in [("read", "bytes_per_second"), ("chunk", "sources_per_second"),
-                       ("embed", "chunks_per_second"), ("index", "topics_per_second")]:  # fmt: skip
+                       ("embed", "chunks_per_second"), ("store", "chunks_per_second"),
+                       ("index", "topics_per_second")]:  # fmt: skip
         assert stages[name]["worker_seconds"] > 0 and stages[name][rate] > 0, name
         assert stages[name]["busy_seconds"] > 0, name  # wall-clock time in the stage's calls
         assert stages[name][rate] == pytest.approx(  # throughput per CPU-second of the workers
             report["counters"][name][{"read": "bytes", "chunk": "sources", "embed": "chunks",
-                                      "index": "topics"}[name]] / stages[name]["worker_seconds"],
+                                      "store": "chunks", "index": "topics"}[name]]
+            / stages[name]["worker_seconds"],
             rel=1e-2,
         )  # fmt: skip
+    # every chunk and question embedded in this first run was cached, by the store stage
+    store = report["counters"]["store"]
+    questions = report["counters"]["embed"]["questions"]
+    assert store["chunks"] == total + questions and store["failures"] == 0
     assert report["counters"]["index"]["carried"] == 0  # a first run
     assert report["counters"]["embed"]["questions"] > 0  # the qa-pairs.md questions, as queries
     assert timings["cpus"] == 2 and timings["efficiency"] > 0
@@ -311,6 +317,12 @@ def test_incremental_runs_in_place(tmp_path):
     assert {p for p in first if first[p] != after_edit.get(p)} <= {
         p for p in first if p.startswith((f"{GOLDEN}/", "_index/"))
     }
+    # A chunk file is named by its text's digest: the edited chunk got a new file, and the edited
+    # source's unchanged chunks kept theirs, not written again.
+    golden_chunks = [p for p in after_edit if p.startswith(f"{GOLDEN}/_chunks/golden-reference-")]
+    kept = [p for p in golden_chunks if p in first]
+    assert 0 < len(kept) < len(golden_chunks)
+    assert all(os.stat(corpus / p).st_mtime_ns == stamps[p] for p in kept)
 
     # ... the same as a from-scratch build of the edited corpus (own output and cache), byte for
     # byte, the re-embedded chunks' vectors included: fixed-shape micro-batches make a vector

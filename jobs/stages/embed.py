@@ -1,11 +1,12 @@
 """Stage 2: embed on an actor pool. Each actor loads the model once; for each batch it looks every
 document up in the embedding cache at once and embeds all the misses of all its documents in one
-embedder call (`embedding.embed_with_cache`), whose fixed-shape micro-batches keep every vector the
+embedder call (`embedding.embed_uncached`), whose fixed-shape micro-batches keep every vector the
 same bits whatever documents share the batch. Each topic's questions are embedded as queries (with
-the model's query prefix), through the same cache.
+the model's query prefix), through the same cache. The new cache entries are not written here: they
+travel with the rows to `jobs.stages.store`, so the actor (a GPU) never waits on cache writes.
 Each chunk is embedded as its `embedding_text` (the chunking layer decides: e.g. hierarchical's
 context-enriched text), and the cache is keyed on exactly that text.
-Reads `document`, `sha256`, `previous_hash`; writes `vectors`, `dim`.
+Reads `document`, `sha256`, `previous_hash`; writes `vectors`, `dim`, `cache_entry`.
 """
 
 from __future__ import annotations
@@ -16,10 +17,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from embedding import DocRequest, EmbeddingCache, embed_with_cache
+from embedding import DocRequest, EmbeddingCache, embed_uncached
 from jobs.progress import report_stats
-from jobs.records import QUESTIONS, SOURCE, document_from_json, to_table, vectors_to_bytes
-from jobs.stats import Clock, EmbedStats, Notes, RunStats
+from jobs.records import (
+    QUESTIONS,
+    SOURCE,
+    document_from_json,
+    entry_to_json,
+    to_table,
+    vectors_to_bytes,
+)
+from jobs.stats import Clock, EmbedStats, RunStats
 
 # Cache namespace (the strategy-key level of seed 000's layout) of qa-pairs.md questions, which
 # are embedded as queries and cached like chunks (seed 000 section 6: "with caching").
@@ -55,19 +63,20 @@ class EmbedActor:
         self.collector = settings.collector
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        """Attach vectors to chunked sources and parsed questions; report the counts."""
+        """Attach vectors (and the cache entries to write) to chunked sources and parsed
+        questions; report the counts."""
         clock = Clock()
         rows = batch.to_pylist()
         work = [(row, request) for row in rows if (request := self._request(row)) is not None]
         requests = [request for _, request in work]
-        results = embed_with_cache(self.embedder, self.cache, requests) if requests else []
+        results = embed_uncached(self.embedder, self.cache, requests) if requests else []
         stats = EmbedStats()
         for (row, request), result in zip(work, results, strict=True):
-            row.update(vectors=vectors_to_bytes(result.vectors), dim=self.embedder.dim)
-            if result.cache_warning:
-                stats += EmbedStats(
-                    cache_write_failures=1, cache_warnings=Notes((result.cache_warning,))
-                )
+            row.update(
+                vectors=vectors_to_bytes(result.vectors),
+                dim=self.embedder.dim,
+                cache_entry=entry_to_json(result.entry) if result.entry else None,
+            )
             if request.query:
                 stats += EmbedStats(questions=len(request.texts))
             else:
