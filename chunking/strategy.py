@@ -281,7 +281,11 @@ def _innermost(headings: tuple[Heading, ...]) -> str:
 def _coerce(key: str, value: Any, default: Any) -> Any:
     """`value` checked against the type of the option's default (ints accepted for floats)."""
     if isinstance(default, frozenset):
-        if not isinstance(value, (set, frozenset, list, tuple)) or not all(
+        # A frozenset is taken as is: the corpus's paths, passed for every source (checking its
+        # items each time cost O(sources^2) in a build); an item that is not a path never matches.
+        if isinstance(value, frozenset):
+            return value
+        if not isinstance(value, (set, list, tuple)) or not all(
             isinstance(item, str) for item in value
         ):
             raise ValueError(f"option {key!r} must be a collection of paths, got {value!r}")

@@ -157,3 +157,20 @@ def test_a_qa_pairs_file_of_10000_questions_parses_in_linear_time():
     found = parse_questions(questions(10_000))
     assert len(found) == 20_000 and found[:2] == ["How do I set option 0?", "What is value 0?"]
     assert time.perf_counter() - started <= 30 * small + 1.0
+
+
+def test_a_large_corpus_costs_a_source_no_more_than_a_small_one():
+    """The corpus's paths are passed with every source; the cost of a source must not grow with
+    them (it did: every call checked every path, O(sources^2) over a build)."""
+    data = normal(2_000)
+    small = frozenset(f"t/doc-{i}.md" for i in range(10))
+    large = frozenset(f"t/doc-{i}.md" for i in range(500_000))
+
+    def seconds(paths: frozenset[str]) -> float:
+        started = time.perf_counter()
+        for _ in range(20):
+            chunk_source(data, strategy="semantic", document_path="t/doc-1.md", corpus_paths=paths)
+        return time.perf_counter() - started
+
+    seconds(small)  # imports and first-use set-up
+    assert min(seconds(large) for _ in range(3)) <= 2 * min(seconds(small) for _ in range(3)) + 0.05
