@@ -13,24 +13,26 @@ import pyarrow as pa
 
 from embedding.cache import EmbeddingCache
 from jobs.progress import report_stats
-from jobs.records import entry_from_json, to_table, vectors_from_bytes
+from jobs.records import entry_from_json, vectors_from_bytes
 from jobs.stats import Clock, Notes, RunStats, StoreStats
 
 
 def store_entries(
     batch: pa.Table, *, cache_uri: str, storage_options: dict[str, Any], collector=None
 ) -> pa.Table:
-    """Write the cache entries a batch's rows carry; report what was written and what was not."""
+    """Write the cache entries a batch's rows carry; report what was written and what was not.
+    Works on the three columns it reads (no row dicts), and returns the batch with `cache_entry`
+    cleared."""
     clock = Clock()
-    rows = batch.to_pylist()
     entries = [
-        entry_from_json(row["cache_entry"], vectors_from_bytes(row["vectors"], row["dim"]))
-        for row in rows
-        if row["cache_entry"] is not None
+        entry_from_json(entry, vectors_from_bytes(vectors, dim))
+        for entry, vectors, dim in zip(
+            *(batch.column(name).to_pylist() for name in ("cache_entry", "vectors", "dim")),
+            strict=True,
+        )
+        if entry is not None
     ]
     warnings = EmbeddingCache(cache_uri, storage_options).put_many(entries) if entries else {}
-    for row in rows:
-        row["cache_entry"] = None
     stats = StoreStats(
         entries=len(entries) - len(warnings),
         chunks=sum(len(e.text_hashes) for e in entries if e.key not in warnings),
@@ -39,4 +41,5 @@ def store_entries(
         **clock.spent(),
     )
     report_stats(collector, RunStats(store=stats))
-    return to_table(rows)
+    column = batch.schema.get_field_index("cache_entry")
+    return batch.set_column(column, "cache_entry", pa.nulls(batch.num_rows, pa.large_string()))
