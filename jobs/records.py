@@ -55,6 +55,16 @@ def to_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
 
 
+def with_columns(batch: pa.Table, columns: dict[str, list[Any]]) -> pa.Table:
+    """`batch` with the named columns of the pipeline schema replaced by these values."""
+    for name, values in columns.items():
+        field = ROW_SCHEMA.field(name)
+        batch = batch.set_column(
+            batch.schema.get_field_index(name), field, pa.array(values, type=field.type)
+        )
+    return batch
+
+
 def document_to_json(document: ChunkedDocument) -> str:
     """A chunked document as JSON text (front-matter values JSON cannot hold become strings)."""
     data = {

@@ -450,8 +450,9 @@ def test_question_fallback_embeds_with_the_recorded_settings(local_output, tmp_p
     assert [m[2] for m in ours] != pytest.approx([m[2] for m in default], abs=2e-4)
 
 
-def embed_actor_pids() -> set[int]:
-    """Processes whose title Ray set to the embedding actor's (`ray::MapWorker(...EmbedActor)`)."""
+def embed_actor_pids(*, embedding: bool = False) -> set[int]:
+    """Processes whose title Ray set to the embedding actor's (`ray::MapWorker(...EmbedActor)`);
+    `embedding`: only those running a batch now (Ray titles them `...EmbedActor)).submit`)."""
     found = set()
     for proc in Path("/proc").iterdir():
         try:
@@ -459,7 +460,8 @@ def embed_actor_pids() -> set[int]:
         except OSError:
             continue
         if proc.name.isdigit() and title.startswith(b"ray::") and b"EmbedActor" in title:
-            found.add(int(proc.name))
+            if b").submit" in title or not embedding:
+                found.add(int(proc.name))
     return found
 
 
@@ -474,15 +476,14 @@ def test_a_killed_embedding_actor_is_restarted_and_the_output_is_unchanged(local
     done = threading.Event()
 
     def kill_once() -> None:
-        # The first cache entry is written once the actor has embedded its first document; one
-        # source per batch leaves it several more batches, so the kill lands mid-run. Then watch
-        # for the process of the restarted actor.
+        # Killed while it embeds a batch (one source per batch leaves it several more batches,
+        # so the kill lands mid-run). Then watch for the process of the restarted actor.
         while not done.is_set():
             pids = embed_actor_pids() - before
             if killed:
                 restarted.update(pids - set(killed))
-            elif list(cache.rglob("metadata.json")):
-                for pid in sorted(pids):
+            elif busy := embed_actor_pids(embedding=True) - before:
+                for pid in sorted(busy):
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
             time.sleep(0.05)

@@ -6,7 +6,7 @@ the model's query prefix), through the same cache. The new cache entries are not
 travel with the rows to `jobs.stages.store`, so the actor (a GPU) never waits on cache writes.
 Each chunk is embedded as its `embedding_text` (the chunking layer decides: e.g. hierarchical's
 context-enriched text), and the cache is keyed on exactly that text.
-Reads `document`, `sha256`, `previous_hash`; writes `vectors`, `dim`, `cache_entry`.
+Reads `kind`, `document`, `sha256`, `previous_hash`; writes `vectors`, `dim`, `cache_entry`.
 """
 
 from __future__ import annotations
@@ -24,14 +24,16 @@ from jobs.records import (
     SOURCE,
     document_from_json,
     entry_to_json,
-    to_table,
     vectors_to_bytes,
+    with_columns,
 )
 from jobs.stats import Clock, EmbedStats, RunStats
 
 # Cache namespace (the strategy-key level of seed 000's layout) of qa-pairs.md questions, which
 # are embedded as queries and cached like chunks (seed 000 section 6: "with caching").
 QUESTIONS_CACHE_KEY = "questions"
+READS = ("kind", "document", "sha256", "previous_hash")
+WRITES = ("vectors", "dim", "cache_entry")
 
 
 @dataclass(frozen=True)
@@ -64,19 +66,17 @@ class EmbedActor:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Attach vectors (and the cache entries to write) to chunked sources and parsed
-        questions; report the counts."""
+        questions; report the counts. Reads and writes whole Arrow columns (no row dicts)."""
         clock = Clock()
-        rows = batch.to_pylist()
-        work = [(row, request) for row in rows if (request := self._request(row)) is not None]
-        requests = [request for _, request in work]
-        results = embed_uncached(self.embedder, self.cache, requests) if requests else []
+        read = zip(*(batch.column(name).to_pylist() for name in READS), strict=True)
+        work = [(i, request) for i, row in enumerate(read) if (request := self._request(*row))]
+        results = embed_uncached(self.embedder, self.cache, [r for _, r in work]) if work else []
+        written: dict[str, list[Any]] = {name: [None] * batch.num_rows for name in WRITES}
         stats = EmbedStats()
-        for (row, request), result in zip(work, results, strict=True):
-            row.update(
-                vectors=vectors_to_bytes(result.vectors),
-                dim=self.embedder.dim,
-                cache_entry=entry_to_json(result.entry) if result.entry else None,
-            )
+        for (i, request), result in zip(work, results, strict=True):
+            written["vectors"][i] = vectors_to_bytes(result.vectors)
+            written["dim"][i] = self.embedder.dim
+            written["cache_entry"][i] = entry_to_json(result.entry) if result.entry else None
             if request.query:
                 stats += EmbedStats(questions=len(request.texts))
             else:
@@ -90,20 +90,22 @@ class EmbedActor:
                 )
         stats += EmbedStats(**clock.spent())
         report_stats(self.collector, RunStats(embed=stats))
-        return to_table(rows)
+        return with_columns(batch, written)
 
-    def _request(self, row: dict[str, Any]) -> DocRequest | None:
+    def _request(
+        self, kind: str, document: str | None, sha256: str, previous_hash: str | None
+    ) -> DocRequest | None:
         """The cache request of a chunked source or of a topic's questions, else None."""
-        if row["document"] is None:
+        if document is None:
             return None
-        if row["kind"] == SOURCE:
-            chunks = document_from_json(row["document"]).chunks
+        if kind == SOURCE:
+            chunks = document_from_json(document).chunks
             return DocRequest(
                 strategy_key=self.strategy_key,
-                source_hash=row["sha256"],
+                source_hash=sha256,
                 texts=tuple(chunk.embedding_text for chunk in chunks),
-                previous_source_hash=row["previous_hash"],
+                previous_source_hash=previous_hash,
             )
-        if row["kind"] == QUESTIONS and (questions := tuple(json.loads(row["document"]))):
-            return DocRequest(QUESTIONS_CACHE_KEY, row["sha256"], questions, query=True)
+        if kind == QUESTIONS and (questions := tuple(json.loads(document))):
+            return DocRequest(QUESTIONS_CACHE_KEY, sha256, questions, query=True)
         return None

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from embedding.cache import EmbeddingCache
 from jobs.progress import report_stats
-from jobs.records import entry_from_json, vectors_from_bytes
+from jobs.records import entry_from_json, vectors_from_bytes, with_columns
 from jobs.stats import Clock, Notes, RunStats, StoreStats
 
 
@@ -41,5 +41,4 @@ def store_entries(
         **clock.spent(),
     )
     report_stats(collector, RunStats(store=stats))
-    column = batch.schema.get_field_index("cache_entry")
-    return batch.set_column(column, "cache_entry", pa.nulls(batch.num_rows, pa.large_string()))
+    return with_columns(batch, {"cache_entry": [None] * batch.num_rows})
