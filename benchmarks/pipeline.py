@@ -10,7 +10,8 @@ Corpora (archives in --corpora-dir, default ../shared/corpora, unpacked once und
 default .bench/): `tldr-en` (the English `pages/` of tldr-pages, 7,425 files), `tldr-all` (every
 `pages*/` directory of tldr-pages, 38k files), `fastapi` (the FastAPI docs, all languages, 1,656
 files). Models: `standin` (a 1-layer, 32-wide BertModel with random weights and MiniLM's tokenizer:
-it costs almost nothing, so what remains is the pipeline's own cost), `minilm` (the embedded
+it costs almost nothing, so what remains is the pipeline's own cost; on a CPU it runs with one
+embedding actor, the pool of a build with one fast GPU), `minilm` (the embedded
 all-MiniLM-L6-v2) and `bert-large-random` (BERT-large-sized, random weights: for a GPU). Nothing is
 ever downloaded. Storage: `local` disk, or `s3`: a moto server on 127.0.0.1, started here, holding
 input, output and cache (the corpus is uploaded first, untimed).
@@ -345,11 +346,17 @@ def random_model(cache_dir: Path, name: str) -> Path:
 
 
 def model_settings(cache_dir: Path, model: str, device: str) -> list[str]:
-    """The `--set` overrides that select the model (and the device) for a build."""
+    """The `--set` overrides that select the model (and the device) for a build.
+
+    The stand-in stands for one fast accelerator, so on a CPU it gets the pool a build with one
+    GPU has: one embedding actor (the CPU default, an actor per core, is sized for a real model
+    on CPU; `--set resources.embed.actors=2` measures it)."""
     if model == "minilm":
         settings = ["embedding.model=minilm"]
     else:
         settings = [f"embedding.model={random_model(cache_dir, model)}", "embedding.pooling=mean"]
+    if model == "standin" and device == "cpu":
+        settings.append("resources.embed.actors=1")
     if device == "cuda":
         settings += ["embedding.device=cuda", "embedding.dtype=auto", "resources.embed.num_gpus=1"]
     return settings
@@ -783,6 +790,8 @@ def main(argv: list[str] | None = None) -> int:
             original = unpack(args.corpora_dir, cache, CORPORA[corpus])
             for model in args.model:
                 settings = model_settings(cache, model, args.device) + args.set
+                shown = [x for x in settings if not x.startswith("embedding.model=")]
+                print(f"\n{corpus} · {model}: --set " + " --set ".join(shown))
                 if not args.no_serial:
                     loop = serial_loop(corpus, model, original, settings, cache / "logs")
                     serial[(corpus, model)] = loop
