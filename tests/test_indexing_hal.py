@@ -1,0 +1,43 @@
+"""index.json bytes: `dump_json` (orjson) writes exactly what the standard library's indenting
+encoder writes, for every value an index holds (floats are cosines rounded to 4 decimals)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from indexing.hal import dump_json
+
+
+def stdlib(doc) -> bytes:
+    return (json.dumps(doc, ensure_ascii=False, indent=2, separators=(",", ": ")) + "\n").encode()
+
+
+COSINES = st.integers(-10_000, 10_000).map(lambda n: round(n / 10_000, 4) + 0.0)
+TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)  # no lone surrogates
+# 64-bit: SimHash values are unsigned 64-bit integers
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), COSINES, TEXT)
+DOCS = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(TEXT, inner, max_size=4)),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(DOCS)
+def test_dump_json_writes_the_standard_librarys_bytes(doc):
+    assert dump_json(doc) == stdlib(doc)
+
+
+def test_the_edges_of_the_cosine_range_and_odd_text():
+    doc = {
+        "cosines": [0.0001, -0.0001, 0.0, -0.0 + 0.0, 1.0, -1.0, 0.5, 0.1234],
+        "text": 'é \u2028 \x00 \x1f " \\ / 日本',
+        "empty": [[], {}],
+        "ints": [0, -1, 2**53 + 1],
+        1: "an int key becomes a string",
+    }
+    assert dump_json(doc) == stdlib(doc)
