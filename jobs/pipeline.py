@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import ray
 
 from chunking import strategy_key
@@ -208,12 +209,8 @@ def build_topics(
     collector = StatsCollector.remote()
     cpus = float(ray.cluster_resources().get("CPU", 1))
     topics = [t for t in plan.topics if t.action == REBUILD]
-    rows = work_rows(topics, plan, previous, sizes, carry=True)
-    goal = Goal(
-        sources=sum(1 for r in rows if r["kind"] == SOURCE),
-        bytes=sum(r["size"] for r in rows if r["kind"] == SOURCE),
-        topics=len(topics),
-    )
+    work = prepare_work(config, work_rows(topics, plan, previous, sizes, carry=True), cpus)
+    goal = Goal(sources=work.sources, bytes=work.bytes, topics=len(topics))
     summaries: dict[str, dict[str, Any]] = {}
 
     def status(elapsed: float) -> str:
@@ -223,7 +220,7 @@ def build_topics(
         with Heartbeat(status):
             for carry in (True, False):
                 recarry = set()
-                for summary in topic_summaries(config, plan, rows, source, output, collector, cpus):
+                for summary in topic_summaries(config, plan, work, source, output, collector, cpus):
                     if "recarry" in summary:
                         recarry.add(summary["topic"])
                         continue
@@ -237,7 +234,9 @@ def build_topics(
                     "%d topics could not carry their unchanged sources; reading them", len(recarry)
                 )
                 again = [t for t in topics if t.topic in recarry]
-                rows = work_rows(again, plan, previous, sizes, carry=False)
+                work = prepare_work(
+                    config, work_rows(again, plan, previous, sizes, carry=False), cpus
+                )
         stats = ray.get(collector.total.remote())
     finally:
         ray.kill(collector)
@@ -305,30 +304,51 @@ def batch_bytes(config: JobConfig, total: int, cpus: float) -> float:
     return min(MAX_BATCH_BYTES, max(MIN_BATCH_BYTES, total / (BATCHES_PER_CPU * cpus)))
 
 
+@dataclass(frozen=True)
+class Work:
+    """The pipeline's input: work rows packed into Arrow batches by size, the rows each topic
+    expects, and the sources (and their bytes) among them. The rows themselves are not kept."""
+
+    batches: list[pa.Table]
+    expected: Counter
+    sources: int
+    bytes: int
+
+
+def prepare_work(config: JobConfig, rows: list[dict[str, Any]], cpus: float) -> Work:
+    """`rows` packed into Arrow batches (`batch_bytes` each), with what the driver keeps of them."""
+    target = batch_bytes(config, sum(row["size"] for row in rows), cpus)
+    return Work(
+        batches=[to_table(batch) for batch in pack_batches(rows, target)],
+        expected=Counter(row["topic"] for row in rows),
+        sources=sum(1 for row in rows if row["kind"] == SOURCE),
+        bytes=sum(row["size"] for row in rows if row["kind"] == SOURCE),
+    )
+
+
 def topic_summaries(
     config: JobConfig,
     plan: Plan,
-    rows: list[dict[str, Any]],
+    work: Work,
     source: Storage,
     output: Storage,
     collector,
     cpus: float,
 ) -> Iterator[dict]:
-    """Run the Ray Data pipeline over `rows`; yield one summary per rebuilt topic as it finishes.
+    """Run the Ray Data pipeline over `work`; yield one summary per rebuilt topic as it finishes.
 
     Stages: read and chunk (CPU tasks, batches packed by size), embed (actor pool), write the
     new cache entries (CPU tasks), then each topic built and written as soon as all its rows are
     embedded (`jobs.reduce`)."""
     resources = config.resources
-    target = batch_bytes(config, sum(row["size"] for row in rows), cpus)
-    batches = [to_table(batch) for batch in pack_batches(rows, target)]
-    pool = embed_pool(resources.embed, cpus, len(batches))
+    pool = embed_pool(resources.embed, cpus, len(work.batches))
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
+    corpus = frozenset(plan.fingerprints)
     chunk_settings = ChunkSettings(
         strategy=config.chunking.strategy,
         options=dict(config.chunking.options),
         tenant=config.tenant,
-        corpus_paths=frozenset(plan.fingerprints),
+        corpus_paths=corpus,
         abort_on_failure=config.failure_policy == "abort",
         time_budget=config.chunking.timeout_seconds,
     )
@@ -344,7 +364,7 @@ def topic_summaries(
         model=config.embedding.model,
         strategy=config.chunking.strategy,
         strategy_key=key,
-        corpus_paths=frozenset(plan.fingerprints),
+        corpus_paths=corpus,
     )
     context = TopicContext(
         source=source,
@@ -354,7 +374,7 @@ def topic_summaries(
         collector=collector,
     )
     dataset = (
-        ray.data.from_arrow(batches)
+        ray.data.from_arrow(work.batches)
         .map_batches(
             read_and_chunk,
             batch_format="pyarrow",
@@ -379,8 +399,7 @@ def topic_summaries(
             },
             **store_stage_args(resources.index),
         )
-    expected = Counter(row["topic"] for row in rows)
-    yield from reduce_topics(dataset, expected, context, reduce_task_options(resources.index))
+    yield from reduce_topics(dataset, work.expected, context, reduce_task_options(resources.index))
 
 
 def embedder_options(config: JobConfig, pool: EmbedPool) -> dict[str, Any]:
