@@ -16,11 +16,11 @@ from chunking.blocks import heading_title, parse_tokens
 from chunking.record import ChunkedDocument
 from indexing.hal import directory_title, dump_json, index_document
 from indexing.keywords import Keyword, KeywordMatcher, keyword_matcher, keywords_in
+from indexing.lifecycle import entry_files
 from indexing.paths import (
     INDEX,
     TOPIC_SPEC,
     chunk_file,
-    chunk_href,
     href_of,
     href_path,
     in_topic,
@@ -213,11 +213,12 @@ def _build_source(
         else [[] for _ in chunks]
     )
     prompt_hashes = [sorted({question_hashes[q] for q in row}) for row in matched]
+    names = [chunk_file(stem, i, chunk.text) for i, chunk in enumerate(chunks)]
     items = []
     for i, chunk in enumerate(chunks):
         item: dict[str, Any] = {
             "index": i,
-            "href": chunk_href(stem, i),
+            "href": href_of(names[i]),
             "title": chunk.title,
             "is_code": chunk.is_code,
             "similarity_conceptual": conceptual[i],
@@ -245,7 +246,7 @@ def _build_source(
         path=src.path,
         document=doc,
         vectors=vectors,
-        hrefs=[href_of(in_topic(inp.topic, chunk_file(stem, i))) for i in range(len(items))],
+        hrefs=[href_of(in_topic(inp.topic, name)) for name in names],
         similarity_conceptual=conceptual,
         similarity_technical=technical,
         prompt_hashes=prompt_hashes,
@@ -305,9 +306,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
                 table_parts.append(src.retained.chunks)
             if stem in previous_chunks:
                 chunks[stem] = previous_chunks[stem]
-                retained += [
-                    in_topic(inp.topic, href_path(item["href"])) for item in chunks[stem]["items"]
-                ]
+                retained += entry_files(inp.topic, chunks[stem])
             continue
         doc = src.document
         documents[src.path] = doc

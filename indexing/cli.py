@@ -9,7 +9,7 @@ from typing import Any
 
 from indexing.client import (
     IndexReader,
-    chunk_path,
+    chunk_item,
     chunk_tables,
     embedding_search,
     query_embedder,
@@ -110,16 +110,18 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
                         "index": hit.index,
                         "title": hit.title,
                         "score": hit.score,
+                        "path": hit.path,
                     }
                 )
-    titles: dict[str, dict[str, Any]] = {}
+    indexes: dict[str, dict[str, Any]] = {}
     for match in matches:
-        relpath = chunk_path(match["topic"], match["source"], match["index"])
-        if "title" not in match:
-            if match["topic"] not in titles:
-                titles[match["topic"]] = reader.index(match["topic"])["_embedded"]["chunks"]
-            items = titles[match["topic"]][match["source"]]["items"]
-            match["title"] = items[match["index"]]["title"]
+        relpath = match.pop("path", None)
+        if relpath is None:  # a SimHash match: the topic's index.json names its file
+            if match["topic"] not in indexes:
+                indexes[match["topic"]] = reader.index(match["topic"])
+            item = chunk_item(indexes[match["topic"]], match["source"], match["index"])
+            match["title"] = item["title"]
+            relpath = in_topic(match["topic"], href_path(item["href"]))
         match["href"] = reader.location(relpath)
         if args.show:
             match["text"] = _text(reader, relpath)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractFileSystem
 
-from indexing.paths import INDEX, chunk_file, chunk_table_path, href_of, in_topic, source_stem
+from indexing.paths import INDEX, chunk_table_path, href_of, href_path, in_topic, source_stem
 from indexing.simhash import simhash64
 from indexing.simhash_tables import SimhashMatch, lookup_simhash
 from indexing.vectors import unit_rows
@@ -113,13 +113,15 @@ def question_matches(
 
 @dataclass(frozen=True)
 class ChunkHit:
-    """One chunk found by embedding search."""
+    """One chunk found by embedding search; `path`: its file, output-root-relative (from the
+    same row of the chunk table as its vector)."""
 
     topic: str
     source: str
     index: int
     title: str
     score: float
+    path: str
 
 
 EmbedQuery = Callable[[str, str], np.ndarray]  # (model name, question) -> query vector
@@ -160,7 +162,7 @@ def query_embedder(reader: IndexReader) -> EmbedQuery:
 
 def chunk_tables(reader: IndexReader, topics: list[str]) -> pa.Table | None:
     """The chunk-table shards of `topics` (those that exist) as one table, or None."""
-    columns = ["topic", "source", "ordinal", "title", "model", "embedding"]
+    columns = ["topic", "source", "ordinal", "title", "href", "model", "embedding"]
     tables = []
     for topic in topics:
         data = reader.read(chunk_table_path(topic))
@@ -180,7 +182,7 @@ def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) 
     matrix = embeddings.values.to_numpy().reshape(len(table), embeddings.type.list_size)
     scores = unit_rows(matrix) @ query
     best = sorted(range(len(table)), key=lambda i: (-round(float(scores[i]), 6), i))[:n]
-    rows = table.select(["topic", "source", "ordinal", "title"]).to_pylist()
+    rows = table.select(["topic", "source", "ordinal", "title", "href"]).to_pylist()
     return [
         ChunkHit(
             topic=rows[i]["topic"],
@@ -188,11 +190,18 @@ def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) 
             index=rows[i]["ordinal"],
             title=rows[i]["title"],
             score=round(float(scores[i]), 4),
+            path=href_path(rows[i]["href"]),
         )
         for i in best
     ]
 
 
-def chunk_path(topic: str, source: str, index: int) -> str:
-    """Output-root-relative path of a chunk file."""
-    return in_topic(topic, chunk_file(source, index))
+def chunk_item(index: dict[str, Any], source: str, number: int) -> dict[str, Any]:
+    """Chunk `number` of `source` in a topic's parsed index.json (its `items` entry); KeyError
+    naming it when the index has no such chunk (the corpus SimHash tables, rewritten after every
+    topic, can be a step behind a topic's index.json)."""
+    items = index["_embedded"].get("chunks", {}).get(source, {}).get("items", [])
+    for item in items:
+        if item["index"] == number:
+            return item
+    raise KeyError(f"topic {index['id']!r} has no chunk {number} of source {source!r}")

@@ -1,15 +1,19 @@
 """Seed 001's chunk lifecycle as planned deletions; the caller deletes once index.json is in place.
 
-Order of operations for one topic: write the chunk files, then index.json (and topic-spec.md), then
-delete `stale_files(existing, output.live_paths())`. A topic that lost all its sources: rewrite its
+Order of operations for one topic: write the chunk files the live index.json does not name (a
+chunk file's name holds its text's digest, so no file a reader may fetch is ever rewritten), then
+index.json (the switch), then the table shards and topic-spec.md, then delete
+`stale_files(existing, output.live_paths())`. A topic that lost all its sources: rewrite its
 parent's index.json without it (`set_child_topics`), then delete `orphaned_topic_files(...)`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from typing import Any
 
-from indexing.paths import INDEX, in_topic, is_chunk_file
+from indexing.paths import INDEX, href_path, in_topic, is_chunk_file
 
 
 def stale_files(existing: Iterable[str], written: Iterable[str]) -> list[str]:
@@ -20,6 +24,19 @@ def stale_files(existing: Iterable[str], written: Iterable[str]) -> list[str]:
     """
     live = set(written)
     return sorted({p for p in existing if is_chunk_file(p) and p not in live})
+
+
+def entry_files(topic: str, entry: dict[str, Any]) -> list[str]:
+    """The chunk files (output-root-relative) of one source's `_embedded.chunks` entry."""
+    return [in_topic(topic, href_path(item["href"])) for item in entry["items"]]
+
+
+def named_files(topic: str, index_json: bytes | None) -> set[str]:
+    """Every chunk file a topic's index.json names: what its readers may fetch."""
+    if index_json is None:
+        return set()
+    chunks = json.loads(index_json)["_embedded"].get("chunks", {})
+    return {path for entry in chunks.values() for path in entry_files(topic, entry)}
 
 
 def orphaned_topic_files(topic: str, existing: Iterable[str]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 import re
 from urllib.parse import quote, unquote
@@ -45,18 +46,19 @@ def source_stem(path: str) -> str:
     return posixpath.splitext(posixpath.basename(path))[0]
 
 
-def chunk_file(stem: str, index: int) -> str:
-    """A chunk file's path relative to its topic directory."""
-    return f"{CHUNKS_DIR}/{stem}-{index}.md"
+def chunk_file(stem: str, index: int, text: str) -> str:
+    """A chunk file's path relative to its topic directory: `_chunks/{stem}-{digest}-{index}.md`.
 
-
-def chunk_href(stem: str, index: int) -> str:
-    """A chunk file's href relative to its topic directory, as index.json stores it."""
-    return href_of(chunk_file(stem, index))
+    The digest (the first 16 hex digits of the SHA-256 of the file's bytes) makes a name hold one
+    text for good: a chunk whose text changes gets a new file, never a rewrite of one that an
+    index.json already names, and an unchanged chunk keeps its name."""
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return f"{CHUNKS_DIR}/{stem}-{digest}-{index}.md"
 
 
 def is_chunk_file(relpath: str) -> bool:
-    """Whether an output-root-relative path names a chunk file (`.../_chunks/{stem}-{i}.md`)."""
+    """Whether an output-root-relative path names a chunk file: `{topic}/_chunks/{name}-{i}.md`
+    (`{stem}-{digest}-{i}.md`, or `{stem}-{i}.md` as outputs of format 2 and before named them)."""
     parent, name = posixpath.split(relpath)
     return posixpath.basename(parent) == CHUNKS_DIR and bool(_CHUNK_FILE.match(name))
 

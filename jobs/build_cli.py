@@ -91,7 +91,20 @@ def run_build(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - any failure of the job itself maps to exit code 1
         log.exception("the job failed")
-        write_failed_report(config, exc)
+        cause = root_cause(exc)
+        write_failed_report(config, cause)
+        print(f"mdindex build: the job failed: {type(cause).__name__}: {cause}", file=sys.stderr)
         return EXIT_JOB_FAILED
     print(summary(report))
     return EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The error one of our Ray tasks raised rather than Ray's wrapper of it (whose message holds
+    the task's whole traceback): "OSError: [Errno 28] No space left on device: '...'". A wrapper of
+    Ray's own (Ray Data's UserCodeException) is kept: only its wrapper's message names the error."""
+    from ray.exceptions import RayError
+
+    cause = getattr(error, "cause", None)  # ray.exceptions.RayTaskError
+    wrapped = isinstance(cause, BaseException) and not isinstance(cause, RayError)
+    return cause if wrapped else error

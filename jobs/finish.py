@@ -5,6 +5,7 @@ tables, the embedding settings `_index/model.json`, and the manifest the next ru
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 from indexing import (
@@ -18,9 +19,9 @@ from indexing import (
     topic_spec_without_section,
 )
 from indexing.client import EMBEDDING_SETTINGS, embedding_settings
-from indexing.paths import INDEX, TOPIC_SPEC, in_topic
+from indexing.paths import CHUNK_TABLES, DOCUMENT_TABLES, INDEX, TOPIC_SPEC, in_topic
 from jobs.config import JobConfig
-from jobs.manifest import Manifest, SourceEntry, TopicEntry
+from jobs.manifest import MANIFEST_PATH, Manifest, SourceEntry, TopicEntry
 from jobs.plan import REBUILD, RELINK, Plan
 from jobs.storage import Storage, SymlinkRefused
 
@@ -92,6 +93,7 @@ def finish(
     output.delete(sorted(set(previous.simhash_files) - set(tables)))
     settings = embedding_settings(config.embedding.model, vars(config.embedding))
     output.write_if_changed(EMBEDDING_SETTINGS, settings)  # for `mdindex query --question`
+    output.delete(output.temporaries(_shared_folders(plan, tables)))
     return Manifest(
         config_key=config_key,
         sources=sources,
@@ -99,6 +101,21 @@ def finish(
         directories=tuple(sorted(plan.directories)),
         simhash_files=tuple(sorted(tables)),
     )
+
+
+def _shared_folders(plan: Plan, tables: dict[str, bytes]) -> set[str]:
+    """The folders the finish writes to, and those every topic's tables go to: where a run that
+    was interrupted can have left temporary files that no topic's rebuild removes."""
+    relinked = [topic.topic for topic in plan.topics if topic.action == RELINK]
+    return {
+        CHUNK_TABLES,
+        DOCUMENT_TABLES,
+        posixpath.dirname(EMBEDDING_SETTINGS),
+        posixpath.dirname(MANIFEST_PATH),
+        *(posixpath.dirname(path) for path in tables),
+        *plan.directories,
+        *relinked,
+    }
 
 
 def remove_topic(output: Storage, topic: str, files: tuple[str, ...]) -> None:

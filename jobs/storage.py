@@ -16,7 +16,8 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -27,6 +28,9 @@ from fsspec.core import split_protocol
 from embedding.files import cat_many, is_within, write_atomically
 
 LOCAL_PROTOCOLS = ("file", "local")
+# What `embedding.files.write_atomically` names its temporary files on local disk (mkstemp with
+# the prefix ".tmp-": eight characters of [a-z0-9_]); a process killed mid-write leaves one.
+_TEMPORARY = re.compile(r"^\.tmp-[a-z0-9_]{8}$")
 NOT_FOLLOWED = "symbolic link, not followed (sources.follow_symlinks is false)"
 
 
@@ -170,6 +174,18 @@ class Storage:
             except FileNotFoundError:
                 continue
 
+    def temporaries(self, folders: Iterable[str]) -> list[str]:
+        """The temporary files that interrupted writes left directly inside `folders`, sorted
+        (none on object stores, where a write is one PUT)."""
+        if not self.is_local:
+            return []
+        return sorted(
+            path
+            for folder in set(folders)
+            for path in self.list_files(folder)
+            if is_temporary(path)
+        )
+
     def list_files(self, relpath: str = "") -> list[str]:
         """Root-relative paths of the files directly inside a directory (empty when missing)."""
         fs = self.filesystem()
@@ -218,6 +234,11 @@ class Storage:
                     f"{self.real_root} (a symbolic link leads out of it)"
                 )
         return full
+
+
+def is_temporary(path: str) -> bool:
+    """Whether a path names a temporary file of `embedding.files.write_atomically`."""
+    return bool(_TEMPORARY.match(posixpath.basename(path)))
 
 
 def _read_not_following(path: str) -> bytes:

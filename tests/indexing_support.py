@@ -24,6 +24,7 @@ from indexing import (
     index_tree,
     stale_files,
 )
+from indexing.paths import is_chunk_file
 
 
 def make_document(path: str, sections: list[tuple[str, str]], *, is_code=(), front_matter=None):
@@ -111,11 +112,12 @@ def listing(root: Path) -> list[str]:
 def write_topic(root: Path, output: TopicOutput) -> list[str]:
     """Apply one topic's output in the documented order; returns the stale files it deleted.
 
-    Chunk files and topic-spec.md first, index.json last, and only then the stale chunk files.
+    Chunk files first, then index.json, then topic-spec.md, and only then the stale chunk files.
     """
     before = listing(root)
     index = output.topic + "/index.json" if output.topic else "index.json"
-    for path in [p for p in output.files if p != index] + [index]:
+    chunks = [p for p in output.files if is_chunk_file(p)]
+    for path in chunks + [index] + [p for p in output.files if p not in {*chunks, index}]:
         _target(root, path).write_bytes(output.files[path])
     stale = stale_files(before, output.live_paths())
     for path in stale:

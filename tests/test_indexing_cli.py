@@ -71,8 +71,9 @@ def test_query_topic_returns_first_n_in_stripe_order(index_root, capsys):
     assert [c["index"] for c in main["chunks"]] == chunks["golden-reference"]["stripe_order"][:3]
     # Two chunks: the stripe order holds the non-baseline one; the baseline follows it.
     assert [c["index"] for c in by_source["faq"]["chunks"]] == [1, 0]
+    items = chunks["golden-reference"]["items"]
     for chunk in main["chunks"]:
-        assert chunk["href"].endswith(f"{TOPIC}/_chunks/golden-reference-{chunk['index']}.md")
+        assert chunk["href"].endswith(f"{TOPIC}/{items[chunk['index']]['href']}")
         assert "text" not in chunk
 
 
@@ -86,7 +87,7 @@ def test_query_source_technical_and_show(index_root, capsys):
     assert selection["order"] == "technical"
     assert [c["index"] for c in selection["chunks"]] == entry["stripe_order_technical"][:4]
     for chunk in selection["chunks"]:
-        path = index_root / TOPIC / f"_chunks/golden-reference-{chunk['index']}.md"
+        path = index_root / TOPIC / entry["items"][chunk["index"]]["href"]
         assert chunk["text"] == path.read_text()
 
 
@@ -215,11 +216,8 @@ def test_query_an_index_on_s3(index_root, s3_server, capsys):
     entry = index_json(index_root)["_embedded"]["chunks"]["golden-reference"]
     assert [c["index"] for c in main["chunks"]] == entry["stripe_order"][:2]
     assert main["chunks"][0]["href"].startswith("s3://mdindex-query/site/")
-    first = main["chunks"][0]["index"]
-    assert (
-        main["chunks"][0]["text"]
-        == (index_root / TOPIC / f"_chunks/golden-reference-{first}.md").read_text()
-    )
+    first = entry["items"][main["chunks"][0]["index"]]["href"]
+    assert main["chunks"][0]["text"] == (index_root / TOPIC / first).read_text()
 
 
 def test_baselines_follow_the_stripe_order_when_more_chunks_are_asked():

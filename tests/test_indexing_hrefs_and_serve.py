@@ -10,9 +10,15 @@ import requests
 from indexing_support import ranked_vectors, run_cli, serving, source, topic_input, write_index
 
 from indexing import IndexSettings, build_topic
+from indexing.paths import chunk_file
 
 TOPIC = "odd names/t#1"
 NAMES = ["50% off", "what?", "c#", "a b", "指南", "new\nline"]
+
+
+def chunk_name(name: str) -> str:
+    """The file name of the one chunk of source `name` (`{stem}-{digest}-0.md`)."""
+    return chunk_file(name, 0, f"## About {name}\n\nText of {name}.").removeprefix("_chunks/")
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +42,12 @@ def test_hrefs_are_url_encoded_and_name_the_chunk_files(index_root):
     index = json.loads((index_root / TOPIC / "index.json").read_bytes())
     assert index["_links"]["self"]["href"] == "/odd%20names/t%231/index.json"
     hrefs = {name: index["_embedded"]["chunks"][name]["items"][0]["href"] for name in NAMES}
-    assert hrefs["50% off"] == "_chunks/50%25%20off-0.md"
-    assert hrefs["what?"] == "_chunks/what%3F-0.md"
-    assert hrefs["c#"] == "_chunks/c%23-0.md"
-    assert hrefs["new\nline"] == "_chunks/new%0Aline-0.md"
+    encoded = {"50% off": "50%25%20off", "what?": "what%3F", "c#": "c%23"}
+    for name, stem in {**encoded, "new\nline": "new%0Aline"}.items():
+        digest = chunk_name(name).removesuffix("-0.md")[-16:]
+        assert hrefs[name] == f"_chunks/{stem}-{digest}-0.md"
     for name in NAMES:
-        assert (index_root / TOPIC / "_chunks" / f"{name}-0.md").read_text().endswith(f"{name}.")
+        assert (index_root / TOPIC / "_chunks" / chunk_name(name)).read_text().endswith(f"{name}.")
 
 
 def test_every_href_is_fetched_over_http(index_root, server, capsys):
@@ -63,10 +69,10 @@ def test_query_show_fails_loudly_on_a_missing_chunk(index_root, server, capsys, 
             target = copy / path.relative_to(index_root)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(path.read_bytes())
-    (copy / TOPIC / "_chunks" / "c#-0.md").unlink()
+    (copy / TOPIC / "_chunks" / chunk_name("c#")).unlink()
     code, out, err = run_cli(["query", str(copy), "--topic", TOPIC, "--show"], capsys)
     assert code == 1 and out == ""
-    assert "chunk file" in err and "c#-0.md is missing" in err
+    assert "chunk file" in err and f"{chunk_name('c#')} is missing" in err
     assert run_cli(["query", str(copy), "--topic", TOPIC], capsys)[0] == 0  # no text asked
 
 

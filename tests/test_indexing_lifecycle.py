@@ -16,12 +16,18 @@ from indexing import (
     stale_files,
     topic_spec_without_section,
 )
+from indexing.paths import chunk_file
 
 TOPIC = "guides/intro"
 
 
 def chunks(count: int) -> list[tuple[str, str]]:
     return [(f"Part {i}", f"Body {i}.") for i in range(count)]
+
+
+def chunk_path(stem: str, i: int, body: str | None = None) -> str:
+    """Where chunk i of `chunks(...)` (or with another body) lives, output-root-relative."""
+    return f"{TOPIC}/" + chunk_file(stem, i, f"## Part {i}\n\n{body or f'Body {i}.'}")
 
 
 def vectors(count: int):
@@ -35,27 +41,41 @@ def build(sources, previous=None, spec=None, topic=TOPIC):
 def test_a_shrinking_source_loses_its_surplus_chunk_files(tmp_path):
     path = f"{TOPIC}/golden-reference.md"
     write_index(tmp_path, [build([source(path, chunks(5), vectors(5))])])
-    assert (tmp_path / TOPIC / "_chunks/golden-reference-4.md").exists()
+    assert (tmp_path / chunk_path("golden-reference", 4)).exists()
     (tmp_path / TOPIC / "golden-reference.md").write_text("# the source itself\n")
     deleted = write_topic(tmp_path, build([source(path, chunks(3), vectors(3))]))
-    assert deleted == [
-        f"{TOPIC}/_chunks/golden-reference-3.md",
-        f"{TOPIC}/_chunks/golden-reference-4.md",
-    ]
+    assert deleted == sorted(chunk_path("golden-reference", i) for i in (3, 4))
     remaining = [p for p in listing(tmp_path) if p.startswith(f"{TOPIC}/_chunks/")]
-    assert remaining == [f"{TOPIC}/_chunks/golden-reference-{i}.md" for i in range(3)]
+    assert remaining == sorted(chunk_path("golden-reference", i) for i in range(3))
     entry = json.loads((tmp_path / TOPIC / "index.json").read_bytes())["_embedded"]["chunks"]
     assert entry["golden-reference"]["count"] == 3
     assert (tmp_path / TOPIC / "golden-reference.md").exists()  # never a stale file
+
+
+def test_a_changed_chunk_gets_a_new_file_and_unchanged_ones_keep_theirs(tmp_path):
+    """A name holds one text: the edit of chunk 1 writes a new file beside the one the previous
+    index.json names (never over it), and that one is stale only once the new index is in."""
+    path = f"{TOPIC}/a.md"
+    first = build([source(path, chunks(3), vectors(3))])
+    write_index(tmp_path, [first])
+    edited = [("Part 0", "Body 0."), ("Part 1", "Edited."), ("Part 2", "Body 2.")]
+    second = build([source(path, edited, vectors(3))])
+    assert set(first.files) - set(second.files) == {chunk_path("a", 1)}
+    assert set(second.files) - set(first.files) == {chunk_path("a", 1, "Edited.")}
+    assert write_topic(tmp_path, second) == [chunk_path("a", 1)]
+    assert (tmp_path / chunk_path("a", 1, "Edited.")).read_text() == "## Part 1\n\nEdited."
 
 
 def test_stale_files_only_ever_names_chunk_files():
     existing = [
         f"{TOPIC}/index.json", f"{TOPIC}/topic-spec.md", f"{TOPIC}/golden-reference.md",
         f"{TOPIC}/_keywords/words.md", f"{TOPIC}/_chunks/notes.md", f"{TOPIC}/_chunks/a-1.md",
-        f"{TOPIC}/_chunks/a-0.md", f"{TOPIC}/old-7.md",
+        f"{TOPIC}/_chunks/a-0.md", f"{TOPIC}/old-7.md", chunk_path("a", 0), chunk_path("a", 1),
+        f"{TOPIC}/_chunks/.tmp-k2j4x9_q",
     ]  # fmt: skip
-    assert stale_files(existing, [f"{TOPIC}/_chunks/a-0.md"]) == [f"{TOPIC}/_chunks/a-1.md"]
+    live = [f"{TOPIC}/_chunks/a-0.md", chunk_path("a", 0)]
+    # Chunk files of either naming (format 2's `{stem}-{i}.md` too), nothing else.
+    assert stale_files(existing, live) == sorted([f"{TOPIC}/_chunks/a-1.md", chunk_path("a", 1)])
 
 
 def test_a_deleted_source_loses_its_entry_and_files(tmp_path):
@@ -64,7 +84,7 @@ def test_a_deleted_source_loses_its_entry_and_files(tmp_path):
         tmp_path, [build([source(a, chunks(2), vectors(2)), source(b, chunks(3), vectors(3))])]
     )
     deleted = write_topic(tmp_path, build([source(a, chunks(2), vectors(2))]))
-    assert deleted == [f"{TOPIC}/_chunks/b-{i}.md" for i in range(3)]
+    assert deleted == sorted(chunk_path("b", i) for i in range(3))
     doc = json.loads((tmp_path / TOPIC / "index.json").read_bytes())
     assert list(doc["_embedded"]["chunks"]) == ["a"]
 

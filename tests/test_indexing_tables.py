@@ -12,6 +12,7 @@ import pytest
 from indexing_support import source, topic_input
 
 from indexing import IndexSettings, SourceInput, build_topic, chunk_table_schema, simhash64
+from indexing.paths import chunk_file
 from indexing.tables import RetainedRows
 
 TOPIC = "guides/intro"
@@ -66,7 +67,8 @@ def test_pyarrow_reads_every_chunk_field_and_exact_types(written):
         rows[0]["topic"] == TOPIC and rows[0]["model"] and rows[0]["strategy"] == "semantic-250-750"
     )
     assert rows[0]["source_version_id"] == document.source_version_id
-    assert rows[1]["href"] == f"{TOPIC}/_chunks/guide-1.md" and rows[1]["is_code"] is True
+    assert rows[1]["href"] == f"{TOPIC}/" + chunk_file("guide", 1, document.chunks[1].text)
+    assert rows[1]["is_code"] is True
     assert (
         rows[2]["prompt_hashes"] == [simhash64(question)] and rows[2]["prompt_hashes"][0] >= 2**63
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from indexing import (
     simhash64,
 )
 from indexing.build import DEFAULT_TECHNICAL_TITLES, is_technical_title
+from indexing.paths import chunk_file
 
 SCHEMA = json.loads((Path(__file__).parent / "schemas" / "index.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -120,7 +122,10 @@ def test_dual_baseline_entry_matches_seed_layout():
         "index", "href", "title", "is_code", "similarity_conceptual", "similarity_technical",
         "keywords",
     ]  # fmt: skip
-    assert item0["href"] == "_chunks/golden-reference-0.md" and item0["title"] == "Overview"
+    # Named by the first 16 hex digits of the SHA-256 of the file's text, then numbered.
+    digest = hashlib.sha256(b"## Overview\n\nText of overview.").hexdigest()[:16]
+    assert item0["href"] == f"_chunks/golden-reference-{digest}-0.md"
+    assert item0["title"] == "Overview"
     assert item0["similarity_conceptual"] == 1.0 and item1["similarity_technical"] == 1.0
     assert item1["is_code"] is True and item0["is_code"] is False
     # The published similarities reproduce the published orders.
@@ -134,8 +139,7 @@ def test_dual_baseline_entry_matches_seed_layout():
     ]
     # Chunk files hold the chunk text.
     assert (
-        out.files[f"{TOPIC}/_chunks/golden-reference-1.md"]
-        == b"## Quick Reference\n\nText of quick reference."
+        out.files[f"{TOPIC}/{item1['href']}"] == b"## Quick Reference\n\nText of quick reference."
     )
 
 
@@ -358,8 +362,9 @@ def test_failed_source_keeps_its_previous_entry_and_files():
     )
     before, after = index_of(first), index_of(second)
     assert after["_embedded"]["chunks"]["extra"] == before["_embedded"]["chunks"]["extra"]
-    assert second.retained == (f"{TOPIC}/_chunks/extra-0.md", f"{TOPIC}/_chunks/extra-1.md")
-    assert f"{TOPIC}/_chunks/extra-0.md" not in second.files
+    kept = [f"{TOPIC}/{item['href']}" for item in before["_embedded"]["chunks"]["extra"]["items"]]
+    assert second.retained == tuple(sorted(kept)) and len(kept) == 2
+    assert not set(kept) & set(second.files)
     rows = {r["source"]: r for r in second.document_rows.to_pylist()}
     assert rows[other]["status"] == "failed" and rows[other]["error_code"] == "CHUNKING_FAILED"
     assert rows[other]["error"] == "invalid UTF-8 at byte 12" and rows[SOURCE]["status"] == "ok"
@@ -497,11 +502,10 @@ def test_root_topic_paths():
         topic_input("", [source("README.md", sections(2), ranked_vectors([1.0, 0.2]))]),
         IndexSettings(),
     )
-    assert sorted(out.files) == [
-        "_chunks/README-0.md",
-        "_chunks/README-1.md",
-        "index.json",
-        "topic-spec.md",
-    ]
+    texts = [f"## {title}\n\n{body}" for title, body in sections(2)]
+    assert sorted(out.files) == sorted(
+        [chunk_file("README", i, text) for i, text in enumerate(texts)]
+        + ["index.json", "topic-spec.md"]
+    )
     doc = index_of(out, topic="")
     assert doc["id"] == "" and doc["_links"] == {"self": {"href": "/index.json"}}

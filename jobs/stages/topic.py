@@ -1,10 +1,8 @@
 """Stage 3: the per-topic reduce. Build one topic's index with `indexing.build_topic` from its
 rows and the unchanged sources it carries from the previous tables (sorted, so arrival order never
 matters; a failed source keeps its rows of the previous tables, its index entry and its chunk
-files) and write its outputs: chunk files, topic-spec.md and table shards first (each atomically,
-except chunk files under new names, which no index.json names yet), then index.json, then delete
-the chunk files the new index no longer refers to. Returns one
-small summary per topic for the driver."""
+files) and switch the topic to it (`switch`): new chunk files, then index.json, then the table
+shards and topic-spec.md, then the clean-up. Returns one small summary per topic for the driver."""
 
 from __future__ import annotations
 
@@ -26,18 +24,11 @@ from indexing import (
     build_topic,
     chunk_table_path,
     document_table_path,
+    named_files,
     parse_keywords,
     stale_files,
 )
-from indexing.paths import (
-    CHUNKS_DIR,
-    INDEX,
-    TOPIC_SPEC,
-    chunk_file,
-    in_topic,
-    is_chunk_file,
-    source_stem,
-)
+from indexing.paths import CHUNKS_DIR, INDEX, TOPIC_SPEC, in_topic, is_chunk_file
 from jobs.previous import (
     Expected,
     PreviousTables,
@@ -48,7 +39,7 @@ from jobs.previous import (
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
 from jobs.stats import Clock, IndexStats, RunStats
-from jobs.storage import Storage, SymlinkRefused
+from jobs.storage import Storage, SymlinkRefused, is_temporary
 
 log = logging.getLogger("mdindex.build")
 
@@ -100,6 +91,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
         + [SourceInput(path, *found) for path, found in carried.items()],
         key=lambda source: source.path,
     )
+    previous_index = context.output.read_optional(index_path)
     output = build_topic(
         TopicInput(
             topic=topic,
@@ -108,7 +100,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
             question_vectors=question_vectors,
             keywords=keywords,
             child_topics=facts["children"],
-            previous_index=context.output.read_optional(index_path),
+            previous_index=previous_index,
             existing_topic_spec=existing_spec,
             model=context.expected.model,
             strategy=context.expected.strategy_key,
@@ -119,26 +111,12 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
         chunk_table_path(topic): output.chunk_rows,
         document_table_path(topic): output.document_rows,
     }
-    existing = context.output.list_files(in_topic(topic, CHUNKS_DIR))
-    kept = _carried_chunk_files(topic, carried) & set(existing)
-    writes = {
-        path: data
-        for path, data in output.files.items()
-        if path not in kept and path != index_path and not (path == spec_path and spec_left)
+    files = {
+        path: data for path, data in output.files.items() if not (path == spec_path and spec_left)
     }
-    # A chunk file under a new name is seen by no reader until index.json names it: written in
-    # place (half the directory operations of a temporary file and rename).
-    fresh = {path for path in writes if is_chunk_file(path)} - set(existing)
-    context.output.write_many({path: writes[path] for path in fresh}, in_place=True)
-    context.output.write_many(
-        {
-            **{path: data for path, data in writes.items() if path not in fresh},
-            **{path: _parquet(table) for path, table in tables.items()},
-        }
-    )
-    context.output.write_bytes(index_path, output.files[index_path])
+    files.update({path: _parquet(table) for path, table in tables.items()})
     live = output.live_paths()
-    context.output.delete(stale_files(existing, live))
+    switch(context.output, topic, files, named=named_files(topic, previous_index), live=live)
     reused = sum(len(document.chunks) for document, _ in carried.values())
     report_stats(
         context.collector,
@@ -173,16 +151,29 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     )
 
 
-def _carried_chunk_files(
-    topic: str, carried: dict[str, tuple[ChunkedDocument, np.ndarray]]
-) -> set[str]:
-    """The chunk files of carried sources: the same text as the run that wrote them, so one
-    that is still there is not written again."""
-    return {
-        in_topic(topic, chunk_file(source_stem(path), i))
-        for path, (document, _) in carried.items()
-        for i in range(len(document.chunks))
-    }
+def switch(
+    storage: Storage, topic: str, files: dict[str, bytes], *, named: set[str], live: set[str]
+) -> None:
+    """Write a topic's `files` so that a reader of its index.json sees the old version or the new
+    one, never a mix, and a failure before the switch leaves every file of the old version as it
+    was: first the chunk files (new names), then index.json (the switch: one rename or one PUT),
+    then the table shards and topic-spec.md, then the removal of the chunk files outside `live`
+    (the new version's; orphans of an interrupted run too) and of temporary files left behind.
+    `named`: the chunk files of the live index.json; a name holds one text (`chunk_file`), so
+    those already there are not written again."""
+    index_path = in_topic(topic, INDEX)
+    listing = storage.list_files(in_topic(topic, CHUNKS_DIR))
+    chunks = {path: data for path, data in files.items() if is_chunk_file(path)}
+    # Those no live index.json names are fetched by no reader: written in place (half the
+    # directory operations of a temporary file and rename); a half-written one is an orphan,
+    # rewritten by the next build of the topic.
+    storage.write_many({p: d for p, d in chunks.items() if p not in named}, in_place=True)
+    missing = named - set(listing)  # named, yet gone: written whole, as a reader may fetch them
+    storage.write_many({p: d for p, d in chunks.items() if p in missing})
+    storage.write_bytes(index_path, files[index_path])
+    storage.write_many({p: d for p, d in files.items() if p not in chunks and p != index_path})
+    leftovers = [path for path in listing if is_temporary(path)] + storage.temporaries([topic])
+    storage.delete(stale_files(listing, live) + leftovers)
 
 
 def _summary(topic: str, facts: dict[str, Any]) -> dict[str, Any]:

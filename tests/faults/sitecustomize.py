@@ -1,0 +1,62 @@
+"""A write fault for a whole build: Python imports this module at start-up in every process whose
+PYTHONPATH holds this folder, so a build run that way (`tests/test_jobs_faults.py`) has it in its
+driver and in every Ray worker of its own local Ray instance. An audit hook (`sys.addaudithook`)
+sees each file operation before the system call and fails or kills it:
+
+- MDINDEX_FAULT=read-only: every write, create, rename, removal and mkdir under MDINDEX_FAULT_ROOT
+  fails with EROFS, as on a file system remounted read-only (root included: no permission helps);
+- MDINDEX_FAULT=full: creating a file whose path contains MDINDEX_FAULT_MATCH fails with ENOSPC,
+  as on a full disk;
+- MDINDEX_FAULT=crash: a rename onto a path that contains MDINDEX_FAULT_MATCH kills the process
+  with SIGKILL before the rename (a crash at that point; its temporary file stays behind).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sys
+
+_FAULT = os.environ.get("MDINDEX_FAULT")
+_ROOT = os.environ.get("MDINDEX_FAULT_ROOT", "")
+_MATCH = os.environ.get("MDINDEX_FAULT_MATCH", "")
+_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_CHANGES = ("os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.link", "os.symlink")
+
+
+def _targeted(path: object) -> bool:
+    """Whether a path argument lies under the root and contains the match."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return False  # a file descriptor
+    full = os.path.abspath(os.fsdecode(path))
+    return full.startswith(_ROOT + os.sep) and _MATCH in full
+
+
+def _fail(code: int, path: object) -> None:
+    raise OSError(code, os.strerror(code), os.fsdecode(path))
+
+
+def _read_only(event: str, args: tuple) -> None:
+    if event == "open" and args[2] & _WRITES and _targeted(args[0]):
+        _fail(errno.EROFS, args[0])
+    if event in _CHANGES:
+        for path in args[:2] if event == "os.rename" else args[:1]:
+            if _targeted(path):
+                _fail(errno.EROFS, path)
+
+
+def _full(event: str, args: tuple) -> None:
+    if event == "open" and args[2] & os.O_CREAT and _targeted(args[0]):
+        _fail(errno.ENOSPC, args[0])
+
+
+def _crash(event: str, args: tuple) -> None:
+    if event == "os.rename" and _targeted(args[1]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_HOOKS = {"read-only": _read_only, "full": _full, "crash": _crash}
+
+if _FAULT in _HOOKS and _ROOT:
+    sys.addaudithook(_HOOKS[_FAULT])

@@ -1,0 +1,208 @@
+"""A topic's switch is atomic for a reader (issue 12 item 7), and a read-only or full output fails
+the build cleanly: a crash at the switch, a full disk after the chunk files, a read-only output,
+and on S3 a refused PUT of index.json each exit 1 with the error and leave the previous output as
+it was (its index.json giving exactly the texts it gave), and a re-run converges to the bytes of a
+clean build, with no orphan chunk file and no temporary file left.
+
+Real builds. The local faults run `python -m jobs.reindex` in a child with its own Ray instance
+and `tests/faults/` on its PYTHONPATH: its `sitecustomize` puts the fault into the driver and every
+Ray worker (tests run as root, whom no permission stops). The S3 fault is the session's moto
+server refusing the PUT."""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import unquote
+
+import fsspec
+import pytest
+from jobs_support import NOT_OUTPUTS, s3_options
+
+from jobs.reindex import main
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "configs" / "local.yaml")
+FAULTS = Path(__file__).parent / "faults"
+SENTENCE = "The {0} page of {1} says how a request is retried after a timeout, and for how long. "
+LOCAL = fsspec.filesystem("file")
+
+
+def build(*args: str) -> int:
+    return main(["--config", CONFIG, *args])
+
+
+def write_corpus(docs: Path, version: str) -> None:
+    """Two topics of two sources. Across versions one section of each `a.md` changes: a rebuild
+    writes one new chunk file beside unchanged ones and carries `b.md`."""
+    for topic in ("t0", "t1"):
+        sections = [f"## Part {i}\n\n" + SENTENCE.format(i, topic) * 12 for i in range(3)]
+        sections[1] += f"This is {version}.\n"
+        (docs / topic).mkdir(parents=True, exist_ok=True)
+        (docs / topic / "a.md").write_text(f"# A {topic}\n\n" + "\n\n".join(sections))
+        (docs / topic / "b.md").write_text(f"# B {topic}\n\n" + SENTENCE.format("b", topic))
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """The corpus in version 1 and 2 (the copy keeps the unchanged files' mtimes, so they stay
+    unchanged to a build), and a clean build of version 2."""
+    base = tmp_path_factory.mktemp("versions")
+    v1, v2 = base / "v1", base / "v2"
+    write_corpus(v1, "v1")
+    shutil.copytree(v1, v2)
+    write_corpus(v2, "v2")  # rewrites every file: put the unchanged ones back
+    for topic in ("t0", "t1"):
+        shutil.copy2(v1 / topic / "b.md", v2 / topic / "b.md")
+    assert build("--input", str(v2), "--output", str(base / "clean")) == 0
+    return v1, v2, base / "clean"
+
+
+def stored(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, bytes]:
+    """Every file under an output root but the report, manifest and cache, by relative path."""
+    found = {path[len(root) + 1 :]: path for path in fs.find(root)}
+    return {rel: fs.cat_file(at) for rel, at in found.items() if not rel.startswith(NOT_OUTPUTS)}
+
+
+def promises(files: dict[str, bytes]) -> dict[str, bytes]:
+    """What the index.json files among `files` give a reader: each chunk file they name and its
+    bytes (KeyError for one that is missing)."""
+    found = {}
+    for path in [p for p in files if posixpath.basename(p) == "index.json"]:
+        folder = posixpath.dirname(path)
+        for entry in json.loads(files[path])["_embedded"].get("chunks", {}).values():
+            for item in entry["items"]:
+                chunk = posixpath.join(folder, unquote(item["href"]))
+                found[chunk] = files[chunk]
+    return found
+
+
+def orphans(files: dict[str, bytes]) -> set[str]:
+    """The chunk files no index.json names."""
+    named = promises(files)
+    return {p for p in files if posixpath.basename(posixpath.dirname(p)) == "_chunks"} - set(named)
+
+
+def temporaries(files: dict[str, bytes]) -> list[str]:
+    return [p for p in files if posixpath.basename(p).startswith(".tmp-")]
+
+
+def faulty_build(docs: Path, output: Path, fault: str, match: str = "") -> tuple[int, str]:
+    """A build in a child process with its own local Ray, every process of it under the write
+    fault of `tests/faults/sitecustomize.py`; its exit code and stderr."""
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    path = [str(FAULTS), *filter(None, [env.get("PYTHONPATH")])]
+    env.update(
+        PYTHONPATH=os.pathsep.join(path),
+        MDINDEX_FAULT=fault,
+        MDINDEX_FAULT_ROOT=str(output),
+        MDINDEX_FAULT_MATCH=match,
+    )
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
+    child = subprocess.run(
+        [*command, "--input", str(docs), "--output", str(output)],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return child.returncode, child.stderr
+
+
+def previous_output(versions, tmp_path: Path) -> Path:
+    """Version 1 built into a fresh output, to be updated to version 2."""
+    v1, _, _ = versions
+    output = tmp_path / "out"
+    assert build("--input", str(v1), "--output", str(output)) == 0
+    return output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fault", "match", "error", "temporary"),
+    [
+        # Every reduce is killed (SIGKILL) as it renames its new index.json into place: its
+        # temporary file stays.
+        ("crash", "/index.json", "WorkerCrashedError", True),
+        # ENOSPC for every temporary file: the disk is full once the new chunk files (written in
+        # place) are there, when index.json is to be replaced.
+        ("full", "/.tmp-", "OSError: [Errno 28] No space left on device", False),
+    ],
+)
+def test_a_failure_before_the_switch_leaves_the_previous_output_whole_and_a_rerun_converges(
+    versions, tmp_path, fault, match, error, temporary
+):
+    """After the new chunk files, before index.json: exit 1 naming the error; every file of the
+    previous output as it was, so the old index.json still gives every text it gave (chunk files
+    used to be rewritten in place before it); the only new files are chunk files no index.json
+    names (and the crash's temporary file); a re-run removes them and gives a clean build."""
+    _, v2, clean = versions
+    output = previous_output(versions, tmp_path)
+    before = stored(LOCAL, str(output))
+
+    code, stderr = faulty_build(v2, output, fault, match)
+    assert code == 1, stderr[-3000:]
+    assert f"mdindex build: the job failed: {error}" in stderr
+    after = stored(LOCAL, str(output))
+    assert {path: after.get(path) for path in before} == before
+    assert promises(after) == promises(before)
+    assert orphans(after) and set(after) - set(before) == orphans(after) | set(temporaries(after))
+    assert bool(temporaries(after)) is temporary
+
+    assert build("--input", str(v2), "--output", str(output)) == 0
+    assert stored(LOCAL, str(output)) == stored(LOCAL, str(clean))
+
+
+@pytest.mark.slow
+def test_a_read_only_output_fails_the_build_and_is_left_as_it_was(versions, tmp_path):
+    """EROFS on every write under the output (the cache's included: warnings): exit 1 naming
+    the error, and not one byte of the output changed, its report and cache included."""
+    _, v2, _ = versions
+    output = previous_output(versions, tmp_path)
+    everything = {path: LOCAL.cat_file(path) for path in LOCAL.find(str(output))}
+
+    code, stderr = faulty_build(v2, output, "read-only")
+    assert code == 1, stderr[-3000:]
+    assert "mdindex build: the job failed: OSError: [Errno 30] Read-only file system" in stderr
+    assert {path: LOCAL.cat_file(path) for path in LOCAL.find(str(output))} == everything
+
+
+def test_on_s3_a_refused_index_put_leaves_the_previous_index_whole_and_a_rerun_converges(
+    versions, s3_server, monkeypatch
+):
+    """Only single PUTs are atomic on S3: the moto server refuses (403) every PUT of an
+    index.json in the update; the old index.json still gives every text it gave, and a re-run
+    converges to a clean build on S3, orphan objects removed."""
+    from moto.s3.exceptions import S3AccessDeniedError
+    from moto.s3.models import S3Backend
+
+    v1, v2, _ = versions
+    bucket = s3_server.make_bucket("atomic").removeprefix("s3://")
+    fs = s3_server.filesystem()
+    options = ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
+    assert build("--input", str(v1), "--output", f"s3://{bucket}/out", *options) == 0
+    before = stored(fs, f"{bucket}/out")
+
+    put_object = S3Backend.put_object
+
+    def refusing(self, bucket_name, key_name, *args, **kwargs):
+        if key_name.startswith("out/") and key_name.endswith("/index.json"):
+            raise S3AccessDeniedError()
+        return put_object(self, bucket_name, key_name, *args, **kwargs)
+
+    monkeypatch.setattr(S3Backend, "put_object", refusing)
+    assert build("--input", str(v2), "--output", f"s3://{bucket}/out", *options) == 1
+    monkeypatch.undo()
+    fs.invalidate_cache()
+    after = stored(fs, f"{bucket}/out")
+    assert {path: after.get(path) for path in before} == before
+    assert promises(after) == promises(before) and orphans(after)
+
+    assert build("--input", str(v2), "--output", f"s3://{bucket}/out", *options) == 0
+    assert build("--input", str(v2), "--output", f"s3://{bucket}/clean", *options) == 0
+    fs.invalidate_cache()
+    assert stored(fs, f"{bucket}/out") == stored(fs, f"{bucket}/clean")
