@@ -21,26 +21,36 @@ class _Expired(BaseException):
     """Raised by the timer; a BaseException, so no `except Exception` on the way catches it."""
 
 
-def _expire(signum: int, frame: object) -> None:
-    raise _Expired
-
-
 def within_budget(seconds: float | None, call: Callable[[], T]) -> T:
     """`call()`, stopped with ChunkingError(CHUNKING_TIMEOUT) after `seconds` (None or 0: no
     budget; outside a main thread neither)."""
     if not seconds or threading.current_thread() is not threading.main_thread():
         return call()
-    previous = signal.signal(signal.SIGALRM, _expire)
+    armed = [True]
+
+    def expire(signum: int, frame: object) -> None:
+        if armed[0]:  # a signal handled after the call (it can land late) does nothing
+            raise _Expired
+
+    previous = signal.signal(signal.SIGALRM, expire)
     try:
         # Repeating: an exception raised where Python drops it (a gc callback) is raised again.
         signal.setitimer(signal.ITIMER_REAL, seconds, _REPEAT)
         try:
             return call()
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            _disarm(armed)
     except _Expired:
         raise ChunkingError(
             CHUNKING_TIMEOUT, f"chunking ran past its time budget of {seconds:g} s"
         ) from None
     finally:
+        _disarm(armed)  # again: the signal may have landed before the first disarm
         signal.signal(signal.SIGALRM, previous)
+
+
+def _disarm(armed: list[bool]) -> None:
+    """Make the handler a no-op, then stop the timer (in this order: a signal in between does
+    nothing)."""
+    armed[0] = False
+    signal.setitimer(signal.ITIMER_REAL, 0)

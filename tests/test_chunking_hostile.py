@@ -3,6 +3,7 @@ strategy, in time linear in its size: bounded against a normal document of the s
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -116,14 +117,19 @@ def test_crlf_and_cr_chunk_like_lf():
 
 
 def test_a_source_past_its_time_budget_fails_with_chunking_timeout():
+    handler = signal.getsignal(signal.SIGALRM)
     started = time.perf_counter()
     with pytest.raises(ChunkingError) as caught:
         chunk_source(normal(4_000_000), strategy="structural", tokenizer="minilm", time_budget=0.2)
     assert caught.value.code == CHUNKING_TIMEOUT
     assert "time budget of 0.2 s" in caught.value.message
     assert time.perf_counter() - started < 5
-    # The timer is gone: the next source has all the time it needs.
+    # The timer is gone and the handler restored: the next source has all the time it needs.
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) == handler
     assert chunk_source(normal(2_000), time_budget=60).chunks
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) == handler
 
 
 @pytest.mark.slow
