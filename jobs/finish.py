@@ -58,9 +58,7 @@ def finish(
                 failed=bool(summary["failures"]),
             )
             for path, outcome in summary["sources"].items():
-                sources[path] = SourceEntry(
-                    plan.fingerprints[path], outcome["sha256"], outcome["failed"]
-                )
+                sources[path] = SourceEntry(plan.fingerprints[path], outcome.sha256, outcome.failed)
             continue
         entry = previous.topics[topic.topic]
         if topic.action == RELINK:

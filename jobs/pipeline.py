@@ -166,9 +166,9 @@ def run_job(config: JobConfig) -> dict[str, Any]:
             "changed": len(plan.changed),
             "unchanged": len(plan.fingerprints) - len(plan.changed),
             "deleted": len(plan.deleted),
-            "failed": sum(1 for o in outcomes if o["failed"]),
-            "chunked": sum(1 for o in outcomes if not o["carried"]),
-            "carried": sum(1 for o in outcomes if o["carried"]),
+            "failed": sum(1 for o in outcomes if o.failed),
+            "chunked": sum(1 for o in outcomes if not o.carried),
+            "carried": sum(1 for o in outcomes if o.carried),
         },
         topics={
             "seen": len(plan.topics),

@@ -10,7 +10,7 @@ import io
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +45,14 @@ log = logging.getLogger("mdindex.build")
 
 KEYWORDS_FAILED = "KEYWORDS_FAILED"
 TOPIC_SPEC_FAILED = "TOPIC_SPEC_FAILED"
+
+
+class Outcome(NamedTuple):
+    """What became of one source of a topic (a tuple: the driver holds one per source)."""
+
+    sha256: str | None
+    failed: bool = False
+    carried: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,16 +138,8 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
             )
         ),
     )
-    outcomes = {
-        r["path"]: {"sha256": r["sha256"], "failed": r["error_code"] is not None, "carried": False}
-        for r in source_rows
-    }
-    outcomes.update(
-        {
-            path: {"sha256": facts["carried"][path], "failed": False, "carried": True}
-            for path in carried
-        }
-    )
+    outcomes = {r["path"]: Outcome(r["sha256"], r["error_code"] is not None) for r in source_rows}
+    outcomes.update({path: Outcome(facts["carried"][path], carried=True) for path in carried})
     return _summary(
         topic,
         {
