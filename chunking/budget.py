@@ -29,7 +29,7 @@ def within_budget(seconds: float | None, call: Callable[[], T]) -> T:
     armed = [True]
 
     def expire(signum: int, frame: object) -> None:
-        if armed[0]:  # a signal handled after the call (it can land late) does nothing
+        if armed[0]:
             raise _Expired
 
     previous = signal.signal(signal.SIGALRM, expire)
@@ -39,18 +39,16 @@ def within_budget(seconds: float | None, call: Callable[[], T]) -> T:
         try:
             return call()
         finally:
-            _disarm(armed)
+            # First, and inline: Python runs a pending handler at a function's entry, so a call
+            # before this store could still raise (it did, under load). From here on a signal,
+            # however late, does nothing.
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
     except _Expired:
         raise ChunkingError(
             CHUNKING_TIMEOUT, f"chunking ran past its time budget of {seconds:g} s"
         ) from None
     finally:
-        _disarm(armed)  # again: the signal may have landed before the first disarm
+        armed[0] = False  # also when the signal landed before the inner `try`
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-
-
-def _disarm(armed: list[bool]) -> None:
-    """Make the handler a no-op, then stop the timer (in this order: a signal in between does
-    nothing)."""
-    armed[0] = False
-    signal.setitimer(signal.ITIMER_REAL, 0)
