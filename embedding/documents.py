@@ -117,7 +117,7 @@ def embed_uncached(
         )
         truncated = tuple(i for i, (_, cut_row) in enumerate(rows) if cut_row)
         missing = len(plan.missing)
-        entry = CacheEntry(plan.key, plan.hashes, vectors, truncated) if cache else None
+        entry = CacheEntry(plan.key, plan.hashes, vectors, truncated) if cache is not None else None
         results.append(
             DocVectors(vectors, False, len(rows) - missing, missing, len(truncated), entry)
         )

@@ -91,11 +91,7 @@ def task_stage_args(resources: TaskResources) -> dict[str, Any]:
 def store_stage_args(resources: IndexResources) -> dict[str, Any]:
     """`map_batches` arguments of the cache-writing stage: CPU tasks sized like the reduce's (both
     write files), one batch per embedded block."""
-    return {
-        "num_cpus": resources.num_cpus,
-        "batch_size": None,
-        "ray_remote_args_fn": _task_options,
-    }
+    return task_stage_args(TaskResources(num_cpus=resources.num_cpus))
 
 
 def actor_stage_args(pool: EmbedPool, batch_size: int | None) -> dict[str, Any]:
