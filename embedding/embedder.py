@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,11 @@ class EmbedderSettings:
 
 
 class Embedder:
-    """A loaded model: `embed` texts into float32 vectors, in input order."""
+    """A loaded model: `embed` texts into float32 vectors, in input order.
+
+    Threads may share one: tokenizing and the model each take one call at a time, so one thread
+    tokenizes while another runs the model (a build's embedding actor runs two batches at once:
+    one batch's cache lookups and tokens overlap the other's model call)."""
 
     def __init__(
         self,
@@ -73,6 +78,8 @@ class Embedder:
         self._pad_id = tokenizer.pad_token_id or 0
         # A filler row: the tokens of an empty text (at least one, so no row is wholly masked).
         self._filler = tokenizer("", return_attention_mask=False)["input_ids"] or [self._pad_id]
+        self._tokenizer_lock = threading.Lock()  # a fast tokenizer is not safe to share
+        self._model_lock = threading.Lock()  # one model call at a time: no oversubscription
 
     @property
     def query_key(self) -> str:
@@ -96,18 +103,21 @@ class Embedder:
             return Embedded(np.zeros((0, self.dim), dtype=np.float32), 0)
         if query and self.settings.query_prefix:
             texts = [self.settings.query_prefix + text for text in texts]
-        ids, truncated_rows = self._tokenize(texts)
-        out = torch.empty((len(ids), self.dim), dtype=torch.float32, device=self._device)
+        with self._tokenizer_lock:
+            ids, truncated_rows = self._tokenize(texts)
         padded = 0
-        for batch in plan_batches(
-            [len(row) for row in ids], self.settings.token_budget, self.settings.max_length
-        ):
-            rows = list(batch.rows)
-            vectors = self._forward([ids[i] for i in rows], batch)
-            out[torch.tensor(rows, device=self._device)] = vectors[: len(rows)]
-            padded += vectors.shape[0] * batch.length
+        with self._model_lock:
+            out = torch.empty((len(ids), self.dim), dtype=torch.float32, device=self._device)
+            for batch in plan_batches(
+                [len(row) for row in ids], self.settings.token_budget, self.settings.max_length
+            ):
+                rows = list(batch.rows)
+                vectors = self._forward([ids[i] for i in rows], batch)
+                out[torch.tensor(rows, device=self._device)] = vectors[: len(rows)]
+                padded += vectors.shape[0] * batch.length
+            result = out.cpu().numpy()
         return Embedded(
-            out.cpu().numpy(),
+            result,
             len(truncated_rows),
             truncated_rows,
             tokens=sum(len(row) for row in ids),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -66,6 +67,33 @@ class Clock:
             "seconds": time.perf_counter() - self.wall,
             "cpu_seconds": time.process_time() - self.cpu,
         }
+
+
+class SharedClock:
+    """The clock of a worker whose calls overlap (an embedding actor runs two batches at once).
+    Each call says when it `start`s and reports what it `spent`: the time since the later of
+    the last report and the start of the current busy spell (calls running back to back or
+    overlapping), so the reports add up to the worker's busy time and CPU time, counted once."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running = 0
+        self._counted = Clock()  # what the reports so far have counted up to
+
+    def start(self) -> None:
+        """A call starts: when no other is running, a busy spell starts now."""
+        with self._lock:
+            if self._running == 0:
+                self._counted = Clock()
+            self._running += 1
+
+    def spent(self) -> dict[str, float]:
+        """A call ends: `seconds` and `cpu_seconds` not yet reported by any call."""
+        with self._lock:
+            now = Clock()
+            last, self._counted = self._counted, now
+            self._running -= 1
+        return {"seconds": now.wall - last.wall, "cpu_seconds": now.cpu - last.cpu}
 
 
 @dataclass(frozen=True)

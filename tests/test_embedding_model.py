@@ -82,6 +82,49 @@ def test_same_text_agrees_bit_for_bit_whatever_batch_size_or_order(dtype):
     np.testing.assert_array_equal(among_others[1:], base[:3])
 
 
+def test_threads_sharing_an_embedder_get_the_bits_each_gets_alone():
+    """An embedding actor runs two batches at once on one embedder: from a fresh load (the
+    tokenizer's first call sets its truncation), eight threads embed at once; each gets what it
+    gets alone, and the model never runs two calls at once."""
+    shared = load_embedder("minilm", device="cpu", dtype="fp32")
+    works = [
+        [f"thread {t} sentence {i} about topic {i % 3}" for i in range(12)] + TEXTS[t:]
+        for t in range(8)
+    ]
+    running, most, guard = 0, 0, threading.Lock()
+    forward = shared.model.forward
+
+    def counted(*args, **kwargs):
+        nonlocal running, most
+        with guard:
+            running += 1
+            most = max(most, running)
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            with guard:
+                running -= 1
+
+    shared.model.forward = counted
+    results: dict[int, np.ndarray] = {}
+    start = threading.Barrier(len(works))
+
+    def work(t: int) -> None:
+        start.wait()
+        results[t] = shared.embed(works[t], query=t % 2 == 1)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(len(works))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for t, texts in enumerate(works):
+        np.testing.assert_array_equal(
+            results[t], embedder(dtype="fp32").embed(texts, query=t % 2 == 1)
+        )
+    assert most == 1
+
+
 def test_over_long_text_is_truncated_and_counted():
     model = embedder(dtype="fp32")
     result = model.embed_with_stats(["short text", LONG, LONG + " and a tail past the window"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from jobs.config import EmbedResources
 from jobs.pipeline import pack_batches
 from jobs.progress import Goal, progress_line
@@ -14,6 +16,7 @@ from jobs.stats import (
     Histogram,
     IndexStats,
     RunStats,
+    SharedClock,
     Slowest,
 )
 
@@ -97,3 +100,27 @@ def test_batches_are_packed_by_listed_size_in_order():
         ["t/3.md", "t/4.md"],
     ]
     assert pack_batches([], 10) == []
+
+
+def test_overlapping_calls_count_their_busy_time_once_and_idle_time_never():
+    """An embedding actor runs two batches at once: one nested in the other, then one
+    overlapping the other's end, then one after an idle gap."""
+    clock = SharedClock()
+    begin = time.perf_counter()
+    clock.start()  # a
+    time.sleep(0.03)
+    clock.start()  # b, inside a
+    time.sleep(0.03)
+    b = clock.spent()
+    clock.start()  # c, overlapping a's end
+    time.sleep(0.03)
+    a = clock.spent()
+    time.sleep(0.03)
+    c = clock.spent()
+    busy = time.perf_counter() - begin
+    total = a["seconds"] + b["seconds"] + c["seconds"]
+    assert abs(total - busy) < 0.005 and total > 0.11
+    assert a["cpu_seconds"] + b["cpu_seconds"] + c["cpu_seconds"] >= 0
+    time.sleep(0.2)  # idle: no call running
+    clock.start()
+    assert clock.spent()["seconds"] < 0.1

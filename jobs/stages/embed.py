@@ -27,7 +27,7 @@ from jobs.records import (
     vectors_to_bytes,
     with_columns,
 )
-from jobs.stats import Clock, EmbedStats, RunStats
+from jobs.stats import EmbedStats, RunStats, SharedClock
 
 # Cache namespace (the strategy-key level of seed 000's layout) of qa-pairs.md questions, which
 # are embedded as queries and cached like chunks (seed 000 section 6: "with caching").
@@ -49,7 +49,10 @@ class EmbedSettings:
 
 
 class EmbedActor:
-    """A callable class for `map_batches(..., compute=ActorPoolStrategy(...))`."""
+    """A callable class for `map_batches(..., compute=ActorPoolStrategy(...))`. Ray runs two of
+    its calls at once (`jobs.resources.ACTOR_CONCURRENT_BATCHES`): the embedder takes their model
+    calls one at a time, and the rest of one batch (decoding, cache lookups, Arrow) overlaps the
+    other's model call."""
 
     def __init__(self, settings: EmbedSettings):
         # Imported here, in the actor: the driver never loads torch.
@@ -63,11 +66,22 @@ class EmbedActor:
         )
         self.strategy_key = settings.strategy_key
         self.collector = settings.collector
+        self.clock = SharedClock()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Attach vectors (and the cache entries to write) to chunked sources and parsed
-        questions; report the counts. Reads and writes whole Arrow columns (no row dicts)."""
-        clock = Clock()
+        questions; report the counts and the time (counted once where two calls overlap)."""
+        self.clock.start()
+        try:
+            table, stats = self._embed(batch)
+        finally:
+            spent = self.clock.spent()
+        report_stats(self.collector, RunStats(embed=stats + EmbedStats(**spent)))
+        return table
+
+    def _embed(self, batch: pa.Table) -> tuple[pa.Table, EmbedStats]:
+        """The batch with its vectors, and the counts. Reads and writes whole Arrow columns (no
+        row dicts)."""
         read = zip(*(batch.column(name).to_pylist() for name in READS), strict=True)
         work = [(i, request) for i, row in enumerate(read) if (request := self._request(*row))]
         results = embed_uncached(self.embedder, self.cache, [r for _, r in work]) if work else []
@@ -88,9 +102,7 @@ class EmbedActor:
                     cache_reused=result.reused,
                     truncated=result.truncated,
                 )
-        stats += EmbedStats(**clock.spent())
-        report_stats(self.collector, RunStats(embed=stats))
-        return with_columns(batch, written)
+        return with_columns(batch, written), stats
 
     def _request(
         self, kind: str, document: str | None, sha256: str, previous_hash: str | None
