@@ -16,7 +16,7 @@ from chunking.blocks import heading_title, parse_tokens
 from chunking.record import ChunkedDocument
 from indexing.hal import directory_title, dump_json, index_document
 from indexing.keywords import Keyword, KeywordMatcher, keyword_matcher, keywords_in
-from indexing.lifecycle import entry_files
+from indexing.lifecycle import entry_files, named_files
 from indexing.paths import (
     INDEX,
     TOPIC_SPEC,
@@ -114,7 +114,8 @@ class TopicOutput:
     """What one topic's reduce produces; nothing is written yet.
 
     `files` maps output-root-relative paths to bytes. `retained` lists the chunk files of failed
-    sources that stay from the previous run: they are live although not rewritten.
+    sources that stay from the previous run: they are live although not rewritten. `previous`
+    lists the chunk files the previous index.json named (what its readers may still fetch).
     """
 
     topic: str
@@ -124,6 +125,7 @@ class TopicOutput:
     document_rows: pa.Table
     prompt_entries: list[PromptEntry]
     retained: tuple[str, ...] = ()
+    previous: frozenset[str] = frozenset()
 
     def live_paths(self) -> set[str]:
         """Every file of the topic that the new index.json refers to (written or retained)."""
@@ -356,6 +358,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
         document_rows=document_table(doc_rows),
         prompt_entries=prompt_entries(inp.topic, chunks),
         retained=tuple(sorted(retained)),
+        previous=named_files(inp.topic, previous_chunks),
     )
 
 

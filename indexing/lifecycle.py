@@ -9,7 +9,6 @@ parent's index.json without it (`set_child_topics`), then delete `orphaned_topic
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,12 +30,10 @@ def entry_files(topic: str, entry: dict[str, Any]) -> list[str]:
     return [in_topic(topic, href_path(item["href"])) for item in entry["items"]]
 
 
-def named_files(topic: str, index_json: bytes | None) -> set[str]:
-    """Every chunk file a topic's index.json names: what its readers may fetch."""
-    if index_json is None:
-        return set()
-    chunks = json.loads(index_json)["_embedded"].get("chunks", {})
-    return {path for entry in chunks.values() for path in entry_files(topic, entry)}
+def named_files(topic: str, chunks: dict[str, Any]) -> frozenset[str]:
+    """Every chunk file named by a topic index.json's `_embedded.chunks` (what its readers may
+    fetch)."""
+    return frozenset(path for entry in chunks.values() for path in entry_files(topic, entry))
 
 
 def orphaned_topic_files(topic: str, existing: Iterable[str]) -> list[str]:

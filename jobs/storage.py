@@ -187,9 +187,18 @@ class Storage:
         )
 
     def list_files(self, relpath: str = "") -> list[str]:
-        """Root-relative paths of the files directly inside a directory (empty when missing)."""
-        fs = self.filesystem()
+        """Root-relative paths of the files directly inside a directory (empty when missing).
+        Local folders are read with `os.scandir` (fsspec's `ls` looks each file up again: 0.2 s
+        for the 6,000 chunk files of a large topic)."""
         base = self.full_path(relpath)
+        if self.is_local:
+            try:
+                with os.scandir(base) as entries:
+                    names = [entry.name for entry in entries if entry.is_file()]
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            return sorted(f"{relpath.rstrip('/')}/{name}" if relpath else name for name in names)
+        fs = self.filesystem()
         try:
             entries = fs.ls(base, detail=True)
         except FileNotFoundError:

@@ -38,6 +38,12 @@ def test_local_storage_is_atomic_and_lists_relative_paths(tmp_path):
     _exercise(store)
     leftovers = [n for _, _, files in os.walk(tmp_path) for n in files if n.startswith(".tmp-")]
     assert leftovers == []
+    store.write_bytes("top.md", b"top")
+    os.symlink(tmp_path / "root" / "top.md", tmp_path / "root" / "a" / "link.md")
+    os.symlink(tmp_path / "nowhere.md", tmp_path / "root" / "a" / "dangling.md")
+    assert store.list_files("") == ["top.md"]
+    assert store.list_files("a/") == store.list_files("a") == ["a/link.md"]
+    assert store.list_files("top.md") == []
     assert store.uri("a/b/one.md") == str(tmp_path / "root" / "a/b/one.md")
 
 

@@ -24,7 +24,6 @@ from indexing import (
     build_topic,
     chunk_table_path,
     document_table_path,
-    named_files,
     parse_keywords,
     stale_files,
 )
@@ -99,7 +98,6 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
         + [SourceInput(path, *found) for path, found in carried.items()],
         key=lambda source: source.path,
     )
-    previous_index = context.output.read_optional(index_path)
     output = build_topic(
         TopicInput(
             topic=topic,
@@ -108,7 +106,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
             question_vectors=question_vectors,
             keywords=keywords,
             child_topics=facts["children"],
-            previous_index=previous_index,
+            previous_index=context.output.read_optional(index_path),
             existing_topic_spec=existing_spec,
             model=context.expected.model,
             strategy=context.expected.strategy_key,
@@ -124,7 +122,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     }
     files.update({path: _parquet(table) for path, table in tables.items()})
     live = output.live_paths()
-    switch(context.output, topic, files, named=named_files(topic, previous_index), live=live)
+    switch(context.output, topic, files, named=output.previous, live=live)
     reused = sum(len(document.chunks) for document, _ in carried.values())
     report_stats(
         context.collector,
