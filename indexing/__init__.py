@@ -10,7 +10,7 @@ from indexing.build import (
 )
 from indexing.hal import directory_index, set_child_topics
 from indexing.keywords import Keyword, parse_keywords
-from indexing.lifecycle import named_files, orphaned_topic_files, stale_files
+from indexing.lifecycle import orphaned_topic_files, stale_files
 from indexing.paths import chunk_table_path, document_table_path, topic_slug
 from indexing.questions import parse_questions
 from indexing.simhash import hamming, simhash64
@@ -38,7 +38,6 @@ __all__ = [
     "hamming",
     "index_tree",
     "lookup_simhash",
-    "named_files",
     "nearest_keywords_path",
     "orphaned_topic_files",
     "parse_keywords",

@@ -38,7 +38,7 @@ from jobs.previous import (
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
 from jobs.stats import Clock, IndexStats, RunStats
-from jobs.storage import Storage, SymlinkRefused, is_temporary
+from jobs.storage import Storage, SymlinkRefused
 
 log = logging.getLogger("mdindex.build")
 
@@ -150,7 +150,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
 
 
 def switch(
-    storage: Storage, topic: str, files: dict[str, bytes], *, named: set[str], live: set[str]
+    storage: Storage, topic: str, files: dict[str, bytes], *, named: frozenset[str], live: set[str]
 ) -> None:
     """Write a topic's `files` so that a reader of its index.json sees the old version or the new
     one, never a mix, and a failure before the switch leaves every file of the old version as it
@@ -160,7 +160,8 @@ def switch(
     `named`: the chunk files of the live index.json; a name holds one text (`chunk_file`), so
     those already there are not written again."""
     index_path = in_topic(topic, INDEX)
-    listing = storage.list_files(in_topic(topic, CHUNKS_DIR))
+    chunks_dir = in_topic(topic, CHUNKS_DIR)
+    listing = storage.list_files(chunks_dir)
     chunks = {path: data for path, data in files.items() if is_chunk_file(path)}
     # Those no live index.json names are fetched by no reader: written in place (half the
     # directory operations of a temporary file and rename); a half-written one is an orphan,
@@ -170,8 +171,7 @@ def switch(
     storage.write_many({p: d for p, d in chunks.items() if p in missing})
     storage.write_bytes(index_path, files[index_path])
     storage.write_many({p: d for p, d in files.items() if p not in chunks and p != index_path})
-    leftovers = [path for path in listing if is_temporary(path)] + storage.temporaries([topic])
-    storage.delete(stale_files(listing, live) + leftovers)
+    storage.delete(stale_files(listing, live) + storage.temporaries([topic, chunks_dir]))
 
 
 def _summary(topic: str, facts: dict[str, Any]) -> dict[str, Any]:
