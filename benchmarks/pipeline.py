@@ -437,10 +437,11 @@ class S3:
 
 
 class GpuSampler:
-    """Samples `nvidia-smi` GPU utilisation every 0.5 s in a thread, between enter and exit."""
+    """Samples `nvidia-smi` GPU utilisation (the share of its last sample period in which a
+    kernel ran) every 0.25 s in a thread, between enter and exit, each with its epoch time."""
 
     def __init__(self):
-        self.samples: list[float] = []
+        self.samples: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -453,18 +454,25 @@ class GpuSampler:
         self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(0.25):
             out = subprocess.run(GPU_QUERY, capture_output=True, text=True).stdout.split()
             if out:
-                self.samples.append(float(out[0]))  # the first GPU
+                self.samples.append((time.time(), float(out[0])))  # the first GPU
 
-    def summary(self) -> dict[str, float]:
-        count = len(self.samples)
-        busy = sum(1 for s in self.samples if s > 0)
+    def summary(self, window: dict[str, float | None]) -> dict[str, float]:
+        """Mean utilisation over the whole build, and over the embed stage's window (from its
+        first call's start to its last call's end): the share of that window the GPU was busy."""
+
+        def mean(values: list[float]) -> float:
+            return sum(values) / len(values) if values else 0.0
+
+        start, end = window.get("start"), window.get("end")
+        inside = [u for t, u in self.samples if start is not None and start <= t <= end]
         return {
-            "mean_percent": sum(self.samples) / count if count else 0.0,
-            "busy_percent": 100 * busy / count if count else 0.0,
-            "samples": count,
+            "mean_percent": mean([u for _, u in self.samples]),
+            "samples": len(self.samples),
+            "embed_busy_percent": mean(inside),
+            "embed_samples": len(inside),
         }
 
 
@@ -547,7 +555,11 @@ def run_build(
         peak_rss_mb=out["peak_rss_mb"],
         report=out["report"],
         requests=s3.counter.take() if s3 else {},
-        gpu=sampler.summary() if isinstance(sampler, GpuSampler) else None,
+        gpu=(
+            sampler.summary(out["report"]["timings"]["stages"]["embed"]["window"])
+            if isinstance(sampler, GpuSampler)
+            else None
+        ),
     )
 
 
@@ -633,10 +645,21 @@ def print_build(result: BuildResult, serial: SerialResult | None) -> None:
         print(f"  S3 requests        {sum(r.requests.values())}: {counts}")
     if r.gpu is not None:
         g = r.gpu
+        embed = r.stages["embed"]
+        seconds = embed.get("window_seconds")
+        rate = f", {c['embedded'] / seconds:,.0f} chunks embedded/s" if seconds else ""
         print(
-            f"  GPU utilisation    mean {g['mean_percent']:.0f}%, busy (> 0%) "
-            f"{g['busy_percent']:.0f}% of {g['samples']:.0f} samples"
+            f"  GPU utilisation    {g['embed_busy_percent']:.0f}% over the embed stage's "
+            f"{fmt(seconds, '.2f', ' s')} window{rate} ({g['embed_samples']:.0f} samples); "
+            f"{g['mean_percent']:.0f}% over the whole build ({g['samples']:.0f} samples)"
         )
+        counters = report["counters"]["embed"]
+        if counters["padded_tokens"]:
+            print(
+                f"  token slots        {counters['padded_tokens']:,} computed, "
+                f"{100 * counters['tokens'] / counters['padded_tokens']:.0f}% of them real tokens "
+                "(the rest padding and filler rows)"
+            )
     if report.get("failures"):
         print(f"  failures           {len(report['failures'])} sources failed")
 
@@ -697,6 +720,10 @@ def targets(
         if local and remote:
             value = remote.total_s / local.total_s
             found.append(Target(f"cold S3 ÷ cold local, {corpus}", value, 2.0))
+    for r in results:
+        if r.gpu is not None and r.spec.run == "cold":
+            name = f"GPU busy % of the embed window, {r.spec.corpus} ({r.spec.model})"
+            found.append(Target(name, r.gpu["embed_busy_percent"], 80, False))
     return found
 
 

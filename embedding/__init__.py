@@ -19,6 +19,7 @@ _HOMES = {
     "text_hashes": "embedding.cache",
     "DocRequest": "embedding.documents",
     "DocVectors": "embedding.documents",
+    "Uncached": "embedding.documents",
     "embed_uncached": "embedding.documents",
     "embed_with_cache": "embedding.documents",
     "Embedded": "embedding.embedder",

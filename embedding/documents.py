@@ -52,6 +52,16 @@ class DocVectors:
 
 
 @dataclass(frozen=True)
+class Uncached:
+    """What `embed_uncached` did: each request's vectors, and the model's work for them: the
+    `tokens` of the texts it embedded and the token slots it computed (`padded_tokens`)."""
+
+    results: list[DocVectors]
+    tokens: int = 0
+    padded_tokens: int = 0
+
+
+@dataclass(frozen=True)
 class _Plan:
     """Per request: a full hit, or the vectors known by text hash and the rows still missing."""
 
@@ -67,7 +77,7 @@ def embed_with_cache(
 ) -> list[DocVectors]:
     """Vectors for each request, in request order, computing only what the cache lacks, and the
     new entries written back (`embed_uncached`, then `EmbeddingCache.put_many`)."""
-    results = embed_uncached(embedder, cache, requests)
+    results = embed_uncached(embedder, cache, requests).results
     writes = [result.entry for result in results if result.entry is not None]
     if cache is None or not writes:
         return results
@@ -82,7 +92,7 @@ def embed_with_cache(
 
 def embed_uncached(
     embedder: Embedder, cache: EmbeddingCache | None, requests: Sequence[DocRequest]
-) -> list[DocVectors]:
+) -> Uncached:
     """Vectors for each request, in request order, computing only what the cache lacks; each
     result that was not a hit carries the `entry` to write back (none when `cache` is None).
 
@@ -97,11 +107,13 @@ def embed_uncached(
         for row in plan.missing:
             pending.setdefault((request.query, plan.hashes[row]), request.texts[row])
     computed: dict[tuple[bool, str], tuple[np.ndarray, bool]] = {}
+    tokens = padded_tokens = 0
     for query in (False, True):
         wanted = [key for key in pending if key[0] == query]
         if not wanted:
             continue
         fresh = embedder.embed_with_stats([pending[key] for key in wanted], query=query)
+        tokens, padded_tokens = tokens + fresh.tokens, padded_tokens + fresh.padded_tokens
         cut = set(fresh.truncated_rows)
         computed.update((key, (fresh.vectors[i], i in cut)) for i, key in enumerate(wanted))
     results: list[DocVectors] = []
@@ -121,7 +133,7 @@ def embed_uncached(
         results.append(
             DocVectors(vectors, False, len(rows) - missing, missing, len(truncated), entry)
         )
-    return results
+    return Uncached(results, tokens, padded_tokens)
 
 
 def _plan(

@@ -43,6 +43,7 @@ from jobs.report import build_report, key_settings, write_report
 from jobs.resources import (
     EmbedPool,
     actor_stage_args,
+    embed_batch_size,
     embed_pool,
     reduce_task_options,
     store_stage_args,
@@ -342,6 +343,7 @@ def topic_summaries(
     embedded (`jobs.reduce`)."""
     resources = config.resources
     pool = embed_pool(resources.embed, cpus, len(work.batches))
+    rows = max((batch.num_rows for batch in work.batches), default=1)
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
     corpus = frozenset(plan.fingerprints)
     chunk_settings = ChunkSettings(
@@ -385,7 +387,7 @@ def topic_summaries(
             EmbedActor,
             batch_format="pyarrow",
             fn_constructor_kwargs={"settings": embed_settings},
-            **actor_stage_args(pool, resources.embed.batch_size),
+            **actor_stage_args(pool, embed_batch_size(resources.embed.batch_size, pool, rows)),
         )
     )
     if config.cache:

@@ -1,18 +1,19 @@
 """The run report (`{output}/_reindex/report.json`, and from the same dict its page report.html,
 `jobs.report_html`) and the human summary printed at the end.
 
-Counts and timings come from the run's merged stage records (`jobs.stats.RunStats`).
-Timings: `wall_seconds` are the driver's clock per phase (discover, ray_start, pipeline, finish,
-total). `stages` gives per stage its worker-seconds, the CPU time its worker processes used in
-its calls, summed over all workers (stages overlap and run in parallel, so these add up to more
-than the wall time); its busy-seconds, the wall-clock time of those calls (which on a saturated
-machine also counts waiting for a CPU, and on a GPU waiting for the device); and its throughput per
-worker-second: read (bytes), chunk (sources and bytes), embed (chunks), store (chunks whose
-vectors were written to the embedding cache), index (topics built and written), finish (the
-driver's relinks, deletions, directory indexes and SimHash tables, by its clock). `throughput` is
-per wall-clock second of the whole run, and `efficiency` is the wall time over the worker-seconds
-spread on the run's CPUs (1.0: every CPU busy with stage work all the time; more: CPUs idle, or
-busy with work outside the stages, such as starting workers).
+Counts and timings come from the run's merged stage records (`jobs.stats.RunStats`). Timings:
+`wall_seconds` are the driver's clock per phase (discover, ray_start, pipeline, finish, total).
+`stages` gives per stage its worker-seconds, the CPU time its worker processes used in its calls,
+summed over all workers (stages overlap and run in parallel, so these add up to more than the wall
+time); its busy-seconds, the wall-clock time of those calls (which on a saturated machine also
+counts waiting for a CPU, and on a GPU waiting for the device); its window, from the start of its
+first call to the end of its last (`window` in epoch seconds, `window_seconds` its length; none for
+`finish`); and its throughput per worker-second: read (bytes), chunk (sources and bytes), embed
+(chunks), store (chunks whose vectors were written to the embedding cache), index (topics built and
+written), finish (the driver's relinks, deletions, directory indexes and SimHash tables, by its
+clock). `throughput` is per wall-clock second of the whole run, and `efficiency` is the wall time
+over the worker-seconds spread on the run's CPUs (1.0: every CPU busy with stage work all the time;
+more: CPUs idle, or busy with work outside the stages, such as starting workers).
 """
 
 from __future__ import annotations
@@ -69,10 +70,16 @@ def build_report(
 
     finish = StageStats(seconds=wall["finish"], cpu_seconds=wall["finish"])  # the driver's clock
 
-    def stage(work: StageStats, **per_second: float) -> dict[str, float | None]:
-        cpu = work.cpu_seconds
+    def stage(work: StageStats, **per_second: float) -> dict[str, Any]:
+        cpu, window = work.cpu_seconds, work.window
         rates = {k: round(v / cpu, 3) if cpu > 0 else None for k, v in per_second.items()}
-        return {"worker_seconds": round(cpu, 6), "busy_seconds": round(work.seconds, 6), **rates}
+        return {
+            "worker_seconds": round(cpu, 6),
+            "busy_seconds": round(work.seconds, 6),
+            "window_seconds": None if window.seconds is None else round(window.seconds, 3),
+            "window": window.to_dict(),
+            **rates,
+        }
 
     def per_wall(items: float) -> float | None:
         return round(items / total, 3) if total > 0 else None

@@ -98,6 +98,15 @@ def store_stage_args(resources: IndexResources) -> dict[str, Any]:
     return task_stage_args(TaskResources(num_cpus=resources.num_cpus))
 
 
+def embed_batch_size(batch_size: int | None, pool: EmbedPool, block_rows: int) -> int | None:
+    """Documents per embedding batch: the config's; when it is null, None (each chunk task's
+    output is one batch), except on GPUs, where Ray Data needs a number: `block_rows`, the most
+    rows one chunk task gets, so a batch still holds about one chunk task's output."""
+    if batch_size is not None or pool.num_gpus == 0:
+        return batch_size
+    return max(1, block_rows)
+
+
 def actor_stage_args(pool: EmbedPool, batch_size: int | None) -> dict[str, Any]:
     """`map_batches` arguments of the embedding actor pool (fixed, or autoscaling to max_actors)."""
     if pool.max_actors is None or pool.max_actors == pool.actors:

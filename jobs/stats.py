@@ -6,7 +6,8 @@ counts and timings at the end. This module is the one place that names the count
 
 Each stage times its own calls two ways: `seconds`, the wall-clock time inside the call, and
 `cpu_seconds`, the CPU time its worker process used meanwhile. On a busy machine the first also
-counts time spent waiting for a CPU, so throughput per worker-second uses the second.
+counts time spent waiting for a CPU, so throughput per worker-second uses the second. Its `window`
+is when it was at work: from the start of its first call to the end of its last (epoch seconds).
 """
 
 from __future__ import annotations
@@ -55,17 +56,42 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class Window(Stats):
+    """From the earliest start to the latest end of the calls added up (epoch seconds)."""
+
+    start: float | None = None
+    end: float | None = None
+
+    def __add__(self, other: Window) -> Window:
+        starts = [t for t in (self.start, other.start) if t is not None]
+        ends = [t for t in (self.end, other.end) if t is not None]
+        return Window(min(starts, default=None), max(ends, default=None))
+
+    @property
+    def seconds(self) -> float | None:
+        """The window's length; None when no call was timed."""
+        return None if self.start is None or self.end is None else self.end - self.start
+
+
+@dataclass(frozen=True)
 class Clock:
-    """When a stage's call started: the wall clock and this process's CPU time."""
+    """When a stage's call started: the wall clock, this process's CPU time and the epoch time."""
 
     wall: float = dataclasses.field(default_factory=time.perf_counter)
     cpu: float = dataclasses.field(default_factory=time.process_time)
+    epoch: float = dataclasses.field(default_factory=time.time)
 
-    def spent(self) -> dict[str, float]:
-        """`seconds` (wall) and `cpu_seconds` (this process's CPU time) since the start."""
+    def spent(self) -> dict[str, Any]:
+        """`seconds` (wall) and `cpu_seconds` (this process's CPU time) since the start, and the
+        `window` they cover."""
+        return self.until(Clock())
+
+    def until(self, later: Clock) -> dict[str, Any]:
+        """What was spent from this clock's start to `later`'s."""
         return {
-            "seconds": time.perf_counter() - self.wall,
-            "cpu_seconds": time.process_time() - self.cpu,
+            "seconds": later.wall - self.wall,
+            "cpu_seconds": later.cpu - self.cpu,
+            "window": Window(self.epoch, later.epoch),
         }
 
 
@@ -87,13 +113,14 @@ class SharedClock:
                 self._counted = Clock()
             self._running += 1
 
-    def spent(self) -> dict[str, float]:
-        """A call ends: `seconds` and `cpu_seconds` not yet reported by any call."""
+    def spent(self) -> dict[str, Any]:
+        """A call ends: `seconds` and `cpu_seconds` not yet reported by any call (and their
+        `window`)."""
         with self._lock:
             now = Clock()
             last, self._counted = self._counted, now
             self._running -= 1
-        return {"seconds": now.wall - last.wall, "cpu_seconds": now.cpu - last.cpu}
+        return last.until(now)
 
 
 @dataclass(frozen=True)
@@ -177,6 +204,7 @@ class StageStats(Stats):
 
     seconds: float = 0.0
     cpu_seconds: float = 0.0
+    window: Window = dataclasses.field(default_factory=Window)
 
 
 @dataclass(frozen=True)

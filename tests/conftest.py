@@ -128,7 +128,8 @@ def ray_session() -> Iterator[None]:
 
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False)
+        # one declared GPU: Ray schedules a GPU pool's actors on it (they run on the CPU here)
+        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False)
     yield
     if started:
         ray.shutdown()

@@ -57,20 +57,23 @@ def test_miss_then_hit_returns_bit_identical_vectors(cache):
 
 def test_embed_uncached_writes_nothing_and_hands_back_the_entries_to_write(cache):
     model = embedder(dtype="fp32")
-    [miss, partial] = embed_uncached(
-        model, cache, [request(), request(TEXTS[:2] + ("new text",), "doc-b")]
-    )
+    done = embed_uncached(model, cache, [request(), request(TEXTS[:2] + ("new text",), "doc-b")])
+    [miss, partial] = done.results
+    # the model's work: every distinct text once, in token slots at least as many as its tokens
+    alone = model.embed_with_stats([*TEXTS, "new text"])
+    assert (done.tokens, done.padded_tokens) == (alone.tokens, alone.padded_tokens)
+    assert 0 < done.tokens <= done.padded_tokens
     assert not cache.fs.exists(entry_path(cache)) and not cache.fs.exists(cache.root)
     assert miss.entry.key == CacheKey(STRATEGY, model.key, sha("doc-a"))
     assert miss.entry.text_hashes == text_hashes(TEXTS)
     assert miss.entry.vectors.tobytes() == miss.vectors.tobytes()
     assert cache.put_many([miss.entry, partial.entry]) == {}  # written apart, e.g. on a CPU worker
-    [hit, hit_b] = embed_uncached(
-        model, cache, [request(), request(TEXTS[:2] + ("new text",), "doc-b")]
-    )
+    again = embed_uncached(model, cache, [request(), request(TEXTS[:2] + ("new text",), "doc-b")])
+    [hit, hit_b] = again.results
+    assert (again.tokens, again.padded_tokens) == (0, 0)  # all from the cache: no model work
     assert (hit.cache_hit, hit.entry, hit_b.cache_hit) == (True, None, True)
     assert hit.vectors.tobytes() == miss.vectors.tobytes()
-    [no_cache] = embed_uncached(model, None, [request()])
+    [no_cache] = embed_uncached(model, None, [request()]).results
     assert no_cache.entry is None and no_cache.vectors.tobytes() == miss.vectors.tobytes()
 
 

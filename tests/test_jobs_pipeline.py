@@ -167,12 +167,26 @@ def test_end_to_end_report(local_output):
             / stages[name]["worker_seconds"],
             rel=1e-2,
         )  # fmt: skip
+    # each stage's window, from its first call's start to its last call's end, lies within the
+    # run, and a stage's work starts only after the stage feeding it has started
+    windows = {name: stages[name]["window"] for name in ("read", "chunk", "embed", "store")}
+    for name, window in windows.items():
+        assert window["start"] <= window["end"], name
+        assert stages[name]["window_seconds"] == pytest.approx(
+            window["end"] - window["start"], abs=2e-3
+        )
+        assert stages[name]["window_seconds"] <= timings["wall_seconds"]["total"], name
+    starts = [windows[name]["start"] for name in ("read", "chunk", "embed", "store")]
+    assert starts == sorted(starts)
+    assert stages["finish"]["window"] == {"start": None, "end": None}
     # every chunk and question embedded in this first run was cached, by the store stage
     store = report["counters"]["store"]
     questions = report["counters"]["embed"]["questions"]
     assert store["chunks"] == total + questions and store["failures"] == 0
     assert report["counters"]["index"]["carried"] == 0  # a first run
     assert report["counters"]["embed"]["questions"] > 0  # the qa-pairs.md questions, as queries
+    embed = report["counters"]["embed"]  # the model's work: real tokens within the slots computed
+    assert 0 < embed["tokens"] <= embed["padded_tokens"]
     assert timings["cpus"] == 2 and timings["efficiency"] > 0
     assert timings["throughput"]["bytes_per_second"] > 0
     assert timings["throughput"]["chunks_per_second"] > 0
@@ -194,8 +208,11 @@ def test_end_to_end_report(local_output):
         ],
         ["resources.embed.actors=1", "resources.embed.batch_size=7"],
         ["resources.embed.batch_size=64", "resources.chunk.batch_mb=100"],
+        # a GPU pool (the session's Ray declares one GPU; the model stays on the CPU) with the
+        # batch size left null, which Ray Data refuses for GPU stages: the job sets one
+        ["resources.embed.num_gpus=1", "embedding.device=cpu", "resources.chunk.batch_mb=0.01"],
     ],
-    ids=["2-actors-batch-1", "batch-7", "batch-64"],
+    ids=["2-actors-batch-1", "batch-7", "batch-64", "gpu-pool"],
 )
 def test_outputs_are_byte_identical_whatever_the_batching(local_output, tmp_path, settings):
     """index.json, chunk files and the Parquet tables (embedding columns included) are the same

@@ -18,6 +18,7 @@ from jobs.stats import (
     RunStats,
     SharedClock,
     Slowest,
+    Window,
 )
 
 
@@ -38,6 +39,7 @@ def test_records_add_field_by_field_and_nest():
         "tokens": {"bucket": 10, "buckets": [], "min": None, "max": None, "count": 0},
         "slowest": [],
         "cpu_seconds": 0.0,
+        "window": {"start": None, "end": None},
     }
 
 
@@ -118,9 +120,23 @@ def test_overlapping_calls_count_their_busy_time_once_and_idle_time_never():
     time.sleep(0.03)
     c = clock.spent()
     busy = time.perf_counter() - begin
+    window = a["window"] + b["window"] + c["window"]  # the three calls' span, once
+    assert window.seconds is not None and abs(window.seconds - busy) < 0.005
     total = a["seconds"] + b["seconds"] + c["seconds"]
     assert abs(total - busy) < 0.005 and total > 0.11
     assert a["cpu_seconds"] + b["cpu_seconds"] + c["cpu_seconds"] >= 0
     time.sleep(0.2)  # idle: no call running
     clock.start()
     assert clock.spent()["seconds"] < 0.1
+
+
+def test_windows_add_to_the_earliest_start_and_latest_end():
+    early, late = Window(10.0, 12.0), Window(11.0, 15.5)
+    assert early + late == late + early == Window(10.0, 15.5)
+    assert (early + late).seconds == 5.5
+    assert Window() + early == early and (Window() + Window()).seconds is None
+    # nested in a stage record, the window merges with the rest of the counters
+    one = EmbedStats(chunks=3, seconds=1.0, window=Window(10.0, 11.0))
+    two = EmbedStats(chunks=4, seconds=2.0, window=Window(20.0, 22.0))
+    assert (one + two).window == Window(10.0, 22.0) and (one + two).seconds == 3.0
+    assert (one + two).to_dict()["window"] == {"start": 10.0, "end": 22.0}

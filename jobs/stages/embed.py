@@ -84,10 +84,14 @@ class EmbedActor:
         row dicts)."""
         read = zip(*(batch.column(name).to_pylist() for name in READS), strict=True)
         work = [(i, request) for i, row in enumerate(read) if (request := self._request(*row))]
-        results = embed_uncached(self.embedder, self.cache, [r for _, r in work]) if work else []
+        done = embed_uncached(self.embedder, self.cache, [r for _, r in work]) if work else None
         written: dict[str, list[Any]] = {name: [None] * batch.num_rows for name in WRITES}
-        stats = EmbedStats()
-        for (i, request), result in zip(work, results, strict=True):
+        stats = (
+            EmbedStats(tokens=done.tokens, padded_tokens=done.padded_tokens)
+            if done
+            else EmbedStats()
+        )
+        for (i, request), result in zip(work, done.results if done else [], strict=True):
             written["vectors"][i] = vectors_to_bytes(result.vectors)
             written["dim"][i] = self.embedder.dim
             written["cache_entry"][i] = entry_to_json(result.entry) if result.entry else None
