@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from embedding import DocRequest, EmbeddingCache, embed_uncached
+from embedding import DocRequest, EmbeddingCache, Uncached, embed_uncached
 from jobs.progress import report_stats
 from jobs.records import (
     QUESTIONS,
@@ -84,14 +84,11 @@ class EmbedActor:
         row dicts)."""
         read = zip(*(batch.column(name).to_pylist() for name in READS), strict=True)
         work = [(i, request) for i, row in enumerate(read) if (request := self._request(*row))]
-        done = embed_uncached(self.embedder, self.cache, [r for _, r in work]) if work else None
+        requests = [request for _, request in work]
+        done = embed_uncached(self.embedder, self.cache, requests) if requests else Uncached([])
         written: dict[str, list[Any]] = {name: [None] * batch.num_rows for name in WRITES}
-        stats = (
-            EmbedStats(tokens=done.tokens, padded_tokens=done.padded_tokens)
-            if done
-            else EmbedStats()
-        )
-        for (i, request), result in zip(work, done.results if done else [], strict=True):
+        stats = EmbedStats(tokens=done.tokens, padded_tokens=done.padded_tokens)
+        for (i, request), result in zip(work, done.results, strict=True):
             written["vectors"][i] = vectors_to_bytes(result.vectors)
             written["dim"][i] = self.embedder.dim
             written["cache_entry"][i] = entry_to_json(result.entry) if result.entry else None
