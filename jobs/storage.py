@@ -177,14 +177,16 @@ class Storage:
     def temporaries(self, folders: Iterable[str]) -> list[str]:
         """The temporary files that interrupted writes left directly inside `folders`, sorted
         (none on object stores, where a write is one PUT)."""
+        return self.temporaries_among(
+            path for folder in set(folders) for path in self.list_files(folder)
+        )
+
+    def temporaries_among(self, listing: Iterable[str]) -> list[str]:
+        """The temporary files of interrupted writes among `listing` (paths a `list_files` call
+        returned), sorted; none on object stores, whose listing is then not even read."""
         if not self.is_local:
             return []
-        return sorted(
-            path
-            for folder in set(folders)
-            for path in self.list_files(folder)
-            if is_temporary(path)
-        )
+        return sorted(path for path in listing if is_temporary(path))
 
     def list_files(self, relpath: str = "") -> list[str]:
         """Root-relative paths of the files directly inside a directory (empty when missing).

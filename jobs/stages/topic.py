@@ -171,7 +171,8 @@ def switch(
     storage.write_many({p: d for p, d in chunks.items() if p in missing})
     storage.write_bytes(index_path, files[index_path])
     storage.write_many({p: d for p, d in files.items() if p not in chunks and p != index_path})
-    storage.delete(stale_files(listing, live) + storage.temporaries([topic, chunks_dir]))
+    leftovers = storage.temporaries([topic]) + storage.temporaries_among(listing)
+    storage.delete(stale_files(listing, live) + leftovers)
 
 
 def _summary(topic: str, facts: dict[str, Any]) -> dict[str, Any]:
