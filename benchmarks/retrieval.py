@@ -1,12 +1,13 @@
 """Retrieval quality of the index, measured (issue 10 A): the English FastAPI docs (tutorial/ and
-advanced/) built with the job once per chunk set, asked the questions of
-`benchmarks/retrieval_questions.yaml` (each with a paraphrase, its answering files and section).
+advanced/) built with the job once per chunk set, asked the questions of two independent authors
+(`benchmarks/retrieval_questions.yaml`, `benchmarks/retrieval_questions_second.yaml`), each with a
+paraphrase, its answering files and section.
 
 Prints: file-level recall@1, recall@5 and MRR@10 and chunk-level recall@5 for every strategy,
 with and without context-enriched text, against a naive baseline (1000-character windows, 200
 overlap, same model); stripe orders against runtime MMR and plain similarity order; the
 prompt-matching numbers (attachment, SimHash precision, paraphrase distances, collisions); and
-the final-chunk rule's counts.
+the final-chunk rule's counts. The recall table is printed for each author's set and for both.
 
     python benchmarks/retrieval.py [--variants semantic,headers,...] [--questions N]
 """
@@ -41,7 +42,11 @@ from indexing.vectors import unit_rows  # noqa: E402
 
 TARBALL = ROOT.parent / "shared" / "corpora" / "fastapi-docs.tar.gz"
 WORK = ROOT / ".bench" / "retrieval"
-QUESTIONS = Path(__file__).with_name("retrieval_questions.yaml")
+# Two authors' question sets; the second author wrote theirs without seeing the first or any result.
+QUESTION_SETS = {
+    "first author": Path(__file__).with_name("retrieval_questions.yaml"),
+    "second author": Path(__file__).with_name("retrieval_questions_second.yaml"),
+}
 # Unpacked by benchmarks/pipeline.py; counted for the final-chunk rule when present.
 EXTRA_CORPORA = {
     "tldr-pages English": ROOT / ".bench" / "corpora" / "tldr-pages" / "tldr-pages" / "pages",
@@ -92,6 +97,13 @@ class ChunkSet:
     lines: list[tuple[int, int]]
     vectors: np.ndarray
     rows: list[dict]
+
+
+def load_questions(path: Path, first: int = 0) -> list[Question]:
+    """A question set's questions (the first `first` of them; 0: all)."""
+    raw = yaml.safe_load(path.read_text())
+    found = [Question(q["q"], q["p"], tuple(q["files"]), q["section"]) for q in raw]
+    return found[: first or None]
 
 
 def unpack(work: Path) -> Path:
@@ -224,6 +236,23 @@ def recall(chunks: ChunkSet, queries: np.ndarray, questions: list[Question], cor
         )
     n = len(questions)
     return {"r@1": r1 / n, "r@5": r5 / n, "mrr@10": mrr / n, "chunk r@5": c5 / n, "rr": rr}
+
+
+def recall_table(
+    sets: dict[str, ChunkSet], qv: np.ndarray, pv: np.ndarray, questions: list, corpus: Path
+) -> None:
+    """One row per chunk set: recall, MRR@10 and the paired difference from the naive windows."""
+    print("| chunk set | chunks | r@1 | r@5 | MRR@10 | chunk r@5 | paraphrase MRR@10 | vs naive |")
+    print("|---|---|---|---|---|---|---|---|")
+    naive = sets["naive 1000/200"]
+    baseline = [rr for q in (qv, pv) for rr in recall(naive, q, questions, corpus)["rr"]]
+    for name, chunks in sets.items():
+        ours = recall(chunks, qv, questions, corpus)
+        para = recall(chunks, pv, questions, corpus)
+        cells = [ours["r@1"], ours["r@5"], ours["mrr@10"], ours["chunk r@5"], para["mrr@10"]]
+        mean, low, high = paired_interval(ours["rr"] + para["rr"], baseline)
+        print(f"| {name} | {len(chunks.files)} | " + " | ".join(f"{c:.3f}" for c in cells)
+              + f" | {mean:+.3f} [{low:+.3f}, {high:+.3f}] |")  # fmt: skip
 
 
 def paired_interval(ours: list[float], baseline: list[float], draws: int = 10_000) -> tuple:
@@ -365,12 +394,13 @@ def tail_counts(name: str, corpus: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--questions", type=int, default=0, help="first N questions (0: all)")
+    parser.add_argument(
+        "--questions", type=int, default=0, help="first N questions of each set (0: all)"
+    )
     parser.add_argument("--work", type=Path, default=WORK)
     args = parser.parse_args(argv)
-    raw = yaml.safe_load(QUESTIONS.read_text())
-    questions = [Question(q["q"], q["p"], tuple(q["files"]), q["section"]) for q in raw]
-    questions = questions[: args.questions or None]
+    authors = {name: load_questions(path, args.questions) for name, path in QUESTION_SETS.items()}
+    questions = [q for found in authors.values() for q in found]
     corpus = unpack(args.work)
     write_questions(corpus, questions)
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
@@ -397,20 +427,15 @@ def main(argv: list[str] | None = None) -> None:
             default.vectors[keep], [default.rows[i] for i in keep],
         )  # fmt: skip
 
-    print("\nRecall (file level; chunk r@5: a top-5 chunk overlaps the answering section)")
-    print("(vs naive: mean difference in reciprocal rank over questions and paraphrases, with its")
-    print(" 95% paired-bootstrap interval)")
-    print("| chunk set | chunks | r@1 | r@5 | MRR@10 | chunk r@5 | paraphrase MRR@10 | vs naive |")
-    print("|---|---|---|---|---|---|---|---|")
-    naive = sets["naive 1000/200"]
-    baseline = [rr for q in (qv, pv) for rr in recall(naive, q, questions, corpus)["rr"]]
-    for name, chunks in sets.items():
-        ours = recall(chunks, qv, questions, corpus)
-        para = recall(chunks, pv, questions, corpus)
-        cells = [ours["r@1"], ours["r@5"], ours["mrr@10"], ours["chunk r@5"], para["mrr@10"]]
-        mean, low, high = paired_interval(ours["rr"] + para["rr"], baseline)
-        print(f"| {name} | {len(chunks.files)} | " + " | ".join(f"{c:.3f}" for c in cells)
-              + f" | {mean:+.3f} [{low:+.3f}, {high:+.3f}] |")  # fmt: skip
+    picks, start = {}, 0
+    for author, found in authors.items():
+        picks[author], start = slice(start, start + len(found)), start + len(found)
+    picks["both authors"] = slice(None)
+    for author, picked in picks.items():
+        print(f"\nRecall, {author}'s {len(questions[picked])} questions (file level; chunk r@5: a")
+        print("top-5 chunk overlaps the answering section; vs naive: mean difference in reciprocal")
+        print("rank over questions and paraphrases, with its 95% paired-bootstrap interval)")
+        recall_table(sets, qv[picked], pv[picked], questions[picked], corpus)
 
     if default is not None:
         print("\nStripe order vs runtime MMR (λ=0.5, query = baseline) vs similarity order,")
