@@ -343,7 +343,12 @@ def topic_summaries(
     embedded (`jobs.reduce`)."""
     resources = config.resources
     pool = embed_pool(resources.embed, cpus, len(work.batches))
-    rows = max((batch.num_rows for batch in work.batches), default=1)
+    embed_rows = embed_batch_size(
+        resources.embed.batch_size,
+        pool,
+        block_rows=max((batch.num_rows for batch in work.batches), default=1),
+        source_bytes=work.bytes / max(1, work.sources),
+    )
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
     corpus = frozenset(plan.fingerprints)
     chunk_settings = ChunkSettings(
@@ -387,7 +392,7 @@ def topic_summaries(
             EmbedActor,
             batch_format="pyarrow",
             fn_constructor_kwargs={"settings": embed_settings},
-            **actor_stage_args(pool, embed_batch_size(resources.embed.batch_size, pool, rows)),
+            **actor_stage_args(pool, embed_rows),
         )
     )
     if config.cache:

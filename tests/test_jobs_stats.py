@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import time
 
+from embedding.batching import padding_waste, plan_batches
+from embedding.embedder import DEFAULT_TOKEN_BUDGET
 from jobs.config import EmbedResources
 from jobs.pipeline import pack_batches
 from jobs.progress import Goal, progress_line
 from jobs.records import SOURCE, new_row
-from jobs.resources import embed_pool
+from jobs.resources import GPU_CALL_BYTES, embed_batch_size, embed_pool
 from jobs.stats import (
     SLOWEST,
     ChunkStats,
@@ -91,6 +94,24 @@ def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_stay_explicit():
     assert (explicit.actors, explicit.threads, explicit.num_cpus) == (2, 1, 0.5)
     gpu = embed_pool(EmbedResources(num_gpus=1, max_actors=4), 64, batches=1)
     assert (gpu.actors, gpu.max_actors, gpu.num_cpus, gpu.num_gpus) == (1, 4, 1.0, 1)
+
+
+def test_a_gpu_pool_embeds_calls_of_sources_that_fill_its_fixed_shape_micro_batches():
+    """On GPUs each micro-batch is filled to its full row count. A call of one small chunk task
+    (430 tldr pages: ~560 chunks over 16 length buckets) computed about half filler (measured on an
+    H100); a GPU call now holds GPU_CALL_BYTES of sources unless the config sets a batch size."""
+    gpu = embed_pool(EmbedResources(num_gpus=1), 16, batches=8)
+    cpu = embed_pool(EmbedResources(), 16, batches=8)
+    pages = math.ceil(GPU_CALL_BYTES / 580)  # tldr pages: 580 bytes on average
+    assert embed_batch_size(None, gpu, block_rows=430, source_bytes=580) == pages
+    assert embed_batch_size(None, gpu, block_rows=9000, source_bytes=580) == 9000  # a task whole
+    assert embed_batch_size(None, cpu, block_rows=430, source_bytes=580) is None  # one task
+    assert embed_batch_size(64, gpu, block_rows=430, source_bytes=580) == 64
+    budget = DEFAULT_TOKEN_BUDGET["cuda"]
+    one_task = [16 + (i * 37) % 241 for i in range(560)]  # chunk lengths in tokens
+    call = [16 + (i * 37) % 241 for i in range(round(pages * 1.3))]  # 1.3 chunks a page
+    assert padding_waste(one_task, plan_batches(one_task, budget, 256), full_rows=budget) > 0.4
+    assert padding_waste(call, plan_batches(call, budget, 256), full_rows=budget) < 0.15
 
 
 def test_batches_are_packed_by_listed_size_in_order():
