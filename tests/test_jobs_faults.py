@@ -113,7 +113,8 @@ def test_a_stalled_s3_endpoint_fails_the_build_naming_it(tmp_path, s3_server):
 def test_a_source_deleted_or_edited_while_the_build_reads_it(tmp_path):
     """Listed, then deleted before its read: READ_FAILED naming it, the batch goes on. Listed,
     then edited: the bytes read are hashed, and the next listing sees it changed."""
-    from jobs.stages.read import READ_FAILED, read_rows
+    from jobs.records import SOURCE, new_row, to_table
+    from jobs.stages.read import READ_FAILED, read_sources
     from jobs.storage import Storage
 
     docs = tmp_path / "docs"
@@ -124,8 +125,9 @@ def test_a_source_deleted_or_edited_while_the_build_reads_it(tmp_path):
     listed = {info.path: info for info in storage.walk()}
     (docs / "t" / "b.md").unlink()
     (docs / "t" / "c.md").write_text(TEXT.format("edited"))
-    rows = [{"kind": "source", "path": p, "error_code": None} for p in sorted(listed)]
-    stats = read_rows(rows, storage)
+    work = to_table([new_row("t", SOURCE, path) for path in sorted(listed)])
+    batch, stats = read_sources(work, storage)
+    rows = batch.to_pylist()
     assert (stats.files, stats.failed) == (2, 1)
     assert rows[1]["error_code"] == READ_FAILED and "t/b.md" in rows[1]["error_message"]
     assert rows[2]["payload"] == TEXT.format("edited").encode()

@@ -3,8 +3,8 @@ questions; `read_and_chunk` is the task that runs stages 1a and 1b on one batch 
 
 Failures become error records on the row (the chunker's code, e.g. CHUNKING_FAILED for invalid
 UTF-8), never exceptions, unless the failure policy is "abort".
-Reads `payload`; writes `document`, `error_code`, `error_message` and drops `payload` (except the
-topic facts).
+Reads `kind`, `path`, `payload`, `error_code`; writes `document`, `error_code`, `error_message` and
+drops `payload` (except the topic facts). Works on whole Arrow columns, as every stage does.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pyarrow as pa
 from chunking import CHUNKING_FAILED, ChunkingError, chunk_source
 from indexing import parse_questions
 from jobs.progress import report_stats
-from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, to_table
-from jobs.stages.read import read_rows
+from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, with_columns
+from jobs.stages.read import read_sources
 from jobs.stats import ChunkStats, Clock, Histogram, RunStats, Slowest
 from jobs.storage import Storage
 
@@ -48,68 +48,87 @@ def read_and_chunk(
     batch: pa.Table, *, source: Storage, settings: ChunkSettings, collector=None
 ) -> pa.Table:
     """Read and chunk one batch of work rows; report both stages' counts to the collector."""
-    rows = batch.to_pylist()
-    read = read_rows(rows, source)
-    chunked = chunk_rows(rows, settings)
+    batch, read = read_sources(batch, source)
+    batch, chunked = chunk_sources(batch, settings)
     report_stats(collector, RunStats(read=read, chunk=chunked))
-    return to_table(rows)
+    return batch
 
 
-def chunk_rows(rows: list[dict[str, Any]], settings: ChunkSettings) -> ChunkStats:
-    """Chunk every readable source row and parse every readable questions row (in place)."""
+def chunk_sources(batch: pa.Table, settings: ChunkSettings) -> tuple[pa.Table, ChunkStats]:
+    """The batch with every readable source chunked and every readable questions row parsed
+    (`document`), and the bytes dropped but a topic row's facts. Works on whole columns."""
     clock = Clock()
     stats = ChunkStats()
-    for row in rows:
-        if row["error_code"] is None and row["kind"] == SOURCE:
-            stats += _chunk_row(row, settings)
-        elif row["error_code"] is None and row["kind"] == QUESTIONS:
-            _questions_row(row)
-        if row["kind"] != TOPIC:
-            row["payload"] = None  # bytes are not needed downstream
-        if row["error_code"] is not None and settings.abort_on_failure:
-            raise SourceFailed(f"{row['path']}: {row['error_code']}: {row['error_message']}")
-    return dataclasses.replace(stats, **clock.spent())
+    kinds, paths, payloads, codes, messages = (
+        batch.column(name).to_pylist()
+        for name in ("kind", "path", "payload", "error_code", "error_message")
+    )
+    documents: list[str | None] = [None] * batch.num_rows
+    for i, (kind, path, data) in enumerate(zip(kinds, paths, payloads, strict=True)):
+        failure = None
+        if codes[i] is None and kind == SOURCE:
+            documents[i], failure, chunked = _chunk_source(data, path, settings)
+            stats += chunked
+        elif codes[i] is None and kind == QUESTIONS:
+            documents[i], failure = _questions(data)
+        if failure is not None:
+            codes[i], messages[i] = failure
+        if codes[i] is not None and settings.abort_on_failure:
+            raise SourceFailed(f"{path}: {codes[i]}: {messages[i]}")
+    columns = {
+        "document": documents,
+        "error_code": codes,
+        "error_message": messages,
+        "payload": [d if k == TOPIC else None for k, d in zip(kinds, payloads, strict=True)],
+    }
+    return with_columns(batch, columns), dataclasses.replace(stats, **clock.spent())
 
 
-def _chunk_row(row: dict[str, Any], settings: ChunkSettings) -> ChunkStats:
+Failure = tuple[str, str]  # error code and message
+
+
+def _chunk_source(
+    data: bytes, path: str, settings: ChunkSettings
+) -> tuple[str | None, Failure | None, ChunkStats]:
+    """One source's document JSON or its failure, and its counts."""
     started = time.perf_counter()
     try:
         document = chunk_source(
-            row["payload"],
+            data,
             strategy=settings.strategy,
-            document_id=row["path"],
+            document_id=path,
             tenant_id=settings.tenant,
-            document_path=row["path"],
+            document_path=path,
             corpus_paths=settings.corpus_paths,
             time_budget=settings.time_budget,
             **settings.options,
         )
     except ChunkingError as exc:
-        row.update(error_code=exc.code, error_message=exc.message)
-        return ChunkStats(bytes=len(row["payload"]), failed=1)
+        return None, (exc.code, exc.message), ChunkStats(bytes=len(data), failed=1)
     except Exception as exc:  # noqa: BLE001 - one bad source must not stop the others
-        row.update(error_code=CHUNKING_FAILED, error_message=f"{type(exc).__name__}: {exc}")
-        return ChunkStats(bytes=len(row["payload"]), failed=1)
-    row["document"] = document_to_json(document)
+        failure = (CHUNKING_FAILED, f"{type(exc).__name__}: {exc}")
+        return None, failure, ChunkStats(bytes=len(data), failed=1)
     seconds = time.perf_counter() - started
-    size, chunks = len(row["payload"]), len(document.chunks)
-    return ChunkStats(
-        sources=1,
-        bytes=size,
-        chunks=chunks,
-        skipped_tail=int(bool(document.skipped_tail_tokens)),
-        skipped_tokens=document.skipped_tail_tokens,
-        tokens=Histogram.of(chunk.token_count for chunk in document.chunks),
-        slowest=Slowest(((seconds, row["path"], size, chunks),)),
+    size, chunks = len(data), len(document.chunks)
+    return (
+        document_to_json(document),
+        None,
+        ChunkStats(
+            sources=1,
+            bytes=size,
+            chunks=chunks,
+            skipped_tail=int(bool(document.skipped_tail_tokens)),
+            skipped_tokens=document.skipped_tail_tokens,
+            tokens=Histogram.of(chunk.token_count for chunk in document.chunks),
+            slowest=Slowest(((seconds, path, size, chunks),)),
+        ),
     )
 
 
-def _questions_row(row: dict[str, Any]) -> None:
+def _questions(data: bytes) -> tuple[str | None, Failure | None]:
+    """A qa-pairs.md's questions as a JSON list, or its failure."""
     try:
-        text = row["payload"].decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        row.update(
-            error_code=QUESTIONS_FAILED, error_message=f"invalid UTF-8 at byte offset {exc.start}"
-        )
-        return
-    row["document"] = json.dumps(parse_questions(text), ensure_ascii=False)
+        return None, (QUESTIONS_FAILED, f"invalid UTF-8 at byte offset {exc.start}")
+    return json.dumps(parse_questions(text), ensure_ascii=False), None
