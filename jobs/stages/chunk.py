@@ -26,6 +26,7 @@ from jobs.stats import ChunkStats, Clock, Histogram, RunStats, Slowest
 from jobs.storage import Storage
 
 QUESTIONS_FAILED = "QUESTIONS_FAILED"
+Failure = tuple[str, str]  # a row's error code and message
 
 
 class SourceFailed(RuntimeError):
@@ -82,9 +83,6 @@ def chunk_sources(batch: pa.Table, settings: ChunkSettings) -> tuple[pa.Table, C
         "payload": [d if k == TOPIC else None for k, d in zip(kinds, payloads, strict=True)],
     }
     return with_columns(batch, columns), dataclasses.replace(stats, **clock.spent())
-
-
-Failure = tuple[str, str]  # error code and message
 
 
 def _chunk_source(
