@@ -254,7 +254,7 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
     )
     return Embedder(
         name=model,
-        key=model_key(files.label, fingerprint(files), settings),
+        key=model_key(files.label, fingerprint(files), settings, torch_device.type),
         model=loaded,
         tokenizer=tokenizer,
         settings=settings,
@@ -262,12 +262,17 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
     )
 
 
-def model_key(label: str, digest: str, settings: EmbedderSettings) -> str:
-    """Filesystem-safe cache key: model label and content hash, pooling, norm, window, dtype.
+def model_key(label: str, digest: str, settings: EmbedderSettings, device: str = "cpu") -> str:
+    """Filesystem-safe cache key: model label and content hash, pooling, norm, window, dtype;
+    on an accelerator (`device` "cuda", "mps") also the device and the token budget.
 
+    On accelerators every micro-batch is filled to the budget's row count and the kernels are
+    chosen by shape, so vectors of another device or budget may differ in their last bits and must
+    not be shared; on CPUs a row's bits depend on neither (measured), and the key leaves them out.
     The query prefix is left out: cached vectors are always passages (query=False)."""
     norm = "norm" if settings.normalize else "raw"
-    return f"{label}-{digest[:12]}-{settings.pooling}-{norm}-{settings.max_length}-{settings.dtype}"
+    key = f"{label}-{digest[:12]}-{settings.pooling}-{norm}-{settings.max_length}-{settings.dtype}"
+    return key if device == "cpu" else f"{key}-{device}-b{settings.token_budget}"
 
 
 def resolve_device(device: str) -> torch.device:

