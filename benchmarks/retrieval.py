@@ -1,7 +1,7 @@
 """Retrieval quality of the index, measured (issue 10 A): the English FastAPI docs (tutorial/ and
-advanced/) built with the job once per chunk set, asked the questions of two independent authors
-(`benchmarks/retrieval_questions.yaml`, `benchmarks/retrieval_questions_second.yaml`), each with a
-paraphrase, its answering files and section.
+advanced/) built with the job once per chunk set, asked the questions of two authors
+(`benchmarks/retrieval_questions.yaml`, `benchmarks/retrieval_questions_second.yaml`, whose author
+had not seen the first set), each with a paraphrase, its answering files and section.
 
 Prints: file-level recall@1, recall@5 and MRR@10 and chunk-level recall@5 for every strategy,
 with and without context-enriched text, against a naive baseline (1000-character windows, 200
@@ -428,11 +428,12 @@ def main(argv: list[str] | None = None) -> None:
         )  # fmt: skip
 
     picks, start = {}, 0
-    for author, found in authors.items():
-        picks[author], start = slice(start, start + len(found)), start + len(found)
+    for author, found in authors.items():  # questions holds each author's set in turn
+        picks[author] = slice(start, start + len(found))
+        start += len(found)
     picks["both authors"] = slice(None)
     for author, picked in picks.items():
-        print(f"\nRecall, {author}'s {len(questions[picked])} questions (file level; chunk r@5: a")
+        print(f"\nRecall, {author}: {len(questions[picked])} questions (file level; chunk r@5: a")
         print("top-5 chunk overlaps the answering section; vs naive: mean difference in reciprocal")
         print("rank over questions and paraphrases, with its 95% paired-bootstrap interval)")
         recall_table(sets, qv[picked], pv[picked], questions[picked], corpus)

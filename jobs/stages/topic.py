@@ -160,8 +160,7 @@ def switch(
     `named`: the chunk files of the live index.json; a name holds one text (`chunk_file`), so
     those already there are not written again."""
     index_path = in_topic(topic, INDEX)
-    chunks_dir = in_topic(topic, CHUNKS_DIR)
-    listing = storage.list_files(chunks_dir)
+    listing = storage.list_files(in_topic(topic, CHUNKS_DIR))
     chunks = {path: data for path, data in files.items() if is_chunk_file(path)}
     # Those no live index.json names are fetched by no reader: written in place (half the
     # directory operations of a temporary file and rename); a half-written one is an orphan,
