@@ -5,6 +5,11 @@ each .bin holding one vector as raw little-endian float32 (no pickle). metadata.
 model key, strategy key, full source hash, chunk count, dimension, the sha256 of each chunk's text,
 which chunks were truncated and the sha256 of all vector bytes (so a damaged .bin is caught).
 
+A model folder ({strategy_key}/{model_key}) that does not exist at an object's first lookup in it
+is taken as empty until that object writes into it: a build against a cold cache asks once per
+folder, not once per document (on object storage, one listing instead of a GET per source).
+Entries another process writes there meanwhile are then misses, recomputed to the same vectors.
+
 Reads validate everything they can (keys, source hash, dimension, chunk count, every .bin size,
 finite values); anything wrong or unreadable makes the entry a miss, never wrong vectors.
 Writes put the .bin files first and metadata.json last. metadata.json is one atomic object
@@ -97,6 +102,7 @@ class EmbeddingCache:
         self.root_uri = root_uri
         self.fs, root = fsspec.core.url_to_fs(root_uri, **(storage_options or {}))
         self.root = root.rstrip("/")
+        self._folder_exists: dict[str, bool] = {}  # model folder -> whether it has entries
 
     def entry_path(self, key: CacheKey) -> str:
         """The entry's folder as a path on `self.fs`."""
@@ -107,11 +113,13 @@ class EmbeddingCache:
         return self.get_many([key], dim)[0]
 
     def get_many(self, keys: Sequence[CacheKey], dim: int) -> list[CacheEntry | None]:
-        """`get` for many keys with two batched reads (all metadata, then all vectors).
+        """`get` for many keys with two batched reads (all metadata, then all vectors); keys
+        of a model folder that did not exist at the first lookup in it are misses unread.
 
         fsspec's `cat` of a list runs the requests concurrently on object storage."""
         metadata_paths = [self._metadata_path(key) for key in keys]
-        blobs = read_existing(self.fs, metadata_paths)
+        held = [path for path, key in zip(metadata_paths, keys, strict=True) if self._may_hold(key)]
+        blobs = read_existing(self.fs, held)
         metadata = [
             _parse_metadata(blobs.get(path), key, dim)
             for path, key in zip(metadata_paths, keys, strict=True)
@@ -140,6 +148,17 @@ class EmbeddingCache:
             )
         return entries
 
+    def _may_hold(self, key: CacheKey) -> bool:
+        """Whether the key's model folder existed at this object's first lookup in it (asked
+        once per folder), or this object has written into it since."""
+        folder = self._model_folder(key)
+        if folder not in self._folder_exists:
+            self._folder_exists[folder] = self.fs.exists(folder)
+        return self._folder_exists[folder]
+
+    def _model_folder(self, key: CacheKey) -> str:
+        return posixpath.join(self.root, key.strategy_key, key.model_key)
+
     def _metadata_path(self, key: CacheKey) -> str:
         return posixpath.join(self.entry_path(key), "metadata.json")
 
@@ -162,6 +181,7 @@ class EmbeddingCache:
                 warnings[entry.key] = refused
             else:
                 files[entry.key] = self._entry_files(entry)
+                self._folder_exists[self._model_folder(entry.key)] = True
         try:
             self._write(list(files.values()))
         except OSError:  # find out which entries fail, one by one, and leave none half written

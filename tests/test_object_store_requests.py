@@ -61,3 +61,31 @@ def test_cache_lookups_send_one_get_per_object(counted):
     assert hit is not None and hit.vectors.shape == (2, 4) and miss is None
     # two metadata.json files, then the stored entry's two vectors
     assert counter.take() == {"GET": 4}
+
+
+def test_lookups_in_a_cold_cache_ask_once_per_model_folder_and_read_nothing(counted):
+    import numpy as np
+
+    from embedding.cache import CacheEntry
+
+    bucket, options, counter = counted
+    cache = EmbeddingCache(f"s3://{bucket}/cold-cache", storage_options=options)
+    keys = [CacheKey("semantic-x", "model-y", f"{i:02x}" * 32) for i in range(40)]
+    counter.take()
+    assert cache.get_many(keys, dim=4) == [None] * 40
+    asked = counter.take()
+    assert "GET" not in asked and 1 <= sum(asked.values()) <= 2  # s3fs's exists: HEAD, LIST
+    assert cache.get_many(keys[:5], dim=4) == [None] * 5
+    assert counter.take() == {}  # the folder was asked about once
+
+    # Written by another object, the entry stays a miss for this one, until this one writes
+    # into the folder itself.
+    other = EmbeddingCache(f"s3://{bucket}/cold-cache", storage_options=options)
+    other.put(CacheEntry(keys[1], ("c" * 64,), np.ones((1, 4), dtype=np.float32)))
+    counter.take()
+    assert cache.get_many(keys[1:2], dim=4) == [None] and counter.take() == {}
+    cache.put(CacheEntry(keys[0], ("b" * 64,), np.ones((1, 4), dtype=np.float32)))
+    counter.take()
+    found = cache.get_many(keys[:2], dim=4)
+    assert [entry.vectors.shape for entry in found] == [(1, 4), (1, 4)]
+    assert counter.take() == {"GET": 4}  # two metadata.json files, two vectors
