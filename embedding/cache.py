@@ -7,7 +7,7 @@ which chunks were truncated and the sha256 of all vector bytes (so a damaged .bi
 
 A model folder ({strategy_key}/{model_key}) that does not exist at an object's first lookup in it
 is taken as empty until that object writes into it: a build against a cold cache asks once per
-folder, not once per document (on object storage, one listing instead of a GET per source).
+folder, not once per document (on object storage, one existence check, not a GET per source).
 Entries another process writes there meanwhile are then misses, recomputed to the same vectors.
 
 Reads validate everything they can (keys, source hash, dimension, chunk count, every .bin size,
@@ -102,7 +102,7 @@ class EmbeddingCache:
         self.root_uri = root_uri
         self.fs, root = fsspec.core.url_to_fs(root_uri, **(storage_options or {}))
         self.root = root.rstrip("/")
-        self._folder_exists: dict[str, bool] = {}  # model folder -> whether it has entries
+        self._folder_exists: dict[str, bool] = {}  # model folder -> existed, or written by us
 
     def entry_path(self, key: CacheKey) -> str:
         """The entry's folder as a path on `self.fs`."""
