@@ -157,7 +157,7 @@ class EmbeddingCache:
         return self._folder_exists[folder]
 
     def _model_folder(self, key: CacheKey) -> str:
-        return posixpath.join(self.root, key.strategy_key, key.model_key)
+        return posixpath.dirname(self.entry_path(key))
 
     def _metadata_path(self, key: CacheKey) -> str:
         return posixpath.join(self.entry_path(key), "metadata.json")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from embedding import DocRequest, EmbeddingCache, Uncached, embed_uncached
+from embedding import DocRequest, EmbeddingCache, embed_uncached
 from jobs.progress import report_stats
 from jobs.records import (
     QUESTIONS,
@@ -85,7 +85,7 @@ class EmbedActor:
         read = zip(*(batch.column(name).to_pylist() for name in READS), strict=True)
         work = [(i, request) for i, row in enumerate(read) if (request := self._request(*row))]
         requests = [request for _, request in work]
-        done = embed_uncached(self.embedder, self.cache, requests) if requests else Uncached([])
+        done = embed_uncached(self.embedder, self.cache, requests)
         written: dict[str, list[Any]] = {name: [None] * batch.num_rows for name in WRITES}
         stats = EmbedStats(tokens=done.tokens, padded_tokens=done.padded_tokens)
         for (i, request), result in zip(work, done.results, strict=True):
