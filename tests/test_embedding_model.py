@@ -135,6 +135,24 @@ def test_over_long_text_is_truncated_and_counted():
     assert model.settings.max_length == 256
 
 
+def test_token_ids_and_cuts_are_those_of_transformers_own_tokenizer_call():
+    model = embedder(dtype="fp32")
+    at_window = [" ".join(["token"] * n) for n in (253, 254, 255)]  # 254 + [CLS], [SEP] = 256
+    texts = [*TEXTS, LONG, *at_window, "def f(x):\n    return x  # çode\t\u00a0", "  "]
+    reference = model.tokenizer(
+        texts, truncation=True, max_length=256, return_overflowing_tokens=True
+    )
+    first, windows = {}, [0] * len(texts)
+    windows_of = reference["overflow_to_sample_mapping"]
+    for ids, row in zip(reference["input_ids"], windows_of, strict=True):
+        first.setdefault(row, ids)
+        windows[row] += 1
+    ids, cut = model._tokenize(texts)
+    assert ids == [first[row] for row in range(len(texts))]
+    assert cut == tuple(row for row, count in enumerate(windows) if count > 1)
+    assert cut == (7, 10)  # LONG and the text one token past the window
+
+
 def test_max_length_override_changes_window_and_key():
     short = embedder(dtype="fp32", max_length=16)
     assert short.embed_with_stats([TEXTS[5]]).truncated == 1
