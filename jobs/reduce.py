@@ -54,37 +54,32 @@ def reduce_topics(
     # Stored once: passed by value, the context (which names every source of the corpus) was
     # copied into each topic's task, driver memory growing with topics x sources.
     shared = ray.put(context)
+    remaining = Counter(expected)
+    held: dict[str, list[tuple[Any, Span]]] = {}
     running: list = []
     try:
-        yield from _follow(dataset, expected, reduce, shared, running)
+        for bundle in dataset.iter_internal_ref_bundles():
+            pieces = [
+                (entry.ref, (part.start_offset, part.end_offset) if part else (0, None))
+                for entry, part in zip(bundle.blocks, bundle.slices, strict=True)
+            ]
+            counts = ray.get([_topic_counts.remote(ref, span) for ref, span in pieces])
+            for piece, found in zip(pieces, counts, strict=True):
+                for topic, count in found.items():
+                    held.setdefault(topic, []).append(piece)
+                    remaining[topic] -= count
+                    if remaining[topic] == 0:
+                        refs, spans = zip(*held.pop(topic), strict=True)
+                        running.append(reduce.remote(topic, list(spans), *refs, context=shared))
+            if running:
+                done, running = ray.wait(running, num_returns=len(running), timeout=0)
+                yield from ray.get(done)
+        if held:
+            raise RuntimeError(f"rows missing for topics {sorted(held)}: {dict(remaining)}")
+        while running:
+            done, running = ray.wait(running, num_returns=1)
+            yield from ray.get(done)
     except BaseException:
         if running:  # a failed job returns only once none of its topics is still being written
             ray.wait(running, num_returns=len(running))
         raise
-
-
-def _follow(dataset: Dataset, expected: Counter, reduce, shared, running: list) -> Iterator[dict]:
-    """`reduce_topics`' loop; `running` holds the reduce tasks not yet finished."""
-    remaining = Counter(expected)
-    held: dict[str, list[tuple[Any, Span]]] = {}
-    for bundle in dataset.iter_internal_ref_bundles():
-        pieces = [
-            (entry.ref, (part.start_offset, part.end_offset) if part else (0, None))
-            for entry, part in zip(bundle.blocks, bundle.slices, strict=True)
-        ]
-        counts = ray.get([_topic_counts.remote(ref, span) for ref, span in pieces])
-        for piece, found in zip(pieces, counts, strict=True):
-            for topic, count in found.items():
-                held.setdefault(topic, []).append(piece)
-                remaining[topic] -= count
-                if remaining[topic] == 0:
-                    refs, spans = zip(*held.pop(topic), strict=True)
-                    running.append(reduce.remote(topic, list(spans), *refs, context=shared))
-        if running:
-            done, running[:] = ray.wait(running, num_returns=len(running), timeout=0)
-            yield from ray.get(done)
-    if held:
-        raise RuntimeError(f"rows missing for topics {sorted(held)}: {dict(remaining)}")
-    while running:
-        done, running[:] = ray.wait(running, num_returns=1)
-        yield from ray.get(done)
