@@ -17,6 +17,7 @@ import posixpath
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -206,3 +207,36 @@ def test_on_s3_a_refused_index_put_leaves_the_previous_index_whole_and_a_rerun_c
     assert build("--input", str(v2), "--output", f"s3://{bucket}/clean", *options) == 0
     fs.invalidate_cache()
     assert stored(fs, f"{bucket}/out") == stored(fs, f"{bucket}/clean")
+
+
+def test_a_failed_build_returns_only_after_its_other_topics_are_written(
+    versions, s3_server, monkeypatch
+):
+    """t0's index.json PUT is refused while t1's is slow: the build exits 1 only once t1's reduce
+    is done, so no reduce of a failed job writes after it returned (the tests share one Ray)."""
+    from moto.s3.exceptions import S3AccessDeniedError
+    from moto.s3.models import S3Backend
+
+    v1, v2, _ = versions
+    bucket = s3_server.make_bucket("after-failure").removeprefix("s3://")
+    options = ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
+    assert build("--input", str(v1), "--output", f"s3://{bucket}/out", *options) == 0
+
+    put_object = S3Backend.put_object
+    written: dict[str, float] = {}
+
+    def refusing_t0_slow_t1(self, bucket_name, key_name, *args, **kwargs):
+        if key_name == "out/t0/index.json":
+            raise S3AccessDeniedError()
+        if key_name == "out/t1/index.json":
+            time.sleep(3)
+            written[key_name] = time.monotonic()
+        return put_object(self, bucket_name, key_name, *args, **kwargs)
+
+    monkeypatch.setattr(S3Backend, "put_object", refusing_t0_slow_t1)
+    assert build("--input", str(v2), "--output", f"s3://{bucket}/out", *options) == 1
+    returned = time.monotonic()
+    deadline = returned + 10
+    while "out/t1/index.json" not in written and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert written["out/t1/index.json"] < returned
