@@ -98,13 +98,14 @@ class Storage:
         options = {} if self.is_local else self.options
         return fsspec.filesystem(self.protocol, **options)
 
+    @cached_property
     def _root_path(self) -> str:
-        fs = self.filesystem()
-        return fs._strip_protocol(self.root).rstrip("/")
+        """The root as a filesystem path (no scheme; looked up once, not for every file)."""
+        return self.filesystem()._strip_protocol(self.root).rstrip("/")
 
     def full_path(self, relpath: str) -> str:
         """The filesystem path (no scheme) of a root-relative path."""
-        root = self._root_path()
+        root = self._root_path
         return f"{root}/{relpath}" if relpath else root
 
     def uri(self, relpath: str = "") -> str:
@@ -115,7 +116,7 @@ class Storage:
     @cached_property
     def real_root(self) -> str:
         """The root's real path, every symbolic link resolved (local roots; looked up once)."""
-        return os.path.realpath(self._root_path())
+        return os.path.realpath(self._root_path)
 
     def _reads_links(self) -> bool:
         return self.follow_symlinks or not self.is_local
@@ -154,8 +155,10 @@ class Storage:
         """`write_bytes` for many files in one call (concurrent PUTs on object stores); every
         path is checked before anything is written. `in_place`: local files are written
         directly, without a temporary file and rename (for new files nothing refers to yet)."""
-        confined = {self._confined(relpath, "write"): data for relpath, data in files.items()}
-        write_atomically(self.filesystem(), confined, in_place=in_place)
+        full = self._confined(list(files), "write")
+        write_atomically(
+            self.filesystem(), dict(zip(full, files.values(), strict=True)), in_place=in_place
+        )
 
     def write_if_changed(self, relpath: str, data: bytes) -> bool:
         """Write only when the stored bytes differ; True when something was written."""
@@ -165,12 +168,12 @@ class Storage:
         return True
 
     def delete(self, relpaths: list[str]) -> None:
-        """Delete files (missing ones are ignored); OutsideRoot for a file whose folder resolves
-        outside the root (nothing after it is deleted)."""
+        """Delete files (missing ones are ignored); OutsideRoot, and nothing deleted, when the
+        folder of one resolves outside the root."""
         fs = self.filesystem()
-        for relpath in relpaths:
+        for path in self._confined(relpaths, "delete"):
             try:
-                fs.rm_file(self._confined(relpath, "delete"))
+                fs.rm_file(path)
             except FileNotFoundError:
                 continue
 
@@ -205,7 +208,7 @@ class Storage:
             entries = fs.ls(base, detail=True)
         except FileNotFoundError:
             return []
-        root = self._root_path()
+        root = self._root_path
         return sorted(_relative(fs, root, e["name"]) for e in entries if e["type"] == "file")
 
     def walk(
@@ -216,7 +219,7 @@ class Storage:
         On local roots, symbolic links are followed only with `follow_symlinks` (never into a
         folder the walk is already inside); a link not followed comes out as a `SkippedLink`.
         """
-        root = self._root_path()
+        root = self._root_path
         if self.is_local:
             if not os.path.isdir(root):
                 raise FileNotFoundError(f"{self.root}: no such directory")
@@ -233,17 +236,21 @@ class Storage:
                     _relative(fs, root, info["name"]), int(info.get("size") or 0), _version(info)
                 )
 
-    def _confined(self, relpath: str, action: str) -> str:
-        """The full path of `relpath`, once its folder is known to resolve inside the root."""
-        full = self.full_path(relpath)
+    def _confined(self, relpaths: list[str], action: str) -> list[str]:
+        """The full paths of `relpaths`, once every folder they lie in is known to resolve inside
+        the root (each folder resolved once: a topic's thousands of chunk files share one)."""
+        full = [self.full_path(relpath) for relpath in relpaths]
         if self.is_local:
-            folder = os.path.dirname(full)
-            real = os.path.realpath(folder)
-            if not is_within(real, self.real_root):
-                raise OutsideRoot(
-                    f"refusing to {action} {full}: {folder} resolves to {real}, outside the root "
-                    f"{self.real_root} (a symbolic link leads out of it)"
-                )
+            first: dict[str, str] = {}  # folder -> the first path in it, for the message
+            for path in full:
+                first.setdefault(os.path.dirname(path), path)
+            for folder, path in first.items():
+                real = os.path.realpath(folder)
+                if not is_within(real, self.real_root):
+                    raise OutsideRoot(
+                        f"refusing to {action} {path}: {folder} resolves to {real}, outside the "
+                        f"root {self.real_root} (a symbolic link leads out of it)"
+                    )
         return full
 
 

@@ -116,6 +116,19 @@ def test_local_writes_and_deletes_never_leave_the_root_through_a_link(tmp_path):
     assert (outside / "precious-1.md").read_text() == "precious"
 
 
+def test_a_delete_or_write_reaching_outside_through_one_folder_touches_no_file(tmp_path):
+    outside, root = _outside_and_root(tmp_path)
+    (root / "t" / "keep.md").write_text("kept")
+    store = Storage(str(root))
+    with pytest.raises(OutsideRoot, match=r"refusing to delete .*t/_chunks/precious-1\.md"):
+        store.delete(["t/keep.md", "t/_chunks/precious-1.md"])
+    with pytest.raises(OutsideRoot, match=r"refusing to write .*t/_chunks/b-0\.md"):
+        store.write_many({"t/new.md": b"n", "t/_chunks/b-0.md": b"b", "t/_chunks/c-0.md": b"c"})
+    assert (root / "t" / "keep.md").read_text() == "kept"
+    assert not (root / "t" / "new.md").exists()
+    assert sorted(os.listdir(outside)) == ["precious-1.md"]
+
+
 def test_a_link_inside_the_root_is_replaced_by_a_write_never_written_through(tmp_path):
     outside, root = _outside_and_root(tmp_path)
     (root / "t" / "index.json").symlink_to(outside / "precious-1.md")
