@@ -547,7 +547,7 @@ class Workspace:
 def empty_trash(trash: Path) -> None:
     """Delete the workspaces that `Workspace.reset` set aside, once every build has run.
 
-    Deleting them before a build made its file creation up to 25x slower: on this machine's ext4
+    Deleting them before a build made its file creation 10-30x slower: on this machine's ext4
     (no journal), a new inode is never one deleted in the last 60-360 s, and finding one scans the
     inode bitmap past every such inode (perf: `recently_deleted` in `__ext4_new_inode`, ~60% of
     the time). A cold tldr-en build writes ~27,000 files right after 40,000 were deleted."""
