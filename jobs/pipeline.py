@@ -385,7 +385,12 @@ def topic_summaries(
         .map_batches(
             read_and_chunk,
             batch_format="pyarrow",
-            fn_kwargs={"source": source, "settings": chunk_settings, "collector": collector},
+            fn_kwargs={
+                "source": source,
+                "output": output,
+                "settings": chunk_settings,
+                "collector": collector,
+            },
             **task_stage_args(resources.chunk),
         )
         .map_batches(

@@ -35,6 +35,7 @@ ROW_SCHEMA = pa.schema(
         ("payload", pa.large_binary()),  # raw bytes once read; the topic facts for kind "topic"
         ("sha256", pa.string()),
         ("document", pa.large_string()),  # ChunkedDocument JSON; the question list for "questions"
+        ("chunk_files", pa.list_(pa.string())),  # the chunk files its chunk task wrote, if any
         ("error_code", pa.string()),
         ("error_message", pa.string()),
         ("vectors", pa.large_binary()),

@@ -218,7 +218,8 @@ class ReadStats(StageStats):
 
 @dataclass(frozen=True)
 class ChunkStats(StageStats):
-    """Sources chunked (and their bytes), the chunks made, sources that failed."""
+    """Sources chunked (and their bytes), the chunks made, sources that failed, chunk files
+    written."""
 
     sources: int = 0
     bytes: int = 0
@@ -226,6 +227,7 @@ class ChunkStats(StageStats):
     failed: int = 0
     skipped_tail: int = 0  # sources whose final chunk the strategy skipped (seed 003)
     skipped_tokens: int = 0  # the tokens of those skipped final chunks
+    files: int = 0  # chunk files written ahead of the topic reduce (`jobs.stages.chunk_files`)
     tokens: Histogram = dataclasses.field(default_factory=Histogram)  # token counts of the chunks
     slowest: Slowest = dataclasses.field(default_factory=Slowest)
 

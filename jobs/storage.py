@@ -146,6 +146,13 @@ class Storage:
         found = cat_many(fs, list(full))
         return {full[key]: value for key, value in found.items()}
 
+    def exists(self, relpath: str) -> bool:
+        """Whether anything is at a path: a file, a folder, or a symbolic link (followed or not,
+        dangling or not: a link counts as there)."""
+        if self.is_local:
+            return os.path.lexists(self.full_path(relpath))
+        return self.filesystem().exists(self.full_path(relpath))
+
     def write_bytes(self, relpath: str, data: bytes) -> None:
         """Write a whole file atomically, creating parent directories as needed; OutsideRoot when
         its folder resolves outside the root."""

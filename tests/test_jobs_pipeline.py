@@ -136,6 +136,8 @@ def test_end_to_end_report(local_output):
         "chunked": 7,
         "carried": 0,
     }
+    # A first build: the chunk tasks wrote every chunk file, ahead of the topic reduces.
+    assert report["counters"]["chunk"]["files"] == report["chunks"]["total"] > 0
     assert report["failures"] == [
         {"path": BROKEN, "code": "CHUNKING_FAILED", "message": report["failures"][0]["message"]}
     ]
@@ -325,6 +327,8 @@ def test_incremental_runs_in_place(tmp_path):
     report = report_of(corpus)
     assert report["sources"]["changed"] == 2  # the edited one and the failed one (retried)
     assert report["sources"]["chunked"] == 2 and report["sources"]["carried"] == 1
+    # The topic has an index.json: its reduce wrote the new chunk files, none went ahead of it.
+    assert report["counters"]["chunk"]["files"] == 0
     converters = json.loads((corpus / GOLDEN / "index.json").read_text())["_embedded"]["chunks"]
     assert report["chunks"]["reused"] == converters["converters"]["count"]
     assert 1 <= report["chunks"]["embedded"] <= 2

@@ -1,10 +1,11 @@
 """Stage 1b: chunk changed sources on CPU workers, and parse each topic's qa-pairs.md into
-questions; `read_and_chunk` is the task that runs stages 1a and 1b on one batch of sources.
+questions; `read_and_chunk` is the task that runs stages 1a, 1b and 1c on one batch of sources.
 
 Failures become error records on the row (the chunker's code, e.g. CHUNKING_FAILED for invalid
 UTF-8), never exceptions, unless the failure policy is "abort".
-Reads `kind`, `path`, `payload`, `error_code`; writes `document`, `error_code`, `error_message` and
-drops `payload` (except the topic facts). Works on whole Arrow columns, as every stage does.
+Reads `topic`, `kind`, `path`, `payload`, `error_code`; writes `document`, `chunk_files`,
+`error_code`, `error_message` and drops `payload` (except the topic facts). Works on whole Arrow
+columns, as every stage does.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from chunking import CHUNKING_FAILED, ChunkingError, chunk_source
+from chunking import CHUNKING_FAILED, ChunkedDocument, ChunkingError, chunk_source
 from indexing import parse_questions
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, with_columns
+from jobs.stages.chunk_files import write_chunk_files
 from jobs.stages.read import read_sources
 from jobs.stats import ChunkStats, Clock, Histogram, RunStats, Slowest
 from jobs.storage import Storage
@@ -46,49 +48,66 @@ class ChunkSettings:
 
 
 def read_and_chunk(
-    batch: pa.Table, *, source: Storage, settings: ChunkSettings, collector=None
+    batch: pa.Table,
+    *,
+    source: Storage,
+    output: Storage,
+    settings: ChunkSettings,
+    collector=None,
 ) -> pa.Table:
-    """Read and chunk one batch of work rows; report both stages' counts to the collector."""
+    """Read and chunk one batch of work rows, and write the chunk files of new topics; report the
+    stages' counts to the collector."""
     batch, read = read_sources(batch, source)
-    batch, chunked = chunk_sources(batch, settings)
+    batch, chunked = chunk_sources(batch, settings, output)
     report_stats(collector, RunStats(read=read, chunk=chunked))
     return batch
 
 
-def chunk_sources(batch: pa.Table, settings: ChunkSettings) -> tuple[pa.Table, ChunkStats]:
+def chunk_sources(
+    batch: pa.Table, settings: ChunkSettings, output: Storage
+) -> tuple[pa.Table, ChunkStats]:
     """The batch with every readable source chunked and every readable questions row parsed
-    (`document`), and the bytes dropped but a topic row's facts. Works on whole columns."""
+    (`document`), the chunk files of new topics written (`chunk_files`,
+    `jobs.stages.chunk_files`), and the bytes dropped but a topic row's facts. Works on whole
+    columns."""
     clock = Clock()
     stats = ChunkStats()
-    kinds, paths, payloads, codes, messages = (
+    topics, kinds, paths, payloads, codes, messages = (
         batch.column(name).to_pylist()
-        for name in ("kind", "path", "payload", "error_code", "error_message")
+        for name in ("topic", "kind", "path", "payload", "error_code", "error_message")
     )
-    documents: list[str | None] = [None] * batch.num_rows
+    chunked: list[ChunkedDocument | None] = [None] * batch.num_rows
+    questions: list[str | None] = [None] * batch.num_rows
     for i, (kind, path, data) in enumerate(zip(kinds, paths, payloads, strict=True)):
         failure = None
         if codes[i] is None and kind == SOURCE:
-            documents[i], failure, chunked = _chunk_source(data, path, settings)
-            stats += chunked
+            chunked[i], failure, counts = _chunk_source(data, path, settings)
+            stats += counts
         elif codes[i] is None and kind == QUESTIONS:
-            documents[i], failure = _questions(data)
+            questions[i], failure = _questions(data)
         if failure is not None:
             codes[i], messages[i] = failure
         if codes[i] is not None and settings.abort_on_failure:
             raise SourceFailed(f"{path}: {codes[i]}: {messages[i]}")
+    written = write_chunk_files(topics, paths, chunked, output)
     columns = {
-        "document": documents,
+        "document": [
+            document_to_json(doc) if doc is not None else text
+            for doc, text in zip(chunked, questions, strict=True)
+        ],
+        "chunk_files": written,
         "error_code": codes,
         "error_message": messages,
         "payload": [d if k == TOPIC else None for k, d in zip(kinds, payloads, strict=True)],
     }
-    return with_columns(batch, columns), dataclasses.replace(stats, **clock.spent())
+    files = sum(len(names) for names in written if names)
+    return with_columns(batch, columns), dataclasses.replace(stats, files=files, **clock.spent())
 
 
 def _chunk_source(
     data: bytes, path: str, settings: ChunkSettings
-) -> tuple[str | None, Failure | None, ChunkStats]:
-    """One source's document JSON or its failure, and its counts."""
+) -> tuple[ChunkedDocument | None, Failure | None, ChunkStats]:
+    """One source's chunked document or its failure, and its counts."""
     started = time.perf_counter()
     try:
         document = chunk_source(
@@ -109,7 +128,7 @@ def _chunk_source(
     seconds = time.perf_counter() - started
     size, chunks = len(data), len(document.chunks)
     return (
-        document_to_json(document),
+        document,
         None,
         ChunkStats(
             sources=1,

@@ -1,8 +1,9 @@
 """Stage 3: the per-topic reduce. Build one topic's index with `indexing.build_topic` from its
 rows and the unchanged sources it carries from the previous tables (sorted, so arrival order never
 matters; a failed source keeps its rows of the previous tables, its index entry and its chunk
-files) and switch the topic to it (`switch`): new chunk files, then index.json, then the table
-shards and topic-spec.md, then the clean-up. Returns one small summary per topic for the driver."""
+files) and switch the topic to it (`switch`): new chunk files (but those the chunk tasks wrote
+ahead, `jobs.stages.chunk_files`), then index.json, then the table shards and topic-spec.md, then
+the clean-up. Returns one small summary per topic for the driver."""
 
 from __future__ import annotations
 
@@ -117,8 +118,11 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
         chunk_table_path(topic): output.chunk_rows,
         document_table_path(topic): output.document_rows,
     }
+    ahead = {path for row in source_rows for path in row["chunk_files"] or ()}  # written
     files = {
-        path: data for path, data in output.files.items() if not (path == spec_path and spec_left)
+        path: data
+        for path, data in output.files.items()
+        if not (path == spec_path and spec_left) and path not in ahead
     }
     files.update({path: _parquet(table) for path, table in tables.items()})
     live = output.live_paths()
