@@ -2,7 +2,7 @@
 
 Ray Data's group-by waits for every row of the corpus before the first group is reduced (a sort
 shuffle of all chunks and vectors). Here the driver follows the embedding stage's output block by
-block (references only, never the data): a zero-CPU task counts each block's rows per topic, and
+block (references only, never the data): a zero-CPU actor counts each block's rows per topic, and
 once a topic has all the rows its plan expects, one Ray task reduces it from the blocks that hold
 them (`jobs.stages.topic.build_and_write`). Topics are written while later ones are still being
 embedded, and nothing is shuffled.
@@ -30,9 +30,14 @@ def _rows(block: pa.Table, span: Span) -> pa.Table:
 
 
 @ray.remote(num_cpus=0)
-def _topic_counts(block: pa.Table, span: Span) -> dict[str, int]:
-    """How many rows of each topic a span of a block holds."""
-    return dict(Counter(_rows(block, span).column("topic").to_pylist()))
+class _TopicCounter:
+    """Counts the rows of each topic in the blocks the pipeline yields. One process for the whole
+    run, started with it: as a zero-CPU task, a count waited 1.6-2 s for Ray to start a worker
+    process whenever every worker was busy, and with it the topic's reduce."""
+
+    def count(self, block: pa.Table, span: Span) -> dict[str, int]:
+        """How many rows of each topic a span of a block holds."""
+        return dict(Counter(_rows(block, span).column("topic").to_pylist()))
 
 
 def _reduce_topic(
@@ -57,13 +62,14 @@ def reduce_topics(
     remaining = Counter(expected)
     held: dict[str, list[tuple[Any, Span]]] = {}
     running: list = []
+    counter = _TopicCounter.remote()
     try:
         for bundle in dataset.iter_internal_ref_bundles():
             pieces = [
                 (entry.ref, (part.start_offset, part.end_offset) if part else (0, None))
                 for entry, part in zip(bundle.blocks, bundle.slices, strict=True)
             ]
-            counts = ray.get([_topic_counts.remote(ref, span) for ref, span in pieces])
+            counts = ray.get([counter.count.remote(ref, span) for ref, span in pieces])
             for piece, found in zip(pieces, counts, strict=True):
                 for topic, count in found.items():
                     held.setdefault(topic, []).append(piece)
@@ -83,3 +89,5 @@ def reduce_topics(
         if running:  # a failed job returns only once none of its topics is still being written
             ray.wait(running, num_returns=len(running))
         raise
+    finally:
+        ray.kill(counter)
