@@ -20,10 +20,10 @@ from indexing.lifecycle import entry_files, named_files
 from indexing.paths import (
     INDEX,
     TOPIC_SPEC,
-    chunk_file,
     href_of,
     href_path,
     in_topic,
+    source_chunk_files,
     source_stem,
 )
 from indexing.questions import best_chunks, match_questions
@@ -200,7 +200,6 @@ def _build_source(
 ) -> _Built:
     """The `_embedded.chunks` entry and table rows of one chunked source (`best`: per question,
     the index of its best chunk of the topic when that chunk is in this source, else -1)."""
-    stem = source_stem(src.path)
     chunks = doc.chunks
     vectors = _check_vectors(src, len(chunks))
     conceptual = similarities(vectors, 0)
@@ -215,7 +214,7 @@ def _build_source(
         else [[] for _ in chunks]
     )
     prompt_hashes = [sorted({question_hashes[q] for q in row}) for row in matched]
-    names = [chunk_file(stem, i, chunk.text) for i, chunk in enumerate(chunks)]
+    names = source_chunk_files(src.path, [chunk.text for chunk in chunks])
     items = []
     for i, chunk in enumerate(chunks):
         item: dict[str, Any] = {

@@ -56,6 +56,12 @@ def chunk_file(stem: str, index: int, text: str) -> str:
     return f"{CHUNKS_DIR}/{stem}-{digest}-{index}.md"
 
 
+def source_chunk_files(source_path: str, texts: list[str]) -> list[str]:
+    """The chunk files of a source's chunk texts, in order, relative to its topic directory."""
+    stem = source_stem(source_path)
+    return [chunk_file(stem, index, text) for index, text in enumerate(texts)]
+
+
 def is_chunk_file(relpath: str) -> bool:
     """Whether an output-root-relative path names a chunk file: `{topic}/_chunks/{name}-{i}.md`
     (`{stem}-{digest}-{i}.md`, or `{stem}-{i}.md` as outputs of format 2 and before named them)."""

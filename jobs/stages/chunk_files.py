@@ -1,13 +1,14 @@
 """Stage 1c: write the chunk files of the sources just chunked, ahead of their topic's reduce, for
 topics that have no index.json yet (a cold build, a new topic).
 
-A chunk file's name holds one text for good (`indexing.chunk_file`), and until the reduce writes the
-topic's first index.json no reader is sent to it, so the chunk task writes it in place while the
-embedding goes on: the reduce of a large topic no longer creates thousands of files after its last
-row is embedded. The paths written travel in the row (`chunk_files`) and the reduce writes only the
-others; its switch removes those that no index.json names in the end (a source that failed after
-chunking). A topic that has an index.json is left to its reduce, which keeps every file that index
-names whole for its readers. A write that fails here is left to the reduce too, which reports it.
+A chunk file's name holds one text for good (`indexing.paths.chunk_file`), and until the reduce
+writes the topic's first index.json no reader is sent to it, so the chunk task writes it in place
+while the embedding goes on: the reduce of a large topic no longer creates thousands of files after
+its last row is embedded. The paths written travel in the row (`chunk_files`) and the reduce writes
+only the others; its switch removes those that no index.json names in the end (a source that failed
+after chunking). A topic that has an index.json is left to its reduce, which keeps every file that
+index names whole for its readers. A write that fails here is left to the reduce too, which reports
+it.
 Reads `topic`, `path` and the chunked documents; writes `chunk_files`.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from chunking import ChunkedDocument
-from indexing.paths import INDEX, chunk_file, in_topic, source_stem
+from indexing.paths import INDEX, in_topic, source_chunk_files
 from jobs.storage import Storage
 
 log = logging.getLogger("mdindex.build")
@@ -37,15 +38,9 @@ def write_chunk_files(
     for i in chunked:
         if not fresh[topics[i]]:
             continue
-        stem = source_stem(paths[i])
-        names = [
-            in_topic(topics[i], chunk_file(stem, n, chunk.text))
-            for n, chunk in enumerate(documents[i].chunks)
-        ]
-        files.update(
-            (name, chunk.text.encode("utf-8"))
-            for name, chunk in zip(names, documents[i].chunks, strict=True)
-        )
+        texts = [chunk.text for chunk in documents[i].chunks]
+        names = [in_topic(topics[i], name) for name in source_chunk_files(paths[i], texts)]
+        files.update(zip(names, (text.encode("utf-8") for text in texts), strict=True))
         written[i] = names
     if not files:
         return written
