@@ -45,7 +45,6 @@ import logging
 import os
 import platform
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -243,9 +242,22 @@ def child_build(job: dict[str, Any]) -> dict[str, Any]:
     startup = time.perf_counter() - started
     cpus = ray.cluster_resources().get("CPU", os.cpu_count())
     report = run_job(config)
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
+    peak_mb = peak_rss_mb()
     ray.shutdown()
-    return {"startup_s": startup, "cpus": cpus, "peak_rss_mb": peak_kb / 1024, "report": report}
+    return {"startup_s": startup, "cpus": cpus, "peak_rss_mb": peak_mb, "report": report}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory since it started, in MB.
+
+    `getrusage`'s ru_maxrss is not that: Linux carries the forking parent's peak across `exec`, so
+    a child of a parent that had built the stand-in (torch loaded) reported the parent's 412 MB.
+    /proc's VmHWM belongs to this process's own address space."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status: the benchmark needs Linux")
 
 
 def child_serial(job: dict[str, Any]) -> dict[str, Any]:
