@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from embedding.cache import CacheEntry, CacheKey, EmbeddingCache, text_hashes
+from embedding.encoder import Encoded
 
 if TYPE_CHECKING:  # only for annotations: this module works without importing torch
     from embedding.embedder import Embedder
@@ -19,17 +20,23 @@ class DocRequest:
     """One document's chunk texts, its cache identity and (optionally) its previous version.
 
     `query=True` marks texts embedded as queries (with the model's query prefix), such as the
-    questions of qa-pairs.md; their entries live under the embedder's `query_key`."""
+    questions of qa-pairs.md; their entries live under the embedder's `query_key`.
+    `tokens`: the texts' ids from an encoder with the embedder's `encoder_digest` (passages only),
+    so the embedder does not tokenize them again."""
 
     strategy_key: str
     source_hash: str
     texts: tuple[str, ...]
     previous_source_hash: str | None = None
     query: bool = False
+    tokens: Encoded | None = None
 
     def __post_init__(self):
+        name = f"DocRequest {self.source_hash[:16]}"
         if isinstance(self.texts, str) or not all(isinstance(t, str) for t in self.texts):
-            raise TypeError(f"DocRequest {self.source_hash[:16]}: texts must be a tuple of str")
+            raise TypeError(f"{name}: texts must be a tuple of str")
+        if self.tokens is not None and (self.query or len(self.tokens) != len(self.texts)):
+            raise ValueError(f"{name}: tokens must be one id row per text, and not for queries")
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,17 +109,18 @@ def embed_uncached(
     kind when passages and queries are mixed). Writing is left to the caller, so an accelerator
     never waits on cache writes (the build writes them in a CPU stage, `jobs.stages.store`)."""
     plans = _plan(embedder, cache, requests)
-    pending: dict[tuple[bool, str], str] = {}  # (query, text hash) -> text, first occurrence order
+    # (query, text hash) -> (request, row) of its first occurrence, in order
+    pending: dict[tuple[bool, str], tuple[DocRequest, int]] = {}
     for request, plan in zip(requests, plans, strict=True):
         for row in plan.missing:
-            pending.setdefault((request.query, plan.hashes[row]), request.texts[row])
+            pending.setdefault((request.query, plan.hashes[row]), (request, row))
     computed: dict[tuple[bool, str], tuple[np.ndarray, bool]] = {}
     tokens = padded_tokens = 0
     for query in (False, True):
         wanted = [key for key in pending if key[0] == query]
         if not wanted:
             continue
-        fresh = embedder.embed_with_stats([pending[key] for key in wanted], query=query)
+        fresh = embedder.embed_encoded(_encoded(embedder, [pending[key] for key in wanted], query))
         tokens, padded_tokens = tokens + fresh.tokens, padded_tokens + fresh.padded_tokens
         cut = set(fresh.truncated_rows)
         computed.update((key, (fresh.vectors[i], i in cut)) for i, key in enumerate(wanted))
@@ -134,6 +142,19 @@ def embed_uncached(
             DocVectors(vectors, False, len(rows) - missing, missing, len(truncated), entry)
         )
     return Uncached(results, tokens, padded_tokens)
+
+
+def _encoded(embedder: Embedder, rows: list[tuple[DocRequest, int]], query: bool) -> Encoded:
+    """The ids of these (request, row) texts: those their request brought, the others encoded
+    now in one call."""
+    todo = [request.texts[row] for request, row in rows if request.tokens is None]
+    fresh = embedder.encode(todo, query=query)
+    made = zip(fresh.ids, fresh.cut, strict=True)
+    pairs = [
+        next(made) if request.tokens is None else (request.tokens.ids[row], request.tokens.cut[row])
+        for request, row in rows
+    ]
+    return Encoded(tuple(ids for ids, _ in pairs), tuple(cut for _, cut in pairs))
 
 
 def _plan(

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import tokenizers
 import torch
 
 from embedding.batching import MicroBatch, plan_batches, rows_per_batch
+from embedding.encoder import Encoded, encode, encoder_digest, window_encoder, window_length
 from embedding.models import (
     fingerprint,
     no_progress_bars,
@@ -83,6 +83,8 @@ class Embedder:
         self._encoder = window_encoder(
             tokenizer.backend_tokenizer, settings.max_length, tokenizer.truncation_side
         )
+        # Ids from another encoder with this digest are this one's ids (`embed_encoded`).
+        self.encoder_digest = encoder_digest(self._encoder)
         # A filler row: the tokens of an empty text (at least one, so no row is wholly masked).
         self._filler = self._encoder.encode("").ids or [self._pad_id]
         self._tokenizer_lock = threading.Lock()  # one tokenizer call at a time
@@ -101,17 +103,26 @@ class Embedder:
         return self.embed_with_stats(texts, query=query).vectors
 
     def embed_with_stats(self, texts: Sequence[str], *, query: bool = False) -> Embedded:
-        """Like `embed`, and also count the texts longer than the model window (truncated).
+        """Like `embed`, and also count the texts longer than the model window (truncated)."""
+        return self.embed_encoded(self.encode(_checked_texts(texts), query=query))
 
-        Rows run in fixed-shape micro-batches (`embedding.batching`), so a text's vector is the
-        same bits whatever else is embedded with it."""
-        texts = _checked_texts(texts)
-        if not texts:
-            return Embedded(np.zeros((0, self.dim), dtype=np.float32), 0)
+    def encode(self, texts: Sequence[str], *, query: bool = False) -> Encoded:
+        """The token ids of `texts` cut to the model window (`query=True`: with the query
+        prefix), as `embed_encoded` takes them."""
         if query and self.settings.query_prefix:
             texts = [self.settings.query_prefix + text for text in texts]
         with self._tokenizer_lock:
-            ids, truncated_rows = self._tokenize(texts)
+            return encode(self._encoder, texts)
+
+    def embed_encoded(self, encoded: Encoded) -> Embedded:
+        """The vectors of texts this embedder's `encode` tokenized, or an encoder with the same
+        `encoder_digest` (a build's chunk tasks).
+
+        Rows run in fixed-shape micro-batches (`embedding.batching`), so a text's vector is the
+        same bits whatever else is embedded with it."""
+        ids = encoded.ids
+        if not ids:
+            return Embedded(np.zeros((0, self.dim), dtype=np.float32), 0)
         padded = 0
         with self._model_lock:
             out = torch.empty((len(ids), self.dim), dtype=torch.float32, device=self._device)
@@ -123,6 +134,7 @@ class Embedder:
                 out[torch.tensor(rows, device=self._device)] = vectors[: len(rows)]
                 padded += vectors.shape[0] * batch.length
             result = out.cpu().numpy()
+        truncated_rows = tuple(i for i, cut in enumerate(encoded.cut) if cut)
         return Embedded(
             result,
             len(truncated_rows),
@@ -131,13 +143,7 @@ class Embedder:
             padded_tokens=padded,
         )
 
-    def _tokenize(self, texts: list[str]) -> tuple[list[list[int]], tuple[int, ...]]:
-        """Token ids cut to the window, and the rows that were cut (what overflowed)."""
-        encodings = self._encoder.encode_batch(texts)
-        truncated = tuple(i for i, encoding in enumerate(encodings) if encoding.overflowing)
-        return [encoding.ids for encoding in encodings], truncated
-
-    def _forward(self, ids: list[list[int]], batch: MicroBatch) -> torch.Tensor:
+    def _forward(self, ids: list[Sequence[int]], batch: MicroBatch) -> torch.Tensor:
         """Pooled (and normalised) float32 vectors of one micro-batch, on the model's device.
 
         Every row is padded to the batch's bucket length; on accelerators the batch is also filled
@@ -177,19 +183,6 @@ class Embedder:
         if self._device.type == "cpu" and self.settings.dtype != "fp32":
             return torch.autocast("cpu", dtype=DTYPES[self.settings.dtype])
         return contextlib.nullcontext()
-
-
-def window_encoder(
-    tokenizer: tokenizers.Tokenizer, max_length: int, side: str = "right"
-) -> tokenizers.Tokenizer:
-    """A private copy of a model's Rust tokenizer that cuts every text to `max_length` tokens
-    (special tokens included) on the model's truncation `side` and pads nothing: the ids that
-    transformers' own call gives with `truncation=True, max_length=...`, without the Python
-    layers it runs on every call (a fifth to two fifths of the time, measured on tldr-en)."""
-    encoder = tokenizers.Tokenizer.from_str(tokenizer.to_str())
-    encoder.enable_truncation(max_length, direction=side)
-    encoder.no_padding()
-    return encoder
 
 
 def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -> Embedder:
@@ -248,7 +241,12 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
     settings = EmbedderSettings(
         pooling=_choice("pooling", opt.get("pooling", st.pooling or "mean"), POOLINGS),
         normalize=bool(opt.get("normalize", True)),
-        max_length=_max_length(opt.get("max_length"), st.max_length, tokenizer, loaded.config),
+        max_length=window_length(
+            opt.get("max_length"),
+            st.max_length,
+            tokenizer.model_max_length,
+            getattr(loaded.config, "max_position_embeddings", None),
+        ),
         dtype=dtype,
         query_prefix=opt.get("query_prefix", st.query_prefix or ""),
         token_budget=_positive(
@@ -321,21 +319,6 @@ def _set_threads(num_threads: int | None) -> None:
     if num_threads is None:
         return
     torch.set_num_threads(_positive("num_threads", num_threads))
-
-
-def _max_length(override: int | None, st_length: int | None, tokenizer, config) -> int:
-    positions = getattr(config, "max_position_embeddings", None)
-    if override is not None:
-        length = _positive("max_length", override)
-    elif st_length:
-        length = int(st_length)
-    elif tokenizer.model_max_length and tokenizer.model_max_length < 1_000_000:
-        length = int(tokenizer.model_max_length)
-    else:
-        length = positions or 512
-    if positions and length > positions:
-        raise ValueError(f"max_length {length} exceeds the model's {positions} positions")
-    return length
 
 
 def _checked_texts(texts: Sequence[str]) -> list[str]:

@@ -128,6 +128,16 @@ def resolve_model(
     )
 
 
+def local_model_files(model: str) -> ModelFiles | None:
+    """The model's files when they are on this machine already (`minilm`, a directory, a file://
+    URI); None for a model that `resolve_model` would download (a hub id, a remote URI)."""
+    if model == MINILM:
+        return resolve_model(model)
+    if fsspec.utils.get_protocol(model) not in ("file", "local"):
+        return None
+    return resolve_model(model) if Path(fsspec.core.strip_protocol(model)).is_dir() else None
+
+
 def _checked(files: ModelFiles) -> ModelFiles:
     if not (files.directory / "config.json").is_file():
         raise ValueError(f"model {files.name!r}: no config.json in {files.directory}")
@@ -201,7 +211,7 @@ def _copy_once(fs: fsspec.AbstractFileSystem, root: str, target: Path, uri: str)
 
 def read_sentence_transformers(directory: Path) -> SentenceTransformersSettings:
     """Pooling, normalisation, max length and query prompt from the sentence-transformers files."""
-    modules = _read_json(directory / "modules.json") or []
+    modules = read_json(directory / "modules.json") or []
     pooling = normalize = None
     if modules:
         types = {module.get("type", "").rsplit(".", 1)[-1]: module for module in modules}
@@ -209,10 +219,10 @@ def read_sentence_transformers(directory: Path) -> SentenceTransformersSettings:
         if "Dense" in types:
             raise ValueError(f"{directory}: sentence-transformers Dense modules are not supported")
         if "Pooling" in types:
-            config = _read_json(directory / types["Pooling"].get("path", "") / "config.json") or {}
+            config = read_json(directory / types["Pooling"].get("path", "") / "config.json") or {}
             pooling = _pooling_mode(config, directory)
-    bert = _read_json(directory / "sentence_bert_config.json") or {}
-    prompts = (_read_json(directory / "config_sentence_transformers.json") or {}).get("prompts")
+    bert = read_json(directory / "sentence_bert_config.json") or {}
+    prompts = (read_json(directory / "config_sentence_transformers.json") or {}).get("prompts")
     return SentenceTransformersSettings(
         pooling=pooling,
         normalize=normalize,
@@ -231,7 +241,8 @@ def _pooling_mode(config: dict, directory: Path) -> str:
     )
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A model file's JSON; None when the file is not there."""
     if not path.is_file():
         return None
     try:

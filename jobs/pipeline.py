@@ -22,6 +22,7 @@ import pyarrow as pa
 import ray
 
 from chunking import strategy_key
+from embedding.encoder import encoder_digest, model_encoder
 from jobs.config import JobConfig
 from jobs.finish import finish, index_settings
 from jobs.manifest import MANIFEST_PATH, Manifest
@@ -351,6 +352,7 @@ def topic_summaries(
     )
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
     corpus = frozenset(plan.fingerprints)
+    encoder = model_encoder(config.embedding.model, config.embedding.max_length)
     chunk_settings = ChunkSettings(
         strategy=config.chunking.strategy,
         options=dict(config.chunking.options),
@@ -358,6 +360,7 @@ def topic_summaries(
         corpus_paths=corpus,
         abort_on_failure=config.failure_policy == "abort",
         time_budget=config.chunking.timeout_seconds,
+        encoder=encoder.to_str() if encoder else None,
     )
     embed_settings = EmbedSettings(
         model=config.embedding.model,
@@ -366,6 +369,7 @@ def topic_summaries(
         storage_options=dict(config.storage_options),
         strategy_key=key,
         collector=collector,
+        encoder_digest=encoder_digest(encoder) if encoder else None,
     )
     expected = Expected(
         model=config.embedding.model,

@@ -7,6 +7,7 @@ One row per work item, all with the same Arrow schema so blocks always concatena
   unchanged sources it carries from the previous tables), as JSON in `payload`.
 Unchanged sources of a rebuilt topic have no row: the reduce takes them from the previous tables.
 Documents travel as JSON text and vectors as raw little-endian float32 bytes: plain Arrow columns.
+The chunk tasks' token ids of each chunk's embedding text travel as nested int32 lists.
 A cache entry the embedding actor computed but did not write travels as JSON beside its vectors.
 """
 
@@ -20,6 +21,7 @@ import pyarrow as pa
 
 from chunking import Chunk, ChunkedDocument, Link
 from embedding.cache import CacheEntry, CacheKey
+from embedding.encoder import Encoded
 
 SOURCE = "source"
 QUESTIONS = "questions"
@@ -36,6 +38,8 @@ ROW_SCHEMA = pa.schema(
         ("sha256", pa.string()),
         ("document", pa.large_string()),  # ChunkedDocument JSON; the question list for "questions"
         ("chunk_files", pa.list_(pa.string())),  # the chunk files its chunk task wrote, if any
+        ("token_ids", pa.list_(pa.list_(pa.int32()))),  # each chunk's model ids (`tokens_of`)
+        ("token_cut", pa.list_(pa.int32())),  # the chunks those ids were cut to the window
         ("error_code", pa.string()),
         ("error_message", pa.string()),
         ("vectors", pa.large_binary()),
@@ -97,6 +101,37 @@ def document_from_json(text: str) -> ChunkedDocument:
         for c in data.pop("chunks")
     )
     return ChunkedDocument(chunks=chunks, **data)
+
+
+def token_columns(encoded: list[Encoded | None]) -> dict[str, list[Any]]:
+    """The `token_ids` and `token_cut` column values of each row's encoded chunks (None: none)."""
+    return {
+        "token_ids": [None if e is None else list(e.ids) for e in encoded],
+        "token_cut": [
+            None if e is None else [i for i, cut in enumerate(e.cut) if cut] for e in encoded
+        ],
+    }
+
+
+def tokens_of(batch: pa.Table) -> list[Encoded | None]:
+    """Each row's encoded chunks from `token_ids` and `token_cut` (None where the ids are null),
+    as numpy slices of the column's values, never a Python list per token."""
+    ids = batch.column("token_ids").combine_chunks()
+    cuts = batch.column("token_cut").to_pylist()
+    chunk_counts = ids.value_lengths().fill_null(0).to_numpy()
+    rows = ids.flatten()  # every row's chunk id lists, in order
+    values = rows.flatten().to_numpy()
+    chunk_ids = np.split(values, np.cumsum(rows.value_lengths().to_numpy())[:-1])
+    starts = np.concatenate(([0], np.cumsum(chunk_counts)))
+    encoded: list[Encoded | None] = []
+    for i, valid in enumerate(ids.is_valid().to_pylist()):
+        if not valid:
+            encoded.append(None)
+            continue
+        count, cut = int(chunk_counts[i]), set(cuts[i] or ())
+        rows_ids = tuple(chunk_ids[starts[i] : starts[i] + count])
+        encoded.append(Encoded(rows_ids, tuple(j in cut for j in range(count))))
+    return encoded
 
 
 def vectors_to_bytes(vectors: np.ndarray) -> bytes:

@@ -190,13 +190,13 @@ def test_a_batch_is_embedded_in_one_call_in_request_order(cache, monkeypatch):
     model = embedder(dtype="fp32")
     embed_with_cache(model, cache, [request(TEXTS[:2], "warm")])
     calls: list[int] = []
-    real = model.embed_with_stats
+    real = model.embed_encoded
 
-    def counting(texts, **kwargs):
-        calls.append(len(texts))
-        return real(texts, **kwargs)
+    def counting(encoded):
+        calls.append(len(encoded))
+        return real(encoded)
 
-    monkeypatch.setattr(model, "embed_with_stats", counting)
+    monkeypatch.setattr(model, "embed_encoded", counting)
     requests = [
         request(TEXTS[:2], "warm"),  # a hit
         request(TEXTS[2:5], "b"),
@@ -209,7 +209,7 @@ def test_a_batch_is_embedded_in_one_call_in_request_order(cache, monkeypatch):
     assert [r.vectors.shape for r in results] == [(2, 384), (3, 384), (2, 384), (0, 384)]
     for req, result in zip(requests, results, strict=True):
         if req.texts:
-            np.testing.assert_allclose(result.vectors, real(list(req.texts)).vectors, atol=1e-5)
+            np.testing.assert_allclose(result.vectors, model.embed(list(req.texts)), atol=1e-5)
 
 
 def test_without_a_cache_everything_is_embedded():

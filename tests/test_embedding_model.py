@@ -22,8 +22,8 @@ from embedding.embedder import (
     model_key,
     resolve_device,
     resolve_dtype,
-    window_encoder,
 )
+from embedding.encoder import window_encoder
 from embedding.models import resolve_model
 from tests.embedding_support import PARAPHRASES, UNRELATED, embedder
 
@@ -154,8 +154,9 @@ def test_token_ids_and_cuts_are_those_of_transformers_own_tokenizer_call():
     for ids, row in zip(reference["input_ids"], windows_of, strict=True):
         first.setdefault(row, ids)
         windows[row] += 1
-    ids, cut = model._tokenize(texts)
-    assert ids == [first[row] for row in range(len(texts))]
+    encoded = model.encode(texts)
+    assert list(encoded.ids) == [first[row] for row in range(len(texts))]
+    cut = tuple(row for row, flag in enumerate(encoded.cut) if flag)
     assert cut == tuple(row for row, count in enumerate(windows) if count > 1)
     assert cut == (7, 10)  # LONG and the text one token past the window
 

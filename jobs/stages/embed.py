@@ -5,25 +5,31 @@ same bits whatever documents share the batch. Each topic's questions are embedde
 the model's query prefix), through the same cache. The new cache entries are not written here: they
 travel with the rows to `jobs.stages.store`, so the actor (a GPU) never waits on cache writes.
 Each chunk is embedded as its `embedding_text` (the chunking layer decides: e.g. hierarchical's
-context-enriched text), and the cache is keyed on exactly that text.
-Reads `kind`, `document`, `sha256`, `previous_hash`; writes `vectors`, `dim`, `cache_entry`.
+context-enriched text), and the cache is keyed on exactly that text. Its token ids come from the
+chunk task when that task's encoder has this model's `encoder_digest` (`embedding.encoder`); an
+actor whose model tokenizes differently says so once and tokenizes the texts itself.
+Reads `kind`, `document`, `sha256`, `previous_hash`, `token_ids`, `token_cut`; writes `vectors`,
+`dim`, `cache_entry` and drops the token ids.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from embedding import DocRequest, EmbeddingCache, embed_uncached
+from embedding.encoder import Encoded
 from jobs.progress import report_stats
 from jobs.records import (
     QUESTIONS,
     SOURCE,
     document_from_json,
     entry_to_json,
+    tokens_of,
     vectors_to_bytes,
     with_columns,
 )
@@ -33,7 +39,8 @@ from jobs.stats import EmbedStats, RunStats, SharedClock
 # are embedded as queries and cached like chunks (seed 000 section 6: "with caching").
 QUESTIONS_CACHE_KEY = "questions"
 READS = ("kind", "document", "sha256", "previous_hash")
-WRITES = ("vectors", "dim", "cache_entry")
+WRITES = ("vectors", "dim", "cache_entry", "token_ids", "token_cut")
+log = logging.getLogger("mdindex.build")
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class EmbedSettings:
     storage_options: dict[str, Any] = field(default_factory=dict)
     strategy_key: str = ""
     collector: Any = None  # the run's StatsCollector actor, if any
+    encoder_digest: str | None = None  # of the chunk tasks' encoder (None: they tokenize nothing)
 
 
 class EmbedActor:
@@ -67,6 +75,13 @@ class EmbedActor:
         self.strategy_key = settings.strategy_key
         self.collector = settings.collector
         self.clock = SharedClock()
+        self.pretokenized = settings.encoder_digest == self.embedder.encoder_digest
+        if settings.encoder_digest and not self.pretokenized:
+            log.warning(
+                "model %s: its loaded tokenizer differs from the one the chunk tasks built from "
+                "its files; this actor tokenizes the chunks itself",
+                settings.model,
+            )
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Attach vectors (and the cache entries to write) to chunked sources and parsed
@@ -83,7 +98,12 @@ class EmbedActor:
         """The batch with its vectors, and the counts. Reads and writes whole Arrow columns (no
         row dicts)."""
         read = zip(*(batch.column(name).to_pylist() for name in READS), strict=True)
-        work = [(i, request) for i, row in enumerate(read) if (request := self._request(*row))]
+        tokens = tokens_of(batch) if self.pretokenized else [None] * batch.num_rows
+        work = [
+            (i, request)
+            for i, (row, encoded) in enumerate(zip(read, tokens, strict=True))
+            if (request := self._request(*row, encoded))
+        ]
         requests = [request for _, request in work]
         done = embed_uncached(self.embedder, self.cache, requests)
         written: dict[str, list[Any]] = {name: [None] * batch.num_rows for name in WRITES}
@@ -102,13 +122,20 @@ class EmbedActor:
                     cache_hits=len(request.texts) - result.embedded,
                     cache_reused=result.reused,
                     truncated=result.truncated,
+                    pretokenized=result.embedded if request.tokens is not None else 0,
                 )
         return with_columns(batch, written), stats
 
     def _request(
-        self, kind: str, document: str | None, sha256: str, previous_hash: str | None
+        self,
+        kind: str,
+        document: str | None,
+        sha256: str,
+        previous_hash: str | None,
+        tokens: Encoded | None,
     ) -> DocRequest | None:
-        """The cache request of a chunked source or of a topic's questions, else None."""
+        """The cache request of a chunked source (with its chunk task's `tokens`, if any) or of a
+        topic's questions, else None."""
         if document is None:
             return None
         if kind == SOURCE:
@@ -118,6 +145,7 @@ class EmbedActor:
                 source_hash=sha256,
                 texts=tuple(chunk.embedding_text for chunk in chunks),
                 previous_source_hash=previous_hash,
+                tokens=tokens,
             )
         if kind == QUESTIONS and (questions := tuple(json.loads(document))):
             return DocRequest(QUESTIONS_CACHE_KEY, sha256, questions, query=True)

@@ -1,0 +1,111 @@
+"""A model's Rust tokenizer cut to the model window, without torch or transformers.
+
+The embedder tokenizes with it (`embedding.embedder`), and so can a CPU worker ahead of the model:
+a build's chunk tasks encode each chunk's embedding text (`encode`) with the encoder the driver
+built from the model's own files (`model_encoder`), and an embedding actor takes those ids only
+when its own encoder serialises to the same JSON (`encoder_digest`); otherwise it tokenizes the
+texts itself. Equal JSON means the same vocabulary, normalizer, special tokens and window, so the
+ids, and therefore the vectors, are the same either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import tokenizers
+
+from embedding.models import local_model_files, read_json, read_sentence_transformers
+
+UNBOUNDED = 1_000_000  # transformers' "no limit" model_max_length is far above any real window
+
+
+@dataclass(frozen=True, eq=False)
+class Encoded:
+    """The token ids of texts cut to a model window, in text order, and whether each was cut."""
+
+    ids: tuple[Sequence[int], ...]
+    cut: tuple[bool, ...]
+
+    def __post_init__(self):
+        if len(self.ids) != len(self.cut):
+            raise ValueError(f"Encoded: {len(self.ids)} id rows but {len(self.cut)} cut flags")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def window_encoder(
+    tokenizer: tokenizers.Tokenizer, max_length: int, side: str = "right"
+) -> tokenizers.Tokenizer:
+    """A private copy of a model's Rust tokenizer that cuts every text to `max_length` tokens
+    (special tokens included) on the model's truncation `side` and pads nothing: the ids that
+    transformers' own call gives with `truncation=True, max_length=...`, without the Python
+    layers it runs on every call (a fifth to two fifths of the time, measured on tldr-en)."""
+    encoder = tokenizers.Tokenizer.from_str(tokenizer.to_str())
+    encoder.enable_truncation(max_length, direction=side)
+    encoder.no_padding()
+    return encoder
+
+
+def encoder_digest(encoder: tokenizers.Tokenizer) -> str:
+    """sha256 (hex) of the encoder's JSON: vocabulary, rules, special tokens and window."""
+    return hashlib.sha256(encoder.to_str().encode("utf-8")).hexdigest()
+
+
+def encode(encoder: tokenizers.Tokenizer, texts: Sequence[str]) -> Encoded:
+    """The ids of every text in one batched call, and which texts the window cut."""
+    encodings = encoder.encode_batch(list(texts)) if texts else []
+    return Encoded(
+        tuple(encoding.ids for encoding in encodings),
+        tuple(bool(encoding.overflowing) for encoding in encodings),
+    )
+
+
+def window_length(
+    override: int | None,
+    st_length: int | None,
+    model_max_length: int | None,
+    positions: int | None,
+) -> int:
+    """The model window in tokens: the `max_length` option, else sentence-transformers'
+    max_seq_length, else the tokenizer's model_max_length, else the model's positions (512
+    when unknown); never more than the positions."""
+    if override is not None:
+        if isinstance(override, bool) or not isinstance(override, int) or override < 1:
+            raise ValueError(f"max_length must be a positive integer, got {override!r}")
+        length = override
+    elif st_length:
+        length = int(st_length)
+    elif model_max_length and model_max_length < UNBOUNDED:
+        length = int(model_max_length)
+    else:
+        length = positions or 512
+    if positions and length > positions:
+        raise ValueError(f"max_length {length} exceeds the model's {positions} positions")
+    return length
+
+
+def model_encoder(model: str, max_length: int | None = None) -> tokenizers.Tokenizer | None:
+    """The window encoder of a model whose files are on this machine (`minilm`, a directory, a
+    file:// URI), read from tokenizer.json and the window settings beside it; None for a model
+    that would have to be downloaded, or that has no tokenizer.json.
+
+    A problem with the model's files raises ValueError here as it would when the model loads."""
+    files = local_model_files(model)
+    if files is None or not (files.directory / "tokenizer.json").is_file():
+        return None
+    directory = files.directory
+    tokenizer_config = read_json(directory / "tokenizer_config.json") or {}
+    length = window_length(
+        max_length,
+        read_sentence_transformers(directory).max_length,
+        tokenizer_config.get("model_max_length"),
+        (read_json(directory / "config.json") or {}).get("max_position_embeddings"),
+    )
+    try:
+        tokenizer = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
+    except Exception as error:  # the Rust parser raises a bare Exception
+        raise ValueError(f"model {model!r}: unreadable tokenizer.json ({error})") from error
+    return window_encoder(tokenizer, length, tokenizer_config.get("truncation_side") or "right")

@@ -1,0 +1,103 @@
+"""Token ids made by the chunk tasks (`jobs.stages.chunk`) and used by the embedding actor
+(`jobs.stages.embed`), without Ray: the real stages on real files and the real MiniLM."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from embedding import load_embedder
+from embedding.encoder import Encoded, encoder_digest, model_encoder
+from jobs.records import (
+    QUESTIONS,
+    SOURCE,
+    document_from_json,
+    new_row,
+    to_table,
+    token_columns,
+    tokens_of,
+)
+from jobs.stages.chunk import ChunkSettings, chunk_sources
+from jobs.stages.embed import EmbedActor, EmbedSettings
+from jobs.stages.read import read_sources
+from jobs.storage import Storage
+
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
+GUIDES = ["guides/getting-started.md", "guides/installation.md"]
+OPTIONS = {"min_tokens": 20, "max_tokens": 60, "tokenizer": "minilm"}
+
+
+def test_token_columns_round_trip_with_nulls_empty_rows_and_slices():
+    rows = [
+        None,
+        Encoded(((101, 7, 102), (101, 102)), (False, True)),
+        Encoded((), ()),
+        None,
+        Encoded(((5, 6),), (False,)),
+    ]
+    columns = token_columns(rows)
+    table = to_table(
+        [new_row("t", SOURCE, f"p{i}", **{k: v[i] for k, v in columns.items()}) for i in range(5)]
+    )
+    for start in range(5):
+        got = tokens_of(table.slice(start))
+        want = rows[start:]
+        assert [e is None for e in got] == [e is None for e in want]
+        for mine, theirs in zip(got, want, strict=True):
+            if theirs is not None:
+                assert [list(ids) for ids in mine.ids] == [list(ids) for ids in theirs.ids]
+                assert mine.cut == theirs.cut
+
+
+def chunked_batch(tmp_path: Path, encoder: str | None):
+    """The guides/ sources and a questions row, read and chunked as a chunk task does."""
+    rows = [new_row("guides", SOURCE, path) for path in GUIDES]
+    rows.append(new_row("guides", QUESTIONS, "guides/qa-pairs.md"))
+    batch, _ = read_sources(to_table(rows), Storage(str(CORPUS)))
+    settings = ChunkSettings(
+        strategy="semantic",
+        options=OPTIONS,
+        corpus_paths=frozenset(GUIDES),
+        encoder=encoder,
+    )
+    (tmp_path / "guides").mkdir(exist_ok=True)
+    (tmp_path / "guides" / "index.json").write_text("{}")  # no chunk files written ahead
+    return chunk_sources(batch, settings, Storage(str(tmp_path)))
+
+
+def test_chunk_tasks_tokenize_every_chunk_as_the_model_does(tmp_path):
+    model = load_embedder("minilm", device="cpu", dtype="fp32", max_length=32)
+    encoder = model_encoder("minilm", 32)
+    batch, stats = chunked_batch(tmp_path, encoder.to_str())
+    documents = [document_from_json(d) for d in batch.column("document").to_pylist()[:-1]]
+    texts = [chunk.embedding_text for doc in documents for chunk in doc.chunks]
+    assert stats.encoded == stats.chunks == len(texts) > 0
+    tokens = tokens_of(batch)
+    assert tokens[-1] is None  # the questions row: queries are tokenized with their prefix
+    own = model.encode(texts)
+    assert [list(ids) for e in tokens[:-1] for ids in e.ids] == [list(ids) for ids in own.ids]
+    assert [cut for e in tokens[:-1] for cut in e.cut] == list(own.cut)
+    assert any(own.cut)  # a 32-token window cuts some chunks: their flags travel too
+
+
+def test_without_an_encoder_the_chunk_tasks_tokenize_nothing(tmp_path):
+    batch, stats = chunked_batch(tmp_path, None)
+    assert stats.encoded == 0 and stats.chunks > 0
+    assert tokens_of(batch) == [None] * batch.num_rows
+
+
+def test_the_actor_gives_the_same_vectors_with_the_chunk_tasks_ids_and_drops_them(tmp_path):
+    encoder = model_encoder("minilm")
+    batch, _ = chunked_batch(tmp_path, encoder.to_str())
+    settings = EmbedSettings("minilm", {"dtype": "fp32", "device": "cpu"}, None, strategy_key="s")
+    given = EmbedActor(replace(settings, encoder_digest=encoder_digest(encoder)))
+    other = EmbedActor(replace(settings, encoder_digest="another"))
+    assert given.pretokenized and not other.pretokenized
+    with_ids, with_stats = given._embed(batch)
+    without_ids, without_stats = other._embed(batch)
+    assert with_ids.column("vectors").to_pylist() == without_ids.column("vectors").to_pylist()
+    assert with_stats.pretokenized == with_stats.embedded > 0
+    assert without_stats.pretokenized == 0 and without_stats.embedded == with_stats.embedded
+    assert with_stats.questions == without_stats.questions > 0
+    assert with_ids.column("token_ids").null_count == batch.num_rows
+    assert with_ids.column("token_cut").null_count == batch.num_rows
