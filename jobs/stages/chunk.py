@@ -122,7 +122,7 @@ def _encoded(documents: list[ChunkedDocument | None], encoder: str | None) -> li
     if encoder is None:
         return [None] * len(documents)
     texts = [chunk.embedding_text for doc in documents if doc for chunk in doc.chunks]
-    every = encode(_window_encoder(encoder), texts)
+    every = encode(_window_encoder(encoder), texts, parallel=False)  # a task holds one CPU
     encoded: list[Encoded | None] = []
     start = 0
     for doc in documents:
