@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from embedding import DocRequest, EmbeddingCache, embed_uncached
+from embedding import DocRequest, EmbeddingCache, Uncached, embed_uncached
 from embedding.encoder import Encoded
 from jobs.progress import report_stats
 from jobs.records import (
@@ -107,24 +107,11 @@ class EmbedActor:
         requests = [request for _, request in work]
         done = embed_uncached(self.embedder, self.cache, requests)
         written: dict[str, list[Any]] = {name: [None] * batch.num_rows for name in WRITES}
-        stats = EmbedStats(tokens=done.tokens, padded_tokens=done.padded_tokens)
-        for (i, request), result in zip(work, done.results, strict=True):
+        for (i, _), result in zip(work, done.results, strict=True):
             written["vectors"][i] = vectors_to_bytes(result.vectors)
             written["dim"][i] = self.embedder.dim
             written["cache_entry"][i] = entry_to_json(result.entry) if result.entry else None
-            if request.query:
-                stats += EmbedStats(questions=len(request.texts))
-            else:
-                stats += EmbedStats(
-                    documents=1,
-                    chunks=len(request.texts),
-                    embedded=result.embedded,
-                    cache_hits=len(request.texts) - result.embedded,
-                    cache_reused=result.reused,
-                    truncated=result.truncated,
-                    pretokenized=result.embedded if request.tokens is not None else 0,
-                )
-        return with_columns(batch, written), stats
+        return with_columns(batch, written), _counts(requests, done)
 
     def _request(
         self,
@@ -150,3 +137,23 @@ class EmbedActor:
         if kind == QUESTIONS and (questions := tuple(json.loads(document))):
             return DocRequest(QUESTIONS_CACHE_KEY, sha256, questions, query=True)
         return None
+
+
+def _counts(requests: list[DocRequest], done: Uncached) -> EmbedStats:
+    """The stage's counts of one batch (summed here once, not a record added per document)."""
+    passages = [
+        (r, result) for r, result in zip(requests, done.results, strict=True) if not r.query
+    ]
+    embedded = sum(result.embedded for _, result in passages)
+    return EmbedStats(
+        documents=len(passages),
+        chunks=sum(len(r.texts) for r, _ in passages),
+        embedded=embedded,
+        cache_hits=sum(len(r.texts) for r, _ in passages) - embedded,
+        cache_reused=sum(result.reused for _, result in passages),
+        truncated=sum(result.truncated for _, result in passages),
+        pretokenized=sum(result.embedded for r, result in passages if r.tokens is not None),
+        questions=sum(len(r.texts) for r in requests if r.query),
+        tokens=done.tokens,
+        padded_tokens=done.padded_tokens,
+    )
