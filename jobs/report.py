@@ -86,7 +86,15 @@ def build_report(
 
     worker_seconds = sum(
         work.cpu_seconds
-        for work in (stats.read, stats.chunk, stats.embed, stats.store, stats.index, finish)
+        for work in (
+            stats.read,
+            stats.chunk,
+            stats.tokenize,
+            stats.embed,
+            stats.store,
+            stats.index,
+            finish,
+        )
     )
     return {
         "status": "sources_failed" if failures else "ok",
@@ -117,6 +125,7 @@ def build_report(
                     sources_per_second=stats.chunk.sources,
                     bytes_per_second=stats.chunk.bytes,
                 ),
+                "tokenize": stage(stats.tokenize, chunks_per_second=stats.tokenize.chunks),
                 "embed": stage(stats.embed, chunks_per_second=stats.embed.chunks),
                 "store": stage(stats.store, chunks_per_second=stats.store.chunks),
                 "index": stage(stats.index, topics_per_second=stats.index.topics),

@@ -18,11 +18,12 @@ from typing import Any
 from jobs.svg import Bar, Bin, bar_chart, histogram, stacked_bar
 
 BINS = 24  # about this many bars in the token histogram
-GREEN, BLUE, GREY, RED, ORANGE, TEAL, YELLOW = (
-    "#54a24b", "#4c78a8", "#bab0ac", "#e45756", "#f58518", "#72b7b2", "#eeca3b",
+GREEN, BLUE, GREY, RED, ORANGE, TEAL, YELLOW, PURPLE = (
+    "#54a24b", "#4c78a8", "#bab0ac", "#e45756", "#f58518", "#72b7b2", "#eeca3b", "#b279a2",
 )  # fmt: skip
 STAGE_COLORS = {
-    "read": TEAL, "chunk": BLUE, "embed": ORANGE, "store": YELLOW, "index": GREEN, "finish": GREY,
+    "read": TEAL, "chunk": BLUE, "tokenize": PURPLE, "embed": ORANGE,
+    "store": YELLOW, "index": GREEN, "finish": GREY,
 }  # fmt: skip
 
 STYLE = """

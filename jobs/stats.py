@@ -228,9 +228,17 @@ class ChunkStats(StageStats):
     skipped_tail: int = 0  # sources whose final chunk the strategy skipped (seed 003)
     skipped_tokens: int = 0  # the tokens of those skipped final chunks
     files: int = 0  # chunk files written ahead of the topic reduce (`jobs.stages.chunk_files`)
-    encoded: int = 0  # chunks tokenized for the model here, not in the embedding actors
     tokens: Histogram = dataclasses.field(default_factory=Histogram)  # token counts of the chunks
     slowest: Slowest = dataclasses.field(default_factory=Slowest)
+
+
+@dataclass(frozen=True)
+class TokenizeStats(StageStats):
+    """Chunks tokenized for the model in the chunk tasks (not in the embedding actors), and
+    their tokens (`jobs.stages.tokenize`)."""
+
+    chunks: int = 0
+    tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -243,7 +251,7 @@ class EmbedStats(StageStats):
     cache_hits: int = 0  # chunks not embedded: a whole cache entry, or a chunk of an older one
     cache_reused: int = 0  # of cache_hits, chunks of an older entry (found by their text's hash)
     truncated: int = 0
-    pretokenized: int = 0  # of embedded, chunks whose ids the chunk tasks made (`encoded`)
+    pretokenized: int = 0  # of embedded, chunks whose ids the tokenize stage made
     questions: int = 0  # qa-pairs.md questions embedded as queries (or taken from the cache)
     tokens: int = 0
     padded_tokens: int = 0
@@ -276,6 +284,7 @@ class RunStats(Stats):
 
     read: ReadStats = dataclasses.field(default_factory=ReadStats)
     chunk: ChunkStats = dataclasses.field(default_factory=ChunkStats)
+    tokenize: TokenizeStats = dataclasses.field(default_factory=TokenizeStats)
     embed: EmbedStats = dataclasses.field(default_factory=EmbedStats)
     store: StoreStats = dataclasses.field(default_factory=StoreStats)
     index: IndexStats = dataclasses.field(default_factory=IndexStats)

@@ -140,7 +140,7 @@ def test_end_to_end_report(local_output):
     # A first build: the chunk tasks wrote every chunk file, ahead of the topic reduces, and
     # tokenized every chunk for the model, so the embedding actor did not.
     assert report["counters"]["chunk"]["files"] == report["chunks"]["total"] > 0
-    assert report["counters"]["chunk"]["encoded"] == report["chunks"]["total"]
+    assert report["counters"]["tokenize"]["chunks"] == report["chunks"]["total"]
     assert report["counters"]["embed"]["pretokenized"] == report["chunks"]["total"]
     assert report["failures"] == [
         {"path": BROKEN, "code": "CHUNKING_FAILED", "message": report["failures"][0]["message"]}
@@ -160,29 +160,30 @@ def test_end_to_end_report(local_output):
     timings = report["timings"]
     assert set(timings["wall_seconds"]) == {"discover", "ray_start", "pipeline", "finish", "total"}
     stages = timings["stages"]
-    assert list(stages) == ["read", "chunk", "embed", "store", "index", "finish"]
+    assert list(stages) == ["read", "chunk", "tokenize", "embed", "store", "index", "finish"]
     assert all(stage["worker_seconds"] >= 0 for stage in stages.values())
+    counted = {"read": "bytes", "chunk": "sources", "tokenize": "chunks", "embed": "chunks",
+               "store": "chunks", "index": "topics"}  # fmt: skip
     for name, rate in [("read", "bytes_per_second"), ("chunk", "sources_per_second"),
-                       ("embed", "chunks_per_second"), ("store", "chunks_per_second"),
-                       ("index", "topics_per_second")]:  # fmt: skip
+                       ("tokenize", "chunks_per_second"), ("embed", "chunks_per_second"),
+                       ("store", "chunks_per_second"), ("index", "topics_per_second")]:  # fmt: skip
         assert stages[name]["worker_seconds"] > 0 and stages[name][rate] > 0, name
         assert stages[name]["busy_seconds"] > 0, name  # wall-clock time in the stage's calls
         assert stages[name][rate] == pytest.approx(  # throughput per CPU-second of the workers
-            report["counters"][name][{"read": "bytes", "chunk": "sources", "embed": "chunks",
-                                      "store": "chunks", "index": "topics"}[name]]
-            / stages[name]["worker_seconds"],
+            report["counters"][name][counted[name]] / stages[name]["worker_seconds"],
             rel=1e-2,
         )  # fmt: skip
     # each stage's window, from its first call's start to its last call's end, lies within the
     # run, and a stage's work starts only after the stage feeding it has started
-    windows = {name: stages[name]["window"] for name in ("read", "chunk", "embed", "store")}
+    order = ("read", "chunk", "tokenize", "embed", "store")
+    windows = {name: stages[name]["window"] for name in order}
     for name, window in windows.items():
         assert window["start"] <= window["end"], name
         assert stages[name]["window_seconds"] == pytest.approx(
             window["end"] - window["start"], abs=2e-3
         )
         assert stages[name]["window_seconds"] <= timings["wall_seconds"]["total"], name
-    starts = [windows[name]["start"] for name in ("read", "chunk", "embed", "store")]
+    starts = [windows[name]["start"] for name in order]
     assert starts == sorted(starts)
     assert stages["finish"]["window"] == {"start": None, "end": None}
     # every chunk and question embedded in this first run was cached, by the store stage
@@ -614,7 +615,7 @@ def test_an_actor_whose_model_tokenizes_otherwise_ignores_the_chunk_tasks_ids(tm
                  "--set", f"embedding.model={model_dir}")  # fmt: skip
     assert code == 0
     counters = report_of(output)["counters"]
-    assert counters["chunk"]["encoded"] == counters["embed"]["chunks"] > 0
+    assert counters["tokenize"]["chunks"] == counters["embed"]["chunks"] > 0
     assert counters["embed"]["pretokenized"] == 0
     rows = pq.read_table(output / chunk_table_path("guides")).to_pylist()
     embedder = load_embedder(str(model_dir), device="cpu", dtype="fp32")

@@ -39,7 +39,6 @@ def test_records_add_field_by_field_and_nest():
         "skipped_tail": 0,
         "skipped_tokens": 0,
         "files": 0,
-        "encoded": 0,
         "seconds": 0.75,
         "tokens": {"bucket": 10, "buckets": [], "min": None, "max": None, "count": 0},
         "slowest": [],

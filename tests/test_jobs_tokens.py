@@ -20,6 +20,7 @@ from jobs.records import (
 from jobs.stages.chunk import ChunkSettings, chunk_sources
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.read import read_sources
+from jobs.stages.tokenize import tokenize_sources
 from jobs.storage import Storage
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
@@ -50,7 +51,8 @@ def test_token_columns_round_trip_with_nulls_empty_rows_and_slices():
 
 
 def chunked_batch(tmp_path: Path, encoder: str | None):
-    """The guides/ sources and a questions row, read and chunked as a chunk task does."""
+    """The guides/ sources and a questions row, read, chunked and tokenized as a chunk task does;
+    the chunk and the tokenize stage's counts."""
     rows = [new_row("guides", SOURCE, path) for path in GUIDES]
     rows.append(new_row("guides", QUESTIONS, "guides/qa-pairs.md"))
     batch, _ = read_sources(to_table(rows), Storage(str(CORPUS)))
@@ -62,33 +64,37 @@ def chunked_batch(tmp_path: Path, encoder: str | None):
     )
     (tmp_path / "guides").mkdir(exist_ok=True)
     (tmp_path / "guides" / "index.json").write_text("{}")  # no chunk files written ahead
-    return chunk_sources(batch, settings, Storage(str(tmp_path)))
+    batch, chunked, documents = chunk_sources(batch, settings, Storage(str(tmp_path)))
+    batch, tokenized = tokenize_sources(batch, documents, encoder)
+    return batch, chunked, tokenized
 
 
 def test_chunk_tasks_tokenize_every_chunk_as_the_model_does(tmp_path):
     model = load_embedder("minilm", device="cpu", dtype="fp32", max_length=32)
     encoder = model_encoder("minilm", 32)
-    batch, stats = chunked_batch(tmp_path, encoder.to_str())
+    batch, chunked, tokenized = chunked_batch(tmp_path, encoder.to_str())
     documents = [document_from_json(d) for d in batch.column("document").to_pylist()[:-1]]
     texts = [chunk.embedding_text for doc in documents for chunk in doc.chunks]
-    assert stats.encoded == stats.chunks == len(texts) > 0
+    assert tokenized.chunks == chunked.chunks == len(texts) > 0
+    assert tokenized.cpu_seconds > 0 and tokenized.window.seconds is not None
     tokens = tokens_of(batch)
     assert tokens[-1] is None  # the questions row: queries are tokenized with their prefix
     own = model.encode(texts)
+    assert tokenized.tokens == sum(len(ids) for ids in own.ids)
     assert [list(ids) for e in tokens[:-1] for ids in e.ids] == [list(ids) for ids in own.ids]
     assert [cut for e in tokens[:-1] for cut in e.cut] == list(own.cut)
     assert any(own.cut)  # a 32-token window cuts some chunks: their flags travel too
 
 
 def test_without_an_encoder_the_chunk_tasks_tokenize_nothing(tmp_path):
-    batch, stats = chunked_batch(tmp_path, None)
-    assert stats.encoded == 0 and stats.chunks > 0
+    batch, chunked, tokenized = chunked_batch(tmp_path, None)
+    assert tokenized.chunks == 0 and tokenized.cpu_seconds == 0 and chunked.chunks > 0
     assert tokens_of(batch) == [None] * batch.num_rows
 
 
 def test_the_actor_gives_the_same_vectors_with_the_chunk_tasks_ids_and_drops_them(tmp_path):
     encoder = model_encoder("minilm")
-    batch, _ = chunked_batch(tmp_path, encoder.to_str())
+    batch, _, _ = chunked_batch(tmp_path, encoder.to_str())
     settings = EmbedSettings("minilm", {"dtype": "fp32", "device": "cpu"}, None, strategy_key="s")
     given = EmbedActor(replace(settings, encoder_digest=encoder_digest(encoder)))
     other = EmbedActor(replace(settings, encoder_digest="another"))
