@@ -370,3 +370,30 @@ def test_links_inside_the_cache_never_lead_writes_out(tmp_path):
     assert "not written" in linked.cache_warning and "chunk-0.bin" in linked.cache_warning
     assert sorted(p.name for p in outside.iterdir()) == ["kept.bin"]
     assert (outside / "kept.bin").read_bytes() == b"precious"
+
+
+def test_an_entry_folder_that_is_a_link_is_resolved_on_its_own(tmp_path):
+    """The model folder is resolved once per call, but each entry's own folder that is a link is
+    followed: one leading out of the root is refused, one staying inside is written through."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    cache = EmbeddingCache(str(tmp_path / "cache"))
+    model = embedder(dtype="fp32")
+    out_of_root = entry_path(cache, "doc-out")
+    inside = entry_path(cache, "doc-in")
+    cache.fs.makedirs(os.path.dirname(out_of_root))
+    os.symlink(outside, out_of_root)
+    kept = tmp_path / "cache" / "kept-inside"
+    kept.mkdir()
+    os.symlink(kept, inside)
+    results = embed_with_cache(
+        model, cache, [request(source="doc-out"), request(source="doc-in"), request()]
+    )
+    assert f"cache entry {out_of_root} not written: it resolves to {outside}" in (
+        results[0].cache_warning
+    )
+    assert [r.cache_warning for r in results[1:]] == ["", ""]
+    assert list(outside.iterdir()) == []
+    assert (kept / "metadata.json").is_file()
+    [hit] = embed_with_cache(model, cache, [request(source="doc-in")])
+    assert hit.cache_hit
