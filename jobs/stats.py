@@ -168,10 +168,15 @@ class Slowest(Stats):
 
     entries: tuple[tuple[float, str, int, int], ...] = ()
 
+    @classmethod
+    def of(cls, entries: Iterable[tuple[float, str, int, int]]) -> Slowest:
+        """The SLOWEST of `entries`."""
+        return cls(tuple(heapq.nlargest(SLOWEST, entries)))
+
     def __add__(self, other: Slowest) -> Slowest:
         if type(other) is not type(self):
             return NotImplemented
-        return Slowest(tuple(heapq.nlargest(SLOWEST, self.entries + other.entries)))
+        return Slowest.of(self.entries + other.entries)
 
     def to_dict(self) -> list[dict[str, Any]]:  # type: ignore[override]
         """One {path, seconds, bytes, chunks} object per source, slowest first."""

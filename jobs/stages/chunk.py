@@ -10,7 +10,6 @@ columns, as every stage does.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -74,7 +73,8 @@ def chunk_sources(
     `jobs.stages.chunk_files`), and the bytes dropped but a topic row's facts; the counts; and
     the chunked documents in row order (None for the other rows). Works on whole columns."""
     clock = Clock()
-    stats = ChunkStats()
+    timed: list[tuple[float, str, int, int]] = []  # (seconds, path, bytes, chunks) per source
+    failed = failed_bytes = 0
     topics, kinds, paths, payloads, codes, messages = (
         batch.column(name).to_pylist()
         for name in ("topic", "kind", "path", "payload", "error_code", "error_message")
@@ -84,8 +84,11 @@ def chunk_sources(
     for i, (kind, path, data) in enumerate(zip(kinds, paths, payloads, strict=True)):
         failure = None
         if codes[i] is None and kind == SOURCE:
-            chunked[i], failure, counts = _chunk_source(data, path, settings)
-            stats += counts
+            chunked[i], failure, seconds = _chunk_source(data, path, settings)
+            if chunked[i] is None:
+                failed, failed_bytes = failed + 1, failed_bytes + len(data)
+            else:
+                timed.append((seconds, path, len(data), len(chunked[i].chunks)))
         elif codes[i] is None and kind == QUESTIONS:
             questions[i], failure = _questions(data)
         if failure is not None:
@@ -103,15 +106,26 @@ def chunk_sources(
         "error_message": messages,
         "payload": [d if k == TOPIC else None for k, d in zip(kinds, payloads, strict=True)],
     }
-    files = sum(len(names) for names in written if names)
-    counts = dataclasses.replace(stats, files=files, **clock.spent())
-    return with_columns(batch, columns), counts, chunked
+    documents = [doc for doc in chunked if doc is not None]
+    stats = ChunkStats(
+        sources=len(documents),
+        bytes=sum(size for _, _, size, _ in timed) + failed_bytes,
+        chunks=sum(chunks for _, _, _, chunks in timed),
+        failed=failed,
+        skipped_tail=sum(1 for doc in documents if doc.skipped_tail_tokens),
+        skipped_tokens=sum(doc.skipped_tail_tokens for doc in documents),
+        files=sum(len(names) for names in written if names),
+        tokens=Histogram.of(chunk.token_count for doc in documents for chunk in doc.chunks),
+        slowest=Slowest.of(timed),
+        **clock.spent(),
+    )
+    return with_columns(batch, columns), stats, chunked
 
 
 def _chunk_source(
     data: bytes, path: str, settings: ChunkSettings
-) -> tuple[ChunkedDocument | None, Failure | None, ChunkStats]:
-    """One source's chunked document or its failure, and its counts."""
+) -> tuple[ChunkedDocument | None, Failure | None, float]:
+    """One source's chunked document or its failure, and the seconds it took."""
     started = time.perf_counter()
     try:
         document = chunk_source(
@@ -125,25 +139,10 @@ def _chunk_source(
             **settings.options,
         )
     except ChunkingError as exc:
-        return None, (exc.code, exc.message), ChunkStats(bytes=len(data), failed=1)
+        return None, (exc.code, exc.message), 0.0
     except Exception as exc:  # noqa: BLE001 - one bad source must not stop the others
-        failure = (CHUNKING_FAILED, f"{type(exc).__name__}: {exc}")
-        return None, failure, ChunkStats(bytes=len(data), failed=1)
-    seconds = time.perf_counter() - started
-    size, chunks = len(data), len(document.chunks)
-    return (
-        document,
-        None,
-        ChunkStats(
-            sources=1,
-            bytes=size,
-            chunks=chunks,
-            skipped_tail=int(bool(document.skipped_tail_tokens)),
-            skipped_tokens=document.skipped_tail_tokens,
-            tokens=Histogram.of(chunk.token_count for chunk in document.chunks),
-            slowest=Slowest(((seconds, path, size, chunks),)),
-        ),
-    )
+        return None, (CHUNKING_FAILED, f"{type(exc).__name__}: {exc}"), 0.0
+    return document, None, time.perf_counter() - started
 
 
 def _questions(data: bytes) -> tuple[str | None, Failure | None]:
