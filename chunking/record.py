@@ -53,8 +53,8 @@ class Chunk:
 
     @property
     def embedding_text(self) -> str:
-        """The text to embed: `context` (e.g. hierarchical's "Context: A > B" lines) + `text`."""
-        return self.context + self.text
+        """The text to embed (`embedding_text_of` its context and text)."""
+        return embedding_text_of(self.context, self.text)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict with lists instead of tuples, fields in declaration order.
@@ -105,6 +105,12 @@ class ChunkedDocument:
             "promotion_level": self.promotion_level,
         }
         return [{**document, **chunk.to_dict()} for chunk in self.chunks]
+
+
+def embedding_text_of(context: str, text: str) -> str:
+    """A chunk's text to embed: its `context` (e.g. hierarchical's "Context: A > B" lines), then
+    its `text`."""
+    return context + text
 
 
 def make_chunk_id(

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunking import Chunk, ChunkedDocument, Link
+from chunking.record import embedding_text_of
 from embedding.cache import CacheEntry, CacheKey
 from embedding.encoder import Encoded
 
@@ -101,6 +102,12 @@ def document_from_json(text: str) -> ChunkedDocument:
         for c in data.pop("chunks")
     )
     return ChunkedDocument(chunks=chunks, **data)
+
+
+def embedding_texts(text: str) -> tuple[str, ...]:
+    """Each chunk's embedding text from `document_to_json`'s JSON, without building the records
+    (a quarter of `document_from_json`'s time: what the embedding actor needs)."""
+    return tuple(embedding_text_of(c["context"], c["text"]) for c in json.loads(text)["chunks"])
 
 
 def token_columns(encoded: list[Encoded | None]) -> dict[str, list[Any]]:

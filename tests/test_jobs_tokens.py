@@ -6,12 +6,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from chunking import chunk_source
 from embedding import load_embedder
 from embedding.encoder import Encoded, encoder_digest, model_encoder
 from jobs.records import (
     QUESTIONS,
     SOURCE,
     document_from_json,
+    document_to_json,
+    embedding_texts,
     new_row,
     to_table,
     token_columns,
@@ -107,3 +110,11 @@ def test_the_actor_gives_the_same_vectors_with_the_chunk_tasks_ids_and_drops_the
     assert with_stats.questions == without_stats.questions > 0
     assert with_ids.column("token_ids").null_count == batch.num_rows
     assert with_ids.column("token_cut").null_count == batch.num_rows
+
+
+def test_the_actor_reads_each_chunks_embedding_text_from_the_document_json():
+    data = (CORPUS / "guides" / "getting-started.md").read_bytes()
+    document = chunk_source(data, strategy="hierarchical", document_id="g", tokenizer="minilm")
+    assert any(chunk.context for chunk in document.chunks)  # context-enriched texts
+    texts = embedding_texts(document_to_json(document))
+    assert texts == tuple(chunk.embedding_text for chunk in document.chunks)

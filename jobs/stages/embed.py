@@ -27,7 +27,7 @@ from jobs.progress import report_stats
 from jobs.records import (
     QUESTIONS,
     SOURCE,
-    document_from_json,
+    embedding_texts,
     entry_to_json,
     tokens_of,
     vectors_to_bytes,
@@ -126,11 +126,10 @@ class EmbedActor:
         if document is None:
             return None
         if kind == SOURCE:
-            chunks = document_from_json(document).chunks
             return DocRequest(
                 strategy_key=self.strategy_key,
                 source_hash=sha256,
-                texts=tuple(chunk.embedding_text for chunk in chunks),
+                texts=embedding_texts(document),
                 previous_source_hash=previous_hash,
                 tokens=tokens,
             )
