@@ -136,8 +136,8 @@ def tokens_of(batch: pa.Table) -> list[Encoded | None]:
             encoded.append(None)
             continue
         count, cut = int(chunk_counts[i]), set(cuts[i] or ())
-        rows_ids = tuple(chunk_ids[starts[i] : starts[i] + count])
-        encoded.append(Encoded(rows_ids, tuple(j in cut for j in range(count))))
+        row_ids = tuple(chunk_ids[starts[i] : starts[i] + count])
+        encoded.append(Encoded(row_ids, tuple(j in cut for j in range(count))))
     return encoded
 
 
