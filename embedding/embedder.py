@@ -15,6 +15,7 @@ import torch
 from embedding.batching import MicroBatch, plan_batches, rows_per_batch
 from embedding.encoder import Encoded, encode, encoder_digest, window_encoder, window_length
 from embedding.models import (
+    directory_folder,
     fingerprint,
     no_progress_bars,
     read_sentence_transformers,
@@ -218,7 +219,7 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
         storage_options=opt.get("storage_options"),
         local_dir=opt.get("local_dir"),
     )
-    st = read_sentence_transformers(files.directory)
+    st = read_sentence_transformers(directory_folder(files.directory))
     dtype = resolve_dtype(opt.get("dtype", "auto"), torch_device)
     trust = bool(opt.get("trust_remote_code", False))
 

@@ -15,10 +15,11 @@ import hashlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import tokenizers
 
-from embedding.models import local_model_files, read_json, read_sentence_transformers
+from embedding.models import model_folder, read_sentence_transformers
 
 UNBOUNDED = 1_000_000  # transformers' "no limit" model_max_length is far above any real window
 PARALLELISM = "TOKENIZERS_PARALLELISM"  # read by tokenizers on every batch call
@@ -111,25 +112,31 @@ def window_length(
     return length
 
 
-def model_encoder(model: str, max_length: int | None = None) -> tokenizers.Tokenizer | None:
-    """The window encoder of a model whose files are on this machine (`minilm`, a directory, a
-    file:// URI), read from tokenizer.json and the window settings beside it; None for a model
-    that would have to be downloaded, or that has no tokenizer.json.
+def model_encoder(
+    model: str,
+    max_length: int | None = None,
+    *,
+    revision: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> tokenizers.Tokenizer | None:
+    """The window encoder of a model, read from its tokenizer.json and the window settings beside
+    it (`embedding.models.model_folder`: on this machine, under an fsspec URI or on the hub; never
+    its weights); None for a model without a tokenizer.json, or whose files cannot be named.
 
     A problem with the model's files raises ValueError here as it would when the model loads."""
-    files = local_model_files(model)
-    if files is None or not (files.directory / "tokenizer.json").is_file():
+    folder = model_folder(model, revision=revision, storage_options=storage_options)
+    spec = folder.read("tokenizer.json") if folder else None
+    if spec is None:
         return None
-    directory = files.directory
-    tokenizer_config = read_json(directory / "tokenizer_config.json") or {}
+    tokenizer_config = folder.json("tokenizer_config.json") or {}
     length = window_length(
         max_length,
-        read_sentence_transformers(directory).max_length,
+        read_sentence_transformers(folder).max_length,
         tokenizer_config.get("model_max_length"),
-        (read_json(directory / "config.json") or {}).get("max_position_embeddings"),
+        (folder.json("config.json") or {}).get("max_position_embeddings"),
     )
     try:
-        tokenizer = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
+        tokenizer = tokenizers.Tokenizer.from_str(spec.decode("utf-8"))
     except Exception as error:  # the Rust parser raises a bare Exception
         raise ValueError(f"model {model!r}: unreadable tokenizer.json ({error})") from error
     return window_encoder(tokenizer, length, tokenizer_config.get("truncation_side") or "right")

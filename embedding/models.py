@@ -19,7 +19,7 @@ import posixpath
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,14 +128,68 @@ def resolve_model(
     )
 
 
-def local_model_files(model: str) -> ModelFiles | None:
-    """The model's files when they are on this machine already (`minilm`, a directory, a file://
-    URI); None for a model that `resolve_model` would download (a hub id, a remote URI)."""
+@dataclass(frozen=True)
+class ModelFolder:
+    """A model's small files, read one at a time by their path in the model's folder (`read`
+    gives None for a file that is not there); `where` names the folder in messages."""
+
+    where: str
+    read: Callable[[str], bytes | None]
+
+    def json(self, name: str) -> Any:
+        """A file's JSON; None when the file is not there."""
+        try:
+            data = self.read(name)
+            return None if data is None else json.loads(data)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{self.where}/{name}: unreadable JSON ({error})") from error
+
+
+def directory_folder(directory: Path) -> ModelFolder:
+    """The files of a model folder on this machine."""
+
+    def read(name: str) -> bytes | None:
+        path = directory / name
+        return path.read_bytes() if path.is_file() else None
+
+    return ModelFolder(str(directory), read)
+
+
+def model_folder(
+    model: str, *, revision: str | None = None, storage_options: dict[str, Any] | None = None
+) -> ModelFolder | None:
+    """A model's folder to read its small files from, without fetching its weights: on this
+    machine (`minilm`, a directory, a file:// URI), under an fsspec URI, or on the Hugging Face
+    hub (cached files first; `HF_HUB_OFFLINE` is honoured). None for a name that is none of these
+    (`resolve_model` says why when the model loads)."""
     if model == MINILM:
-        return resolve_model(model)
-    if fsspec.utils.get_protocol(model) not in ("file", "local"):
+        return directory_folder(resolve_model(model).directory)
+    if "://" in model and fsspec.utils.get_protocol(model) not in ("file", "local"):
+        fs, root = fsspec.core.url_to_fs(model, **(storage_options or {}))
+        return ModelFolder(model, lambda name: _cat_optional(fs, f"{root.rstrip('/')}/{name}"))
+    local = Path(fsspec.core.strip_protocol(model))
+    if local.is_dir():
+        return directory_folder(local)
+    if "://" not in model and _HUB_ID.match(model):
+        return ModelFolder(model, lambda name: _hub_file(model, name, revision))
+    return None
+
+
+def _cat_optional(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
+    try:
+        return fs.cat_file(path)
+    except FileNotFoundError:
         return None
-    return resolve_model(model) if Path(fsspec.core.strip_protocol(model)).is_dir() else None
+
+
+def _hub_file(model: str, name: str, revision: str | None) -> bytes | None:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(model, name, revision=revision)).read_bytes()
+    except EntryNotFoundError:  # not in the repository, or (offline) not in the cache
+        return None
 
 
 def _checked(files: ModelFiles) -> ModelFiles:
@@ -209,20 +263,22 @@ def _copy_once(fs: fsspec.AbstractFileSystem, root: str, target: Path, uri: str)
         raise ValueError(f"model {uri!r}: could not place the copy at {target}")
 
 
-def read_sentence_transformers(directory: Path) -> SentenceTransformersSettings:
+def read_sentence_transformers(folder: ModelFolder) -> SentenceTransformersSettings:
     """Pooling, normalisation, max length and query prompt from the sentence-transformers files."""
-    modules = read_json(directory / "modules.json") or []
+    modules = folder.json("modules.json") or []
     pooling = normalize = None
     if modules:
         types = {module.get("type", "").rsplit(".", 1)[-1]: module for module in modules}
         normalize = "Normalize" in types
         if "Dense" in types:
-            raise ValueError(f"{directory}: sentence-transformers Dense modules are not supported")
+            raise ValueError(
+                f"{folder.where}: sentence-transformers Dense modules are not supported"
+            )
         if "Pooling" in types:
-            config = read_json(directory / types["Pooling"].get("path", "") / "config.json") or {}
-            pooling = _pooling_mode(config, directory)
-    bert = read_json(directory / "sentence_bert_config.json") or {}
-    prompts = (read_json(directory / "config_sentence_transformers.json") or {}).get("prompts")
+            path = posixpath.join(types["Pooling"].get("path", ""), "config.json")
+            pooling = _pooling_mode(folder.json(path) or {}, folder.where)
+    bert = folder.json("sentence_bert_config.json") or {}
+    prompts = (folder.json("config_sentence_transformers.json") or {}).get("prompts")
     return SentenceTransformersSettings(
         pooling=pooling,
         normalize=normalize,
@@ -231,24 +287,14 @@ def read_sentence_transformers(directory: Path) -> SentenceTransformersSettings:
     )
 
 
-def _pooling_mode(config: dict, directory: Path) -> str:
+def _pooling_mode(config: dict, where: str) -> str:
     if config.get("pooling_mode_cls_token"):
         return "cls"
     if config.get("pooling_mode_mean_tokens"):
         return "mean"
     raise ValueError(
-        f"{directory}: pooling mode {config} is not supported; set pooling to 'mean' or 'cls'"
+        f"{where}: pooling mode {config} is not supported; set pooling to 'mean' or 'cls'"
     )
-
-
-def read_json(path: Path) -> Any:
-    """A model file's JSON; None when the file is not there."""
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{path}: unreadable JSON ({error})") from error
 
 
 def fingerprint(files: ModelFiles) -> str:

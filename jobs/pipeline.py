@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 import ray
+import tokenizers
 
 from chunking import strategy_key
 from embedding.encoder import encoder_digest, model_encoder
@@ -352,7 +353,7 @@ def topic_summaries(
     )
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
     corpus = frozenset(plan.fingerprints)
-    encoder = model_encoder(config.embedding.model, config.embedding.max_length)
+    encoder = chunk_encoder(config)
     chunk_settings = ChunkSettings(
         strategy=config.chunking.strategy,
         options=dict(config.chunking.options),
@@ -416,6 +417,23 @@ def topic_summaries(
             **store_stage_args(resources.index),
         )
     yield from reduce_topics(dataset, work.expected, context, reduce_task_options(resources.index))
+
+
+def chunk_encoder(config: JobConfig) -> tokenizers.Tokenizer | None:
+    """The model's window encoder for the chunk tasks (`jobs.stages.tokenize`), read from its
+    small files; None leaves the tokenizing to the embedding actors, which is also what happens
+    when those files cannot be read here (the actors then report the model's problem)."""
+    embedding = config.embedding
+    try:
+        return model_encoder(
+            embedding.model,
+            embedding.max_length,
+            revision=embedding.revision,
+            storage_options=dict(config.storage_options),
+        )
+    except Exception as error:  # noqa: BLE001 - any failure only means the actors tokenize
+        log.warning("the embedding actors tokenize: %s (%s)", error, type(error).__name__)
+        return None
 
 
 def embedder_options(config: JobConfig, pool: EmbedPool) -> dict[str, Any]:

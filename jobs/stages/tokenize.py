@@ -1,9 +1,9 @@
 """Stage 1d: tokenize every chunk's embedding text for the model, in the chunk task, so that the
 embedding actors (on a GPU node, the CPU that feeds the GPU) do not (`embedding.encoder`).
 
-The driver builds the model's window encoder from its files and passes it as JSON
-(`ChunkSettings.encoder`); without one (a model the driver would have to download) this stage does
-nothing and the actors tokenize. One encoder call per batch, on the task's own thread.
+The driver builds the model's window encoder from its small files and passes it as JSON
+(`ChunkSettings.encoder`); without one (files the driver could not read) this stage does nothing
+and the actors tokenize. One encoder call per batch, on the task's own thread.
 Reads the chunked documents of `jobs.stages.chunk`; writes `token_ids` and `token_cut`.
 """
 
