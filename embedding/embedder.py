@@ -13,7 +13,14 @@ import numpy as np
 import torch
 
 from embedding.batching import MicroBatch, plan_batches, rows_per_batch
-from embedding.encoder import Encoded, encode, encoder_digest, window_encoder, window_length
+from embedding.encoder import (
+    Encoded,
+    encode,
+    encoder_digest,
+    positive_int,
+    window_encoder,
+    window_length,
+)
 from embedding.models import (
     directory_folder,
     fingerprint,
@@ -250,7 +257,7 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
         ),
         dtype=dtype,
         query_prefix=opt.get("query_prefix", st.query_prefix or ""),
-        token_budget=_positive(
+        token_budget=positive_int(
             "token_budget", opt.get("token_budget", DEFAULT_TOKEN_BUDGET[torch_device.type])
         ),
     )
@@ -319,7 +326,7 @@ def _set_threads(num_threads: int | None) -> None:
     """Ray starts workers with OMP_NUM_THREADS=1: give torch the CPUs this worker was given."""
     if num_threads is None:
         return
-    torch.set_num_threads(_positive("num_threads", num_threads))
+    torch.set_num_threads(positive_int("num_threads", num_threads))
 
 
 def _checked_texts(texts: Sequence[str]) -> list[str]:
@@ -335,10 +342,4 @@ def _checked_texts(texts: Sequence[str]) -> list[str]:
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-    return value
-
-
-def _positive(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return value

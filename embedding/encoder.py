@@ -98,9 +98,7 @@ def window_length(
     max_seq_length, else the tokenizer's model_max_length, else the model's positions (512
     when unknown); never more than the positions."""
     if override is not None:
-        if isinstance(override, bool) or not isinstance(override, int) or override < 1:
-            raise ValueError(f"max_length must be a positive integer, got {override!r}")
-        length = override
+        length = positive_int("max_length", override)
     elif st_length:
         length = int(st_length)
     elif model_max_length and model_max_length < UNBOUNDED:
@@ -110,6 +108,13 @@ def window_length(
     if positions and length > positions:
         raise ValueError(f"max_length {length} exceeds the model's {positions} positions")
     return length
+
+
+def positive_int(name: str, value: int) -> int:
+    """`value` when it is a positive integer (not a bool); else ValueError naming the option."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
 
 
 def model_encoder(

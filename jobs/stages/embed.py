@@ -143,12 +143,13 @@ def _counts(requests: list[DocRequest], done: Uncached) -> EmbedStats:
     passages = [
         (r, result) for r, result in zip(requests, done.results, strict=True) if not r.query
     ]
+    chunks = sum(len(r.texts) for r, _ in passages)
     embedded = sum(result.embedded for _, result in passages)
     return EmbedStats(
         documents=len(passages),
-        chunks=sum(len(r.texts) for r, _ in passages),
+        chunks=chunks,
         embedded=embedded,
-        cache_hits=sum(len(r.texts) for r, _ in passages) - embedded,
+        cache_hits=chunks - embedded,
         cache_reused=sum(result.reused for _, result in passages),
         truncated=sum(result.truncated for _, result in passages),
         pretokenized=sum(result.embedded for r, result in passages if r.tokens is not None),
