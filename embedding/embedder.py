@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from embedding.attention_mask import model_mask, takes_broadcast_mask
 from embedding.batching import MicroBatch, plan_batches, rows_per_batch
 from embedding.encoder import (
     Encoded,
@@ -97,6 +98,7 @@ class Embedder:
         self._filler = self._encoder.encode("").ids or [self._pad_id]
         self._tokenizer_lock = threading.Lock()  # one tokenizer call at a time
         self._model_lock = threading.Lock()  # one model call at a time: no oversubscription
+        self._broadcast_mask = takes_broadcast_mask(model, device, self._autocast)
 
     @property
     def query_key(self) -> str:
@@ -175,7 +177,10 @@ class Embedder:
         else:
             tensors = {k: v.to(self._device) for k, v in tensors.items()}
         with torch.inference_mode(), self._autocast():
-            hidden = self.model(**tensors).last_hidden_state
+            hidden = self.model(
+                input_ids=tensors["input_ids"],
+                attention_mask=model_mask(tensors["attention_mask"], self._broadcast_mask),
+            ).last_hidden_state
         hidden = hidden.float()
         if self.settings.pooling == "cls":
             pooled = hidden[:, 0]

