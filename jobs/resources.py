@@ -93,10 +93,16 @@ def task_stage_args(resources: TaskResources) -> dict[str, Any]:
     return args
 
 
-def store_stage_args(resources: IndexResources) -> dict[str, Any]:
-    """`map_batches` arguments of the cache-writing stage: CPU tasks sized like the reduce's (both
-    write files), one batch per embedded block."""
-    return task_stage_args(TaskResources(num_cpus=resources.num_cpus))
+def store_stage_args() -> dict[str, Any]:
+    """`map_batches` arguments of the cache-writing stage: tasks that declare no CPU, one batch per
+    embedded block.
+
+    Ray Data sets aside, for each operator, at least the resources of one of its tasks, whether
+    or not it has work. Store tasks of one CPU each kept a CPU from the chunk tasks for the whole
+    run: on 2 CPUs the chunk tasks ran one at a time, and on 16 CPUs with a one-CPU GPU actor at
+    most 11 tasks ran at once instead of 15. A store task writes a batch's cache files; it is
+    short, and the OS shares the cores while one runs."""
+    return {"num_cpus": 0, "batch_size": None, "ray_remote_args_fn": _task_options}
 
 
 # Source bytes per GPU embedding call when `resources.embed.batch_size` is null. On GPUs every
