@@ -414,7 +414,7 @@ def topic_summaries(
                 "storage_options": dict(config.storage_options),
                 "collector": collector,
             },
-            **store_stage_args(),
+            **store_stage_args(cpus),
         )
     yield from reduce_topics(dataset, work.expected, context, reduce_task_options(resources.index))
 

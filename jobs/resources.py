@@ -93,16 +93,22 @@ def task_stage_args(resources: TaskResources) -> dict[str, Any]:
     return args
 
 
-def store_stage_args() -> dict[str, Any]:
+def store_stage_args(cpus: float) -> dict[str, Any]:
     """`map_batches` arguments of the cache-writing stage: tasks that declare no CPU, one batch per
-    embedded block.
+    embedded block, at most one per CPU of the cluster (`cpus`) at once.
 
     Ray Data sets aside, for each operator, at least the resources of one of its tasks, whether
     or not it has work. Store tasks of one CPU each kept a CPU from the chunk tasks for the whole
     run: on 2 CPUs the chunk tasks ran one at a time, and on 16 CPUs with a one-CPU GPU actor at
-    most 11 tasks ran at once instead of 15. A store task writes a batch's cache files; it is
-    short, and the OS shares the cores while one runs."""
-    return {"num_cpus": 0, "batch_size": None, "ray_remote_args_fn": _task_options}
+    most 11 tasks ran at once instead of 15. A store task writes a batch's cache files; the OS
+    shares the cores while one runs. The bound keeps Ray from starting a worker process per
+    waiting batch (on S3, eight store tasks at once each took four times as long)."""
+    return {
+        "num_cpus": 0,
+        "batch_size": None,
+        "ray_remote_args_fn": _task_options,
+        "compute": TaskPoolStrategy(size=max(1, int(cpus))),
+    }
 
 
 # Source bytes per GPU embedding call when `resources.embed.batch_size` is null. On GPUs every

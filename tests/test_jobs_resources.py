@@ -35,7 +35,7 @@ def test_chunk_tasks_use_every_cpu_the_embedding_actors_do_not_take():
         ray.data.from_arrow([pa.table({"row": [i]}) for i in range(BATCHES)])
         .map_batches(timed_chunking, batch_format="pyarrow", **task_stage_args(TaskResources()))
         .map_batches(PassingActor, batch_format="pyarrow", **actor_stage_args(pool, None))
-        .map_batches(passing, batch_format="pyarrow", **store_stage_args())
+        .map_batches(passing, batch_format="pyarrow", **store_stage_args(2))
         .to_arrow_refs()
     )
     table = pa.concat_tables(ray.get(out))
