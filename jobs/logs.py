@@ -10,6 +10,9 @@ What Ray prints on a healthy run that we cannot avoid is filtered here, and only
   passes the reference to the actors, whatever our constructor arguments; the line goes only
   with `max_restarts=0`, and the embedding actors are meant to restart. It is written by Ray's C++
   core straight to file descriptor 2, so the filter sits on that descriptor.
+- Ray Data's warning that the store stage received fewer batches than its bound on tasks at once
+  (`jobs.resources.store_stage_args`: one per CPU): a bound above the work is harmless, and the
+  number of embedded blocks is not known before the run.
 - Ray Data's console lines below WARNING, and its "Progress bars disabled" warning (we disable the
   bars ourselves outside a terminal, and log our own progress line instead). Ray Data still writes
   everything to `ray-data.log` in the Ray session's log folder.
@@ -29,6 +32,9 @@ from collections.abc import Iterator
 DEPRECATED_REMOTE_ARGS = r"`ray_remote_args(_fn)?` is deprecated"
 HARMLESS_STDERR = (re.compile(rb"core_worker\.cc.*constructor arguments in the object store"),)
 PROGRESS_BARS_DISABLED = "Progress bars disabled"
+STORE_BOUND_ABOVE_INPUTS = (
+    r"The maximum number of concurrent tasks for 'MapBatches\(store_entries\)"
+)
 
 
 class RayDataConsoleFilter(logging.Filter):
@@ -54,6 +60,9 @@ def clean_logs() -> Iterator[None]:
         with warnings.catch_warnings(), StderrFilter(HARMLESS_STDERR):
             warnings.filterwarnings(
                 "ignore", message=DEPRECATED_REMOTE_ARGS, category=RayDeprecationWarning
+            )
+            warnings.filterwarnings(
+                "ignore", message=STORE_BOUND_ABOVE_INPUTS, category=UserWarning
             )
             yield
     finally:
