@@ -24,8 +24,11 @@ that times Ray start-up (`jobs.pipeline.start_ray`) apart from `run_job` and rea
 peak RSS.
 
 Printed per build: Ray start-up; wall seconds per phase (the report's `timings.wall_seconds`);
-each stage's worker-seconds (the CPU time of its worker processes) and busy-seconds (the wall time
-of its calls, longer when the stages wait for each other's CPU) and throughput per worker-second;
+each stage's worker-seconds (the CPU time of its worker processes), busy-seconds (the wall time
+of its calls, longer when the stages wait for each other's CPU), window (from its first call's
+start to its last call's end), "at once" (busy ÷ window: how many of its calls ran at a time, on
+average; a cold tldr-en build on 2 CPUs: chunk 0.62 over a 7.6 s window while Ray Data held a CPU
+for the store stage, 1.11 over 5.3 s since) and throughput per worker-second;
 efficiency = wall ÷ (Σ stage worker-seconds ÷ CPUs of
 the Ray instance), where 1.0 means every CPU busy with stage work for the whole run; MB/s and
 chunks/s over the wall; the driver's peak RSS; object-store requests by kind (s3); chunk-stage MB
@@ -649,14 +652,18 @@ def print_build(result: BuildResult, serial: SerialResult | None) -> None:
         f"  chunks             {c['total']} total, {c['embedded']} embedded, "
         f"{c['cache_hits']} from cache, {c['reused']} reused"
     )
-    print(f"  {'stage':<10}{'worker-s':>10}{'busy-s':>9}  throughput per worker-second (report)")
+    print(
+        f"  {'stage':<10}{'worker-s':>10}{'busy-s':>9}{'window':>9}{'at once':>9}"
+        "  throughput per worker-second (report)"
+    )
     for name, stage in r.stages.items():
         rates = ", ".join(
             rate_text(k, v) for k, v in stage.items() if k.endswith("_per_second") and v is not None
         )
+        busy, window = stage.get("busy_seconds", 0), stage.get("window_seconds")
         print(
-            f"  {name:<10}{stage.get('worker_seconds', 0):10.2f}"
-            f"{stage.get('busy_seconds', 0):9.2f}  {rates}"
+            f"  {name:<10}{stage.get('worker_seconds', 0):10.2f}{busy:9.2f}"
+            f"{fmt(window, '.2f'):>9}{fmt(busy / window if window else None, '.2f'):>9}  {rates}"
         )
     busy = sum(r.worker_s(stage) for stage in r.stages)
     print(f"  {'Σ':<10}{busy:10.2f}  efficiency {fmt(r.efficiency)} (wall ÷ (Σ ÷ CPUs))")
