@@ -99,11 +99,11 @@ def store_stage_args(cpus: float) -> dict[str, Any]:
 
     Ray Data sets aside, for each operator, at least the resources of one of its tasks, whether
     or not it has work. Store tasks of one CPU each kept a CPU from the chunk tasks for the whole
-    run: on 2 CPUs the chunk tasks ran one at a time, and on 16 CPUs with a one-CPU GPU actor at
-    most 11 tasks ran at once instead of 15. A store task writes a batch's cache files; the OS
-    shares the cores while one runs. The bound keeps Ray from starting a worker process for every
-    batch waiting to be stored: a task that needs no CPU runs at once, in a new process if no
-    idle one is left."""
+    run: on 2 CPUs the chunk tasks ran one at a time, and on 16 logical CPUs with a one-CPU GPU
+    actor at most 11 tasks ran at once instead of 15. A store task writes a batch's cache files;
+    the OS shares the cores while one runs. The bound keeps Ray from starting a worker process for
+    every batch waiting to be stored: a task that needs no CPU runs at once, in a new process if
+    no idle one is left."""
     return {
         "num_cpus": 0,
         "batch_size": None,
