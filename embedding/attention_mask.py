@@ -26,18 +26,21 @@ def takes_broadcast_mask(
 
     Only on CPU (GPU kernels have not been checked bit for bit), for a transformers encoder whose
     attention is SDPA and whose masks come from `masking_utils` (a decoder's causal mask would be
-    lost), and only if a probe batch gives the same bits both ways under `autocast`."""
+    lost), with a vocabulary to draw a probe batch from, and only if that batch gives the same bits
+    both ways under `autocast`."""
     config = model.config
     module = sys.modules.get(type(model).__module__)
+    vocabulary = getattr(config, "vocab_size", None)
     if not (
         device.type == "cpu"
         and getattr(config, "_attn_implementation", None) == "sdpa"
         and not getattr(config, "is_decoder", False)
         and hasattr(module, "create_bidirectional_mask")
+        and vocabulary
     ):
         return False
     ids = torch.arange(PROBE_ROWS * PROBE_LENGTH).reshape(PROBE_ROWS, PROBE_LENGTH) + 1
-    ids %= config.vocab_size
+    ids %= vocabulary
     mask = torch.ones_like(ids)
     mask[1, PROBE_REAL:] = 0
     with torch.inference_mode(), autocast():
