@@ -83,14 +83,7 @@ def _task_options() -> dict[str, Any]:
 
 def task_stage_args(resources: TaskResources) -> dict[str, Any]:
     """`map_batches` arguments of the CPU stage run as tasks (one batch per input block)."""
-    args: dict[str, Any] = {
-        "num_cpus": resources.num_cpus,
-        "batch_size": None,
-        "ray_remote_args_fn": _task_options,
-    }
-    if resources.concurrency is not None:
-        args["compute"] = TaskPoolStrategy(size=resources.concurrency)
-    return args
+    return _task_args(resources.num_cpus, resources.concurrency)
 
 
 def store_stage_args(cpus: float) -> dict[str, Any]:
@@ -104,12 +97,20 @@ def store_stage_args(cpus: float) -> dict[str, Any]:
     the OS shares the cores while one runs. The bound keeps Ray from starting a worker process for
     every batch waiting to be stored: a task that needs no CPU runs at once, in a new process if
     no idle one is left."""
-    return {
-        "num_cpus": 0,
+    return _task_args(0, max(1, int(cpus)))
+
+
+def _task_args(num_cpus: float, concurrency: int | None) -> dict[str, Any]:
+    """`map_batches` arguments of a stage run as retried tasks, one batch per input block, with
+    `num_cpus` each and at most `concurrency` at once (None: as many as Ray Data allows)."""
+    args: dict[str, Any] = {
+        "num_cpus": num_cpus,
         "batch_size": None,
         "ray_remote_args_fn": _task_options,
-        "compute": TaskPoolStrategy(size=max(1, int(cpus))),
     }
+    if concurrency is not None:
+        args["compute"] = TaskPoolStrategy(size=concurrency)
+    return args
 
 
 # Source bytes per GPU embedding call when `resources.embed.batch_size` is null. On GPUs every
