@@ -416,8 +416,8 @@ def _tiny_bert(**settings):
 
 
 def test_the_broadcast_mask_only_where_transformers_builds_a_bidirectional_sdpa_mask_on_cpu():
-    """Eager attention adds its mask as floats, a decoder's mask is causal, and GPU kernels are
-    unchecked: those models keep the plain mask."""
+    """Eager attention adds its mask as floats, a decoder's mask is causal, GPU kernels are
+    unchecked, and a config without a vocabulary gives no probe batch: those keep the plain mask."""
     no_autocast = contextlib.nullcontext
     cpu = torch.device("cpu")
     assert takes_broadcast_mask(_tiny_bert(attn_implementation="sdpa"), cpu, no_autocast)
@@ -428,3 +428,6 @@ def test_the_broadcast_mask_only_where_transformers_builds_a_bidirectional_sdpa_
     assert not takes_broadcast_mask(
         _tiny_bert(attn_implementation="sdpa"), torch.device("cuda"), no_autocast
     )
+    no_vocabulary = _tiny_bert(attn_implementation="sdpa")
+    no_vocabulary.config.vocab_size = 0  # no probe batch to draw: the plain mask, no error
+    assert not takes_broadcast_mask(no_vocabulary, cpu, no_autocast)
