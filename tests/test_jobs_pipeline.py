@@ -213,6 +213,7 @@ def test_end_to_end_report(local_output):
             "resources.chunk.num_cpus=0.5",
             "resources.chunk.concurrency=2",
         ],
+        # one actor, so two torch threads (the default: two actors of one thread)
         ["resources.embed.actors=1", "resources.embed.batch_size=7"],
         ["resources.embed.batch_size=64", "resources.chunk.batch_mb=100"],
         # a GPU pool (the session's Ray declares one GPU; the model stays on the CPU) with the
@@ -223,8 +224,8 @@ def test_end_to_end_report(local_output):
 )
 def test_outputs_are_byte_identical_whatever_the_batching(local_output, tmp_path, settings):
     """index.json, chunk files and the Parquet tables (embedding columns included) are the same
-    bytes whatever the batch sizes and actor count: chunks of many documents share fixed-shape
-    micro-batches, so no vector depends on its batch-mates."""
+    bytes whatever the batch sizes, actor count and torch threads per actor: chunks of many
+    documents share fixed-shape micro-batches, so no vector depends on its batch-mates."""
     other = tmp_path / "out"
     code = build("--input", str(CORPUS), "--output", str(other), *_sets(settings))
     assert code == 3

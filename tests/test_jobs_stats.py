@@ -93,6 +93,12 @@ def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_stay_explicit():
     assert embed_pool(EmbedResources(), 16, batches=3).actors == 3  # no idle actor loading a model
     explicit = embed_pool(EmbedResources(actors=2, num_cpus=0.5), 16, batches=1)
     assert (explicit.actors, explicit.threads, explicit.num_cpus) == (2, 1, 0.5)
+    # a set actor count shares the CPUs between its actors' threads (its largest, if it scales)
+    one = embed_pool(EmbedResources(actors=1), 2, batches=8)
+    assert (one.actors, one.threads, one.num_cpus) == (1, 2, 0.0)
+    assert embed_pool(EmbedResources(actors=3), 16, batches=1).threads == 5
+    assert embed_pool(EmbedResources(actors=1, max_actors=4), 16, batches=8).threads == 4
+    assert embed_pool(EmbedResources(actors=4), 2, batches=8).threads == 1
     gpu = embed_pool(EmbedResources(num_gpus=1, max_actors=4), 64, batches=1)
     assert (gpu.actors, gpu.max_actors, gpu.num_cpus, gpu.num_gpus) == (1, 4, 1.0, 1)
 
