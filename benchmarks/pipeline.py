@@ -23,19 +23,22 @@ configs/local.yaml plus `--set` overrides, then `jobs.pipeline.run_job`, in a fr
 that times Ray start-up (`jobs.pipeline.start_ray`) apart from `run_job` and reads the driver's
 peak RSS.
 
-Printed per build: Ray start-up; wall seconds per phase (the report's `timings.wall_seconds`);
-each stage's worker-seconds (the CPU time of its worker processes), busy-seconds (the wall time
-of its calls, longer when the stages wait for each other's CPU), window (from its first call's
-start to its last call's end), "at once" (busy ÷ window: how many of its calls ran at a time, on
-average; a cold tldr-en build on 2 CPUs: chunk 0.62 over a 7.6 s window while Ray Data held a CPU
-for the store stage, 1.11 over 5.3 s since) and throughput per worker-second;
-efficiency = wall ÷ (Σ stage worker-seconds ÷ CPUs of
-the Ray instance), where 1.0 means every CPU busy with stage work for the whole run; MB/s and
-chunks/s over the wall; the driver's peak RSS; object-store requests by kind (s3); chunk-stage MB
-per worker-second and embed-stage chunks per worker-second; GPU utilisation (--device cuda, from
-`nvidia-smi` every 0.5 s). Then the serial loop (one process, one CPU thread, no Ray: read every
-source, `chunking.chunk_source`, `embedding.load_embedder(...).embed` of all chunks, model loading
-included) and the issue's targets, each a ratio measured in this run, with PASS or FAIL.
+Printed per build: Ray start-up; wall seconds per phase (the report's `timings.wall_seconds`); each
+stage's worker-seconds (the CPU time of its worker processes), busy-seconds (the wall time of its
+calls, longer when the stages wait for each other's CPU), window (from its first call's start to its
+last call's end), "at once" (busy ÷ window: how many of its calls ran at a time, on average; a cold
+tldr-en build on 2 CPUs: chunk 0.62 over a 7.6 s window while Ray Data held a CPU for the store
+stage, 1.11 over 5.3 s since) and throughput per worker-second; efficiency = wall ÷ (Σ stage
+worker-seconds ÷ CPUs of the Ray instance), where 1.0 means every CPU busy with stage work for the
+whole run; CPU by process (`CpuAccount`: the CPU seconds of the driver and of every process of the
+local Ray instance during `run_job`, by kind: task workers, embedding actors, our bookkeeping
+actors, Ray Data's own actors, Ray's services; what is outside Σ is process start-up, imports, model
+loading and Ray's own work); MB/s and chunks/s over the wall; the driver's peak RSS; object-store
+requests by kind (s3); chunk-stage MB per worker-second and embed-stage chunks per worker-second;
+GPU utilisation (--device cuda, from `nvidia-smi` every 0.25 s). Then the serial loop (one process,
+one CPU thread, no Ray: read every source, `chunking.chunk_source`,
+`embedding.load_embedder(...).embed` of all chunks, model loading included) and the issue's targets,
+each a ratio measured in this run, with PASS or FAIL.
 """
 
 from __future__ import annotations
@@ -159,6 +162,7 @@ class BuildResult:
     report: dict[str, Any]
     requests: dict[str, int]
     gpu: dict[str, float] | None
+    cpu_by_process: dict[str, float]
 
     @property
     def wall(self) -> dict[str, float]:
@@ -234,7 +238,8 @@ class Target:
 
 
 def child_build(job: dict[str, Any]) -> dict[str, Any]:
-    """One `run_job` in this fresh process, Ray start-up timed apart."""
+    """One `run_job` in this fresh process, Ray start-up timed apart, its CPU accounted by
+    process."""
     import ray
 
     from jobs.pipeline import run_job, start_ray
@@ -244,10 +249,112 @@ def child_build(job: dict[str, Any]) -> dict[str, Any]:
     start_ray(config)
     startup = time.perf_counter() - started
     cpus = ray.cluster_resources().get("CPU", os.cpu_count())
-    report = run_job(config)
+    with CpuAccount() as account:
+        report = run_job(config)
     peak_mb = peak_rss_mb()
     ray.shutdown()
-    return {"startup_s": startup, "cpus": cpus, "peak_rss_mb": peak_mb, "report": report}
+    return {
+        "startup_s": startup,
+        "cpus": cpus,
+        "peak_rss_mb": peak_mb,
+        "report": report,
+        "cpu_by_process": account.by_kind(),
+    }
+
+
+# Kinds of the processes a local build runs, by the title Ray gives each worker process
+# ("ray::<actor class or task>"). A worker title not listed is one of Ray Data's own actors (its
+# stats, autoscaling-coordinator and actor-location actors); a process without a "ray::" title is
+# one of Ray's services (GCS, raylet, dashboard, log and autoscaler monitors), as are its agents.
+TASK_WORKERS = "task workers"  # read+chunk, store and reduce tasks run in these processes
+WORKER_TITLES = {
+    "MapWorker(MapBatches(EmbedActor))": "embedding actors",
+    "StatsCollector": "our bookkeeping actors",
+    "_TopicCounter": "our bookkeeping actors",
+    "IDLE": TASK_WORKERS,  # also an actor's process before its actor is placed there
+    "MapBatches(": TASK_WORKERS,
+    "_reduce_topic": TASK_WORKERS,
+    "get_table_block_metadata_schema": TASK_WORKERS,  # Ray Data's, run in a task worker
+    "DashboardAgent": "Ray services",
+    "RuntimeEnvAgent": "Ray services",
+}
+BOOTING_WORKER = "default_worker.py"  # a worker process's command line before Ray titles it
+CPU_READ_EVERY = 0.2  # seconds
+
+
+class CpuAccount:
+    """CPU seconds spent, between enter and exit, by this process (the driver) and every process
+    under it (the local Ray instance: its services, Ray's own actors and the workers), by kind.
+
+    psutil reads every process every `CPU_READ_EVERY` seconds in a thread, so a process that exits
+    before the end loses its last fraction of a read interval."""
+
+    def __init__(self):
+        self.start: dict[int, float] = {}
+        self.last: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CpuAccount:
+        self.start = {pid: cpu for pid, (_, cpu) in self._read().items()}
+        self.last = {}
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._note(self._read())
+
+    def _run(self) -> None:
+        while not self._stop.wait(CPU_READ_EVERY):
+            self._note(self._read())
+
+    def _note(self, reading: dict[int, tuple[str, float]]) -> None:
+        for pid, (kind, cpu) in reading.items():
+            previous = self.last.get(pid)
+            # a worker process that an actor was placed in is that actor's, start-up included
+            if previous and kind == TASK_WORKERS:
+                kind = previous[0]
+            self.last[pid] = (kind, cpu)
+
+    @staticmethod
+    def _read() -> dict[int, tuple[str, float]]:
+        """Every process's kind and CPU seconds so far (processes that vanish are skipped)."""
+        import psutil
+
+        driver = psutil.Process()
+        reading = {}
+        for process in [driver, *driver.children(recursive=True)]:
+            try:
+                with process.oneshot():
+                    times = process.cpu_times()
+                    command = process.cmdline()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            kind = "driver" if process.pid == driver.pid else process_kind(command)
+            reading[process.pid] = (kind, times.user + times.system)
+        return reading
+
+    def by_kind(self) -> dict[str, float]:
+        """CPU seconds by kind of process, most first."""
+        spent: Counter = Counter()
+        for pid, (kind, cpu) in self.last.items():
+            spent[kind] += cpu - self.start.get(pid, 0.0)
+        return {kind: round(cpu, 3) for kind, cpu in spent.most_common()}
+
+
+def process_kind(command: list[str]) -> str:
+    """The kind of a process of the local Ray instance, from its command line (title)."""
+    title = command[0] if command else ""
+    if not title.startswith("ray::"):
+        booting = any(part.endswith(BOOTING_WORKER) for part in command)
+        return TASK_WORKERS if booting else "Ray services"
+    name = title.removeprefix("ray::")
+    for prefix, kind in WORKER_TITLES.items():
+        if name.startswith(prefix):
+            return kind
+    return "Ray Data's actors"
 
 
 def peak_rss_mb() -> float:
@@ -588,6 +695,7 @@ def run_build(
         peak_rss_mb=out["peak_rss_mb"],
         report=out["report"],
         requests=s3.counter.take() if s3 else {},
+        cpu_by_process=out["cpu_by_process"],
         gpu=(
             sampler.summary(out["report"]["timings"]["stages"]["embed"]["window"])
             if isinstance(sampler, GpuSampler)
@@ -667,6 +775,12 @@ def print_build(result: BuildResult, serial: SerialResult | None) -> None:
         )
     busy = sum(r.worker_s(stage) for stage in r.stages)
     print(f"  {'Σ':<10}{busy:10.2f}  efficiency {fmt(r.efficiency)} (wall ÷ (Σ ÷ CPUs))")
+    spent = sum(r.cpu_by_process.values())
+    kinds = ", ".join(f"{kind} {cpu:.2f}" for kind, cpu in r.cpu_by_process.items())
+    print(
+        f"  CPU by process     {spent:.2f} CPU-s of the wall's {r.total_s * r.cpus:.2f} "
+        f"({spent - busy:.2f} outside Σ): {kinds}"
+    )
     print(
         f"  over the wall      {report['bytes_read'] / MB / r.total_s:.3f} MB/s, "
         f"{c['total'] / r.total_s:.1f} chunks/s ({report['bytes_read'] / MB:.2f} MB read)"
