@@ -61,6 +61,13 @@ from jobs.storage import FileInfo, Storage
 log = logging.getLogger("mdindex.build")
 
 BATCHES_PER_CPU = 4  # automatic batch size: the corpus cut into about this many batches per CPU
+# How long the local Ray instance keeps an idle worker process beyond one per CPU (Ray's default:
+# 1 s). A build's store tasks (no CPU) and per-topic reduces come in bursts while chunk tasks hold
+# the CPUs, so Ray starts extra worker processes for them; killed a second after each burst, they
+# were started again for the next, each paying Python, Ray, pyarrow and our imports (about a
+# CPU-second). On the FastAPI docs (2 CPUs, stand-in model) a cold build started 7-14 task worker
+# processes and took 22.4-26.5 s; keeping them, 4-5 processes and 20.8-23.4 s.
+IDLE_WORKER_KEEP_MS = 60_000
 MIN_BATCH_BYTES, MAX_BATCH_BYTES = 250_000, 16_000_000
 
 
@@ -447,7 +454,8 @@ def embedder_options(config: JobConfig, pool: EmbedPool) -> dict[str, Any]:
 
 def start_ray(config: JobConfig) -> None:
     """Join this process's Ray (a test's) or the cluster RAY_ADDRESS names (`ray job submit` sets
-    it); otherwise start a private local instance, never one that `ray start` left running here."""
+    it); otherwise start a private local instance, never one that `ray start` left running here,
+    which keeps idle worker processes `IDLE_WORKER_KEEP_MS`."""
     if ray.is_initialized():
         return
     # Ray's own INFO lines stay out of the log (ours say what happened; jobs.logs).
@@ -463,5 +471,6 @@ def start_ray(config: JobConfig) -> None:
         num_cpus=config.resources.num_cpus,
         include_dashboard=False,
         logging_level=logging.WARNING,
+        _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS},
     )
     log.info("started a local Ray instance (logs in %s)", context.address_info["session_dir"])
