@@ -61,6 +61,7 @@ from jobs.storage import FileInfo, Storage
 log = logging.getLogger("mdindex.build")
 
 BATCHES_PER_CPU = 4  # automatic batch size: the corpus cut into about this many batches per CPU
+MIN_BATCH_BYTES, MAX_BATCH_BYTES = 250_000, 16_000_000
 # How long the local Ray instance keeps an idle worker process beyond one per CPU (Ray's default:
 # 1 s). A build's store tasks (no CPU) and per-topic reduces come in bursts while chunk tasks hold
 # the CPUs, so Ray starts extra worker processes for them; killed a second after each burst, they
@@ -68,7 +69,6 @@ BATCHES_PER_CPU = 4  # automatic batch size: the corpus cut into about this many
 # CPU-second). On the FastAPI docs (2 CPUs, stand-in model) a cold build started 7-14 task worker
 # processes and took 22.4-26.5 s; keeping them, 4-5 processes and 20.8-23.4 s.
 IDLE_WORKER_KEEP_MS = 60_000
-MIN_BATCH_BYTES, MAX_BATCH_BYTES = 250_000, 16_000_000
 
 
 class InputNotFound(FileNotFoundError):
