@@ -279,42 +279,67 @@ WORKER_TITLES = {
     "RuntimeEnvAgent": "Ray services",
 }
 BOOTING_WORKER = "default_worker.py"  # a worker process's command line before Ray titles it
-CPU_READ_EVERY = 0.2  # seconds
+EXITING = "exiting processes"  # no command line left to read: the kind read before, if any
 
 
-class CpuAccount:
-    """CPU seconds spent, between enter and exit, by this process (the driver) and every process
-    under it (the local Ray instance: its services, Ray's own actors and the workers), by kind.
+class Sampler:
+    """Calls `sample` every `every` seconds in a thread, between enter and exit."""
 
-    psutil reads every process every `CPU_READ_EVERY` seconds in a thread, so a process that exits
-    before the end loses its last fraction of a read interval."""
+    every = 0.25  # seconds
 
     def __init__(self):
-        self.start: dict[int, float] = {}
-        self.last: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> CpuAccount:
-        self.start = {pid: cpu for pid, (_, cpu) in self._read().items()}
-        self.last = {}
+    def __enter__(self):
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self._note(self._read())
 
     def _run(self) -> None:
-        while not self._stop.wait(CPU_READ_EVERY):
-            self._note(self._read())
+        while not self._stop.wait(self.every):
+            self.sample()
+
+    def sample(self) -> None:
+        """Take one sample (each kind of sampler its own)."""
+        raise NotImplementedError
+
+
+class CpuAccount(Sampler):
+    """CPU seconds spent, between enter and exit, by this process (the driver) and every process
+    under it (the local Ray instance: its services, Ray's own actors and the workers), by kind.
+
+    psutil reads every process every `every` seconds in a thread, so a process that exits before
+    the end loses its last fraction of a read interval."""
+
+    every = 0.2
+
+    def __init__(self):
+        super().__init__()
+        self.start: dict[int, float] = {}
+        self.last: dict[int, tuple[str, float]] = {}
+
+    def __enter__(self) -> CpuAccount:
+        self.start = {pid: cpu for pid, (_, cpu) in self._read().items()}
+        self.last = {}
+        return super().__enter__()
+
+    def __exit__(self, *exc) -> None:
+        super().__exit__(*exc)
+        self.sample()
+
+    def sample(self) -> None:
+        self._note(self._read())
 
     def _note(self, reading: dict[int, tuple[str, float]]) -> None:
         for pid, (kind, cpu) in reading.items():
             previous = self.last.get(pid)
-            # a worker process that an actor was placed in is that actor's, start-up included
-            if previous and kind == TASK_WORKERS:
+            # a worker process that an actor was placed in is that actor's, start-up included,
+            # and a process keeps its kind while it exits
+            if previous and kind in (TASK_WORKERS, EXITING):
                 kind = previous[0]
             self.last[pid] = (kind, cpu)
 
@@ -346,7 +371,9 @@ class CpuAccount:
 
 def process_kind(command: list[str]) -> str:
     """The kind of a process of the local Ray instance, from its command line (title)."""
-    title = command[0] if command else ""
+    if not command:
+        return EXITING
+    title = command[0]
     if not title.startswith("ray::"):
         booting = any(part.endswith(BOOTING_WORKER) for part in command)
         return TASK_WORKERS if booting else "Ray services"
@@ -563,28 +590,18 @@ class S3:
         self.server.stop()
 
 
-class GpuSampler:
+class GpuSampler(Sampler):
     """Samples `nvidia-smi` GPU utilisation (the share of its last sample period in which a
     kernel ran) every 0.25 s in a thread, between enter and exit, each with its epoch time."""
 
     def __init__(self):
+        super().__init__()
         self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> GpuSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.25):
-            out = subprocess.run(GPU_QUERY, capture_output=True, text=True).stdout.split()
-            if out:
-                self.samples.append((time.time(), float(out[0])))  # the first GPU
+    def sample(self) -> None:
+        out = subprocess.run(GPU_QUERY, capture_output=True, text=True).stdout.split()
+        if out:
+            self.samples.append((time.time(), float(out[0])))  # the first GPU
 
     def summary(self, window: dict[str, float | None]) -> dict[str, float]:
         """Mean utilisation over the whole build, and over the embed stage's window (from its
