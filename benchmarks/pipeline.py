@@ -806,6 +806,14 @@ def print_build(result: BuildResult, serial: SerialResult | None) -> None:
         f"  per worker-second  chunk {fmt(r.chunk_mb_per_worker_s, '.3f', ' MB')}, "
         f"embed {fmt(r.embed_chunks_per_worker_s, '.0f', ' chunks')}"
     )
+    embed, counted = r.stages["embed"], report["counters"]["embed"]
+    if counted["embedded"]:
+        model, busy = counted["model_seconds"], embed["busy_seconds"]
+        print(
+            f"  embedding model    held {model:.2f} s of the actors' {busy:.2f} busy-s "
+            f"({100 * model / busy:.0f}%); around it {1e6 * (busy - model) / c['embedded']:.0f} "
+            "µs (wall) per chunk embedded"
+        )
     print(f"  driver peak RSS    {r.peak_rss_mb:.0f} MB")
     if r.spec.storage == "s3":
         kinds = ("GET", "PUT", "HEAD", "LIST", "DELETE", "POST")
@@ -821,11 +829,10 @@ def print_build(result: BuildResult, serial: SerialResult | None) -> None:
             f"{fmt(seconds, '.2f', ' s')} window{rate} ({g['embed_samples']:.0f} samples); "
             f"{g['mean_percent']:.0f}% over the whole build ({g['samples']:.0f} samples)"
         )
-        counters = report["counters"]["embed"]
-        if counters["padded_tokens"]:
+        if counted["padded_tokens"]:
             print(
-                f"  token slots        {counters['padded_tokens']:,} computed, "
-                f"{100 * counters['tokens'] / counters['padded_tokens']:.0f}% of them real tokens "
+                f"  token slots        {counted['padded_tokens']:,} computed, "
+                f"{100 * counted['tokens'] / counted['padded_tokens']:.0f}% of them real tokens "
                 "(the rest padding and filler rows)"
             )
     if report.get("failures"):

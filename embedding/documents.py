@@ -61,11 +61,13 @@ class DocVectors:
 @dataclass(frozen=True)
 class Uncached:
     """What `embed_uncached` did: each request's vectors, and the model's work for them: the
-    `tokens` of the texts it embedded and the token slots it computed (`padded_tokens`)."""
+    `tokens` of the texts it embedded, the token slots it computed (`padded_tokens`) and the
+    wall time it held the model (`model_seconds`, see `Embedded`)."""
 
     results: list[DocVectors]
     tokens: int = 0
     padded_tokens: int = 0
+    model_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -116,12 +118,14 @@ def embed_uncached(
             pending.setdefault((request.query, plan.hashes[row]), (request, row))
     computed: dict[tuple[bool, str], tuple[np.ndarray, bool]] = {}
     tokens = padded_tokens = 0
+    model_seconds = 0.0
     for query in (False, True):
         wanted = [key for key in pending if key[0] == query]
         if not wanted:
             continue
         fresh = embedder.embed_encoded(_encoded(embedder, [pending[key] for key in wanted], query))
         tokens, padded_tokens = tokens + fresh.tokens, padded_tokens + fresh.padded_tokens
+        model_seconds += fresh.model_seconds
         cut = set(fresh.truncated_rows)
         computed.update((key, (fresh.vectors[i], i in cut)) for i, key in enumerate(wanted))
     results: list[DocVectors] = []
@@ -141,7 +145,7 @@ def embed_uncached(
         results.append(
             DocVectors(vectors, False, len(rows) - missing, missing, len(truncated), entry)
         )
-    return Uncached(results, tokens, padded_tokens)
+    return Uncached(results, tokens, padded_tokens, model_seconds)
 
 
 def _encoded(embedder: Embedder, rows: list[tuple[DocRequest, int]], query: bool) -> Encoded:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,14 +42,17 @@ DEFAULT_TOKEN_BUDGET = {"cpu": 16384, "cuda": 8192, "mps": 16384}
 
 @dataclass(frozen=True, eq=False)
 class Embedded:
-    """Vectors (n, dim) float32 in input order, which inputs were cut to the model window, and
-    the token slots computed (`padded_tokens`) for the `tokens` the inputs really have."""
+    """Vectors (n, dim) float32 in input order, which inputs were cut to the model window, the
+    token slots computed (`padded_tokens`) for the `tokens` the inputs really have, and the wall
+    time the model was held for them (`model_seconds`: the forward passes, their padded inputs
+    and the copy of the vectors back to the host; on an accelerator, the time it was driven)."""
 
     vectors: np.ndarray
     truncated: int
     truncated_rows: tuple[int, ...] = ()
     tokens: int = 0
     padded_tokens: int = 0
+    model_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,7 @@ class Embedder:
             return Embedded(np.zeros((0, self.dim), dtype=np.float32), 0)
         padded = 0
         with self._model_lock:
+            started = time.perf_counter()
             out = torch.empty((len(ids), self.dim), dtype=torch.float32, device=self._device)
             for batch in plan_batches(
                 [len(row) for row in ids], self.settings.token_budget, self.settings.max_length
@@ -144,6 +149,7 @@ class Embedder:
                 out[torch.tensor(rows, device=self._device)] = vectors[: len(rows)]
                 padded += vectors.shape[0] * batch.length
             result = out.cpu().numpy()
+            held = time.perf_counter() - started
         truncated_rows = tuple(i for i, cut in enumerate(encoded.cut) if cut)
         return Embedded(
             result,
@@ -151,6 +157,7 @@ class Embedder:
             truncated_rows,
             tokens=sum(len(row) for row in ids),
             padded_tokens=padded,
+            model_seconds=held,
         )
 
     def _forward(self, ids: list[Sequence[int]], batch: MicroBatch) -> torch.Tensor:

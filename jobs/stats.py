@@ -248,7 +248,9 @@ class TokenizeStats(StageStats):
 
 @dataclass(frozen=True)
 class EmbedStats(StageStats):
-    """Chunks embedded or taken from the cache, and the model's token slots."""
+    """Chunks embedded or taken from the cache, the model's token slots, and the wall time the
+    actors held their model (`embedding.Embedded.model_seconds`): of the stage's busy seconds,
+    the rest is the actors' own work around it (decoding, cache lookups, Arrow)."""
 
     documents: int = 0
     chunks: int = 0
@@ -260,6 +262,7 @@ class EmbedStats(StageStats):
     questions: int = 0  # qa-pairs.md questions embedded as queries (or taken from the cache)
     tokens: int = 0
     padded_tokens: int = 0
+    model_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -57,12 +57,15 @@ def test_miss_then_hit_returns_bit_identical_vectors(cache):
 
 def test_embed_uncached_writes_nothing_and_hands_back_the_entries_to_write(cache):
     model = embedder(dtype="fp32")
+    started = time.perf_counter()
     done = embed_uncached(model, cache, [request(), request(TEXTS[:2] + ("new text",), "doc-b")])
+    took = time.perf_counter() - started
     [miss, partial] = done.results
     # the model's work: every distinct text once, in token slots at least as many as its tokens
     alone = model.embed_with_stats([*TEXTS, "new text"])
     assert (done.tokens, done.padded_tokens) == (alone.tokens, alone.padded_tokens)
     assert 0 < done.tokens <= done.padded_tokens
+    assert 0 < done.model_seconds <= took  # the model held, within the call
     assert not cache.fs.exists(entry_path(cache)) and not cache.fs.exists(cache.root)
     assert miss.entry.key == CacheKey(STRATEGY, model.key, sha("doc-a"))
     assert miss.entry.text_hashes == text_hashes(TEXTS)
@@ -70,7 +73,8 @@ def test_embed_uncached_writes_nothing_and_hands_back_the_entries_to_write(cache
     assert cache.put_many([miss.entry, partial.entry]) == {}  # written apart, e.g. on a CPU worker
     again = embed_uncached(model, cache, [request(), request(TEXTS[:2] + ("new text",), "doc-b")])
     [hit, hit_b] = again.results
-    assert (again.tokens, again.padded_tokens) == (0, 0)  # all from the cache: no model work
+    # all from the cache: no model work
+    assert (again.tokens, again.padded_tokens, again.model_seconds) == (0, 0, 0.0)
     assert (hit.cache_hit, hit.entry, hit_b.cache_hit) == (True, None, True)
     assert hit.vectors.tobytes() == miss.vectors.tobytes()
     [no_cache] = embed_uncached(model, None, [request()]).results

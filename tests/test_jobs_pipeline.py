@@ -194,6 +194,8 @@ def test_end_to_end_report(local_output):
     assert report["counters"]["embed"]["questions"] > 0  # the qa-pairs.md questions, as queries
     embed = report["counters"]["embed"]  # the model's work: real tokens within the slots computed
     assert 0 < embed["tokens"] <= embed["padded_tokens"]
+    # the model's wall time is part of the actors' busy time, the rest their own work around it
+    assert 0 < embed["model_seconds"] <= stages["embed"]["busy_seconds"] + 1e-3
     assert timings["cpus"] == 2 and timings["efficiency"] > 0
     assert timings["throughput"]["bytes_per_second"] > 0
     assert timings["throughput"]["chunks_per_second"] > 0

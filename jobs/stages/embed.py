@@ -156,4 +156,5 @@ def _counts(requests: list[DocRequest], done: Uncached) -> EmbedStats:
         questions=sum(len(r.texts) for r in requests if r.query),
         tokens=done.tokens,
         padded_tokens=done.padded_tokens,
+        model_seconds=done.model_seconds,
     )
