@@ -138,18 +138,24 @@ class Embedder:
         if not ids:
             return Embedded(np.zeros((0, self.dim), dtype=np.float32), 0)
         padded = 0
+        order: list[int] = []
+        parts: list[torch.Tensor] = []
         with self._model_lock:
             started = time.perf_counter()
-            out = torch.empty((len(ids), self.dim), dtype=torch.float32, device=self._device)
             for batch in plan_batches(
                 [len(row) for row in ids], self.settings.token_budget, self.settings.max_length
             ):
-                rows = list(batch.rows)
-                vectors = self._forward([ids[i] for i in rows], batch)
-                out[torch.tensor(rows, device=self._device)] = vectors[: len(rows)]
+                vectors = self._forward([ids[i] for i in batch.rows], batch)
+                parts.append(vectors[: len(batch.rows)])
+                order.extend(batch.rows)
                 padded += vectors.shape[0] * batch.length
-            result = out.cpu().numpy()
+            # One copy to the host after the last micro-batch: on an accelerator the only wait for
+            # the device in this loop (a per-batch copy of row indices to the device waited for
+            # each batch to finish before the next one's inputs were even built).
+            stacked = torch.cat(parts).cpu().numpy()
             held = time.perf_counter() - started
+        result = np.empty_like(stacked)
+        result[np.asarray(order)] = stacked
         truncated_rows = tuple(i for i, cut in enumerate(encoded.cut) if cut)
         return Embedded(
             result,

@@ -8,6 +8,7 @@ import copy
 import json
 import shutil
 import threading
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -386,6 +387,29 @@ def test_cuda_vectors_match_cpu(dtype):
 @pytest.mark.gpu
 def test_cuda_auto_device_is_cuda():
     assert load_embedder().device.startswith("cuda")
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_embedder_waits_for_the_device_once_per_call():
+    """The micro-batches of a call are queued on the device back to back: the only synchronising
+    call in the embedder's own code is the final copy to the host, however many batches run
+    (torch's sync debug mode warns at each one, naming the Python line that made it)."""
+    import embedding.embedder as module
+
+    gpu = load_embedder(device="cuda", dtype="fp16", token_budget=256)
+    texts = [f"row {i} " * (i * 5) for i in range(1, 40)]  # many lengths: many micro-batches
+    encoded = gpu.encode(texts)
+    gpu.embed_encoded(encoded)  # warm up outside the count
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            done = gpu.embed_encoded(encoded)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    ours = [w for w in caught if w.filename == module.__file__]
+    assert done.padded_tokens > 10 * 256  # more than ten micro-batches ran
+    assert len(ours) == 1, [(w.lineno, str(w.message)) for w in ours]
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
