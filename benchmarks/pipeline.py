@@ -32,7 +32,7 @@ stage, 1.11 over 5.3 s since) and throughput per worker-second; efficiency = wal
 worker-seconds ÷ CPUs of the Ray instance), where 1.0 means every CPU busy with stage work for the
 whole run; CPU by process (`CpuAccount`: the CPU seconds of the driver and of every process of the
 local Ray instance during `run_job`, by kind: task workers, embedding actors, our bookkeeping
-actors, Ray Data's own actors, Ray's services; what is outside Σ is process start-up, imports, model
+actor, Ray Data's own actors, Ray's services; what is outside Σ is process start-up, imports, model
 loading and Ray's own work); MB/s and chunks/s over the wall; the driver's peak RSS; object-store
 requests by kind (s3); chunk-stage MB per worker-second and embed-stage chunks per worker-second;
 GPU utilisation (--device cuda, from `nvidia-smi` every 0.25 s). Then the serial loop (one process,
@@ -269,8 +269,7 @@ def child_build(job: dict[str, Any]) -> dict[str, Any]:
 TASK_WORKERS = "task workers"  # read+chunk, store and reduce tasks run in these processes
 WORKER_TITLES = {
     "MapWorker(MapBatches(EmbedActor))": "embedding actors",
-    "StatsCollector": "our bookkeeping actors",
-    "_TopicCounter": "our bookkeeping actors",
+    "StatsCollector": "our bookkeeping actor",
     "IDLE": TASK_WORKERS,  # also an actor's process before its actor is placed there
     "MapBatches(": TASK_WORKERS,
     "_reduce_topic": TASK_WORKERS,

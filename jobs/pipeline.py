@@ -423,7 +423,9 @@ def topic_summaries(
             },
             **store_stage_args(cpus),
         )
-    yield from reduce_topics(dataset, work.expected, context, reduce_task_options(resources.index))
+    yield from reduce_topics(
+        dataset, work.expected, context, reduce_task_options(resources.index), collector
+    )
 
 
 def chunk_encoder(config: JobConfig) -> tokenizers.Tokenizer | None:

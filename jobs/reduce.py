@@ -2,9 +2,10 @@
 
 Ray Data's group-by waits for every row of the corpus before the first group is reduced (a sort
 shuffle of all chunks and vectors). Here the driver follows the embedding stage's output block by
-block (references only, never the data): a zero-CPU actor counts each block's rows per topic, and
-once a topic has all the rows its plan expects, one Ray task reduces it from the blocks that hold
-them (`jobs.stages.topic.build_and_write`). Topics are written while later ones are still being
+block (references only, never the data): the run's collector actor counts each block's rows per
+topic (`jobs.progress.StatsCollector.count_topics`), and once a topic has all the rows its plan
+expects, one Ray task reduces it from the blocks that hold them
+(`jobs.stages.topic.build_and_write`). Topics are written while later ones are still being
 embedded, and nothing is shuffled.
 """
 
@@ -19,42 +20,29 @@ import pyarrow.compute as pc
 import ray
 from ray.data import Dataset
 
+from jobs.blocks import Span, rows_in
 from jobs.stages.topic import TopicContext, build_and_write
-
-Span = tuple[int, int | None]  # rows [start, end) of a block; end None: to the block's end
-
-
-def _rows(block: pa.Table, span: Span) -> pa.Table:
-    start, end = span
-    return block.slice(start, (block.num_rows if end is None else end) - start)
-
-
-@ray.remote(num_cpus=0)
-class _TopicCounter:
-    """Counts the rows of each topic in the blocks the pipeline yields. One process for the whole
-    run, started with it: as a zero-CPU task, a count waited 1.6-2 s for Ray to start a worker
-    process whenever every worker was busy, and with it the topic's reduce."""
-
-    def count(self, block: pa.Table, span: Span) -> dict[str, int]:
-        """How many rows of each topic a span of a block holds."""
-        return dict(Counter(_rows(block, span).column("topic").to_pylist()))
 
 
 def _reduce_topic(
     topic: str, spans: list[Span], *blocks: pa.Table, context: TopicContext
 ) -> dict[str, Any]:
     """Build and write one topic from its rows in the given block spans."""
-    tables = [_rows(block, span) for block, span in zip(blocks, spans, strict=True)]
+    tables = [rows_in(block, span) for block, span in zip(blocks, spans, strict=True)]
     rows = pa.concat_tables([t.filter(pc.equal(t.column("topic"), topic)) for t in tables])
     return build_and_write(rows, context=context)
 
 
 def reduce_topics(
-    dataset: Dataset, expected: Counter, context: TopicContext, options: dict[str, Any]
+    dataset: Dataset,
+    expected: Counter,
+    context: TopicContext,
+    options: dict[str, Any],
+    collector,
 ) -> Iterator[dict[str, Any]]:
     """Run `dataset` (rows of the pipeline schema) and yield each topic's summary as its reduce
     finishes; `expected` is the number of rows of each topic, `options` the reduce tasks' Ray
-    options."""
+    options, `collector` the run's `StatsCollector` (it counts the rows)."""
     reduce = ray.remote(_reduce_topic).options(**options)
     # Stored once: passed by value, the context (which names every source of the corpus) was
     # copied into each topic's task, driver memory growing with topics x sources.
@@ -62,14 +50,13 @@ def reduce_topics(
     remaining = Counter(expected)
     held: dict[str, list[tuple[Any, Span]]] = {}
     running: list = []
-    counter = _TopicCounter.remote()
     try:
         for bundle in dataset.iter_internal_ref_bundles():
             pieces = [
                 (entry.ref, (part.start_offset, part.end_offset) if part else (0, None))
                 for entry, part in zip(bundle.blocks, bundle.slices, strict=True)
             ]
-            counts = ray.get([counter.count.remote(ref, span) for ref, span in pieces])
+            counts = ray.get([collector.count_topics.remote(ref, span) for ref, span in pieces])
             for piece, found in zip(pieces, counts, strict=True):
                 for topic, count in found.items():
                     held.setdefault(topic, []).append(piece)
@@ -89,5 +76,3 @@ def reduce_topics(
         if running:  # a failed job returns only once none of its topics is still being written
             ray.wait(running, num_returns=len(running))
         raise
-    finally:
-        ray.kill(counter)
