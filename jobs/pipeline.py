@@ -392,8 +392,10 @@ def topic_summaries(
         expected=expected,
         collector=collector,
     )
+    # `from_blocks` (a developer API) keeps the batches as they are and reads their metadata here;
+    # `from_arrow` ran a remote task per batch for it and waited for them before the pipeline began.
     dataset = (
-        ray.data.from_arrow(work.batches)
+        ray.data.from_blocks(work.batches)
         .map_batches(
             read_and_chunk,
             batch_format="pyarrow",
