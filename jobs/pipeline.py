@@ -44,6 +44,7 @@ from jobs.reduce import reduce_topics
 from jobs.report import build_report, key_settings, write_report
 from jobs.resources import (
     EmbedPool,
+    actor_env,
     actor_stage_args,
     embed_batch_size,
     embed_pool,
@@ -378,6 +379,7 @@ def topic_summaries(
         strategy_key=key,
         collector=collector,
         encoder_digest=encoder_digest(encoder) if encoder else None,
+        env=actor_env(pool),
     )
     expected = Expected(
         model=config.embedding.model,

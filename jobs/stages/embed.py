@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,7 @@ class EmbedSettings:
     strategy_key: str = ""
     collector: Any = None  # the run's StatsCollector actor, if any
     encoder_digest: str | None = None  # of the chunk tasks' encoder (None: they tokenize nothing)
+    env: dict[str, str] = field(default_factory=dict)  # set before torch loads (`actor_env`)
 
 
 class EmbedActor:
@@ -63,6 +65,9 @@ class EmbedActor:
     other's model call."""
 
     def __init__(self, settings: EmbedSettings):
+        # Before torch: OpenMP reads its settings when torch loads it, and nothing in this new
+        # process has imported torch yet (this module does not).
+        os.environ.update(settings.env)
         # Imported here, in the actor: the driver never loads torch.
         from embedding import load_embedder
 
