@@ -114,11 +114,21 @@ def faulty_build(docs: Path, output: Path, fault: str, match: str = "") -> tuple
     return child.returncode, child.stderr
 
 
-def previous_output(versions, tmp_path: Path) -> Path:
-    """Version 1 built into a fresh output, to be updated to version 2."""
+@pytest.fixture(scope="module")
+def built_v1(versions, tmp_path_factory) -> Path:
+    """Version 1 built once for the module's local tests (each updates its own copy)."""
     v1, _, _ = versions
-    output = tmp_path / "out"
+    output = tmp_path_factory.mktemp("v1") / "out"
     assert build("--input", str(v1), "--output", str(output)) == 0
+    return output
+
+
+@pytest.fixture
+def previous_output(built_v1, tmp_path) -> Path:
+    """A copy of the version 1 output, to be updated to version 2. Nothing in an output names
+    where it lies, so a copy (bytes and modification times) is what a build there would leave."""
+    output = tmp_path / "out"
+    shutil.copytree(built_v1, output, symlinks=True)
     return output
 
 
@@ -135,14 +145,14 @@ def previous_output(versions, tmp_path: Path) -> Path:
     ],
 )
 def test_a_failure_before_the_switch_leaves_the_previous_output_whole_and_a_rerun_converges(
-    versions, tmp_path, fault, match, error, temporary
+    versions, previous_output, fault, match, error, temporary
 ):
     """After the new chunk files, before index.json: exit 1 naming the error; every file of the
     previous output as it was, so the old index.json still gives every text it gave (chunk files
     used to be rewritten in place before it); the only new files are chunk files no index.json
     names (and the crash's temporary file); a re-run removes them and gives a clean build."""
     _, v2, clean = versions
-    output = previous_output(versions, tmp_path)
+    output = previous_output
     before = stored(LOCAL, str(output))
 
     code, stderr = faulty_build(v2, output, fault, match)
@@ -159,11 +169,11 @@ def test_a_failure_before_the_switch_leaves_the_previous_output_whole_and_a_reru
 
 
 @pytest.mark.slow
-def test_a_read_only_output_fails_the_build_and_is_left_as_it_was(versions, tmp_path):
+def test_a_read_only_output_fails_the_build_and_is_left_as_it_was(versions, previous_output):
     """EROFS on every write under the output (the cache's included: warnings): exit 1 naming
     the error, and not one byte of the output changed, its report and cache included."""
     _, v2, _ = versions
-    output = previous_output(versions, tmp_path)
+    output = previous_output
     everything = {path: LOCAL.cat_file(path) for path in LOCAL.find(str(output))}
 
     code, stderr = faulty_build(v2, output, "read-only")
