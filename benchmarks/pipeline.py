@@ -28,12 +28,15 @@ stage's worker-seconds (the CPU time of its worker processes), busy-seconds (the
 calls, longer when the stages wait for each other's CPU), window (from its first call's start to its
 last call's end), "at once" (busy ÷ window: how many of its calls ran at a time, on average; a cold
 tldr-en build on 2 CPUs: chunk 0.62 over a 7.6 s window while Ray Data held a CPU for the store
-stage, 1.11 over 5.3 s since) and throughput per worker-second; efficiency = wall ÷ (Σ stage
+stage, 1.11 over 5.3 s since) and throughput per worker-second; a timeline (each stage's window in
+seconds after run_job began: a small edit's chunking ends seconds before the embedding actor's first
+call); efficiency = wall ÷ (Σ stage
 worker-seconds ÷ CPUs of the Ray instance), where 1.0 means every CPU busy with stage work for the
 whole run; CPU by process (`CpuAccount`: the CPU seconds of the driver and of every process of the
 local Ray instance during `run_job`, by kind: task workers, embedding actors, our bookkeeping
-actor, Ray Data's own actors, Ray's services; what is outside Σ is process start-up, imports, model
-loading and Ray's own work); MB/s and chunks/s over the wall; the driver's peak RSS; object-store
+actor, Ray Data's own actors, Ray's services, with how many of each started during run_job; what is
+outside Σ is process start-up, imports, model loading and Ray's own work); MB/s and chunks/s over
+the wall; the driver's peak RSS; object-store
 requests by kind (s3); chunk-stage MB per worker-second and embed-stage chunks per worker-second;
 GPU utilisation (--device cuda, from `nvidia-smi` every 0.25 s). Then the serial loop (one process,
 one CPU thread, no Ray: read every source, `chunking.chunk_source`,
@@ -163,6 +166,8 @@ class BuildResult:
     requests: dict[str, int]
     gpu: dict[str, float] | None
     cpu_by_process: dict[str, float]
+    started: dict[str, int]  # processes started during run_job, by kind
+    began: float  # epoch seconds, the child's clock, when run_job was called
 
     @property
     def wall(self) -> dict[str, float]:
@@ -250,6 +255,7 @@ def child_build(job: dict[str, Any]) -> dict[str, Any]:
     startup = time.perf_counter() - started
     cpus = ray.cluster_resources().get("CPU", os.cpu_count())
     with CpuAccount() as account:
+        began = time.time()
         report = run_job(config)
     peak_mb = peak_rss_mb()
     ray.shutdown()
@@ -259,6 +265,8 @@ def child_build(job: dict[str, Any]) -> dict[str, Any]:
         "peak_rss_mb": peak_mb,
         "report": report,
         "cpu_by_process": account.by_kind(),
+        "started": account.started(),
+        "began": began,
     }
 
 
@@ -366,6 +374,11 @@ class CpuAccount(Sampler):
         for pid, (kind, cpu) in self.last.items():
             spent[kind] += cpu - self.start.get(pid, 0.0)
         return {kind: round(cpu, 3) for kind, cpu in spent.most_common()}
+
+    def started(self) -> dict[str, int]:
+        """How many processes of each kind started during the account (each paid Python's start
+        and its imports)."""
+        return dict(Counter(kind for pid, (kind, _) in self.last.items() if pid not in self.start))
 
 
 def process_kind(command: list[str]) -> str:
@@ -712,6 +725,8 @@ def run_build(
         report=out["report"],
         requests=s3.counter.take() if s3 else {},
         cpu_by_process=out["cpu_by_process"],
+        started=out["started"],
+        began=out["began"],
         gpu=(
             sampler.summary(out["report"]["timings"]["stages"]["embed"]["window"])
             if isinstance(sampler, GpuSampler)
@@ -789,10 +804,14 @@ def print_build(result: BuildResult, serial: SerialResult | None) -> None:
             f"  {name:<10}{stage.get('worker_seconds', 0):10.2f}{busy:9.2f}"
             f"{fmt(window, '.2f'):>9}{fmt(busy / window if window else None, '.2f'):>9}  {rates}"
         )
+    print(f"  timeline           {timeline(r)}")
     busy = sum(r.worker_s(stage) for stage in r.stages)
     print(f"  {'Σ':<10}{busy:10.2f}  efficiency {fmt(r.efficiency)} (wall ÷ (Σ ÷ CPUs))")
     spent = sum(r.cpu_by_process.values())
-    kinds = ", ".join(f"{kind} {cpu:.2f}" for kind, cpu in r.cpu_by_process.items())
+    kinds = ", ".join(
+        f"{kind} {cpu:.2f}" + (f" ({r.started[kind]} started)" if r.started.get(kind) else "")
+        for kind, cpu in r.cpu_by_process.items()
+    )
     print(
         f"  CPU by process     {spent:.2f} CPU-s of the wall's {r.total_s * r.cpus:.2f} "
         f"({spent - busy:.2f} outside Σ): {kinds}"
@@ -836,6 +855,18 @@ def print_build(result: BuildResult, serial: SerialResult | None) -> None:
             )
     if report.get("failures"):
         print(f"  failures           {len(report['failures'])} sources failed")
+
+
+def timeline(result: BuildResult) -> str:
+    """Each stage's window in seconds after run_job began, then run_job's end: where a build
+    waits (e.g. chunking done long before the embedding actor's first call) shows here."""
+    spans = [
+        f"{name} {stage['window']['start'] - result.began:.1f}-"
+        f"{stage['window']['end'] - result.began:.1f}"
+        for name, stage in result.stages.items()
+        if (stage.get("window") or {}).get("start") is not None
+    ]
+    return f"s after run_job began: {', '.join(spans)}; end {result.total_s:.1f}"
 
 
 def rate_text(key: str, value: float) -> str:
