@@ -30,14 +30,13 @@ last call's end), "at once" (busy ÷ window: how many of its calls ran at a time
 tldr-en build on 2 CPUs: chunk 0.62 over a 7.6 s window while Ray Data held a CPU for the store
 stage, 1.11 over 5.3 s since) and throughput per worker-second; a timeline (each stage's window in
 seconds after run_job began: a small edit's chunking ends seconds before the embedding actor's first
-call); efficiency = wall ÷ (Σ stage
-worker-seconds ÷ CPUs of the Ray instance), where 1.0 means every CPU busy with stage work for the
-whole run; CPU by process (`CpuAccount`: the CPU seconds of the driver and of every process of the
-local Ray instance during `run_job`, by kind: task workers, embedding actors, our bookkeeping
-actor, Ray Data's own actors, Ray's services, with how many of each started during run_job; what is
-outside Σ is process start-up, imports, model loading and Ray's own work); MB/s and chunks/s over
-the wall; the driver's peak RSS; object-store
-requests by kind (s3); chunk-stage MB per worker-second and embed-stage chunks per worker-second;
+call); efficiency = wall ÷ (Σ stage worker-seconds ÷ CPUs of the Ray instance), where 1.0 means
+every CPU busy with stage work for the whole run; CPU by process (`CpuAccount`: the CPU seconds of
+the driver and of every process of the local Ray instance during `run_job`, by kind: task workers,
+embedding actors, our bookkeeping actor, Ray Data's own actors, Ray's services, with how many of
+each started during run_job; what is outside Σ is process start-up, imports, model loading and
+Ray's own work); MB/s and chunks/s over the wall; the driver's peak RSS; object-store requests by
+kind (s3); chunk-stage MB per worker-second and embed-stage chunks per worker-second;
 GPU utilisation (--device cuda, from `nvidia-smi` every 0.25 s). Then the serial loop (one process,
 one CPU thread, no Ray: read every source, `chunking.chunk_source`,
 `embedding.load_embedder(...).embed` of all chunks, model loading included) and the issue's targets,

@@ -125,8 +125,9 @@ def built_v1(versions, tmp_path_factory) -> Path:
 
 @pytest.fixture
 def previous_output(built_v1, tmp_path) -> Path:
-    """A copy of the version 1 output, to be updated to version 2. Nothing in an output names
-    where it lies, so a copy (bytes and modification times) is what a build there would leave."""
+    """A copy of the version 1 output, to be updated to version 2. Nothing a build reads from its
+    output names where that output lies (the run's report does; no build reads it), so a copy
+    (bytes and modification times) is what a build there would have left."""
     output = tmp_path / "out"
     shutil.copytree(built_v1, output, symlinks=True)
     return output
