@@ -7,6 +7,7 @@ applies in a process's main thread (where Ray runs a task) and is not set elsewh
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -21,6 +22,18 @@ class _Expired(BaseException):
     """Raised by the timer; a BaseException, so no `except Exception` on the way catches it."""
 
 
+def _dropping_expired(hook: Callable) -> Callable:
+    """`sys.unraisablehook` for a budgeted call: an `_Expired` raised where Python drops it (in a
+    `__del__` or a gc callback) is no error to report, since the repeating timer raises it again
+    where it stops the call; anything else goes to `hook`."""
+
+    def dropping(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, _Expired):
+            hook(unraisable)
+
+    return dropping
+
+
 def within_budget(seconds: float | None, call: Callable[[], T]) -> T:
     """`call()`, stopped with ChunkingError(CHUNKING_TIMEOUT) after `seconds` (None or 0: no
     budget; outside a main thread neither)."""
@@ -33,6 +46,8 @@ def within_budget(seconds: float | None, call: Callable[[], T]) -> T:
             raise _Expired
 
     previous = signal.signal(signal.SIGALRM, expire)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _dropping_expired(previous_hook)
     try:
         # Repeating: an exception raised where Python drops it (a gc callback) is raised again.
         signal.setitimer(signal.ITIMER_REAL, seconds, _REPEAT)
@@ -52,3 +67,4 @@ def within_budget(seconds: float | None, call: Callable[[], T]) -> T:
         armed[0] = False  # also when the signal landed before the inner `try`
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        sys.unraisablehook = previous_hook
