@@ -57,10 +57,11 @@ def embed_pool(resources: EmbedResources, cpus: float, batches: int) -> EmbedPoo
 
     GPU pools default to one actor with one CPU. A CPU pool runs `auto_threads` torch threads per
     actor and as many actors as `cpus` holds, but no more than there are `batches` (2 CPUs: two
-    actors with one thread each); a set actor count (its largest, if it autoscales) shares the
-    CPUs: one actor on 2 CPUs runs two threads. Its
-    actors reserve no logical CPU, so chunk tasks run on every CPU while there is chunking to do
-    (then the two share the cores), and the actors' threads have the whole machine after."""
+    actors with one thread each). Fewer actors than that, whether `batches` or the config sets
+    their count (its largest, if it autoscales), share the CPUs: one actor on 2 CPUs runs two
+    threads. Its actors reserve no logical CPU, so chunk tasks run on every CPU while there is
+    chunking to do (then the two share the cores), and the actors' threads have the whole machine
+    after."""
     if resources.num_gpus > 0:
         actors = resources.actors or 1
         num_cpus = resources.num_cpus if resources.num_cpus is not None else 1.0
@@ -71,11 +72,8 @@ def embed_pool(resources: EmbedResources, cpus: float, batches: int) -> EmbedPoo
         threads = _threads(resources.num_cpus)
         actors = resources.actors or max(1, int(cpus // threads))
         return EmbedPool(actors, resources.max_actors, resources.num_cpus, 0.0, threads)
-    if resources.actors:
-        threads = max(1, int(cpus // (resources.max_actors or resources.actors)))
-        return EmbedPool(resources.actors, resources.max_actors, 0.0, 0.0, threads)
-    threads = auto_threads(cpus)
-    actors = max(1, min(batches, int(cpus // threads)))
+    actors = resources.actors or max(1, min(batches, int(cpus // auto_threads(cpus))))
+    threads = max(1, int(cpus // max(actors, resources.max_actors or 0)))
     return EmbedPool(actors, resources.max_actors, 0.0, 0.0, threads)
 
 

@@ -90,7 +90,11 @@ def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_stay_explicit():
     assert (two.actors, two.threads, two.num_cpus, two.num_gpus) == (2, 1, 0.0, 0.0)
     sixteen = embed_pool(EmbedResources(), 16, batches=64)
     assert (sixteen.actors, sixteen.threads, sixteen.num_cpus) == (8, 2, 0.0)
-    assert embed_pool(EmbedResources(), 16, batches=3).actors == 3  # no idle actor loading a model
+    # no idle actor loading a model: fewer batches, fewer actors, whose threads share the CPUs
+    few = embed_pool(EmbedResources(), 16, batches=3)
+    assert (few.actors, few.threads) == (3, 5)
+    tiny = embed_pool(EmbedResources(), 2, batches=1)
+    assert (tiny.actors, tiny.threads) == (1, 2)
     explicit = embed_pool(EmbedResources(actors=2, num_cpus=0.5), 16, batches=1)
     assert (explicit.actors, explicit.threads, explicit.num_cpus) == (2, 1, 0.5)
     # a set actor count shares the CPUs between its actors' threads (its largest, if it scales)
