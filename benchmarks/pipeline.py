@@ -23,8 +23,9 @@ configs/local.yaml plus `--set` overrides, then `jobs.pipeline.run_job`, in a fr
 that times Ray start-up (`jobs.pipeline.start_ray`) apart from `run_job` and reads the driver's
 peak RSS.
 
-Printed per build: Ray start-up; wall seconds per phase (the report's `timings.wall_seconds`); each
-stage's worker-seconds (the CPU time of its worker processes), busy-seconds (the wall time of its
+Printed per build: Ray start-up; the embedding pool that ran (the report's `timings.embed_pool`);
+wall seconds per phase (the report's `timings.wall_seconds`); each stage's worker-seconds (the CPU
+time of its worker processes), busy-seconds (the wall time of its
 calls, longer when the stages wait for each other's CPU), window (from its first call's start to its
 last call's end), "at once" (busy ÷ window: how many of its calls ran at a time, on average; a cold
 tldr-en build on 2 CPUs: chunk 0.62 over a 7.6 s window while Ray Data held a CPU for the store
@@ -776,6 +777,8 @@ def print_build(result: BuildResult, serial: SerialResult | None) -> None:
     print(f"\n== {r.spec.label} ==")
     phases = ", ".join(f"{k} {v:.2f}" for k, v in r.wall.items() if k != "total")
     print(f"  Ray start-up       {r.startup_s:8.2f} s   ({r.cpus:g} CPUs)")
+    if pool := report["timings"].get("embed_pool"):
+        print(f"  embedding pool     {pool['label']}")
     print(f"  run_job wall       {r.total_s:8.2f} s   ({phases})")
     versus = (
         f"   = {(r.startup_s + r.total_s) / serial.seconds:.2f}x the serial loop" if serial else ""

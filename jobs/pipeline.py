@@ -83,6 +83,7 @@ class Built:
     summaries: dict[str, dict[str, Any]]
     stats: RunStats
     cpus: float
+    pool: EmbedPool | None = None  # the embedding pool of the run's (first) pipeline
 
 
 def settings_key(config: JobConfig) -> str:
@@ -190,6 +191,7 @@ def run_job(config: JobConfig) -> dict[str, Any]:
         },
         wall=wall,
         cpus=built.cpus,
+        pool=built.pool.to_dict() if built.pool else None,
         facts={
             "input": source.uri(),
             "output": output.uri(),
@@ -223,6 +225,7 @@ def build_topics(
     work = prepare_work(config, work_rows(topics, plan, previous, sizes, carry=True), cpus)
     goal = Goal(sources=work.sources, bytes=work.bytes, topics=len(topics))
     summaries: dict[str, dict[str, Any]] = {}
+    first_pool = None
 
     def status(elapsed: float) -> str:
         return progress_line(ray.get(collector.total.remote()), goal, elapsed)
@@ -231,7 +234,12 @@ def build_topics(
         with Heartbeat(status):
             for carry in (True, False):
                 recarry = set()
-                for summary in topic_summaries(config, plan, work, source, output, collector, cpus):
+                pool = embed_pool(config.resources.embed, cpus, len(work.batches))
+                first_pool = first_pool or pool
+                log.info("embedding pool: %s", pool.label())
+                for summary in topic_summaries(
+                    config, plan, work, source, output, collector, cpus, pool
+                ):
                     if "recarry" in summary:
                         recarry.add(summary["topic"])
                         continue
@@ -251,7 +259,7 @@ def build_topics(
         stats = ray.get(collector.total.remote())
     finally:
         ray.kill(collector)
-    return Built(summaries, stats, cpus)
+    return Built(summaries, stats, cpus, first_pool)
 
 
 def work_rows(
@@ -345,14 +353,14 @@ def topic_summaries(
     output: Storage,
     collector,
     cpus: float,
+    pool: EmbedPool,
 ) -> Iterator[dict]:
     """Run the Ray Data pipeline over `work`; yield one summary per rebuilt topic as it finishes.
 
-    Stages: read and chunk (CPU tasks, batches packed by size), embed (actor pool), write the
+    Stages: read and chunk (CPU tasks, batches packed by size), embed (actor `pool`), write the
     new cache entries (CPU tasks), then each topic built and written as soon as all its rows are
     embedded (`jobs.reduce`)."""
     resources = config.resources
-    pool = embed_pool(resources.embed, cpus, len(work.batches))
     embed_rows = embed_batch_size(
         resources.embed.batch_size,
         pool,

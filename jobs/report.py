@@ -63,8 +63,10 @@ def build_report(
     wall: dict[str, float],
     cpus: float,
     facts: dict[str, Any],
+    pool: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The report document: counts, timings with throughput, failures sorted by path."""
+    """The report document: counts, timings with throughput and the embedding `pool` that ran
+    (None: no pipeline ran), failures sorted by path."""
     failures = sorted(failures, key=lambda f: (f["path"], f["code"]))
     total = wall["total"]
 
@@ -136,6 +138,7 @@ def build_report(
                 "chunks_per_second": per_wall(stats.index.chunks),
             },
             "cpus": cpus,
+            "embed_pool": pool,
             "efficiency": round(total / (worker_seconds / cpus), 3) if worker_seconds else None,
         },
         "counters": stats.to_dict(),

@@ -168,6 +168,7 @@ def _stages(report: dict[str, Any]) -> str:
             [
                 ("efficiency (wall time / worker-seconds per CPU)", timings.get("efficiency")),
                 ("CPUs", timings.get("cpus")),
+                ("embedding pool", (timings.get("embed_pool") or {}).get("label")),
                 ("wall seconds", wall.get("total")),
                 ("MB/s overall", (throughput.get("bytes_per_second") or 0) / 1e6),
                 ("chunks/s overall", throughput.get("chunks_per_second")),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ray.data import ActorPoolStrategy, TaskPoolStrategy
@@ -50,6 +50,19 @@ class EmbedPool:
     num_cpus: float
     num_gpus: float
     threads: int
+
+    def label(self) -> str:
+        """The pool in words, e.g. "1 actor × 2 torch threads, on CPU"."""
+        scales = self.max_actors is not None and self.max_actors != self.actors
+        count = f"{self.actors}-{self.max_actors}" if scales else str(self.actors)
+        noun = "actor" if count == "1" else "actors"
+        threads = f"{self.threads} torch thread" + ("" if self.threads == 1 else "s")
+        place = f"{self.num_gpus:g} GPU each" if self.num_gpus else "on CPU"
+        return f"{count} {noun} × {threads}, {place}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The pool as the run report records it (its fields and its label)."""
+        return {**asdict(self), "label": self.label()}
 
 
 def embed_pool(resources: EmbedResources, cpus: float, batches: int) -> EmbedPool:

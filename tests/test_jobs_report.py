@@ -57,6 +57,10 @@ def test_report_html_shows_every_section_from_the_report_data(built):
     assert not re.search(r"""(src|href)=|<script|<link|@import|url\(""", page)  # self-contained
     assert "sources_failed" in page and "exit code <b>3</b>" in page
     assert "chunking.strategy" in page and "embedding.model" in page
+    # the pool that ran: this corpus is one chunk batch, so one actor, its threads on both CPUs
+    pool = report["timings"]["embed_pool"]
+    assert report["timings"]["cpus"] == 2 and (pool["actors"], pool["threads"]) == (1, 2)
+    assert pool["label"] == "1 actor × 2 torch threads, on CPU" and pool["label"] in page
     charts = svgs(page)
     titles = [chart.find("{http://www.w3.org/2000/svg}title").text for chart in charts]
     assert titles == [

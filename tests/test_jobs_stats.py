@@ -105,6 +105,8 @@ def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_stay_explicit():
     assert embed_pool(EmbedResources(actors=4), 2, batches=8).threads == 1
     gpu = embed_pool(EmbedResources(num_gpus=1, max_actors=4), 64, batches=1)
     assert (gpu.actors, gpu.max_actors, gpu.num_cpus, gpu.num_gpus) == (1, 4, 1.0, 1)
+    assert gpu.label() == "1-4 actors × 1 torch thread, 1 GPU each"
+    assert two.label() == "2 actors × 1 torch thread, on CPU"
 
 
 def test_a_gpu_pool_embeds_calls_of_sources_that_fill_its_fixed_shape_micro_batches():
