@@ -63,7 +63,7 @@ def build_report(
     wall: dict[str, float],
     cpus: float,
     facts: dict[str, Any],
-    pool: dict[str, Any] | None = None,
+    pool: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The report document: counts, timings with throughput and the embedding `pool` that ran
     (None: no pipeline ran), failures sorted by path."""
