@@ -27,7 +27,11 @@ def test_cluster_gpu_config_is_the_gpu_setup():
     config = load_config(str(ROOT / "configs" / "cluster-gpu.yaml"))
     assert config.embedding.model == "mixedbread-ai/mxbai-embed-large-v1"
     assert config.embedding.dtype == "fp16"
-    assert config.resources.embed.num_gpus == 1
+    embed = config.resources.embed
+    assert embed.actors * embed.num_gpus == 1  # two actors share the first GPU node's GPU
+    workers = yaml.safe_load((ROOT / "cluster.yaml").read_text())["available_node_types"]
+    assert embed.max_actors * embed.num_gpus == workers["gpu_worker"]["max_workers"]
+    assert embed.num_cpus * embed.actors == 4  # half a g5.2xlarge's CPUs: the rest chunk
     assert all(uri.startswith("s3://") for uri in (config.input, config.output, config.cache))
 
 
