@@ -23,7 +23,8 @@ configs/local.yaml plus `--set` overrides, then `jobs.pipeline.run_job`, in a fr
 that times Ray start-up (`jobs.pipeline.start_ray`) apart from `run_job` and reads the driver's
 peak RSS.
 
-Printed per build: Ray start-up; the embedding pool that ran (the report's `timings.embed_pool`);
+Printed per build: Ray start-up; the embedding pool that ran (the report's `timings.embed_pool`)
+and its model key (with the dtype, device and token budget the machine resolved);
 wall seconds per phase (the report's `timings.wall_seconds`); each stage's worker-seconds (the CPU
 time of its worker processes), busy-seconds (the wall time of its
 calls, longer when the stages wait for each other's CPU), window (from its first call's start to its
@@ -779,6 +780,8 @@ def print_build(result: BuildResult, serial: SerialResult | None) -> None:
     print(f"  Ray start-up       {r.startup_s:8.2f} s   ({r.cpus:g} CPUs)")
     if pool := report["timings"].get("embed_pool"):
         print(f"  embedding pool     {pool['label']}")
+    for key in report["counters"]["embed"]["model_keys"]:
+        print(f"  model key          {key}")
     print(f"  run_job wall       {r.total_s:8.2f} s   ({phases})")
     versus = (
         f"   = {(r.startup_s + r.total_s) / serial.seconds:.2f}x the serial loop" if serial else ""

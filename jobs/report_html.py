@@ -90,6 +90,8 @@ def _outcome(report: dict[str, Any]) -> str:
     css = {"ok": "ok", "sources_failed": "warn"}.get(status, "bad")
     facts = ("input", "output", "cache", "model", "strategy")
     rows = [(k, report[k]) for k in facts if k in report]
+    keys = report.get("counters", {}).get("embed", {}).get("model_keys")
+    rows += [("model keys", ", ".join(keys))] if keys else []
     rows += [("finished", report["finished_at"])] if "finished_at" in report else []
     rows += _flatten(report.get("settings", {}))
     if "error" in report:

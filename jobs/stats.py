@@ -203,6 +203,22 @@ class Notes(Stats):
 
 
 @dataclass(frozen=True)
+class Names(Stats):
+    """Distinct names (e.g. the model keys the embedding actors used), sorted."""
+
+    names: tuple[str, ...] = ()
+
+    def __add__(self, other: Names) -> Names:
+        if type(other) is not type(self):
+            return NotImplemented
+        return Names(tuple(sorted(set(self.names) | set(other.names))))
+
+    def to_dict(self) -> list[str]:  # type: ignore[override]
+        """The names, sorted."""
+        return list(self.names)
+
+
+@dataclass(frozen=True)
 class StageStats(Stats):
     """The time a stage's calls took (see the module docstring); its counters are added by each
     stage's own record."""
@@ -263,6 +279,9 @@ class EmbedStats(StageStats):
     tokens: int = 0
     padded_tokens: int = 0
     model_seconds: float = 0.0
+    # The actors' model keys (`embedding.Embedder.key`): the cache namespace of their vectors,
+    # naming what the config leaves to the machine: weights digest, dtype, device, token budget.
+    model_keys: Names = dataclasses.field(default_factory=Names)
 
 
 @dataclass(frozen=True)

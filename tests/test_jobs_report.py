@@ -11,10 +11,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import torch
 
+from embedding.embedder import resolve_dtype
 from jobs.cli import main as mdindex
 from jobs.reindex import main
 from jobs.report_html import render_html, token_bins
+from tests.embedding_support import embedder
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "fixtures" / "corpus"
@@ -61,6 +64,9 @@ def test_report_html_shows_every_section_from_the_report_data(built):
     pool = report["timings"]["embed_pool"]
     assert report["timings"]["cpus"] == 2 and (pool["actors"], pool["threads"]) == (1, 2)
     assert pool["label"] == "1 actor × 2 torch threads, on CPU" and pool["label"] in page
+    # the key the actors' model had: what `dtype: auto` resolved to on this machine, the digest
+    model = embedder(dtype=resolve_dtype("auto", torch.device("cpu")))
+    assert report["counters"]["embed"]["model_keys"] == [model.key] and model.key in page
     charts = svgs(page)
     titles = [chart.find("{http://www.w3.org/2000/svg}title").text for chart in charts]
     assert titles == [

@@ -18,6 +18,7 @@ from jobs.stats import (
     EmbedStats,
     Histogram,
     IndexStats,
+    Names,
     RunStats,
     SharedClock,
     Slowest,
@@ -31,6 +32,8 @@ def test_records_add_field_by_field_and_nest():
     total = one + two + RunStats(embed=EmbedStats(embedded=6, cache_hits=1))
     assert total.chunk == ChunkStats(sources=3, bytes=150, chunks=7, seconds=0.75)
     assert total.embed.embedded == 6 and total.index == IndexStats()
+    keys = [EmbedStats(model_keys=Names((k,))) for k in ("m-cuda-b8192", "m-cpu", "m-cuda-b8192")]
+    assert sum(keys, EmbedStats()).to_dict()["model_keys"] == ["m-cpu", "m-cuda-b8192"]
     assert total.to_dict()["chunk"] == {
         "sources": 3,
         "bytes": 150,

@@ -34,7 +34,7 @@ from jobs.records import (
     vectors_to_bytes,
     with_columns,
 )
-from jobs.stats import EmbedStats, RunStats, SharedClock
+from jobs.stats import EmbedStats, Names, RunStats, SharedClock
 
 # Cache namespace (the strategy-key level of seed 000's layout) of qa-pairs.md questions, which
 # are embedded as queries and cached like chunks (seed 000 section 6: "with caching").
@@ -116,7 +116,7 @@ class EmbedActor:
             written["vectors"][i] = vectors_to_bytes(result.vectors)
             written["dim"][i] = self.embedder.dim
             written["cache_entry"][i] = entry_to_json(result.entry) if result.entry else None
-        return with_columns(batch, written), _counts(requests, done)
+        return with_columns(batch, written), _counts(requests, done, self.embedder.key)
 
     def _request(
         self,
@@ -143,8 +143,9 @@ class EmbedActor:
         return None
 
 
-def _counts(requests: list[DocRequest], done: Uncached) -> EmbedStats:
-    """The stage's counts of one batch (summed here once, not a record added per document)."""
+def _counts(requests: list[DocRequest], done: Uncached, model_key: str) -> EmbedStats:
+    """The stage's counts of one batch (summed here once, not a record added per document), and
+    the key of the model that embedded it."""
     passages = [
         (r, result) for r, result in zip(requests, done.results, strict=True) if not r.query
     ]
@@ -162,4 +163,5 @@ def _counts(requests: list[DocRequest], done: Uncached) -> EmbedStats:
         tokens=done.tokens,
         padded_tokens=done.padded_tokens,
         model_seconds=done.model_seconds,
+        model_keys=Names((model_key,)),
     )
