@@ -7,14 +7,15 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from embedding.attention_mask import model_mask, takes_broadcast_mask
-from embedding.batching import MicroBatch, plan_batches, rows_per_batch
+from embedding.attention_mask import model_mask, probe_batch, takes_broadcast_mask
+from embedding.batching import MicroBatch, bucket_length, plan_batches, rows_per_batch
+from embedding.cuda_graphs import graphed
 from embedding.encoder import (
     Encoded,
     encode,
@@ -35,10 +36,11 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 POOLINGS = ("mean", "cls")
 # Padded tokens per micro-batch (measured on a 2-core AVX2 CPU: 16384 beat 2048-8192 by 5-25%).
 # GPUs fill every micro-batch to its full row count (a fixed shape), so a call pays up to a whole
-# micro-batch per length bucket, while a small model's micro-batch is too little work for the time
-# the host takes to launch it. Measured on an H100 (fp16, 6,000 FastAPI chunks in one call): a
-# BERT-large-sized model peaked at 8192 (2,516 chunks/s; 1,923 at 4096, 2,256 at 32768), MiniLM
-# at 32768 (23,746 chunks/s; 9,842 at 8192, 22,121 at 65536).
+# micro-batch per length bucket. Run eagerly, a small model's micro-batch is too little work for the
+# time the host takes to launch it. Measured on an H100 (fp16, 6,000 FastAPI chunks in one call,
+# eager): a BERT-large-sized model peaked at 8192 (2,516 chunks/s; 1,923 at 4096, 2,256 at 32768),
+# MiniLM at 32768 (23,746 chunks/s; 9,842 at 8192, 22,121 at 65536). From CUDA graphs, MiniLM did
+# as well at 8192 as at 32768 (H200: 28,454 and 27,566), with less filler.
 DEFAULT_TOKEN_BUDGET = {"cpu": 16384, "cuda": 8192, "mps": 16384}
 SMALL_MODEL_PARAMETERS = 50_000_000  # MiniLM-L6: 22.7M; BERT-base: 110M
 SMALL_MODEL_CUDA_BUDGET = 32768
@@ -69,6 +71,7 @@ class EmbedderSettings:
     dtype: str
     query_prefix: str
     token_budget: int
+    cuda_graphs: bool  # the forward passes replay from CUDA graphs (`embedding.cuda_graphs`)
 
 
 class Embedder:
@@ -76,23 +79,26 @@ class Embedder:
 
     Threads may share one: tokenizing and the model each take one call at a time, so one thread
     tokenizes while another runs the model (a build's embedding actor runs two batches at once:
-    one batch's cache lookups and tokens overlap the other's model call)."""
+    one batch's cache lookups and tokens overlap the other's model call).
+
+    `settings.cuda_graphs` asks for CUDA graphs; the embedder keeps them only for a model that
+    takes the broadcast padding mask and whose graph gives the bits of an eager call, and its
+    `settings` and `key` say which it runs."""
 
     def __init__(
         self,
         *,
         name: str,
-        key: str,
+        label: str,
+        digest: str,
         model,
         tokenizer,
         settings: EmbedderSettings,
         device: torch.device,
     ):
         self.name = name
-        self.key = key
         self.model = model
         self.tokenizer = tokenizer
-        self.settings = settings
         self.device = str(device)
         self.dim = int(model.config.hidden_size)
         self._device = device
@@ -106,7 +112,18 @@ class Embedder:
         self._filler = self._encoder.encode("").ids or [self._pad_id]
         self._tokenizer_lock = threading.Lock()  # one tokenizer call at a time
         self._model_lock = threading.Lock()  # one model call at a time: no oversubscription
-        self._broadcast_mask = takes_broadcast_mask(model, device, self._autocast)
+        self.settings = settings  # as asked; `_vectors` and `_autocast` read it from here on
+        # On GPUs the broadcast mask comes with CUDA graphs only: eager GPU runs compute as before.
+        self._broadcast_mask = (device.type == "cpu" or settings.cuda_graphs) and (
+            takes_broadcast_mask(model, device, self._autocast)
+        )
+        self._graphs = (
+            graphed(self._vectors, device, probe_batch(model.config.vocab_size))
+            if settings.cuda_graphs and self._broadcast_mask
+            else None
+        )
+        self.settings = replace(settings, cuda_graphs=self._graphs is not None)
+        self.key = model_key(label, digest, self.settings, device.type)
 
     @property
     def query_key(self) -> str:
@@ -170,42 +187,58 @@ class Embedder:
             model_seconds=held,
         )
 
+    def warm_up(self) -> int:
+        """On an accelerator, run one micro-batch of every shape a call can have (with CUDA
+        graphs: capture each shape's graph), so that no later call pays a kernel's first load or
+        a capture; returns the number of shapes (0 on CPUs, whose batches have no fixed shape).
+
+        It has finished on the device when it returns."""
+        if self._device.type == "cpu":
+            return 0
+        cap = self.settings.max_length
+        lengths = sorted({bucket_length(n, cap) for n in range(1, cap + 1)})
+        with self._model_lock:
+            for length in lengths:
+                vectors = self._forward([self._filler], MicroBatch(length, (0,)))
+            vectors.cpu()  # waits for the device
+        return len(lengths)
+
     def _forward(self, ids: list[Sequence[int]], batch: MicroBatch) -> torch.Tensor:
         """Pooled (and normalised) float32 vectors of one micro-batch, on the model's device.
 
         Every row is padded to the batch's bucket length; on accelerators the batch is also filled
         up to its full row count with filler rows (their vectors are computed and dropped)."""
-        rows = len(ids)
+        rows = [*ids]
         if self._device.type != "cpu":
-            rows = max(rows, rows_per_batch(batch.length, self.settings.token_budget))
-        input_ids = np.full((rows, batch.length), self._pad_id, dtype=np.int64)
-        mask = np.zeros((rows, batch.length), dtype=np.int64)
-        for r, row in enumerate([*ids, *[self._filler] * (rows - len(ids))]):
-            input_ids[r, : len(row)] = row
-            mask[r, : len(row)] = 1
-        tensors = {
-            "input_ids": torch.from_numpy(input_ids),
-            "attention_mask": torch.from_numpy(mask),
-        }
-        if self._device.type == "cuda":
-            tensors = {
-                k: v.pin_memory().to(self._device, non_blocking=True) for k, v in tensors.items()
-            }
-        else:
-            tensors = {k: v.to(self._device) for k, v in tensors.items()}
-        with torch.inference_mode(), self._autocast():
-            hidden = self.model(
-                input_ids=tensors["input_ids"],
-                attention_mask=model_mask(tensors["attention_mask"], self._broadcast_mask),
-            ).last_hidden_state
-        hidden = hidden.float()
-        if self.settings.pooling == "cls":
-            pooled = hidden[:, 0]
-        else:
-            weights = tensors["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
-        if self.settings.normalize:
-            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+            full = rows_per_batch(batch.length, self.settings.token_budget)
+            rows += [self._filler] * (full - len(rows))
+        lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
+        mask = np.arange(batch.length) < lengths[:, None]
+        input_ids = np.full(mask.shape, self._pad_id, dtype=np.int64)
+        input_ids[mask] = np.concatenate(rows)  # row-major: each row's ids fill its real slots
+        host = (torch.from_numpy(input_ids), torch.from_numpy(mask.astype(np.int64)))
+        if self._graphs is not None:
+            return self._graphs(*host)
+        if self._device.type != "cuda":
+            return self._vectors(*(t.to(self._device) for t in host))
+        pinned = (t.pin_memory() for t in host)
+        return self._vectors(*(t.to(self._device, non_blocking=True) for t in pinned))
+
+    def _vectors(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The model's pooled (and normalised) float32 vectors of padded ids on its device."""
+        with torch.inference_mode():
+            with self._autocast():
+                hidden = self.model(
+                    input_ids=input_ids, attention_mask=model_mask(mask, self._broadcast_mask)
+                ).last_hidden_state
+            hidden = hidden.float()
+            if self.settings.pooling == "cls":
+                pooled = hidden[:, 0]
+            else:
+                weights = mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+            if self.settings.normalize:
+                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
         return pooled
 
     def _autocast(self):
@@ -221,7 +254,9 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
     Options (None means the model's own default): dtype ("auto"|"fp32"|"bf16"|"fp16"),
     pooling ("mean"|"cls"), normalize (bool, default True), max_length, query_prefix,
     trust_remote_code (default False), revision, num_threads (torch CPU threads),
-    token_budget (padded tokens per micro-batch), storage_options and local_dir (fsspec models).
+    token_budget (padded tokens per micro-batch), cuda_graphs (on CUDA, replay the forward passes
+    from CUDA graphs where the model allows: default True), storage_options and local_dir (fsspec
+    models).
     """
     known = {
         "dtype",
@@ -233,6 +268,7 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
         "revision",
         "num_threads",
         "token_budget",
+        "cuda_graphs",
         "storage_options",
         "local_dir",
     }
@@ -251,6 +287,7 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
     st = read_sentence_transformers(directory_folder(files.directory))
     dtype = resolve_dtype(opt.get("dtype", "auto"), torch_device)
     trust = bool(opt.get("trust_remote_code", False))
+    graphs = torch_device.type == "cuda" and bool(opt.get("cuda_graphs", True))
 
     from transformers import AutoModel, AutoTokenizer
 
@@ -283,12 +320,14 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
             "token_budget",
             opt["token_budget"]
             if "token_budget" in opt
-            else default_token_budget(torch_device.type, loaded.num_parameters()),
+            else default_token_budget(torch_device.type, loaded.num_parameters(), graphs),
         ),
+        cuda_graphs=graphs,
     )
     return Embedder(
         name=model,
-        key=model_key(files.label, fingerprint(files), settings, torch_device.type),
+        label=files.label,
+        digest=fingerprint(files),
         model=loaded,
         tokenizer=tokenizer,
         settings=settings,
@@ -298,22 +337,28 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
 
 def model_key(label: str, digest: str, settings: EmbedderSettings, device: str = "cpu") -> str:
     """Filesystem-safe cache key: model label and content hash, pooling, norm, window, dtype;
-    on an accelerator (`device` "cuda", "mps") also the device and the token budget.
+    on an accelerator (`device` "cuda", "mps") also the device, the token budget and, when the
+    forward passes replay from CUDA graphs, "-graphs".
 
     On accelerators every micro-batch is filled to the budget's row count and the kernels are
     chosen by shape, so vectors of another device or budget may differ in their last bits and must
-    not be shared; on CPUs a row's bits depend on neither (measured), and the key leaves them out.
-    The query prefix is left out: cached vectors are always passages (query=False)."""
+    not be shared; nor those of graphs, which always pass the attention a mask (an eager batch
+    without padding gets none, and another kernel). On CPUs a row's bits depend on none of these
+    (measured), and the key leaves them out. The query prefix is left out: cached vectors are
+    always passages (query=False)."""
     norm = "norm" if settings.normalize else "raw"
     key = f"{label}-{digest[:12]}-{settings.pooling}-{norm}-{settings.max_length}-{settings.dtype}"
-    return key if device == "cpu" else f"{key}-{device}-b{settings.token_budget}"
+    if device == "cpu":
+        return key
+    return f"{key}-{device}-b{settings.token_budget}" + ("-graphs" if settings.cuda_graphs else "")
 
 
-def default_token_budget(device: str, parameters: int) -> int:
+def default_token_budget(device: str, parameters: int, graphs: bool) -> int:
     """Padded tokens per micro-batch when the options do not say: the device's
-    `DEFAULT_TOKEN_BUDGET`, except on CUDA for a model under `SMALL_MODEL_PARAMETERS`, whose
-    micro-batches are made 4x larger (`SMALL_MODEL_CUDA_BUDGET`) to give each launch more work."""
-    if device == "cuda" and parameters < SMALL_MODEL_PARAMETERS:
+    `DEFAULT_TOKEN_BUDGET`, except on CUDA without CUDA graphs (`graphs` False) for a model under
+    `SMALL_MODEL_PARAMETERS`, whose micro-batches are made 4x larger (`SMALL_MODEL_CUDA_BUDGET`) to
+    give each launch more work."""
+    if device == "cuda" and not graphs and parameters < SMALL_MODEL_PARAMETERS:
         return SMALL_MODEL_CUDA_BUDGET
     return DEFAULT_TOKEN_BUDGET[device]
 

@@ -83,6 +83,7 @@ class EmbeddingConfig:
     trust_remote_code: bool = False
     revision: str | None = None
     token_budget: int | None = _min(1, None)
+    cuda_graphs: bool = True  # on CUDA: replay the forward passes from CUDA graphs, where they work
     local_dir: str | None = None
 
 

@@ -91,7 +91,7 @@ def settings_key(config: JobConfig) -> str:
     embedding = {
         k: v
         for k, v in vars(config.embedding).items()
-        if k not in ("device", "local_dir", "token_budget")
+        if k not in ("device", "local_dir", "token_budget", "cuda_graphs")
     }
     return settings_digest(
         {

@@ -21,6 +21,7 @@ from transformers import BertConfig, BertModel
 
 from embedding import load_embedder
 from embedding.attention_mask import takes_broadcast_mask
+from embedding.batching import LENGTH_STEP
 from embedding.embedder import (
     DEFAULT_TOKEN_BUDGET,
     cpu_has_native_bf16,
@@ -362,10 +363,11 @@ def test_an_accelerator_model_key_names_its_device_and_token_budget():
     assert other != cuda and model_key(label, digest, cpu.settings, "mps") != cuda
 
 
-def test_on_cuda_a_small_model_gets_micro_batches_four_times_larger():
-    """A small model's micro-batch is too little work for the time the host takes to launch it:
-    on an H100 MiniLM embedded 2.4x faster at 32,768 tokens per micro-batch than at 8,192, while
-    a BERT-large-sized model was fastest at 8,192. CPUs keep their budget whatever the model."""
+def test_on_cuda_without_graphs_a_small_model_gets_micro_batches_four_times_larger():
+    """Run eagerly, a small model's micro-batch is too little work for the time the host takes to
+    launch it: on an H100 MiniLM embedded 2.4x faster at 32,768 tokens per micro-batch than at
+    8,192, while a BERT-large-sized model was fastest at 8,192. From CUDA graphs MiniLM did as well
+    at 8,192. CPUs keep their budget whatever the model."""
     minilm = embedder(dtype="fp32")
     with torch.device("meta"):  # BERT-large's shape, no weights allocated
         large = BertModel(
@@ -376,11 +378,13 @@ def test_on_cuda_a_small_model_gets_micro_batches_four_times_larger():
                 intermediate_size=4096,
             )
         )
+    small, big = minilm.model.num_parameters(), large.num_parameters()
     assert minilm.settings.token_budget == DEFAULT_TOKEN_BUDGET["cpu"]
-    assert default_token_budget("cuda", minilm.model.num_parameters()) == 4 * 8192
-    assert default_token_budget("cuda", large.num_parameters()) == DEFAULT_TOKEN_BUDGET["cuda"]
-    assert default_token_budget("cpu", large.num_parameters()) == DEFAULT_TOKEN_BUDGET["cpu"]
-    assert default_token_budget("mps", minilm.model.num_parameters()) == DEFAULT_TOKEN_BUDGET["mps"]
+    assert default_token_budget("cuda", small, graphs=False) == 4 * 8192
+    assert default_token_budget("cuda", small, graphs=True) == DEFAULT_TOKEN_BUDGET["cuda"]
+    assert default_token_budget("cuda", big, graphs=False) == DEFAULT_TOKEN_BUDGET["cuda"]
+    assert default_token_budget("cpu", big, graphs=False) == DEFAULT_TOKEN_BUDGET["cpu"]
+    assert default_token_budget("mps", small, graphs=False) == DEFAULT_TOKEN_BUDGET["mps"]
 
 
 def test_num_threads_sets_torch_threads():
@@ -396,10 +400,13 @@ def test_num_threads_sets_torch_threads():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["auto", "fp16", "fp32"])
-def test_cuda_vectors_match_cpu(dtype):
-    gpu = load_embedder(device="cuda", dtype=dtype)
+@pytest.mark.parametrize("graphs", [True, False])
+def test_cuda_vectors_match_cpu(dtype, graphs):
+    gpu = load_embedder(device="cuda", dtype=dtype, cuda_graphs=graphs)
     assert gpu.device.startswith("cuda")
-    assert gpu.key.endswith(f"-{gpu.settings.dtype}-cuda-b{gpu.settings.token_budget}")
+    budget = f"-{gpu.settings.dtype}-cuda-b{gpu.settings.token_budget}"
+    assert gpu.key.endswith(budget + ("-graphs" if graphs else ""))
+    assert gpu.settings.cuda_graphs == graphs
     if dtype == "auto":
         assert gpu.settings.dtype in ("bf16", "fp16")
     texts = TEXTS + [LONG]
@@ -414,22 +421,27 @@ def test_cuda_auto_device_is_cuda():
 
 
 @pytest.mark.gpu
-def test_on_cuda_minilm_runs_micro_batches_of_32768_tokens_unless_told():
-    assert load_embedder(device="cuda").key.endswith("-cuda-b32768")
-    assert load_embedder(device="cuda", token_budget=8192).key.endswith("-cuda-b8192")
+def test_on_cuda_minilm_runs_from_cuda_graphs_and_eagerly_in_larger_micro_batches():
+    assert load_embedder(device="cuda").key.endswith("-cuda-b8192-graphs")
+    assert load_embedder(device="cuda", cuda_graphs=False).key.endswith("-cuda-b32768")
+    told = load_embedder(device="cuda", token_budget=4096, cuda_graphs=False)
+    assert told.key.endswith("-cuda-b4096")
 
 
 @pytest.mark.gpu
-def test_on_cuda_the_embedder_waits_for_the_device_once_per_call():
+@pytest.mark.parametrize("graphs", [True, False])
+def test_on_cuda_the_embedder_waits_for_the_device_once_per_call(graphs):
     """The micro-batches of a call are queued on the device back to back: the only synchronising
     call in the embedder's own code is the final copy to the host, however many batches run
     (torch's sync debug mode warns at each one, naming the Python line that made it)."""
-    import embedding.embedder as module
+    import embedding.cuda_graphs
+    import embedding.embedder
 
-    gpu = load_embedder(device="cuda", dtype="fp16", token_budget=256)
+    gpu = load_embedder(device="cuda", dtype="fp16", token_budget=256, cuda_graphs=graphs)
+    assert gpu.settings.cuda_graphs == graphs
     texts = [f"row {i} " * (i * 5) for i in range(1, 40)]  # many lengths: many micro-batches
     encoded = gpu.encode(texts)
-    gpu.embed_encoded(encoded)  # warm up outside the count
+    gpu.warm_up()  # kernels loaded (and graphs captured) outside the count
     torch.cuda.set_sync_debug_mode("warn")
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -437,9 +449,74 @@ def test_on_cuda_the_embedder_waits_for_the_device_once_per_call():
             done = gpu.embed_encoded(encoded)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    ours = [w for w in caught if w.filename == module.__file__]
+    files = {embedding.embedder.__file__, embedding.cuda_graphs.__file__}
+    ours = [w for w in caught if w.filename in files]
     assert done.padded_tokens > 10 * 256  # more than ten micro-batches ran
-    assert len(ours) == 1, [(w.lineno, str(w.message)) for w in ours]
+    assert len(ours) == 1, [(w.filename, w.lineno, str(w.message)) for w in ours]
+
+
+@pytest.mark.gpu
+def test_cuda_graph_vectors_depend_on_a_row_alone_and_on_no_capture():
+    """A row's bits are the same alone, among other rows (of its bucket and others), and from
+    another embedder's graphs (captured anew)."""
+    first = load_embedder(device="cuda", dtype="fp16", token_budget=1024)
+    second = load_embedder(device="cuda", dtype="fp16", token_budget=1024)
+    assert first.settings.cuda_graphs and second.settings.cuda_graphs
+    row = "Path parameters are declared with the same syntax as Python format strings."
+    length = len(first.encode([row]).ids[0])
+    same_bucket = [" ".join(["word"] * n) for n in range(length - 4, length + 4)]
+    alone = first.embed([row])[0]
+    among = first.embed([*same_bucket, row, *TEXTS])
+    np.testing.assert_array_equal(among[len(same_bucket)], alone)
+    np.testing.assert_array_equal(second.embed([*TEXTS, row])[-1], alone)
+
+
+@pytest.mark.gpu
+def test_warm_up_captures_every_shape_so_that_no_call_captures_again():
+    gpu = load_embedder(device="cuda", dtype="fp16")
+    probed = gpu._graphs.shapes  # the probe batch's graph, captured at load
+    assert gpu.warm_up() == gpu.settings.max_length // LENGTH_STEP
+    assert gpu._graphs.shapes == probed + gpu.settings.max_length // LENGTH_STEP
+    gpu.embed(TEXTS + [LONG] + [f"row {i} " * i for i in range(1, 120)])
+    assert gpu._graphs.shapes == probed + gpu.settings.max_length // LENGTH_STEP
+
+
+def test_warm_up_has_nothing_to_run_on_cpus():
+    """CPU micro-batches are not filled to a fixed row count: there is no set of shapes."""
+    assert embedder(dtype="fp32").warm_up() == 0
+
+
+@pytest.mark.gpu
+def test_a_forward_that_waits_for_the_device_is_not_graphed():
+    """A capture refuses a read of a device value; the caller gets None and CUDA stays usable."""
+    from embedding.cuda_graphs import graphed
+
+    device = torch.device("cuda")
+    example = (torch.arange(12.0).reshape(3, 4),)
+
+    def reads_back(x):
+        return x * float(x.sum().item())
+
+    def pure(x):
+        return torch.nn.functional.normalize(x * 2 + 1, dim=1)
+
+    assert graphed(reads_back, device, example) is None
+    replayer = graphed(pure, device, example)
+    assert replayer is not None
+    other = (torch.ones(3, 4),)
+    assert torch.equal(replayer(*other), pure(other[0].to(device)))
+
+
+def test_cuda_graphs_are_asked_for_on_cuda_only():
+    """On a CPU the option changes nothing: no graphs, and the key it had before."""
+    cpu = embedder(dtype="fp32", cuda_graphs=True)
+    assert not cpu.settings.cuda_graphs and cpu.key == embedder(dtype="fp32").key
+    label, digest = cpu.key.split("-")[0], "0" * 64
+    graphs = replace(cpu.settings, cuda_graphs=True)
+    assert model_key(label, digest, graphs, "cuda") == (
+        model_key(label, digest, cpu.settings, "cuda") + "-graphs"
+    )
+    assert model_key(label, digest, graphs) == model_key(label, digest, cpu.settings)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
@@ -469,18 +546,15 @@ def _tiny_bert(**settings):
     return BertModel(config).eval()
 
 
-def test_the_broadcast_mask_only_where_transformers_builds_a_bidirectional_sdpa_mask_on_cpu():
-    """Eager attention adds its mask as floats, a decoder's mask is causal, GPU kernels are
-    unchecked, and a config without a vocabulary gives no probe batch: those keep the plain mask."""
+def test_the_broadcast_mask_only_where_transformers_builds_a_bidirectional_sdpa_mask():
+    """Eager attention adds its mask as floats, a decoder's mask is causal, and a config without
+    a vocabulary gives no probe batch: those keep the plain mask."""
     no_autocast = contextlib.nullcontext
     cpu = torch.device("cpu")
     assert takes_broadcast_mask(_tiny_bert(attn_implementation="sdpa"), cpu, no_autocast)
     assert not takes_broadcast_mask(_tiny_bert(attn_implementation="eager"), cpu, no_autocast)
     assert not takes_broadcast_mask(
         _tiny_bert(attn_implementation="sdpa", is_decoder=True), cpu, no_autocast
-    )
-    assert not takes_broadcast_mask(
-        _tiny_bert(attn_implementation="sdpa"), torch.device("cuda"), no_autocast
     )
     no_vocabulary = _tiny_bert(attn_implementation="sdpa")
     no_vocabulary.config.vocab_size = 0  # no probe batch to draw: the plain mask, no error

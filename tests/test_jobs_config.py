@@ -178,6 +178,19 @@ def test_cli_exits_2_when_the_input_does_not_exist(tmp_path, capsys):
     assert "no such directory" in capsys.readouterr().err
 
 
+def test_cuda_graphs_is_an_embedding_option_that_rebuilds_nothing(tmp_path):
+    """Like `token_budget` and `device`: the model key tells graphed vectors apart, so the settings
+    digest (a change rebuilds every topic) leaves the option out."""
+    from jobs.pipeline import settings_key
+
+    default = config_from_dict({"input": str(tmp_path)})
+    eager = config_from_dict({"input": str(tmp_path), "embedding": {"cuda_graphs": False}})
+    assert default.embedding.cuda_graphs and not eager.embedding.cuda_graphs
+    assert settings_key(eager) == settings_key(default)
+    with pytest.raises(ConfigError, match=r"embedding\.cuda_graphs"):
+        config_from_dict({"input": str(tmp_path), "embedding": {"cuda_graphs": "yes"}})
+
+
 def test_technical_titles_are_configurable_and_reach_the_index_settings(tmp_path):
     from jobs.finish import index_settings
     from jobs.pipeline import settings_key

@@ -72,6 +72,9 @@ class EmbedActor:
         from embedding import load_embedder
 
         self.embedder = load_embedder(settings.model, **settings.options)
+        # On a GPU: every micro-batch shape's kernels loaded (and graphs captured) now, while the
+        # chunk tasks run, not during the first batches.
+        self.embedder.warm_up()
         self.cache = (
             EmbeddingCache(settings.cache_uri, settings.storage_options)
             if settings.cache_uri
