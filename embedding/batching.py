@@ -29,6 +29,11 @@ def bucket_length(length: int, cap: int, step: int = LENGTH_STEP) -> int:
     return min(cap, -(-max(1, length) // step) * step)
 
 
+def bucket_lengths(cap: int, step: int = LENGTH_STEP) -> list[int]:
+    """Every bucket length a row can get in a window of `cap` tokens, shortest first."""
+    return sorted({bucket_length(n, cap, step) for n in range(1, cap + 1, step)} | {cap})
+
+
 def rows_per_batch(length: int, token_budget: int) -> int:
     """Rows of one micro-batch of bucket `length`: as many as the token budget holds, at least 1."""
     if token_budget < 1:

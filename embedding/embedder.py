@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from embedding.attention_mask import model_mask, probe_batch, takes_broadcast_mask
-from embedding.batching import MicroBatch, bucket_length, plan_batches, rows_per_batch
+from embedding.batching import MicroBatch, bucket_lengths, plan_batches, rows_per_batch
 from embedding.cuda_graphs import graphed
 from embedding.encoder import (
     Encoded,
@@ -44,6 +44,9 @@ POOLINGS = ("mean", "cls")
 DEFAULT_TOKEN_BUDGET = {"cpu": 16384, "cuda": 8192, "mps": 16384}
 SMALL_MODEL_PARAMETERS = 50_000_000  # MiniLM-L6: 22.7M; BERT-base: 110M
 SMALL_MODEL_CUDA_BUDGET = 32768
+# Micro-batch shapes `Embedder.warm_up` prepares: bucket lengths up to 1,024 tokens (all 32 of a
+# 512-token window); a longer window's longer buckets are captured when a call first meets them.
+WARM_UP_SHAPES = 64
 
 
 @dataclass(frozen=True, eq=False)
@@ -188,15 +191,15 @@ class Embedder:
         )
 
     def warm_up(self) -> int:
-        """On an accelerator, run one micro-batch of every shape a call can have (with CUDA
-        graphs: capture each shape's graph), so that no later call pays a kernel's first load or
-        a capture; returns the number of shapes (0 on CPUs, whose batches have no fixed shape).
+        """On an accelerator, run one micro-batch of each shape a call can have, up to
+        `WARM_UP_SHAPES` of them, shortest first (with CUDA graphs: capture each shape's graph), so
+        that later calls pay no kernel's first load and no capture; returns the number of shapes
+        (0 on CPUs, whose batches have no fixed shape).
 
         It has finished on the device when it returns."""
         if self._device.type == "cpu":
             return 0
-        cap = self.settings.max_length
-        lengths = sorted({bucket_length(n, cap) for n in range(1, cap + 1)})
+        lengths = bucket_lengths(self.settings.max_length)[:WARM_UP_SHAPES]
         with self._model_lock:
             for length in lengths:
                 vectors = self._forward([self._filler], MicroBatch(length, (0,)))

@@ -10,6 +10,7 @@ from embedding.batching import (
     LENGTH_STEP,
     MicroBatch,
     bucket_length,
+    bucket_lengths,
     padding_waste,
     plan_batches,
     rows_per_batch,
@@ -30,6 +31,14 @@ def test_every_row_once_in_a_batch_shaped_by_its_own_length(lengths, budget, cap
         assert all(bucket_length(lengths[i], cap) == batch.length for i in batch.rows)
         assert all(lengths[i] <= batch.length for i in batch.rows)
     assert plan_batches(lengths, budget, cap) == batches
+
+
+@given(st.lists(st.integers(min_value=1, max_value=600), max_size=50), st.integers(1, 600))
+def test_bucket_lengths_are_every_length_a_row_can_get(lengths, cap):
+    every = bucket_lengths(cap)
+    assert every == sorted(set(every)) and every[-1] == cap
+    assert {bucket_length(min(length, cap), cap) for length in lengths} <= set(every)
+    assert len(every) == -(-cap // LENGTH_STEP)
 
 
 def test_bucket_length_rounds_up_to_the_step_within_the_window():
