@@ -24,7 +24,7 @@ that times Ray start-up (`jobs.pipeline.start_ray`) apart from `run_job` and rea
 peak RSS.
 
 Printed per build: Ray start-up; the embedding pool that ran (the report's `timings.embed_pool`)
-and its model key (with the dtype, device and token budget the machine resolved);
+and its model key (with the dtype, device, token budget and CUDA graphs the machine resolved);
 wall seconds per phase (the report's `timings.wall_seconds`); each stage's worker-seconds (the CPU
 time of its worker processes), busy-seconds (the wall time of its
 calls, longer when the stages wait for each other's CPU), window (from its first call's start to its

@@ -181,11 +181,14 @@ def test_cli_exits_2_when_the_input_does_not_exist(tmp_path, capsys):
 def test_cuda_graphs_is_an_embedding_option_that_rebuilds_nothing(tmp_path):
     """Like `token_budget` and `device`: the model key tells graphed vectors apart, so the settings
     digest (a change rebuilds every topic) leaves the option out."""
-    from jobs.pipeline import settings_key
+    from jobs.pipeline import embedder_options, settings_key
+    from jobs.resources import EmbedPool
 
     default = config_from_dict({"input": str(tmp_path)})
     eager = config_from_dict({"input": str(tmp_path), "embedding": {"cuda_graphs": False}})
-    assert default.embedding.cuda_graphs and not eager.embedding.cuda_graphs
+    pool = EmbedPool(actors=1, max_actors=None, num_cpus=1, num_gpus=1, threads=1)
+    assert embedder_options(default, pool)["cuda_graphs"] is True
+    assert embedder_options(eager, pool)["cuda_graphs"] is False  # reaches `load_embedder`
     assert settings_key(eager) == settings_key(default)
     with pytest.raises(ConfigError, match=r"embedding\.cuda_graphs"):
         config_from_dict({"input": str(tmp_path), "embedding": {"cuda_graphs": "yes"}})
