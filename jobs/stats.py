@@ -280,7 +280,8 @@ class EmbedStats(StageStats):
     padded_tokens: int = 0
     model_seconds: float = 0.0
     # The actors' model keys (`embedding.Embedder.key`): the cache namespace of their vectors,
-    # naming what the config leaves to the machine: weights digest, dtype, device, token budget.
+    # naming what the config leaves to the machine: weights digest, dtype, device, token budget and
+    # whether the forward passes replayed from CUDA graphs.
     model_keys: Names = dataclasses.field(default_factory=Names)
 
 
