@@ -11,6 +11,7 @@ from typing import Any
 from chunking.record import (
     CHUNKING_FAILED,
     CHUNKING_TIMEOUT,
+    DETERMINISTIC_FAILURES,
     FRONT_MATTER_TOO_LARGE,
     INVALID_FRONT_MATTER,
     Chunk,
@@ -22,6 +23,7 @@ from chunking.record import (
 __all__ = [
     "CHUNKING_FAILED",
     "CHUNKING_TIMEOUT",
+    "DETERMINISTIC_FAILURES",
     "FRONT_MATTER_TOO_LARGE",
     "INVALID_FRONT_MATTER",
     "Chunk",

@@ -10,6 +10,8 @@ CHUNKING_FAILED = "CHUNKING_FAILED"
 INVALID_FRONT_MATTER = "INVALID_FRONT_MATTER"
 FRONT_MATTER_TOO_LARGE = "FRONT_MATTER_TOO_LARGE"  # over the size, expansion or depth bound
 CHUNKING_TIMEOUT = "CHUNKING_TIMEOUT"  # the source ran past its time budget
+# The codes that the same bytes and options always raise again (a timeout depends on the machine).
+DETERMINISTIC_FAILURES = frozenset({CHUNKING_FAILED, INVALID_FRONT_MATTER, FRONT_MATTER_TOO_LARGE})
 
 
 class ChunkingError(ValueError):

@@ -36,6 +36,7 @@ class DryRun:
     chunk: list[str]  # sources it would chunk
     carried: list[str]  # unchanged sources of rebuilt topics, taken from the previous tables
     deleted: list[str]  # sources gone since the last run
+    still_failing: list[str]  # sources with a settled failure, unchanged: reported, not read
     bytes_to_read: int
     cached: int  # sources to chunk whose vectors the cache holds already
     chunks_to_embed: int  # estimate
@@ -76,6 +77,7 @@ def dry_run(config: JobConfig) -> DryRun:
         chunk=[row["path"] for row in chunk],
         carried=carried,
         deleted=list(plan.deleted),
+        still_failing=[failure["path"] for failure in plan.settled],
         bytes_to_read=sum(row["size"] for row in read),
         cached=len(cached),
         chunks_to_embed=to_embed,
@@ -119,6 +121,7 @@ def describe(plan: DryRun) -> str:
         f"sources to chunk: {len(plan.chunk)}",
         f"sources to carry: {len(plan.carried)}",
         f"sources to delete: {len(plan.deleted)}",
+        f"sources still failing, not read: {len(plan.still_failing)}",
         f"sources expected from the cache: {plan.cached}",
         f"chunks to embed (estimate): {plan.chunks_to_embed}",
     ]
@@ -128,4 +131,5 @@ def describe(plan: DryRun) -> str:
     lines += [f"  chunk {path}" for path in plan.chunk]
     lines += [f"  carry {path}" for path in plan.carried]
     lines += [f"  delete {path}" for path in plan.deleted]
+    lines += [f"  still failing {path}" for path in plan.still_failing]
     return "\n".join(lines)

@@ -50,15 +50,18 @@ def finish(
     for topic in plan.topics:
         if topic.action == REBUILD:
             summary = built[topic.topic]
+            outcomes = summary["sources"]
             topics[topic.topic] = TopicEntry(
                 inputs=topic.inputs,
                 children=topic.children,
                 files=tuple(summary["files"]),
                 prompt_entries=tuple(tuple(e) for e in summary["prompt_entries"]),
-                failed=bool(summary["failures"]),
+                failed=has_failure_to_retry(summary),
             )
-            for path, outcome in summary["sources"].items():
-                sources[path] = SourceEntry(plan.fingerprints[path], outcome.sha256, outcome.failed)
+            for path, outcome in outcomes.items():
+                sources[path] = SourceEntry(
+                    plan.fingerprints[path], outcome.sha256, outcome.failed, outcome.settled_failure
+                )
             continue
         entry = previous.topics[topic.topic]
         if topic.action == RELINK:
@@ -98,6 +101,16 @@ def finish(
         topics=topics,
         directories=tuple(sorted(plan.directories)),
         simhash_files=tuple(sorted(tables)),
+    )
+
+
+def has_failure_to_retry(summary: dict[str, Any]) -> bool:
+    """Whether a rebuilt topic's summary has a failure the next run retries: any but its
+    sources' settled ones (those of the topic's own files included)."""
+    outcomes = summary["sources"]
+    return any(
+        failure["path"] not in outcomes or outcomes[failure["path"]].settled_failure is None
+        for failure in summary["failures"]
     )
 
 

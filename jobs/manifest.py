@@ -21,11 +21,29 @@ FORMAT = 3
 
 @dataclass(frozen=True)
 class SourceEntry:
-    """A source as last seen: its listing fingerprint, content hash, and whether it failed."""
+    """A source as last seen: its listing fingerprint, content hash, and whether it failed.
+
+    `settled_failure`: the (code, message) of a failure that its bytes and the settings decide
+    (`chunking.DETERMINISTIC_FAILURES`); such a source is not read again until one of them changes.
+    """
 
     fingerprint: str
     sha256: str | None
     failed: bool = False
+    settled_failure: tuple[str, str] | None = None
+
+    def to_dict(self) -> dict:
+        """The entry as the manifest stores it (the failure only where there is one)."""
+        data = {"fingerprint": self.fingerprint, "sha256": self.sha256, "failed": self.failed}
+        if self.settled_failure is not None:
+            data["settled_failure"] = list(self.settled_failure)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SourceEntry:
+        """The entry `to_dict` stored."""
+        settled = data.get("settled_failure")
+        return cls(data["fingerprint"], data["sha256"], data["failed"], settled and tuple(settled))
 
 
 @dataclass(frozen=True)
@@ -36,7 +54,7 @@ class TopicEntry:
     children: tuple[str, ...]
     files: tuple[str, ...]
     prompt_entries: tuple[tuple[int, str, int], ...] = ()  # (simhash, source stem, chunk index)
-    failed: bool = False
+    failed: bool = False  # a failure to retry: any but its sources' settled ones
 
 
 @dataclass(frozen=True)
@@ -54,7 +72,7 @@ class Manifest:
         data = {
             "format": FORMAT,
             "config_key": self.config_key,
-            "sources": {p: vars(e) for p, e in sorted(self.sources.items())},
+            "sources": {p: e.to_dict() for p, e in sorted(self.sources.items())},
             "topics": {
                 t: {
                     **vars(e),
@@ -81,7 +99,7 @@ class Manifest:
             return cls()
         return cls(
             config_key=raw["config_key"],
-            sources={p: SourceEntry(**e) for p, e in raw["sources"].items()},
+            sources={p: SourceEntry.from_dict(e) for p, e in raw["sources"].items()},
             topics={
                 t: TopicEntry(
                     inputs=e["inputs"],

@@ -154,6 +154,8 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     )
     for failure in plan.skipped:
         log.warning("%s skipped: %s", failure["path"], failure["message"])
+    for failure in plan.settled:
+        log.warning("%s still fails, unchanged since (not read again): %s: %s", *failure.values())
 
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
     if rebuilt:
@@ -170,15 +172,17 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     wall["total"] = time.perf_counter() - started
     actions = [t.action for t in plan.topics]
     outcomes = [o for s in built.summaries.values() for o in s["sources"].values()]
+    rebuilt_failures = (f for s in built.summaries.values() for f in s["failures"])
     report = build_report(
         built.stats,
-        failures=[*plan.skipped, *(f for s in built.summaries.values() for f in s["failures"])],
+        failures=[*plan.skipped, *plan.settled, *rebuilt_failures],
         sources={
             "seen": len(plan.fingerprints),
             "changed": len(plan.changed),
             "unchanged": len(plan.fingerprints) - len(plan.changed),
             "deleted": len(plan.deleted),
-            "failed": sum(1 for o in outcomes if o.failed),
+            "failed": sum(1 for o in outcomes if o.failed) + len(plan.settled),
+            "failed_unchanged": len(plan.settled),
             "chunked": sum(1 for o in outcomes if not o.carried),
             "carried": sum(1 for o in outcomes if o.carried),
         },
@@ -274,14 +278,21 @@ def work_rows(
     questions, in topic order.
 
     A source unchanged since a run in which it succeeded gets no row when `carry`: the topic row
-    names it, and the reduce takes it from the previous tables."""
+    names it, and the reduce takes it from the previous tables. One that failed is read again
+    (with a settled failure, to fail the same way: the reduce keeps its previous rows)."""
     rows = []
     for topic in topics:
         carried = {}
         sources = []
         for path in topic.sources:
             before = previous.sources.get(path)
-            if carry and path not in plan.changed and before is not None and before.sha256:
+            if (
+                carry
+                and path not in plan.changed
+                and before is not None
+                and before.sha256
+                and not before.failed
+            ):
                 carried[path] = before.sha256
                 continue
             sources.append(

@@ -2,9 +2,12 @@
 
 Pure functions over `FileInfo` listings. A topic is rebuilt when anything its index depends on
 changed (a source's fingerprint, its qa-pairs.md, its keywords file, the settings) or when it had a
-failed source last time; it is relinked (only `_embedded.topics` rewritten) when only its child
-topics changed; otherwise it is kept as it is, without reading anything. Symbolic links the
-listing did not follow are not part of the corpus; those that would have mattered are reported.
+failure to retry last time; it is relinked (only `_embedded.topics` rewritten) when only its child
+topics changed; otherwise it is kept as it is, without reading anything. A source whose failure
+its bytes and the settings decide (a settled failure: invalid UTF-8, bad front matter) is not
+retried while both stay the same; the run reports it again. Read failures, timeouts and
+unexpected errors are retried. Symbolic links the listing did not follow are not part of the
+corpus; those that would have mattered are reported.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class Plan:
     deleted: tuple[str, ...]  # sources gone since the previous run
     deleted_topics: tuple[str, ...]
     skipped: tuple[dict[str, str], ...] = ()  # report failures for links not followed
+    settled: tuple[dict[str, str], ...] = ()  # report failures of sources not read again
 
 
 def keep_directory(name: str) -> bool:
@@ -93,7 +97,7 @@ def make_plan(
         return (
             settings_changed
             or entry is None
-            or entry.failed
+            or (entry.failed and entry.settled_failure is None)
             or entry.fingerprint != fingerprints[path]
         )
 
@@ -123,6 +127,7 @@ def make_plan(
         )
     return Plan(
         topics=tuple(plans),
+        settled=settled_failures(plans, previous),
         directories={d: c for d, c in tree.items() if d not in topics},
         fingerprints=fingerprints,
         changed=frozenset(p for p in fingerprints if changed(p)),
@@ -130,6 +135,20 @@ def make_plan(
         deleted_topics=tuple(sorted(set(previous.topics) - set(topics))),
         skipped=skipped_links([f for f in listing if isinstance(f, SkippedLink)], globs),
     )
+
+
+def settled_failures(topics: list[TopicPlan], previous: Manifest) -> tuple[dict[str, str], ...]:
+    """Report failures (the previous run's code and message) of the sources with a settled
+    failure in topics this run does not rebuild: unchanged, so not read again; sorted by path.
+    (A rebuilt topic reads such a source again, and its reduce reports the failure.)"""
+    failures = []
+    for topic in topics:
+        if topic.action == REBUILD:
+            continue
+        for path in topic.sources:
+            if settled := previous.sources[path].settled_failure:
+                failures.append({"path": path, "code": settled[0], "message": settled[1]})
+    return tuple(sorted(failures, key=lambda failure: failure["path"]))
 
 
 def settings_digest(settings: dict) -> str:

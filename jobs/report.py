@@ -180,10 +180,12 @@ def write_failed_report(config: JobConfig, error: BaseException) -> None:
 def summary(report: dict[str, Any]) -> str:
     """A few lines for a person: what changed, what was embedded, what failed, how long it took."""
     s, c, t = report["sources"], report["chunks"], report["topics"]
+    unread = s.get("failed_unchanged")  # absent from reports before it was counted
+    settled = f" ({unread} unchanged, not read again)" if unread else ""
     lines = [
         f"mdindex build: {s['seen']} sources in {t['seen']} topics -> {report['output']}",
         f"  sources: {s['changed']} changed, {s['unchanged']} unchanged, {s['deleted']} deleted, "
-        f"{s['failed']} failed; {s['chunked']} chunked, {s['carried']} carried",
+        f"{s['failed']} failed{settled}; {s['chunked']} chunked, {s['carried']} carried",
         f"  topics:  {t['rebuilt']} rebuilt, {t['relinked']} relinked, {t['kept']} kept, "
         f"{t['deleted']} deleted",
         f"  chunks:  {c['total']} built, {c['embedded']} embedded, {c['cache_hits']} from cache, "

@@ -124,11 +124,22 @@ def _sources(report: dict[str, Any]) -> str:
     s, t = report.get("sources"), report.get("topics")
     if not s:
         return "<h2>Sources</h2>" + _none("no source counts in this report")
-    keys = ("seen", "changed", "unchanged", "deleted", "failed", "chunked", "carried")
+    keys = (
+        "seen",
+        "changed",
+        "unchanged",
+        "deleted",
+        "failed",
+        "failed_unchanged",
+        "chunked",
+        "carried",
+    )
     html = "<h2>Sources</h2>" + _figures([(k, s.get(k)) for k in keys])
-    untouched = max(0, s["seen"] - s["chunked"] - s["carried"])
+    settled = s.get("failed_unchanged", 0)  # failed before, not read again (not chunked)
+    chunked_ok = s["chunked"] - (s["failed"] - settled)
+    untouched = max(0, s["seen"] - s["chunked"] - s["carried"] - settled)
     parts = [
-        Bar("chunked", s["chunked"] - s["failed"], _number(s["chunked"] - s["failed"]), GREEN),
+        Bar("chunked", chunked_ok, _number(chunked_ok), GREEN),
         Bar("carried", s["carried"], _number(s["carried"]), BLUE),
         Bar("failed", s["failed"], _number(s["failed"]), RED),
         Bar("untouched", untouched, _number(untouched), GREY),

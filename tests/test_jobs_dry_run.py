@@ -83,22 +83,29 @@ def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
     before = tree(output)
     summary, actions = dry(capsys, *where)
     assert tree(output) == before
-    assert summary["topics to rebuild"] == "2"  # guides, and the topic with the failed source
+    # The failed source failed for its bytes, unchanged: its topic is kept, it is not read.
+    assert summary["topics to rebuild"] == "1"
     assert summary["topics to delete"] == "1" and "delete topic reference/cli" in actions
     assert "delete reference/cli/commands.md" in actions
-    assert "chunk guides/installation.md" in actions and f"chunk {BROKEN}" in actions
+    assert "chunk guides/installation.md" in actions and f"chunk {BROKEN}" not in actions
     assert "carry guides/getting-started.md" in actions
-    assert f"carry {GOLDEN}/golden-reference.md" in actions
+    assert (
+        summary["sources still failing, not read"] == "1" and f"still failing {BROKEN}" in actions
+    )
     assert main(["--config", CONFIG, *where]) == 3
     report = json.loads((output / "_reindex" / "report.json").read_text())
     assert int(summary["bytes to read"]) == report["bytes_read"]
     assert int(summary["sources to chunk"]) == report["sources"]["chunked"]
     assert int(summary["sources to carry"]) == report["sources"]["carried"]
-    assert summary["chunks to embed (estimate)"] == "2"  # at least one per source to chunk
-    assert report["chunks"]["embedded"] == 1  # the failed one has none after all
+    assert summary["chunks to embed (estimate)"] == "1"  # at least one per source to chunk
+    assert report["chunks"]["embedded"] == 1
+    assert [f["path"] for f in report["failures"]] == [BROKEN]
 
     # A settings change rebuilds everything, but every unchanged source's vectors are cached.
     summary, _ = dry(capsys, *where, "--set", "prompts.top_k=3")
     assert summary["topics to rebuild"] == "3" and summary["sources to chunk"] == "6"
     assert summary["sources expected from the cache"] == "5"  # all but the failed one
-    assert summary["chunks to embed (estimate)"] == "1"  # the failed one, not cached
+    # the failed one, not cached, at the last run's chunks per byte
+    density = report["counters"]["chunk"]["chunks"] / report["counters"]["chunk"]["bytes"]
+    expected = max(1, round((corpus / BROKEN).stat().st_size * density))
+    assert summary["chunks to embed (estimate)"] == str(expected)

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 from jobs_support import outputs, s3_options
 
+from chunking import DETERMINISTIC_FAILURES
+from jobs.config import load_config
+from jobs.pipeline import discover
+from jobs.records import SOURCE, new_row, to_table
 from jobs.reindex import main
+from jobs.stages.chunk import CHUNKER_ERROR, ChunkSettings, chunk_sources
+from jobs.stages.read import read_sources
+from jobs.storage import Storage
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -152,6 +159,12 @@ def test_a_source_past_its_time_budget_fails_alone_and_the_rest_is_written(tmp_p
     ]
     chunks = json.loads((docs / "t" / "index.json").read_text())["_embedded"]["chunks"]
     assert sorted(chunks) == ["a", "b"]
+    # A timeout depends on the machine, not only on the bytes: the next run retries the source.
+    manifest = json.loads((docs / "_reindex" / "manifest.json").read_text())
+    assert manifest["sources"]["t/huge.md"]["failed"] and manifest["topics"]["t"]["failed"]
+    assert "settled_failure" not in manifest["sources"]["t/huge.md"]
+    plan = discover(load_config(CONFIG, overrides={"input": str(docs)})).plan
+    assert plan.changed == {"t/huge.md"} and plan.settled == ()
 
 
 def test_an_s3_endpoint_gone_fails_the_build_naming_it(tmp_path):
@@ -214,3 +227,23 @@ def test_a_driver_killed_mid_build_leaves_a_valid_output_and_a_rerun_converges(t
     assert build("--input", str(docs), "--output", str(killed)) == 0
     assert build("--input", str(docs), "--output", str(clean)) == 0
     assert outputs(killed) == outputs(clean)
+
+
+def test_an_exception_the_chunker_did_not_raise_on_purpose_is_a_chunker_error(tmp_path):
+    """Not one of the chunker's deterministic codes, so the next run retries the source."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "a.md").write_text(TEXT.format("Alpha"))
+    (tmp_path / "t" / "b.md").write_bytes(b"# B\n\ncaf\xe9\n")
+    rows = [new_row("t", SOURCE, path) for path in ("t/a.md", "t/b.md")]
+    storage = Storage(str(tmp_path))
+    batch, _ = read_sources(to_table(rows), storage)
+    settings = ChunkSettings(strategy="semantic", options={"no_such_option": 1})
+    batch, stats, _ = chunk_sources(batch, settings, storage)
+    codes = batch.column("error_code").to_pylist()
+    assert codes == [CHUNKER_ERROR, CHUNKER_ERROR] and stats.failed == 2
+    assert batch.column("error_message")[0].as_py().startswith("ValueError: unknown option")
+    assert CHUNKER_ERROR not in DETERMINISTIC_FAILURES
+    batch, _, _ = chunk_sources(
+        read_sources(to_table(rows), storage)[0], ChunkSettings("semantic"), storage
+    )
+    assert batch.column("error_code").to_pylist() == [None, "CHUNKING_FAILED"]

@@ -134,6 +134,7 @@ def test_end_to_end_report(local_output):
         "unchanged": 0,
         "deleted": 0,
         "failed": 1,
+        "failed_unchanged": 0,
         "chunked": 7,
         "carried": 0,
     }
@@ -301,40 +302,37 @@ def test_incremental_runs_in_place(tmp_path):
     }
     assert len(questions_cached) == 2  # the two qa-pairs.md of the fixture corpus, as queries
 
-    # An unchanged corpus: nothing read but the failed source, nothing embedded; only the topic
-    # with the failed source is redone, its good sources carried from the previous tables, and
-    # every output comes out byte-identical to the from-scratch build.
+    # An unchanged corpus: nothing to do. The failed source failed for its bytes (invalid
+    # UTF-8), which have not changed: it is not read again, Ray does not start, and the run still
+    # reports the failure and exits 3. Nothing is written but the report and the manifest.
+    first_report = report_of(corpus)
     assert build("--input", str(corpus)) == 3
     report = report_of(corpus)
-    assert report["chunks"]["embedded"] == report["chunks"]["cache_hits"] == 0
-    assert report["chunks"]["reused"] == report["chunks"]["total"] > 0
-    assert report["topics"]["rebuilt"] == 1 and report["topics"]["kept"] == 3
-    assert report["sources"]["unchanged"] == 6
-    assert report["sources"]["carried"] == 2 and report["sources"]["chunked"] == 1
-    assert (
-        report["bytes_read"]
-        == (corpus / BROKEN).stat().st_size + (corpus / GOLDEN / "qa-pairs.md").stat().st_size
-    )
-    assert (
-        report["counters"]["chunk"]["sources"] == 0 and report["counters"]["chunk"]["failed"] == 1
-    )
+    assert report["failures"] == first_report["failures"]
+    assert [(f["path"], f["code"]) for f in report["failures"]] == [(BROKEN, "CHUNKING_FAILED")]
+    assert report["topics"]["rebuilt"] == 0 and report["topics"]["kept"] == 4
+    assert report["sources"]["failed"] == report["sources"]["failed_unchanged"] == 1
+    assert report["sources"]["unchanged"] == 7 and report["sources"]["chunked"] == 0
+    assert report["bytes_read"] == 0 and "ray_start" not in report["timings"]["wall_seconds"]
     assert generated_files(corpus) == first
-    # The re-read questions of that topic came from the cache: their entry was not rewritten.
-    assert all(os.stat(p).st_mtime_ns == questions_cached[p] for p in questions_cached)
-    untouched = [p for p in first if p.startswith(("guides/", "reference/"))]
-    assert all(os.stat(corpus / p).st_mtime_ns == stamps[p] for p in untouched)
-    # In the redone topic, the carried sources' chunk files were not written again.
-    carried_chunks = [p for p in first if p.startswith(f"{GOLDEN}/_chunks/")]
-    assert carried_chunks
-    assert all(os.stat(corpus / p).st_mtime_ns == stamps[p] for p in carried_chunks)
+    assert all(os.stat(corpus / p).st_mtime_ns == stamps[p] for p in first)
 
-    # Edit one section of one document: only that document is chunked (with the failed one,
-    # retried), its unchanged neighbour is carried, and only the edited chunks are embedded.
+    # Edit one section of one document: only that document is chunked (with the failed one of
+    # its topic, read again to fail the same way), its unchanged neighbour is carried, and only
+    # the edited chunks are embedded.
     edit_one_section(corpus)
     assert build("--input", str(corpus)) == 3
     report = report_of(corpus)
-    assert report["sources"]["changed"] == 2  # the edited one and the failed one (retried)
+    assert report["sources"]["changed"] == 1
     assert report["sources"]["chunked"] == 2 and report["sources"]["carried"] == 1
+    assert report["sources"]["failed"] == 1 and report["sources"]["failed_unchanged"] == 0
+    assert report["failures"] == first_report["failures"]
+    # The re-read questions of that topic came from the cache: their entry was not rewritten.
+    assert all(os.stat(p).st_mtime_ns == questions_cached[p] for p in questions_cached)
+    # The carried source's chunk files were not written again.
+    carried_chunks = [p for p in first if p.startswith(f"{GOLDEN}/_chunks/converters-")]
+    assert carried_chunks
+    assert all(os.stat(corpus / p).st_mtime_ns == stamps[p] for p in carried_chunks)
     # The topic has an index.json: its reduce wrote the new chunk files, none went ahead of it.
     assert report["counters"]["chunk"]["files"] == 0
     converters = json.loads((corpus / GOLDEN / "index.json").read_text())["_embedded"]["chunks"]
@@ -364,10 +362,16 @@ def test_incremental_runs_in_place(tmp_path):
     assert sorted(fresh) == sorted(after_edit)
     assert [p for p in fresh if fresh[p] != after_edit[p]] == []
 
-    # Unreadable previous tables: the unchanged sources are read and chunked again, no failure.
+    # Unreadable previous tables: in a rebuilt topic (one source's mtime changed, not its bytes)
+    # the unchanged sources are read and chunked again, no failure.
     (corpus / "_index" / "chunks" / SHARD).write_bytes(b"not parquet")
+    touched = (corpus / GOLDEN / "converters.md").stat()
+    os.utime(
+        corpus / GOLDEN / "converters.md", ns=(touched.st_atime_ns, touched.st_mtime_ns + 10**9)
+    )
     assert build("--input", str(corpus)) == 3
     report = report_of(corpus)
+    assert report["sources"]["changed"] == 1 and report["chunks"]["embedded"] == 0
     assert report["sources"]["carried"] == 0 and report["sources"]["chunked"] == 3
     assert generated_files(corpus) == after_edit
 
@@ -410,10 +414,18 @@ def test_incremental_runs_in_place(tmp_path):
         k: v for k, v in document.items() if k not in ("status", "error_code", "error")
     }
 
-    # Still failing on the next run: the rows are kept again, unchanged.
+    # Still failing on the next run: not read again, reported again, the rows as they were.
     assert build("--input", str(corpus)) == 3
+    again = report_of(corpus)
+    assert again["failures"] == report["failures"] and again["topics"]["rebuilt"] == 0
+    assert again["sources"]["failed_unchanged"] == 2
     assert shard_rows(corpus, "chunks", "reference~scli") == chunk_rows
     assert shard_rows(corpus, "documents", "reference~scli") == [failed]
+    # A settings change reads every source again, the failed ones included.
+    assert build("--input", str(corpus), "--set", "prompts.threshold=0.31") == 3
+    changed = report_of(corpus)
+    assert changed["failures"] == report["failures"] and changed["sources"]["failed_unchanged"] == 0
+    assert changed["sources"]["changed"] == changed["sources"]["seen"]
 
 
 def test_quickstart_build_command_works_on_the_examples(tmp_path, capsys, monkeypatch):

@@ -101,10 +101,41 @@ def test_a_source_that_failed_last_time_is_retried():
     assert actions(plan)["a"] == REBUILD and plan.changed == {"a/one.md"}
 
 
+def test_a_settled_failure_is_not_retried_until_the_source_or_the_settings_change():
+    files = FILES
+    before = remember(files)
+    failure = ("CHUNKING_FAILED", "invalid UTF-8 at byte offset 8")
+    one = before.sources["a/one.md"]
+    settled = Manifest(
+        config_key="s1",
+        sources={
+            **before.sources,
+            "a/one.md": SourceEntry(one.fingerprint, one.sha256, True, failure),
+        },
+        topics=before.topics,  # the run that failed it left the topic with no failure to retry
+        directories=before.directories,
+    )
+    plan = make_plan(files, settled, "s1", GLOBS)
+    assert actions(plan) == {"a": KEEP, "b/c": KEEP} and plan.changed == frozenset()
+    assert plan.settled == ({"path": "a/one.md", "code": failure[0], "message": failure[1]},)
+    # A neighbour's edit rebuilds the topic: the failed source is not changed, and not reported
+    # by the plan (the topic's reduce reads it and reports it).
+    edited = [FileInfo(f.path, f.size + 10, "new") if f.path == "a/two.md" else f for f in files]
+    plan = make_plan(edited, settled, "s1", GLOBS)
+    assert actions(plan)["a"] == REBUILD and plan.changed == {"a/two.md"} and plan.settled == ()
+    fixed = [FileInfo(f.path, f.size + 1, "new") if f.path == "a/one.md" else f for f in files]
+    plan = make_plan(fixed, settled, "s1", GLOBS)
+    assert plan.changed == {"a/one.md"} and plan.settled == ()
+    plan = make_plan(files, settled, "s2", GLOBS)
+    assert len(plan.changed) == 3 and plan.settled == ()
+    assert Manifest.from_json(settled.to_json()) == settled
+
+
 def test_manifest_round_trips_through_json():
     files = FILES
     manifest = remember(files)
     assert Manifest.from_json(manifest.to_json()) == manifest
+    assert b"settled_failure" not in manifest.to_json()  # written only for a settled failure
     assert Manifest.from_json(None) == Manifest()
     assert Manifest.from_json(b'{"format": 0}') == Manifest()
 

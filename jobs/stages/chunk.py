@@ -2,7 +2,8 @@
 questions; `read_and_chunk` is the task that runs stages 1a to 1d on one batch of sources.
 
 Failures become error records on the row (the chunker's code, e.g. CHUNKING_FAILED for invalid
-UTF-8), never exceptions, unless the failure policy is "abort".
+UTF-8; CHUNKER_ERROR for an exception the chunker did not raise on purpose), never exceptions,
+unless the failure policy is "abort".
 Reads `topic`, `kind`, `path`, `payload`, `error_code`; writes `document`, `chunk_files`,
 `error_code`, `error_message` and drops `payload` (except the topic facts). Works on whole Arrow
 columns, as every stage does.
@@ -17,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from chunking import CHUNKING_FAILED, ChunkedDocument, ChunkingError, chunk_source
+from chunking import ChunkedDocument, ChunkingError, chunk_source
 from indexing import parse_questions
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, with_columns
@@ -28,6 +29,9 @@ from jobs.stats import ChunkStats, Clock, Histogram, RunStats, Slowest
 from jobs.storage import Storage
 
 QUESTIONS_FAILED = "QUESTIONS_FAILED"
+# An exception other than the chunker's own ChunkingError: a bug, or the machine (memory). Unlike
+# the chunker's deterministic codes, it is retried on every run (`jobs.plan`).
+CHUNKER_ERROR = "CHUNKER_ERROR"
 Failure = tuple[str, str]  # a row's error code and message
 
 
@@ -141,7 +145,7 @@ def _chunk_source(
     except ChunkingError as exc:
         return None, (exc.code, exc.message), 0.0
     except Exception as exc:  # noqa: BLE001 - one bad source must not stop the others
-        return None, (CHUNKING_FAILED, f"{type(exc).__name__}: {exc}"), 0.0
+        return None, (CHUNKER_ERROR, f"{type(exc).__name__}: {exc}"), 0.0
     return document, None, time.perf_counter() - started
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from chunking import ChunkedDocument
+from chunking import DETERMINISTIC_FAILURES, ChunkedDocument
 from indexing import (
     IndexSettings,
     SourceInput,
@@ -48,11 +48,13 @@ TOPIC_SPEC_FAILED = "TOPIC_SPEC_FAILED"
 
 
 class Outcome(NamedTuple):
-    """What became of one source of a topic (a tuple: the driver holds one per source)."""
+    """What became of one source of a topic (a tuple: the driver holds one per source).
+    `settled_failure`: its (code, message) when its bytes and the settings decide the failure."""
 
     sha256: str | None
     failed: bool = False
     carried: bool = False
+    settled_failure: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
             )
         ),
     )
-    outcomes = {r["path"]: Outcome(r["sha256"], r["error_code"] is not None) for r in source_rows}
+    outcomes = {r["path"]: _outcome(r) for r in source_rows}
     outcomes.update({path: Outcome(facts["carried"][path], carried=True) for path in carried})
     return _summary(
         topic,
@@ -181,6 +183,13 @@ def switch(
 def _summary(topic: str, facts: dict[str, Any]) -> dict[str, Any]:
     """The summary the driver reads (small: no chunk data)."""
     return {"topic": topic, **facts}
+
+
+def _outcome(row: dict[str, Any]) -> Outcome:
+    """A source row's outcome; its failure is settled when the chunker's code says so."""
+    code = row["error_code"]
+    settled = (code, row["error_message"]) if code in DETERMINISTIC_FAILURES else None
+    return Outcome(row["sha256"], code is not None, settled_failure=settled)
 
 
 def _failure(row: dict[str, Any]) -> dict[str, str]:
