@@ -52,7 +52,7 @@ from jobs.resources import (
     store_stage_args,
     task_stage_args,
 )
-from jobs.stages.chunk import ChunkSettings, read_and_chunk
+from jobs.stages.chunk import ChunkSettings, SourceFailed, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.store import store_entries
 from jobs.stages.topic import TopicContext
@@ -156,6 +156,9 @@ def run_job(config: JobConfig) -> dict[str, Any]:
         log.warning("%s skipped: %s", failure["path"], failure["message"])
     for failure in plan.settled:
         log.warning("%s still fails, unchanged since (not read again): %s: %s", *failure.values())
+    if plan.settled and config.failure_policy == "abort":  # a failing source stops the job
+        path, code, message = plan.settled[0].values()
+        raise SourceFailed(f"{path}: {code}: {message} (unchanged since it failed)")
 
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
     if rebuilt:

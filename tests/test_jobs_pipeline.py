@@ -450,6 +450,19 @@ def test_abort_policy_stops_at_the_first_failed_source(tmp_path):
     assert not (output / "_reindex" / "manifest.json").exists()
 
 
+def test_abort_policy_stops_at_a_failure_known_from_the_previous_run(local_output, tmp_path):
+    """A settled failure is not read again; under `abort` it still stops the job, at once."""
+    output = tmp_path / "out"
+    shutil.copytree(local_output, output)
+    manifest = (output / "_reindex" / "manifest.json").read_bytes()
+    code = build("--input", str(CORPUS), "--output", str(output), "--set", "failure_policy=abort")
+    assert code == 1
+    report = report_of(output)
+    assert report["status"] == "failed" and BROKEN in report["error"]
+    assert "unchanged since it failed" in report["error"]
+    assert (output / "_reindex" / "manifest.json").read_bytes() == manifest
+
+
 def test_build_records_the_embedding_settings(local_output):
     recorded = json.loads((local_output / "_index" / "model.json").read_text())
     options = {"dtype": "fp32", "normalize": True, "trust_remote_code": False}
