@@ -15,8 +15,10 @@ REPORT_HTML_PATH = "_reindex/report.html"
 # 2: chunk records and tables gained fields, and chunking and index rules changed (issue 10), so
 # an output of format 1 is rebuilt whole. 3: chunk files are named by their text's digest
 # (`_chunks/{stem}-{digest}-{i}.md`, issue 12 item 7); an output of format 2 is rebuilt whole, so
-# that it converges to a clean build's names.
-FORMAT = 3
+# that it converges to a clean build's names. 4: a source entry may hold its `settled_failure`,
+# which a reader of format 3 would refuse (an unknown field); format 3 is read as 4 without one.
+FORMAT = 4
+READABLE_FORMATS = (3, FORMAT)
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ class Manifest:
         if not data:
             return cls()
         raw = json.loads(data)
-        if raw.get("format") != FORMAT:
+        if raw.get("format") not in READABLE_FORMATS:
             return cls()
         return cls(
             config_key=raw["config_key"],
