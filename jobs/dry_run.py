@@ -36,7 +36,7 @@ class DryRun:
     chunk: list[str]  # sources it would chunk
     carried: list[str]  # unchanged sources of rebuilt topics, taken from the previous tables
     deleted: list[str]  # sources gone since the last run
-    still_failing: list[str]  # sources with a settled failure, unchanged: reported, not read
+    still_failing: list[str]  # files with a settled failure, unchanged: reported, not read
     bytes_to_read: int
     cached: int  # sources to chunk whose vectors the cache holds already
     chunks_to_embed: int  # estimate
@@ -121,7 +121,7 @@ def describe(plan: DryRun) -> str:
         f"sources to chunk: {len(plan.chunk)}",
         f"sources to carry: {len(plan.carried)}",
         f"sources to delete: {len(plan.deleted)}",
-        f"sources still failing, not read: {len(plan.still_failing)}",
+        f"files still failing, not read: {len(plan.still_failing)}",
         f"sources expected from the cache: {plan.cached}",
         f"chunks to embed (estimate): {plan.chunks_to_embed}",
     ]

@@ -6,6 +6,7 @@ tables, the embedding settings `_index/model.json`, and the manifest the next ru
 from __future__ import annotations
 
 import posixpath
+from dataclasses import replace
 from typing import Any
 
 from indexing import (
@@ -23,6 +24,7 @@ from indexing.paths import CHUNK_TABLES, DOCUMENT_TABLES, INDEX, TOPIC_SPEC, in_
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, Manifest, SourceEntry, TopicEntry
 from jobs.plan import REBUILD, RELINK, Plan
+from jobs.stages.topic import SETTLED_FAILURES
 from jobs.storage import Storage, SymlinkRefused
 
 
@@ -56,7 +58,12 @@ def finish(
                 children=topic.children,
                 files=tuple(summary["files"]),
                 prompt_entries=tuple(tuple(e) for e in summary["prompt_entries"]),
-                failed=has_failure_to_retry(summary),
+                failed=any(f["code"] not in SETTLED_FAILURES for f in summary["failures"]),
+                settled_failures=tuple(
+                    (f["path"], f["code"], f["message"])
+                    for f in summary["failures"]
+                    if f["code"] in SETTLED_FAILURES and f["path"] not in outcomes
+                ),
             )
             for path, outcome in outcomes.items():
                 sources[path] = SourceEntry(
@@ -70,9 +77,7 @@ def finish(
                 output.write_if_changed(
                     in_topic(topic.topic, INDEX), set_child_topics(index, list(topic.children))
                 )
-            entry = TopicEntry(
-                entry.inputs, topic.children, entry.files, entry.prompt_entries, entry.failed
-            )
+            entry = replace(entry, children=topic.children)
         topics[topic.topic] = entry
         sources.update({p: previous.sources[p] for p in topic.sources})
 
@@ -101,16 +106,6 @@ def finish(
         topics=topics,
         directories=tuple(sorted(plan.directories)),
         simhash_files=tuple(sorted(tables)),
-    )
-
-
-def has_failure_to_retry(summary: dict[str, Any]) -> bool:
-    """Whether a rebuilt topic's summary has a failure the next run retries: any but its
-    sources' settled ones (those of the topic's own files included)."""
-    outcomes = summary["sources"]
-    return any(
-        failure["path"] not in outcomes or outcomes[failure["path"]].settled_failure is None
-        for failure in summary["failures"]
     )
 
 

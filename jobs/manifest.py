@@ -15,8 +15,9 @@ REPORT_HTML_PATH = "_reindex/report.html"
 # 2: chunk records and tables gained fields, and chunking and index rules changed (issue 10), so
 # an output of format 1 is rebuilt whole. 3: chunk files are named by their text's digest
 # (`_chunks/{stem}-{digest}-{i}.md`, issue 12 item 7); an output of format 2 is rebuilt whole, so
-# that it converges to a clean build's names. 4: a source entry may hold its `settled_failure`,
-# which a reader of format 3 would refuse (an unknown field); format 3 is read as 4 without one.
+# that it converges to a clean build's names. 4: settled failures (a source entry's
+# `settled_failure`, a topic entry's `settled_failures`), which a reader of format 3 would refuse
+# (unknown fields); format 3 is read as 4 without any.
 FORMAT = 4
 READABLE_FORMATS = (3, FORMAT)
 
@@ -56,7 +57,35 @@ class TopicEntry:
     children: tuple[str, ...]
     files: tuple[str, ...]
     prompt_entries: tuple[tuple[int, str, int], ...] = ()  # (simhash, source stem, chunk index)
-    failed: bool = False  # a failure to retry: any but its sources' settled ones
+    failed: bool = False  # a failure to retry: any but settled ones
+    # (path, code, message) of the settled failures of its qa-pairs.md and keywords file (those
+    # of its sources are in their own entries)
+    settled_failures: tuple[tuple[str, str, str], ...] = ()
+
+    def to_dict(self) -> dict:
+        """The entry as the manifest stores it (settled failures only where there are some)."""
+        data = {
+            "inputs": self.inputs,
+            "children": list(self.children),
+            "files": list(self.files),
+            "prompt_entries": [list(x) for x in self.prompt_entries],
+            "failed": self.failed,
+        }
+        if self.settled_failures:
+            data["settled_failures"] = [list(x) for x in self.settled_failures]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TopicEntry:
+        """The entry `to_dict` stored."""
+        return cls(
+            inputs=data["inputs"],
+            children=tuple(data["children"]),
+            files=tuple(data["files"]),
+            prompt_entries=tuple(tuple(x) for x in data["prompt_entries"]),
+            failed=data["failed"],
+            settled_failures=tuple(tuple(x) for x in data.get("settled_failures", ())),
+        )
 
 
 @dataclass(frozen=True)
@@ -75,15 +104,7 @@ class Manifest:
             "format": FORMAT,
             "config_key": self.config_key,
             "sources": {p: e.to_dict() for p, e in sorted(self.sources.items())},
-            "topics": {
-                t: {
-                    **vars(e),
-                    "children": list(e.children),
-                    "files": list(e.files),
-                    "prompt_entries": [list(x) for x in e.prompt_entries],
-                }
-                for t, e in sorted(self.topics.items())
-            },
+            "topics": {t: e.to_dict() for t, e in sorted(self.topics.items())},
             "directories": list(self.directories),
             "simhash_files": list(self.simhash_files),
         }
@@ -102,16 +123,7 @@ class Manifest:
         return cls(
             config_key=raw["config_key"],
             sources={p: SourceEntry.from_dict(e) for p, e in raw["sources"].items()},
-            topics={
-                t: TopicEntry(
-                    inputs=e["inputs"],
-                    children=tuple(e["children"]),
-                    files=tuple(e["files"]),
-                    prompt_entries=tuple(tuple(x) for x in e["prompt_entries"]),
-                    failed=e["failed"],
-                )
-                for t, e in raw["topics"].items()
-            },
+            topics={t: TopicEntry.from_dict(e) for t, e in raw["topics"].items()},
             directories=tuple(raw["directories"]),
             simhash_files=tuple(raw["simhash_files"]),
         )

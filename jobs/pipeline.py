@@ -55,7 +55,7 @@ from jobs.resources import (
 from jobs.stages.chunk import ChunkSettings, SourceFailed, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.store import store_entries
-from jobs.stages.topic import TopicContext
+from jobs.stages.topic import KEYWORDS_FAILED, TopicContext
 from jobs.stats import RunStats
 from jobs.storage import FileInfo, Storage
 
@@ -156,9 +156,13 @@ def run_job(config: JobConfig) -> dict[str, Any]:
         log.warning("%s skipped: %s", failure["path"], failure["message"])
     for failure in plan.settled:
         log.warning("%s still fails, unchanged since (not read again): %s: %s", *failure.values())
-    if plan.settled and config.failure_policy == "abort":  # a failing source stops the job
-        path, code, message = plan.settled[0].values()
+    # Under `abort`, a failure known from the last run stops the job as the chunk stage would
+    # (a source's or a qa-pairs.md's; a keywords file's failure never stops one).
+    stops = [f for f in plan.settled if f["code"] != KEYWORDS_FAILED]
+    if stops and config.failure_policy == "abort":
+        path, code, message = stops[0].values()
         raise SourceFailed(f"{path}: {code}: {message} (unchanged since it failed)")
+    settled_sources = sum(1 for failure in plan.settled if failure["path"] in plan.fingerprints)
 
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
     if rebuilt:
@@ -184,8 +188,8 @@ def run_job(config: JobConfig) -> dict[str, Any]:
             "changed": len(plan.changed),
             "unchanged": len(plan.fingerprints) - len(plan.changed),
             "deleted": len(plan.deleted),
-            "failed": sum(1 for o in outcomes if o.failed) + len(plan.settled),
-            "failed_unchanged": len(plan.settled),
+            "failed": sum(1 for o in outcomes if o.failed) + settled_sources,
+            "failed_unchanged": settled_sources,
             "chunked": sum(1 for o in outcomes if not o.carried),
             "carried": sum(1 for o in outcomes if o.carried),
         },

@@ -3,11 +3,12 @@
 Pure functions over `FileInfo` listings. A topic is rebuilt when anything its index depends on
 changed (a source's fingerprint, its qa-pairs.md, its keywords file, the settings) or when it had a
 failure to retry last time; it is relinked (only `_embedded.topics` rewritten) when only its child
-topics changed; otherwise it is kept as it is, without reading anything. A source whose failure
-its bytes and the settings decide (a settled failure: invalid UTF-8, bad front matter) is not
-retried while both stay the same; the run reports it again. Read failures, timeouts and
-unexpected errors are retried. Symbolic links the listing did not follow are not part of the
-corpus; those that would have mattered are reported.
+topics changed; otherwise it is kept as it is, without reading anything. A source, qa-pairs.md
+or keywords file whose failure its bytes and the settings decide (a settled failure: invalid
+UTF-8, bad front matter, a malformed keywords table) is not retried while both stay the same; the
+run reports it again. Read failures, timeouts and unexpected errors are retried. Symbolic links
+the listing did not follow are not part of the corpus; those that would have mattered are
+reported.
 """
 
 from __future__ import annotations
@@ -138,9 +139,10 @@ def make_plan(
 
 
 def settled_failures(topics: list[TopicPlan], previous: Manifest) -> tuple[dict[str, str], ...]:
-    """Report failures (the previous run's code and message) of the sources with a settled
-    failure in topics this run does not rebuild: unchanged, so not read again; sorted by path.
-    (A rebuilt topic reads such a source again, and its reduce reports the failure.)"""
+    """Report failures (the previous run's path, code and message) of the settled failures of
+    the topics this run does not rebuild, their sources' and their qa-pairs.md's and keywords
+    file's: unchanged, so not read again; sorted by path. (A rebuilt topic reads them again, and
+    its reduce reports them.)"""
     failures = []
     for topic in topics:
         if topic.action == REBUILD:
@@ -148,7 +150,9 @@ def settled_failures(topics: list[TopicPlan], previous: Manifest) -> tuple[dict[
         for path in topic.sources:
             if settled := previous.sources[path].settled_failure:
                 failures.append({"path": path, "code": settled[0], "message": settled[1]})
-    return tuple(sorted(failures, key=lambda failure: failure["path"]))
+        for path, code, message in previous.topics[topic.topic].settled_failures:
+            failures.append({"path": path, "code": code, "message": message})
+    return tuple(sorted(failures, key=lambda failure: (failure["path"], failure["code"])))
 
 
 def settings_digest(settings: dict) -> str:

@@ -89,9 +89,7 @@ def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
     assert "delete reference/cli/commands.md" in actions
     assert "chunk guides/installation.md" in actions and f"chunk {BROKEN}" not in actions
     assert "carry guides/getting-started.md" in actions
-    assert (
-        summary["sources still failing, not read"] == "1" and f"still failing {BROKEN}" in actions
-    )
+    assert summary["files still failing, not read"] == "1" and f"still failing {BROKEN}" in actions
     assert main(["--config", CONFIG, *where]) == 3
     report = json.loads((output / "_reindex" / "report.json").read_text())
     assert int(summary["bytes to read"]) == report["bytes_read"]

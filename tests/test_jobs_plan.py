@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from jobs.manifest import Manifest, SourceEntry, TopicEntry
 from jobs.plan import KEEP, REBUILD, RELINK, SYMLINK_SKIPPED, keep_directory, make_plan
@@ -130,6 +131,21 @@ def test_a_settled_failure_is_not_retried_until_the_source_or_the_settings_chang
     assert plan.changed == {"a/one.md"} and plan.settled == ()
     plan = make_plan(files, settled, "s2", GLOBS)
     assert len(plan.changed) == 3 and plan.settled == ()
+    assert Manifest.from_json(settled.to_json()) == settled
+
+
+def test_a_settled_failure_of_a_topics_questions_is_reported_while_the_topic_is_kept():
+    files = FILES
+    before = remember(files)
+    failure = ("a/qa-pairs.md", "QUESTIONS_FAILED", "invalid UTF-8 at byte offset 3")
+    topic = replace(before.topics["a"], settled_failures=(failure,))
+    settled = replace(before, topics={**before.topics, "a": topic})
+    plan = make_plan(files, settled, "s1", GLOBS)
+    assert actions(plan) == {"a": KEEP, "b/c": KEEP}
+    assert plan.settled == ({"path": failure[0], "code": failure[1], "message": failure[2]},)
+    questions = [FileInfo(f.path, f.size, "new") if "qa-pairs" in f.path else f for f in files]
+    plan = make_plan(questions, settled, "s1", GLOBS)
+    assert actions(plan)["a"] == REBUILD and plan.settled == ()
     assert Manifest.from_json(settled.to_json()) == settled
 
 

@@ -38,6 +38,8 @@ from jobs.previous import (
 )
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
+from jobs.stages.chunk import QUESTIONS_FAILED
+from jobs.stages.read import READ_FAILED
 from jobs.stats import Clock, IndexStats, RunStats
 from jobs.storage import Storage, SymlinkRefused
 
@@ -45,11 +47,17 @@ log = logging.getLogger("mdindex.build")
 
 KEYWORDS_FAILED = "KEYWORDS_FAILED"
 TOPIC_SPEC_FAILED = "TOPIC_SPEC_FAILED"
+# Failures that a file's bytes and the settings decide, for files whose fingerprint the plan
+# compares (sources, qa-pairs.md, keywords files): settled, not retried until one changes
+# (`jobs.plan`). A read that fails is READ_FAILED, retried; so are timeouts, CHUNKER_ERROR and
+# TOPIC_SPEC_FAILED (topic-spec.md is the output's file, which the plan does not compare).
+SETTLED_FAILURES = DETERMINISTIC_FAILURES | {QUESTIONS_FAILED, KEYWORDS_FAILED}
 
 
 class Outcome(NamedTuple):
     """What became of one source of a topic (a tuple: the driver holds one per source).
-    `settled_failure`: its (code, message) when its bytes and the settings decide the failure."""
+    `settled_failure`: its (code, message) when its bytes and the settings decide the failure
+    (`SETTLED_FAILURES`)."""
 
     sha256: str | None
     failed: bool = False
@@ -188,7 +196,7 @@ def _summary(topic: str, facts: dict[str, Any]) -> dict[str, Any]:
 def _outcome(row: dict[str, Any]) -> Outcome:
     """A source row's outcome; its failure is settled when the chunker's code says so."""
     code = row["error_code"]
-    settled = (code, row["error_message"]) if code in DETERMINISTIC_FAILURES else None
+    settled = (code, row["error_message"]) if code in SETTLED_FAILURES else None
     return Outcome(row["sha256"], code is not None, settled_failure=settled)
 
 
@@ -244,8 +252,12 @@ def _keywords(source: Storage, path: str | None) -> tuple[list, list[dict[str, s
     if path is None:
         return [], []
     try:
-        return parse_keywords(source.read_bytes(path).decode("utf-8")), []
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = source.read_bytes(path)
+    except OSError as exc:
+        return [], [{"path": path, "code": READ_FAILED, "message": str(exc)}]
+    try:
+        return parse_keywords(data.decode("utf-8")), []
+    except (UnicodeDecodeError, ValueError) as exc:
         return [], [{"path": path, "code": KEYWORDS_FAILED, "message": str(exc)}]
 
 
