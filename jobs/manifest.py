@@ -27,7 +27,7 @@ class SourceEntry:
     """A source as last seen: its listing fingerprint, content hash, and whether it failed.
 
     `settled_failure`: the (code, message) of a failure that its bytes and the settings decide
-    (`chunking.DETERMINISTIC_FAILURES`); such a source is not read again until one of them changes.
+    (`jobs.stages.topic.SETTLED_FAILURES`); such a source is not read again until one changes.
     """
 
     fingerprint: str

@@ -53,7 +53,7 @@ class Plan:
     deleted: tuple[str, ...]  # sources gone since the previous run
     deleted_topics: tuple[str, ...]
     skipped: tuple[dict[str, str], ...] = ()  # report failures for links not followed
-    settled: tuple[dict[str, str], ...] = ()  # report failures of sources not read again
+    settled: tuple[dict[str, str], ...] = ()  # report failures of files not read again
 
 
 def keep_directory(name: str) -> bool:

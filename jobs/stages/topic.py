@@ -194,7 +194,7 @@ def _summary(topic: str, facts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _outcome(row: dict[str, Any]) -> Outcome:
-    """A source row's outcome; its failure is settled when the chunker's code says so."""
+    """A source row's outcome; its failure is settled when its code says so."""
     code = row["error_code"]
     settled = (code, row["error_message"]) if code in SETTLED_FAILURES else None
     return Outcome(row["sha256"], code is not None, settled_failure=settled)
