@@ -52,22 +52,26 @@ def finish(
     for topic in plan.topics:
         if topic.action == REBUILD:
             summary = built[topic.topic]
-            outcomes = summary["sources"]
+            outcomes, failures = summary["sources"], summary["failures"]
+            # path -> (code, message) of the settled failures: its sources' and its own files'
+            settled = {
+                f["path"]: (f["code"], f["message"])
+                for f in failures
+                if f["code"] in SETTLED_FAILURES
+            }
             topics[topic.topic] = TopicEntry(
                 inputs=topic.inputs,
                 children=topic.children,
                 files=tuple(summary["files"]),
                 prompt_entries=tuple(tuple(e) for e in summary["prompt_entries"]),
-                failed=any(f["code"] not in SETTLED_FAILURES for f in summary["failures"]),
+                failed=any(f["code"] not in SETTLED_FAILURES for f in failures),
                 settled_failures=tuple(
-                    (f["path"], f["code"], f["message"])
-                    for f in summary["failures"]
-                    if f["code"] in SETTLED_FAILURES and f["path"] not in outcomes
+                    (path, *failure) for path, failure in settled.items() if path not in outcomes
                 ),
             )
             for path, outcome in outcomes.items():
                 sources[path] = SourceEntry(
-                    plan.fingerprints[path], outcome.sha256, outcome.failed, outcome.settled_failure
+                    plan.fingerprints[path], outcome.sha256, outcome.failed, settled.get(path)
                 )
             continue
         entry = previous.topics[topic.topic]

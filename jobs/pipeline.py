@@ -160,9 +160,10 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     # (a source's or a qa-pairs.md's; a keywords file's failure never stops one).
     stops = [f for f in plan.settled if f["code"] != KEYWORDS_FAILED]
     if stops and config.failure_policy == "abort":
-        path, code, message = stops[0].values()
-        raise SourceFailed(f"{path}: {code}: {message} (unchanged since it failed)")
-    settled_sources = sum(1 for failure in plan.settled if failure["path"] in plan.fingerprints)
+        stop = stops[0]
+        raise SourceFailed(
+            f"{stop['path']}: {stop['code']}: {stop['message']} (unchanged since it failed)"
+        )
 
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
     if rebuilt:
@@ -179,6 +180,7 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     wall["total"] = time.perf_counter() - started
     actions = [t.action for t in plan.topics]
     outcomes = [o for s in built.summaries.values() for o in s["sources"].values()]
+    settled_sources = sum(1 for failure in plan.settled if failure["path"] in plan.fingerprints)
     rebuilt_failures = (f for s in built.summaries.values() for f in s["failures"])
     report = build_report(
         built.stats,

@@ -55,14 +55,11 @@ SETTLED_FAILURES = DETERMINISTIC_FAILURES | {QUESTIONS_FAILED, KEYWORDS_FAILED}
 
 
 class Outcome(NamedTuple):
-    """What became of one source of a topic (a tuple: the driver holds one per source).
-    `settled_failure`: its (code, message) when its bytes and the settings decide the failure
-    (`SETTLED_FAILURES`)."""
+    """What became of one source of a topic (a tuple: the driver holds one per source)."""
 
     sha256: str | None
     failed: bool = False
     carried: bool = False
-    settled_failure: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -150,7 +147,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
             )
         ),
     )
-    outcomes = {r["path"]: _outcome(r) for r in source_rows}
+    outcomes = {r["path"]: Outcome(r["sha256"], r["error_code"] is not None) for r in source_rows}
     outcomes.update({path: Outcome(facts["carried"][path], carried=True) for path in carried})
     return _summary(
         topic,
@@ -191,13 +188,6 @@ def switch(
 def _summary(topic: str, facts: dict[str, Any]) -> dict[str, Any]:
     """The summary the driver reads (small: no chunk data)."""
     return {"topic": topic, **facts}
-
-
-def _outcome(row: dict[str, Any]) -> Outcome:
-    """A source row's outcome; its failure is settled when its code says so."""
-    code = row["error_code"]
-    settled = (code, row["error_message"]) if code in SETTLED_FAILURES else None
-    return Outcome(row["sha256"], code is not None, settled_failure=settled)
 
 
 def _failure(row: dict[str, Any]) -> dict[str, str]:
