@@ -102,7 +102,8 @@ class EmbeddingCache:
         self.root_uri = root_uri
         self.fs, root = fsspec.core.url_to_fs(root_uri, **(storage_options or {}))
         self.root = root.rstrip("/")
-        self._folder_exists: dict[str, bool] = {}  # model folder -> existed, or written by us
+        # (strategy key, model key) -> its model folder existed, or was written by us
+        self._folder_exists: dict[tuple[str, str], bool] = {}
 
     def entry_path(self, key: CacheKey) -> str:
         """The entry's folder as a path on `self.fs`."""
@@ -117,11 +118,11 @@ class EmbeddingCache:
         of a model folder that did not exist at the first lookup in it are misses unread.
 
         fsspec's `cat` of a list runs the requests concurrently on object storage."""
-        metadata_paths = [self._metadata_path(key) for key in keys]
-        held = [path for path, key in zip(metadata_paths, keys, strict=True) if self._may_hold(key)]
-        blobs = read_existing(self.fs, held)
+        # Paths only of keys that may be held: a cold build asks for thousands that cannot be.
+        metadata_paths = [self._metadata_path(key) if self._may_hold(key) else None for key in keys]
+        blobs = read_existing(self.fs, [path for path in metadata_paths if path is not None])
         metadata = [
-            _parse_metadata(blobs.get(path), key, dim)
+            _parse_metadata(blobs.get(path), key, dim) if path is not None else None
             for path, key in zip(metadata_paths, keys, strict=True)
         ]
         vector_paths = [
@@ -130,7 +131,9 @@ class EmbeddingCache:
         ]
         vector_blobs = read_existing(self.fs, [path for paths in vector_paths for path in paths])
         entries: list[CacheEntry | None] = []
-        for key, meta, paths in zip(keys, metadata, vector_paths, strict=True):
+        for key, meta, paths, metadata_path in zip(
+            keys, metadata, vector_paths, metadata_paths, strict=True
+        ):
             vectors = None
             if meta is not None:
                 blobs_of_entry = [vector_blobs.get(path) for path in paths]
@@ -139,7 +142,7 @@ class EmbeddingCache:
                     log.warning(
                         "cache entry %s: vectors missing or damaged; recomputing", key.relpath
                     )
-            elif self._metadata_path(key) in blobs:
+            elif metadata_path in blobs:
                 log.warning("cache entry %s: metadata.json damaged; recomputing", key.relpath)
             entries.append(
                 None
@@ -151,9 +154,9 @@ class EmbeddingCache:
     def _may_hold(self, key: CacheKey) -> bool:
         """Whether the key's model folder existed at this object's first lookup in it (asked
         once per folder), or this object has written into it since."""
-        folder = self._model_folder(key)
+        folder = (key.strategy_key, key.model_key)
         if folder not in self._folder_exists:
-            self._folder_exists[folder] = self.fs.exists(folder)
+            self._folder_exists[folder] = self.fs.exists(self._model_folder(key))
         return self._folder_exists[folder]
 
     def _model_folder(self, key: CacheKey) -> str:
@@ -182,7 +185,7 @@ class EmbeddingCache:
                 warnings[entry.key] = refused
             else:
                 files[entry.key] = self._entry_files(entry)
-                self._folder_exists[self._model_folder(entry.key)] = True
+                self._folder_exists[entry.key.strategy_key, entry.key.model_key] = True
         try:
             self._write(list(files.values()))
         except OSError:  # find out which entries fail, one by one, and leave none half written

@@ -7,7 +7,9 @@ One row per work item, all with the same Arrow schema so blocks always concatena
   unchanged sources it carries from the previous tables), as JSON in `payload`.
 Unchanged sources of a rebuilt topic have no row: the reduce takes them from the previous tables.
 Documents travel as JSON text and vectors as raw little-endian float32 bytes: plain Arrow columns.
-The chunk tasks' token ids of each chunk's embedding text travel as nested int32 lists.
+Each chunk's embedding text travels from the chunk task to the embedding actor as a string list
+(the actor does not decode the document for it), and the chunk tasks' token ids as nested int32
+lists.
 A cache entry the embedding actor computed but did not write travels as JSON beside its vectors.
 """
 
@@ -20,7 +22,6 @@ import numpy as np
 import pyarrow as pa
 
 from chunking import Chunk, ChunkedDocument, Link
-from chunking.record import embedding_text_of
 from embedding.cache import CacheEntry, CacheKey
 from embedding.encoder import Encoded
 
@@ -39,6 +40,7 @@ ROW_SCHEMA = pa.schema(
         ("sha256", pa.string()),
         ("document", pa.large_string()),  # ChunkedDocument JSON; the question list for "questions"
         ("chunk_files", pa.list_(pa.string())),  # the chunk files its chunk task wrote, if any
+        ("embedding_texts", pa.list_(pa.large_string())),  # each chunk's (`text_columns`)
         ("token_ids", pa.list_(pa.list_(pa.int32()))),  # each chunk's model ids (`tokens_of`)
         ("token_cut", pa.list_(pa.int32())),  # the chunks those ids were cut to the window
         ("error_code", pa.string()),
@@ -104,10 +106,15 @@ def document_from_json(text: str) -> ChunkedDocument:
     return ChunkedDocument(chunks=chunks, **data)
 
 
-def embedding_texts(text: str) -> tuple[str, ...]:
-    """Each chunk's embedding text from `document_to_json`'s JSON, without building the records
-    (a quarter of `document_from_json`'s time: what the embedding actor needs)."""
-    return tuple(embedding_text_of(c["context"], c["text"]) for c in json.loads(text)["chunks"])
+def text_columns(documents: list[ChunkedDocument | None]) -> dict[str, list[Any]]:
+    """The `embedding_texts` column values: each chunked document's chunks' embedding texts
+    (None for rows without a document)."""
+    return {
+        "embedding_texts": [
+            None if doc is None else [chunk.embedding_text for chunk in doc.chunks]
+            for doc in documents
+        ]
+    }
 
 
 def token_columns(encoded: list[Encoded | None]) -> dict[str, list[Any]]:

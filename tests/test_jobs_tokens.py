@@ -19,7 +19,6 @@ from jobs.records import (
     SOURCE,
     document_from_json,
     document_to_json,
-    embedding_texts,
     new_row,
     to_table,
     token_columns,
@@ -114,16 +113,22 @@ def test_the_actor_gives_the_same_vectors_with_the_chunk_tasks_ids_and_drops_the
     assert with_stats.pretokenized == with_stats.embedded > 0
     assert without_stats.pretokenized == 0 and without_stats.embedded == with_stats.embedded
     assert with_stats.questions == without_stats.questions > 0
-    assert with_ids.column("token_ids").null_count == batch.num_rows
-    assert with_ids.column("token_cut").null_count == batch.num_rows
+    for name in ("embedding_texts", "token_ids", "token_cut"):
+        assert with_ids.column(name).null_count == batch.num_rows
 
 
-def test_the_actor_reads_each_chunks_embedding_text_from_the_document_json():
+def test_the_chunk_task_sends_each_chunks_embedding_text_with_or_without_an_encoder(tmp_path):
     data = (CORPUS / "guides" / "getting-started.md").read_bytes()
     document = chunk_source(data, strategy="hierarchical", document_id="g", tokenizer="minilm")
     assert any(chunk.context for chunk in document.chunks)  # context-enriched texts
-    texts = embedding_texts(document_to_json(document))
-    assert texts == tuple(chunk.embedding_text for chunk in document.chunks)
+    batch = to_table([new_row("guides", SOURCE, "g", document=document_to_json(document))])
+    for encoder in (None, model_encoder("minilm").to_str()):
+        sent, _ = tokenize_sources(batch, [document], encoder)
+        texts = sent.column("embedding_texts").to_pylist()
+        assert texts == [[chunk.embedding_text for chunk in document.chunks]]
+    batch, _, _ = chunked_batch(tmp_path, None)
+    texts = batch.column("embedding_texts").to_pylist()
+    assert all(texts[:-1]) and texts[-1] is None  # the questions row has none
 
 
 def test_a_model_whose_files_the_driver_cannot_read_leaves_tokenizing_to_the_actors(

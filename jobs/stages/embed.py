@@ -5,11 +5,12 @@ same bits whatever documents share the batch. Each topic's questions are embedde
 the model's query prefix), through the same cache. The new cache entries are not written here: they
 travel with the rows to `jobs.stages.store`, so the actor (a GPU) never waits on cache writes.
 Each chunk is embedded as its `embedding_text` (the chunking layer decides: e.g. hierarchical's
-context-enriched text), and the cache is keyed on exactly that text. Its token ids come from the
-chunk task when that task's encoder has this model's `encoder_digest` (`embedding.encoder`); an
-actor whose model tokenizes differently says so once and tokenizes the texts itself.
-Reads `kind`, `document`, `sha256`, `previous_hash`, `token_ids`, `token_cut`; writes `vectors`,
-`dim`, `cache_entry` and drops the token ids.
+context-enriched text), which the chunk task sends beside the document, and the cache is keyed on
+exactly that text. Its token ids come from the chunk task when that task's encoder has this
+model's `encoder_digest` (`embedding.encoder`); an actor whose model tokenizes differently says so
+once and tokenizes the texts itself.
+Reads `kind`, `document` (a topic's questions), `sha256`, `previous_hash`, `embedding_texts`,
+`token_ids`, `token_cut`; writes `vectors`, `dim`, `cache_entry` and drops the texts and token ids.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from jobs.progress import report_stats
 from jobs.records import (
     QUESTIONS,
     SOURCE,
-    embedding_texts,
     entry_to_json,
     tokens_of,
     vectors_to_bytes,
@@ -39,8 +39,8 @@ from jobs.stats import EmbedStats, Names, RunStats, SharedClock
 # Cache namespace (the strategy-key level of seed 000's layout) of qa-pairs.md questions, which
 # are embedded as queries and cached like chunks (seed 000 section 6: "with caching").
 QUESTIONS_CACHE_KEY = "questions"
-READS = ("kind", "document", "sha256", "previous_hash")
-WRITES = ("vectors", "dim", "cache_entry", "token_ids", "token_cut")
+READS = ("kind", "document", "sha256", "previous_hash", "embedding_texts")
+WRITES = ("vectors", "dim", "cache_entry", "embedding_texts", "token_ids", "token_cut")
 log = logging.getLogger("mdindex.build")
 
 
@@ -127,17 +127,18 @@ class EmbedActor:
         document: str | None,
         sha256: str,
         previous_hash: str | None,
+        texts: list[str] | None,
         tokens: Encoded | None,
     ) -> DocRequest | None:
-        """The cache request of a chunked source (with its chunk task's `tokens`, if any) or of a
-        topic's questions, else None."""
+        """The cache request of a chunked source (its chunk task's embedding `texts` and
+        `tokens`, if any) or of a topic's questions, else None."""
         if document is None:
             return None
         if kind == SOURCE:
             return DocRequest(
                 strategy_key=self.strategy_key,
                 source_hash=sha256,
-                texts=embedding_texts(document),
+                texts=tuple(texts),
                 previous_source_hash=previous_hash,
                 tokens=tokens,
             )

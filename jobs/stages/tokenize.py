@@ -1,10 +1,13 @@
-"""Stage 1d: tokenize every chunk's embedding text for the model, in the chunk task, so that the
-embedding actors (on a GPU node, the CPU that feeds the GPU) do not (`embedding.encoder`).
+"""Stage 1d: every chunk's embedding input, made in the chunk task so that the embedding actors
+(on a GPU node, the CPU that feeds the GPU) do not make it: its embedding text, which the actor
+would otherwise decode from the document's JSON, and its token ids for the model
+(`embedding.encoder`).
 
 The driver builds the model's window encoder from its small files and passes it as JSON
 (`ChunkSettings.encoder`); without one (files the driver could not read) this stage does nothing
 and the actors tokenize. One encoder call per batch, on the task's own thread.
-Reads the chunked documents of `jobs.stages.chunk`; writes `token_ids` and `token_cut`.
+Reads the chunked documents of `jobs.stages.chunk`; writes `embedding_texts`, `token_ids` and
+`token_cut`.
 """
 
 from __future__ import annotations
@@ -16,19 +19,20 @@ import tokenizers
 
 from chunking import ChunkedDocument
 from embedding.encoder import Encoded, encode
-from jobs.records import token_columns, with_columns
+from jobs.records import text_columns, token_columns, with_columns
 from jobs.stats import Clock, TokenizeStats
 
 
 def tokenize_sources(
     batch: pa.Table, documents: list[ChunkedDocument | None], encoder: str | None
 ) -> tuple[pa.Table, TokenizeStats]:
-    """The batch with each chunked source's token ids (`documents` in row order; null for rows
-    without one), and the counts; the batch unchanged without an encoder."""
+    """The batch with each chunked source's embedding texts and token ids (`documents` in row
+    order; null for rows without one), and the counts; without an encoder, the texts only."""
+    texts_by_row = text_columns(documents)
     if encoder is None:
-        return batch, TokenizeStats()
+        return with_columns(batch, texts_by_row), TokenizeStats()
     clock = Clock()
-    texts = [chunk.embedding_text for doc in documents if doc is not None for chunk in doc.chunks]
+    texts = [text for row in texts_by_row["embedding_texts"] if row is not None for text in row]
     every = encode(_window_encoder(encoder), texts, parallel=False)  # a task holds one CPU
     encoded: list[Encoded | None] = []
     start = 0
@@ -41,7 +45,7 @@ def tokenize_sources(
         start = end
     tokens = sum(len(ids) for ids in every.ids)
     stats = TokenizeStats(chunks=len(texts), tokens=tokens, **clock.spent())
-    return with_columns(batch, token_columns(encoded)), stats
+    return with_columns(batch, {**texts_by_row, **token_columns(encoded)}), stats
 
 
 @functools.lru_cache(maxsize=1)
