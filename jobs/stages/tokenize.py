@@ -4,8 +4,8 @@ would otherwise decode from the document's JSON, and its token ids for the model
 (`embedding.encoder`).
 
 The driver builds the model's window encoder from its small files and passes it as JSON
-(`ChunkSettings.encoder`); without one (files the driver could not read) this stage does nothing
-and the actors tokenize. One encoder call per batch, on the task's own thread.
+(`ChunkSettings.encoder`); without one (files the driver could not read) this stage sends the
+texts only, and the actors tokenize. One encoder call per batch, on the task's own thread.
 Reads the chunked documents of `jobs.stages.chunk`; writes `embedding_texts`, `token_ids` and
 `token_cut`.
 """
