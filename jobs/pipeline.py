@@ -234,6 +234,7 @@ def build_topics(
     configure_progress()
     collector = StatsCollector.remote()
     cpus = float(ray.cluster_resources().get("CPU", 1))
+    gpus = float(ray.cluster_resources().get("GPU", 0))
     topics = [t for t in plan.topics if t.action == REBUILD]
     work = prepare_work(config, work_rows(topics, plan, previous, sizes, carry=True), cpus)
     goal = Goal(sources=work.sources, bytes=work.bytes, topics=len(topics))
@@ -247,7 +248,7 @@ def build_topics(
         with Heartbeat(status):
             for carry in (True, False):
                 recarry = set()
-                pool = embed_pool(config.resources.embed, cpus, len(work.batches))
+                pool = embed_pool(config.resources.embed, cpus, len(work.batches), gpus)
                 first_pool = first_pool or pool
                 log.info("embedding pool: %s", pool.label())
                 for summary in topic_summaries(

@@ -205,33 +205,52 @@ def test_end_to_end_report(local_output):
 
 
 @pytest.mark.parametrize(
-    "settings",
+    ("settings", "pool"),
     [
         # two actors, one document per embedding batch, one source per chunk task
-        [
-            "resources.embed.actors=2",
-            "resources.embed.num_cpus=0.5",
-            "resources.embed.batch_size=1",
-            "resources.chunk.batch_mb=0.001",
-            "resources.chunk.num_cpus=0.5",
-            "resources.chunk.concurrency=2",
-        ],
+        (
+            [
+                "resources.embed.actors=2",
+                "resources.embed.num_cpus=0.5",
+                "resources.embed.batch_size=1",
+                "resources.chunk.batch_mb=0.001",
+                "resources.chunk.num_cpus=0.5",
+                "resources.chunk.concurrency=2",
+            ],
+            "2 actors × 1 torch thread, on CPU",
+        ),
         # one actor, so two torch threads (the default: two actors of one thread)
-        ["resources.embed.actors=1", "resources.embed.batch_size=7"],
-        ["resources.embed.batch_size=64", "resources.chunk.batch_mb=100"],
+        (
+            ["resources.embed.actors=1", "resources.embed.batch_size=7"],
+            "1 actor × 2 torch threads, on CPU",
+        ),
+        (
+            ["resources.embed.batch_size=64", "resources.chunk.batch_mb=100"],
+            "1 actor × 2 torch threads, on CPU",  # one chunk task's batch: one actor
+        ),
         # a GPU pool (the session's Ray declares one GPU; the model stays on the CPU) with the
-        # batch size left null, which Ray Data refuses for GPU stages: the job sets one
-        ["resources.embed.num_gpus=1", "embedding.device=cpu", "resources.chunk.batch_mb=0.01"],
+        # batch size left null, which Ray Data refuses for GPU stages: the job sets one; and
+        # the actor count left null: two actors of half a GPU fill it
+        (
+            [
+                "resources.embed.num_gpus=0.5",
+                "resources.embed.num_cpus=0.5",
+                "embedding.device=cpu",
+                "resources.chunk.batch_mb=0.01",
+            ],
+            "2 actors × 1 torch thread, 0.5 GPU each",
+        ),
     ],
     ids=["2-actors-batch-1", "batch-7", "batch-64", "gpu-pool"],
 )
-def test_outputs_are_byte_identical_whatever_the_batching(local_output, tmp_path, settings):
+def test_outputs_are_byte_identical_whatever_the_batching(local_output, tmp_path, settings, pool):
     """index.json, chunk files and the Parquet tables (embedding columns included) are the same
     bytes whatever the batch sizes, actor count and torch threads per actor: chunks of many
     documents share fixed-shape micro-batches, so no vector depends on its batch-mates."""
     other = tmp_path / "out"
     code = build("--input", str(CORPUS), "--output", str(other), *_sets(settings))
     assert code == 3
+    assert report_of(other)["timings"]["embed_pool"]["label"] == pool
     ours, theirs = generated_files(local_output), generated_files(other)
     assert sorted(ours) == sorted(theirs)
     assert [p for p in ours if ours[p] != theirs[p]] == []

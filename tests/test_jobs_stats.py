@@ -88,7 +88,7 @@ def test_progress_line_names_every_counter_and_an_eta():
     assert "ETA" not in progress_line(chunked, Goal(100, 2_000_000, 4), elapsed=10.0)
 
 
-def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_stay_explicit():
+def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_to_the_gpus():
     two = embed_pool(EmbedResources(), 2, batches=8)
     assert (two.actors, two.threads, two.num_cpus, two.num_gpus) == (2, 1, 0.0, 0.0)
     sixteen = embed_pool(EmbedResources(), 16, batches=64)
@@ -110,6 +110,25 @@ def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_stay_explicit():
     assert (gpu.actors, gpu.max_actors, gpu.num_cpus, gpu.num_gpus) == (1, 4, 1.0, 1)
     assert gpu.label() == "1-4 actors × 1 torch thread, 1 GPU each"
     assert two.label() == "2 actors × 1 torch thread, on CPU"
+
+
+def test_a_gpu_pool_whose_actor_count_is_null_fills_the_gpus_present_at_the_start():
+    """`num_gpus: 0.25` on one GPU: four actors share it (measured on an H200: 1.9x one actor's
+    chunks/s for MiniLM on all of tldr), within max_actors, the batches and the CPUs."""
+
+    def actors(num_gpus, gpus, cpus=16, batches=64, **config):
+        resources = EmbedResources(num_gpus=num_gpus, **config)
+        return embed_pool(resources, cpus, batches, gpus).actors
+
+    assert actors(0.25, gpus=1) == 4
+    assert actors(1, gpus=8, cpus=64) == 8  # one per GPU of an 8-GPU node, not one in all
+    assert actors(0.1, gpus=3, cpus=64) == 30  # 3 / 0.1 is 29.999... in floats
+    assert actors(1, gpus=0) == 1  # an autoscaling cluster without a GPU node yet
+    assert actors(0.25, gpus=1, max_actors=2) == 2  # it may grow to max_actors, not beyond
+    assert actors(0.25, gpus=1, batches=3) == 3  # no actor without a batch to embed
+    assert actors(0.5, gpus=1, cpus=2) == 1  # one CPU left to the chunk tasks
+    assert actors(0.5, gpus=1, cpus=2, num_cpus=0.5) == 2
+    assert actors(0.25, gpus=1, actors=1) == 1  # a set count wins
 
 
 def test_a_gpu_pool_embeds_calls_of_sources_that_fill_its_fixed_shape_micro_batches():
