@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from collections import Counter
@@ -24,7 +25,7 @@ import tokenizers
 
 from chunking import strategy_key
 from embedding.encoder import encoder_digest, model_encoder
-from jobs.config import JobConfig
+from jobs.config import EmbedResources, JobConfig
 from jobs.finish import finish, index_settings
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import (
@@ -248,7 +249,8 @@ def build_topics(
         with Heartbeat(status):
             for carry in (True, False):
                 recarry = set()
-                pool = embed_pool(config.resources.embed, cpus, len(work.batches), gpus)
+                batches = embedding_batches(config.resources.embed, work)
+                pool = embed_pool(config.resources.embed, cpus, batches, gpus)
                 first_pool = first_pool or pool
                 log.info("embedding pool: %s", pool.label())
                 for summary in topic_summaries(
@@ -354,6 +356,23 @@ class Work:
     sources: int
     bytes: int
 
+    @property
+    def block_rows(self) -> int:
+        """The most rows one chunk task gets."""
+        return max((batch.num_rows for batch in self.batches), default=1)
+
+    @property
+    def source_bytes(self) -> float:
+        """The mean listed size of a source."""
+        return self.bytes / max(1, self.sources)
+
+
+def embedding_batches(resources: EmbedResources, work: Work) -> int:
+    """How many batches the embedding actors get: one per chunk task, or (with a batch size set,
+    and on GPUs) the sources in batches of `embed_batch_size` documents."""
+    rows = embed_batch_size(resources, block_rows=work.block_rows, source_bytes=work.source_bytes)
+    return len(work.batches) if rows is None else max(1, math.ceil(work.sources / rows))
+
 
 def prepare_work(config: JobConfig, rows: list[dict[str, Any]], cpus: float) -> Work:
     """`rows` packed into Arrow batches (`batch_bytes` each), with what the driver keeps of them."""
@@ -383,10 +402,7 @@ def topic_summaries(
     embedded (`jobs.reduce`)."""
     resources = config.resources
     embed_rows = embed_batch_size(
-        resources.embed.batch_size,
-        pool,
-        block_rows=max((batch.num_rows for batch in work.batches), default=1),
-        source_bytes=work.bytes / max(1, work.sources),
+        resources.embed, block_rows=work.block_rows, source_bytes=work.source_bytes
     )
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
     corpus = frozenset(plan.fingerprints)

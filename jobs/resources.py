@@ -157,14 +157,14 @@ GPU_CALL_BYTES = 2_000_000
 
 
 def embed_batch_size(
-    batch_size: int | None, pool: EmbedPool, *, block_rows: int, source_bytes: float
+    resources: EmbedResources, *, block_rows: int, source_bytes: float
 ) -> int | None:
     """Documents per embedding batch: the config's; when it is null, None (each chunk task's
     output is one batch), except on GPUs, where Ray Data needs a number: as many sources as
     `GPU_CALL_BYTES` holds at `source_bytes` (the mean listed size of a source), and at least
     `block_rows`, the most rows one chunk task gets (Ray Data joins chunk tasks' outputs)."""
-    if batch_size is not None or pool.num_gpus == 0:
-        return batch_size
+    if resources.batch_size is not None or resources.num_gpus == 0:
+        return resources.batch_size
     return max(1, block_rows, math.ceil(GPU_CALL_BYTES / max(1.0, source_bytes)))
 
 

@@ -229,8 +229,8 @@ def test_end_to_end_report(local_output):
             "1 actor × 2 torch threads, on CPU",  # one chunk task's batch: one actor
         ),
         # a GPU pool (the session's Ray declares one GPU; the model stays on the CPU) with the
-        # batch size left null, which Ray Data refuses for GPU stages: the job sets one; and
-        # the actor count left null: two actors of half a GPU fill it
+        # batch size left null, which Ray Data refuses for GPU stages: the job sets one (2 MB of
+        # sources: the whole corpus in one GPU call, so one actor of the two that fit the GPU)
         (
             [
                 "resources.embed.num_gpus=0.5",
@@ -238,10 +238,21 @@ def test_end_to_end_report(local_output):
                 "embedding.device=cpu",
                 "resources.chunk.batch_mb=0.01",
             ],
+            "1 actor × 1 torch thread, 0.5 GPU each",
+        ),
+        # the actor count left null and batches to share: two actors of half a GPU fill it
+        (
+            [
+                "resources.embed.num_gpus=0.5",
+                "resources.embed.num_cpus=0.5",
+                "embedding.device=cpu",
+                "resources.embed.batch_size=4",
+                "resources.chunk.batch_mb=0.01",
+            ],
             "2 actors × 1 torch thread, 0.5 GPU each",
         ),
     ],
-    ids=["2-actors-batch-1", "batch-7", "batch-64", "gpu-pool"],
+    ids=["2-actors-batch-1", "batch-7", "batch-64", "gpu-pool", "gpu-pool-shared"],
 )
 def test_outputs_are_byte_identical_whatever_the_batching(local_output, tmp_path, settings, pool):
     """index.json, chunk files and the Parquet tables (embedding columns included) are the same

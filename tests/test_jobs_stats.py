@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 
 from embedding.batching import padding_waste, plan_batches
 from embedding.embedder import DEFAULT_TOKEN_BUDGET
 from jobs.config import EmbedResources
-from jobs.pipeline import pack_batches
+from jobs.pipeline import Work, embedding_batches, pack_batches
 from jobs.progress import Goal, progress_line
-from jobs.records import SOURCE, new_row
+from jobs.records import SOURCE, new_row, to_table
 from jobs.resources import GPU_CALL_BYTES, embed_batch_size, embed_pool
 from jobs.stats import (
     SLOWEST,
@@ -131,17 +132,34 @@ def test_a_gpu_pool_whose_actor_count_is_null_fills_the_gpus_present_at_the_star
     assert actors(0.25, gpus=1, actors=1) == 1  # a set count wins
 
 
+def test_a_gpu_pool_starts_no_actor_for_which_there_is_no_gpu_call():
+    """A small edit on one GPU shared four ways: its sources fit one GPU call, so one actor (each
+    would load the model and capture its graphs), though its rows took three chunk tasks."""
+    tasks = [
+        to_table([new_row("t", SOURCE, f"p{i}", size=580) for i in range(k)]) for k in (40, 40, 20)
+    ]
+    edit = Work(batches=tasks, expected=Counter(t=100), sources=100, bytes=58_000)
+    shared = EmbedResources(num_gpus=0.25)
+    assert embedding_batches(shared, edit) == 1
+    assert embed_pool(shared, 16, embedding_batches(shared, edit), gpus=1).actors == 1
+    assert embedding_batches(EmbedResources(), edit) == 3  # on CPUs, one batch per chunk task
+    assert embedding_batches(EmbedResources(batch_size=7), edit) == 15
+    corpus = Work(batches=tasks * 20, expected=Counter(t=2000), sources=2000, bytes=20_000_000)
+    assert embedding_batches(shared, corpus) == 10  # 2 MB of sources per GPU call
+    assert embed_pool(shared, 16, embedding_batches(shared, corpus), gpus=1).actors == 4
+
+
 def test_a_gpu_pool_embeds_calls_of_sources_that_fill_its_fixed_shape_micro_batches():
     """On GPUs each micro-batch is filled to its full row count. A call of one small chunk task
     (430 tldr pages: ~560 chunks over 16 length buckets) computed about half filler (measured on an
     H100); a GPU call now holds GPU_CALL_BYTES of sources unless the config sets a batch size."""
-    gpu = embed_pool(EmbedResources(num_gpus=1), 16, batches=8)
-    cpu = embed_pool(EmbedResources(), 16, batches=8)
+    gpu, cpu = EmbedResources(num_gpus=1), EmbedResources()
     pages = math.ceil(GPU_CALL_BYTES / 580)  # tldr pages: 580 bytes on average
-    assert embed_batch_size(None, gpu, block_rows=430, source_bytes=580) == pages
-    assert embed_batch_size(None, gpu, block_rows=9000, source_bytes=580) == 9000  # a task whole
-    assert embed_batch_size(None, cpu, block_rows=430, source_bytes=580) is None  # one task
-    assert embed_batch_size(64, gpu, block_rows=430, source_bytes=580) == 64
+    assert embed_batch_size(gpu, block_rows=430, source_bytes=580) == pages
+    assert embed_batch_size(gpu, block_rows=9000, source_bytes=580) == 9000  # a task whole
+    assert embed_batch_size(cpu, block_rows=430, source_bytes=580) is None  # one task
+    sixty_four = EmbedResources(num_gpus=1, batch_size=64)
+    assert embed_batch_size(sixty_four, block_rows=430, source_bytes=580) == 64
     budget = DEFAULT_TOKEN_BUDGET["cuda"]
     one_task = [16 + (i * 37) % 241 for i in range(560)]  # chunk lengths in tokens
     call = [16 + (i * 37) % 241 for i in range(round(pages * 1.3))]  # 1.3 chunks a page
