@@ -368,10 +368,14 @@ class Work:
 
 
 def embedding_batches(resources: EmbedResources, work: Work) -> int:
-    """How many batches the embedding actors get: one per chunk task, or (with a batch size set,
-    and on GPUs) the sources in batches of `embed_batch_size` documents."""
+    """How many batches the embedding actors can run at once: one per chunk task, and (with a
+    batch size set, and on GPUs) no more than the sources make batches of `embed_batch_size`
+    documents. Ray Data splits one chunk task's block into batches one after another, never in
+    parallel (a 1-document batch size over one block: one task at a time)."""
     rows = embed_batch_size(resources, block_rows=work.block_rows, source_bytes=work.source_bytes)
-    return len(work.batches) if rows is None else max(1, math.ceil(work.sources / rows))
+    if rows is None:
+        return len(work.batches)
+    return max(1, min(len(work.batches), math.ceil(work.sources / rows)))
 
 
 def prepare_work(config: JobConfig, rows: list[dict[str, Any]], cpus: float) -> Work:

@@ -143,7 +143,8 @@ def test_a_gpu_pool_starts_no_actor_for_which_there_is_no_gpu_call():
     assert embedding_batches(shared, edit) == 1
     assert embed_pool(shared, 16, embedding_batches(shared, edit), gpus=1).actors == 1
     assert embedding_batches(EmbedResources(), edit) == 3  # on CPUs, one batch per chunk task
-    assert embedding_batches(EmbedResources(batch_size=7), edit) == 15
+    assert embedding_batches(EmbedResources(batch_size=50), edit) == 2  # 100 sources by 50
+    assert embedding_batches(EmbedResources(batch_size=1), edit) == 3  # a block is not split
     corpus = Work(batches=tasks * 20, expected=Counter(t=2000), sources=2000, bytes=20_000_000)
     assert embedding_batches(shared, corpus) == 10  # 2 MB of sources per GPU call
     assert embed_pool(shared, 16, embedding_batches(shared, corpus), gpus=1).actors == 4
