@@ -234,8 +234,8 @@ def build_topics(
     once more with every source through the pipeline."""
     configure_progress()
     collector = StatsCollector.remote()
-    cpus = float(ray.cluster_resources().get("CPU", 1))
-    gpus = float(ray.cluster_resources().get("GPU", 0))
+    cluster = ray.cluster_resources()  # one round trip to Ray's control store
+    cpus, gpus = float(cluster.get("CPU", 1)), float(cluster.get("GPU", 0))
     topics = [t for t in plan.topics if t.action == REBUILD]
     work = prepare_work(config, work_rows(topics, plan, previous, sizes, carry=True), cpus)
     goal = Goal(sources=work.sources, bytes=work.bytes, topics=len(topics))
