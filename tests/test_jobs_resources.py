@@ -71,9 +71,11 @@ def test_a_cpu_embedding_actor_gets_its_environment_without_a_runtime_env():
     assert actor_env(gpu_pool) == {}
 
 
-def test_the_embedding_actor_sets_its_environment_before_torch_loads():
+def test_the_embedding_actor_sets_its_environment_before_torch_loads_and_freezes_it():
     """OpenMP reads OMP_WAIT_POLICY when torch loads it: the actor's module does not import torch,
-    and the actor sets `EmbedSettings.env` before it does."""
+    and the actor sets `EmbedSettings.env` before it does. Once loaded, what it loaded is frozen
+    (`gc.freeze`): a full collection in the actor then traverses what its batches allocate, not
+    the hundreds of thousands of objects of torch, transformers and the model."""
     script = textwrap.dedent(
         """
         import os, sys
@@ -86,8 +88,10 @@ def test_the_embedding_actor_sets_its_environment_before_torch_loads():
         from jobs.stages.embed import EmbedActor, EmbedSettings
         assert not seen and "torch" not in sys.modules
         env = {"OMP_WAIT_POLICY": "PASSIVE"}
+        import gc
         EmbedActor(EmbedSettings("minilm", {"device": "cpu"}, cache_uri=None, env=env))
         print(seen)
+        print(gc.get_freeze_count() > 100_000, len(gc.get_objects()) < 10_000)
         """
     )
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
@@ -95,4 +99,4 @@ def test_the_embedding_actor_sets_its_environment_before_torch_loads():
         [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["['PASSIVE']"]
+    assert run.stdout.split() == ["['PASSIVE']", "True", "True"]
