@@ -21,16 +21,19 @@ import ray
 from ray.data import Dataset
 
 from jobs.blocks import Span, rows_in
+from jobs.gc_pause import gc_paused
 from jobs.stages.topic import TopicContext, build_and_write
 
 
 def _reduce_topic(
     topic: str, spans: list[Span], *blocks: pa.Table, context: TopicContext
 ) -> dict[str, Any]:
-    """Build and write one topic from its rows in the given block spans."""
+    """Build and write one topic from its rows in the given block spans (Python's collector
+    paused: `jobs.gc_pause`)."""
     tables = [rows_in(block, span) for block, span in zip(blocks, spans, strict=True)]
     rows = pa.concat_tables([t.filter(pc.equal(t.column("topic"), topic)) for t in tables])
-    return build_and_write(rows, context=context)
+    with gc_paused():
+        return build_and_write(rows, context=context)
 
 
 def reduce_topics(

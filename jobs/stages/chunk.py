@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from chunking import ChunkedDocument, ChunkingError, chunk_source
 from indexing import parse_questions
+from jobs.gc_pause import gc_paused
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, with_columns
 from jobs.stages.chunk_files import write_chunk_files
@@ -61,10 +62,12 @@ def read_and_chunk(
     collector=None,
 ) -> pa.Table:
     """Read and chunk one batch of work rows, write the chunk files of new topics and tokenize the
-    chunks for the model; report the stages' counts to the collector."""
-    batch, read = read_sources(batch, source)
-    batch, chunked, documents = chunk_sources(batch, settings, output)
-    batch, tokenized = tokenize_sources(batch, documents, settings.encoder)
+    chunks for the model; report the stages' counts to the collector. Python's collector is
+    paused meanwhile (`jobs.gc_pause`)."""
+    with gc_paused():
+        batch, read = read_sources(batch, source)
+        batch, chunked, documents = chunk_sources(batch, settings, output)
+        batch, tokenized = tokenize_sources(batch, documents, settings.encoder)
     report_stats(collector, RunStats(read=read, chunk=chunked, tokenize=tokenized))
     return batch
 
