@@ -1,6 +1,8 @@
-"""`jobs.gc_pause`: Python's collector off inside the block, back as it was after it."""
+"""`jobs.gc_pause`: Python's collector off inside the block, back as it was once the last open
+block of the process ends."""
 
 import gc
+import threading
 import weakref
 
 import pytest
@@ -47,3 +49,25 @@ def test_no_collection_runs_while_paused_and_its_cycles_are_freed_after():
         assert all(ref() is not None for ref in refs)
     gc.collect()
     assert all(ref() is None for ref in refs)
+
+
+def test_two_threads_overlapping_keep_it_off_until_the_last_one_leaves():
+    """An embedding actor runs two calls at once: the first to finish must not turn the
+    collector back on under the other."""
+    entered, first_left, seen = threading.Event(), threading.Event(), []
+
+    def second():
+        with gc_paused():
+            entered.set()
+            first_left.wait(timeout=10)
+            seen.append(gc.isenabled())
+
+    other = threading.Thread(target=second)
+    with gc_paused():
+        other.start()
+        entered.wait(timeout=10)
+    seen.append(gc.isenabled())
+    first_left.set()
+    other.join(timeout=10)
+    assert seen == [False, False]
+    assert gc.isenabled()

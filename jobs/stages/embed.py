@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from embedding import DocRequest, EmbeddingCache, Uncached, embed_uncached
 from embedding.encoder import Encoded
+from jobs.gc_pause import gc_paused
 from jobs.progress import report_stats
 from jobs.records import (
     QUESTIONS,
@@ -100,10 +101,12 @@ class EmbedActor:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Attach vectors (and the cache entries to write) to chunked sources and parsed
-        questions; report the counts and the time (counted once where two calls overlap)."""
+        questions; report the counts and the time (counted once where two calls overlap). Python's
+        collector is paused meanwhile (`jobs.gc_pause`)."""
         self.clock.start()
         try:
-            table, stats = self._embed(batch)
+            with gc_paused():
+                table, stats = self._embed(batch)
         finally:
             spent = self.clock.spent()
         report_stats(self.collector, RunStats(embed=stats + EmbedStats(**spent)))
