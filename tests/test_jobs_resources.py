@@ -75,7 +75,8 @@ def test_the_embedding_actor_sets_its_environment_before_torch_loads_and_freezes
     """OpenMP reads OMP_WAIT_POLICY when torch loads it: the actor's module does not import torch,
     and the actor sets `EmbedSettings.env` before it does. Once loaded, what it loaded is frozen
     (`gc.freeze`): a full collection in the actor then traverses what its batches allocate, not
-    the hundreds of thousands of objects of torch, transformers and the model."""
+    the hundreds of thousands of objects of torch, transformers and the model. While it loads,
+    the collector is paused: the one collection is the one before the freeze."""
     script = textwrap.dedent(
         """
         import os, sys
@@ -89,9 +90,12 @@ def test_the_embedding_actor_sets_its_environment_before_torch_loads_and_freezes
         assert not seen and "torch" not in sys.modules
         env = {"OMP_WAIT_POLICY": "PASSIVE"}
         import gc
+        runs = []
+        gc.callbacks.append(lambda phase, info: phase == "start" and runs.append(info))
         EmbedActor(EmbedSettings("minilm", {"device": "cpu"}, cache_uri=None, env=env))
         print(seen)
         print(gc.get_freeze_count() > 100_000, len(gc.get_objects()) < 10_000)
+        print([info["generation"] for info in runs])
         """
     )
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
@@ -99,4 +103,4 @@ def test_the_embedding_actor_sets_its_environment_before_torch_loads_and_freezes
         [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["['PASSIVE']", "True", "True"]
+    assert run.stdout.split() == ["['PASSIVE']", "True", "True", "[2]"]

@@ -70,28 +70,32 @@ class EmbedActor:
         # Before torch: OpenMP reads its settings when torch loads it, and nothing in this new
         # process has imported torch yet (this module does not).
         os.environ.update(settings.env)
-        # Imported here, in the actor: the driver never loads torch.
-        from embedding import load_embedder
+        # Loading builds some 400,000 objects, all kept for the actor's life (torch, transformers,
+        # the model). The collector is paused meanwhile (each pass traversed them again: 1.6 s of
+        # an 8-9 s start on the 2-core AVX2 VM), then one collection frees the load's garbage
+        # (11,000 objects, 0.2 s more than with the collector on) and the rest is frozen: Python's
+        # full collections then skip it, where each traversed it, stalling the model (a GPU)
+        # between calls (2.1 s of one actor's time on a cold build of all of tldr, 0.16 s frozen).
+        # Both happen before the collector is back on, whose first pass would traverse it all.
+        with gc_paused():
+            # Imported here, in the actor: the driver never loads torch.
+            from embedding import load_embedder
 
-        self.embedder = load_embedder(settings.model, **settings.options)
-        # On a GPU: every micro-batch shape's kernels loaded (and graphs captured) now, while the
-        # chunk tasks run, not during the first batches.
-        self.embedder.warm_up()
-        self.cache = (
-            EmbeddingCache(settings.cache_uri, settings.storage_options)
-            if settings.cache_uri
-            else None
-        )
+            self.embedder = load_embedder(settings.model, **settings.options)
+            # On a GPU: every micro-batch shape's kernels loaded (and graphs captured) now, while
+            # the chunk tasks run, not during the first batches.
+            self.embedder.warm_up()
+            self.cache = (
+                EmbeddingCache(settings.cache_uri, settings.storage_options)
+                if settings.cache_uri
+                else None
+            )
+            gc.collect()
+            gc.freeze()
         self.strategy_key = settings.strategy_key
         self.collector = settings.collector
         self.clock = SharedClock()
         self.pretokenized = settings.encoder_digest == self.embedder.encoder_digest
-        # What is loaded now (torch, transformers, the model: some 400,000 objects) lives as long
-        # as the actor. Frozen, Python's full collections skip it; each traversed it, stalling the
-        # model (a GPU) between calls: 2.1 s of one actor's time on a cold build of all of tldr
-        # on a 2-core VM, 0.16 s frozen. Collected first, so no garbage is kept for good.
-        gc.collect()
-        gc.freeze()
         if settings.encoder_digest and not self.pretokenized:
             log.warning(
                 "model %s: its loaded tokenizer differs from the one the chunk tasks built from "
