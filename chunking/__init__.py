@@ -19,6 +19,7 @@ from chunking.record import (
     ChunkingError,
     Link,
 )
+from chunking.tokens import TokenCounter
 
 __all__ = [
     "CHUNKING_FAILED",
@@ -30,10 +31,12 @@ __all__ = [
     "ChunkedDocument",
     "ChunkingError",
     "Link",
+    "TokenCounter",
     "chunk_document",
     "chunk_source",
     "list_strategies",
     "strategy_key",
+    "token_counter",
 ]
 
 
@@ -80,6 +83,13 @@ def strategy_key(name: str = "semantic", **options: Any) -> str:
     from chunking.strategy import get_strategy
 
     return get_strategy(name, **options).cache_key
+
+
+def token_counter(name: str = "semantic", **options: Any) -> TokenCounter:
+    """The token counter strategy `name` counts with under `options` (its `tokenizer` option)."""
+    from chunking.strategy import get_strategy
+
+    return get_strategy(name, **options).counter
 
 
 def list_strategies() -> dict[str, str]:

@@ -6,7 +6,8 @@ Every counter has a `name` (recorded in ChunkedDocument.tokenizer), `count(text)
 A tokenizer whose tokens never cross whitespace (BERT's WordPiece, and MiniLM's) is additive:
 the tokens of a text are those of its words (the runs between spaces, tabs and newlines), each
 tokenized alone. Its counter adds up the tokens of the words, and remembers those of the short
-words it has seen, so a word that comes back is not tokenized again.
+words it has seen, so a word that comes back is not tokenized again; from their ids it also gives
+a text's ids (`HFCounter.ids`), the tokenizer's own.
 """
 
 from __future__ import annotations
@@ -134,8 +135,9 @@ class HFCounter:
     name: str
     tokenizer: Any  # tokenizers.Tokenizer with truncation and padding off
     additive: bool = False  # see splits_at_whitespace: WordPiece is, byte-level BPE is not
-    # Additive only: the token start offsets of the short words tokenized so far.
+    # Additive only: the token start offsets and the token ids of the short words tokenized so far.
     known: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False, compare=False)
+    known_ids: dict[str, list[int]] = field(default_factory=dict, repr=False, compare=False)
 
     def units(self, text: str) -> int:
         """Number of tokens the model would see for `text` (no [CLS]/[SEP])."""
@@ -156,24 +158,49 @@ class HFCounter:
     def word_starts(self, words: list[str]) -> list[tuple[int, ...]]:
         """Token start offsets of each whitespace-free word (additive tokenizers). Words not
         seen before are tokenized together in one call; short ones are remembered."""
+        fresh = self._learn(words)
         known = self.known
+        if not fresh:
+            return [known[word] for word in words]
+        return [fresh[word][0] if word in fresh else known[word] for word in words]
+
+    def ids(self, texts: list[str]) -> list[list[int]]:
+        """The token ids of each text, without special tokens or a window (additive tokenizers):
+        those of its words, which the counting has mostly tokenized already; the others are
+        tokenized together in one call. The tokenizer's own ids for each whole text."""
+        split = [_words(text) for text in texts]
+        fresh = self._learn(list(chain.from_iterable(split)))
+        table = self.known_ids
+        if fresh:
+            table = {**table, **{word: ids for word, (_, ids) in fresh.items()}}
+        return [list(chain.from_iterable([table[word] for word in words])) for words in split]
+
+    def _learn(self, words: list[str]) -> dict[str, tuple[tuple[int, ...], list[int]]]:
+        """Tokenize the words not seen before in one call and remember the short ones; return
+        the new words' token starts and ids."""
+        known, known_ids = self.known, self.known_ids
         if len(known) > _MAX_WORDS:
             known.clear()
+            known_ids.clear()
         new = [word for word in dict.fromkeys(words) if word not in known]
         if not new:
-            return [known[word] for word in words]
+            return {}
         fresh = dict(zip(new, self._tokenize_words(new), strict=True))
-        known.update(item for item in fresh.items() if len(item[0]) <= _MAX_WORD_CHARS)
-        return [fresh[word] if word in fresh else known[word] for word in words]
+        for word, (starts, ids) in fresh.items():
+            if len(word) <= _MAX_WORD_CHARS:
+                known[word], known_ids[word] = starts, ids
+        return fresh
 
-    def _tokenize_words(self, words: list[str]) -> list[tuple[int, ...]]:
-        """Token start offsets of each word, from one call on the words joined by newlines."""
+    def _tokenize_words(self, words: list[str]) -> list[tuple[tuple[int, ...], list[int]]]:
+        """Token start offsets and ids of each word, from one call on the words joined by
+        newlines."""
         encoding = self.tokenizer.encode("\n".join(words), add_special_tokens=False)
         starts = [start for start, _ in encoding.offsets]
+        ids = encoding.ids
         out, offset, first = [], 0, 0
         for word in words:  # no token starts at a joining newline
             stop = bisect_left(starts, offset + len(word), first)
-            out.append(tuple(map(offset.__rsub__, starts[first:stop])))
+            out.append((tuple(map(offset.__rsub__, starts[first:stop])), ids[first:stop]))
             offset, first = offset + len(word) + 1, stop
         return out
 

@@ -74,6 +74,62 @@ def encode(
     )
 
 
+@dataclass(frozen=True)
+class Window:
+    """How an encoder frames the ids of one text: the special tokens it puts before and after
+    them, and its window, which keeps the first tokens that fit ("right" truncation) or the last
+    ("left")."""
+
+    prefix: tuple[int, ...]
+    suffix: tuple[int, ...]
+    max_length: int
+    side: str
+
+    def frame(self, rows: Sequence[Sequence[int]]) -> Encoded:
+        """What `encode` gives for the texts whose ids (without special tokens) are `rows`."""
+        room = self.max_length - len(self.prefix) - len(self.suffix)
+        prefix, suffix = list(self.prefix), list(self.suffix)
+        if self.side == "right":
+            ids = tuple(prefix + list(row[:room]) + suffix for row in rows)
+        else:
+            ids = tuple(prefix + list(row[max(0, len(row) - room) :]) + suffix for row in rows)
+        return Encoded(ids, tuple(len(row) > room for row in rows))
+
+
+def encoder_window(config: dict[str, Any]) -> Window | None:
+    """The `Window` of a window encoder, from its tokenizer.json (`config`); None unless it is
+    one `Window` reproduces: truncation on, no padding, and a BERT or template post-processor
+    whose single-text template is special tokens, the text, special tokens."""
+    truncation, processor = config.get("truncation"), config.get("post_processor") or {}
+    if (
+        not truncation
+        or config.get("padding")
+        or truncation.get("strategy") not in ("LongestFirst", "OnlyFirst")
+        or truncation.get("direction", "Right") not in ("Right", "Left")
+    ):
+        return None
+    if processor.get("type") == "BertProcessing":
+        prefix, suffix = (processor["cls"][1],), (processor["sep"][1],)
+    elif processor.get("type") == "TemplateProcessing":
+        pieces = [next(iter(piece.items())) for piece in processor["single"]]
+        kinds = [kind for kind, _ in pieces]
+        if kinds.count("Sequence") != 1:
+            return None
+        at = kinds.index("Sequence")
+        specials = processor["special_tokens"]
+        ids = [
+            tuple(specials[piece["id"]]["ids"]) if kind == "SpecialToken" else ()
+            for kind, piece in pieces
+        ]
+        prefix, suffix = sum(ids[:at], ()), sum(ids[at + 1 :], ())
+    else:
+        return None
+    window = Window(
+        prefix, suffix, truncation["max_length"], truncation.get("direction", "Right").lower()
+    )
+    return window if window.max_length > len(prefix) + len(suffix) else None
+
+
 @contextlib.contextmanager
 def _one_thread() -> Iterator[None]:
     """tokenizers' batch calls run on the calling thread alone meanwhile."""

@@ -5,12 +5,12 @@ A chunk task, a topic's reduce or an embedding actor's call builds tens of thous
 embedding actor's load builds some 400,000 (torch, transformers, the model) that live as long as
 it does. Python's collector runs whenever 700 more objects were allocated than freed, and from
 time to time traverses every object the process holds: the work's own, again and again as they
-grow, and Ray's, pyarrow's and ours. Measured on the 2-core AVX2 VM (cold builds, stand-in model):
-collections took 1.6 s of the chunk tasks' 35 s on tldr-en, 1.6 s of an embedding actor's 8-9 s
-load (MiniLM), and 2.7 s of its time on all of tldr (0.8 s with what it loaded frozen, 0.0003 s paused);
-the reduces spent 14-20% fewer worker-seconds paused. Cycles the work does make are collected
-once it is back on (none after tldr-en's embedding calls, 360 objects after reducing its
-`common/` topic)."""
+grow, and Ray's, pyarrow's and ours. Measured on the 2-core AVX2 VM (cold builds, stand-in model
+unless said): collections took 1.6 s of the chunk tasks' 35 s on tldr-en, 1.6 s of an embedding
+actor's 8-9 s load (MiniLM), and 2.7 s of its time on all of tldr (0.8 s with what it loaded
+frozen, 0.0003 s paused); the reduces spent 14-20% fewer worker-seconds paused. Cycles the work
+does make are collected once it is back on (none after tldr-en's embedding calls, 360 objects
+after reducing its `common/` topic)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chunking.tokens import get_counter, splits_at_whitespace
+from chunking.tokens import HFCounter, get_counter, splits_at_whitespace
 
 
 def test_heuristic_is_ceil_of_words_times_1_3():
@@ -97,6 +97,19 @@ def test_minilm_counts_from_words_equal_the_tokenizer(text):
     assert counter.additive
     assert counter.count(text) == len(minilm_direct(text))
     assert counter.starts(text) == minilm_direct(text)
+
+
+def test_minilm_ids_from_words_are_the_tokenizers_own_whether_the_words_are_known_or_not():
+    tokenizer = get_counter("minilm").tokenizer
+    texts = [*TRICKY, "\n".join(TRICKY), "  ".join(reversed(TRICKY))]
+    own = [tokenizer.encode(text, add_special_tokens=False).ids for text in texts]
+    fresh = HFCounter(name="minilm", tokenizer=tokenizer, additive=True)
+    assert fresh.ids(texts) == own  # every word new: tokenized in one call
+    assert fresh.ids(texts) == own  # every short word known: none tokenized again
+    assert fresh.known and fresh.known_ids.keys() == fresh.known.keys()
+    counted = HFCounter(name="minilm", tokenizer=tokenizer, additive=True)
+    counted.line_units(TRICKY[:5])  # counting learns some of the words first
+    assert counted.ids(texts) == own
 
 
 def test_minilm_ranges_cut_at_whitespace_count_what_the_tokenizer_says():

