@@ -165,9 +165,11 @@ class HFCounter:
         return [fresh[word][0] if word in fresh else known[word] for word in words]
 
     def ids(self, texts: list[str]) -> list[list[int]]:
-        """The token ids of each text, without special tokens or a window (additive tokenizers):
-        those of its words, which the counting has mostly tokenized already; the others are
-        tokenized together in one call. The tokenizer's own ids for each whole text."""
+        """The tokenizer's own ids of each text, without special tokens or a window. Additive:
+        those of its words, which the counting has mostly tokenized already (the others are
+        tokenized together in one call); otherwise each text is tokenized whole."""
+        if not self.additive:
+            return [self.tokenizer.encode(text, add_special_tokens=False).ids for text in texts]
         split = [_words(text) for text in texts]
         fresh = self._learn(list(chain.from_iterable(split)))
         table = self.known_ids

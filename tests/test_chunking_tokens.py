@@ -110,6 +110,8 @@ def test_minilm_ids_from_words_are_the_tokenizers_own_whether_the_words_are_know
     counted = HFCounter(name="minilm", tokenizer=tokenizer, additive=True)
     counted.line_units(TRICKY[:5])  # counting learns some of the words first
     assert counted.ids(texts) == own
+    whole = HFCounter(name="minilm", tokenizer=tokenizer, additive=False)
+    assert whole.ids(texts) == own and not whole.known_ids  # a tokenizer that is not additive
 
 
 def test_minilm_ranges_cut_at_whitespace_count_what_the_tokenizer_says():
