@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from indexing import group_sources, nearest_keywords_path
@@ -141,8 +142,8 @@ def make_plan(
 def settled_failures(topics: list[TopicPlan], previous: Manifest) -> tuple[dict[str, str], ...]:
     """Report failures (the previous run's path, code and message) of the settled failures of
     the topics this run does not rebuild, their sources' and their qa-pairs.md's and keywords
-    file's: unchanged, so not read again; sorted by path. (A rebuilt topic reads them again, and
-    its reduce reports them.)"""
+    file's: unchanged, so not read again; each once, sorted by path. (A rebuilt topic reads them
+    again, and its reduce reports them.)"""
     failures = []
     for topic in topics:
         if topic.action == REBUILD:
@@ -152,7 +153,15 @@ def settled_failures(topics: list[TopicPlan], previous: Manifest) -> tuple[dict[
                 failures.append({"path": path, "code": settled[0], "message": settled[1]})
         for path, code, message in previous.topics[topic.topic].settled_failures:
             failures.append({"path": path, "code": code, "message": message})
-    return tuple(sorted(failures, key=lambda failure: (failure["path"], failure["code"])))
+    return tuple(distinct_failures(failures))
+
+
+def distinct_failures(failures: Iterable[dict[str, str]]) -> list[dict[str, str]]:
+    """Report failures once each, sorted by path, code and message. A keywords file that several
+    topics read (the root's serves every topic without its own) fails in each of them, the same
+    way: the report names it once."""
+    unique = {(f["path"], f["code"], f["message"]): f for f in failures}
+    return [unique[key] for key in sorted(unique)]
 
 
 def settings_digest(settings: dict) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
 from jobs.config import JobConfig
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
+from jobs.plan import distinct_failures
 from jobs.report_html import render_html
 from jobs.stats import RunStats, StageStats
 from jobs.storage import Storage
@@ -66,8 +67,8 @@ def build_report(
     pool: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The report document: counts, timings with throughput and the embedding `pool` that ran
-    (None: no pipeline ran), failures sorted by path."""
-    failures = sorted(failures, key=lambda f: (f["path"], f["code"]))
+    (None: no pipeline ran), failures once each, sorted by path."""
+    failures = distinct_failures(failures)
     total = wall["total"]
 
     finish = StageStats(seconds=wall["finish"], cpu_seconds=wall["finish"])  # the driver's clock

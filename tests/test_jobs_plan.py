@@ -149,6 +149,15 @@ def test_a_settled_failure_of_a_topics_questions_is_reported_while_the_topic_is_
     assert Manifest.from_json(settled.to_json()) == settled
 
 
+def test_the_root_keywords_files_settled_failure_is_reported_once_for_every_topic_it_serves():
+    before = remember(FILES)
+    failure = ("_keywords/words.md", "KEYWORDS_FAILED", "row 1: no score")
+    topics = {name: replace(t, settled_failures=(failure,)) for name, t in before.topics.items()}
+    plan = make_plan(FILES, replace(before, topics=topics), "s1", GLOBS)
+    assert actions(plan) == {"a": KEEP, "b/c": KEEP}
+    assert plan.settled == ({"path": failure[0], "code": failure[1], "message": failure[2]},)
+
+
 def test_manifest_round_trips_through_json():
     files = FILES
     manifest = remember(files)
