@@ -59,7 +59,7 @@ def run_build(args: argparse.Namespace) -> int:
     """Load and validate the config, run the job, print the summary; returns the exit code."""
     from jobs.dry_run import describe, dry_run
     from jobs.logs import clean_logs
-    from jobs.pipeline import InputNotFound, run_job
+    from jobs.pipeline import InfeasibleResources, InputNotFound, run_job
     from jobs.report import summary, write_failed_report
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -86,7 +86,7 @@ def run_build(args: argparse.Namespace) -> int:
     try:
         with clean_logs():
             report = run_job(config)
-    except InputNotFound as exc:
+    except (InputNotFound, InfeasibleResources) as exc:
         print(f"mdindex build: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - any failure of the job itself maps to exit code 1

@@ -47,8 +47,10 @@ from jobs.resources import (
     EmbedPool,
     actor_env,
     actor_stage_args,
+    describe_resources,
     embed_batch_size,
     embed_pool,
+    infeasible,
     reduce_task_options,
     store_stage_args,
     task_stage_args,
@@ -75,6 +77,11 @@ IDLE_WORKER_KEEP_MS = 60_000
 
 class InputNotFound(FileNotFoundError):
     """The input root does not exist (a usage error: exit code 2)."""
+
+
+class InfeasibleResources(ValueError):
+    """A stage asks for more than any node of the private local Ray instance has, which never
+    grows: the build would wait for ever (a config error for this machine: exit code 2)."""
 
 
 @dataclass(frozen=True)
@@ -518,6 +525,12 @@ def start_ray(config: JobConfig) -> None:
         # the job's runtime_env already reaches every worker
         context = ray.init(address="auto", logging_level=logging.WARNING)
         log.info("joined the Ray cluster at %s", context.address_info["gcs_address"])
+        if missing := infeasible(config.resources, _live_nodes()):
+            log.warning(
+                "no node of the cluster can run %s: the build waits until the autoscaler adds "
+                "one (its node types must offer it)",
+                "; ".join(missing),
+            )
         return
     # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
     # runtime_env to forward it would cost every new worker process about a second.
@@ -529,3 +542,21 @@ def start_ray(config: JobConfig) -> None:
         _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS},
     )
     log.info("started a local Ray instance (logs in %s)", context.address_info["session_dir"])
+    if missing := infeasible(config.resources, nodes := _live_nodes()):
+        here = describe_resources(nodes[0].get("CPU", 0.0), nodes[0].get("GPU", 0.0))
+        hint = (
+            " Without a GPU, set embedding.device: cpu and resources.embed.num_gpus: 0 (as"
+            " configs/local.yaml does); for GPUs, run on their cluster (RAY_ADDRESS, ray job"
+            " submit)."
+            if config.resources.embed.num_gpus
+            else ""
+        )
+        raise InfeasibleResources(
+            f"this machine's Ray instance has {here}, and a local instance never grows: "
+            f"{'; '.join(missing)}, so the build would wait for ever.{hint}"
+        )
+
+
+def _live_nodes() -> list[dict[str, float]]:
+    """The total resources of each live node of the Ray instance this process is connected to."""
+    return [node["Resources"] for node in ray.nodes() if node["Alive"]]

@@ -8,7 +8,7 @@ from typing import Any
 
 from ray.data import ActorPoolStrategy, TaskPoolStrategy
 
-from jobs.config import EmbedResources, IndexResources, TaskResources
+from jobs.config import EmbedResources, IndexResources, ResourcesConfig, TaskResources
 
 # Ray Data fuses a task stage into the next actor stage when their remote arguments match, which
 # would run chunking serially inside the embedding actors. Options given per task through
@@ -90,6 +90,31 @@ def embed_pool(
     actors = resources.actors or max(1, min(batches, int(cpus // auto_threads(cpus))))
     threads = max(1, int(cpus // max(actors, resources.max_actors or 0)))
     return EmbedPool(actors, resources.max_actors, 0.0, 0.0, threads)
+
+
+def infeasible(resources: ResourcesConfig, nodes: list[dict[str, float]]) -> list[str]:
+    """What one task or actor asks for, in words, for each stage that no node can hold (`nodes`:
+    each live node's total resources, as `ray.nodes()` gives them); empty when every stage fits.
+    Ray Data would wait for such a node for ever; only a cluster that grows can bring one."""
+    most_cpus = max((node.get("CPU", 0.0) for node in nodes), default=0.0)
+    most_gpus = max((node.get("GPU", 0.0) for node in nodes), default=0.0)
+    actor = embed_pool(resources.embed, most_cpus, 1, most_gpus)  # what one actor reserves
+    asks = {
+        "a read-and-chunk task (resources.chunk)": (resources.chunk.num_cpus, 0.0),
+        "an embedding actor (resources.embed)": (actor.num_cpus, actor.num_gpus),
+        "a topic's reduce (resources.index)": (resources.index.num_cpus, 0.0),
+    }
+    return [
+        f"{stage} asks for {describe_resources(cpus, gpus)}"
+        for stage, (cpus, gpus) in asks.items()
+        if not any(cpus <= n.get("CPU", 0.0) and gpus <= n.get("GPU", 0.0) for n in nodes)
+    ]
+
+
+def describe_resources(cpus: float, gpus: float) -> str:
+    """CPUs and GPUs in words: "2 CPUs and 0.5 GPU", "1 CPU and no GPU"."""
+    gpu = f"{gpus:g} GPU" + ("s" if gpus > 1 else "") if gpus else "no GPU"
+    return f"{cpus:g} CPU" + ("s" if cpus != 1 else "") + f" and {gpu}"
 
 
 def gpu_actors(

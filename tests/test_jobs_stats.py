@@ -8,11 +8,11 @@ from collections import Counter
 
 from embedding.batching import padding_waste, plan_batches
 from embedding.embedder import DEFAULT_TOKEN_BUDGET
-from jobs.config import EmbedResources
+from jobs.config import EmbedResources, IndexResources, ResourcesConfig
 from jobs.pipeline import Work, embedding_batches, pack_batches
 from jobs.progress import Goal, progress_line
 from jobs.records import SOURCE, new_row, to_table
-from jobs.resources import GPU_CALL_BYTES, embed_batch_size, embed_pool
+from jobs.resources import GPU_CALL_BYTES, embed_batch_size, embed_pool, infeasible
 from jobs.stats import (
     SLOWEST,
     ChunkStats,
@@ -148,6 +148,20 @@ def test_a_gpu_pool_starts_no_actor_for_which_there_is_no_gpu_call():
     corpus = Work(batches=tasks * 20, expected=Counter(t=2000), sources=2000, bytes=20_000_000)
     assert embedding_batches(shared, corpus) == 10  # 2 MB of sources per GPU call
     assert embed_pool(shared, 16, embedding_batches(shared, corpus), gpus=1).actors == 4
+
+
+def test_a_stage_that_no_node_can_hold_is_named_with_what_one_task_or_actor_asks_for():
+    gpu = ResourcesConfig(embed=EmbedResources(actors=2, num_cpus=2, num_gpus=0.5))
+    actor = "an embedding actor (resources.embed) asks for 2 CPUs and 0.5 GPU"
+    assert infeasible(gpu, [{"CPU": 2.0}]) == [actor]
+    assert infeasible(gpu, [{"CPU": 2.0, "GPU": 1.0}]) == []
+    assert infeasible(gpu, [{"CPU": 16.0}, {"CPU": 8.0, "GPU": 1.0}]) == []  # on the GPU node
+    assert infeasible(gpu, [{"CPU": 1.0, "GPU": 8.0}, {"CPU": 64.0}]) == [actor]  # on neither
+    assert infeasible(ResourcesConfig(), [{"CPU": 1.0}]) == []  # a CPU actor reserves no CPU
+    big = ResourcesConfig(index=IndexResources(num_cpus=4))
+    reduce = "a topic's reduce (resources.index) asks for 4 CPUs and no GPU"
+    assert infeasible(big, [{"CPU": 2.0, "GPU": 1.0}]) == [reduce]
+    assert infeasible(big, [{"CPU": 2.0}, {"CPU": 4.0}]) == []
 
 
 def test_a_gpu_pool_embeds_calls_of_sources_that_fill_its_fixed_shape_micro_batches():
