@@ -764,7 +764,10 @@ def machine(device: str) -> dict[str, Any]:
     }
     if device == "cuda":
         query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
-        facts["gpu"] = subprocess.run(query, capture_output=True, text=True).stdout.strip()
+        try:
+            facts["gpu"] = subprocess.run(query, capture_output=True, text=True).stdout.strip()
+        except FileNotFoundError:
+            sys.exit("--device cuda: no nvidia-smi here (it names the GPU and samples its use)")
     return facts
 
 
