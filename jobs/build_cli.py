@@ -60,7 +60,7 @@ def run_build(args: argparse.Namespace) -> int:
     from jobs.dry_run import describe, dry_run
     from jobs.logs import clean_logs
     from jobs.pipeline import InfeasibleResources, InputNotFound, run_job
-    from jobs.report import summary, write_failed_report
+    from jobs.report import error_text, summary, write_failed_report
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
@@ -93,7 +93,7 @@ def run_build(args: argparse.Namespace) -> int:
         log.exception("the job failed")
         cause = root_cause(exc)
         write_failed_report(config, cause)
-        print(f"mdindex build: the job failed: {type(cause).__name__}: {cause}", file=sys.stderr)
+        print(f"mdindex build: the job failed: {error_text(cause)}", file=sys.stderr)
         return EXIT_JOB_FAILED
     print(summary(report))
     return EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -32,6 +33,7 @@ from jobs.stats import RunStats, StageStats
 from jobs.storage import Storage
 
 log = logging.getLogger("mdindex.build")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # ANSI SGR codes
 
 
 def key_settings(config: JobConfig) -> dict[str, Any]:
@@ -160,6 +162,12 @@ def write_report(output: Storage, report: dict[str, Any]) -> None:
     )
 
 
+def error_text(error: BaseException) -> str:
+    """ "Type: message", without the terminal colour codes that Ray puts in its errors' messages
+    (an actor that died in its `__init__` names its task in cyan)."""
+    return _COLOUR.sub("", f"{type(error).__name__}: {error}")
+
+
 def write_failed_report(config: JobConfig, error: BaseException) -> None:
     """Write the report of a run that failed (exit code 1): what went wrong, no counts. Where
     the output cannot take even that (a full or read-only disk), the failure is only logged."""
@@ -169,7 +177,7 @@ def write_failed_report(config: JobConfig, error: BaseException) -> None:
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "input": config.input,
         "output": config.output,
-        "error": f"{type(error).__name__}: {error}",
+        "error": error_text(error),
         "settings": key_settings(config),
     }
     try:

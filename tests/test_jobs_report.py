@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import traceback
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -15,7 +16,9 @@ import torch
 
 from embedding.embedder import resolve_dtype
 from jobs.cli import main as mdindex
+from jobs.config import load_config
 from jobs.reindex import main
+from jobs.report import error_text, write_failed_report
 from jobs.report_html import render_html, token_bins
 from tests.embedding_support import embedder
 
@@ -106,6 +109,23 @@ def test_a_failed_runs_report_renders_what_it_has(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("last run: failed (exit code 1)") and "RuntimeError: worker died" in out
     assert (tmp_path / "_reindex" / "report.html").read_text() == page
+
+
+def test_a_failed_runs_error_is_plain_text_when_an_actor_died_in_its_init(tmp_path):
+    """Ray colours the task it names in an actor's creation error; the report keeps the words."""
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    try:
+        raise ValueError("model '/nowhere' is not 'minilm', an existing directory")
+    except ValueError as exc:
+        died = ActorDiedError(RayTaskError("EmbedActor.__init__", traceback.format_exc(), exc))
+    assert "\x1b[" in str(died)
+    config = load_config(str(ROOT / "configs" / "local.yaml"), overrides={"input": str(tmp_path)})
+    write_failed_report(config, died)
+    error = json.loads((tmp_path / "_reindex" / "report.json").read_text())["error"]
+    assert error == error_text(died) and "\x1b" not in error
+    assert error.startswith("ActorDiedError: The actor died because of an error raised in its")
+    assert error.endswith("ValueError: model '/nowhere' is not 'minilm', an existing directory")
 
 
 def test_report_command_prints_the_last_runs_summary(built, capsys):
