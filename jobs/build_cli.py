@@ -2,16 +2,18 @@
 `python -m jobs.reindex` runs).
 
 Exit codes: 0 everything succeeded; 1 the job itself failed; 2 bad usage or config;
-3 some sources failed (everything else was written).
+3 some sources failed (everything else was written); 130 and 143 stopped by SIGINT (Ctrl-C) or
+SIGTERM (a scheduler's), 128 plus the signal's number as a shell gives it.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
-from jobs.config import ConfigError, load_config
+from jobs.config import ConfigError, JobConfig, load_config
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -19,6 +21,10 @@ EXIT_USAGE = 2
 EXIT_SOURCES_FAILED = 3
 
 log = logging.getLogger("mdindex.build")
+
+
+class Interrupted(Exception):
+    """A build stopped by a signal before it finished (what its failed report names)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "build",
         help="build or refresh the index of a markdown corpus (Ray Data job)",
         description="Build or refresh the index of a markdown corpus. Exit codes: 0 success, "
-        "1 the job failed, 2 bad usage or config, 3 some sources failed (all else written).",
+        "1 the job failed, 2 bad usage or config, 3 some sources failed (all else written), "
+        "130/143 stopped by SIGINT/SIGTERM.",
     )
     add_arguments(parser)
     parser.set_defaults(run=run_build)
@@ -89,6 +96,12 @@ def run_build(args: argparse.Namespace) -> int:
     except (InputNotFound, InfeasibleResources) as exc:
         print(f"mdindex build: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        return stopped(config, signal.SIGINT)
+    except SystemExit as exc:  # the SIGTERM handler ray.init sets exits with the signal's number
+        if exc.code != signal.SIGTERM:
+            raise
+        return stopped(config, signal.SIGTERM)
     except Exception as exc:  # noqa: BLE001 - any failure of the job itself maps to exit code 1
         log.exception("the job failed")
         cause = root_cause(exc)
@@ -97,6 +110,19 @@ def run_build(args: argparse.Namespace) -> int:
         return EXIT_JOB_FAILED
     print(summary(report))
     return EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK
+
+
+def stopped(config: JobConfig, signum: signal.Signals) -> int:
+    """Report a build that a signal stopped (the output stays valid: each topic is switched
+    atomically, and a re-run converges) and return the shell's exit code for it."""
+    from jobs.report import write_failed_report
+
+    code = 128 + signum
+    name = signal.Signals(signum).name
+    log.error("stopped by %s before the build finished", name)
+    write_failed_report(config, Interrupted(f"stopped by {name}"), exit_code=code)
+    print(f"mdindex build: stopped by {name}; a re-run converges", file=sys.stderr)
+    return code
 
 
 def root_cause(error: BaseException) -> BaseException:

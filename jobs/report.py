@@ -168,12 +168,15 @@ def error_text(error: BaseException) -> str:
     return _COLOUR.sub("", f"{type(error).__name__}: {error}")
 
 
-def write_failed_report(config: JobConfig, error: BaseException) -> None:
-    """Write the report of a run that failed (exit code 1): what went wrong, no counts. Where
-    the output cannot take even that (a full or read-only disk), the failure is only logged."""
+def write_failed_report(
+    config: JobConfig, error: BaseException, exit_code: int = EXIT_JOB_FAILED
+) -> None:
+    """Write the report of a run that failed (exit code 1, or a signal's): what went wrong, no
+    counts. Where the output cannot take even that (a full or read-only disk), the failure is
+    only logged."""
     report = {
         "status": "failed",
-        "exit_code": EXIT_JOB_FAILED,
+        "exit_code": exit_code,
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "input": config.input,
         "output": config.output,

@@ -228,6 +228,40 @@ def test_a_driver_killed_mid_build_leaves_a_valid_output_and_a_rerun_converges(t
     assert outputs(killed) == outputs(clean)
 
 
+def test_a_build_stopped_by_sigterm_reports_it_and_exits_143(tmp_path):
+    """A scheduler's SIGTERM mid-build (joined to this session's Ray): exit 143, as a shell gives
+    it, and a failed report that says what stopped it; the output keeps only valid indexes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import ray
+
+    docs, output = tmp_path / "docs", tmp_path / "out"
+    topics_corpus(docs, "v1")
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
+    driver = subprocess.Popen(
+        [*command, "--input", str(docs), "--output", str(output)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    for line in driver.stderr:  # the pool is logged as its actors start: mid-build
+        if "embedding pool:" in line:
+            driver.send_signal(signal.SIGTERM)
+            break
+    rest = driver.communicate(timeout=60)[1]
+    assert driver.returncode == 143, rest[-3000:]
+    assert "mdindex build: stopped by SIGTERM" in rest
+    report = report_of(output)
+    assert (report["status"], report["exit_code"]) == ("failed", 143)
+    assert report["error"] == "Interrupted: stopped by SIGTERM"
+    for index in output.rglob("index.json"):
+        for source in json.loads(index.read_text())["_embedded"].get("chunks", {}).values():
+            for item in source["items"]:
+                assert (index.parent / item["href"]).is_file()
+
+
 def test_an_exception_the_chunker_did_not_raise_on_purpose_is_a_chunker_error(tmp_path):
     """CHUNKER_ERROR, not the chunker's own (settled) CHUNKING_FAILED: the next run retries it."""
     (tmp_path / "t").mkdir()
