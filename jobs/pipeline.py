@@ -543,7 +543,8 @@ def start_ray(config: JobConfig) -> None:
     )
     log.info("started a local Ray instance (logs in %s)", context.address_info["session_dir"])
     if missing := infeasible(config.resources, nodes := _live_nodes()):
-        here = describe_resources(nodes[0].get("CPU", 0.0), nodes[0].get("GPU", 0.0))
+        node = nodes[0] if nodes else {}  # a local instance is one node
+        here = describe_resources(node.get("CPU", 0.0), node.get("GPU", 0.0))
         hint = (
             " Without a GPU, set embedding.device: cpu and resources.embed.num_gpus: 0 (as"
             " configs/local.yaml does); for GPUs, run on their cluster (RAY_ADDRESS, ray job"

@@ -163,8 +163,8 @@ def write_report(output: Storage, report: dict[str, Any]) -> None:
 
 
 def error_text(error: BaseException) -> str:
-    """ "Type: message", without the terminal colour codes that Ray puts in its errors' messages
-    (an actor that died in its `__init__` names its task in cyan)."""
+    """The error as "Type: message", without the terminal colour codes that Ray puts in its
+    errors' messages (an actor that died in its `__init__` names its task in cyan)."""
     return _COLOUR.sub("", f"{type(error).__name__}: {error}")
 
 
