@@ -12,6 +12,7 @@ import argparse
 import logging
 import signal
 import sys
+import threading
 
 from jobs.config import ConfigError, JobConfig, load_config
 
@@ -90,6 +91,7 @@ def run_build(args: argparse.Namespace) -> int:
             return EXIT_JOB_FAILED
         print(plan)
         return EXIT_OK
+    exit_on_sigterm()
     try:
         with clean_logs():
             report = run_job(config)
@@ -98,7 +100,7 @@ def run_build(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return stopped(config, signal.SIGINT)
-    except SystemExit as exc:  # the SIGTERM handler ray.init sets exits with the signal's number
+    except SystemExit as exc:  # SIGTERM's handler (ours, then ray.init's) exits with its number
         if exc.code != signal.SIGTERM:
             raise
         return stopped(config, signal.SIGTERM)
@@ -110,6 +112,14 @@ def run_build(args: argparse.Namespace) -> int:
         return EXIT_JOB_FAILED
     print(summary(report))
     return EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM exit with its number, as the handler `ray.init` sets does, from before Ray
+    starts: a build stopped while it lists its input is reported like one stopped later. Python
+    takes handlers in its main thread only (elsewhere this does nothing)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
 
 
 def stopped(config: JobConfig, signum: signal.Signals) -> int:

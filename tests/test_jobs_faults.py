@@ -262,6 +262,40 @@ def test_a_build_stopped_by_sigterm_reports_it_and_exits_143(tmp_path):
                 assert (index.parent / item["href"]).is_file()
 
 
+def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path):
+    """SIGTERM while the build lists an input on a hung S3 endpoint (before Ray starts): the same
+    exit code and report as later in the build, within about a second."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    stalled = StalledEndpoint()
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, "--output", str(output)]
+    command += ["--input", "s3://docs/corpus", "--set", "s3.read_timeout=60"]
+    command += ["--set", f"storage_options={s3_options(stalled.url)}"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    try:
+        driver = subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 60
+        while not stalled.held and time.monotonic() < deadline:  # the listing's request is in
+            time.sleep(0.05)
+        signalled = time.monotonic()
+        driver.send_signal(signal.SIGTERM)
+        rest = driver.communicate(timeout=30)[1]
+    finally:
+        stalled.close()
+    assert driver.returncode == 143, rest[-3000:]
+    assert time.monotonic() - signalled < 10
+    report = report_of(output)
+    assert (report["status"], report["exit_code"]) == ("failed", 143)
+    assert report["error"] == "Interrupted: stopped by SIGTERM"
+    assert "started a local Ray instance" not in rest
+
+
 def test_an_exception_the_chunker_did_not_raise_on_purpose_is_a_chunker_error(tmp_path):
     """CHUNKER_ERROR, not the chunker's own (settled) CHUNKING_FAILED: the next run retries it."""
     (tmp_path / "t").mkdir()
