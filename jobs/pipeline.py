@@ -73,6 +73,7 @@ MIN_BATCH_BYTES, MAX_BATCH_BYTES = 250_000, 16_000_000
 # CPU-second). On the FastAPI docs (2 CPUs, stand-in model) a cold build started 7-14 task worker
 # processes and took 22.4-26.5 s; keeping them, 4-5 processes and 20.8-23.4 s.
 IDLE_WORKER_KEEP_MS = 60_000
+NO_POOL = "none (nothing to embed: every source of the rebuilt topics is carried)"
 
 
 class InputNotFound(FileNotFoundError):
@@ -256,10 +257,12 @@ def build_topics(
         with Heartbeat(status):
             for carry in (True, False):
                 recarry = set()
-                batches = embedding_batches(config.resources.embed, work)
-                pool = embed_pool(config.resources.embed, cpus, batches, gpus)
-                first_pool = first_pool or pool
-                log.info("embedding pool: %s", pool.label())
+                pool = None
+                if work.embeds:
+                    batches = embedding_batches(config.resources.embed, work)
+                    pool = embed_pool(config.resources.embed, cpus, batches, gpus)
+                    first_pool = first_pool or pool
+                log.info("embedding pool: %s", pool.label() if pool else NO_POOL)
                 for summary in topic_summaries(
                     config, plan, work, source, output, collector, cpus, pool
                 ):
@@ -362,6 +365,13 @@ class Work:
     expected: Counter
     sources: int
     bytes: int
+    questions: int = 0  # topics whose qa-pairs.md are embedded (as queries, mostly from the cache)
+
+    @property
+    def embeds(self) -> bool:
+        """Whether any row has texts to embed: a source to chunk, or a topic's questions. Not so
+        when every source of the rebuilt topics is carried (a source deleted, a topic's child)."""
+        return bool(self.sources or self.questions)
 
     @property
     def block_rows(self) -> int:
@@ -393,6 +403,7 @@ def prepare_work(config: JobConfig, rows: list[dict[str, Any]], cpus: float) -> 
         expected=Counter(row["topic"] for row in rows),
         sources=sum(1 for row in rows if row["kind"] == SOURCE),
         bytes=sum(row["size"] for row in rows if row["kind"] == SOURCE),
+        questions=sum(1 for row in rows if row["kind"] == QUESTIONS),
     )
 
 
@@ -404,20 +415,18 @@ def topic_summaries(
     output: Storage,
     collector,
     cpus: float,
-    pool: EmbedPool,
+    pool: EmbedPool | None,
 ) -> Iterator[dict]:
     """Run the Ray Data pipeline over `work`; yield one summary per rebuilt topic as it finishes.
 
     Stages: read and chunk (CPU tasks, batches packed by size), embed (actor `pool`), write the
     new cache entries (CPU tasks), then each topic built and written as soon as all its rows are
-    embedded (`jobs.reduce`)."""
+    embedded (`jobs.reduce`). Without a `pool` (nothing to embed) the rows go from the chunk
+    tasks to the reduces, and no actor starts."""
     resources = config.resources
-    embed_rows = embed_batch_size(
-        resources.embed, block_rows=work.block_rows, source_bytes=work.source_bytes
-    )
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
     corpus = frozenset(plan.fingerprints)
-    encoder = chunk_encoder(config)
+    encoder = chunk_encoder(config) if pool else None
     chunk_settings = ChunkSettings(
         strategy=config.chunking.strategy,
         options=dict(config.chunking.options),
@@ -426,16 +435,6 @@ def topic_summaries(
         abort_on_failure=config.failure_policy == "abort",
         time_budget=config.chunking.timeout_seconds,
         encoder=encoder.to_str() if encoder else None,
-    )
-    embed_settings = EmbedSettings(
-        model=config.embedding.model,
-        options=embedder_options(config, pool),
-        cache_uri=config.cache,
-        storage_options=dict(config.storage_options),
-        strategy_key=key,
-        collector=collector,
-        encoder_digest=encoder_digest(encoder) if encoder else None,
-        env=actor_env(pool),
     )
     expected = Expected(
         model=config.embedding.model,
@@ -452,27 +451,38 @@ def topic_summaries(
     )
     # `from_blocks` (a developer API) keeps the batches as they are and reads their metadata here;
     # `from_arrow` ran a remote task per batch for it and waited for them before the pipeline began.
-    dataset = (
-        ray.data.from_blocks(work.batches)
-        .map_batches(
-            read_and_chunk,
-            batch_format="pyarrow",
-            fn_kwargs={
-                "source": source,
-                "output": output,
-                "settings": chunk_settings,
-                "collector": collector,
-            },
-            **task_stage_args(resources.chunk),
+    dataset = ray.data.from_blocks(work.batches).map_batches(
+        read_and_chunk,
+        batch_format="pyarrow",
+        fn_kwargs={
+            "source": source,
+            "output": output,
+            "settings": chunk_settings,
+            "collector": collector,
+        },
+        **task_stage_args(resources.chunk),
+    )
+    if pool:
+        embed_settings = EmbedSettings(
+            model=config.embedding.model,
+            options=embedder_options(config, pool),
+            cache_uri=config.cache,
+            storage_options=dict(config.storage_options),
+            strategy_key=key,
+            collector=collector,
+            encoder_digest=encoder_digest(encoder) if encoder else None,
+            env=actor_env(pool),
         )
-        .map_batches(
+        embed_rows = embed_batch_size(
+            resources.embed, block_rows=work.block_rows, source_bytes=work.source_bytes
+        )
+        dataset = dataset.map_batches(
             EmbedActor,
             batch_format="pyarrow",
             fn_constructor_kwargs={"settings": embed_settings},
             **actor_stage_args(pool, embed_rows),
         )
-    )
-    if config.cache:
+    if pool and config.cache:
         dataset = dataset.map_batches(
             store_entries,
             batch_format="pyarrow",

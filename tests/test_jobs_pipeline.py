@@ -4,6 +4,7 @@ on local disk and on S3 (moto), checked against seed 000's rules and the index.j
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -456,6 +457,29 @@ def test_incremental_runs_in_place(tmp_path):
     changed = report_of(corpus)
     assert changed["failures"] == report["failures"] and changed["sources"]["failed_unchanged"] == 0
     assert changed["sources"]["changed"] == changed["sources"]["seen"]
+
+
+def test_a_rebuild_with_nothing_to_embed_starts_no_embedding_actor(tmp_path, caplog):
+    """A source deleted from a topic without questions: its other sources are carried, so no row
+    has texts to embed. The rebuild runs no embed stage (no actor loads the model) and gives the
+    bytes of a fresh build of the smaller corpus."""
+    docs = tmp_path / "docs"
+    for topic, names in (("t", ["a", "b", "c"]), ("u", ["d"])):
+        (docs / topic).mkdir(parents=True)
+        for name in names:
+            (docs / topic / f"{name}.md").write_text(f"# {name}\n\nHow {name} retries a request.\n")
+    assert build("--input", str(docs), "--output", str(tmp_path / "out")) == 0
+    assert report_of(tmp_path / "out")["timings"]["embed_pool"]["actors"] == 1
+    (docs / "t" / "b.md").unlink()
+    with caplog.at_level(logging.INFO, logger="mdindex.build"):
+        assert build("--input", str(docs), "--output", str(tmp_path / "out")) == 0
+    report = report_of(tmp_path / "out")
+    assert report["topics"]["rebuilt"] == 1 and report["sources"]["carried"] == 2
+    assert report["timings"]["embed_pool"] is None
+    assert report["counters"]["embed"]["model_keys"] == []  # no actor ran a batch
+    assert "embedding pool: none (nothing to embed" in caplog.text
+    assert build("--input", str(docs), "--output", str(tmp_path / "fresh")) == 0
+    assert outputs(tmp_path / "out") == outputs(tmp_path / "fresh")
 
 
 def test_quickstart_build_command_works_on_the_examples(tmp_path, capsys, monkeypatch):
