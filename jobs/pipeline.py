@@ -537,8 +537,8 @@ def start_ray(config: JobConfig) -> None:
         log.info("joined the Ray cluster at %s", context.address_info["gcs_address"])
         if missing := infeasible(config.resources, _live_nodes()):
             log.warning(
-                "no node of the cluster can run %s: the build waits until the autoscaler adds "
-                "one (its node types must offer it)",
+                "%s, and no node of the cluster has that: the build waits until the autoscaler "
+                "adds one (its node types must offer it)",
                 "; ".join(missing),
             )
         return

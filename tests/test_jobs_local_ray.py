@@ -117,7 +117,7 @@ def test_a_stage_no_node_of_a_joined_cluster_can_hold_is_a_warning(ray_session):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     warning = (
-        "no node of the cluster can run a topic's reduce (resources.index) asks for 512 CPUs and "
-        "no GPU: the build waits until the autoscaler adds one"
+        "a topic's reduce (resources.index) asks for 512 CPUs and no GPU, and no node of the "
+        "cluster has that: the build waits until the autoscaler adds one"
     )
     assert warning in done.stderr, done.stderr[-3000:]
