@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+import ray
 from jobs_support import outputs, s3_options
 
 from jobs.config import load_config
@@ -190,17 +195,19 @@ def topics_corpus(docs: Path, version: str) -> None:
             )
 
 
+def assert_every_index_names_files_that_exist(output: Path) -> None:
+    """Every index.json under `output` parses, and each chunk file it names is there."""
+    for index in output.rglob("index.json"):
+        for source in json.loads(index.read_text())["_embedded"].get("chunks", {}).values():
+            for item in source["items"]:
+                assert (index.parent / item["href"]).is_file()
+
+
 @pytest.mark.slow
 def test_a_driver_killed_mid_build_leaves_a_valid_output_and_a_rerun_converges(tmp_path):
     """`kill -9` of `python -m jobs.reindex` (joined to this session's Ray) once it has started
     writing the new version: every index.json still parses and names files that exist, and a
     re-run gives the bytes of a clean build of the new version."""
-    import os
-    import subprocess
-    import sys
-
-    import ray
-
     docs, killed, clean = tmp_path / "docs", tmp_path / "killed", tmp_path / "clean"
     topics_corpus(docs, "v1")
     assert build("--input", str(docs), "--output", str(killed)) == 0
@@ -218,11 +225,7 @@ def test_a_driver_killed_mid_build_leaves_a_valid_output_and_a_rerun_converges(t
         time.sleep(0.005)
     driver.kill()
     assert driver.wait() == -9  # killed mid-build, not finished
-    for index in killed.rglob("index.json"):
-        doc = json.loads(index.read_text())
-        for source in doc["_embedded"].get("chunks", {}).values():
-            for item in source["items"]:
-                assert (index.parent / item["href"]).is_file()
+    assert_every_index_names_files_that_exist(killed)
     assert build("--input", str(docs), "--output", str(killed)) == 0
     assert build("--input", str(docs), "--output", str(clean)) == 0
     assert outputs(killed) == outputs(clean)
@@ -231,13 +234,6 @@ def test_a_driver_killed_mid_build_leaves_a_valid_output_and_a_rerun_converges(t
 def test_a_build_stopped_by_sigterm_reports_it_and_exits_143(tmp_path):
     """A scheduler's SIGTERM mid-build (joined to this session's Ray): exit 143, as a shell gives
     it, and a failed report that says what stopped it; the output keeps only valid indexes."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    import ray
-
     docs, output = tmp_path / "docs", tmp_path / "out"
     topics_corpus(docs, "v1")
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
@@ -256,20 +252,12 @@ def test_a_build_stopped_by_sigterm_reports_it_and_exits_143(tmp_path):
     report = report_of(output)
     assert (report["status"], report["exit_code"]) == ("failed", 143)
     assert report["error"] == "Interrupted: stopped by SIGTERM"
-    for index in output.rglob("index.json"):
-        for source in json.loads(index.read_text())["_embedded"].get("chunks", {}).values():
-            for item in source["items"]:
-                assert (index.parent / item["href"]).is_file()
+    assert_every_index_names_files_that_exist(output)
 
 
 def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path):
     """SIGTERM while the build lists an input on a hung S3 endpoint (before Ray starts): the same
     exit code and report as later in the build, within about a second."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
     stalled = StalledEndpoint()
     output = tmp_path / "out"
     command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, "--output", str(output)]
