@@ -272,8 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         line("speed-up over naive", f"{naive_s / ours_s:.2f}x")
         naive = naive_batches(lengths)
         ours_plan = plan_batches(lengths, ours.settings.token_budget, max_length)
-        full_rows = ours.settings.token_budget if device.type != "cpu" else None
-        ours_waste = padding_waste(lengths, ours_plan, full_rows=full_rows)
+        ours_waste = padding_waste(lengths, ours_plan, full_rows=ours.settings.token_budget)
         padding = f"{padding_waste(lengths, naive):.1%} / {ours_waste:.1%}"
         line("padded token slots, naive / ours", padding)
         ceiling = model_flops(ours.model, padded_lengths(naive)) / flops

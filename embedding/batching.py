@@ -2,10 +2,11 @@
 
 Every row is padded to its *bucket length*, a function of its own token count alone (rounded up to a
 multiple of `LENGTH_STEP`, capped at the model window), and rows of one bucket are cut into runs of
-`rows_per_batch(length, budget)`. A model's kernels pick their blocking from the input's shape, so
-with the sequence length fixed per row, a row's vector comes out bit for bit the same whatever its
-neighbours, its position or the number of rows (measured on CPU). GPUs also choose GEMM kernels by
-row count, so there the embedder pads every micro-batch to its full row count as well.
+`rows_per_batch(length, budget)`. A model's kernels pick their blocking from the input's shape, and
+GPUs and some CPUs (an Intel Xeon with AMX: MKL's fp32 GEMM, oneDNN's bf16 one) also their
+threading from the row count, so the embedder fills every micro-batch up to its full row count too:
+each shape is then fixed by the budget and the bucket length, and a row's vector comes out bit for
+bit the same whatever its neighbours, its position or the number of rows in the call.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def padding_waste(
 ) -> float:
     """Fraction of the computed token slots that are padding (0.0 for no rows).
 
-    `full_rows`: the token budget when every micro-batch is padded to its full row count (GPUs).
+    `full_rows`: the token budget when every micro-batch is padded to its full row count (the
+    embedder's micro-batches; None for batches run as they are).
     """
     padded = sum(
         (rows_per_batch(b.length, full_rows) if full_rows else len(b.rows)) * b.length

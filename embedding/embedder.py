@@ -34,14 +34,16 @@ from embedding.models import (
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 POOLINGS = ("mean", "cls")
-# Padded tokens per micro-batch (measured on a 2-core AVX2 CPU: 16384 beat 2048-8192 by 5-25%).
-# GPUs fill every micro-batch to its full row count (a fixed shape), so a call pays up to a whole
-# micro-batch per length bucket. Run eagerly, a small model's micro-batch is too little work for the
-# time the host takes to launch it. Measured on an H100 (fp16, 6,000 FastAPI chunks in one call,
-# eager): a BERT-large-sized model peaked at 8192 (2,516 chunks/s; 1,923 at 4096, 2,256 at 32768),
-# MiniLM at 32768 (23,746 chunks/s; 9,842 at 8192, 22,121 at 65536). From CUDA graphs, MiniLM did
-# as well at 8192 as at 32768 (H200: 28,454 and 27,566), with less filler.
-DEFAULT_TOKEN_BUDGET = {"cpu": 16384, "cuda": 8192, "mps": 16384}
+# Padded tokens per micro-batch. Every micro-batch is filled to its full row count (a fixed shape),
+# so a call pays up to a whole micro-batch per length bucket. CPUs: 2048 (2-core Xeon with AMX,
+# MiniLM, 600 FastAPI chunks in one call: bf16 5.63 s, 5.24 at 4096, 10.9 at 16384, 6.46 at 1024;
+# fp32 12.4 s, 13.8 at 4096; one short query 68 ms in bf16, 123 at 4096, 517 at 16384). GPUs: run
+# eagerly, a small model's micro-batch is too little work for the time the host takes to launch
+# it. Measured on an H100 (fp16, 6,000 FastAPI chunks in one call, eager): a BERT-large-sized
+# model peaked at 8192 (2,516 chunks/s; 1,923 at 4096, 2,256 at 32768), MiniLM at 32768 (23,746
+# chunks/s; 9,842 at 8192, 22,121 at 65536). From CUDA graphs, MiniLM did as well at 8192 as at
+# 32768 (H200: 28,454 and 27,566), with less filler.
+DEFAULT_TOKEN_BUDGET = {"cpu": 2048, "cuda": 8192, "mps": 16384}
 SMALL_MODEL_PARAMETERS = 50_000_000  # MiniLM-L6: 22.7M; BERT-base: 110M
 SMALL_MODEL_CUDA_BUDGET = 32768
 # Micro-batch shapes `Embedder.warm_up` prepares: bucket lengths up to 1,024 tokens (all 32 of a
@@ -194,7 +196,7 @@ class Embedder:
         """On an accelerator, run one micro-batch of each shape a call can have, up to
         `WARM_UP_SHAPES` of them, shortest first (with CUDA graphs: capture each shape's graph), so
         that later calls pay no kernel's first load and no capture; returns the number of shapes
-        (0 on CPUs, whose batches have no fixed shape).
+        (0 on CPUs, which load no kernels and capture no graphs).
 
         It has finished on the device when it returns."""
         if self._device.type == "cpu":
@@ -209,12 +211,12 @@ class Embedder:
     def _forward(self, ids: list[Sequence[int]], batch: MicroBatch) -> torch.Tensor:
         """Pooled (and normalised) float32 vectors of one micro-batch, on the model's device.
 
-        Every row is padded to the batch's bucket length; on accelerators the batch is also filled
-        up to its full row count with filler rows (their vectors are computed and dropped)."""
-        rows = [*ids]
-        if self._device.type != "cpu":
-            full = rows_per_batch(batch.length, self.settings.token_budget)
-            rows += [self._filler] * (full - len(rows))
+        Every row is padded to the batch's bucket length, and the batch is filled up to its full
+        row count with filler rows (their vectors are computed and dropped): GPUs, and CPUs such as
+        an Intel Xeon with AMX (MKL's fp32 GEMM, oneDNN's bf16 one), pick their kernels' blocking
+        and threading from the row count."""
+        full = rows_per_batch(batch.length, self.settings.token_budget)
+        rows = [*ids, *[self._filler] * (full - len(ids))]
         lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
         mask = np.arange(batch.length) < lengths[:, None]
         input_ids = np.full(mask.shape, self._pad_id, dtype=np.int64)
@@ -341,17 +343,19 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
 def model_key(label: str, digest: str, settings: EmbedderSettings, device: str = "cpu") -> str:
     """Filesystem-safe cache key: model label and content hash, pooling, norm, window, dtype;
     on an accelerator (`device` "cuda", "mps") also the device, the token budget and, when the
-    forward passes replay from CUDA graphs, "-graphs".
+    forward passes replay from CUDA graphs, "-graphs"; on a CPU the device and the budget only
+    when the budget is not the CPU default.
 
-    On accelerators every micro-batch is filled to the budget's row count and the kernels are
-    chosen by shape, so vectors of another device or budget may differ in their last bits and must
-    not be shared; nor those of graphs, which always pass the attention a mask (an eager batch
-    without padding gets none, and another kernel). On CPUs a row's bits depend on none of these
-    (measured), and the key leaves them out. The query prefix is left out: cached vectors are
-    always passages (query=False)."""
+    Every micro-batch is filled to the budget's row count and kernels are chosen by shape, so
+    vectors of another device or budget may differ in their last bits and must not be shared; nor
+    those of graphs, which always pass the attention a mask (an eager batch without padding gets
+    none, and another kernel). A CPU key at the default budget is the key CPU caches had before
+    CPUs filled their micro-batches: on the CPUs that made them (AMD EPYC, AVX2 or AVX-512 BF16) a
+    row's bits depended on neither the row count nor the budget. The query prefix is left out:
+    cached vectors are always passages (query=False)."""
     norm = "norm" if settings.normalize else "raw"
     key = f"{label}-{digest[:12]}-{settings.pooling}-{norm}-{settings.max_length}-{settings.dtype}"
-    if device == "cpu":
+    if device == "cpu" and settings.token_budget == DEFAULT_TOKEN_BUDGET["cpu"]:
         return key
     return f"{key}-{device}-b{settings.token_budget}" + ("-graphs" if settings.cuda_graphs else "")
 

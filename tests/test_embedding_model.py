@@ -89,10 +89,15 @@ def test_same_text_agrees_bit_for_bit_whatever_batch_size_or_order(dtype):
     order = np.random.default_rng(7).permutation(len(texts))
     shuffled = embedder(dtype=dtype).embed([texts[i] for i in order])
     np.testing.assert_array_equal(shuffled, base[order])
-    one_by_one = embedder(dtype=dtype, token_budget=1).embed(texts)
+    model = embedder(dtype=dtype)
+    one_by_one = np.concatenate([model.embed([text]) for text in texts])
     np.testing.assert_array_equal(one_by_one, base)
-    huge_batches = embedder(dtype=dtype, token_budget=1_000_000).embed(texts[::-1])
-    np.testing.assert_array_equal(huge_batches[::-1], base)
+    in_two_calls = np.concatenate([model.embed(texts[5:][::-1]), model.embed(texts[:5][::-1])])
+    np.testing.assert_array_equal(in_two_calls, np.concatenate([base[5:][::-1], base[:5][::-1]]))
+    # Another budget is another micro-batch shape: its own bits on some CPUs, and its own key.
+    small = embedder(dtype=dtype, token_budget=64)
+    assert small.key != model.key
+    np.testing.assert_array_equal(small.embed(texts[::-1])[::-1], small.embed(texts))
     among_others = embedder(dtype=dtype).embed(["unrelated neighbour " * 40, *texts[:3]])
     np.testing.assert_array_equal(among_others[1:], base[:3])
 
@@ -347,14 +352,16 @@ def test_model_key_includes_dtype_and_is_filesystem_safe():
     assert embedder(dtype="auto").key == embedder(dtype=embedder(dtype="auto").settings.dtype).key
 
 
-def test_an_accelerator_model_key_names_its_device_and_token_budget():
-    """On GPUs every micro-batch is filled to the budget's row count and kernels are chosen by
-    shape, so entries of another device or budget are not shared. A CPU row's bits depend on
-    neither, so a CPU key is the same whatever the budget (and as it was before)."""
+def test_a_model_key_names_its_device_and_token_budget_unless_both_are_the_cpu_default():
+    """Every micro-batch is filled to the budget's row count and kernels are chosen by shape, so
+    entries of another device or budget are not shared. A CPU key at the default budget is the
+    key CPU caches had before CPUs filled their micro-batches (on the CPUs that made them a row's
+    bits depended on neither); another budget names itself."""
     cpu = embedder(dtype="fp32")
+    assert cpu.settings.token_budget == DEFAULT_TOKEN_BUDGET["cpu"]
+    assert cpu.key.endswith("-256-fp32") and "cpu" not in cpu.key
     small = embedder(dtype="fp32", token_budget=512)
-    assert small.key == cpu.key and "cpu" not in cpu.key
-    assert (small.embed(TEXTS) == cpu.embed(TEXTS)).all()  # why the CPU key leaves the budget out
+    assert small.key == f"{cpu.key}-cpu-b512"
     label, digest = cpu.key.split("-")[0], "0" * 64
     cuda = model_key(label, digest, cpu.settings, "cuda")
     assert cuda.startswith(model_key(label, digest, cpu.settings))

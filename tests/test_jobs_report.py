@@ -67,8 +67,9 @@ def test_report_html_shows_every_section_from_the_report_data(built):
     pool = report["timings"]["embed_pool"]
     assert report["timings"]["cpus"] == 2 and (pool["actors"], pool["threads"]) == (1, 2)
     assert pool["label"] == "1 actor × 2 torch threads, on CPU" and pool["label"] in page
-    # the key the actors' model had: what `dtype: auto` resolved to on this machine, the digest
-    model = embedder(dtype=resolve_dtype("auto", torch.device("cpu")))
+    # the key the actors' model had: the config's dtype as resolved on this machine, the digest
+    dtype = load_config(CONFIG, overrides={"input": str(CORPUS)}).embedding.dtype  # local: fp32
+    model = embedder(dtype=resolve_dtype(dtype, torch.device("cpu")))
     assert report["counters"]["embed"]["model_keys"] == [model.key] and model.key in page
     charts = svgs(page)
     titles = [chart.find("{http://www.w3.org/2000/svg}title").text for chart in charts]
