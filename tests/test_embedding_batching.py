@@ -66,9 +66,9 @@ def test_the_default_budgets_compute_at_most_about_twice_the_real_tokens(device,
     """Every micro-batch is filled to its full row count, so each length bucket of an embed call
     costs up to a whole micro-batch. A call the size the job makes (one chunk task's output: ~560
     chunks spread over the 16 buckets) at the default budget computes at most about twice its
-    tokens on a GPU, and a fifth more on a CPU (at the CPUs' former 16,384: 3.4 times); at the old
-    65,536-token budget a GPU computed 14 times them (measured on an H100 build of tldr-en: 9% of
-    the token slots were real tokens, 52% at 8,192)."""
+    tokens on a GPU, and about a quarter more on a CPU (3.4 times at the CPUs' former 16,384); at
+    the old 65,536-token budget a GPU computed 14 times them (measured on an H100 build of tldr-en:
+    9% of the token slots were real tokens, 52% at 8,192)."""
     from embedding.embedder import DEFAULT_TOKEN_BUDGET
 
     lengths = [16 + (i * 37) % 241 for i in range(560)]
