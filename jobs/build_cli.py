@@ -12,9 +12,9 @@ import argparse
 import logging
 import signal
 import sys
-import threading
 
 from jobs.config import ConfigError, JobConfig, load_config
+from jobs.signals import exit_on_sigterm
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -112,14 +112,6 @@ def run_build(args: argparse.Namespace) -> int:
         return EXIT_JOB_FAILED
     print(summary(report))
     return EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK
-
-
-def exit_on_sigterm() -> None:
-    """Make SIGTERM exit with its number, as the handler `ray.init` sets does, from before Ray
-    starts: a build stopped while it lists its input is reported like one stopped later. Python
-    takes handlers in its main thread only (elsewhere this does nothing)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
 
 
 def stopped(config: JobConfig, signum: signal.Signals) -> int:

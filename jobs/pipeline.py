@@ -55,6 +55,7 @@ from jobs.resources import (
     store_stage_args,
     task_stage_args,
 )
+from jobs.signals import exit_on_sigterm
 from jobs.stages.chunk import ChunkSettings, SourceFailed, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.store import store_entries
@@ -534,6 +535,7 @@ def start_ray(config: JobConfig) -> None:
     if os.environ.get("RAY_ADDRESS"):
         # the job's runtime_env already reaches every worker
         context = ray.init(address="auto", logging_level=logging.WARNING)
+        exit_on_sigterm()
         log.info("joined the Ray cluster at %s", context.address_info["gcs_address"])
         if missing := infeasible(config.resources, _live_nodes()):
             log.warning(
@@ -551,6 +553,7 @@ def start_ray(config: JobConfig) -> None:
         logging_level=logging.WARNING,
         _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS},
     )
+    exit_on_sigterm()
     log.info("started a local Ray instance (logs in %s)", context.address_info["session_dir"])
     if missing := infeasible(config.resources, nodes := _live_nodes()):
         node = nodes[0] if nodes else {}  # a local instance is one node
