@@ -512,15 +512,20 @@ def random_model(cache_dir: Path, name: str) -> Path:
 def model_settings(cache_dir: Path, model: str, device: str) -> list[str]:
     """The `--set` overrides that select the model (and the device) for a build.
 
-    The stand-in stands for one fast accelerator, so on a CPU it gets the pool a build with one
-    GPU has: one embedding actor (the CPU default, an actor per core, is sized for a real model
-    on CPU; `--set resources.embed.actors=2` measures it)."""
+    The stand-in stands for one fast accelerator, so on a CPU it gets the pool and the
+    micro-batches a build with one GPU has: one embedding actor (the CPU default, an actor per
+    core, is sized for a real model on CPU; `--set resources.embed.actors=2` measures it) and the
+    GPU's token budget (the CPUs' is sized for a real model's arithmetic: at it, the stand-in's
+    four times as many forward passes cost its embed stage a third more worker-seconds)."""
     if model == "minilm":
         settings = ["embedding.model=minilm"]
     else:
         settings = [f"embedding.model={random_model(cache_dir, model)}", "embedding.pooling=mean"]
     if model == "standin" and device == "cpu":
-        settings.append("resources.embed.actors=1")
+        from embedding.embedder import DEFAULT_TOKEN_BUDGET  # torch: not in a build's child
+
+        budget = DEFAULT_TOKEN_BUDGET["cuda"]
+        settings += ["resources.embed.actors=1", f"embedding.token_budget={budget}"]
     if device == "cuda":
         settings += ["embedding.device=cuda", "embedding.dtype=auto", "resources.embed.num_gpus=1"]
     return settings
