@@ -123,7 +123,8 @@ def embed_uncached(
         wanted = [key for key in pending if key[0] == query]
         if not wanted:
             continue
-        fresh = embedder.embed_encoded(_encoded(embedder, [pending[key] for key in wanted], query))
+        encoded = _encoded(embedder, [pending[key] for key in wanted], query)
+        fresh = embedder.embed_encoded(encoded, query=query)
         tokens, padded_tokens = tokens + fresh.tokens, padded_tokens + fresh.padded_tokens
         model_seconds += fresh.model_seconds
         cut = set(fresh.truncated_rows)

@@ -37,13 +37,18 @@ POOLINGS = ("mean", "cls")
 # Padded tokens per micro-batch. Every micro-batch is filled to its full row count (a fixed shape),
 # so a call pays up to a whole micro-batch per length bucket. CPUs: 2048 (2-core Xeon with AMX,
 # MiniLM, 600 FastAPI chunks in one call: bf16 5.63 s, 5.24 at 4096, 10.9 at 16384, 6.46 at 1024;
-# fp32 12.4 s, 13.8 at 4096; one short query 68 ms in bf16, 123 at 4096, 517 at 16384). GPUs: run
-# eagerly, a small model's micro-batch is too little work for the time the host takes to launch
+# fp32 12.4 s, 13.8 at 4096; one short text alone 68 ms in bf16, 123 at 4096, 517 at 16384). GPUs:
+# run eagerly, a small model's micro-batch is too little work for the time the host takes to launch
 # it. Measured on an H100 (fp16, 6,000 FastAPI chunks in one call, eager): a BERT-large-sized
 # model peaked at 8192 (2,516 chunks/s; 1,923 at 4096, 2,256 at 32768), MiniLM at 32768 (23,746
 # chunks/s; 9,842 at 8192, 22,121 at 65536). From CUDA graphs, MiniLM did as well at 8192 as at
 # 32768 (H200: 28,454 and 27,566), with less filler.
 DEFAULT_TOKEN_BUDGET = {"cpu": 2048, "cuda": 8192, "mps": 16384}
+# Padded tokens per micro-batch of query vectors (questions: `query=True`), on every device. A
+# filled micro-batch at the passage budget made one question cost 2,048 tokens of arithmetic on a
+# CPU (MiniLM, 2-core Xeon: 68 ms in bf16, 134 in fp32; a model 15 times MiniLM's size pays 15
+# times that); 256 holds up to 16 short questions.
+QUERY_TOKEN_BUDGET = 256
 SMALL_MODEL_PARAMETERS = 50_000_000  # MiniLM-L6: 22.7M; BERT-base: 110M
 SMALL_MODEL_CUDA_BUDGET = 32768
 # Micro-batch shapes `Embedder.warm_up` prepares: bucket lengths up to 1,024 tokens (all 32 of a
@@ -132,9 +137,10 @@ class Embedder:
 
     @property
     def query_key(self) -> str:
-        """Cache key of query vectors: the model key plus a digest of the query prefix."""
+        """Cache key of query vectors: the model key plus a digest of the query prefix and their
+        micro-batches' budget (`QUERY_TOKEN_BUDGET`)."""
         digest = hashlib.sha256(self.settings.query_prefix.encode("utf-8")).hexdigest()
-        return f"{self.key}-q{digest[:8]}"
+        return f"{self.key}-q{digest[:8]}-b{QUERY_TOKEN_BUDGET}"
 
     def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
         """Vectors of shape (len(texts), dim), float32, L2-normalised unless normalize=False.
@@ -144,7 +150,7 @@ class Embedder:
 
     def embed_with_stats(self, texts: Sequence[str], *, query: bool = False) -> Embedded:
         """Like `embed`, and also count the texts longer than the model window (truncated)."""
-        return self.embed_encoded(self.encode(_checked_texts(texts), query=query))
+        return self.embed_encoded(self.encode(_checked_texts(texts), query=query), query=query)
 
     def encode(self, texts: Sequence[str], *, query: bool = False) -> Encoded:
         """The token ids of `texts` cut to the model window (`query=True`: with the query
@@ -154,12 +160,14 @@ class Embedder:
         with self._tokenizer_lock:
             return encode(self._encoder, texts)
 
-    def embed_encoded(self, encoded: Encoded) -> Embedded:
+    def embed_encoded(self, encoded: Encoded, *, query: bool = False) -> Embedded:
         """The vectors of texts this embedder's `encode` tokenized, or an encoder with the same
-        `encoder_digest` (a build's chunk tasks).
+        `encoder_digest` (a build's chunk tasks); `query=True` for texts encoded as queries.
 
-        Rows run in fixed-shape micro-batches (`embedding.batching`), so a text's vector is the
-        same bits whatever else is embedded with it."""
+        Rows run in fixed-shape micro-batches (`embedding.batching`) of the token budget, or of
+        `QUERY_TOKEN_BUDGET` for queries, so a text's vector is the same bits whatever else is
+        embedded with it."""
+        budget = QUERY_TOKEN_BUDGET if query else self.settings.token_budget
         ids = encoded.ids
         if not ids:
             return Embedded(np.zeros((0, self.dim), dtype=np.float32), 0)
@@ -168,10 +176,8 @@ class Embedder:
         parts: list[torch.Tensor] = []
         with self._model_lock:
             started = time.perf_counter()
-            for batch in plan_batches(
-                [len(row) for row in ids], self.settings.token_budget, self.settings.max_length
-            ):
-                vectors = self._forward([ids[i] for i in batch.rows], batch)
+            for batch in plan_batches([len(row) for row in ids], budget, self.settings.max_length):
+                vectors = self._forward([ids[i] for i in batch.rows], batch, budget)
                 parts.append(vectors[: len(batch.rows)])
                 order.extend(batch.rows)
                 padded += vectors.shape[0] * batch.length
@@ -204,18 +210,20 @@ class Embedder:
         lengths = bucket_lengths(self.settings.max_length)[:WARM_UP_SHAPES]
         with self._model_lock:
             for length in lengths:
-                vectors = self._forward([self._filler], MicroBatch(length, (0,)))
+                vectors = self._forward(
+                    [self._filler], MicroBatch(length, (0,)), self.settings.token_budget
+                )
             vectors.cpu()  # waits for the device
         return len(lengths)
 
-    def _forward(self, ids: list[Sequence[int]], batch: MicroBatch) -> torch.Tensor:
+    def _forward(self, ids: list[Sequence[int]], batch: MicroBatch, budget: int) -> torch.Tensor:
         """Pooled (and normalised) float32 vectors of one micro-batch, on the model's device.
 
         Every row is padded to the batch's bucket length, and the batch is filled up to its full
-        row count with filler rows (their vectors are computed and dropped): GPUs, and CPUs such as
-        an Intel Xeon with AMX (MKL's fp32 GEMM, oneDNN's bf16 one), pick their kernels' blocking
-        and threading from the row count."""
-        full = rows_per_batch(batch.length, self.settings.token_budget)
+        row count under `budget` with filler rows (their vectors are computed and dropped): GPUs,
+        and CPUs such as an Intel Xeon with AMX (MKL's fp32 GEMM, oneDNN's bf16 one), pick their
+        kernels' blocking and threading from the row count."""
+        full = rows_per_batch(batch.length, budget)
         rows = [*ids, *[self._filler] * (full - len(ids))]
         lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
         mask = np.arange(batch.length) < lengths[:, None]

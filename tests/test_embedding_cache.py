@@ -196,9 +196,9 @@ def test_a_batch_is_embedded_in_one_call_in_request_order(cache, monkeypatch):
     calls: list[int] = []
     real = model.embed_encoded
 
-    def counting(encoded):
+    def counting(encoded, *, query=False):
         calls.append(len(encoded))
-        return real(encoded)
+        return real(encoded, query=query)
 
     monkeypatch.setattr(model, "embed_encoded", counting)
     requests = [

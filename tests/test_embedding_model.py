@@ -24,6 +24,7 @@ from embedding.attention_mask import takes_broadcast_mask
 from embedding.batching import LENGTH_STEP
 from embedding.embedder import (
     DEFAULT_TOKEN_BUDGET,
+    QUERY_TOKEN_BUDGET,
     cpu_has_native_bf16,
     default_token_budget,
     model_key,
@@ -200,6 +201,22 @@ def test_query_prefix_applies_only_to_queries():
     )
     assert not np.allclose(prefixed.embed([question], query=True), plain.embed([question]))
     assert prefixed.key == plain.key  # cached vectors are passages; the prefix never reaches them
+
+
+def test_a_question_runs_in_a_small_micro_batch_of_its_own():
+    """A question costs one micro-batch of `QUERY_TOKEN_BUDGET` tokens, not one of the passage
+    budget (which made a MiniLM question cost 68-134 ms on a 2-core CPU); its bits are the same
+    whatever the passage budget or the other questions of the call, and its key names the budget."""
+    model = embedder(dtype="fp32")
+    question = "How do I declare a path parameter?"
+    alone = model.embed_with_stats([question], query=True)
+    assert 0 < alone.padded_tokens <= QUERY_TOKEN_BUDGET < model.settings.token_budget
+    others = [f"question {i} about routing and dependencies?" for i in range(20)]
+    among = model.embed([*others, question, *others[:3]], query=True)[len(others)]
+    larger = embedder(dtype="fp32", token_budget=8192).embed([question], query=True)[0]
+    assert alone.vectors[0].tobytes() == among.tobytes() == larger.tobytes()
+    assert model.query_key.startswith(f"{model.key}-q")
+    assert model.query_key.endswith(f"-b{QUERY_TOKEN_BUDGET}")
 
 
 def test_pooling_and_query_prompt_follow_sentence_transformers_files(tmp_path):
