@@ -496,6 +496,19 @@ def test_cuda_graph_vectors_depend_on_a_row_alone_and_on_no_capture():
 
 
 @pytest.mark.gpu
+def test_on_cuda_a_question_replays_a_graph_of_its_own_small_shape():
+    """Questions run at `QUERY_TOKEN_BUDGET` on GPUs too: their shapes get graphs of their own, and
+    a question's bits are the same alone and among others."""
+    gpu = load_embedder(device="cuda", dtype="fp16")
+    before = gpu._graphs.shapes
+    question = "How do I declare a path parameter?"
+    alone = gpu.embed_with_stats([question], query=True)
+    assert alone.padded_tokens <= QUERY_TOKEN_BUDGET and gpu._graphs.shapes == before + 1
+    among = gpu.embed([f"question {i} about routing?" for i in range(20)] + [question], query=True)
+    np.testing.assert_array_equal(among[-1], alone.vectors[0])
+
+
+@pytest.mark.gpu
 def test_warm_up_captures_every_shape_so_that_no_call_captures_again():
     gpu = load_embedder(device="cuda", dtype="fp16")
     probed = gpu._graphs.shapes  # the probe batch's graph, captured at load
@@ -506,7 +519,7 @@ def test_warm_up_captures_every_shape_so_that_no_call_captures_again():
 
 
 def test_warm_up_has_nothing_to_run_on_cpus():
-    """CPU micro-batches are not filled to a fixed row count: there is no set of shapes."""
+    """CPUs load no kernels and capture no graphs: warming their shapes up would only cost time."""
     assert embedder(dtype="fp32").warm_up() == 0
 
 
