@@ -1,7 +1,8 @@
 """The `mdindex build` sub-command: its arguments and how a parsed command line runs (also what
 `python -m jobs.reindex` runs).
 
-Exit codes: 0 everything succeeded; 1 the job itself failed; 2 bad usage or config;
+Exit codes: 0 everything succeeded; 1 the job itself failed; 2 bad usage or config (an input
+that does not exist, or lists no sources while the output holds some);
 3 some sources failed (everything else was written); 130 and 143 stopped by SIGINT (Ctrl-C) or
 SIGTERM (a scheduler's), 128 plus the signal's number as a shell gives it.
 """

@@ -52,11 +52,13 @@ def _choices(options: tuple[str, ...], default: str) -> Any:
 
 @dataclass(frozen=True)
 class SourcesConfig:
-    """Which files of the input are sources (matched on the file name), and whether symbolic
-    links in a local input are followed (off: skipped and reported as SYMLINK_SKIPPED)."""
+    """Which files of the input are sources (matched on the file name), whether symbolic links
+    in a local input are followed (off: skipped and reported as SYMLINK_SKIPPED), and whether an
+    input that lists none may empty an output that holds some (off: the build is refused)."""
 
     globs: tuple[str, ...] = ("*.md",)
     follow_symlinks: bool = False
+    allow_empty: bool = False
 
 
 @dataclass(frozen=True)

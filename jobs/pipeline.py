@@ -81,6 +81,12 @@ class InputNotFound(FileNotFoundError):
     """The input root does not exist (a usage error: exit code 2)."""
 
 
+class EmptyInput(InputNotFound):
+    """The input lists no sources and the output holds some (a usage error: exit code 2). Going on
+    would delete every topic, which is what an unmounted volume, an input emptied while it is
+    refreshed or a mistyped prefix look like; `sources.allow_empty: true` goes on."""
+
+
 class InfeasibleResources(ValueError):
     """A stage asks for more than any node of the private local Ray instance has, which never
     grows: the build would wait for ever (a config error for this machine: exit code 2)."""
@@ -140,6 +146,13 @@ def discover(config: JobConfig) -> Discovery:
     previous = Manifest.from_json(output.read_optional(MANIFEST_PATH))
     config_key = settings_key(config)
     plan = make_plan(listing, previous, config_key, config.sources.globs)
+    if not plan.fingerprints and previous.sources and not config.sources.allow_empty:
+        raise EmptyInput(
+            f"input {config.input}: no sources (file names matching {list(config.sources.globs)}),"
+            f" and the output {config.output} holds {len(previous.sources)} from its last run: "
+            "the build would delete every topic. Check the input; to empty the index, set "
+            "sources.allow_empty: true"
+        )
     sizes = {f.path: f.size for f in listing if isinstance(f, FileInfo)}
     return Discovery(source, output, previous, config_key, plan, sizes)
 

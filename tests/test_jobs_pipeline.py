@@ -482,6 +482,34 @@ def test_a_rebuild_with_nothing_to_embed_starts_no_embedding_actor(tmp_path, cap
     assert outputs(tmp_path / "out") == outputs(tmp_path / "fresh")
 
 
+def test_an_input_that_lists_no_sources_never_empties_an_output_that_holds_some(tmp_path, capsys):
+    """An emptied input (an unmounted volume, a folder emptied while it is refreshed) is refused
+    with exit code 2, in a build and in a dry run, and every file of the output stays as it was;
+    `sources.allow_empty` lets it delete every topic."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# a\n\nHow a retries a request.\n")
+    out = tmp_path / "out"
+    assert build("--input", str(docs), "--output", str(out)) == 0
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    (docs / "t" / "a.md").unlink()
+    capsys.readouterr()
+    for extra in ([], ["--dry-run"]):
+        assert build("--input", str(docs), "--output", str(out), *extra) == 2
+        err = capsys.readouterr().err
+        assert "no sources (file names matching ['*.md'])" in err
+        assert "holds 1 from its last run" in err and "sources.allow_empty: true" in err
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+
+    allowed = ["--set", "sources.allow_empty=true"]
+    assert build("--input", str(docs), "--output", str(out), *allowed) == 0
+    report = report_of(out)
+    assert report["sources"]["deleted"] == 1 and report["topics"]["deleted"] == 1
+    assert not (out / "t" / "index.json").exists() and not list(out.rglob("_chunks/*"))
+    # Nothing to delete, nothing to refuse: an empty input into a new output.
+    assert build("--input", str(docs), "--output", str(tmp_path / "new")) == 0
+
+
 def test_quickstart_build_command_works_on_the_examples(tmp_path, capsys, monkeypatch):
     """The `mdindex build` line of examples/quickstart.sh (the README quickstart), in-process."""
     script = (ROOT / "examples" / "quickstart.sh").read_text()
