@@ -3,8 +3,9 @@
 
 Exit codes: 0 everything succeeded; 1 the job itself failed; 2 bad usage or config (an input
 that does not exist, or lists no sources while the output holds some);
-3 some sources failed (everything else was written); 130 and 143 stopped by SIGINT (Ctrl-C) or
-SIGTERM (a scheduler's), 128 plus the signal's number as a shell gives it.
+3 some sources failed (everything else was written); 75 another build is running on the output
+(nothing done: try again later); 130 and 143 stopped by SIGINT (Ctrl-C) or SIGTERM (a
+scheduler's), 128 plus the signal's number as a shell gives it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ EXIT_OK = 0
 EXIT_JOB_FAILED = 1
 EXIT_USAGE = 2
 EXIT_SOURCES_FAILED = 3
+EXIT_BUSY = 75  # sysexits' EX_TEMPFAIL: a scheduler may try again later
 
 log = logging.getLogger("mdindex.build")
 
@@ -58,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="build or refresh the index of a markdown corpus (Ray Data job)",
         description="Build or refresh the index of a markdown corpus. Exit codes: 0 success, "
         "1 the job failed, 2 bad usage or config, 3 some sources failed (all else written), "
-        "130/143 stopped by SIGINT/SIGTERM.",
+        "75 another build is running on the output, 130/143 stopped by SIGINT/SIGTERM.",
     )
     add_arguments(parser)
     parser.set_defaults(run=run_build)
@@ -67,6 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_build(args: argparse.Namespace) -> int:
     """Load and validate the config, run the job, print the summary; returns the exit code."""
     from jobs.dry_run import describe, dry_run
+    from jobs.lock import OutputBusy
     from jobs.logs import clean_logs
     from jobs.pipeline import InfeasibleResources, InputNotFound, run_job
     from jobs.report import error_text, summary, write_failed_report
@@ -99,6 +102,9 @@ def run_build(args: argparse.Namespace) -> int:
     except (InputNotFound, InfeasibleResources) as exc:
         print(f"mdindex build: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OutputBusy as exc:  # the other build's report stays as it is
+        print(f"mdindex build: {exc}", file=sys.stderr)
+        return EXIT_BUSY
     except KeyboardInterrupt:
         return stopped(config, signal.SIGINT)
     except SystemExit as exc:  # SIGTERM's handler (ours, then ray.init's) exits with its number

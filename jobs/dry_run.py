@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from chunking import strategy_key
 from jobs.config import JobConfig
 from jobs.manifest import REPORT_PATH
-from jobs.pipeline import discover, work_rows
+from jobs.pipeline import discover, list_input, work_rows
 from jobs.plan import KEEP, REBUILD, RELINK
 from jobs.records import QUESTIONS, SOURCE, TOPIC
 from jobs.storage import Storage
@@ -44,7 +44,7 @@ class DryRun:
 
 def dry_run(config: JobConfig) -> DryRun:
     """Plan the build `config` describes, without doing any of it."""
-    found = discover(config)
+    found = discover(config, list_input(config))
     plan, previous = found.plan, found.previous
     actions = {REBUILD: [], RELINK: [], KEEP: []}
     for topic in plan.topics:

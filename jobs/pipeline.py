@@ -27,6 +27,7 @@ from chunking import strategy_key
 from embedding.encoder import encoder_digest, model_encoder
 from jobs.config import EmbedResources, JobConfig
 from jobs.finish import finish, index_settings
+from jobs.lock import output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import (
     KEEP,
@@ -61,7 +62,7 @@ from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.store import store_entries
 from jobs.stages.topic import KEYWORDS_FAILED, TopicContext
 from jobs.stats import RunStats
-from jobs.storage import FileInfo, Storage
+from jobs.storage import FileInfo, SkippedLink, Storage
 
 log = logging.getLogger("mdindex.build")
 
@@ -134,15 +135,30 @@ class Discovery:
     sizes: dict[str, int]
 
 
-def discover(config: JobConfig) -> Discovery:
-    """List the input, read the previous manifest and plan the run (reads nothing else)."""
+def input_storage(config: JobConfig) -> Storage:
+    """The input root's storage."""
     follow = config.sources.follow_symlinks
-    source = Storage(config.input, config.storage_options, follow_symlinks=follow)
-    output = Storage(config.output, config.storage_options, follow_symlinks=follow)
+    return Storage(config.input, config.storage_options, follow_symlinks=follow)
+
+
+def output_storage(config: JobConfig) -> Storage:
+    """The output root's storage."""
+    follow = config.sources.follow_symlinks
+    return Storage(config.output, config.storage_options, follow_symlinks=follow)
+
+
+def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
+    """The input's listing (`InputNotFound` when its root does not exist)."""
     try:
-        listing = list(source.walk(keep_directory))
+        return list(input_storage(config).walk(keep_directory))
     except FileNotFoundError as exc:
         raise InputNotFound(f"input {config.input}: no such directory") from exc
+
+
+def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discovery:
+    """Read the previous manifest and plan the run from the input's listing (reads nothing
+    else); `EmptyInput` when the listing holds no source and the output some."""
+    output = output_storage(config)
     previous = Manifest.from_json(output.read_optional(MANIFEST_PATH))
     config_key = settings_key(config)
     plan = make_plan(listing, previous, config_key, config.sources.globs)
@@ -154,16 +170,29 @@ def discover(config: JobConfig) -> Discovery:
             "sources.allow_empty: true"
         )
     sizes = {f.path: f.size for f in listing if isinstance(f, FileInfo)}
-    return Discovery(source, output, previous, config_key, plan, sizes)
+    return Discovery(input_storage(config), output, previous, config_key, plan, sizes)
 
 
 def run_job(config: JobConfig) -> dict[str, Any]:
-    """Run one build and return its report (also written to `{output}/_reindex/report.json`)."""
-    wall: dict[str, float] = {}
+    """Run one build and return its report (also written to `{output}/_reindex/report.json`).
+
+    The input is listed first (a missing one touches nothing), then the output's build lock is
+    held throughout (`jobs.lock`: a second build on the output fails at once)."""
     started = time.perf_counter()
     if note := config.s3_note():
         log.info("%s", note)
-    found = discover(config)
+    listing = list_input(config)
+    with output_lock(output_storage(config)):
+        return _run_locked(config, listing, started)
+
+
+def _run_locked(
+    config: JobConfig, listing: list[FileInfo | SkippedLink], started: float
+) -> dict[str, Any]:
+    """`run_job`'s build from the input's `listing`, once the lock is held (`started`: when the
+    run began, by `time.perf_counter`)."""
+    wall: dict[str, float] = {}
+    found = discover(config, listing)
     source, output, plan = found.source, found.output, found.plan
     rebuilt = [t.topic for t in plan.topics if t.action == REBUILD]
     wall["discover"] = time.perf_counter() - started

@@ -243,6 +243,12 @@ class Storage:
                     _relative(fs, root, info["name"]), int(info.get("size") or 0), _version(info)
                 )
 
+    def confined(self, relpath: str, action: str) -> str:
+        """The full path of `relpath`, once its folder is known to resolve inside the root
+        (`OutsideRoot` otherwise, naming `action`): for a file opened directly, not by fsspec."""
+        [path] = self._confined([relpath], action)
+        return path
+
     def _confined(self, relpaths: list[str], action: str) -> list[str]:
         """The full paths of `relpaths`, once every folder they lie in is known to resolve inside
         the root (each folder resolved once: a topic's thousands of chunk files share one)."""

@@ -70,13 +70,20 @@ def test_in_place_build_never_writes_or_deletes_through_symlinked_output_folders
     (outside / "precious-1.md").write_text("precious\n")
     (outside / "alpha-0.md").write_text("not a chunk of ours\n")
     before = snapshot(outside)
-    for link in ("t/_chunks", "_index", "_reindex"):
-        (docs / link).symlink_to(outside, target_is_directory=True)
-
+    # `_reindex/` alone: its build lock is the first file the build opens, so it stops there.
+    (docs / "_reindex").symlink_to(outside, target_is_directory=True)
     assert build("--input", str(docs)) == 1  # the job refuses, naming the path
+    assert f"refusing to lock {docs / '_reindex' / 'build.lock'}" in caplog.text
+    assert snapshot(outside) == before
+    (docs / "_reindex").unlink()
+    caplog.clear()
+
+    for link in ("t/_chunks", "_index"):
+        (docs / link).symlink_to(outside, target_is_directory=True)
+    assert build("--input", str(docs)) == 1
     assert snapshot(outside) == before
     assert "outside the root" in caplog.text and str(docs / "t" / "_chunks") in caplog.text
-    assert all((docs / link).is_symlink() for link in ("t/_chunks", "_index", "_reindex"))
+    assert all((docs / link).is_symlink() for link in ("t/_chunks", "_index"))
 
 
 def test_symlinked_inputs_are_skipped_and_reported(tmp_path):

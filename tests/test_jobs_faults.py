@@ -20,7 +20,7 @@ import ray
 from jobs_support import outputs, s3_options
 
 from jobs.config import load_config
-from jobs.pipeline import discover
+from jobs.pipeline import discover, list_input
 from jobs.records import SOURCE, new_row, to_table
 from jobs.reindex import main
 from jobs.stages.chunk import CHUNKER_ERROR, ChunkSettings, chunk_sources
@@ -167,7 +167,8 @@ def test_a_source_past_its_time_budget_fails_alone_and_the_rest_is_written(tmp_p
     manifest = json.loads((docs / "_reindex" / "manifest.json").read_text())
     assert manifest["sources"]["t/huge.md"]["failed"] and manifest["topics"]["t"]["failed"]
     assert "settled_failure" not in manifest["sources"]["t/huge.md"]
-    plan = discover(load_config(CONFIG, overrides={"input": str(docs)})).plan
+    config = load_config(CONFIG, overrides={"input": str(docs)})
+    plan = discover(config, list_input(config)).plan
     assert plan.changed == {"t/huge.md"} and plan.settled == ()
 
 

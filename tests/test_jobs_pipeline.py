@@ -9,6 +9,8 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -508,6 +510,54 @@ def test_an_input_that_lists_no_sources_never_empties_an_output_that_holds_some(
     assert not (out / "t" / "index.json").exists() and not list(out.rglob("_chunks/*"))
     # Nothing to delete, nothing to refuse: an empty input into a new output.
     assert build("--input", str(docs), "--output", str(tmp_path / "new")) == 0
+
+
+# Another process that holds an output's build lock, as a running build does, until its stdin
+# closes (or it is killed).
+HOLD_LOCK = """
+import sys
+from jobs.lock import output_lock
+from jobs.storage import Storage
+with output_lock(Storage(sys.argv[1])):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(tmp_path, capsys):
+    """Two builds on one output: the second exits 75 at once, writing nothing (its report
+    neither: the running build's is the one to read). The lock goes with the process that held it,
+    however it ends: after the holder is killed (SIGKILL), the next build runs."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# a\n\nHow a retries a request.\n")
+    out = tmp_path / "out"
+    assert build("--input", str(docs), "--output", str(out)) == 0
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    assert (out / "_reindex" / "build.lock").read_bytes() == b""
+    (docs / "t" / "a.md").write_text("# a\n\nHow a retries a request, and when it stops.\n")
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(out)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        capsys.readouterr()
+        assert build("--input", str(docs), "--output", str(out)) == 75
+        err = capsys.readouterr().err
+        assert f"another build is running on the output {out}" in err
+        assert str(out / "_reindex" / "build.lock") in err
+        assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert holder.returncode == -signal.SIGKILL
+    assert build("--input", str(docs), "--output", str(out)) == 0
+    assert report_of(out)["sources"]["changed"] == 1
 
 
 def test_quickstart_build_command_works_on_the_examples(tmp_path, capsys, monkeypatch):
