@@ -302,6 +302,7 @@ def test_s3_end_to_end_matches_local_disk(local_output, s3_server, tmp_path):
     report = json.loads(fs.cat_file("jobs-e2e/out/_reindex/report.json"))
     assert report["sources"]["failed"] == 1 and report["output"] == "s3://jobs-e2e/out"
     assert fs.exists("jobs-e2e/out/.embedding-cache")
+    assert not fs.exists("jobs-e2e/out/_reindex/build.lock")  # held while it ran (test_jobs_lock)
 
 
 SHARD = "libraries~sjson-source-generation.parquet"

@@ -1,0 +1,122 @@
+"""One build per output (`jobs.lock`): the lock itself, on real files and on a moto S3 server;
+what a refused build does is in `test_jobs_pipeline` (local) and here (S3)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+import pytest
+from jobs_support import s3_options
+
+from jobs import lock
+from jobs.lock import LOCK_PATH, OutputBusy, output_lock
+from jobs.reindex import main
+from jobs.storage import Storage
+
+
+def test_a_local_lock_is_exclusive_and_ends_with_its_holder(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with output_lock(Storage(str(out))):
+        with pytest.raises(OutputBusy, match=f"another build is running on the output {out}"):
+            with output_lock(Storage(str(out))):
+                pass
+    with output_lock(Storage(str(out))):  # released: taken again
+        pass
+    assert list(out.iterdir()) == []  # the folder it made for its file is gone, not the output
+
+
+def test_a_local_lock_removes_the_folders_it_made_when_nothing_else_was_written(tmp_path):
+    with output_lock(Storage(str(tmp_path / "new" / "out"))):
+        assert (tmp_path / "new" / "out" / LOCK_PATH).is_file()
+    assert list(tmp_path.iterdir()) == []
+    with output_lock(Storage(str(tmp_path / "out"))):
+        (tmp_path / "out" / "_reindex" / "report.json").write_text("{}")
+    assert sorted(p.name for p in (tmp_path / "out" / "_reindex").iterdir()) == [
+        "build.lock",
+        "report.json",
+    ]
+
+
+@pytest.fixture
+def s3_output(s3_server, request) -> Storage:
+    bucket = s3_server.make_bucket(f"lock-{request.node.name[5:30].replace('_', '-')}")
+    return Storage(f"{bucket}/out", s3_server.storage_options)
+
+
+def test_an_s3_lock_is_exclusive_names_its_holder_and_is_deleted_at_the_end(s3_output):
+    fs = s3_output.filesystem()
+    path = s3_output.full_path(LOCK_PATH)
+    with output_lock(s3_output):
+        record = json.loads(fs.cat_file(path))
+        assert record["expires"] == pytest.approx(time.time() + lock.LEASE_S, abs=30)
+        with pytest.raises(OutputBusy) as refused:
+            with output_lock(s3_output):
+                pass
+        message = str(refused.value)
+        assert f"another build is running on the output {s3_output.uri()}" in message
+        assert f"the build of pid {record['pid']} on {record['host']}, since " in message
+    assert not fs.exists(path)
+    with output_lock(s3_output):  # released: taken again
+        assert fs.exists(path)
+
+
+def test_an_expired_s3_lock_is_taken_over_once(s3_output, caplog):
+    """A killed build's lock object stays until its expiry; then one build takes it over."""
+    fs = s3_output.filesystem()
+    path = s3_output.full_path(LOCK_PATH)
+    killed = {"host": "elsewhere", "pid": 1, "started": time.time() - 900}
+    fs.pipe_file(path, json.dumps({**killed, "expires": time.time() + 60}).encode())
+    with pytest.raises(OutputBusy, match="the build of pid 1 on elsewhere"):
+        with output_lock(s3_output):
+            pass
+    fs.pipe_file(path, json.dumps({**killed, "expires": time.time() - 1}).encode())
+    with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+        with output_lock(s3_output):
+            assert json.loads(fs.cat_file(path))["host"] != "elsewhere"
+            with pytest.raises(OutputBusy):  # the new holder is live
+                with output_lock(s3_output):
+                    pass
+    assert "taking over the build lock" in caplog.text and "it expired" in caplog.text
+    assert not fs.exists(path)
+
+
+def test_an_s3_lock_is_renewed_while_its_build_runs_and_only_while_it_is_ours(
+    s3_output, monkeypatch, caplog
+):
+    monkeypatch.setattr(lock, "RENEW_S", 0.2)
+    fs = s3_output.filesystem()
+    path = s3_output.full_path(LOCK_PATH)
+    with caplog.at_level(logging.ERROR, logger="mdindex.build"):
+        with output_lock(s3_output):
+            first = json.loads(fs.cat_file(path))["expires"]
+            time.sleep(1.0)
+            assert json.loads(fs.cat_file(path))["expires"] > first
+            fs.pipe_file(path, b'{"host": "other", "pid": 2, "started": 0, "expires": 0}')
+            time.sleep(1.0)
+            assert json.loads(fs.cat_file(path))["host"] == "other"  # not renewed over
+        assert fs.cat_file(path).startswith(b'{"host": "other"')  # not ours: not deleted
+    assert "could not renew the build lock" in caplog.text
+    assert not [t for t in threading.enumerate() if t.name == "mdindex-lock"]
+
+
+def test_a_build_on_an_s3_output_another_build_holds_exits_75_and_writes_nothing(
+    s3_output, s3_server, tmp_path, capsys
+):
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# a\n\nHow a retries a request.\n")
+    fs = s3_output.filesystem()
+    with output_lock(s3_output):
+        before = sorted(fs.find(s3_output.full_path("")))
+        command = ["--config", "configs/local.yaml", "--input", str(docs)]
+        command += ["--output", s3_output.uri(), "--cache", str(tmp_path / "cache")]
+        command += ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
+        assert main(command) == 75
+        assert (
+            sorted(fs.find(s3_output.full_path(""))) == before == [s3_output.full_path(LOCK_PATH)]
+        )
+    assert "another build is running on the output s3://" in capsys.readouterr().err
