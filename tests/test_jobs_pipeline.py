@@ -485,16 +485,27 @@ def test_a_rebuild_with_nothing_to_embed_starts_no_embedding_actor(tmp_path, cap
     assert outputs(tmp_path / "out") == outputs(tmp_path / "fresh")
 
 
-def test_an_input_that_lists_no_sources_never_empties_an_output_that_holds_some(tmp_path, capsys):
-    """An emptied input (an unmounted volume, a folder emptied while it is refreshed) is refused
-    with exit code 2, in a build and in a dry run, and every file of the output stays as it was;
-    `sources.allow_empty` lets it delete every topic."""
+def built_one_source(tmp_path: Path) -> tuple[Path, Path]:
+    """A corpus of one source, `docs/t/a.md`, built into `out`: both folders."""
     docs = tmp_path / "docs"
     (docs / "t").mkdir(parents=True)
     (docs / "t" / "a.md").write_text("# a\n\nHow a retries a request.\n")
     out = tmp_path / "out"
     assert build("--input", str(docs), "--output", str(out)) == 0
-    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    return docs, out
+
+
+def every_file(root: Path) -> dict[Path, bytes]:
+    """Every file under `root`, its report, manifest and lock included."""
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_an_input_that_lists_no_sources_never_empties_an_output_that_holds_some(tmp_path, capsys):
+    """An emptied input (an unmounted volume, a folder emptied while it is refreshed) is refused
+    with exit code 2, in a build and in a dry run, and every file of the output stays as it was;
+    `sources.allow_empty` lets it delete every topic."""
+    docs, out = built_one_source(tmp_path)
+    before = every_file(out)
     (docs / "t" / "a.md").unlink()
     capsys.readouterr()
     for extra in ([], ["--dry-run"]):
@@ -502,7 +513,7 @@ def test_an_input_that_lists_no_sources_never_empties_an_output_that_holds_some(
         err = capsys.readouterr().err
         assert "no sources (file names matching ['*.md'])" in err
         assert "holds 1 from its last run" in err and "sources.allow_empty: true" in err
-    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+    assert every_file(out) == before
 
     allowed = ["--set", "sources.allow_empty=true"]
     assert build("--input", str(docs), "--output", str(out), *allowed) == 0
@@ -529,12 +540,8 @@ def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(t
     """Two builds on one output: the second exits 75 at once, writing nothing (its report
     neither: the running build's is the one to read). The lock goes with the process that held it,
     however it ends: after the holder is killed (SIGKILL), the next build runs."""
-    docs = tmp_path / "docs"
-    (docs / "t").mkdir(parents=True)
-    (docs / "t" / "a.md").write_text("# a\n\nHow a retries a request.\n")
-    out = tmp_path / "out"
-    assert build("--input", str(docs), "--output", str(out)) == 0
-    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    docs, out = built_one_source(tmp_path)
+    before = every_file(out)
     assert (out / "_reindex" / "build.lock").read_bytes() == b""
     (docs / "t" / "a.md").write_text("# a\n\nHow a retries a request, and when it stops.\n")
 
@@ -552,7 +559,7 @@ def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(t
         err = capsys.readouterr().err
         assert f"another build is running on the output {out}" in err
         assert str(out / "_reindex" / "build.lock") in err
-        assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+        assert every_file(out) == before
     finally:
         holder.kill()
         holder.wait()
