@@ -43,7 +43,7 @@ def test_a_local_lock_removes_the_folders_it_made_when_nothing_else_was_written(
 
 @pytest.fixture
 def s3_output(s3_server, request) -> Storage:
-    bucket = s3_server.make_bucket(f"lock-{request.node.name[5:30].replace('_', '-')}")
+    bucket = s3_server.make_bucket(f"lock-{request.node.name[5:30].replace('_', '-').strip('-')}")
     return Storage(f"{bucket}/out", s3_server.storage_options)
 
 
