@@ -4,7 +4,8 @@
 Exit codes: 0 everything succeeded; 1 the job itself failed; 2 bad usage or config (an input
 that does not exist, or lists no sources while the output holds some);
 3 some sources failed (everything else was written); 75 another build is running on the output
-(nothing done: try again later); 130 and 143 stopped by SIGINT (Ctrl-C) or SIGTERM (a
+(nothing done: try again later), or took over this build's S3 lock (it stopped before its next
+write); 130 and 143 stopped by SIGINT (Ctrl-C) or SIGTERM (a
 scheduler's), 128 plus the signal's number as a shell gives it.
 """
 
@@ -60,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="build or refresh the index of a markdown corpus (Ray Data job)",
         description="Build or refresh the index of a markdown corpus. Exit codes: 0 success, "
         "1 the job failed, 2 bad usage or config, 3 some sources failed (all else written), "
-        "75 another build is running on the output, 130/143 stopped by SIGINT/SIGTERM.",
+        "75 another build is running on the output (or took over its S3 lock), 130/143 stopped by "
+        "SIGINT/SIGTERM.",
     )
     add_arguments(parser)
     parser.set_defaults(run=run_build)
@@ -102,7 +104,7 @@ def run_build(args: argparse.Namespace) -> int:
     except (InputNotFound, InfeasibleResources) as exc:
         print(f"mdindex build: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except OutputBusy as exc:  # the other build's report stays as it is
+    except OutputBusy as exc:  # the other build's report stays as it is (LockLost too)
         print(f"mdindex build: {exc}", file=sys.stderr)
         return EXIT_BUSY
     except KeyboardInterrupt:

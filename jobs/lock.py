@@ -10,10 +10,14 @@ until it has written the new one. A second build on that output fails at once wi
   first write leaves no trace).
 - **S3:** an object created only if absent (a conditional PUT, `If-None-Match: *`) that names its
   holder and an expiry, renewed every `RENEW_S` while the build runs (`If-Match`: only while it is
-  still ours) and deleted at the end. A build that was killed leaves it: once its expiry has passed
-  (`LEASE_S` after the last renewal) the next build takes it over, again conditionally, so of two
-  builds that find it expired one gets it. Expiries are compared across machines' clocks, which
-  `LEASE_S` leaves minutes to differ by.
+  still ours; a renewal that fails for another reason is tried again at the next) and deleted at
+  the end. A build that was killed leaves it: once its expiry has passed (`LEASE_S` after the last
+  renewal) the next build takes it over, again conditionally, so of two builds that find it
+  expired one gets it. Expiries are compared across machines' clocks, which `LEASE_S` leaves
+  minutes to differ by.
+  A build that lost its lock (taken over, or not renewed for `LEASE_S - RENEW_S`, before anyone
+  may take it over) stops with `LockLost` (exit code 75) at its next check: before each topic's
+  reduce starts and before the driver's finish (`output_lock` yields the check).
 - **Other object stores** (whose conditional writes fsspec does not reach): no lock, a warning.
 """
 
@@ -28,7 +32,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 from jobs.storage import Storage
@@ -42,23 +46,35 @@ NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 log = logging.getLogger("mdindex.build")
 
 
+Check = Callable[[], None]  # raises `LockLost` once the build no longer holds its lock
+
+
 class OutputBusy(RuntimeError):
     """Another build holds the output's lock (exit code 75: try again later)."""
 
 
+class LockLost(OutputBusy):
+    """This build no longer holds its output's lock: it stops before its next write (exit 75)."""
+
+
 @contextlib.contextmanager
-def output_lock(output: Storage) -> Iterator[None]:
-    """Hold the output's build lock meanwhile; `OutputBusy` at once when another build holds it,
+def output_lock(output: Storage) -> Iterator[Check]:
+    """Hold the output's build lock meanwhile, and yield the check to call before each write that
+    another build's could interleave with; `OutputBusy` at once when another build holds the lock,
     `OutsideRoot` when a local output's `_reindex/` leads out of its root."""
     if output.is_local:
         with _file_lock(output):
-            yield
+            yield held  # the kernel's lock is never lost while the process lives
     elif output.protocol in ("s3", "s3a"):
-        with _object_lock(output):
-            yield
+        with _object_lock(output) as lease:
+            yield lease.check
     else:
         log.warning("no build lock on %s: run one build per output at a time", output.uri())
-        yield
+        yield held
+
+
+def held() -> None:
+    """The check of a lock that cannot be lost (or of no lock): nothing to raise."""
 
 
 def busy(output: Storage, holder: str) -> OutputBusy:
@@ -125,14 +141,14 @@ def describe_holder(record: dict) -> str:
 
 
 @contextlib.contextmanager
-def _object_lock(output: Storage) -> Iterator[None]:
-    """The S3 lock object (module docstring)."""
+def _object_lock(output: Storage) -> Iterator[Lease]:
+    """The S3 lock object (module docstring), renewed meanwhile."""
     lease = Lease(output, time.time())
     stop = threading.Event()
     renewer = threading.Thread(target=lease.renew, args=(stop,), name="mdindex-lock", daemon=True)
     renewer.start()
     try:
-        yield
+        yield lease
     finally:
         stop.set()
         renewer.join()
@@ -141,17 +157,21 @@ def _object_lock(output: Storage) -> Iterator[None]:
 
 class Lease:
     """The S3 lock object of a build that holds it: taken at construction (`OutputBusy` when a
-    live build holds it), renewed while it is still ours, deleted at the end if still ours."""
+    live build holds it), renewed while it is still ours, deleted at the end if still ours.
+    `renewed` is when its last record was made (its expiry is `LEASE_S` after), `lost` why it is
+    no longer this build's, once it is not."""
 
     def __init__(self, output: Storage, started: float):
         self.output = output
         self.fs = output.filesystem()
         self.path = output.full_path(LOCK_PATH)
         self.started = started
+        self.renewed = time.time()
         self.etag = self._take()
+        self.lost: str | None = None
 
     def _record(self) -> bytes:
-        return holder_record(self.started, time.time())
+        return holder_record(self.started, self.renewed)
 
     def _take(self) -> str:
         """Create the lock object, or take over an expired one; its ETag."""
@@ -177,15 +197,58 @@ class Lease:
 
     def renew(self, stop: threading.Event) -> None:
         """Push the expiry on every `RENEW_S` until `stop`, while the object is still ours."""
-        while not stop.wait(RENEW_S):
-            try:
-                self.etag = self.fs.pipe_file(self.path, self._record(), IfMatch=self.etag)["ETag"]
-            except OSError as error:
-                log.error("could not renew the build lock %s: %s", self.path, error)
-                return
+        while not stop.wait(RENEW_S) and self.renew_once():
+            pass
+
+    def renew_once(self) -> bool:
+        """Push the expiry on once; False once the object is no longer ours. A renewal that
+        fails otherwise (the endpoint, the network) is logged and left to the next one."""
+        now = time.time()
+        try:
+            etag = self.fs.pipe_file(
+                self.path, holder_record(self.started, now), IfMatch=self.etag
+            )["ETag"]
+        except Exception as error:  # noqa: BLE001 - the renewer must outlive any failure
+            if not_ours(error):
+                self.lost = f"another build has taken it over ({error})"
+                log.error("the build lock %s is no longer ours: %s", self.path, error)
+                return False
+            log.warning(
+                "could not renew the build lock %s (%s: %s); trying again in %.0f s",
+                self.path,
+                type(error).__name__,
+                error,
+                RENEW_S,
+            )
+            return True
+        self.etag, self.renewed = etag, now
+        return True
+
+    def check(self) -> None:
+        """`LockLost` once the object is no longer ours, or its last renewal is so old that it
+        could expire before the next one (`RENEW_S` to spare)."""
+        if self.lost is None and time.time() > self.renewed + LEASE_S - RENEW_S:
+            since = datetime.fromtimestamp(self.renewed, UTC).isoformat(timespec="seconds")
+            self.lost = f"it could not be renewed since {since}"
+        if self.lost is not None:
+            raise LockLost(
+                f"this build lost its lock on the output {self.output.uri()}: {self.lost}. "
+                "It stopped before its next write (every topic it switched is whole); run it "
+                "again when no other build is running on the output"
+            )
 
     def release(self) -> None:
         """Delete the lock object if it is still ours (an endpoint gone: it expires by itself)."""
         with contextlib.suppress(OSError):
             if self.fs.info(self.path, refresh=True)["ETag"] == self.etag:
                 self.fs.rm_file(self.path)
+
+
+def not_ours(error: BaseException) -> bool:
+    """Whether a conditional renewal failed because the object changed or went (HTTP 412, 404),
+    rather than on the way there."""
+    if isinstance(error, FileNotFoundError):
+        return True
+    response = getattr(error.__cause__, "response", None) or {}
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status == 412 or response.get("Error", {}).get("Code") == "PreconditionFailed"

@@ -27,7 +27,7 @@ from chunking import strategy_key
 from embedding.encoder import encoder_digest, model_encoder
 from jobs.config import EmbedResources, JobConfig
 from jobs.finish import finish, index_settings
-from jobs.lock import output_lock
+from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import (
     KEEP,
@@ -182,15 +182,16 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     if note := config.s3_note():
         log.info("%s", note)
     listing = list_input(config)
-    with output_lock(output_storage(config)):
-        return _run_locked(config, listing, started)
+    with output_lock(output_storage(config)) as check:
+        return _run_locked(config, listing, started, check)
 
 
 def _run_locked(
-    config: JobConfig, listing: list[FileInfo | SkippedLink], started: float
+    config: JobConfig, listing: list[FileInfo | SkippedLink], started: float, check: Check
 ) -> dict[str, Any]:
     """`run_job`'s build from the input's `listing`, once the lock is held (`started`: when the
-    run began, by `time.perf_counter`)."""
+    run began, by `time.perf_counter`; `check`: raises `LockLost` once it is no longer held,
+    called before each topic's reduce and before the finish)."""
     wall: dict[str, float] = {}
     found = discover(config, listing)
     source, output, plan = found.source, found.output, found.plan
@@ -223,10 +224,11 @@ def _run_locked(
         start_ray(config)
         wall["ray_start"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        built = build_topics(config, plan, found.previous, found.sizes, source, output)
+        built = build_topics(config, plan, found.previous, found.sizes, source, output, check)
         wall["pipeline"] = time.perf_counter() - mark
 
     mark = time.perf_counter()
+    check()
     manifest = finish(config, found.config_key, output, plan, found.previous, built.summaries)
     wall["finish"] = time.perf_counter() - mark
     wall["total"] = time.perf_counter() - started
@@ -278,8 +280,10 @@ def build_topics(
     sizes: dict[str, int],
     source: Storage,
     output: Storage,
+    check: Check,
 ) -> Built:
     """Rebuild every topic the plan says to, with a heartbeat; collect summaries and counters.
+    `check` is called before each topic's reduce starts (`jobs.lock`).
 
     A topic whose carried sources turn out unusable (previous tables missing or damaged) is run
     once more with every source through the pipeline."""
@@ -307,7 +311,7 @@ def build_topics(
                     first_pool = first_pool or pool
                 log.info("embedding pool: %s", pool.label() if pool else NO_POOL)
                 for summary in topic_summaries(
-                    config, plan, work, source, output, collector, cpus, pool
+                    config, plan, work, source, output, collector, cpus, pool, check
                 ):
                     if "recarry" in summary:
                         recarry.add(summary["topic"])
@@ -459,6 +463,7 @@ def topic_summaries(
     collector,
     cpus: float,
     pool: EmbedPool | None,
+    check: Check,
 ) -> Iterator[dict]:
     """Run the Ray Data pipeline over `work`; yield one summary per rebuilt topic as it finishes.
 
@@ -537,7 +542,7 @@ def topic_summaries(
             **store_stage_args(cpus),
         )
     yield from reduce_topics(
-        dataset, work.expected, context, reduce_task_options(resources.index), collector
+        dataset, work.expected, context, reduce_task_options(resources.index), collector, check
     )
 
 

@@ -22,6 +22,7 @@ from ray.data import Dataset
 
 from jobs.blocks import Span, rows_in
 from jobs.gc_pause import gc_paused
+from jobs.lock import Check
 from jobs.stages.topic import TopicContext, build_and_write
 
 
@@ -42,16 +43,18 @@ def reduce_topics(
     context: TopicContext,
     options: dict[str, Any],
     collector,
+    check: Check,
 ) -> Iterator[dict[str, Any]]:
     """Run `dataset` (rows of the pipeline schema) and yield each topic's summary as its reduce
     finishes; `expected` is the number of rows of each topic, `options` the reduce tasks' Ray
-    options, `collector` the run's `StatsCollector` (it counts the rows)."""
+    options, `collector` the run's `StatsCollector` (it counts the rows), `check` the build
+    lock's, called before each reduce starts (`jobs.lock.LockLost` stops the run there)."""
     reduce = ray.remote(_reduce_topic).options(**options)
     # Stored once: passed by value, the context (which names every source of the corpus) was
     # copied into each topic's task, driver memory growing with topics x sources.
     shared = ray.put(context)
     remaining = Counter(expected)
-    held: dict[str, list[tuple[Any, Span]]] = {}
+    pending: dict[str, list[tuple[Any, Span]]] = {}  # a topic's pieces until it has them all
     running: list = []
     try:
         for bundle in dataset.iter_internal_ref_bundles():
@@ -62,16 +65,17 @@ def reduce_topics(
             counts = ray.get([collector.count_topics.remote(ref, span) for ref, span in pieces])
             for piece, found in zip(pieces, counts, strict=True):
                 for topic, count in found.items():
-                    held.setdefault(topic, []).append(piece)
+                    pending.setdefault(topic, []).append(piece)
                     remaining[topic] -= count
                     if remaining[topic] == 0:
-                        refs, spans = zip(*held.pop(topic), strict=True)
+                        refs, spans = zip(*pending.pop(topic), strict=True)
+                        check()
                         running.append(reduce.remote(topic, list(spans), *refs, context=shared))
             if running:
                 done, running = ray.wait(running, num_returns=len(running), timeout=0)
                 yield from ray.get(done)
-        if held:
-            raise RuntimeError(f"rows missing for topics {sorted(held)}: {dict(remaining)}")
+        if pending:
+            raise RuntimeError(f"rows missing for topics {sorted(pending)}: {dict(remaining)}")
         while running:
             done, running = ray.wait(running, num_returns=1)
             yield from ray.get(done)

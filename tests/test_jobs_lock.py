@@ -12,7 +12,7 @@ import pytest
 from jobs_support import s3_options
 
 from jobs import lock
-from jobs.lock import LOCK_PATH, OutputBusy, output_lock
+from jobs.lock import LOCK_PATH, LockLost, OutputBusy, output_lock
 from jobs.reindex import main
 from jobs.storage import Storage
 
@@ -91,16 +91,66 @@ def test_an_s3_lock_is_renewed_while_its_build_runs_and_only_while_it_is_ours(
     fs = s3_output.filesystem()
     path = s3_output.full_path(LOCK_PATH)
     with caplog.at_level(logging.ERROR, logger="mdindex.build"):
-        with output_lock(s3_output):
+        with output_lock(s3_output) as check:
             first = json.loads(fs.cat_file(path))["expires"]
             time.sleep(1.0)
             assert json.loads(fs.cat_file(path))["expires"] > first
+            check()  # still ours
             fs.pipe_file(path, b'{"host": "other", "pid": 2, "started": 0, "expires": 0}')
             time.sleep(1.0)
             assert json.loads(fs.cat_file(path))["host"] == "other"  # not renewed over
+            with pytest.raises(LockLost, match="another build has taken it over"):
+                check()
         assert fs.cat_file(path).startswith(b'{"host": "other"')  # not ours: not deleted
-    assert "could not renew the build lock" in caplog.text
+    assert "is no longer ours" in caplog.text
     assert not [t for t in threading.enumerate() if t.name == "mdindex-lock"]
+
+
+def test_an_s3_lock_whose_renewals_fail_on_the_way_is_renewed_later_or_lost_before_it_expires(
+    s3_output, monkeypatch, caplog
+):
+    """An endpoint that cannot be reached is no takeover: the renewer tries again, and the build
+    holds the lock until it could expire before the next renewal (then its check stops it)."""
+    monkeypatch.setattr(lock, "RENEW_S", 0.5)
+    monkeypatch.setattr(lock, "LEASE_S", 3.0)
+    fs = s3_output.filesystem()
+    path = s3_output.full_path(LOCK_PATH)
+    lease = lock.Lease(s3_output, time.time())
+    reachable, lease.fs = lease.fs, unreachable_s3()
+    with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+        assert lease.renew_once()  # failed on the way: tried again next time
+    assert "could not renew the build lock" in caplog.text
+    assert "EndpointConnectionError" in caplog.text
+    lease.check()  # taken just now: held
+    lease.fs = reachable  # back: renewed
+    assert lease.renew_once()
+    assert json.loads(fs.cat_file(path))["expires"] == pytest.approx(time.time() + 3.0, abs=1.0)
+    lease.fs = unreachable_s3()
+    time.sleep(2.6)  # past LEASE_S - RENEW_S since the last renewal
+    assert lease.renew_once()
+    with pytest.raises(LockLost, match="it could not be renewed since "):
+        lease.check()
+    lease.fs = reachable
+    lease.release()  # still ours: deleted
+    assert not fs.exists(path)
+
+
+def unreachable_s3():
+    """An S3 filesystem whose endpoint refuses every connection (a port nothing listens on)."""
+    import socket
+
+    import s3fs
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return s3fs.S3FileSystem(
+        key="testing",
+        secret="testing",
+        client_kwargs={"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
+        config_kwargs={"retries": {"max_attempts": 1}},
+        skip_instance_cache=True,
+    )
 
 
 def test_a_build_on_an_s3_output_another_build_holds_exits_75_and_writes_nothing(

