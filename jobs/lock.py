@@ -187,8 +187,13 @@ class Lease:
         except ValueError:  # a damaged record is taken over like an expired one
             record = {}
         where = self.output.uri(LOCK_PATH)
-        if record.get("expires", 0.0) > time.time():
-            raise busy(self.output, f"{describe_holder(record)}, holds {where}")
+        expires = record.get("expires") if isinstance(record, dict) else None
+        if isinstance(expires, int | float) and expires > time.time():
+            until = datetime.fromtimestamp(expires, UTC).isoformat(timespec="seconds")
+            raise busy(
+                self.output,
+                f"{describe_holder(record)}, holds {where} until {until} unless it renews it",
+            )
         log.warning("taking over the build lock %s: it expired (its build was stopped)", where)
         try:
             return self.fs.pipe_file(self.path, self._record(), IfMatch=etag)["ETag"]

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
+from datetime import UTC, datetime
 
 import pytest
 from jobs_support import s3_options
@@ -59,6 +61,8 @@ def test_an_s3_lock_is_exclusive_names_its_holder_and_is_deleted_at_the_end(s3_o
         message = str(refused.value)
         assert f"another build is running on the output {s3_output.uri()}" in message
         assert f"the build of pid {record['pid']} on {record['host']}, since " in message
+        until = datetime.fromtimestamp(record["expires"], UTC).isoformat(timespec="seconds")
+        assert f"holds {s3_output.uri(LOCK_PATH)} until {until} unless it renews it" in message
     assert not fs.exists(path)
     with output_lock(s3_output):  # released: taken again
         assert fs.exists(path)
@@ -81,6 +85,16 @@ def test_an_expired_s3_lock_is_taken_over_once(s3_output, caplog):
                 with output_lock(s3_output):
                     pass
     assert "taking over the build lock" in caplog.text and "it expired" in caplog.text
+    assert not fs.exists(path)
+
+
+@pytest.mark.parametrize("body", [b"[]", b'{"expires": "soon"}', b"not json"])
+def test_a_damaged_s3_lock_record_is_taken_over_like_an_expired_one(s3_output, body):
+    fs = s3_output.filesystem()
+    path = s3_output.full_path(LOCK_PATH)
+    fs.pipe_file(path, body)
+    with output_lock(s3_output):
+        assert json.loads(fs.cat_file(path))["pid"] == os.getpid()
     assert not fs.exists(path)
 
 
