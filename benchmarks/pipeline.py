@@ -20,7 +20,7 @@ Runs, on a copy of the corpus: `cold` (fresh output and cache), `warm` (again, n
 `edit` (every 100th source, in sorted path order, gets a line appended: 1%). `warm` and `edit` build
 on the cold build, so cold always runs first. Every build is `jobs.config.load_config` of
 configs/local.yaml plus `--set` overrides, then `jobs.pipeline.run_job`, in a fresh child process
-that times Ray start-up (`jobs.pipeline.start_ray`) apart from `run_job` and reads the driver's
+that times Ray start-up (`jobs.local_ray.start_ray`) apart from `run_job` and reads the driver's
 peak RSS.
 
 Printed per build: Ray start-up; the embedding pool that ran (the report's `timings.embed_pool`)
@@ -248,7 +248,8 @@ def child_build(job: dict[str, Any]) -> dict[str, Any]:
     process."""
     import ray
 
-    from jobs.pipeline import run_job, start_ray
+    from jobs.local_ray import start_ray
+    from jobs.pipeline import run_job
 
     config = load_config(str(JOB_CONFIG), overrides=job["uris"], settings=job["settings"])
     started = time.perf_counter()

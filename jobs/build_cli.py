@@ -70,10 +70,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     """Load and validate the config, run the job, print the summary; returns the exit code."""
+    from jobs.discovery import InputNotFound
     from jobs.dry_run import describe, dry_run
+    from jobs.local_ray import InfeasibleResources
     from jobs.lock import OutputBusy
     from jobs.logs import clean_logs
-    from jobs.pipeline import InfeasibleResources, InputNotFound, run_job
+    from jobs.pipeline import run_job
     from jobs.report import error_text, summary, write_failed_report
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 from chunking import strategy_key
 from jobs.config import JobConfig
+from jobs.discovery import discover, list_input
 from jobs.manifest import REPORT_PATH
-from jobs.pipeline import discover, list_input, work_rows
 from jobs.plan import KEEP, REBUILD, RELINK
 from jobs.records import QUESTIONS, SOURCE, TOPIC
 from jobs.storage import Storage
+from jobs.work import work_rows
 
 DEFAULT_BYTES_PER_CHUNK = 1000  # first run: no previous counts to go by
 

@@ -181,7 +181,8 @@ def test_cli_exits_2_when_the_input_does_not_exist(tmp_path, capsys):
 def test_cuda_graphs_is_an_embedding_option_that_rebuilds_nothing(tmp_path):
     """Like `token_budget` and `device`: the model key tells graphed vectors apart, so the settings
     digest (a change rebuilds every topic) leaves the option out."""
-    from jobs.pipeline import embedder_options, settings_key
+    from jobs.discovery import settings_key
+    from jobs.pipeline import embedder_options
     from jobs.resources import EmbedPool
 
     default = config_from_dict({"input": str(tmp_path)})
@@ -195,8 +196,8 @@ def test_cuda_graphs_is_an_embedding_option_that_rebuilds_nothing(tmp_path):
 
 
 def test_technical_titles_are_configurable_and_reach_the_index_settings(tmp_path):
+    from jobs.discovery import settings_key
     from jobs.finish import index_settings
-    from jobs.pipeline import settings_key
 
     default = config_from_dict({"input": str(tmp_path)})
     assert index_settings(default).technical_titles == IndexSettings().technical_titles

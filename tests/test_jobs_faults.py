@@ -20,7 +20,7 @@ import ray
 from jobs_support import outputs, s3_options
 
 from jobs.config import load_config
-from jobs.pipeline import discover, list_input
+from jobs.discovery import discover, list_input
 from jobs.records import SOURCE, new_row, to_table
 from jobs.reindex import main
 from jobs.stages.chunk import CHUNKER_ERROR, ChunkSettings, chunk_sources

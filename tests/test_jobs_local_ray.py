@@ -1,4 +1,4 @@
-"""The private Ray instance a local build starts (`jobs.pipeline.start_ray`), in a fresh process."""
+"""The private Ray instance a local build starts (`jobs.local_ray.start_ray`), in a new process."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ KEPT_WORKER = """
 import json, os, sys, time
 import ray
 from jobs.config import load_config
-from jobs.pipeline import start_ray
+from jobs.local_ray import start_ray
 
 config = load_config(sys.argv[1], overrides={"input": "."}, settings=["resources.num_cpus=2"])
 start_ray(config)
@@ -96,7 +96,7 @@ def test_a_stage_the_local_instance_cannot_hold_fails_the_build_at_once(
 JOIN = """
 import logging, sys
 from jobs.config import load_config
-from jobs.pipeline import start_ray
+from jobs.local_ray import start_ray
 
 logging.basicConfig(level=logging.INFO)
 start_ray(load_config(sys.argv[1], overrides={"input": "."}, settings=sys.argv[2:]))

@@ -9,7 +9,6 @@ from collections import Counter
 from embedding.batching import padding_waste, plan_batches
 from embedding.embedder import DEFAULT_TOKEN_BUDGET
 from jobs.config import EmbedResources, IndexResources, ResourcesConfig
-from jobs.pipeline import Work, embedding_batches, pack_batches
 from jobs.progress import Goal, progress_line
 from jobs.records import SOURCE, new_row, to_table
 from jobs.resources import GPU_CALL_BYTES, embed_batch_size, embed_pool, infeasible
@@ -25,6 +24,7 @@ from jobs.stats import (
     Slowest,
     Window,
 )
+from jobs.work import Work, embedding_batches, pack_batches
 
 
 def test_records_add_field_by_field_and_nest():

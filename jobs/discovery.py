@@ -1,0 +1,92 @@
+"""What the driver knows before any work: the input's listing, the previous manifest, the
+settings key and the plan (`jobs.plan`). Reads the listing and the manifest, nothing else."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chunking import strategy_key
+from jobs.config import JobConfig
+from jobs.manifest import MANIFEST_PATH, Manifest
+from jobs.plan import Plan, keep_directory, make_plan, settings_digest
+from jobs.storage import FileInfo, SkippedLink, Storage
+
+
+class InputNotFound(FileNotFoundError):
+    """The input root does not exist (a usage error: exit code 2)."""
+
+
+class EmptyInput(InputNotFound):
+    """The input lists no sources and the output holds some (a usage error: exit code 2). Going on
+    would delete every topic, which is what an unmounted volume, an input emptied while it is
+    refreshed or a mistyped prefix look like; `sources.allow_empty: true` goes on."""
+
+
+def settings_key(config: JobConfig) -> str:
+    """Digest of every setting that changes the outputs (a change rebuilds every topic)."""
+    embedding = {
+        k: v
+        for k, v in vars(config.embedding).items()
+        if k not in ("device", "local_dir", "token_budget", "cuda_graphs")
+    }
+    return settings_digest(
+        {
+            "strategy": strategy_key(config.chunking.strategy, **config.chunking.options),
+            "embedding": embedding,
+            "tenant": config.tenant,
+            "globs": list(config.sources.globs),
+            "prompts": vars(config.prompts),
+            "index": vars(config.index),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What the driver knows before any work: the storages, the previous manifest, the settings
+    key, the plan and the listed size of every file."""
+
+    source: Storage
+    output: Storage
+    previous: Manifest
+    config_key: str
+    plan: Plan
+    sizes: dict[str, int]
+
+
+def input_storage(config: JobConfig) -> Storage:
+    """The input root's storage."""
+    follow = config.sources.follow_symlinks
+    return Storage(config.input, config.storage_options, follow_symlinks=follow)
+
+
+def output_storage(config: JobConfig) -> Storage:
+    """The output root's storage."""
+    follow = config.sources.follow_symlinks
+    return Storage(config.output, config.storage_options, follow_symlinks=follow)
+
+
+def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
+    """The input's listing (`InputNotFound` when its root does not exist)."""
+    try:
+        return list(input_storage(config).walk(keep_directory))
+    except FileNotFoundError as exc:
+        raise InputNotFound(f"input {config.input}: no such directory") from exc
+
+
+def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discovery:
+    """Read the previous manifest and plan the run from the input's listing (reads nothing
+    else); `EmptyInput` when the listing holds no source and the output some."""
+    output = output_storage(config)
+    previous = Manifest.from_json(output.read_optional(MANIFEST_PATH))
+    config_key = settings_key(config)
+    plan = make_plan(listing, previous, config_key, config.sources.globs)
+    if not plan.fingerprints and previous.sources and not config.sources.allow_empty:
+        raise EmptyInput(
+            f"input {config.input}: no sources (file names matching {list(config.sources.globs)}),"
+            f" and the output {config.output} holds {len(previous.sources)} from its last run: "
+            "the build would delete every topic. Check the input; to empty the index, set "
+            "sources.allow_empty: true"
+        )
+    sizes = {f.path: f.size for f in listing if isinstance(f, FileInfo)}
+    return Discovery(input_storage(config), output, previous, config_key, plan, sizes)

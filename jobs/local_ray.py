@@ -1,0 +1,79 @@
+"""The Ray a build runs on: this process's, the cluster `RAY_ADDRESS` names, or a private local
+instance started for the build."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import ray
+
+from jobs.config import JobConfig
+from jobs.resources import describe_resources, infeasible
+from jobs.signals import exit_on_sigterm
+
+log = logging.getLogger("mdindex.build")
+
+# How long the local Ray instance keeps an idle worker process beyond one per CPU (Ray's default:
+# 1 s). A build's store tasks (no CPU) and per-topic reduces come in bursts while chunk tasks hold
+# the CPUs, so Ray starts extra worker processes for them; killed a second after each burst, they
+# were started again for the next, each paying Python, Ray, pyarrow and our imports (about a
+# CPU-second). On the FastAPI docs (2 CPUs, stand-in model) a cold build started 7-14 task worker
+# processes and took 22.4-26.5 s; keeping them, 4-5 processes and 20.8-23.4 s.
+IDLE_WORKER_KEEP_MS = 60_000
+
+
+class InfeasibleResources(ValueError):
+    """A stage asks for more than any node of the private local Ray instance has, which never
+    grows: the build would wait for ever (a config error for this machine: exit code 2)."""
+
+
+def start_ray(config: JobConfig) -> None:
+    """Join this process's Ray (a test's) or the cluster RAY_ADDRESS names (`ray job submit` sets
+    it); otherwise start a private local instance, never one that `ray start` left running here,
+    which keeps idle worker processes `IDLE_WORKER_KEEP_MS`."""
+    if ray.is_initialized():
+        return
+    # Ray's own INFO lines stay out of the log (ours say what happened; jobs.logs).
+    if os.environ.get("RAY_ADDRESS"):
+        # the job's runtime_env already reaches every worker
+        context = ray.init(address="auto", logging_level=logging.WARNING)
+        exit_on_sigterm()
+        log.info("joined the Ray cluster at %s", context.address_info["gcs_address"])
+        if missing := infeasible(config.resources, _live_nodes()):
+            log.warning(
+                "%s, and no node of the cluster has that: the build waits until the autoscaler "
+                "adds one (its node types must offer it)",
+                "; ".join(missing),
+            )
+        return
+    # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
+    # runtime_env to forward it would cost every new worker process about a second.
+    context = ray.init(
+        address="local",
+        num_cpus=config.resources.num_cpus,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS},
+    )
+    exit_on_sigterm()
+    log.info("started a local Ray instance (logs in %s)", context.address_info["session_dir"])
+    if missing := infeasible(config.resources, nodes := _live_nodes()):
+        node = nodes[0] if nodes else {}  # a local instance is one node
+        here = describe_resources(node.get("CPU", 0.0), node.get("GPU", 0.0))
+        hint = (
+            " Without a GPU, set embedding.device: cpu and resources.embed.num_gpus: 0 (as"
+            " configs/local.yaml does); for GPUs, run on their cluster (RAY_ADDRESS, ray job"
+            " submit)."
+            if config.resources.embed.num_gpus
+            else ""
+        )
+        raise InfeasibleResources(
+            f"this machine's Ray instance has {here}, and a local instance never grows: "
+            f"{'; '.join(missing)}, so the build would wait for ever.{hint}"
+        )
+
+
+def _live_nodes() -> list[dict[str, float]]:
+    """The total resources of each live node of the Ray instance this process is connected to."""
+    return [node["Resources"] for node in ray.nodes() if node["Alive"]]
