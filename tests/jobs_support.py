@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -35,6 +36,13 @@ def s3_options(endpoint: str) -> str:
             "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
         }
     )
+
+
+def gone_endpoint() -> str:
+    """An HTTP endpoint on 127.0.0.1 at a port nothing listens on: every connection is refused."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{closed.getsockname()[1]}"
 
 
 # Stand-in stages for scheduling tests: importable here by Ray's workers (a test module is not).

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from jobs_support import outputs, s3_options
+from jobs_support import gone_endpoint, outputs, s3_options
 
 from jobs.config import load_config
 from jobs.discovery import discover, list_input
@@ -173,9 +173,7 @@ def test_a_source_past_its_time_budget_fails_alone_and_the_rest_is_written(tmp_p
 
 
 def test_an_s3_endpoint_gone_fails_the_build_naming_it(tmp_path):
-    with socket.socket() as closed:  # a port nothing listens on: connections are refused
-        closed.bind(("127.0.0.1", 0))
-        gone = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    gone = gone_endpoint()
     output = tmp_path / "out"
     code = build(
         "--input", "s3://docs/corpus", "--output", str(output),

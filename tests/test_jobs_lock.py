@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from jobs_support import s3_options
+from jobs_support import gone_endpoint, s3_options
 
 from jobs import lock
 from jobs.lock import LOCK_PATH, LockLost, OutputBusy, output_lock
@@ -150,21 +150,12 @@ def test_an_s3_lock_whose_renewals_fail_on_the_way_is_renewed_later_or_lost_befo
 
 
 def unreachable_s3():
-    """An S3 filesystem whose endpoint refuses every connection (a port nothing listens on)."""
-    import socket
-
+    """An S3 filesystem whose endpoint refuses every connection, tried once a request."""
     import s3fs
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return s3fs.S3FileSystem(
-        key="testing",
-        secret="testing",
-        client_kwargs={"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
-        config_kwargs={"retries": {"max_attempts": 1}},
-        skip_instance_cache=True,
-    )
+    options = json.loads(s3_options(gone_endpoint()))
+    retries = {"retries": {"max_attempts": 1}}
+    return s3fs.S3FileSystem(**options, config_kwargs=retries, skip_instance_cache=True)
 
 
 def test_a_build_on_an_s3_output_another_build_holds_exits_75_and_writes_nothing(
