@@ -136,8 +136,13 @@ def holder_record(started: float, now: float) -> bytes:
 
 def describe_holder(record: dict) -> str:
     """A holder record in words."""
-    started = datetime.fromtimestamp(record.get("started", 0.0), UTC).isoformat(timespec="seconds")
+    started = utc(record.get("started", 0.0))
     return f"the build of pid {record.get('pid')} on {record.get('host')}, since {started}"
+
+
+def utc(seconds: float) -> str:
+    """An epoch time as an ISO 8601 UTC time to the second."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
 
 
 @contextlib.contextmanager
@@ -189,7 +194,7 @@ class Lease:
         where = self.output.uri(LOCK_PATH)
         expires = record.get("expires") if isinstance(record, dict) else None
         if isinstance(expires, int | float) and expires > time.time():
-            until = datetime.fromtimestamp(expires, UTC).isoformat(timespec="seconds")
+            until = utc(expires)
             raise busy(
                 self.output,
                 f"{describe_holder(record)}, holds {where} until {until} unless it renews it",
@@ -233,8 +238,7 @@ class Lease:
         """`LockLost` once the object is no longer ours, or its last renewal is so old that it
         could expire before the next one (`RENEW_S` to spare)."""
         if self.lost is None and time.time() > self.renewed + LEASE_S - RENEW_S:
-            since = datetime.fromtimestamp(self.renewed, UTC).isoformat(timespec="seconds")
-            self.lost = f"it could not be renewed since {since}"
+            self.lost = f"it could not be renewed since {utc(self.renewed)}"
         if self.lost is not None:
             raise LockLost(
                 f"this build lost its lock on the output {self.output.uri()}: {self.lost}. "
