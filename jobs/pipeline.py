@@ -36,7 +36,6 @@ from jobs.resources import (
     EmbedPool,
     actor_env,
     actor_stage_args,
-    embed_batch_size,
     embed_pool,
     reduce_task_options,
     store_stage_args,
@@ -198,7 +197,7 @@ def build_topics(
                 recarry = set()
                 pool = None
                 if work.embeds:
-                    batches = embedding_batches(config.resources.embed, work)
+                    batches = embedding_batches(work)
                     pool = embed_pool(config.resources.embed, cpus, batches, gpus)
                     first_pool = first_pool or pool
                 log.info("embedding pool: %s", pool.label() if pool else NO_POOL)
@@ -294,14 +293,11 @@ def topic_summaries(
             encoder_digest=encoder_digest(encoder) if encoder else None,
             env=actor_env(pool),
         )
-        embed_rows = embed_batch_size(
-            resources.embed, block_rows=work.block_rows, source_bytes=work.source_bytes
-        )
         dataset = dataset.map_batches(
             EmbedActor,
             batch_format="pyarrow",
             fn_constructor_kwargs={"settings": embed_settings},
-            **actor_stage_args(pool, embed_rows),
+            **actor_stage_args(pool, work.call_rows),
         )
     if pool and config.cache:
         dataset = dataset.map_batches(

@@ -181,16 +181,14 @@ def _task_args(num_cpus: float, concurrency: int | None) -> dict[str, Any]:
 GPU_CALL_BYTES = 2_000_000
 
 
-def embed_batch_size(
-    resources: EmbedResources, *, block_rows: int, source_bytes: float
-) -> int | None:
-    """Documents per embedding batch: the config's; when it is null, None (each chunk task's
-    output is one batch), except on GPUs, where Ray Data needs a number: as many sources as
-    `GPU_CALL_BYTES` holds at `source_bytes` (the mean listed size of a source), and at least
-    `block_rows`, the most rows one chunk task gets (Ray Data joins chunk tasks' outputs)."""
+def call_rows(resources: EmbedResources, source_bytes: float) -> int | None:
+    """Documents per embedding call as asked: the config's batch size; when it is null, None on
+    CPUs (each chunk task's output is one call), and on GPUs, where Ray Data needs a number, as
+    many sources as `GPU_CALL_BYTES` holds at `source_bytes` (the mean listed size of a source).
+    `jobs.work.aligned_rows` then fits it to the chunk tasks."""
     if resources.batch_size is not None or resources.num_gpus == 0:
         return resources.batch_size
-    return max(1, block_rows, math.ceil(GPU_CALL_BYTES / max(1.0, source_bytes)))
+    return max(1, math.ceil(GPU_CALL_BYTES / max(1.0, source_bytes)))
 
 
 def actor_stage_args(pool: EmbedPool, batch_size: int | None) -> dict[str, Any]:

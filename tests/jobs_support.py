@@ -65,6 +65,13 @@ class PassingActor:
         return batch
 
 
+class CallSizes:
+    """An embedding actor's stand-in that answers each call with the rows it was given."""
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return pa.table({"rows": [batch.num_rows]})
+
+
 def passing(batch: pa.Table) -> pa.Table:
     """A store task's stand-in."""
     return batch

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pytest
 import ray
 
-from jobs.config import EmbedResources, TaskResources
+from jobs.config import EmbedResources, JobConfig, ResourcesConfig, TaskResources
+from jobs.records import SOURCE, new_row, to_table
 from jobs.resources import (
     actor_env,
     actor_stage_args,
@@ -21,7 +22,8 @@ from jobs.resources import (
     store_stage_args,
     task_stage_args,
 )
-from tests.jobs_support import PassingActor, passing, timed_chunking
+from jobs.work import embedding_batches, pack_batches, prepare_work
+from tests.jobs_support import CallSizes, PassingActor, passing, timed_chunking
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 BATCHES = 6
@@ -57,6 +59,37 @@ def test_chunk_tasks_use_every_cpu_the_embedding_actors_do_not_take():
         zip(table.column("start").to_pylist(), table.column("end").to_pylist(), strict=True)
     )
     assert _most_at_once(spans) == 2
+
+
+def _call_sizes(batches: list[pa.Table], embed: EmbedResources, call_rows: int) -> list[int]:
+    """The rows of each call Ray Data makes of chunk tasks' `batches` at `call_rows` a call."""
+    pool = embed_pool(embed, 2, batches=len(batches))
+    out = (
+        ray.data.from_blocks(batches)
+        .map_batches(passing, batch_format="pyarrow", **task_stage_args(TaskResources()))
+        .map_batches(CallSizes, batch_format="pyarrow", **actor_stage_args(pool, call_rows))
+        .to_arrow_refs()
+    )
+    return pa.concat_tables(ray.get(out)).column("rows").to_pylist()
+
+
+def test_every_embedding_call_but_the_last_gets_the_batch_size_whole():
+    """500 sources of mixed sizes in chunk tasks of 3 KB (about 10 sources each), 40 documents
+    per embedding call. Packed by size alone, Ray Data joins tasks' outputs until 40 rows are
+    there and cuts them into a call of 40 and a short one; packed as `prepare_work` packs them
+    (10 rows a task, 4 tasks a call), every call but the last has 40."""
+    rows = [new_row("t", SOURCE, f"p{i}", size=100 + (i * 137) % 400) for i in range(500)]
+    embed = EmbedResources(batch_size=40)
+    config = JobConfig(resources=ResourcesConfig(chunk=TaskResources(batch_mb=0.003), embed=embed))
+    work = prepare_work(config, rows, cpus=2)
+    assert work.call_rows == 40 and {batch.num_rows for batch in work.batches} == {10}
+    assert embedding_batches(work) == 13
+    calls = _call_sizes(work.batches, embed, work.call_rows)
+    assert sorted(calls) == [20] + [40] * 12
+    by_size = [to_table(batch) for batch in pack_batches(rows, 3000)]
+    assert len({batch.num_rows for batch in by_size}) > 1
+    calls = _call_sizes(by_size, embed, 40)
+    assert sum(calls) == 500 and len([n for n in calls if n != 40]) > 2
 
 
 def test_a_cpu_embedding_actor_gets_its_environment_without_a_runtime_env():

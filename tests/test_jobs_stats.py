@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 
 from embedding.batching import padding_waste, plan_batches
 from embedding.embedder import DEFAULT_TOKEN_BUDGET
-from jobs.config import EmbedResources, IndexResources, ResourcesConfig
+from jobs.config import EmbedResources, IndexResources, JobConfig, ResourcesConfig, TaskResources
 from jobs.progress import Goal, progress_line
-from jobs.records import SOURCE, new_row, to_table
-from jobs.resources import GPU_CALL_BYTES, embed_batch_size, embed_pool, infeasible
+from jobs.records import SOURCE, new_row
+from jobs.resources import GPU_CALL_BYTES, call_rows, embed_pool, infeasible
 from jobs.stats import (
     SLOWEST,
     ChunkStats,
@@ -24,7 +23,7 @@ from jobs.stats import (
     Slowest,
     Window,
 )
-from jobs.work import Work, embedding_batches, pack_batches
+from jobs.work import aligned_rows, embedding_batches, pack_batches, prepare_work
 
 
 def test_records_add_field_by_field_and_nest():
@@ -132,22 +131,46 @@ def test_a_gpu_pool_whose_actor_count_is_null_fills_the_gpus_present_at_the_star
     assert actors(0.25, gpus=1, actors=1) == 1  # a set count wins
 
 
+def _work(embed: EmbedResources, sources: int, size: int, batch_mb: float | None = None):
+    """`prepare_work` of one topic's `sources` of `size` listed bytes on 16 CPUs."""
+    config = JobConfig(
+        resources=ResourcesConfig(chunk=TaskResources(batch_mb=batch_mb), embed=embed)
+    )
+    rows = [new_row("t", SOURCE, f"p{i}", size=size) for i in range(sources)]
+    return prepare_work(config, rows, cpus=16)
+
+
 def test_a_gpu_pool_starts_no_actor_for_which_there_is_no_gpu_call():
     """A small edit on one GPU shared four ways: its sources fit one GPU call, so one actor (each
     would load the model and capture its graphs), though its rows took three chunk tasks."""
-    tasks = [
-        to_table([new_row("t", SOURCE, f"p{i}", size=580) for i in range(k)]) for k in (40, 40, 20)
-    ]
-    edit = Work(batches=tasks, expected=Counter(t=100), sources=100, bytes=58_000)
     shared = EmbedResources(num_gpus=0.25)
-    assert embedding_batches(shared, edit) == 1
-    assert embed_pool(shared, 16, embedding_batches(shared, edit), gpus=1).actors == 1
-    assert embedding_batches(EmbedResources(), edit) == 3  # on CPUs, one batch per chunk task
-    assert embedding_batches(EmbedResources(batch_size=50), edit) == 2  # 100 sources by 50
-    assert embedding_batches(EmbedResources(batch_size=1), edit) == 3  # a block is not split
-    corpus = Work(batches=tasks * 20, expected=Counter(t=2000), sources=2000, bytes=20_000_000)
-    assert embedding_batches(shared, corpus) == 10  # 2 MB of sources per GPU call
-    assert embed_pool(shared, 16, embedding_batches(shared, corpus), gpus=1).actors == 4
+    edit = _work(shared, 100, 580, batch_mb=0.02)
+    assert len(edit.batches) == 3 and embedding_batches(edit) == 1
+    assert embed_pool(shared, 16, embedding_batches(edit), gpus=1).actors == 1
+    assert embedding_batches(_work(EmbedResources(), 100, 580, 0.02)) == 3  # CPUs: one per task
+    assert embedding_batches(_work(EmbedResources(batch_size=50), 100, 580, 0.02)) == 2  # by 50
+    assert embedding_batches(_work(EmbedResources(batch_size=1), 100, 580, 0.02)) == 3  # no split
+    corpus = _work(shared, 2000, 10_000)
+    assert embedding_batches(corpus) == 10  # 2 MB of sources per GPU call
+    assert embed_pool(shared, 16, embedding_batches(corpus), gpus=1).actors == 4
+
+
+def test_chunk_tasks_and_embedding_calls_get_row_counts_that_divide_one_another():
+    """Ray Data joins chunk tasks' blocks into calls of exactly the batch size and leaves a short
+    call wherever the two do not divide: each call is whole blocks, or each block whole calls."""
+    assert aligned_rows(600, 4197) == (600, 4200)  # 7 blocks a call
+    assert aligned_rows(600, 64) == (576, 64)  # 9 calls a block
+    assert aligned_rows(100, 1) == (100, 1)
+    assert aligned_rows(10, 10) == (10, 10)
+    assert aligned_rows(3, 3449) == (3, 3450)
+    for block, call in [(430, 3449), (9000, 3449), (35, 50), (7, 1000), (1000, 7)]:
+        rows, calls = aligned_rows(block, call)
+        assert max(rows, calls) % min(rows, calls) == 0
+        assert 0.5 <= rows / block <= 2 and call <= calls < 2 * call
+    work = _work(EmbedResources(num_gpus=1), 10_000, 580, batch_mb=0.25)
+    sizes = [batch.num_rows for batch in work.batches]
+    assert set(sizes[:-1]) == {sizes[0]} and work.call_rows % sizes[0] == 0
+    assert sum(sizes) == 10_000  # every source, none lost or repeated
 
 
 def test_a_stage_that_no_node_can_hold_is_named_with_what_one_task_or_actor_asks_for():
@@ -170,11 +193,9 @@ def test_a_gpu_pool_embeds_calls_of_sources_that_fill_its_fixed_shape_micro_batc
     H100); a GPU call now holds GPU_CALL_BYTES of sources unless the config sets a batch size."""
     gpu, cpu = EmbedResources(num_gpus=1), EmbedResources()
     pages = math.ceil(GPU_CALL_BYTES / 580)  # tldr pages: 580 bytes on average
-    assert embed_batch_size(gpu, block_rows=430, source_bytes=580) == pages
-    assert embed_batch_size(gpu, block_rows=9000, source_bytes=580) == 9000  # a task whole
-    assert embed_batch_size(cpu, block_rows=430, source_bytes=580) is None  # one task
-    sixty_four = EmbedResources(num_gpus=1, batch_size=64)
-    assert embed_batch_size(sixty_four, block_rows=430, source_bytes=580) == 64
+    assert call_rows(gpu, 580) == pages
+    assert call_rows(cpu, 580) is None  # one call per chunk task
+    assert call_rows(EmbedResources(num_gpus=1, batch_size=64), 580) == 64
     budget = DEFAULT_TOKEN_BUDGET["cuda"]
     one_task = [16 + (i * 37) % 241 for i in range(560)]  # chunk lengths in tokens
     call = [16 + (i * 37) % 241 for i in range(round(pages * 1.3))]  # 1.3 chunks a page
