@@ -61,7 +61,7 @@ def test_a_chunk_task_and_an_embedding_call_run_with_the_collector_paused(tmp_pa
     with counting_collections() as paused_embedding:
         embedded = actor(batch)
     with counting_collections() as embedding:
-        actor._embed(batch)
+        actor.embed(batch)
     assert embedded.column("vectors").null_count == 0
     # measured: 2 against 45 chunking, 4 against 164 embedding
     assert len(paused_chunking) <= 8 < 20 < len(chunking)

@@ -102,8 +102,8 @@ def test_the_actor_gives_the_same_vectors_with_the_chunk_tasks_ids_and_drops_the
     given = EmbedActor(replace(settings, encoder_digest=encoder_digest(encoder)))
     other = EmbedActor(replace(settings, encoder_digest="another"))
     assert given.pretokenized and not other.pretokenized
-    with_ids, with_stats = given._embed(batch)
-    without_ids, without_stats = other._embed(batch)
+    with_ids, with_stats = given.embed(batch)
+    without_ids, without_stats = other.embed(batch)
     assert with_ids.column("vectors").to_pylist() == without_ids.column("vectors").to_pylist()
     assert with_stats.pretokenized == with_stats.embedded > 0
     assert without_stats.pretokenized == 0 and without_stats.embedded == with_stats.embedded

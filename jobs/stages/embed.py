@@ -110,13 +110,13 @@ class EmbedActor:
         self.clock.start()
         try:
             with gc_paused():
-                table, stats = self._embed(batch)
+                table, stats = self.embed(batch)
         finally:
             spent = self.clock.spent()
         report_stats(self.collector, RunStats(embed=stats + EmbedStats(**spent)))
         return table
 
-    def _embed(self, batch: pa.Table) -> tuple[pa.Table, EmbedStats]:
+    def embed(self, batch: pa.Table) -> tuple[pa.Table, EmbedStats]:
         """The batch with its vectors, and the counts. Reads and writes whole Arrow columns (no
         row dicts)."""
         read = zip(*(batch.column(name).to_pylist() for name in READS), strict=True)
