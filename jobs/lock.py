@@ -135,8 +135,11 @@ def holder_record(started: float, now: float) -> bytes:
 
 
 def describe_holder(record: dict) -> str:
-    """A holder record in words."""
-    started = utc(record.get("started", 0.0))
+    """A holder record in words ("since an unknown time" when its start is not a time)."""
+    try:
+        started = utc(record.get("started"))
+    except (TypeError, ValueError, OverflowError, OSError):
+        started = "an unknown time"
     return f"the build of pid {record.get('pid')} on {record.get('host')}, since {started}"
 
 

@@ -88,6 +88,18 @@ def test_an_expired_s3_lock_is_taken_over_once(s3_output, caplog):
     assert not fs.exists(path)
 
 
+@pytest.mark.parametrize("started", ["yesterday", None, 1e300])
+def test_a_live_s3_lock_whose_start_is_not_a_time_still_refuses_with_its_holder(s3_output, started):
+    """Another tool's (or a damaged) record with a live expiry: refused as busy (exit 75), its
+    holder named, not a TypeError from formatting its start."""
+    fs = s3_output.filesystem()
+    record = {"host": "elsewhere", "pid": 7, "started": started, "expires": time.time() + 60}
+    fs.pipe_file(s3_output.full_path(LOCK_PATH), json.dumps(record).encode())
+    with pytest.raises(OutputBusy, match="the build of pid 7 on elsewhere, since an unknown time"):
+        with output_lock(s3_output):
+            pass
+
+
 @pytest.mark.parametrize("body", [b"[]", b'{"expires": "soon"}', b"not json"])
 def test_a_damaged_s3_lock_record_is_taken_over_like_an_expired_one(s3_output, body):
     fs = s3_output.filesystem()
