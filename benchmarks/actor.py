@@ -40,13 +40,13 @@ from benchmarks.pipeline import (  # noqa: E402
     unpack,
 )
 from chunking import strategy_key  # noqa: E402
-from embedding.encoder import Encoded, encoder_digest  # noqa: E402
+from embedding.encoder import encoder_digest  # noqa: E402
 from jobs.config import load_config  # noqa: E402
 from jobs.discovery import discover, list_input  # noqa: E402
 from jobs.gc_pause import gc_paused  # noqa: E402
 from jobs.pipeline import chunk_encoder, embedder_options  # noqa: E402
 from jobs.plan import REBUILD  # noqa: E402
-from jobs.records import tokens_of  # noqa: E402
+from jobs.records import chunk_tokens  # noqa: E402
 from jobs.resources import actor_env, embed_pool  # noqa: E402
 from jobs.stages.chunk import ChunkSettings, read_and_chunk  # noqa: E402
 from jobs.stages.embed import EmbedActor, EmbedSettings  # noqa: E402
@@ -143,12 +143,7 @@ def main() -> int:
     for call in calls[:2]:
         timed(actor, call)  # warm
     work = [call for _ in range(args.repeat) for call in calls]
-    encoded = []
-    for call in calls:
-        rows = [t for t in tokens_of(call) if t is not None]
-        encoded.append(
-            Encoded(tuple(i for t in rows for i in t.ids), tuple(c for t in rows for c in t.cut))
-        )
+    encoded = [chunk_tokens(call) for call in calls]
     with GpuSampler() if args.device == "cuda" else contextlib.nullcontext() as gpu:
         start = time.time()
         results = [timed(actor, call) for call in work]

@@ -151,16 +151,17 @@ class EmbeddingCache:
             )
         return entries
 
-    def _may_hold(self, key: CacheKey) -> bool:
-        """Whether the key's model folder existed at this object's first lookup in it (asked
-        once per folder), or this object has written into it since."""
-        folder = (key.strategy_key, key.model_key)
+    def may_hold(self, strategy_key: str, model_key: str) -> bool:
+        """Whether this model folder existed at this object's first lookup in it (asked once per
+        folder), or this object has written into it since: if not, it holds no entry for us."""
+        folder = (strategy_key, model_key)
         if folder not in self._folder_exists:
-            self._folder_exists[folder] = self.fs.exists(self._model_folder(key))
+            path = posixpath.join(self.root, strategy_key, model_key)
+            self._folder_exists[folder] = self.fs.exists(path)
         return self._folder_exists[folder]
 
-    def _model_folder(self, key: CacheKey) -> str:
-        return posixpath.dirname(self.entry_path(key))
+    def _may_hold(self, key: CacheKey) -> bool:
+        return self.may_hold(key.strategy_key, key.model_key)
 
     def _metadata_path(self, key: CacheKey) -> str:
         return posixpath.join(self.entry_path(key), "metadata.json")

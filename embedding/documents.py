@@ -1,4 +1,9 @@
-"""Embed a batch of documents through the cache: reuse what is stored, embed the rest at once."""
+"""Embed a batch of documents through the cache: reuse what is stored, embed the rest at once.
+
+`embed_documents` works on documents as columns (`Documents`: one strategy key and kind, every
+chunk's text and ids, offsets per document), with no Python object per document on a cold cache:
+a build's embedding actor calls it. `embed_uncached` and `embed_with_cache` take one `DocRequest`
+per document, for callers that have documents one by one, and go through it."""
 
 from __future__ import annotations
 
@@ -70,15 +75,75 @@ class Uncached:
     model_seconds: float = 0.0
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """Per request: a full hit, or the vectors known by text hash and the rows still missing."""
+@dataclass(frozen=True, eq=False)
+class Documents:
+    """Documents of one strategy key and one kind (passages, or `query` texts) as columns: per
+    document its source hash and previous source hash, per chunk its text (document after
+    document) and, for passages, optionally its token ids from an encoder with the embedder's
+    `encoder_digest`. Document i's chunks are `texts[offsets[i]:offsets[i + 1]]`."""
 
-    key: CacheKey
-    hit: CacheEntry | None
+    strategy_key: str
+    source_hashes: Sequence[str]
+    previous_hashes: Sequence[str | None]
+    texts: Sequence[str]
+    offsets: np.ndarray
+    tokens: Encoded | None = None
+    query: bool = False
+
+    def __post_init__(self):
+        documents = len(self.source_hashes)
+        if len(self.previous_hashes) != documents or len(self.offsets) != documents + 1:
+            raise ValueError("Documents: one source hash, previous hash and offset per document")
+        if self.offsets[0] != 0 or self.offsets[-1] != len(self.texts):
+            raise ValueError("Documents: offsets must run from 0 to the number of texts")
+        if self.tokens is not None and (self.query or len(self.tokens) != len(self.texts)):
+            raise ValueError("Documents: tokens must be one id row per text, and not for queries")
+
+
+@dataclass(frozen=True, eq=False)
+class DocumentsVectors:
+    """What `embed_documents` gives for one `Documents`: per chunk its vector (n, dim), text hash
+    and whether it was cut to the model window; per document whether its whole cache entry was
+    reused (`hits`), how many chunks came from an older entry by text hash (`reused`) and how many
+    were embedded now (`embedded`)."""
+
+    vectors: np.ndarray
+    text_hashes: tuple[str, ...]
+    cut: np.ndarray
+    hits: np.ndarray
+    reused: np.ndarray
+    embedded: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class _Known:
+    """A group's text hashes and what the cache holds of it: vectors and cut flags where known,
+    which chunks are known (`have`), per document whether it was a whole hit and how many chunks
+    it reused. `embed_documents` fills in the rest of `vectors` and `cut`."""
+
     hashes: tuple[str, ...]
-    known: dict[str, tuple[np.ndarray, bool]]
-    missing: tuple[int, ...]
+    vectors: np.ndarray
+    cut: np.ndarray
+    have: np.ndarray
+    hits: np.ndarray
+    reused: np.ndarray
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """What `embed_documents` did: one `DocumentsVectors` per `Documents`, in order, and the
+    model's work for them (as in `Uncached`)."""
+
+    results: list[DocumentsVectors]
+    tokens: int = 0
+    padded_tokens: int = 0
+    model_seconds: float = 0.0
+
+
+def chunk_offsets(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Where each document's chunks start among all chunks, and where the last ends, from each
+    document's chunk count: `Documents.offsets`."""
+    return np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
 
 
 def embed_with_cache(
@@ -105,100 +170,165 @@ def embed_uncached(
     """Vectors for each request, in request order, computing only what the cache lacks; each
     result that was not a hit carries the `entry` to write back (none when `cache` is None).
 
-    All entries (and the previous entries named by `previous_source_hash`) are read in one batched
-    lookup; chunks whose text hash matches a chunk of a stale or previous entry keep its vector;
-    every remaining distinct text of the whole batch is embedded in ONE embedder call (one per
-    kind when passages and queries are mixed). Writing is left to the caller, so an accelerator
+    The requests are grouped into `Documents` (by strategy key, kind and whether they bring
+    token ids) and go through `embed_documents`. Writing is left to the caller, so an accelerator
     never waits on cache writes (the build writes them in a CPU stage, `jobs.stages.store`)."""
-    plans = _plan(embedder, cache, requests)
-    # (query, text hash) -> (request, row) of its first occurrence, in order
-    pending: dict[tuple[bool, str], tuple[DocRequest, int]] = {}
-    for request, plan in zip(requests, plans, strict=True):
-        for row in plan.missing:
-            pending.setdefault((request.query, plan.hashes[row]), (request, row))
-    computed: dict[tuple[bool, str], tuple[np.ndarray, bool]] = {}
+    groups: dict[tuple[str, bool, bool], list[int]] = {}
+    for index, request in enumerate(requests):
+        kind = (request.strategy_key, request.query, request.tokens is not None)
+        groups.setdefault(kind, []).append(index)
+    documents = [_documents(requests, rows) for rows in groups.values()]
+    done = embed_documents(embedder, cache, documents)
+    results: list[DocVectors | None] = [None] * len(requests)
+    for rows, group, found in zip(groups.values(), documents, done.results, strict=True):
+        for document, index in enumerate(rows):
+            results[index] = _doc_vectors(embedder, cache, group, found, document)
+    return Uncached(results, done.tokens, done.padded_tokens, done.model_seconds)
+
+
+def embed_documents(
+    embedder: Embedder, cache: EmbeddingCache | None, groups: Sequence[Documents]
+) -> Embeddings:
+    """Vectors for every chunk of every group, computing only what the cache lacks.
+
+    Each group's entries (and the previous entries named by `previous_hashes`) are read in one
+    batched lookup, skipped where the cache's model folder does not exist (a cold cache: every
+    chunk is embedded, with no object per document); a document whose entry has its chunks' text
+    hashes is a hit, and other chunks whose text hash matches a chunk of a stale or previous
+    entry keep its vector. Every remaining distinct text of all the groups is embedded in ONE
+    embedder call per kind (passages, queries), whose fixed-shape micro-batches make a vector
+    independent of what else is in the call."""
+    known = [_known(embedder, cache, group) for group in groups]
     tokens = padded_tokens = 0
     model_seconds = 0.0
     for query in (False, True):
-        wanted = [key for key in pending if key[0] == query]
-        if not wanted:
+        same = [(g, k) for g, k in zip(groups, known, strict=True) if g.query is query]
+        firsts: dict[str, tuple[Documents, int]] = {}  # text hash -> its first missing chunk
+        for group, held in same:
+            for chunk in np.flatnonzero(~held.have).tolist():
+                firsts.setdefault(held.hashes[chunk], (group, chunk))
+        if not firsts:
             continue
-        encoded = _encoded(embedder, [pending[key] for key in wanted], query)
+        encoded = _encoded(embedder, list(firsts.values()), query)
         fresh = embedder.embed_encoded(encoded, query=query)
         tokens, padded_tokens = tokens + fresh.tokens, padded_tokens + fresh.padded_tokens
         model_seconds += fresh.model_seconds
-        cut = set(fresh.truncated_rows)
-        computed.update((key, (fresh.vectors[i], i in cut)) for i, key in enumerate(wanted))
-    results: list[DocVectors] = []
-    for request, plan in zip(requests, plans, strict=True):
-        if plan.hit is not None:
-            results.append(DocVectors(plan.hit.vectors, True, 0, 0, len(plan.hit.truncated_rows)))
-            continue
-        rows = [plan.known.get(h) or computed[request.query, h] for h in plan.hashes]
-        vectors = (
-            np.array([vector for vector, _ in rows], dtype=np.float32)  # half np.stack's time
-            if rows
-            else np.zeros((0, embedder.dim), dtype=np.float32)
-        )
-        truncated = tuple(i for i, (_, cut_row) in enumerate(rows) if cut_row)
-        missing = len(plan.missing)
-        entry = CacheEntry(plan.key, plan.hashes, vectors, truncated) if cache is not None else None
+        row = {text_hash: i for i, text_hash in enumerate(firsts)}
+        fresh_cut = np.zeros(len(row), dtype=bool)
+        fresh_cut[list(fresh.truncated_rows)] = True
+        for _, held in same:
+            missing = np.flatnonzero(~held.have)
+            rows = [row[held.hashes[chunk]] for chunk in missing.tolist()]
+            held.vectors[missing] = fresh.vectors[rows]
+            held.cut[missing] = fresh_cut[rows]
+    results = []
+    for group, held in zip(groups, known, strict=True):
+        missing = np.concatenate([[0], np.cumsum(~held.have)])
+        embedded = missing[group.offsets[1:]] - missing[group.offsets[:-1]]
         results.append(
-            DocVectors(vectors, False, len(rows) - missing, missing, len(truncated), entry)
+            DocumentsVectors(held.vectors, held.hashes, held.cut, held.hits, held.reused, embedded)
         )
-    return Uncached(results, tokens, padded_tokens, model_seconds)
+    return Embeddings(results, tokens, padded_tokens, model_seconds)
 
 
-def _encoded(embedder: Embedder, rows: list[tuple[DocRequest, int]], query: bool) -> Encoded:
-    """The ids of these (request, row) texts: those their request brought, the others encoded
-    now in one call."""
-    todo = [request.texts[row] for request, row in rows if request.tokens is None]
+def _known(embedder: Embedder, cache: EmbeddingCache | None, group: Documents) -> _Known:
+    """A group's text hashes and what the cache already holds of it, read in one batched lookup
+    (none where the cache's model folder does not exist)."""
+    hashes = text_hashes(group.texts)
+    chunks, documents = len(hashes), len(group.source_hashes)
+    held = _Known(
+        hashes,
+        np.empty((chunks, embedder.dim), dtype=np.float32),
+        np.zeros(chunks, dtype=bool),
+        np.zeros(chunks, dtype=bool),
+        np.zeros(documents, dtype=bool),
+        np.zeros(documents, dtype=np.int64),
+    )
+    model_key = embedder.query_key if group.query else embedder.key
+    if cache is None or not documents or not cache.may_hold(group.strategy_key, model_key):
+        return held
+    keys = [CacheKey(group.strategy_key, model_key, h) for h in group.source_hashes]
+    previous = [
+        CacheKey(group.strategy_key, model_key, before) if before and before != now else None
+        for now, before in zip(group.source_hashes, group.previous_hashes, strict=True)
+    ]
+    found = cache.get_many(keys + [k for k in previous if k is not None], embedder.dim)
+    stored_previous = iter(found[documents:])
+    offsets = group.offsets.tolist()
+    for document, (entry, before) in enumerate(zip(found[:documents], previous, strict=True)):
+        prior = next(stored_previous) if before is not None else None
+        start, end = offsets[document], offsets[document + 1]
+        if entry is not None and entry.text_hashes == hashes[start:end]:
+            held.vectors[start:end] = entry.vectors
+            held.cut[[start + row for row in entry.truncated_rows]] = True
+            held.have[start:end] = held.hits[document] = True
+            continue
+        usable: dict[str, tuple[np.ndarray, bool]] = {}
+        for source in (prior, entry):  # a stale entry of this very source is also usable
+            if source is not None:
+                cut_rows = set(source.truncated_rows)
+                for row, text_hash in enumerate(source.text_hashes):
+                    usable.setdefault(text_hash, (source.vectors[row], row in cut_rows))
+        for chunk in range(start, end):
+            if (got := usable.get(hashes[chunk])) is not None:
+                held.vectors[chunk], held.cut[chunk] = got
+                held.have[chunk] = True
+                held.reused[document] += 1
+    return held
+
+
+def _encoded(embedder: Embedder, chunks: list[tuple[Documents, int]], query: bool) -> Encoded:
+    """The ids of these (group, chunk) texts: those their group brought, the others encoded now
+    in one call."""
+    todo = [group.texts[chunk] for group, chunk in chunks if group.tokens is None]
     fresh = embedder.encode(todo, query=query)
     made = zip(fresh.ids, fresh.cut, strict=True)
     pairs = [
-        next(made) if request.tokens is None else (request.tokens.ids[row], request.tokens.cut[row])
-        for request, row in rows
+        next(made) if group.tokens is None else (group.tokens.ids[chunk], group.tokens.cut[chunk])
+        for group, chunk in chunks
     ]
     return Encoded(tuple(ids for ids, _ in pairs), tuple(cut for _, cut in pairs))
 
 
-def _plan(
-    embedder: Embedder, cache: EmbeddingCache | None, requests: Sequence[DocRequest]
-) -> list[_Plan]:
-    """Look every entry and previous entry up at once and decide what each request still needs."""
-    keys = [CacheKey(r.strategy_key, _model_key(embedder, r), r.source_hash) for r in requests]
-    previous = [
-        CacheKey(r.strategy_key, _model_key(embedder, r), r.previous_source_hash)
-        if r.previous_source_hash and r.previous_source_hash != r.source_hash
-        else None
-        for r in requests
-    ]
-    lookups = keys + [k for k in previous if k is not None]
-    if cache is None:
-        found: list[CacheEntry | None] = [None] * len(lookups)
-    else:
-        found = cache.get_many(lookups, embedder.dim)
-    stored_previous = iter(found[len(keys) :])
-    plans = []
-    for request, key, entry, prev_key in zip(
-        requests, keys, found[: len(keys)], previous, strict=True
-    ):
-        prev_entry = next(stored_previous) if prev_key is not None else None
-        hashes = text_hashes(request.texts)
-        if entry is not None and entry.text_hashes == hashes:
-            plans.append(_Plan(key, entry, hashes, {}, ()))
-            continue
-        known: dict[str, tuple[np.ndarray, bool]] = {}
-        for source in (prev_entry, entry):  # a stale entry of this very source is also usable
-            if source is not None:
-                cut = set(source.truncated_rows)
-                for row, text_hash in enumerate(source.text_hashes):
-                    known.setdefault(text_hash, (source.vectors[row], row in cut))
-        missing = tuple(i for i, h in enumerate(hashes) if h not in known)
-        plans.append(_Plan(key, None, hashes, known, missing))
-    return plans
+def _documents(requests: Sequence[DocRequest], rows: list[int]) -> Documents:
+    """These requests (one strategy key, one kind, all with token ids or none) as `Documents`."""
+    chosen = [requests[index] for index in rows]
+    first = chosen[0]
+    tokens = None
+    if first.tokens is not None:
+        tokens = Encoded(
+            tuple(ids for r in chosen for ids in r.tokens.ids),
+            tuple(cut for r in chosen for cut in r.tokens.cut),
+        )
+    return Documents(
+        strategy_key=first.strategy_key,
+        source_hashes=[r.source_hash for r in chosen],
+        previous_hashes=[r.previous_source_hash for r in chosen],
+        texts=[text for r in chosen for text in r.texts],
+        offsets=chunk_offsets([len(r.texts) for r in chosen]),
+        tokens=tokens,
+        query=first.query,
+    )
 
 
-def _model_key(embedder: Embedder, request: DocRequest) -> str:
-    """The model part of a request's cache key: query vectors are kept apart from passages."""
-    return embedder.query_key if request.query else embedder.key
+def _doc_vectors(
+    embedder: Embedder,
+    cache: EmbeddingCache | None,
+    group: Documents,
+    found: DocumentsVectors,
+    document: int,
+) -> DocVectors:
+    """One document's `DocVectors` from its group's result, with the entry to write (none for a
+    hit, or without a cache)."""
+    start, end = int(group.offsets[document]), int(group.offsets[document + 1])
+    vectors = found.vectors[start:end]
+    truncated = tuple(np.flatnonzero(found.cut[start:end]).tolist())
+    if found.hits[document]:
+        return DocVectors(vectors, True, 0, 0, len(truncated))
+    entry = None
+    if cache is not None:
+        model_key = embedder.query_key if group.query else embedder.key
+        key = CacheKey(group.strategy_key, model_key, group.source_hashes[document])
+        entry = CacheEntry(key, found.text_hashes[start:end], vectors, truncated)
+    reused, embedded = int(found.reused[document]), int(found.embedded[document])
+    return DocVectors(vectors, False, reused, embedded, len(truncated), entry)

@@ -16,11 +16,14 @@ A cache entry the embedding actor computed but did not write travels as JSON bes
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from chunking import Chunk, ChunkedDocument, Link
 from embedding.cache import CacheEntry, CacheKey
@@ -42,7 +45,7 @@ ROW_SCHEMA = pa.schema(
         ("document", pa.large_string()),  # ChunkedDocument JSON; the question list for "questions"
         ("chunk_files", pa.list_(pa.string())),  # the chunk files its chunk task wrote, if any
         ("embedding_texts", pa.list_(pa.large_string())),  # each chunk's (`text_columns`)
-        ("token_ids", pa.list_(pa.list_(pa.int32()))),  # each chunk's model ids (`tokens_of`)
+        ("token_ids", pa.list_(pa.list_(pa.int32()))),  # each chunk's model ids (`chunk_tokens`)
         ("token_cut", pa.list_(pa.int32())),  # the chunks those ids were cut to the window
         ("error_code", pa.string()),
         ("error_message", pa.string()),
@@ -128,48 +131,38 @@ def token_columns(encoded: list[Encoded | None]) -> dict[str, list[Any]]:
     }
 
 
-def tokens_of(batch: pa.Table) -> list[Encoded | None]:
-    """Each row's encoded chunks from `token_ids` and `token_cut` (None where the ids are null),
-    as numpy slices of the column's values, never a Python list per token."""
+def chunk_tokens(batch: pa.Table) -> Encoded:
+    """Every chunk's ids and cut flag from `token_ids` and `token_cut`, row after row, of the
+    rows that have ids: numpy slices of the column's values, never a Python list per token."""
     ids = batch.column("token_ids").combine_chunks()
-    cuts = batch.column("token_cut").to_pylist()
-    chunk_counts = ids.value_lengths().fill_null(0).to_numpy()
+    cuts = batch.column("token_cut").combine_chunks()
+    if ids.null_count:
+        cuts = cuts.filter(ids.is_valid())
+        ids = ids.filter(ids.is_valid())
     rows = ids.flatten()  # every row's chunk id lists, in order
     values = rows.flatten().to_numpy()
-    chunk_ids = np.split(values, np.cumsum(rows.value_lengths().to_numpy())[:-1])
-    ends = np.cumsum(chunk_counts).tolist()
-    encoded: list[Encoded | None] = []
-    for valid, count, end, cut in zip(
-        ids.is_valid().to_pylist(), chunk_counts.tolist(), ends, cuts, strict=True
-    ):
-        if not valid:
-            encoded.append(None)
-            continue
-        flags = tuple(j in cut for j in range(count)) if cut else (False,) * count
-        encoded.append(Encoded(tuple(chunk_ids[end - count : end]), flags))
-    return encoded
-
-
-def vectors_to_bytes(vectors: np.ndarray) -> bytes:
-    """Vectors as raw little-endian float32 bytes."""
-    return np.ascontiguousarray(vectors, dtype="<f4").tobytes()
+    ends = np.cumsum(rows.value_lengths().to_numpy()).tolist()
+    chunk_ids = [values[start:end] for start, end in pairwise([0, *ends])]
+    first = np.concatenate([[0], np.cumsum(ids.value_lengths().to_numpy())]).astype(np.int64)
+    flags = np.zeros(len(chunk_ids), dtype=bool)
+    parents = pc.list_parent_indices(cuts).to_numpy()
+    flags[first[parents] + cuts.flatten().to_numpy()] = True
+    return Encoded(tuple(chunk_ids), tuple(flags.tolist()))
 
 
 def vectors_from_bytes(data: bytes, dim: int) -> np.ndarray:
-    """The (n, dim) float32 matrix `vectors_to_bytes` wrote."""
+    """The (n, dim) float32 matrix of a `vectors` value (raw little-endian float32 bytes)."""
     return np.frombuffer(data, dtype="<f4").reshape(-1, dim).astype(np.float32)
 
 
-def entry_to_json(entry: CacheEntry) -> str:
-    """A cache entry's identity, chunk text hashes and truncated rows as JSON (not its vectors,
-    which travel in the row's `vectors` column). orjson: a sixth of `json.dumps`' time."""
-    key = entry.key
+def entry_to_json(
+    key: tuple[str, str, str], text_hashes: Sequence[str], truncated: Sequence[int]
+) -> str:
+    """A cache entry's identity (strategy key, model key, source hash), chunk text hashes and
+    truncated rows as JSON (not its vectors, which travel in the row's `vectors` column).
+    orjson: a sixth of `json.dumps`' time."""
     return orjson.dumps(
-        {
-            "key": [key.strategy_key, key.model_key, key.source_hash],
-            "text_hashes": entry.text_hashes,
-            "truncated": entry.truncated_rows,
-        }
+        {"key": list(key), "text_hashes": list(text_hashes), "truncated": list(truncated)}
     ).decode()
 
 

@@ -18,12 +18,12 @@ from jobs.config import load_config
 from jobs.pipeline import chunk_encoder
 from jobs.records import (
     SOURCE,
+    chunk_tokens,
     document_from_json,
     document_to_json,
     new_row,
     to_table,
     token_columns,
-    tokens_of,
 )
 from jobs.stages import tokenize
 from jobs.stages.chunk import chunk_sources, read_and_chunk
@@ -48,13 +48,10 @@ def test_token_columns_round_trip_with_nulls_empty_rows_and_slices():
         [new_row("t", SOURCE, f"p{i}", **{k: v[i] for k, v in columns.items()}) for i in range(5)]
     )
     for start in range(5):
-        got = tokens_of(table.slice(start))
-        want = rows[start:]
-        assert [e is None for e in got] == [e is None for e in want]
-        for mine, theirs in zip(got, want, strict=True):
-            if theirs is not None:
-                assert [list(ids) for ids in mine.ids] == [list(ids) for ids in theirs.ids]
-                assert mine.cut == theirs.cut
+        got = chunk_tokens(table.slice(start))  # the chunks of the rows that have ids, in order
+        want = [e for e in rows[start:] if e is not None]
+        assert [list(ids) for ids in got.ids] == [list(ids) for e in want for ids in e.ids]
+        assert got.cut == tuple(cut for e in want for cut in e.cut)
 
 
 def chunked_batch(tmp_path: Path, encoder: str | None, counted: bool = False):
@@ -80,19 +77,20 @@ def test_chunk_tasks_tokenize_every_chunk_as_the_model_does(tmp_path, monkeypatc
     texts = [chunk.embedding_text for doc in documents for chunk in doc.chunks]
     assert tokenized.chunks == chunked.chunks == len(texts) > 0
     assert tokenized.cpu_seconds > 0 and tokenized.window.seconds is not None
-    tokens = tokens_of(batch)
-    assert tokens[-1] is None  # the questions row: queries are tokenized with their prefix
-    own = model.encode(texts)
+    # the questions row has none: queries are tokenized with their prefix
+    assert batch.column("token_ids").to_pylist()[-1] is None
+    tokens, own = chunk_tokens(batch), model.encode(texts)
     assert tokenized.tokens == sum(len(ids) for ids in own.ids)
-    assert [list(ids) for e in tokens[:-1] for ids in e.ids] == [list(ids) for ids in own.ids]
-    assert [cut for e in tokens[:-1] for cut in e.cut] == list(own.cut)
+    assert [list(ids) for ids in tokens.ids] == [list(ids) for ids in own.ids]
+    assert tokens.cut == own.cut
     assert any(own.cut)  # a 32-token window cuts some chunks: their flags travel too
 
 
 def test_without_an_encoder_the_chunk_tasks_tokenize_nothing(tmp_path):
     batch, chunked, tokenized = chunked_batch(tmp_path, None)
     assert tokenized.chunks == 0 and tokenized.cpu_seconds == 0 and chunked.chunks > 0
-    assert tokens_of(batch) == [None] * batch.num_rows
+    assert batch.column("token_ids").null_count == batch.num_rows
+    assert len(chunk_tokens(batch)) == 0
 
 
 def test_the_actor_gives_the_same_vectors_with_the_chunk_tasks_ids_and_drops_them(tmp_path):
@@ -162,7 +160,7 @@ def test_a_chunk_task_takes_ids_from_its_counter_only_when_it_counts_with_the_mo
     batch = read_and_chunk(**inputs)
     texts = [text for row in batch.column("embedding_texts").to_pylist() if row for text in row]
     own = encode(encoder, texts)
-    tokens = [e for e in tokens_of(batch) if e is not None]  # not the questions row
+    tokens = chunk_tokens(batch)  # not the questions row, which has no ids
     assert len(called) == calls and len(texts) > 0
-    assert [list(ids) for e in tokens for ids in e.ids] == [list(ids) for ids in own.ids]
-    assert [cut for e in tokens for cut in e.cut] == list(own.cut)
+    assert [list(ids) for ids in tokens.ids] == [list(ids) for ids in own.ids]
+    assert tokens.cut == own.cut

@@ -1,7 +1,8 @@
 """Stage 2: embed on an actor pool. Each actor loads the model once; for each batch it looks every
 document up in the embedding cache at once and embeds all the misses of all its documents in one
-embedder call (`embedding.embed_uncached`), whose fixed-shape micro-batches keep every vector the
-same bits whatever documents share the batch. Each topic's questions are embedded as queries (with
+embedder call (`embedding.embed_documents`, on whole columns: no Python object per document),
+whose fixed-shape micro-batches keep every vector the same bits whatever documents share the
+batch. Each topic's questions are embedded as queries (with
 the model's query prefix), through the same cache. The new cache entries are not written here: they
 travel with the rows to `jobs.stages.store`, so the actor (a GPU) never waits on cache writes.
 Each chunk is embedded as its `embedding_text` (the chunking layer decides: e.g. hierarchical's
@@ -22,26 +23,26 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from embedding import DocRequest, EmbeddingCache, Uncached, embed_uncached
-from embedding.encoder import Encoded
+from embedding import EmbeddingCache
+from embedding.documents import (
+    Documents,
+    DocumentsVectors,
+    Embeddings,
+    chunk_offsets,
+    embed_documents,
+)
 from jobs.gc_pause import gc_paused
 from jobs.progress import report_stats
-from jobs.records import (
-    QUESTIONS,
-    SOURCE,
-    entry_to_json,
-    tokens_of,
-    vectors_to_bytes,
-    with_columns,
-)
+from jobs.records import QUESTIONS, SOURCE, chunk_tokens, entry_to_json, with_columns
 from jobs.stats import EmbedStats, Names, RunStats, SharedClock
 
 # Cache namespace (the strategy-key level of seed 000's layout) of qa-pairs.md questions, which
 # are embedded as queries and cached like chunks (seed 000 section 6: "with caching").
 QUESTIONS_CACHE_KEY = "questions"
-READS = ("kind", "document", "sha256", "previous_hash", "embedding_texts")
 WRITES = ("vectors", "dim", "cache_entry", "embedding_texts", "token_ids", "token_cut")
 log = logging.getLogger("mdindex.build")
 
@@ -117,67 +118,97 @@ class EmbedActor:
         return table
 
     def embed(self, batch: pa.Table) -> tuple[pa.Table, EmbedStats]:
-        """The batch with its vectors, and the counts. Reads and writes whole Arrow columns (no
-        row dicts)."""
-        read = zip(*(batch.column(name).to_pylist() for name in READS), strict=True)
-        tokens = tokens_of(batch) if self.pretokenized else [None] * batch.num_rows
-        work = [
-            (i, request)
-            for i, (row, encoded) in enumerate(zip(read, tokens, strict=True))
-            if (request := self._request(*row, encoded))
-        ]
-        requests = [request for _, request in work]
-        done = embed_uncached(self.embedder, self.cache, requests)
+        """The batch with its vectors, and the counts. Works on whole Arrow columns: the sources'
+        chunks go to the embedder as one `Documents`, their vectors come back as one matrix."""
+        sources, asked = _rows_of(batch, SOURCE), _rows_of(batch, QUESTIONS)
+        hashes = batch.column("sha256").to_pylist()
+        groups, rows = [self._sources(batch, sources, hashes)], [sources]
+        questions = [(i, json.loads(batch.column("document")[i].as_py())) for i in asked]
+        questions = [(i, texts) for i, texts in questions if texts]
+        if questions:
+            groups.append(_questions(questions, hashes))
+            rows.append([i for i, _ in questions])
+        done = embed_documents(self.embedder, self.cache, groups)
         written: dict[str, list[Any]] = {name: [None] * batch.num_rows for name in WRITES}
-        for (i, _), result in zip(work, done.results, strict=True):
-            written["vectors"][i] = vectors_to_bytes(result.vectors)
-            written["dim"][i] = self.embedder.dim
-            written["cache_entry"][i] = entry_to_json(result.entry) if result.entry else None
-        return with_columns(batch, written), _counts(requests, done, self.embedder.key)
+        for group, found, indices in zip(groups, done.results, rows, strict=True):
+            for i, vectors, entry in self._rows(group, found, indices):
+                written["vectors"][i] = vectors
+                written["dim"][i] = self.embedder.dim
+                written["cache_entry"][i] = entry
+        return with_columns(batch, written), _counts(groups, done, self.embedder.key)
 
-    def _request(
-        self,
-        kind: str,
-        document: str | None,
-        sha256: str,
-        previous_hash: str | None,
-        texts: list[str] | None,
-        tokens: Encoded | None,
-    ) -> DocRequest | None:
-        """The cache request of a chunked source (its chunk task's embedding `texts` and
-        `tokens`, if any) or of a topic's questions, else None."""
-        if document is None:
-            return None
-        if kind == SOURCE:
-            return DocRequest(
-                strategy_key=self.strategy_key,
-                source_hash=sha256,
-                texts=tuple(texts),
-                previous_source_hash=previous_hash,
-                tokens=tokens,
-            )
-        if kind == QUESTIONS and (questions := tuple(json.loads(document))):
-            return DocRequest(QUESTIONS_CACHE_KEY, sha256, questions, query=True)
-        return None
+    def _sources(self, batch: pa.Table, rows: list[int], hashes: list[str | None]) -> Documents:
+        """The chunked sources among `rows` of the batch as one `Documents`, with the chunk
+        tasks' token ids when they made them for this model (and for every one of these rows)."""
+        columns = ["embedding_texts", "token_ids", "token_cut"]
+        taken = batch.select(columns).take(pa.array(rows, type=pa.int64()))
+        texts = taken.column("embedding_texts").combine_chunks()
+        tokens = None
+        if self.pretokenized and taken.column("token_ids").null_count == 0:
+            tokens = chunk_tokens(taken)
+        previous = batch.column("previous_hash").to_pylist()
+        return Documents(
+            strategy_key=self.strategy_key,
+            source_hashes=[hashes[i] for i in rows],
+            previous_hashes=[previous[i] for i in rows],
+            texts=texts.flatten().to_pylist(),
+            offsets=chunk_offsets(pc.list_value_length(texts).fill_null(0).to_numpy()),
+            tokens=tokens,
+        )
+
+    def _rows(self, group: Documents, found: DocumentsVectors, rows: list[int]):
+        """(row, vectors as bytes, the cache entry to write as JSON or None) per document."""
+        data = np.ascontiguousarray(found.vectors, dtype="<f4").tobytes()
+        width = 4 * self.embedder.dim
+        offsets = group.offsets.tolist()
+        cut = np.flatnonzero(found.cut)
+        first_cut = np.searchsorted(cut, offsets).tolist()
+        model_key = self.embedder.query_key if group.query else self.embedder.key
+        for document, i in enumerate(rows):
+            start, end = offsets[document], offsets[document + 1]
+            entry = None
+            if self.cache is not None and not found.hits[document]:
+                truncated = [
+                    int(c) - start for c in cut[first_cut[document] : first_cut[document + 1]]
+                ]
+                key = (group.strategy_key, model_key, group.source_hashes[document])
+                entry = entry_to_json(key, found.text_hashes[start:end], truncated)
+            yield i, data[start * width : end * width], entry
 
 
-def _counts(requests: list[DocRequest], done: Uncached, model_key: str) -> EmbedStats:
-    """The stage's counts of one batch (summed here once, not a record added per document), and
-    the key of the model that embedded it."""
-    passages = [
-        (r, result) for r, result in zip(requests, done.results, strict=True) if not r.query
-    ]
-    chunks = sum(len(r.texts) for r, _ in passages)
-    embedded = sum(result.embedded for _, result in passages)
+def _rows_of(batch: pa.Table, kind: str) -> list[int]:
+    """The rows of `kind` that have a document (a chunked source, a topic's parsed questions)."""
+    wanted = pc.and_(pc.equal(batch.column("kind"), kind), pc.is_valid(batch.column("document")))
+    return np.flatnonzero(wanted.fill_null(False).to_numpy()).tolist()
+
+
+def _questions(questions: list[tuple[int, list[str]]], hashes: list[str | None]) -> Documents:
+    """Topics' parsed questions (row, texts) as one `Documents` of queries."""
+    return Documents(
+        strategy_key=QUESTIONS_CACHE_KEY,
+        source_hashes=[hashes[i] for i, _ in questions],
+        previous_hashes=[None] * len(questions),
+        texts=[text for _, texts in questions for text in texts],
+        offsets=chunk_offsets([len(texts) for _, texts in questions]),
+        query=True,
+    )
+
+
+def _counts(groups: list[Documents], done: Embeddings, model_key: str) -> EmbedStats:
+    """The stage's counts of one batch (summed over whole arrays), and the key of the model
+    that embedded it."""
+    passages, found = groups[0], done.results[0]
+    chunks = len(passages.texts)
+    embedded = int(found.embedded.sum())
     return EmbedStats(
-        documents=len(passages),
+        documents=len(passages.source_hashes),
         chunks=chunks,
         embedded=embedded,
         cache_hits=chunks - embedded,
-        cache_reused=sum(result.reused for _, result in passages),
-        truncated=sum(result.truncated for _, result in passages),
-        pretokenized=sum(result.embedded for r, result in passages if r.tokens is not None),
-        questions=sum(len(r.texts) for r in requests if r.query),
+        cache_reused=int(found.reused.sum()),
+        truncated=int(found.cut.sum()),
+        pretokenized=embedded if passages.tokens is not None else 0,
+        questions=sum(len(group.texts) for group in groups[1:]),
         tokens=done.tokens,
         padded_tokens=done.padded_tokens,
         model_seconds=done.model_seconds,
