@@ -39,17 +39,15 @@ from benchmarks.pipeline import (  # noqa: E402
     model_settings,
     unpack,
 )
-from chunking import strategy_key  # noqa: E402
-from embedding.encoder import encoder_digest  # noqa: E402
 from jobs.config import load_config  # noqa: E402
 from jobs.discovery import discover, list_input  # noqa: E402
 from jobs.gc_pause import gc_paused  # noqa: E402
-from jobs.pipeline import chunk_encoder, embedder_options  # noqa: E402
+from jobs.pipeline import chunk_encoder, chunk_settings, embed_settings  # noqa: E402
 from jobs.plan import REBUILD  # noqa: E402
 from jobs.records import chunk_tokens  # noqa: E402
-from jobs.resources import actor_env, embed_pool  # noqa: E402
-from jobs.stages.chunk import ChunkSettings, read_and_chunk  # noqa: E402
-from jobs.stages.embed import EmbedActor, EmbedSettings  # noqa: E402
+from jobs.resources import embed_pool  # noqa: E402
+from jobs.stages.chunk import read_and_chunk  # noqa: E402
+from jobs.stages.embed import EmbedActor  # noqa: E402
 from jobs.work import prepare_work, work_rows  # noqa: E402
 
 
@@ -60,13 +58,7 @@ def chunked_calls(config, cpus: int) -> tuple[list[pa.Table], list, object]:
     rows = work_rows(topics, found.plan, found.previous, found.sizes, carry=True)
     work = prepare_work(config, rows, cpus)
     encoder = chunk_encoder(config)
-    settings = ChunkSettings(
-        strategy=config.chunking.strategy,
-        options=dict(config.chunking.options),
-        tenant=config.tenant,
-        corpus_paths=frozenset(found.plan.fingerprints),
-        encoder=encoder.to_str(),
-    )
+    settings = chunk_settings(config, frozenset(found.plan.fingerprints), encoder)
     with ProcessPoolExecutor(cpus) as pool:
         chunk = partial(read_and_chunk, source=found.source, output=found.output, settings=settings)
         chunked = list(pool.map(chunk, work.batches))
@@ -129,16 +121,7 @@ def main() -> int:
         f"processes, {len(calls)} calls; {model} on {args.device}"
     )
     began = time.perf_counter()
-    actor = EmbedActor(
-        EmbedSettings(
-            model=config.embedding.model,
-            options=embedder_options(config, pool),
-            cache_uri=config.cache,
-            strategy_key=strategy_key(config.chunking.strategy, **config.chunking.options),
-            encoder_digest=encoder_digest(encoder),
-            env=actor_env(pool),
-        )
-    )
+    actor = EmbedActor(embed_settings(config, pool, encoder))
     print(f"actor start {time.perf_counter() - began:.1f} s, model key {actor.embedder.key}")
     for call in calls[:2]:
         timed(actor, call)  # warm

@@ -146,6 +146,22 @@ def chunk_offsets(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
 
 
+def cache_model_key(embedder: Embedder, query: bool) -> str:
+    """The model part of a cache key: query vectors are kept apart from passages."""
+    return embedder.query_key if query else embedder.key
+
+
+def truncated_rows(cut: np.ndarray, offsets: np.ndarray) -> list[tuple[int, ...]]:
+    """Per document (`Documents.offsets`), the rows within it of its chunks that were cut to the
+    model window (`DocumentsVectors.cut`)."""
+    chunks = np.flatnonzero(cut)
+    bounds = np.searchsorted(chunks, offsets).tolist()
+    return [
+        tuple((chunks[low:high] - start).tolist()) if high > low else ()
+        for start, low, high in zip(offsets.tolist(), bounds, bounds[1:], strict=False)
+    ]
+
+
 def embed_with_cache(
     embedder: Embedder, cache: EmbeddingCache | None, requests: Sequence[DocRequest]
 ) -> list[DocVectors]:
@@ -181,8 +197,9 @@ def embed_uncached(
     done = embed_documents(embedder, cache, documents)
     results: list[DocVectors | None] = [None] * len(requests)
     for rows, group, found in zip(groups.values(), documents, done.results, strict=True):
+        cut = truncated_rows(found.cut, group.offsets)
         for document, index in enumerate(rows):
-            results[index] = _doc_vectors(embedder, cache, group, found, document)
+            results[index] = _doc_vectors(embedder, cache, group, found, document, cut[document])
     return Uncached(results, done.tokens, done.padded_tokens, done.model_seconds)
 
 
@@ -244,7 +261,7 @@ def _known(embedder: Embedder, cache: EmbeddingCache | None, group: Documents) -
         np.zeros(documents, dtype=bool),
         np.zeros(documents, dtype=np.int64),
     )
-    model_key = embedder.query_key if group.query else embedder.key
+    model_key = cache_model_key(embedder, group.query)
     if cache is None or not documents or not cache.may_hold(group.strategy_key, model_key):
         return held
     keys = [CacheKey(group.strategy_key, model_key, h) for h in group.source_hashes]
@@ -317,17 +334,17 @@ def _doc_vectors(
     group: Documents,
     found: DocumentsVectors,
     document: int,
+    truncated: tuple[int, ...],
 ) -> DocVectors:
-    """One document's `DocVectors` from its group's result, with the entry to write (none for a
-    hit, or without a cache)."""
+    """One document's `DocVectors` from its group's result and its `truncated_rows`, with the
+    entry to write (none for a hit, or without a cache)."""
     start, end = int(group.offsets[document]), int(group.offsets[document + 1])
     vectors = found.vectors[start:end]
-    truncated = tuple(np.flatnonzero(found.cut[start:end]).tolist())
     if found.hits[document]:
         return DocVectors(vectors, True, 0, 0, len(truncated))
     entry = None
     if cache is not None:
-        model_key = embedder.query_key if group.query else embedder.key
+        model_key = cache_model_key(embedder, group.query)
         key = CacheKey(group.strategy_key, model_key, group.source_hashes[document])
         entry = CacheEntry(key, found.text_hashes[start:end], vectors, truncated)
     reused, embedded = int(found.reused[document]), int(found.embedded[document])

@@ -239,7 +239,8 @@ def topic_summaries(
 ) -> Iterator[dict]:
     """Run the Ray Data pipeline over `work`; yield one summary per rebuilt topic as it finishes.
 
-    Stages: read and chunk (CPU tasks, batches packed by size), embed (actor `pool`), write the
+    Stages: read and chunk (CPU tasks, batches packed by size, or by rows aligned with the
+    embedding calls: `jobs.work.prepare_work`), embed (actor `pool`), write the
     new cache entries (CPU tasks), then each topic built and written as soon as all its rows are
     embedded (`jobs.reduce`). Without a `pool` (nothing to embed) the rows go from the chunk
     tasks to the reduces, and no actor starts."""
@@ -247,15 +248,6 @@ def topic_summaries(
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
     corpus = frozenset(plan.fingerprints)
     encoder = chunk_encoder(config) if pool else None
-    chunk_settings = ChunkSettings(
-        strategy=config.chunking.strategy,
-        options=dict(config.chunking.options),
-        tenant=config.tenant,
-        corpus_paths=corpus,
-        abort_on_failure=config.failure_policy == "abort",
-        time_budget=config.chunking.timeout_seconds,
-        encoder=encoder.to_str() if encoder else None,
-    )
     expected = Expected(
         model=config.embedding.model,
         strategy=config.chunking.strategy,
@@ -277,26 +269,16 @@ def topic_summaries(
         fn_kwargs={
             "source": source,
             "output": output,
-            "settings": chunk_settings,
+            "settings": chunk_settings(config, corpus, encoder),
             "collector": collector,
         },
         **task_stage_args(resources.chunk),
     )
     if pool:
-        embed_settings = EmbedSettings(
-            model=config.embedding.model,
-            options=embedder_options(config, pool),
-            cache_uri=config.cache,
-            storage_options=dict(config.storage_options),
-            strategy_key=key,
-            collector=collector,
-            encoder_digest=encoder_digest(encoder) if encoder else None,
-            env=actor_env(pool),
-        )
         dataset = dataset.map_batches(
             EmbedActor,
             batch_format="pyarrow",
-            fn_constructor_kwargs={"settings": embed_settings},
+            fn_constructor_kwargs={"settings": embed_settings(config, pool, encoder, collector)},
             **actor_stage_args(pool, work.call_rows),
         )
     if pool and config.cache:
@@ -312,6 +294,38 @@ def topic_summaries(
         )
     yield from reduce_topics(
         dataset, work.expected, context, reduce_task_options(resources.index), collector, check
+    )
+
+
+def chunk_settings(
+    config: JobConfig, corpus: frozenset[str], encoder: tokenizers.Tokenizer | None
+) -> ChunkSettings:
+    """What the chunk tasks need from the config, the corpus's paths and the model's encoder."""
+    return ChunkSettings(
+        strategy=config.chunking.strategy,
+        options=dict(config.chunking.options),
+        tenant=config.tenant,
+        corpus_paths=corpus,
+        abort_on_failure=config.failure_policy == "abort",
+        time_budget=config.chunking.timeout_seconds,
+        encoder=encoder.to_str() if encoder else None,
+    )
+
+
+def embed_settings(
+    config: JobConfig, pool: EmbedPool, encoder: tokenizers.Tokenizer | None, collector=None
+) -> EmbedSettings:
+    """What an embedding actor of `pool` needs from the config, the chunk tasks' encoder and the
+    run's collector."""
+    return EmbedSettings(
+        model=config.embedding.model,
+        options=embedder_options(config, pool),
+        cache_uri=config.cache,
+        storage_options=dict(config.storage_options),
+        strategy_key=strategy_key(config.chunking.strategy, **config.chunking.options),
+        collector=collector,
+        encoder_digest=encoder_digest(encoder) if encoder else None,
+        env=actor_env(pool),
     )
 
 

@@ -32,8 +32,10 @@ from embedding.documents import (
     Documents,
     DocumentsVectors,
     Embeddings,
+    cache_model_key,
     chunk_offsets,
     embed_documents,
+    truncated_rows,
 )
 from jobs.gc_pause import gc_paused
 from jobs.progress import report_stats
@@ -161,18 +163,14 @@ class EmbedActor:
         data = np.ascontiguousarray(found.vectors, dtype="<f4").tobytes()
         width = 4 * self.embedder.dim
         offsets = group.offsets.tolist()
-        cut = np.flatnonzero(found.cut)
-        first_cut = np.searchsorted(cut, offsets).tolist()
-        model_key = self.embedder.query_key if group.query else self.embedder.key
+        truncated = truncated_rows(found.cut, group.offsets)
+        model_key = cache_model_key(self.embedder, group.query)
         for document, i in enumerate(rows):
             start, end = offsets[document], offsets[document + 1]
             entry = None
             if self.cache is not None and not found.hits[document]:
-                truncated = [
-                    int(c) - start for c in cut[first_cut[document] : first_cut[document + 1]]
-                ]
                 key = (group.strategy_key, model_key, group.source_hashes[document])
-                entry = entry_to_json(key, found.text_hashes[start:end], truncated)
+                entry = entry_to_json(key, found.text_hashes[start:end], truncated[document])
             yield i, data[start * width : end * width], entry
 
 
