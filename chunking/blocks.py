@@ -258,9 +258,13 @@ def fence_closer(doc: ParsedDocument, fence: Block) -> str:
 
 
 def fence_reopener(doc: ParsedDocument, fence: Block) -> str:
-    """A line that opens `fence` again (same marker and info string) at its indentation."""
+    """A line that opens `fence` again (same marker and info string) at its indentation.
+
+    An info string holding `|` is left out: markdown-it reads such an opener followed by a table
+    delimiter row (`|---|`) as a table's header row, so the fence would not open.
+    """
     prefix, rest = _opener_parts(doc, fence)
-    return prefix + rest
+    return prefix + (fence.markup if "|" in rest else rest)
 
 
 def check_fence_marker(fence: Block, size: Callable[[str], int], limit: int, unit: str) -> None:

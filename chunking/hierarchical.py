@@ -54,6 +54,7 @@ _PROSE = frozenset(("paragraph", "blockquote")) | _LISTS
 # linear instead of quadratic.
 BAND = 16
 _WORD_START = re.compile(r"(?<!\S)\S")
+_FENCE_RUN = re.compile(r"`{3,}|~{3,}")  # would open a fence at the start of a chunk's text
 
 
 @dataclass(frozen=True)
@@ -209,8 +210,8 @@ class HierarchicalStrategy(Strategy):
     ) -> int:
         """Where `piece` starts once the end of `before` is repeated: its last whole sentences
         within `overlap_size` characters, else its last whole words within them, the piece
-        staying within `max_chunk_size`; never from code or table lines. `piece.start` when
-        nothing fits."""
+        staying within `max_chunk_size`; never from code or table lines, nor from a run of
+        backticks or tildes (the chunk would open a fence). `piece.start` when nothing fits."""
         if piece.prefix or before.suffix or not self.options["overlap_size"]:
             return piece.start
         room = self.options["max_chunk_size"] - (piece.end - piece.start) - len(piece.suffix)
@@ -223,7 +224,7 @@ class HierarchicalStrategy(Strategy):
         first, last = src.line_of(start), src.line_of(piece.start)
         if any(doc.line_kinds[n - 1] in LITERAL_KINDS for n in range(first, last + 1)):
             return piece.start
-        return start
+        return piece.start if _FENCE_RUN.match(src.text, start) else start
 
 
 def _fit(src: SourceText, measure: Measure, span: Span, limit: int) -> list[Span]:

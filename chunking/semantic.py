@@ -16,11 +16,13 @@ Additions (see the README's Decisions): the prepended parents are those active w
 started; the hard maximum covers the whole emitted text (prepended headings and fence lines
 included); a seal inside a fenced block closes the fence and reopens it in the next chunk, and a
 fence that its list item, block quote or the file ends gets a closing line, so every chunk is
-well-formed markdown; a line longer than the maximum is cut into pieces at word boundaries; a
-dropped final chunk is reported in `skipped_tail_tokens` and kept with `keep_short_tail=True`; a
-chunk that starts with text before its first heading (a preamble) takes that heading's level as
-its start level; a chunk continuing a section after a max-token seal starts at the level of the
-innermost open heading.
+well-formed markdown (a chunk starting inside a list, block quote or HTML block, whose lines can
+parse otherwise without its start, is parsed again alone: an inserted closing line that opens a
+fence there is dropped, a fence left open is closed); a line longer than the maximum is cut into
+pieces at word boundaries; a dropped final chunk is reported in `skipped_tail_tokens` and kept with
+`keep_short_tail=True`; a chunk that starts with text before its first heading (a preamble) takes
+that heading's level as its start level; a chunk continuing a section after a max-token seal starts
+at the level of the innermost open heading.
 
 Whole blocks are added at once when every line of them would fit; otherwise the block is added
 line by line, so the result is that of the line-by-line algorithm. With an additive counter each
@@ -45,12 +47,14 @@ from chunking.blocks import (
     closers_for_open_fences,
     fence_closer,
     fence_reopener,
+    unclosed_fences,
 )
 from chunking.strategy import Draft, Split, Strategy, register
 from chunking.tokens import TokenCounter
 
-# What would make a line open a fence (also inside a block quote).
+# What would make a line open a fence (also inside a block quote); the whole match would close it.
 _FENCE_WORD = re.compile(r"[ \t>]*(`{3,}|~{3,})")
+_CONTAINERS = frozenset({"bullet_list", "ordered_list", "blockquote", "html_block"})
 
 
 @register
@@ -94,8 +98,10 @@ class _Chunk:
     prefix: tuple[Heading, ...] = ()  # the parents prepended to the text (see _Window.new_chunk)
     reopen: str = ""  # fence opener repeated at the top when the chunk starts inside a fence
     overhead: int = 0  # units of the prefix and reopen lines, and the reserve
-    # Units kept for closing a fence that a line inside an HTML block opens once the chunk,
-    # starting inside that block, no longer has the block around it.
+    # Starts inside a top-level list, block quote or HTML block, whose lines can parse otherwise
+    # without the block's start around them (a fence opens or does not); `reserve` units are
+    # kept for closing a fence that its own lines leave open.
+    alone: bool = False
     reserve: int = 0
     # Own content: (first line, last line, None, True) for whole source lines, (n, n, text,
     # ends) for a piece of line n, `ends` saying whether the piece ends where the line does.
@@ -131,10 +137,8 @@ class _Window:
         self.keep_short_tail = options["keep_short_tail"]
         self.fence_starts = [fence.start_line for fence in doc.fences]
         self.block_starts = [block.start_line for block in doc.blocks]
-        self.html_blocks = [
-            (b.start_line, b.end_line) for b in doc.blocks if b.kind == "html_block"
-        ]
-        self.html_starts = [first for first, _ in self.html_blocks]
+        self.containers = [(b.start_line, b.end_line) for b in doc.blocks if b.kind in _CONTAINERS]
+        self.container_starts = [first for first, _ in self.containers]
         # A fence its list item or block quote ends (or the end of the file) gets a closing line
         # after its last line in the chunk text, since a chunk may not hold that container.
         self.unclosed_ends = {fence.end_line: fence for fence in doc.fences if not fence.closed}
@@ -368,20 +372,23 @@ class _Window:
             chunk = self.new_chunk(parents, opening, bare=True)
         else:
             chunk = self.new_chunk(parents, fence)
-        html = self.html_block_at(number)
-        if html is not None:
-            markers = (_FENCE_WORD.match(line) for line in self.doc.lines[number - 1 : html[1]])
-            chunk.reserve = max((self.counter.units(m.group(1)) for m in markers if m), default=0)
+        container = self.container_at(number)
+        if container is not None:
+            lines = self.doc.lines[number - 1 : container[1]]
+            markers = (_FENCE_WORD.match(line) for line in lines)
+            chunk.alone = True
+            chunk.reserve = max((self.counter.units(m.group(0)) for m in markers if m), default=0)
             chunk.overhead += chunk.reserve
         chunk.start_level = chunk.deepest = parents[-1].level if parents else None
         chunk.continued = True
         return chunk
 
-    def html_block_at(self, number: int) -> tuple[int, int] | None:
-        """(first, last) line of the top-level HTML block that line `number` continues."""
-        index = bisect_right(self.html_starts, number) - 1
-        if index >= 0 and self.html_blocks[index][0] < number <= self.html_blocks[index][1]:
-            return self.html_blocks[index]
+    def container_at(self, number: int) -> tuple[int, int] | None:
+        """(first, last) line of the top-level list, block quote or HTML block that line
+        `number` continues."""
+        index = bisect_right(self.container_starts, number) - 1
+        if index >= 0 and self.containers[index][0] < number <= self.containers[index][1]:
+            return self.containers[index]
         return None
 
     def seal(self) -> None:
@@ -390,13 +397,15 @@ class _Window:
             self.drafts.append(self.draft(self.chunk))
         self.chunk = _Chunk()
 
-    def own_lines(self, chunk: _Chunk) -> tuple[list[str], bytearray, list[int]]:
-        """The chunk's own lines, their kinds and source line numbers; a closing line follows
-        the last line of every fence that its container (or the file) ends."""
+    def own_lines(self, chunk: _Chunk) -> tuple[list[str], bytearray, list[int], list[int]]:
+        """The chunk's own lines, their kinds and source line numbers, and the indices of the
+        inserted lines among them: a closing line follows the last line of every fence that its
+        container (or the file) ends."""
         lines, kinds = self.doc.lines, self.doc.line_kinds
         own: list[str] = []
         own_kinds = bytearray()
         numbers: list[int] = []
+        inserted: list[int] = []
 
         def take(first: int, last: int) -> None:
             own.extend(lines[first - 1 : last])
@@ -404,6 +413,7 @@ class _Window:
             numbers.extend(range(first, last + 1))
 
         def close(end: int) -> None:
+            inserted.append(len(own))
             own.append(fence_closer(self.doc, self.unclosed_ends[end]))
             own_kinds.append(FENCE_MARK)
             numbers.append(end)
@@ -422,11 +432,11 @@ class _Window:
                 first = end + 1
             if first <= last:
                 take(first, last)
-        return own, own_kinds, numbers
+        return own, own_kinds, numbers, inserted
 
     def draft(self, chunk: _Chunk) -> Draft:
         """BuildChunkWithHierarchy: parents, fence reopen, own lines, fence close."""
-        own, own_kinds, numbers = self.own_lines(chunk)
+        own, own_kinds, numbers, inserted = self.own_lines(chunk)
         start = next(i for i, text in enumerate(own) if text.strip())
         end = next(i for i in range(len(own) - 1, -1, -1) if own[i].strip())
         texts = [h.markdown for h in chunk.prefix]
@@ -434,6 +444,7 @@ class _Window:
         if chunk.reopen:
             texts.append(chunk.reopen)
             line_kinds.append(FENCE_MARK)
+        inserted = [len(texts) + i - start for i in inserted]
         numbers = numbers[start : end + 1]
         own, own_kinds = own[start : end + 1], own_kinds[start : end + 1]
         units = chunk.overhead - chunk.reserve + chunk.units
@@ -444,11 +455,13 @@ class _Window:
         if fence is None and piece is not None and not ends:
             fence = self.fence_at(numbers[-1])  # cut inside a fence's line
         if fence is not None:
+            inserted.append(len(texts))
             texts.append(fence_closer(self.doc, fence))
             line_kinds.append(FENCE_MARK)
             units += self.counter.units(texts[-1])
         exact = self.counter.additive
-        if chunk.reserve:
+        if chunk.alone:
+            exact = _drop_openers(texts, line_kinds, inserted) and exact
             closers = closers_for_open_fences("\n".join(texts))
             texts.extend(closers)
             line_kinds.extend([FENCE_MARK] * len(closers))
@@ -494,6 +507,23 @@ def _sections(doc: ParsedDocument) -> list[tuple[Block | None, list[tuple[int, i
     if line <= len(doc.lines):
         sections[-1][1].append((line, len(doc.lines)))
     return sections
+
+
+def _drop_openers(texts: list[str], kinds: bytearray, inserted: list[int]) -> bool:
+    """Remove the inserted closing lines that, read in the chunk alone, open a fence; True when
+    none was removed.
+
+    Out of its list item or block quote a chunk's lines can parse otherwise than in the whole
+    document (an indented opener becomes indented code), so a line inserted to close a fence
+    that its container ended can open one instead.
+    """
+    removed = False
+    while opened := {line - 1 for line in unclosed_fences("\n".join(texts))} & set(inserted):
+        index = min(opened)
+        del texts[index], kinds[index]
+        inserted = [i - (i > index) for i in inserted if i != index]
+        removed = True
+    return not removed
 
 
 def _heading_lines(headings: tuple[Heading, ...]) -> str:

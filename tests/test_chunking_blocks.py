@@ -15,6 +15,7 @@ from chunking.blocks import (
     TABLE,
     TEXT,
     block_parser,
+    fence_reopener,
     heading_title,
     parse,
     unclosed_fences,
@@ -106,6 +107,15 @@ def test_unclosed_fences_only_counts_fences_open_at_the_end():
     assert unclosed_fences("text\n~~~~\ncode\n") == [2]
     # A fence that its list item ends is closed by the container, as CommonMark says.
     assert unclosed_fences("- ```\n  code\n\ntext\n") == []
+
+
+def test_a_fence_is_reopened_without_an_info_string_that_holds_a_pipe():
+    doc = parse(normalize("# T\n\n``` sh | grep\n| a | b |\n|---|---|\n```\n\n- ```py\n  x\n"))
+    piped, listed = doc.fences
+    assert (fence_reopener(doc, piped), fence_reopener(doc, listed)) == ("```", "  ```py")
+    # With the info string kept, a delimiter row after the reopened line makes it a table.
+    assert unclosed_fences("``` sh | grep\n|---|---|\n```") == [3]
+    assert unclosed_fences(fence_reopener(doc, piped) + "\n|---|---|\n```") == []
 
 
 @pytest.mark.timeout(30)

@@ -64,6 +64,24 @@ def test_invariants_with_small_limits_and_crlf(strategy, text):
     check_invariants(text.replace("\n", "\r\n"), strategy, **options.get(strategy, {}))
 
 
+# Examples hypothesis found (tests/fixtures/found). Cut out of their list item, the 4-space "```"
+# line of the first two is indented code: in the first, the closer inserted after the last line (a
+# fence the file ends) opened a fence; in the second, the reopened fence did not open, and a
+# closing line did. In the third, the reopened opener's info string holds "|", and before a table's
+# delimiter row markdown-it reads it as a header row. In the fourth, hierarchical's overlap started
+# a chunk at the "```" in the middle of a line.
+FOUND = sorted((FIXTURES.parent / "found").glob("*.md"))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+@pytest.mark.parametrize("path", FOUND, ids=lambda path: path.stem)
+def test_invariants_on_examples_found_before(strategy, newline, path):
+    text = path.read_text(encoding="utf-8")
+    options = {"semantic": {"max_tokens": 60, "min_tokens": 20, "min_tokens_deeper": 40}}
+    check_invariants(text.replace("\n", newline), strategy, **options.get(strategy, {}))
+
+
 # -- bad input: chunks or a clear ChunkingError, never a crash or a hang -------------------------
 
 
