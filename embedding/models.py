@@ -50,6 +50,14 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+class ModelNotFound(ValueError):
+    """A model that cannot load, known from its name and its small files alone."""
+
+
+def _unnamed(model: str) -> str:
+    return f"model {model!r} is not 'minilm', an existing directory, an fsspec URI or a hub id"
+
+
 @dataclass(frozen=True)
 class ModelFiles:
     """A model resolved to a local directory; `label` is the readable part of its cache key."""
@@ -123,9 +131,29 @@ def resolve_model(
         return _checked(ModelFiles(model, safe_label(Path(model).resolve().name), Path(model)))
     if _HUB_ID.match(model):
         return _from_hub(model, revision)
-    raise ValueError(
-        f"model {model!r} is not 'minilm', an existing directory, an fsspec URI or a hub id"
-    )
+    raise ModelNotFound(_unnamed(model))
+
+
+def check_model(
+    model: str, *, revision: str | None = None, storage_options: dict[str, Any] | None = None
+) -> None:
+    """Raise ModelNotFound when `model` cannot load: its name is none of the forms above, or its
+    folder has no config.json (a hub id offline: not in the hub cache). Reads config.json alone,
+    never the weights."""
+    folder = model_folder(model, revision=revision, storage_options=storage_options)
+    if folder is None:
+        raise ModelNotFound(_unnamed(model))
+    if folder.read("config.json") is None:
+        where = _hub_place() if folder.hub else f"in {folder.where}"
+        raise ModelNotFound(f"model {model!r}: no config.json {where}")
+
+
+def _hub_place() -> str:
+    from huggingface_hub import is_offline_mode
+
+    if is_offline_mode():
+        return "in the Hugging Face hub's cache (offline)"
+    return "on the Hugging Face hub, or in its cache"
 
 
 @dataclass(frozen=True)
@@ -135,6 +163,7 @@ class ModelFolder:
 
     where: str
     read: Callable[[str], bytes | None]
+    hub: bool = False  # `where` is a Hugging Face hub id
 
     def json(self, name: str) -> Any:
         """A file's JSON; None when the file is not there."""
@@ -161,17 +190,17 @@ def model_folder(
     """A model's folder to read its small files from, without fetching its weights: on this
     machine (`minilm`, a directory, a file:// URI), under an fsspec URI, or on the Hugging Face
     hub (cached files first; `HF_HUB_OFFLINE` is honoured). None for a name that is none of these
-    (`resolve_model` says why when the model loads)."""
+    (`check_model` says so)."""
     if model == MINILM:
         return directory_folder(resolve_model(model).directory)
     if "://" in model and fsspec.utils.get_protocol(model) not in ("file", "local"):
         fs, root = fsspec.core.url_to_fs(model, **(storage_options or {}))
         return ModelFolder(model, lambda name: _cat_optional(fs, f"{root.rstrip('/')}/{name}"))
     local = Path(fsspec.core.strip_protocol(model))
-    if local.is_dir():
+    if local.is_dir() or "://" in model:
         return directory_folder(local)
     if "://" not in model and _HUB_ID.match(model):
-        return ModelFolder(model, lambda name: _hub_file(model, name, revision))
+        return ModelFolder(model, lambda name: _hub_file(model, name, revision), hub=True)
     return None
 
 

@@ -70,6 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     """Load and validate the config, run the job, print the summary; returns the exit code."""
+    from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
     from jobs.dry_run import describe, dry_run
     from jobs.local_ray import InfeasibleResources
@@ -91,7 +92,7 @@ def run_build(args: argparse.Namespace) -> int:
     if args.dry_run:  # writes nothing, not even a failed run's report
         try:
             plan = describe(dry_run(config))
-        except InputNotFound as exc:
+        except (InputNotFound, ModelNotFound) as exc:
             print(f"mdindex build: {exc}", file=sys.stderr)
             return EXIT_USAGE
         except Exception:  # noqa: BLE001 - e.g. an unreadable output: exit code 1
@@ -103,7 +104,7 @@ def run_build(args: argparse.Namespace) -> int:
     try:
         with clean_logs():
             report = run_job(config)
-    except (InputNotFound, InfeasibleResources) as exc:
+    except (InputNotFound, InfeasibleResources, ModelNotFound) as exc:
         print(f"mdindex build: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OutputBusy as exc:  # the other build's report stays as it is (LockLost too)

@@ -1,11 +1,14 @@
 """What the driver knows before any work: the input's listing, the previous manifest, the
-settings key and the plan (`jobs.plan`). Reads the listing and the manifest, nothing else."""
+settings key and the plan (`jobs.plan`), and whether the embedding model can load. Reads the
+listing, the manifest and the model's config.json, nothing else."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from chunking import strategy_key
+from embedding.models import ModelNotFound, check_model
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import Plan, keep_directory, make_plan, settings_digest
@@ -20,6 +23,26 @@ class EmptyInput(InputNotFound):
     """The input lists no sources and the output holds some (a usage error: exit code 2). Going on
     would delete every topic, which is what an unmounted volume, an input emptied while it is
     refreshed or a mistyped prefix look like; `sources.allow_empty: true` goes on."""
+
+
+log = logging.getLogger(__name__)
+
+
+def check_embedding_model(config: JobConfig) -> None:
+    """Raise ModelNotFound (a config error: exit code 2) when the embedding model cannot load,
+    known from its name and config.json alone, before any worker starts. Another failure to read
+    its files is only logged: the embedding actors meet it again and report it."""
+    embedding = config.embedding
+    try:
+        check_model(
+            embedding.model,
+            revision=embedding.revision,
+            storage_options=dict(config.storage_options),
+        )
+    except ModelNotFound:
+        raise
+    except Exception as error:  # noqa: BLE001 - e.g. the network: the actors try again
+        log.warning("could not check the model here: %s (%s)", error, type(error).__name__)
 
 
 def settings_key(config: JobConfig) -> str:

@@ -22,7 +22,7 @@ import tokenizers
 from chunking import strategy_key
 from embedding.encoder import encoder_digest, model_encoder
 from jobs.config import JobConfig
-from jobs.discovery import discover, list_input, output_storage
+from jobs.discovery import check_embedding_model, discover, list_input, output_storage
 from jobs.finish import finish, index_settings
 from jobs.local_ray import start_ray
 from jobs.lock import Check, output_lock
@@ -111,6 +111,7 @@ def _run_locked(
 
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
     if rebuilt:
+        check_embedding_model(config)
         mark = time.perf_counter()
         start_ray(config)
         wall["ray_start"] = time.perf_counter() - mark

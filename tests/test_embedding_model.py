@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import re
 import shutil
 import threading
 import warnings
@@ -32,7 +33,7 @@ from embedding.embedder import (
     resolve_dtype,
 )
 from embedding.encoder import window_encoder
-from embedding.models import resolve_model
+from embedding.models import ModelNotFound, check_model, resolve_model
 from tests.embedding_support import PARAPHRASES, UNRELATED, embedder
 
 TEXTS = [
@@ -327,6 +328,26 @@ def test_empty_uri_and_bad_names_raise_clear_errors(tmp_path):
         embedder(dtype="fp32").embed("not a list")
     with pytest.raises(TypeError, match="item 1"):
         embedder(dtype="fp32").embed(["fine", 3])
+
+
+def test_a_model_that_cannot_load_is_named_from_its_small_files_alone(tmp_path):
+    check_model("minilm")
+    check_model(str(get_model_path()))
+    with fsspec.open("memory://models/configured/config.json", "w") as file:
+        file.write("{}")  # config.json alone: the check reads nothing else
+    check_model("memory://models/configured")
+    cases = {
+        str(tmp_path): f"no config.json in {tmp_path}",
+        "memory://models/nothing-here": "no config.json in memory://models/nothing-here",
+        f"file://{tmp_path}/absent": f"no config.json in {tmp_path}/absent",
+        "nobody/no-such-model-offline": "no config.json in the Hugging Face hub's cache",
+        "not a model name!": "is not 'minilm', an existing directory, an fsspec URI or a hub id",
+    }
+    for model, message in cases.items():
+        with pytest.raises(ModelNotFound, match=re.escape(message)):
+            check_model(model)
+        with pytest.raises(ValueError):  # loading it fails too
+            load_embedder(model, device="cpu", local_dir=tmp_path / "copies")
 
 
 def test_device_resolution():

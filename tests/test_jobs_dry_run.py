@@ -63,6 +63,30 @@ def test_a_dry_run_starts_no_ray_and_writes_nothing(tmp_path):
     assert [p.name for p in (output / "_reindex").iterdir()] == ["manifest.json"]
 
 
+def test_a_model_that_cannot_load_is_a_config_error_before_ray_starts(tmp_path, capsys):
+    """Build and dry run: exit 2 naming the model, in a process where Ray never starts, nothing
+    written; with nothing to rebuild the model is not needed, and not checked."""
+    output = tmp_path / "out"
+    script = (
+        "import sys, ray; from jobs.reindex import main\n"
+        "code = [main(['--config', sys.argv[1], '--input', sys.argv[2], '--output', sys.argv[3],"
+        " '--set', 'embedding.model=' + sys.argv[4], *extra]) for extra in ([], ['--dry-run'])]\n"
+        "print('ray initialised:', ray.is_initialized(), 'codes:', code)\n"
+    )
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
+    done = subprocess.run(
+        [sys.executable, "-c", script, CONFIG, str(CORPUS), str(output), str(tmp_path / "gone")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert "ray initialised: False codes: [2, 2]" in done.stdout, done.stderr
+    message = f"model '{tmp_path / 'gone'}' is not 'minilm', an existing directory"
+    assert done.stderr.count(message) == 2
+    assert not output.exists()
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
     corpus, output = tmp_path / "docs", tmp_path / "out"

@@ -60,10 +60,11 @@ def test_the_local_instance_keeps_an_idle_worker_process_for_the_next_task():
 @pytest.mark.parametrize(
     ("config", "settings", "asks"),
     [
-        # The GPU config on a machine whose Ray instance has no GPU (none is made visible to it).
+        # The GPU config on a machine whose Ray instance has no GPU (none is made visible to it),
+        # with a model this machine has (its own, not in the hub cache here, is refused first).
         (
             "cluster-gpu.yaml",
-            [],
+            ["embedding.model=minilm"],
             "an embedding actor (resources.embed) asks for 2 CPUs and 0.5 GPU",
         ),
         (
