@@ -253,8 +253,12 @@ def _split_opener(opener: str, markup: str) -> tuple[str, str]:
 
 def fence_closer(doc: ParsedDocument, fence: Block) -> str:
     """A line that closes `fence` where it stands (inside its list item or block quote)."""
-    prefix, _ = _opener_parts(doc, fence)
-    return prefix + fence.markup
+    return fence_prefix(doc, fence) + fence.markup
+
+
+def fence_prefix(doc: ParsedDocument, fence: Block) -> str:
+    """What puts a line at `fence`'s indentation, inside its list item or block quote."""
+    return _opener_parts(doc, fence)[0]
 
 
 def fence_reopener(doc: ParsedDocument, fence: Block) -> str:

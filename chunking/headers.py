@@ -110,14 +110,17 @@ def _draft(
     stack: tuple[Heading, ...],
     unclosed: tuple[Block, ...],
 ) -> Draft:
-    """The source lines of `blocks`; an unclosed fence at their end is closed (well-formed)."""
+    """The source lines of `blocks`; an unclosed fence at their end (blank lines aside) is closed
+    after its last line (well-formed: a list item or block quote that ended it ends no more)."""
     start, end = blocks[0].start_line, blocks[-1].end_line
     lines = list(doc.lines[start - 1 : end])
     kinds = bytearray(doc.line_kinds[start - 1 : end])
-    fence = next((f for f in unclosed if f.start_line <= end <= f.end_line), None)
+    last = next((n for n in range(end, start - 1, -1) if doc.lines[n - 1].strip()), end)
+    fence = next((f for f in unclosed if f.start_line <= last <= f.end_line), None)
     if fence is not None:
-        lines.append(fence_closer(doc, fence))
-        kinds.append(FENCE_MARK)
+        at = min(end, fence.end_line) - start + 1
+        lines.insert(at, fence_closer(doc, fence))
+        kinds.insert(at, FENCE_MARK)
     return Draft(
         text="\n".join(lines),
         start_line=start,

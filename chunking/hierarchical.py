@@ -54,7 +54,7 @@ _PROSE = frozenset(("paragraph", "blockquote")) | _LISTS
 # linear instead of quadratic.
 BAND = 16
 _WORD_START = re.compile(r"(?<!\S)\S")
-_FENCE_RUN = re.compile(r"`{3,}|~{3,}")  # would open a fence at the start of a chunk's text
+_FENCE_RUN = re.compile(r"`{3,}|~{3,}")  # can open a fence at the start of a line
 
 
 @dataclass(frozen=True)
@@ -229,10 +229,13 @@ class HierarchicalStrategy(Strategy):
 
 def _fit(src: SourceText, measure: Measure, span: Span, limit: int) -> list[Span]:
     """`span` as is, or cut into windows of `limit` characters when a single sentence or line
-    is longer (only plain spans are ever that long)."""
+    is longer (only plain spans are ever that long); with room for the line that closes a fence
+    a window of backticks or tildes can open (`spans.balanced`)."""
     if span.end - span.start + len(span.prefix) + len(span.suffix) <= limit:
         return [span]
-    windows = measure.windows(span.start, span.end, limit, 0)
+    runs = _FENCE_RUN.findall(src.text, span.start, span.end)
+    room = 4 + max(map(len, runs)) if runs else 0  # a newline, an indentation, the marker
+    windows = measure.windows(span.start, span.end, max(1, limit - room), 0)
     return [trimmed(src, a, b) for a, b in windows]
 
 

@@ -46,14 +46,16 @@ from chunking.blocks import (
     check_fence_marker,
     closers_for_open_fences,
     fence_closer,
+    fence_prefix,
     fence_reopener,
     unclosed_fences,
 )
 from chunking.strategy import Draft, Split, Strategy, register
 from chunking.tokens import TokenCounter
 
-# What would make a line open a fence (also inside a block quote); the whole match would close it.
-_FENCE_WORD = re.compile(r"[ \t>]*(`{3,}|~{3,})")
+# What opens a fence at the start of a line read alone: a fence marker after blanks, block quote
+# markers or list markers. The whole match measures at least the line that would close it.
+_OPENS_FENCE = re.compile(r"(?:[ \t>]*(?:[-+*]|\d{1,9}[.)])(?=[ \t]))*[ \t>]*(`{3,}|~{3,})")
 _CONTAINERS = frozenset({"bullet_list", "ordered_list", "blockquote", "html_block"})
 
 
@@ -98,9 +100,10 @@ class _Chunk:
     prefix: tuple[Heading, ...] = ()  # the parents prepended to the text (see _Window.new_chunk)
     reopen: str = ""  # fence opener repeated at the top when the chunk starts inside a fence
     overhead: int = 0  # units of the prefix and reopen lines, and the reserve
-    # Starts inside a top-level list, block quote or HTML block, whose lines can parse otherwise
-    # without the block's start around them (a fence opens or does not); `reserve` units are
-    # kept for closing a fence that its own lines leave open.
+    # Read again alone: it starts inside a top-level list, block quote or HTML block, whose lines
+    # can parse otherwise without the block's start around them (a fence opens or does not), or
+    # holds the first piece of a line that starts like a fence opener; `reserve` units are kept
+    # for closing a fence that its own lines leave open.
     alone: bool = False
     reserve: int = 0
     # Own content: (first line, last line, None, True) for whole source lines, (n, n, text,
@@ -258,24 +261,37 @@ class _Window:
         if self.chunk.overhead + units + closer <= self.limit:
             self.append(number, number, None, units, bool(text.strip()))
             return
-        # Longer than any chunk can hold: cut at word boundaries, one piece per chunk.
+        # Longer than any chunk can hold: cut at word boundaries, one piece per chunk. A piece
+        # after the first of a line in a fence inside a block quote repeats the quote markers, so
+        # that it stays inside the fence its chunk reopens. A line outside fences that starts like
+        # an opener (backticks in its info string: "``` a ```") opens a fence in the chunk of its
+        # first piece alone: that chunk is read again and closed, with room kept for the closer.
+        fence = self.fence_at(number)
+        quote = fence_prefix(self.doc, fence) if fence else ""
+        quote = quote if ">" in quote else ""
+        opener = None if fence else _OPENS_FENCE.match(text)
+        room = self.context_units(quote) + (self.context_units(opener.group()) if opener else 0)
         overhead = max(self.chunk.overhead, self.continuation(number, mid_line=True).overhead)
-        pieces = self.pieces(text, self.limit - overhead - max(closer, tail))
+        pieces = self.pieces(text, self.limit - overhead - max(closer, tail) - room)
         for index, piece in enumerate(pieces):
             if index:
                 self.seal()
                 self.chunk = self.continuation(number, mid_line=True)
+                piece = quote + piece
+            elif opener:
+                self.chunk.alone = True
             last = index == len(pieces) - 1
             units = self.counter.units(piece) + (tail if last else 0)
             self.append(number, number, piece, units, bool(piece.strip()), last)
 
     def pieces(self, text: str, budget: int) -> list[str]:
         """`text` cut into pieces of at most `budget` units, none starting like a fence line
-        (a fence marker at a cut goes to the end of the piece before, which has room)."""
+        (a fence marker at a cut, with the quote or list markers before it, goes to the end of
+        the piece before, which has room)."""
         room = self.counter.units("`" * 16)
         pieces: list[str] = []
         for piece in self.counter.split(text, max(budget - room, 1)):
-            while pieces and (marker := _FENCE_WORD.match(piece)):
+            while pieces and (marker := _OPENS_FENCE.match(piece)):
                 if self.counter.units(pieces[-1] + marker.group()) > budget:
                     break
                 pieces[-1] += marker.group()
@@ -375,7 +391,7 @@ class _Window:
         container = self.container_at(number)
         if container is not None:
             lines = self.doc.lines[number - 1 : container[1]]
-            markers = (_FENCE_WORD.match(line) for line in lines)
+            markers = (_OPENS_FENCE.match(line) for line in lines)
             chunk.alone = True
             chunk.reserve = max((self.counter.units(m.group(0)) for m in markers if m), default=0)
             chunk.overhead += chunk.reserve

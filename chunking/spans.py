@@ -28,6 +28,7 @@ from chunking.tokens import TokenCounter
 
 # A sentence ends at . ! ? (then closing quotes or brackets, then whitespace) or at a CJK full stop.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])\s*")
+_FENCE_MARKER = re.compile(r"`{3,}|~{3,}")  # a run that can open a fence
 
 
 @dataclass(frozen=True)
@@ -250,14 +251,21 @@ def line_pieces(
     """A block cut between lines (a line longer than `limit` is cut within itself first).
 
     A cut inside a fenced code block, at any nesting, closes the fence at the end of one piece
-    and reopens it (same marker, info string and indentation) at the top of the next, so every
-    piece is well-formed markdown; an unclosed fence is closed in the last piece.
+    and reopens it (same marker, info string and indentation; the bare marker when those would
+    take over half of `limit`) at the top of the next, so every piece is well-formed markdown; an
+    unclosed fence is closed in the last piece.
     """
     fences = [f for f in doc.fences if span.start <= src.line_starts[f.start_line - 1] < span.end]
     reserve = 0
+    reopeners: dict[int, str] = {}  # by a fence's first line
     for fence in fences:
         check_fence_marker(fence, measure.size_of, limit, measure.unit)
-        context = measure.size_of(fence_reopener(doc, fence) + "\n" + fence_closer(doc, fence)) + 2
+        closer = fence_closer(doc, fence)
+        reopener = fence_reopener(doc, fence)
+        if 2 * (measure.size_of(reopener + "\n" + closer) + 2) > limit:
+            reopener = closer  # the bare marker opens it as well
+        reopeners[fence.start_line] = reopener
+        context = measure.size_of(reopener + "\n" + closer) + 2
         if 2 * context > limit:  # every piece would repeat it: quadratic output, or no room
             raise ChunkingError(
                 CHUNKING_FAILED,
@@ -287,7 +295,7 @@ def line_pieces(
             Span(
                 start,
                 end,
-                prefix=fence_reopener(doc, reopen) + "\n" if reopen else "",
+                prefix=reopeners[reopen.start_line] + "\n" if reopen else "",
                 suffix="\n" + fence_closer(doc, close) if close else "",
             ),
         )
@@ -301,10 +309,15 @@ def line_pieces(
 
 
 def balanced(doc: ParsedDocument, src: SourceText, span: Span) -> Span:
-    """`span`, closed by a marker line if it holds a fence that never closes (only such a span
-    is parsed again)."""
+    """`span`, closed by a marker line if it holds a fence that never closes, or starts or ends
+    inside a line and holds a fence marker (a line cut in two can open a fence when read alone,
+    such as "``` a ```" cut after its "a"); only such a span is parsed again."""
     first, last = src.first_line(span), src.last_line(span)
     if any(not f.closed and first <= f.start_line <= last for f in doc.fences):
+        return _balanced(src, span)
+    lines = src.lines_span(first, last)  # its whole lines
+    cut = src.text[lines.start : span.start].strip() or src.text[span.end : lines.end].strip()
+    if cut and _FENCE_MARKER.search(src.render(span)):
         return _balanced(src, span)
     return span
 

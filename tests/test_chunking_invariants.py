@@ -1,9 +1,10 @@
 """Invariants every registered strategy keeps, on fixtures, random markdown and bad input.
 
 The own-content check (see tests/chunking_support.py): every non-blank line of a chunk, except
-lines that are headings of the document (possibly prepended context) and bare fence lines
-(possibly a closed or reopened fence), appears, whitespace collapsed, in the document's lines
-start_line..end_line (also collapsed).
+lines that are headings of the document (possibly prepended context), a table's header and
+delimiter rows (repeated above rows cut from it) and bare fence lines (possibly a closed or
+reopened fence), appears, whitespace collapsed, in the document's lines start_line..end_line
+(also collapsed).
 """
 
 from __future__ import annotations
@@ -56,20 +57,45 @@ def test_invariants_on_random_markdown(strategy, text):
     check_invariants(text, strategy)
 
 
+# Limits small enough that random documents are cut everywhere: in fences, tables and long lines.
+SMALL = {
+    "semantic": {"max_tokens": 60, "min_tokens": 20, "min_tokens_deeper": 40},
+    "structural": {"target": 60, "soft_max": 80, "hard_max": 100, "overlap_percent": 15},
+    "hierarchical": {"max_chunk_size": 300, "overlap_size": 60, "hard_max_size": 600},
+    "headers": {"max_document_lines": 20, "max_section_lines": 10},
+}
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=markdown_documents())
 def test_invariants_with_small_limits_and_crlf(strategy, text):
-    options = {"semantic": {"max_tokens": 60, "min_tokens": 20, "min_tokens_deeper": 40}}
-    check_invariants(text.replace("\n", "\r\n"), strategy, **options.get(strategy, {}))
+    check_invariants(text.replace("\n", "\r\n"), strategy, **SMALL[strategy])
 
 
-# Examples hypothesis found (tests/fixtures/found). Cut out of their list item, the 4-space "```"
-# line of the first two is indented code: in the first, the closer inserted after the last line (a
-# fence the file ends) opened a fence; in the second, the reopened fence did not open, and a
-# closing line did. In the third, the reopened opener's info string holds "|", and before a table's
-# delimiter row markdown-it reads it as a header row. In the fourth, hierarchical's overlap started
-# a chunk at the "```" in the middle of a line.
+# Documents hypothesis found breaking an invariant (tests/fixtures/found), and what went wrong:
+# - list-fence-closer-opens (semantic): cut out of its list item, a 4-space "```" line is indented
+#   code; the closer inserted after the last line, for a fence the file ends, opened a fence;
+# - list-fence-reopened-as-code (semantic): the same, the reopened fence did not open and a
+#   closing line did;
+# - fence-info-with-pipe (semantic): before a table's delimiter row markdown-it reads a reopened
+#   opener whose info string holds "|" as the table's header row;
+# - overlap-at-backticks (hierarchical): the overlap started a chunk at a "```" inside a line;
+# - quoted-fence-line-cut (semantic, MiniLM tokens): a piece of a cut fence line in a block quote
+#   lost the quote's marker, and with it the fence its chunk reopened;
+# - quoted-unclosed-fence (structural): a block quote holding a fence that never closes was one
+#   chunk, and its closing line took it past hard_max (the file failed);
+# - fence-info-too-long-to-reopen (structural): an info string too long to repeat in every piece
+#   failed the file (the bare marker reopens it now, as in semantic);
+# - line-cut-before-a-list-fence (semantic): a long line cut before " 1. ```", a list's fence;
+# - window-starts-at-backticks (structural): a token window began with "```";
+# - cut-before-closing-backticks (structural): a chunk ended inside "``` the … ```", a paragraph
+#   line (backticks in its info string) that its first part alone would make a fence opener;
+# - html-block-list-fence (semantic): no room was kept to close a "- ```" line of an HTML block;
+# - line-like-an-opener-cut (semantic): the first piece of a long paragraph line "``` word … ```"
+#   is a fence opener alone (hierarchical: the closer added took a window past hard_max_size);
+# - headers-quoted-fence-in-list (headers): a fence its list item ended, then a blank line, ended
+#   the chunk: alone, the item goes on to the end of the text, and the fence with it.
 FOUND = sorted((FIXTURES.parent / "found").glob("*.md"))
 
 
@@ -77,9 +103,10 @@ FOUND = sorted((FIXTURES.parent / "found").glob("*.md"))
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
 @pytest.mark.parametrize("path", FOUND, ids=lambda path: path.stem)
 def test_invariants_on_examples_found_before(strategy, newline, path):
-    text = path.read_text(encoding="utf-8")
-    options = {"semantic": {"max_tokens": 60, "min_tokens": 20, "min_tokens_deeper": 40}}
-    check_invariants(text.replace("\n", newline), strategy, **options.get(strategy, {}))
+    text = path.read_text(encoding="utf-8").replace("\n", newline)
+    for tokenizer in ("heuristic", "minilm"):
+        check_invariants(text, strategy, **SMALL[strategy], tokenizer=tokenizer)
+    check_invariants(text, strategy)
 
 
 # -- bad input: chunks or a clear ChunkingError, never a crash or a hang -------------------------
