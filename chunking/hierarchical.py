@@ -33,6 +33,7 @@ from chunking.spans import (
     Measure,
     SourceText,
     Span,
+    UnclosedFences,
     balanced,
     line_kinds,
     line_pieces,
@@ -102,12 +103,13 @@ class HierarchicalStrategy(Strategy):
         pieces: list[tuple[Section, str, Span, bool]] = []  # section, type, span, has heading
         first_content = True
         lines_with_links = sorted({link.line for link in doc.links if not link.is_image})
+        unclosed = UnclosedFences.of(doc)
         for section in sections(doc):
             if not section.blocks:
                 continue
             kind = classify(doc, section, first_content, lines_with_links)
             first_content = False
-            for span in self._pieces(doc, src, measure, section, kind):
+            for span in self._pieces(doc, src, measure, section, kind, unclosed):
                 at_heading = section.heading is not None and not span.prefix
                 at_heading = at_heading and span.start == _start(src, section)
                 pieces.append((section, kind, span, at_heading))
@@ -154,7 +156,13 @@ class HierarchicalStrategy(Strategy):
                 )
 
     def _pieces(
-        self, doc: ParsedDocument, src: SourceText, measure: Measure, section: Section, kind: str
+        self,
+        doc: ParsedDocument,
+        src: SourceText,
+        measure: Measure,
+        section: Section,
+        kind: str,
+        unclosed: UnclosedFences,
     ) -> list[Span]:
         """The spans one section becomes: itself when it fits, else cut (with overlap for
         descriptive text)."""
@@ -164,9 +172,10 @@ class HierarchicalStrategy(Strategy):
         if len(src.render(whole)) <= limit:
             return [whole]
         if kind in ATOMIC:
-            return self._cut(doc, src, measure, section, limit)
+            return self._cut(doc, src, measure, section, limit, unclosed)
         # Room for the overlap inside max_chunk_size.
-        pieces = self._cut(doc, src, measure, section, limit - self.options["overlap_size"])
+        limit -= self.options["overlap_size"]
+        pieces = self._cut(doc, src, measure, section, limit, unclosed)
         return [pieces[0]] + [
             Span(
                 self._overlap_start(doc, src, before, piece), piece.end, piece.prefix, piece.suffix
@@ -175,16 +184,23 @@ class HierarchicalStrategy(Strategy):
         ]
 
     def _cut(
-        self, doc: ParsedDocument, src: SourceText, measure: Measure, section: Section, limit: int
+        self,
+        doc: ParsedDocument,
+        src: SourceText,
+        measure: Measure,
+        section: Section,
+        limit: int,
+        unclosed: UnclosedFences,
     ) -> list[Span]:
         """A section's content packed by blocks into spans of at most `limit` characters; a
-        block over `limit` is cut on its own (rows, lines or sentences)."""
+        block over `limit`, or holding a fence that never closes (its closing line is added
+        later), is cut on its own (rows, lines or sentences)."""
         units: list[Span] = []
         for index, block in enumerate(section.blocks):
             span = src.block_span(block)
             if index == 0:
                 span = Span(_start(src, section), span.end)
-            if span.end - span.start <= limit and not _unclosed(block):
+            if span.end - span.start <= limit and not unclosed.in_block(block):
                 units.append(span)
             elif block.kind == "table":
                 units += table_pieces(src, block, measure, limit)
@@ -237,11 +253,6 @@ def _fit(src: SourceText, measure: Measure, span: Span, limit: int) -> list[Span
     room = 4 + max(map(len, runs)) if runs else 0  # a newline, an indentation, the marker
     windows = measure.windows(span.start, span.end, max(1, limit - room), 0)
     return [trimmed(src, a, b) for a, b in windows]
-
-
-def _unclosed(block: Block) -> bool:
-    """Whether `block` is a fence that is never closed."""
-    return block.kind == "fence" and not block.closed
 
 
 def _start(src: SourceText, section: Section) -> int:

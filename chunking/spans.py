@@ -93,6 +93,23 @@ def line_kinds(doc: ParsedDocument, src: SourceText, span: Span) -> bytes | None
 
 
 @dataclass(frozen=True)
+class UnclosedFences:
+    """The first lines of a document's fences that never close, nested ones too: a chunk that
+    holds one gets a closing line, which the size of its source lines does not count."""
+
+    starts: tuple[int, ...]
+
+    @classmethod
+    def of(cls, doc: ParsedDocument) -> UnclosedFences:
+        return cls(tuple(fence.start_line for fence in doc.fences if not fence.closed))
+
+    def in_block(self, block: Block) -> bool:
+        """Whether one of them starts in `block`'s lines (the block, or one inside it)."""
+        index = bisect_left(self.starts, block.start_line)
+        return index < len(self.starts) and self.starts[index] <= block.end_line
+
+
+@dataclass(frozen=True)
 class Measure:
     """Sizes of ranges inside one span of a source: tokens or characters.
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -32,6 +31,7 @@ from chunking.spans import (
     Measure,
     SourceText,
     Span,
+    UnclosedFences,
     balanced,
     line_kinds,
     line_pieces,
@@ -147,9 +147,7 @@ class _Walker:
         self.counter = self.strategy.counter
         self.target, self.soft, self.hard = opts["target"], opts["soft_max"], opts["hard_max"]
         self.percent = opts["overlap_percent"]
-        # First lines of the fences that never close, nested ones too (their chunk gets a
-        # closing line, which the block's own size does not count).
-        self.unclosed = [fence.start_line for fence in self.doc.fences if not fence.closed]
+        self.unclosed = UnclosedFences.of(self.doc)
 
     def run(self) -> list[Draft]:
         spans = [self.src.block_span(block) for block in self.doc.blocks]
@@ -187,7 +185,7 @@ class _Walker:
                 self._emit()
             elif current.tokens >= self.target or current.tokens + tokens > self.soft:
                 self._emit(overlap_room=self.soft - tokens if kind == _PROSE == current.kind else 0)
-        if tokens > self.hard or self._holds_unclosed_fence(block):
+        if tokens > self.hard or self.unclosed.in_block(block):
             self._oversized(block, kind, span, measure)
             return
         current = self.open
@@ -199,11 +197,6 @@ class _Walker:
         else:
             current.end, current.tokens = span.end, current.tokens + tokens
             current.kind, current.last, current.measure = kind, span, measure
-
-    def _holds_unclosed_fence(self, block: Block) -> bool:
-        """Whether a fence that never closes starts in `block` (the block or one inside it)."""
-        index = bisect_left(self.unclosed, block.start_line)
-        return index < len(self.unclosed) and self.unclosed[index] <= block.end_line
 
     def _structural_break(self, kind: str) -> bool:
         """Seed 002 section 4.1: tables and code stand alone; a list ends on switch or exit.

@@ -95,7 +95,9 @@ def test_invariants_with_small_limits_and_crlf(strategy, text):
 # - line-like-an-opener-cut (semantic): the first piece of a long paragraph line "``` word … ```"
 #   is a fence opener alone (hierarchical: the closer added took a window past hard_max_size);
 # - headers-quoted-fence-in-list (headers): a fence its list item ended, then a blank line, ended
-#   the chunk: alone, the item goes on to the end of the text, and the fence with it.
+#   the chunk: alone, the item goes on to the end of the text, and the fence with it;
+# - hierarchical-list-with-unclosed-fence (hierarchical): a list holding a fence that never closes
+#   was packed whole, and its closing line took the chunk past hard_max_size (the file failed).
 FOUND = sorted((FIXTURES.parent / "found").glob("*.md"))
 
 
