@@ -30,6 +30,7 @@ from types import MappingProxyType
 from chunking.blocks import LITERAL_KINDS, Block, Heading, ParsedDocument
 from chunking.record import CHUNKING_FAILED, Chunk, ChunkingError
 from chunking.spans import (
+    FENCE_RUN,
     Measure,
     SourceText,
     Span,
@@ -55,7 +56,6 @@ _PROSE = frozenset(("paragraph", "blockquote")) | _LISTS
 # linear instead of quadratic.
 BAND = 16
 _WORD_START = re.compile(r"(?<!\S)\S")
-_FENCE_RUN = re.compile(r"`{3,}|~{3,}")  # can open a fence at the start of a line
 
 
 @dataclass(frozen=True)
@@ -240,7 +240,7 @@ class HierarchicalStrategy(Strategy):
         first, last = src.line_of(start), src.line_of(piece.start)
         if any(doc.line_kinds[n - 1] in LITERAL_KINDS for n in range(first, last + 1)):
             return piece.start
-        return piece.start if _FENCE_RUN.match(src.text, start) else start
+        return piece.start if FENCE_RUN.match(src.text, start) else start
 
 
 def _fit(src: SourceText, measure: Measure, span: Span, limit: int) -> list[Span]:
@@ -249,7 +249,7 @@ def _fit(src: SourceText, measure: Measure, span: Span, limit: int) -> list[Span
     a window of backticks or tildes can open (`spans.balanced`)."""
     if span.end - span.start + len(span.prefix) + len(span.suffix) <= limit:
         return [span]
-    runs = _FENCE_RUN.findall(src.text, span.start, span.end)
+    runs = FENCE_RUN.findall(src.text, span.start, span.end)
     room = 4 + max(map(len, runs)) if runs else 0  # a newline, an indentation, the marker
     windows = measure.windows(span.start, span.end, max(1, limit - room), 0)
     return [trimmed(src, a, b) for a, b in windows]

@@ -28,7 +28,7 @@ from chunking.tokens import TokenCounter
 
 # A sentence ends at . ! ? (then closing quotes or brackets, then whitespace) or at a CJK full stop.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])\s*")
-_FENCE_MARKER = re.compile(r"`{3,}|~{3,}")  # a run that can open a fence
+FENCE_RUN = re.compile(r"`{3,}|~{3,}")  # a run of backticks or tildes, which can open a fence
 
 
 @dataclass(frozen=True)
@@ -334,7 +334,7 @@ def balanced(doc: ParsedDocument, src: SourceText, span: Span) -> Span:
         return _balanced(src, span)
     lines = src.lines_span(first, last)  # its whole lines
     cut = src.text[lines.start : span.start].strip() or src.text[span.end : lines.end].strip()
-    if cut and _FENCE_MARKER.search(src.render(span)):
+    if cut and FENCE_RUN.search(src.render(span)):
         return _balanced(src, span)
     return span
 

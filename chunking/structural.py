@@ -28,6 +28,7 @@ from types import MappingProxyType
 
 from chunking.blocks import Block, Heading, ParsedDocument
 from chunking.spans import (
+    FENCE_RUN,
     Measure,
     SourceText,
     Span,
@@ -265,7 +266,9 @@ class _Walker:
         """Where a chunk starting at `start` begins once `tail`'s last sentences are repeated.
 
         Whole sentences up to `budget` tokens; when even the last sentence is longer, its last
-        `budget` tokens. Returns `start` itself when there is nothing to repeat.
+        `budget` tokens. Returns `start` itself when there is nothing to repeat, or when the
+        repeated text would begin with a run of backticks or tildes (the chunk would open a fence,
+        and the line closing it would take it past the hard maximum).
         """
         if budget <= 0:
             return start
@@ -279,7 +282,7 @@ class _Walker:
         if chosen == start and parts:
             chosen = measure.tail(parts[-1].start, parts[-1].end, budget)
             chosen = start if chosen == parts[-1].start else chosen
-        return chosen
+        return start if FENCE_RUN.match(self.src.text, chosen) else chosen
 
     def _emit(self, overlap_room: int = 0) -> None:
         """Close the open chunk; the next one starts with its last sentences (seed 002 section 6)

@@ -21,10 +21,19 @@ _WORDS = st.sampled_from(
 _SENTENCE = st.lists(_WORDS, min_size=1, max_size=40).map(" ".join)
 
 
+# A container's first-line and other-lines prefixes: block quotes and list items, nested too.
+_CONTAINERS = [("> ", "> "), ("- ", "  "), ("1. ", "   "), ("> - ", ">   "), ("- > ", "  > ")]
+
+
 @st.composite
-def _block(draw) -> str:
-    kind = draw(st.integers(0, 11))
+def _block(draw, nested: bool = True) -> str:
+    kind = draw(st.integers(0, 12 if nested else 11))
     sentence = draw(_SENTENCE)
+    if kind == 12:  # another block inside a block quote or a list item
+        first, rest = draw(st.sampled_from(_CONTAINERS))
+        inner = draw(_block(nested=False)).split("\n")
+        lines = [rest + line if line else rest.rstrip() for line in inner[1:]]
+        return "\n".join([first + inner[0], *lines])
     if kind == 0:
         return f"{'#' * draw(st.integers(1, 6))} {sentence}"
     if kind == 1:

@@ -97,7 +97,9 @@ def test_invariants_with_small_limits_and_crlf(strategy, text):
 # - headers-quoted-fence-in-list (headers): a fence its list item ended, then a blank line, ended
 #   the chunk: alone, the item goes on to the end of the text, and the fence with it;
 # - hierarchical-list-with-unclosed-fence (hierarchical): a list holding a fence that never closes
-#   was packed whole, and its closing line took the chunk past hard_max_size (the file failed).
+#   was packed whole, and its closing line took the chunk past hard_max_size (the file failed);
+# - overlap-starts-at-backticks (structural, MiniLM tokens): an overlap began with "``` the 1.", and
+#   the line closing the fence it opened took the chunk past hard_max (the file failed).
 FOUND = sorted((FIXTURES.parent / "found").glob("*.md"))
 
 
