@@ -153,7 +153,7 @@ def _hub_place() -> str:
 
     if is_offline_mode():
         return "in the Hugging Face hub's cache (offline)"
-    return "on the Hugging Face hub, or in its cache"
+    return "on the Hugging Face hub"
 
 
 @dataclass(frozen=True)
@@ -212,12 +212,18 @@ def _cat_optional(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
 
 
 def _hub_file(model: str, name: str, revision: str | None) -> bytes | None:
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError
+    """A file of a hub model; None when the repository has no such file, or (offline) the cache
+    has not. A hub that cannot be reached, with the file not cached, raises."""
+    from huggingface_hub import hf_hub_download, is_offline_mode
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
     try:
         return Path(hf_hub_download(model, name, revision=revision)).read_bytes()
-    except EntryNotFoundError:  # not in the repository, or (offline) not in the cache
+    except LocalEntryNotFoundError:  # not in the cache, and the hub not asked or not reached
+        if is_offline_mode():
+            return None
+        raise
+    except EntryNotFoundError:  # not in the repository
         return None
 
 
