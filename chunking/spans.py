@@ -279,10 +279,11 @@ def line_pieces(
         check_fence_marker(fence, measure.size_of, limit, measure.unit)
         closer = fence_closer(doc, fence)
         reopener = fence_reopener(doc, fence)
-        if 2 * (measure.size_of(reopener + "\n" + closer) + 2) > limit:
-            reopener = closer  # the bare marker opens it as well
-        reopeners[fence.start_line] = reopener
         context = measure.size_of(reopener + "\n" + closer) + 2
+        if 2 * context > limit:
+            reopener = closer  # the bare marker opens it as well
+            context = measure.size_of(reopener + "\n" + closer) + 2
+        reopeners[fence.start_line] = reopener
         if 2 * context > limit:  # every piece would repeat it: quadratic output, or no room
             raise ChunkingError(
                 CHUNKING_FAILED,
