@@ -17,12 +17,13 @@ started; the hard maximum covers the whole emitted text (prepended headings and 
 included); a seal inside a fenced block closes the fence and reopens it in the next chunk, and a
 fence that its list item, block quote or the file ends gets a closing line, so every chunk is
 well-formed markdown (a chunk starting inside a list, block quote or HTML block, whose lines can
-parse otherwise without its start, is parsed again alone: an inserted closing line that opens a
-fence there is dropped, a fence left open is closed); a line longer than the maximum is cut into
-pieces at word boundaries; a dropped final chunk is reported in `skipped_tail_tokens` and kept with
-`keep_short_tail=True`; a chunk that starts with text before its first heading (a preamble) takes
-that heading's level as its start level; a chunk continuing a section after a max-token seal starts
-at the level of the innermost open heading.
+parse otherwise without its start, or holding a table row that starts like a fence opener, is
+parsed again alone: an inserted closing line that opens a fence there is dropped, a fence left
+open is closed); a line longer than the maximum is cut into pieces at word boundaries; a dropped
+final chunk is reported in `skipped_tail_tokens` and kept with `keep_short_tail=True`; a chunk that
+starts with text before its first heading (a preamble) takes that heading's level as its start
+level; a chunk continuing a section after a max-token seal starts at the level of the innermost
+open heading.
 
 Whole blocks are added at once when every line of them would fit; otherwise the block is added
 line by line, so the result is that of the line-by-line algorithm. With an additive counter each
@@ -39,6 +40,7 @@ from types import MappingProxyType
 
 from chunking.blocks import (
     FENCE_MARK,
+    TABLE,
     TEXT,
     Block,
     Heading,
@@ -103,9 +105,11 @@ class _Chunk:
     # Read again alone: it starts inside a top-level list, block quote or HTML block, whose lines
     # can parse otherwise without the block's start around them (a fence opens or does not), or
     # holds the first piece of a line that starts like a fence opener; `reserve` units are kept
-    # for closing a fence that its own lines leave open.
+    # for closing a fence that its own lines leave open. `container_end`: the last line of the
+    # container it starts in, until it takes a line after it (`_Window.leave_container`).
     alone: bool = False
     reserve: int = 0
+    container_end: int | None = None
     # Own content: (first line, last line, None, True) for whole source lines, (n, n, text,
     # ends) for a piece of line n, `ends` saying whether the piece ends where the line does.
     segments: list[tuple[int, int, str | None, bool]] = field(default_factory=list)
@@ -241,6 +245,7 @@ class _Window:
             if first <= end <= last
         )
         closer = self.largest_closer(first, last)
+        self.leave_container(last)
         if self.chunk.overhead + self.chunk.units + units + closer > self.limit:
             return False
         content = self.nonblank_total[last] > self.nonblank_total[first - 1]
@@ -253,13 +258,20 @@ class _Window:
         ending = self.unclosed_ends.get(number)
         tail = self.closer_units_of(ending) if ending else 0  # closer inserted after the line
         units = self.lines_units(number, number) + tail
-        closer = self.closer_units(number)
+        # A table row that starts like a fence opener opens one in a chunk without the table's
+        # header and delimiter rows (semantic does not repeat them): room is kept to close it.
+        row = self.doc.line_kinds[number - 1] == TABLE and _OPENS_FENCE.match(text)
+        row_closer = self.context_units(row.group()) if row else 0
+        closer = max(self.closer_units(number), row_closer)
+        self.leave_container(number)
         chunk = self.chunk
         if chunk.has_content and chunk.overhead + chunk.units + units + closer > self.limit:
             self.seal()
             self.chunk = self.continuation(number)
         if self.chunk.overhead + units + closer <= self.limit:
             self.append(number, number, None, units, bool(text.strip()))
+            if row:
+                self.keep_room(row_closer)
             return
         # Longer than any chunk can hold: cut at word boundaries, one piece per chunk. A piece
         # after the first of a line in a fence inside a block quote repeats the quote markers, so
@@ -390,14 +402,42 @@ class _Window:
             chunk = self.new_chunk(parents, fence)
         container = self.container_at(number)
         if container is not None:
-            lines = self.doc.lines[number - 1 : container[1]]
-            markers = (_OPENS_FENCE.match(line) for line in lines)
             chunk.alone = True
-            chunk.reserve = max((self.counter.units(m.group(0)) for m in markers if m), default=0)
+            chunk.container_end = container[1]
+            chunk.reserve = self.fence_room(number, container[1])
             chunk.overhead += chunk.reserve
         chunk.start_level = chunk.deepest = parents[-1].level if parents else None
         chunk.continued = True
         return chunk
+
+    def fence_room(self, first: int, last: int) -> int:
+        """Units of the longest fence-like line (`_OPENS_FENCE`) among lines first..last."""
+        markers = (_OPENS_FENCE.match(line) for line in self.doc.lines[first - 1 : last])
+        return max((self.counter.units(m.group(0)) for m in markers if m), default=0)
+
+    def leave_container(self, last: int) -> None:
+        """Before the chunk takes lines up to `last`: when a chunk read alone goes past the end
+        of the container it started in, and its lines to that end leave a fence open there, the
+        fences after it pair otherwise than in the file; room is then kept for the longest
+        fence-like line of the rest of the file."""
+        chunk = self.chunk
+        end = chunk.container_end
+        if end is None or last <= end:
+            return
+        chunk.container_end = None
+        after = chunk.segments[-1][1] + 1 if chunk.segments else end + 1
+        rest = [(after, end, None, True)] if after <= end else []
+        own = self.own_lines(chunk.segments + rest)[0]
+        if unclosed_fences("\n".join([chunk.reopen, *own])):
+            self.keep_room(self.fence_room(end + 1, len(self.doc.lines)))
+
+    def keep_room(self, units: int) -> None:
+        """Read the chunk again alone when it is drafted, with `units` kept for the line that
+        closes a fence its own lines leave open."""
+        chunk = self.chunk
+        chunk.alone = True
+        chunk.overhead += max(units - chunk.reserve, 0)
+        chunk.reserve = max(units, chunk.reserve)
 
     def container_at(self, number: int) -> tuple[int, int] | None:
         """(first, last) line of the top-level list, block quote or HTML block that line
@@ -413,10 +453,12 @@ class _Window:
             self.drafts.append(self.draft(self.chunk))
         self.chunk = _Chunk()
 
-    def own_lines(self, chunk: _Chunk) -> tuple[list[str], bytearray, list[int], list[int]]:
-        """The chunk's own lines, their kinds and source line numbers, and the indices of the
-        inserted lines among them: a closing line follows the last line of every fence that its
-        container (or the file) ends."""
+    def own_lines(
+        self, segments: list[tuple[int, int, str | None, bool]]
+    ) -> tuple[list[str], bytearray, list[int], list[int]]:
+        """A chunk's own lines (from its `segments`), their kinds and source line numbers, and
+        the indices of the inserted lines among them: a closing line follows the last line of
+        every fence that its container (or the file) ends."""
         lines, kinds = self.doc.lines, self.doc.line_kinds
         own: list[str] = []
         own_kinds = bytearray()
@@ -434,7 +476,7 @@ class _Window:
             own_kinds.append(FENCE_MARK)
             numbers.append(end)
 
-        for first, last, piece, ends in chunk.segments:
+        for first, last, piece, ends in segments:
             if piece is not None:
                 own.append(piece)
                 own_kinds.append(kinds[first - 1])
@@ -452,7 +494,7 @@ class _Window:
 
     def draft(self, chunk: _Chunk) -> Draft:
         """BuildChunkWithHierarchy: parents, fence reopen, own lines, fence close."""
-        own, own_kinds, numbers, inserted = self.own_lines(chunk)
+        own, own_kinds, numbers, inserted = self.own_lines(chunk.segments)
         start = next(i for i, text in enumerate(own) if text.strip())
         end = next(i for i in range(len(own) - 1, -1, -1) if own[i].strip())
         texts = [h.markdown for h in chunk.prefix]

@@ -99,7 +99,12 @@ def test_invariants_with_small_limits_and_crlf(strategy, text):
 # - hierarchical-list-with-unclosed-fence (hierarchical): a list holding a fence that never closes
 #   was packed whole, and its closing line took the chunk past hard_max_size (the file failed);
 # - overlap-starts-at-backticks (structural, MiniLM tokens): an overlap began with "``` the 1.", and
-#   the line closing the fence it opened took the chunk past hard_max (the file failed).
+#   the line closing the fence it opened took the chunk past hard_max (the file failed);
+# - html-block-fence-pairs-otherwise (semantic, MiniLM tokens): alone, a chunk's "```" line from its
+#   HTML block paired with the next fence's opener after the block, so a "~~~~~" line there opened
+#   a fence; the room kept covered only the HTML block's fence-like lines (the file failed);
+# - table-header-like-an-opener (semantic, MiniLM tokens): a table's header row "``` the … |" ended
+#   a chunk, its delimiter row in the next: alone, the header row opened a fence.
 FOUND = sorted((FIXTURES.parent / "found").glob("*.md"))
 
 
