@@ -18,6 +18,10 @@ until it has written the new one. A second build on that output fails at once wi
   A build that lost its lock (taken over, or not renewed for `LEASE_S - RENEW_S`, before anyone
   may take it over) stops with `LockLost` (exit code 75) at its next check: before each topic's
   reduce starts and before the driver's finish (`output_lock` yields the check).
+- **S3-compatible stores that ignore conditional writes** (they write over the object all the
+  same): no lock, a warning. Each build first creates an object of its own twice, conditionally, and
+  deletes it; a second create that succeeds is such a store, where two builds would both take the
+  lock and renew it.
 - **Other object stores** (whose conditional writes fsspec does not reach): no lock, a warning.
 """
 
@@ -65,12 +69,37 @@ def output_lock(output: Storage) -> Iterator[Check]:
     if output.is_local:
         with _file_lock(output):
             yield held  # the kernel's lock is never lost while the process lives
+    elif output.protocol in ("s3", "s3a") and ignores_conditional_writes(output):
+        log.warning(
+            "no build lock on %s: the store ignores conditional writes (If-None-Match), so two "
+            "builds would both take it; run one build per output at a time",
+            output.uri(),
+        )
+        yield held
     elif output.protocol in ("s3", "s3a"):
         with _object_lock(output) as lease:
             yield lease.check
     else:
         log.warning("no build lock on %s: run one build per output at a time", output.uri())
         yield held
+
+
+def ignores_conditional_writes(output: Storage) -> bool:
+    """Whether the store writes over an object that a PUT with `If-None-Match: *` must not
+    (some S3-compatible stores ignore the header): an object of this build's own is created
+    twice that way, then deleted. A store that refuses the header fails the build here."""
+    fs = output.filesystem()
+    name = f"{LOCK_PATH}.probe-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+    path = output.full_path(name)
+    fs.pipe_file(path, b"", mode="create")
+    try:
+        fs.pipe_file(path, b"", mode="create")
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            fs.rm_file(path)
+    return True
 
 
 def held() -> None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -66,6 +68,73 @@ def test_an_s3_lock_is_exclusive_names_its_holder_and_is_deleted_at_the_end(s3_o
     assert not fs.exists(path)
     with output_lock(s3_output):  # released: taken again
         assert fs.exists(path)
+
+
+def test_the_probe_for_conditional_writes_leaves_nothing_behind(s3_output):
+    """moto keeps `If-None-Match: *`: the lock is taken, and the probe's object is gone."""
+    fs = s3_output.filesystem()
+    with output_lock(s3_output):
+        fs.invalidate_cache()
+        assert fs.find(s3_output.full_path("")) == [s3_output.full_path(LOCK_PATH)]
+    fs.invalidate_cache()
+    assert fs.find(s3_output.full_path("")) == []
+
+
+S3_KEYS = {
+    "aws_access_key_id": "testing",
+    "aws_secret_access_key": "testing",
+    "region_name": "us-east-1",
+}
+
+
+class IgnoresConditions:
+    """A WSGI layer that drops conditional headers before moto's S3 app sees them, as some
+    S3-compatible stores ignore them."""
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        for header in ("HTTP_IF_NONE_MATCH", "HTTP_IF_MATCH"):
+            environ.pop(header, None)
+        return self.app(environ, start_response)
+
+
+@pytest.fixture
+def unconditional_output() -> Iterator[Storage]:
+    """An output on a moto S3 server of its own that ignores conditional writes."""
+    import boto3
+    from moto.moto_server.werkzeug_app import create_backend_app
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    server._server.app = IgnoresConditions(create_backend_app("s3"))  # looked up per request
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        boto3.client("s3", endpoint_url=endpoint, **S3_KEYS).create_bucket(Bucket="ignores")
+        yield Storage("s3://ignores/out", json.loads(s3_options(endpoint)))
+    finally:
+        server.stop()
+
+
+def test_a_store_that_ignores_conditional_writes_gives_no_lock_and_says_so(
+    unconditional_output, caplog
+):
+    """Two builds would both take the lock there: each goes on unlocked, warned, and leaves
+    nothing behind."""
+    fs = unconditional_output.filesystem()
+    with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+        with output_lock(unconditional_output) as check:
+            with output_lock(unconditional_output):
+                check()
+    assert caplog.text.count("the store ignores conditional writes (If-None-Match)") == 2
+    assert "no build lock on s3://ignores/out" in caplog.text
+    fs.invalidate_cache()
+    assert fs.find(unconditional_output.full_path("")) == []
 
 
 def test_an_expired_s3_lock_is_taken_over_once(s3_output, caplog):
