@@ -22,7 +22,16 @@ _SENTENCE = st.lists(_WORDS, min_size=1, max_size=40).map(" ".join)
 
 
 # A container's first-line and other-lines prefixes: block quotes and list items, nested too.
-_CONTAINERS = [("> ", "> "), ("- ", "  "), ("1. ", "   "), ("> - ", ">   "), ("- > ", "  > ")]
+_CONTAINERS = [
+    ("> ", "> "),
+    ("- ", "  "),
+    ("1. ", "   "),
+    ("> - ", ">   "),
+    ("- > ", "  > "),
+    ("> > ", "> > "),
+    ("- - ", "    "),
+    ("* ", "\t"),  # a tab continues the item (it reaches column 4)
+]
 
 
 @st.composite
@@ -40,7 +49,7 @@ def _block(draw, nested: bool = True) -> str:
         return f"{sentence}\n{draw(st.sampled_from(['===', '---']))}"
     if kind in (2, 3):
         marker = draw(st.sampled_from(["```", "~~~", "````", "~~~~~"]))
-        indent = draw(st.sampled_from(["", " ", "   "]))
+        indent = draw(st.sampled_from(["", " ", "   ", "\t"]))  # a tab: indented code
         body = draw(
             st.lists(st.sampled_from([sentence, "# not a heading", "", "x = 1"]), max_size=30)
         )
@@ -64,13 +73,17 @@ def _block(draw, nested: bool = True) -> str:
         return f"    {sentence}\n    # indented, not a heading"
     if kind == 9:
         return f"<div>\n# {sentence}\n</div>"
+    if kind == 10:  # a table without outer pipes: any row may start like another block
+        rows = draw(st.lists(_SENTENCE, min_size=2, max_size=5))
+        return "\n".join([f"{rows[0]} | b", "--- | ---", *(f"{row} | x" for row in rows[1:])])
     return "\n".join(draw(st.lists(_SENTENCE, min_size=1, max_size=12)))
 
 
 @st.composite
 def markdown_documents(draw) -> str:
     """Random markdown mixing headings, setext headings, fences (closed or not), lists, quotes,
-    tables, indented code and HTML, with CJK words and heading-like lines inside code."""
+    tables (with and without outer pipes), indented code and HTML, with CJK words and heading-like
+    lines inside code."""
     blocks = draw(st.lists(_block(), max_size=25))
     separator = draw(st.sampled_from(["\n\n", "\n"]))
     return separator.join(blocks) + draw(st.sampled_from(["", "\n"]))
