@@ -53,12 +53,15 @@ def _choices(options: tuple[str, ...], default: str) -> Any:
 @dataclass(frozen=True)
 class SourcesConfig:
     """Which files of the input are sources (matched on the file name), whether symbolic links
-    in a local input are followed (off: skipped and reported as SYMLINK_SKIPPED), and whether an
-    input that lists none may empty an output that holds some (off: the build is refused)."""
+    in a local input are followed (off: skipped and reported as SYMLINK_SKIPPED), whether an
+    input that lists none may empty an output that holds some (off: the build is refused), and
+    the largest share of the output's sources one build may delete (None: any; over it, the
+    build is refused: a partly synced input looks like that)."""
 
     globs: tuple[str, ...] = ("*.md",)
     follow_symlinks: bool = False
     allow_empty: bool = False
+    max_deleted_fraction: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,12 @@ class EmptyInput(InputNotFound):
     refreshed or a mistyped prefix look like; `sources.allow_empty: true` goes on."""
 
 
+class TooManyDeleted(InputNotFound):
+    """The build would delete a larger share of the output's sources than
+    `sources.max_deleted_fraction` allows (exit code 2): what an input that a sync has only partly
+    filled looks like."""
+
+
 log = logging.getLogger(__name__)
 
 
@@ -43,6 +49,29 @@ def check_embedding_model(config: JobConfig) -> None:
         raise
     except Exception as error:  # noqa: BLE001 - e.g. the network: the actors try again
         log.warning("could not check the model here: %s (%s)", error, type(error).__name__)
+
+
+def check_deletions(config: JobConfig, plan: Plan, previous: Manifest) -> None:
+    """Raise TooManyDeleted when the plan deletes more of the previous run's sources than
+    `sources.max_deleted_fraction` allows (an empty input that `sources.allow_empty` lets empty
+    the output is not refused here)."""
+    limit = config.sources.max_deleted_fraction
+    if (
+        limit is None
+        or not previous.sources
+        or not plan.fingerprints
+        and config.sources.allow_empty
+    ):
+        return
+    deleted, held = len(plan.deleted), len(previous.sources)
+    if deleted > limit * held:
+        raise TooManyDeleted(
+            f"input {config.input}: the build would delete {deleted} of the {held} sources the "
+            f"output {config.output} holds from its last run ({deleted / held:.0%}), more than "
+            f"sources.max_deleted_fraction ({limit:g}): an input that a sync has only partly "
+            "filled looks like that. Check the input; to delete them, raise or unset "
+            "sources.max_deleted_fraction for this run"
+        )
 
 
 def settings_key(config: JobConfig) -> str:
@@ -99,7 +128,8 @@ def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
 
 def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discovery:
     """Read the previous manifest and plan the run from the input's listing (reads nothing
-    else); `EmptyInput` when the listing holds no source and the output some."""
+    else); `EmptyInput` when the listing holds no source and the output some, `TooManyDeleted`
+    past `sources.max_deleted_fraction`."""
     output = output_storage(config)
     previous = Manifest.from_json(output.read_optional(MANIFEST_PATH))
     config_key = settings_key(config)
@@ -111,5 +141,6 @@ def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discov
             "the build would delete every topic. Check the input; to empty the index, set "
             "sources.allow_empty: true"
         )
+    check_deletions(config, plan, previous)
     sizes = {f.path: f.size for f in listing if isinstance(f, FileInfo)}
     return Discovery(input_storage(config), output, previous, config_key, plan, sizes)

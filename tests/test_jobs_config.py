@@ -106,6 +106,10 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"embedding": {"normalize": "yes"}}, "embedding.normalize: expected true or false"),
         ({"failure_policy": "ignore"}, "failure_policy: 'ignore' is not one of: continue, abort"),
         ({"prompts": {"threshold": 1.5}}, "prompts.threshold: must be <= 1.0"),
+        (
+            {"sources": {"max_deleted_fraction": 2}},
+            "sources.max_deleted_fraction: must be <= 1.0",
+        ),
         ({"sources": {"globs": []}}, "sources.globs: expected a non-empty list of strings"),
         ({"chunking": {"strategy": "nope"}}, "chunking: unknown chunking strategy 'nope'"),
         ({"chunking": {"options": {"no_such_option": 1}}}, "no_such_option"),

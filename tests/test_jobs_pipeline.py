@@ -525,6 +525,38 @@ def test_an_input_that_lists_no_sources_never_empties_an_output_that_holds_some(
     assert build("--input", str(docs), "--output", str(tmp_path / "new")) == 0
 
 
+def test_a_build_that_would_delete_more_than_max_deleted_fraction_is_refused(tmp_path, capsys):
+    """A partly synced input (three of four sources gone) is refused with exit code 2, in a build
+    and in a dry run, and the output stays as it was; a share at or under the limit goes on, and
+    so does an empty input that `sources.allow_empty` lets empty the output."""
+    docs, out = tmp_path / "docs", tmp_path / "out"
+    names = ["t/a.md", "t/b.md", "u/c.md", "u/d.md"]
+    for name in names:
+        (docs / name).parent.mkdir(parents=True, exist_ok=True)
+        (docs / name).write_text(f"# {name}\n\nHow {name} retries a request.\n")
+    assert build("--input", str(docs), "--output", str(out)) == 0
+    before = every_file(out)
+    for name in names[:3]:
+        (docs / name).unlink()
+    capsys.readouterr()
+    run = ["--input", str(docs), "--output", str(out)]
+    half = ["--set", "sources.max_deleted_fraction=0.5"]
+    for extra in ([], ["--dry-run"]):
+        assert build(*run, *half, *extra) == 2
+        err = capsys.readouterr().err
+        assert "the build would delete 3 of the 4 sources" in err and "(75%)" in err
+        assert "more than sources.max_deleted_fraction (0.5)" in err
+    assert every_file(out) == before
+    (docs / names[0]).write_text("# t/a.md\n\nHow t/a.md retries a request.\n")
+    assert build(*run, *half, "--dry-run") == 0  # two of four: not more than half
+    assert build(*run, "--set", "sources.max_deleted_fraction=0.25", "--dry-run") == 2
+    (docs / names[0]).unlink()
+    (docs / names[3]).unlink()
+    empty = ["--set", "sources.allow_empty=true"]
+    assert build(*run, *half, *empty, "--dry-run") == 0
+    assert every_file(out) == before
+
+
 # Another process that holds an output's build lock, as a running build does, until its stdin
 # closes (or it is killed).
 HOLD_LOCK = """
