@@ -56,12 +56,8 @@ def check_deletions(config: JobConfig, plan: Plan, previous: Manifest) -> None:
     `sources.max_deleted_fraction` allows (an empty input that `sources.allow_empty` lets empty
     the output is not refused here)."""
     limit = config.sources.max_deleted_fraction
-    if (
-        limit is None
-        or not previous.sources
-        or not plan.fingerprints
-        and config.sources.allow_empty
-    ):
+    emptied = not plan.fingerprints and config.sources.allow_empty  # as the config allows
+    if limit is None or not previous.sources or emptied:
         return
     deleted, held = len(plan.deleted), len(previous.sources)
     if deleted > limit * held:
