@@ -47,6 +47,9 @@ _LOCAL_NORMALIZERS = frozenset({None, "BertNormalizer"})
 _LOCAL_PRE_TOKENIZERS = frozenset({"BertPreTokenizer", "WhitespaceSplit"})
 _MAX_WORDS = 1 << 16  # distinct words an HFCounter remembers before it starts over
 _MAX_WORD_CHARS = 64  # longer words are tokenized each time (they seldom come back)
+# Characters an additive tokenizer encodes in one call (`HFCounter._encode`): a time budget's
+# signal stops Python between calls, never inside one (a 20 MB line took 13 s in one call).
+_WINDOW = 1 << 16
 
 
 class TokenCounter(Protocol):
@@ -194,11 +197,9 @@ class HFCounter:
         return fresh
 
     def _tokenize_words(self, words: list[str]) -> list[tuple[tuple[int, ...], list[int]]]:
-        """Token start offsets and ids of each word, from one call on the words joined by
-        newlines."""
-        encoding = self.tokenizer.encode("\n".join(words), add_special_tokens=False)
-        starts = [start for start, _ in encoding.offsets]
-        ids = encoding.ids
+        """Token start offsets and ids of each word, from the words joined by newlines."""
+        offsets, ids = self._encode("\n".join(words))
+        starts = [start for start, _ in offsets]
         out, offset, first = [], 0, 0
         for word in words:  # no token starts at a joining newline
             stop = bisect_left(starts, offset + len(word), first)
@@ -220,7 +221,7 @@ class HFCounter:
 
     def split(self, text: str, max_units: int) -> list[str]:
         """Cut every `max_units` tokens, moved back to a whitespace gap between tokens if any."""
-        offsets = self.tokenizer.encode(text, add_special_tokens=False).offsets
+        offsets = self._encode(text)[0]
         budget = max(1, max_units)
         cuts, first = [0], 0
         while len(offsets) - first > budget:
@@ -242,6 +243,37 @@ class HFCounter:
             out.extend(map(offset.__add__, starts))
             offset += len(word) + 1
         return out
+
+    def _encode(self, text: str) -> tuple[list[tuple[int, int]], list[int]]:
+        """Token (start, end) offsets and ids of `text`. An additive tokenizer's tokens never
+        cross whitespace, so a long text is encoded `_WINDOW` characters at a time, cut at a
+        space, tab or newline: the same tokens, and no call that a time budget cannot stop."""
+        if not self.additive or len(text) <= _WINDOW:
+            encoding = self.tokenizer.encode(text, add_special_tokens=False)
+            return encoding.offsets, encoding.ids
+        offsets: list[tuple[int, int]] = []
+        ids: list[int] = []
+        start = 0
+        while start < len(text):
+            stop = _window_end(text, start)
+            encoding = self.tokenizer.encode(text[start:stop], add_special_tokens=False)
+            offsets.extend((start + a, start + b) for a, b in encoding.offsets)
+            ids.extend(encoding.ids)
+            start = stop
+        return offsets, ids
+
+
+def _window_end(text: str, start: int) -> int:
+    """Where the window from `start` ends: at the last whitespace within `_WINDOW` characters,
+    else at the next one (a word is never cut), else at the end of `text`."""
+    end = start + _WINDOW
+    if end >= len(text):
+        return len(text)
+    cut = max(text.rfind(gap, start + 1, end) for gap in " \t\n")
+    if cut > start:
+        return cut
+    found = [i for i in (text.find(gap, end) for gap in " \t\n") if i != -1]
+    return min(found) if found else len(text)
 
 
 def _words(text: str) -> list[str]:

@@ -136,6 +136,22 @@ def test_a_source_past_its_time_budget_fails_with_chunking_timeout():
     assert signal.getsignal(signal.SIGALRM) == handler
 
 
+@pytest.mark.parametrize(
+    "data",
+    [b"word " * 4_000_000, b" ".join(b"w%dx" % i for i in range(2_500_000))],
+    ids=["one-word", "distinct-words"],
+)
+def test_a_time_budget_stops_a_20_mb_line_counted_in_minilm_tokens(data):
+    """The tokenizer encodes a long line a window at a time: the budget's signal stops Python
+    only between calls into it. The budget runs out after the line's words are counted (about
+    1 s here), while it is cut into pieces: one call on the whole line then ran 13 s past it."""
+    started = time.perf_counter()
+    with pytest.raises(ChunkingError) as caught:
+        chunk_source(data, strategy="semantic", tokenizer="minilm", time_budget=2)
+    assert caught.value.code == CHUNKING_TIMEOUT
+    assert time.perf_counter() - started < 6
+
+
 def test_a_budget_spent_inside_a_destructor_still_stops_the_call_and_reports_nothing(monkeypatch):
     """The timer's first signal lands in a `__del__`, where Python drops exceptions and hands them
     to `sys.unraisablehook` (pytest's, which failed a run when the next signal landed inside it):

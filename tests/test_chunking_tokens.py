@@ -126,6 +126,23 @@ def test_minilm_ranges_cut_at_whitespace_count_what_the_tokenizer_says():
                 assert inside == len(minilm_direct(text[a:b])), (a, b)
 
 
+def test_minilm_long_texts_tokenized_window_by_window_give_the_tokenizers_own_cuts_and_ids():
+    """A text of many windows (`chunking.tokens._WINDOW` characters, cut at whitespace, so that
+    a time budget can stop the work between calls), a run longer than a window among them: the
+    cuts of one call on the whole text, and its ids."""
+    tokenizer = get_counter("minilm").tokenizer
+    gaps = [" ", "\n", "\t", "  "]
+    text = "".join(f"{word}{gaps[i % 4]}" for i, word in enumerate(TRICKY * 1500))
+    text += "x" * 70_000 + " end"
+    assert len(text) > 5 * 65_536
+    windowed = HFCounter(name="minilm", tokenizer=tokenizer, additive=True)
+    whole = HFCounter(name="minilm", tokenizer=tokenizer, additive=False)  # one call
+    for max_units in (7, 250):
+        assert windowed.split(text, max_units) == whole.split(text, max_units)
+    words = " ".join(f"{word}{i}" for i, word in enumerate(TRICKY * 1500))  # all new: one batch
+    assert windowed.ids([words]) == [tokenizer.encode(words, add_special_tokens=False).ids]
+
+
 def test_minilm_line_units_add_up_to_any_range_of_lines():
     counter = get_counter("minilm")
     lines = "\n".join(TRICKY).split("\n")
