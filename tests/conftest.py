@@ -84,15 +84,47 @@ class S3Server:
         return f"s3://{name}"
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    """A moto S3 server on 127.0.0.1 for the whole session, with AWS env pointing at it."""
+def _moto_server():
+    """A started moto server on a free port of 127.0.0.1, and its endpoint."""
     from moto.server import ThreadedMotoServer
 
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    endpoint = f"http://127.0.0.1:{port}"
+    return server, f"http://127.0.0.1:{port}"
+
+
+class _IgnoresConditions:
+    """A WSGI layer that drops conditional headers before moto's S3 app sees them, as some
+    S3-compatible stores ignore them."""
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        for header in ("HTTP_IF_NONE_MATCH", "HTTP_IF_MATCH"):
+            environ.pop(header, None)
+        return self.app(environ, start_response)
+
+
+@pytest.fixture
+def unconditional_s3() -> Iterator[S3Server]:
+    """A moto S3 server of its own that ignores conditional writes (`If-None-Match`,
+    `If-Match`)."""
+    from moto.moto_server.werkzeug_app import create_backend_app
+
+    server, endpoint = _moto_server()
+    server._server.app = _IgnoresConditions(create_backend_app("s3"))  # looked up per request
+    try:
+        yield S3Server(endpoint_url=endpoint)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A moto S3 server on 127.0.0.1 for the whole session, with AWS env pointing at it."""
+    server, endpoint = _moto_server()
     saved = {
         k: os.environ.get(k)
         for k in (

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -80,45 +78,11 @@ def test_the_probe_for_conditional_writes_leaves_nothing_behind(s3_output):
     assert fs.find(s3_output.full_path("")) == []
 
 
-S3_KEYS = {
-    "aws_access_key_id": "testing",
-    "aws_secret_access_key": "testing",
-    "region_name": "us-east-1",
-}
-
-
-class IgnoresConditions:
-    """A WSGI layer that drops conditional headers before moto's S3 app sees them, as some
-    S3-compatible stores ignore them."""
-
-    def __init__(self, app):
-        self.app = app
-
-    def __call__(self, environ, start_response):
-        for header in ("HTTP_IF_NONE_MATCH", "HTTP_IF_MATCH"):
-            environ.pop(header, None)
-        return self.app(environ, start_response)
-
-
 @pytest.fixture
-def unconditional_output() -> Iterator[Storage]:
+def unconditional_output(unconditional_s3) -> Storage:
     """An output on a moto S3 server of its own that ignores conditional writes."""
-    import boto3
-    from moto.moto_server.werkzeug_app import create_backend_app
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    server._server.app = IgnoresConditions(create_backend_app("s3"))  # looked up per request
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        boto3.client("s3", endpoint_url=endpoint, **S3_KEYS).create_bucket(Bucket="ignores")
-        yield Storage("s3://ignores/out", json.loads(s3_options(endpoint)))
-    finally:
-        server.stop()
+    bucket = unconditional_s3.make_bucket("ignores")
+    return Storage(f"{bucket}/out", unconditional_s3.storage_options)
 
 
 def test_a_store_that_ignores_conditional_writes_gives_no_lock_and_says_so(
