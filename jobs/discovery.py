@@ -52,15 +52,22 @@ def check_embedding_model(config: JobConfig) -> None:
 
 
 def check_deletions(config: JobConfig, plan: Plan, previous: Manifest) -> None:
-    """Raise TooManyDeleted when the plan deletes more of the previous run's sources than
-    `sources.max_deleted_fraction` allows (an empty input that `sources.allow_empty` lets empty
-    the output is not refused here)."""
-    limit = config.sources.max_deleted_fraction
-    emptied = not plan.fingerprints and config.sources.allow_empty  # as the config allows
-    if limit is None or not previous.sources or emptied:
+    """Refuse a plan that deletes what the output holds on a listing's say-so alone:
+    `EmptyInput` when the listing holds no source (unless `sources.allow_empty`), and
+    `TooManyDeleted` when it deletes a larger share of the previous run's sources than
+    `sources.max_deleted_fraction` allows."""
+    held = len(previous.sources)
+    if not held or not plan.fingerprints and config.sources.allow_empty:
         return
-    deleted, held = len(plan.deleted), len(previous.sources)
-    if deleted > limit * held:
+    if not plan.fingerprints:
+        raise EmptyInput(
+            f"input {config.input}: no sources (file names matching {list(config.sources.globs)}),"
+            f" and the output {config.output} holds {held} from its last run: "
+            "the build would delete every topic. Check the input; to empty the index, set "
+            "sources.allow_empty: true"
+        )
+    limit, deleted = config.sources.max_deleted_fraction, len(plan.deleted)
+    if limit is not None and deleted > limit * held:
         raise TooManyDeleted(
             f"input {config.input}: the build would delete {deleted} of the {held} sources the "
             f"output {config.output} holds from its last run ({deleted / held:.0%}), more than "
@@ -130,13 +137,6 @@ def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discov
     previous = Manifest.from_json(output.read_optional(MANIFEST_PATH))
     config_key = settings_key(config)
     plan = make_plan(listing, previous, config_key, config.sources.globs)
-    if not plan.fingerprints and previous.sources and not config.sources.allow_empty:
-        raise EmptyInput(
-            f"input {config.input}: no sources (file names matching {list(config.sources.globs)}),"
-            f" and the output {config.output} holds {len(previous.sources)} from its last run: "
-            "the build would delete every topic. Check the input; to empty the index, set "
-            "sources.allow_empty: true"
-        )
     check_deletions(config, plan, previous)
     sizes = {f.path: f.size for f in listing if isinstance(f, FileInfo)}
     return Discovery(input_storage(config), output, previous, config_key, plan, sizes)
