@@ -116,7 +116,7 @@ class HierarchicalStrategy(Strategy):
         related = cross_references([(section.index, section) for section, *_ in pieces])
         drafts = []
         for ordinal, (section, kind, span, has_heading) in enumerate(pieces):
-            span = balanced(doc, src, span)
+            span = balanced(src, span, unclosed)
             text = src.render(span)
             heading = section.headings[-1] if section.heading is not None else None
             context = f"Context: {section.path}\n\n"  # seed 004's enhanced_content, to the letter
@@ -167,7 +167,7 @@ class HierarchicalStrategy(Strategy):
         """The spans one section becomes: itself when it fits, else cut (with overlap for
         descriptive text)."""
         end = src.block_span(section.blocks[-1]).end
-        whole = balanced(doc, src, Span(_start(src, section), end))
+        whole = balanced(src, Span(_start(src, section), end), unclosed)
         limit = self.options["hard_max_size" if kind in ATOMIC else "max_chunk_size"]
         if len(src.render(whole)) <= limit:
             return [whole]

@@ -105,8 +105,12 @@ class UnclosedFences:
 
     def in_block(self, block: Block) -> bool:
         """Whether one of them starts in `block`'s lines (the block, or one inside it)."""
-        index = bisect_left(self.starts, block.start_line)
-        return index < len(self.starts) and self.starts[index] <= block.end_line
+        return self.between(block.start_line, block.end_line)
+
+    def between(self, first: int, last: int) -> bool:
+        """Whether one of them starts on lines first..last."""
+        index = bisect_left(self.starts, first)
+        return index < len(self.starts) and self.starts[index] <= last
 
 
 @dataclass(frozen=True)
@@ -326,12 +330,12 @@ def line_pieces(
     return pieces
 
 
-def balanced(doc: ParsedDocument, src: SourceText, span: Span) -> Span:
+def balanced(src: SourceText, span: Span, unclosed: UnclosedFences) -> Span:
     """`span`, closed by a marker line if it holds a fence that never closes, or starts or ends
     inside a line and holds a fence marker (a line cut in two can open a fence when read alone,
     such as "``` a ```" cut after its "a"); only such a span is parsed again."""
     first, last = src.first_line(span), src.last_line(span)
-    if any(not f.closed and first <= f.start_line <= last for f in doc.fences):
+    if unclosed.between(first, last):
         return _balanced(src, span)
     lines = src.lines_span(first, last)  # its whole lines
     cut = src.text[lines.start : span.start].strip() or src.text[span.end : lines.end].strip()

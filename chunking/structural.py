@@ -307,7 +307,7 @@ class _Walker:
 
     def _emit_span(self, span: Span, kind: str) -> None:
         """Add one draft for `span` under the current heading stack."""
-        span = balanced(self.doc, self.src, span)
+        span = balanced(self.src, span, self.unclosed)
         path = [heading.markdown for heading in self.stack]
         if kind in _CONTAINERS:
             path.append(_CONTAINERS[kind])
