@@ -15,6 +15,9 @@ until it has written the new one. A second build on that output fails at once wi
   renewal) the next build takes it over, again conditionally, so of two builds that find it
   expired one gets it. Expiries are compared across machines' clocks, which `LEASE_S` leaves
   minutes to differ by.
+  A conditional write whose answer was lost on the way, so that the client's retry failed its
+  condition against the first try's write, is told by the object's body: an object that holds
+  the record this build wrote is this build's.
   A build that lost its lock (taken over, or not renewed for `LEASE_S - RENEW_S`, before anyone
   may take it over) stops with `LockLost` (exit code 75) at its next check: before each topic's
   reduce starts and before the driver's finish (`output_lock` yields the check).
@@ -91,7 +94,8 @@ def ignores_conditional_writes(output: Storage) -> bool:
     fs = output.filesystem()
     name = f"{LOCK_PATH}.probe-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
     path = output.full_path(name)
-    fs.pipe_file(path, b"", mode="create")
+    with contextlib.suppress(FileExistsError):  # our own first try, its answer lost on the way
+        fs.pipe_file(path, b"", mode="create")
     try:
         fs.pipe_file(path, b"", mode="create")
     except FileExistsError:
@@ -212,10 +216,13 @@ class Lease:
 
     def _take(self) -> str:
         """Create the lock object, or take over an expired one; its ETag."""
+        mine = self._record()
         try:
-            return self.fs.pipe_file(self.path, self._record(), mode="create")["ETag"]
+            return self.fs.pipe_file(self.path, mine, mode="create")["ETag"]
         except FileExistsError:
-            pass
+            landed = self._landed(mine)
+            if landed is not None:
+                return landed
         try:
             etag = self.fs.info(self.path, refresh=True)["ETag"]
             record = json.loads(self.fs.cat_file(self.path))
@@ -233,9 +240,24 @@ class Lease:
             )
         log.warning("taking over the build lock %s: it expired (its build was stopped)", where)
         try:
-            return self.fs.pipe_file(self.path, self._record(), IfMatch=etag)["ETag"]
-        except OSError:  # another build took it over first
-            raise busy(self.output, f"another build took over the expired {where}") from None
+            return self.fs.pipe_file(self.path, mine, IfMatch=etag)["ETag"]
+        except OSError:
+            landed = self._landed(mine)
+            if landed is None:  # another build took it over first
+                raise busy(self.output, f"another build took over the expired {where}") from None
+            return landed
+
+    def _landed(self, record: bytes) -> str | None:
+        """The lock object's ETag if it holds `record`, which this build's conditional write
+        failed to make: that write's first try landed, its answer was lost on the way, and the
+        client's retry then failed its condition against it. None when it holds another record
+        or is gone."""
+        try:
+            etag = self.fs.info(self.path, refresh=True)["ETag"]
+            body = self.fs.cat_file(self.path)
+        except FileNotFoundError:
+            return None
+        return etag if body == record else None
 
     def renew(self, stop: threading.Event) -> None:
         """Push the expiry on every `RENEW_S` until `stop`, while the object is still ours."""
@@ -247,14 +269,8 @@ class Lease:
         fails otherwise (the endpoint, the network) is logged and left to the next one."""
         now = time.time()
         try:
-            etag = self.fs.pipe_file(
-                self.path, holder_record(self.started, now), IfMatch=self.etag
-            )["ETag"]
+            etag = self._renewal(holder_record(self.started, now))
         except Exception as error:  # noqa: BLE001 - the renewer must outlive any failure
-            if not_ours(error):
-                self.lost = f"another build has taken it over ({error})"
-                log.error("the build lock %s is no longer ours: %s", self.path, error)
-                return False
             log.warning(
                 "could not renew the build lock %s (%s: %s); trying again in %.0f s",
                 self.path,
@@ -263,8 +279,22 @@ class Lease:
                 RENEW_S,
             )
             return True
+        if etag is None:
+            self.lost = "another build has taken it over, or deleted it"
+            log.error("the build lock %s is no longer ours: %s", self.path, self.lost)
+            return False
         self.etag, self.renewed = etag, now
         return True
+
+    def _renewal(self, record: bytes) -> str | None:
+        """Write `record` over the lock object if it is still ours: its new ETag, or None when it
+        is no longer ours (changed or gone, and not by this write's own first try)."""
+        try:
+            return self.fs.pipe_file(self.path, record, IfMatch=self.etag)["ETag"]
+        except Exception as error:
+            if not not_ours(error):
+                raise
+        return self._landed(record)
 
     def check(self) -> None:
         """`LockLost` once the object is no longer ours, or its last renewal is so old that it

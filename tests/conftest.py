@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -107,18 +109,57 @@ class _IgnoresConditions:
         return self.app(environ, start_response)
 
 
+class LosesAnswers:
+    """A WSGI layer that answers 500 in place of moto's answer to a PUT that succeeded, once for
+    each pattern in `lose` that the PUT's path matches (`re.search`): a write that landed, its
+    answer lost on the way back, after which the client tries the request again."""
+
+    def __init__(self, app):
+        self.app = app
+        self.lose: list[str] = []
+
+    def __call__(self, environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        hit = [p for p in self.lose if environ["REQUEST_METHOD"] == "PUT" and re.search(p, path)]
+        if not hit:
+            return self.app(environ, start_response)
+        answer = []
+        body = b"".join(self.app(environ, lambda status, *rest: answer.append((status, *rest))))
+        status, headers = answer[0][:2]
+        if not status.startswith("2"):  # the write did not land: its answer goes through
+            start_response(status, headers)
+            return [body]
+        self.lose.remove(hit[0])
+        start_response("500 Internal Server Error", [("Content-Type", "application/xml")])
+        return [b"<Error><Code>InternalError</Code><Message>lost</Message></Error>"]
+
+
+@contextlib.contextmanager
+def _moto_behind(layer) -> Iterator[tuple[S3Server, object]]:
+    """A moto S3 server of its own whose app is wrapped in the WSGI `layer`, and that layer."""
+    from moto.moto_server.werkzeug_app import create_backend_app
+
+    server, endpoint = _moto_server()
+    server._server.app = layer(create_backend_app("s3"))  # looked up per request
+    try:
+        yield S3Server(endpoint_url=endpoint), server._server.app
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def unconditional_s3() -> Iterator[S3Server]:
     """A moto S3 server of its own that ignores conditional writes (`If-None-Match`,
     `If-Match`)."""
-    from moto.moto_server.werkzeug_app import create_backend_app
+    with _moto_behind(_IgnoresConditions) as (server, _):
+        yield server
 
-    server, endpoint = _moto_server()
-    server._server.app = _IgnoresConditions(create_backend_app("s3"))  # looked up per request
-    try:
-        yield S3Server(endpoint_url=endpoint)
-    finally:
-        server.stop()
+
+@pytest.fixture
+def lossy_s3() -> Iterator[tuple[S3Server, LosesAnswers]]:
+    """A moto S3 server of its own that loses the answers its `LosesAnswers` layer is told to."""
+    with _moto_behind(LosesAnswers) as served:
+        yield served
 
 
 @pytest.fixture(scope="session")

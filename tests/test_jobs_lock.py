@@ -101,6 +101,48 @@ def test_a_store_that_ignores_conditional_writes_gives_no_lock_and_says_so(
     assert fs.find(unconditional_output.full_path("")) == []
 
 
+@pytest.fixture
+def lossy(lossy_s3) -> tuple[Storage, object]:
+    """An output on a moto S3 server of its own, and the layer that loses answers on the way."""
+    server, layer = lossy_s3
+    return Storage(f"{server.make_bucket('lossy')}/out", server.storage_options), layer
+
+
+def test_conditional_lock_writes_whose_answers_are_lost_on_the_way_are_still_this_builds(
+    lossy, caplog
+):
+    """Each conditional write lands, its answer is lost and the client tries again: the retry
+    fails its condition against the first try's write. The probe, the lock's creation, a
+    renewal and a takeover all know their own record: the lock stays this build's, and nothing
+    is left behind."""
+    output, layer = lossy
+    fs = output.filesystem()
+    path = output.full_path(LOCK_PATH)
+    layer.lose = [r"build\.lock\.probe-", r"build\.lock$"]
+    with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+        with output_lock(output) as check:
+            assert layer.lose == []  # both answers were lost
+            check()
+            assert json.loads(fs.cat_file(path))["pid"] == os.getpid()
+            fs.invalidate_cache()
+            assert fs.find(output.full_path("")) == [path]  # the probe's object is gone
+    assert not fs.exists(path)  # still ours at the end: deleted
+    lease = lock.Lease(output, time.time())
+    layer.lose = [r"build\.lock$"]
+    assert lease.renew_once()
+    assert layer.lose == [] and lease.lost is None
+    assert lease.etag == fs.info(path, refresh=True)["ETag"]
+    killed = {"host": "elsewhere", "pid": 1, "started": 0, "expires": time.time() - 1}
+    fs.pipe_file(path, json.dumps(killed).encode())
+    layer.lose = [r"build\.lock$"]
+    taken = lock.Lease(output, time.time())  # the takeover's answer lost
+    assert layer.lose == []
+    assert taken.etag == fs.info(path, refresh=True)["ETag"]
+    taken.release()
+    assert not fs.exists(path)
+    assert "is no longer ours" not in caplog.text
+
+
 def test_an_expired_s3_lock_is_taken_over_once(s3_output, caplog):
     """A killed build's lock object stays until its expiry; then one build takes it over."""
     fs = s3_output.filesystem()
