@@ -125,7 +125,7 @@ def gpu_actors(
     idles, but no more than `max_actors`, than there are `batches`, or than leave one of the
     `cpus` to the chunk tasks at `num_cpus` each; at least one (an autoscaling cluster may have no
     GPU yet). Measured on an H200, MiniLM on all of tldr: four actors sharing the GPU embedded 1.9x
-    as fast as one, until the actor worked on whole columns; since then one keeps it 73-86% busy
+    as fast as one, until the actor worked on whole columns; since then one keeps it 65-86% busy
     (README, Benchmarks, "GPU")."""
     fill = int(round(gpus / resources.num_gpus, 6))  # 3 / 0.1 is 29.999...: 30 actors
     spare_cpus = int((cpus - 1) / num_cpus)
