@@ -22,9 +22,12 @@ until it has written the new one. A second build on that output fails at once wi
   may take it over) stops with `LockLost` (exit code 75) at its next check: before each topic's
   reduce starts and before the driver's finish (`output_lock` yields the check).
 - **S3-compatible stores that ignore conditional writes** (they write over the object all the
-  same): no lock, a warning. Each build first creates an object of its own twice, conditionally, and
-  deletes it; a second create that succeeds is such a store, where two builds would both take the
-  lock and renew it.
+  same). Each build first creates an object of its own twice with `If-None-Match: *`, writes over it
+  with an `If-Match` that no ETag matches, and deletes it. A second create that succeeds is a store
+  that ignores `If-None-Match`, where two builds would both take the lock: no lock, a warning. A
+  write over it that succeeds is a store that ignores `If-Match`: the lock is taken (its creation
+  is still exclusive), warned that renewals and takeovers cannot tell whose it is. A store that
+  refuses either header fails the build there, rather than when the lock cannot be renewed.
 - **Other object stores** (whose conditional writes fsspec does not reach): no lock, a warning.
 """
 
@@ -47,6 +50,7 @@ from jobs.storage import Storage
 LOCK_PATH = "_reindex/build.lock"
 LEASE_S = 300.0  # an S3 lock not renewed for this long is a killed build's
 RENEW_S = 60.0
+NO_ETAG = '"00000000000000000000000000000000"'  # an If-Match that no object's ETag matches
 # Filesystems without flock (some network and FUSE mounts): the build goes on unlocked, warned.
 NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 
@@ -72,14 +76,23 @@ def output_lock(output: Storage) -> Iterator[Check]:
     if output.is_local:
         with _file_lock(output):
             yield held  # the kernel's lock is never lost while the process lives
-    elif output.protocol in ("s3", "s3a") and ignores_conditional_writes(output):
-        log.warning(
-            "no build lock on %s: the store ignores conditional writes (If-None-Match), so two "
-            "builds would both take it; run one build per output at a time",
-            output.uri(),
-        )
-        yield held
     elif output.protocol in ("s3", "s3a"):
+        ignored = ignored_condition(output)
+        if ignored == "If-None-Match":
+            log.warning(
+                "no build lock on %s: the store ignores conditional writes (If-None-Match), so two "
+                "builds would both take it; run one build per output at a time",
+                output.uri(),
+            )
+            yield held
+            return
+        if ignored == "If-Match":
+            log.warning(
+                "the store of %s ignores If-Match: the build lock is taken, but its renewals and "
+                "the takeover of a stopped build's lock cannot tell whose it is; run one build per "
+                "output at a time",
+                output.uri(),
+            )
         with _object_lock(output) as lease:
             yield lease.check
     else:
@@ -87,23 +100,51 @@ def output_lock(output: Storage) -> Iterator[Check]:
         yield held
 
 
-def ignores_conditional_writes(output: Storage) -> bool:
-    """Whether the store writes over an object that a PUT with `If-None-Match: *` must not
-    (some S3-compatible stores ignore the header): an object of this build's own is created
-    twice that way, then deleted. A store that refuses the header fails the build here."""
+def ignored_condition(output: Storage) -> str | None:
+    """The conditional-write header the store ignores, writing all the same ("If-None-Match" or
+    "If-Match"; some S3-compatible stores do), or None when it keeps both: an object of this
+    build's own is created twice with `If-None-Match: *`, written over with an `If-Match` that no
+    ETag matches, then deleted. A store that refuses either header fails the build here."""
     fs = output.filesystem()
     name = f"{LOCK_PATH}.probe-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
     path = output.full_path(name)
     with contextlib.suppress(FileExistsError):  # our own first try, its answer lost on the way
-        fs.pipe_file(path, b"", mode="create")
+        with refused(output, "If-None-Match"):
+            fs.pipe_file(path, b"", mode="create")
     try:
-        fs.pipe_file(path, b"", mode="create")
-    except FileExistsError:
-        return False
+        try:
+            fs.pipe_file(path, b"", mode="create")
+        except FileExistsError:
+            pass
+        else:
+            return "If-None-Match"
+        try:
+            with refused(output, "If-Match"):
+                fs.pipe_file(path, b"", IfMatch=NO_ETAG)
+        except OSError as error:
+            if not_ours(error):
+                return None
+            raise
+        return "If-Match"
     finally:
         with contextlib.suppress(OSError):
             fs.rm_file(path)
-    return True
+
+
+@contextlib.contextmanager
+def refused(output: Storage, header: str) -> Iterator[None]:
+    """Name the store and the lock's need in the error of a conditional write (`header`) that
+    fails other than by its condition (HTTP 412: `FileExistsError` or `not_ours`)."""
+    try:
+        yield
+    except OSError as error:
+        if isinstance(error, FileExistsError) or not_ours(error):
+            raise
+        raise OSError(
+            error.errno,
+            f"the store of {output.uri()} refused a conditional write ({header}), which the "
+            f"build lock needs: {error}",
+        ) from error
 
 
 def held() -> None:

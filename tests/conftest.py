@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -96,17 +96,31 @@ def _moto_server():
     return server, f"http://127.0.0.1:{port}"
 
 
-class _IgnoresConditions:
-    """A WSGI layer that drops conditional headers before moto's S3 app sees them, as some
-    S3-compatible stores ignore them."""
+class _DropsHeaders:
+    """A WSGI layer that drops the request `headers` (WSGI names) before moto's S3 app sees them,
+    as some S3-compatible stores ignore conditional writes."""
 
-    def __init__(self, app):
-        self.app = app
+    def __init__(self, app, headers: tuple[str, ...]):
+        self.app, self.headers = app, headers
 
     def __call__(self, environ, start_response):
-        for header in ("HTTP_IF_NONE_MATCH", "HTTP_IF_MATCH"):
+        for header in self.headers:
             environ.pop(header, None)
         return self.app(environ, start_response)
+
+
+class _RefusesHeader:
+    """A WSGI layer that answers 501 to a request with the `header` (its WSGI name), as a store
+    without that conditional write may."""
+
+    def __init__(self, app, header: str):
+        self.app, self.header = app, header
+
+    def __call__(self, environ, start_response):
+        if self.header not in environ:
+            return self.app(environ, start_response)
+        start_response("501 Not Implemented", [("Content-Type", "application/xml")])
+        return [b"<Error><Code>NotImplemented</Code><Message>refused</Message></Error>"]
 
 
 class LosesAnswers:
@@ -134,32 +148,30 @@ class LosesAnswers:
         return [b"<Error><Code>InternalError</Code><Message>lost</Message></Error>"]
 
 
-@contextlib.contextmanager
-def _moto_behind(layer) -> Iterator[tuple[S3Server, object]]:
-    """A moto S3 server of its own whose app is wrapped in the WSGI `layer`, and that layer."""
+# The WSGI layers an `s3_behind` server may stand behind, by name.
+S3_LAYERS = {
+    "ignores conditional writes": partial(
+        _DropsHeaders, headers=("HTTP_IF_NONE_MATCH", "HTTP_IF_MATCH")
+    ),
+    "ignores If-Match": partial(_DropsHeaders, headers=("HTTP_IF_MATCH",)),
+    "refuses If-None-Match": partial(_RefusesHeader, header="HTTP_IF_NONE_MATCH"),
+    "refuses If-Match": partial(_RefusesHeader, header="HTTP_IF_MATCH"),
+    "loses answers": LosesAnswers,
+}
+
+
+@pytest.fixture
+def s3_behind(request) -> Iterator[tuple[S3Server, object]]:
+    """A moto S3 server of its own behind the WSGI layer that `request.param` names in
+    `S3_LAYERS` (parametrize it indirectly), and that layer."""
     from moto.moto_server.werkzeug_app import create_backend_app
 
     server, endpoint = _moto_server()
-    server._server.app = layer(create_backend_app("s3"))  # looked up per request
+    server._server.app = S3_LAYERS[request.param](create_backend_app("s3"))  # looked up per request
     try:
         yield S3Server(endpoint_url=endpoint), server._server.app
     finally:
         server.stop()
-
-
-@pytest.fixture
-def unconditional_s3() -> Iterator[S3Server]:
-    """A moto S3 server of its own that ignores conditional writes (`If-None-Match`,
-    `If-Match`)."""
-    with _moto_behind(_IgnoresConditions) as (server, _):
-        yield server
-
-
-@pytest.fixture
-def lossy_s3() -> Iterator[tuple[S3Server, LosesAnswers]]:
-    """A moto S3 server of its own that loses the answers its `LosesAnswers` layer is told to."""
-    with _moto_behind(LosesAnswers) as served:
-        yield served
 
 
 @pytest.fixture(scope="session")

@@ -79,43 +79,72 @@ def test_the_probe_for_conditional_writes_leaves_nothing_behind(s3_output):
 
 
 @pytest.fixture
-def unconditional_output(unconditional_s3) -> Storage:
-    """An output on a moto S3 server of its own that ignores conditional writes."""
-    bucket = unconditional_s3.make_bucket("ignores")
-    return Storage(f"{bucket}/out", unconditional_s3.storage_options)
+def behind(s3_behind) -> tuple[Storage, object]:
+    """An output on a moto S3 server of its own behind a WSGI layer, and that layer."""
+    server, layer = s3_behind
+    return Storage(f"{server.make_bucket('behind')}/out", server.storage_options), layer
 
 
-def test_a_store_that_ignores_conditional_writes_gives_no_lock_and_says_so(
-    unconditional_output, caplog
-):
+@pytest.mark.parametrize("s3_behind", ["ignores conditional writes"], indirect=True)
+def test_a_store_that_ignores_conditional_writes_gives_no_lock_and_says_so(behind, caplog):
     """Two builds would both take the lock there: each goes on unlocked, warned, and leaves
     nothing behind."""
+    unconditional_output = behind[0]
     fs = unconditional_output.filesystem()
     with caplog.at_level(logging.WARNING, logger="mdindex.build"):
         with output_lock(unconditional_output) as check:
             with output_lock(unconditional_output):
                 check()
     assert caplog.text.count("the store ignores conditional writes (If-None-Match)") == 2
-    assert "no build lock on s3://ignores/out" in caplog.text
+    assert "no build lock on s3://behind/out" in caplog.text
     fs.invalidate_cache()
     assert fs.find(unconditional_output.full_path("")) == []
 
 
-@pytest.fixture
-def lossy(lossy_s3) -> tuple[Storage, object]:
-    """An output on a moto S3 server of its own, and the layer that loses answers on the way."""
-    server, layer = lossy_s3
-    return Storage(f"{server.make_bucket('lossy')}/out", server.storage_options), layer
+@pytest.mark.parametrize("s3_behind", ["ignores If-Match"], indirect=True)
+def test_a_store_that_ignores_if_match_gives_the_lock_and_says_what_it_cannot_tell(behind, caplog):
+    """Its creation still keeps `If-None-Match`, so a second build is refused; each build warns
+    that renewals and takeovers cannot tell whose the lock is, and nothing is left behind."""
+    output = behind[0]
+    fs = output.filesystem()
+    with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+        with output_lock(output) as check:
+            with pytest.raises(OutputBusy, match="holds s3://behind/out/_reindex/build.lock"):
+                with output_lock(output):
+                    pass
+            check()
+    warning = "s3://behind/out ignores If-Match: the build lock is taken, but its renewals"
+    assert caplog.text.count(warning) == 2
+    fs.invalidate_cache()
+    assert fs.find(output.full_path("")) == []
 
 
+@pytest.mark.parametrize("s3_behind", ["refuses If-None-Match", "refuses If-Match"], indirect=True)
+def test_a_store_that_refuses_a_conditional_write_fails_the_build_at_its_lock(behind):
+    """No lock could be taken there, or (`If-Match`) every renewal would fail and the build would
+    lose its lock four minutes in: it fails before it takes it, naming the store and the header,
+    and leaves nothing behind."""
+    output, layer = behind
+    header = {"HTTP_IF_NONE_MATCH": "If-None-Match", "HTTP_IF_MATCH": "If-Match"}[layer.header]
+    fs = output.filesystem()
+    needs = f"store of s3://behind/out refused a conditional write \\({header}\\), which the build"
+    with pytest.raises(OSError, match=needs) as refused:
+        with output_lock(output):
+            pass
+    assert not isinstance(refused.value, OutputBusy)
+    fs.invalidate_cache()
+    assert fs.find(output.full_path("")) == []
+
+
+@pytest.mark.parametrize("s3_behind", ["loses answers"], indirect=True)
 def test_conditional_lock_writes_whose_answers_are_lost_on_the_way_are_still_this_builds(
-    lossy, caplog
+    behind, caplog
 ):
     """Each conditional write lands, its answer is lost and the client tries again: the retry
     fails its condition against the first try's write. The probe, the lock's creation, a
     renewal and a takeover all know their own record: the lock stays this build's, and nothing
     is left behind."""
-    output, layer = lossy
+    output, layer = behind
     fs = output.filesystem()
     path = output.full_path(LOCK_PATH)
     layer.lose = [r"build\.lock\.probe-", r"build\.lock$"]
