@@ -141,9 +141,8 @@ def refused(output: Storage, header: str) -> Iterator[None]:
         if isinstance(error, FileExistsError) or not_ours(error):
             raise
         raise OSError(
-            error.errno,
             f"the store of {output.uri()} refused a conditional write ({header}), which the "
-            f"build lock needs: {error}",
+            f"build lock needs: {error}"
         ) from error
 
 

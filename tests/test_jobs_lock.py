@@ -127,7 +127,7 @@ def test_a_store_that_refuses_a_conditional_write_fails_the_build_at_its_lock(be
     output, layer = behind
     header = {"HTTP_IF_NONE_MATCH": "If-None-Match", "HTTP_IF_MATCH": "If-Match"}[layer.header]
     fs = output.filesystem()
-    needs = f"store of s3://behind/out refused a conditional write \\({header}\\), which the build"
+    needs = f"^the store of s3://behind/out refused a conditional write \\({header}\\), which the"
     with pytest.raises(OSError, match=needs) as refused:
         with output_lock(output):
             pass
