@@ -136,6 +136,29 @@ def test_a_store_that_refuses_a_conditional_write_fails_the_build_at_its_lock(be
     assert fs.find(output.full_path("")) == []
 
 
+@pytest.mark.parametrize("s3_behind", ["refuses If-Match"], indirect=True)
+def test_a_build_on_a_store_that_refuses_if_match_exits_1_with_a_report_that_says_why(
+    behind, s3_behind, tmp_path, capsys
+):
+    """The whole build: exit 1 at its lock, before any of the index's writes; the output holds
+    only the failed run's report, naming the store and the header."""
+    output = behind[0]
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# a\n\nHow a renews a lock.\n")
+    command = ["--config", "configs/local.yaml", "--input", str(docs)]
+    command += ["--output", output.uri(), "--cache", str(tmp_path / "cache")]
+    command += ["--set", f"storage_options={s3_options(s3_behind[0].endpoint_url)}"]
+    assert main(command) == 1
+    needs = "refused a conditional write (If-Match), which the build lock needs"
+    assert needs in capsys.readouterr().err
+    fs = output.filesystem()
+    reports = [output.full_path(f"_reindex/report.{kind}") for kind in ("html", "json")]
+    assert sorted(fs.find(output.full_path(""))) == reports
+    report = json.loads(fs.cat_file(reports[1]))
+    assert report["status"] == "failed" and needs in report["error"]
+
+
 @pytest.mark.parametrize("s3_behind", ["loses answers"], indirect=True)
 def test_conditional_lock_writes_whose_answers_are_lost_on_the_way_are_still_this_builds(
     behind, caplog
