@@ -3,6 +3,7 @@ what a refused build does is in `test_jobs_pipeline` (local) and here (S3)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -79,10 +80,12 @@ def test_the_probe_for_conditional_writes_leaves_nothing_behind(s3_output):
 
 
 @pytest.fixture
-def behind(s3_behind) -> tuple[Storage, object]:
-    """An output on a moto S3 server of its own behind a WSGI layer, and that layer."""
+def behind(s3_behind, request) -> tuple[Storage, object]:
+    """An output on a moto S3 server of its own behind a WSGI layer, and that layer. Its bucket
+    is the test's own: moto keeps buckets in the process, past the server that made them."""
     server, layer = s3_behind
-    return Storage(f"{server.make_bucket('behind')}/out", server.storage_options), layer
+    bucket = server.make_bucket(f"behind-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()}")
+    return Storage(f"{bucket}/out", server.storage_options), layer
 
 
 @pytest.mark.parametrize("s3_behind", ["ignores conditional writes"], indirect=True)
@@ -96,7 +99,7 @@ def test_a_store_that_ignores_conditional_writes_gives_no_lock_and_says_so(behin
             with output_lock(unconditional_output):
                 check()
     assert caplog.text.count("the store ignores conditional writes (If-None-Match)") == 2
-    assert "no build lock on s3://behind/out" in caplog.text
+    assert f"no build lock on {unconditional_output.uri()}" in caplog.text
     fs.invalidate_cache()
     assert fs.find(unconditional_output.full_path("")) == []
 
@@ -109,11 +112,11 @@ def test_a_store_that_ignores_if_match_gives_the_lock_and_says_what_it_cannot_te
     fs = output.filesystem()
     with caplog.at_level(logging.WARNING, logger="mdindex.build"):
         with output_lock(output) as check:
-            with pytest.raises(OutputBusy, match="holds s3://behind/out/_reindex/build.lock"):
+            with pytest.raises(OutputBusy, match=f"holds {output.uri(LOCK_PATH)}"):
                 with output_lock(output):
                     pass
             check()
-    warning = "s3://behind/out ignores If-Match: the build lock is taken, but its renewals"
+    warning = f"{output.uri()} ignores If-Match: the build lock is taken, but its renewals"
     assert caplog.text.count(warning) == 2
     fs.invalidate_cache()
     assert fs.find(output.full_path("")) == []
@@ -127,7 +130,7 @@ def test_a_store_that_refuses_a_conditional_write_fails_the_build_at_its_lock(be
     output, layer = behind
     header = {"HTTP_IF_NONE_MATCH": "If-None-Match", "HTTP_IF_MATCH": "If-Match"}[layer.header]
     fs = output.filesystem()
-    needs = f"^the store of s3://behind/out refused a conditional write \\({header}\\), which the"
+    needs = f"^the store of {output.uri()} refused a conditional write \\({header}\\), which the"
     with pytest.raises(OSError, match=needs) as refused:
         with output_lock(output):
             pass
