@@ -260,14 +260,15 @@ class Lease:
         try:
             return self.fs.pipe_file(self.path, mine, mode="create")["ETag"]
         except FileExistsError:
-            landed = self._landed(mine)
-            if landed is not None:
-                return landed
+            pass
         try:
-            etag = self.fs.info(self.path, refresh=True)["ETag"]
-            record = json.loads(self.fs.cat_file(self.path))
+            etag, body = self._read()
         except FileNotFoundError:  # released meanwhile: its build has finished
             return self._take()
+        if body == mine:  # our own create: its answer was lost on the way (`_landed`)
+            return etag
+        try:
+            record = json.loads(body)
         except ValueError:  # a damaged record is taken over like an expired one
             record = {}
         where = self.output.uri(LOCK_PATH)
@@ -293,11 +294,14 @@ class Lease:
         client's retry then failed its condition against it. None when it holds another record
         or is gone."""
         try:
-            etag = self.fs.info(self.path, refresh=True)["ETag"]
-            body = self.fs.cat_file(self.path)
+            etag, body = self._read()
         except FileNotFoundError:
             return None
         return etag if body == record else None
+
+    def _read(self) -> tuple[str, bytes]:
+        """The lock object's ETag and body, as the store has them now."""
+        return self.fs.info(self.path, refresh=True)["ETag"], self.fs.cat_file(self.path)
 
     def renew(self, stop: threading.Event) -> None:
         """Push the expiry on every `RENEW_S` until `stop`, while the object is still ours."""
