@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -23,6 +22,7 @@ from indexing.paths import (
     href_of,
     href_path,
     in_topic,
+    shared_stems,
     source_chunk_files,
     source_stem,
 )
@@ -270,14 +270,17 @@ def _question_hashes(inp: TopicInput) -> list[int]:
 def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
     """Build one topic's index.json, chunk files, topic-spec.md and table rows (seed 000 §3-§7).
 
-    A failed source keeps its previous `_embedded.chunks` entry and chunk files (listed in
-    `retained`); a source with zero chunks gets no entry. Raises ValueError for inconsistent input
-    (two sources with one stem, vectors that do not match the chunks).
+    A failed source keeps its previous `_embedded.chunks` entry (the one of its file name) and
+    chunk files (listed in `retained`); a source with zero chunks gets no entry. Raises ValueError
+    for inconsistent input (a chunked source whose stem another source shares, vectors that do not
+    match the chunks).
     """
     sources = sorted(inp.sources, key=lambda s: source_stem(s.path))
     stems = [source_stem(s.path) for s in sources]
-    duplicates = sorted(stem for stem, count in Counter(stems).items() if count > 1)
-    if duplicates:
+    shared = shared_stems(s.path for s in sources)
+    if duplicates := sorted(
+        {source_stem(s.path) for s in sources if s.document and s.path in shared}
+    ):
         raise ValueError(f"topic {inp.topic!r}: several sources share the stem(s) {duplicates}")
     previous = json.loads(inp.previous_index) if inp.previous_index else None
     previous_chunks = previous["_embedded"].get("chunks", {}) if previous else {}
@@ -305,7 +308,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
             doc_rows.append(_failed_row(inp, src, code, message))
             if src.retained is not None and src.retained.chunks.num_rows:
                 table_parts.append(src.retained.chunks)
-            if stem in previous_chunks:
+            if previous_chunks.get(stem, {}).get("source") == posixpath.basename(src.path):
                 chunks[stem] = previous_chunks[stem]
                 retained += entry_files(inp.topic, chunks[stem])
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
+from collections.abc import Iterable
 from urllib.parse import quote, unquote
 
 INDEX = "index.json"
@@ -44,6 +45,21 @@ def parent_of(topic: str) -> str | None:
 def source_stem(path: str) -> str:
     """A source's file name without its extension: `guides/intro.md` -> `intro`."""
     return posixpath.splitext(posixpath.basename(path))[0]
+
+
+def shared_stems(paths: Iterable[str]) -> dict[str, list[str]]:
+    """Each of a topic's source `paths` whose stem another one shares (`intro.md` beside
+    `intro.mdx`), with the other file names. A stem names one source's index entry and chunk files,
+    so such sources cannot be indexed side by side."""
+    by_stem: dict[str, list[str]] = {}
+    for path in paths:
+        by_stem.setdefault(source_stem(path), []).append(path)
+    return {
+        path: sorted(posixpath.basename(other) for other in group if other != path)
+        for group in by_stem.values()
+        if len(group) > 1
+        for path in group
+    }
 
 
 def chunk_file(stem: str, index: int, text: str) -> str:

@@ -371,6 +371,23 @@ def test_failed_source_keeps_its_previous_entry_and_files():
     # Without a previous index the failed source simply has no entry.
     third = build_topic(topic_input(TOPIC, [good, failed]), IndexSettings())
     assert list(index_of(third)["_embedded"]["chunks"]) == ["golden-reference"]
+    # A failed source keeps the entry of its own file name only: extra.md gone, a failing
+    # extra.mdx does not inherit its entry (nor its chunk files) through the stem they share.
+    renamed = SourceInput(f"{TOPIC}/extra.mdx", None, None, error=("CHUNKING_FAILED", "bad"))
+    fourth = build_topic(
+        topic_input(TOPIC, [good, renamed], previous=first.files[f"{TOPIC}/index.json"]),
+        IndexSettings(),
+    )
+    assert list(index_of(fourth)["_embedded"]["chunks"]) == ["golden-reference"]
+    assert fourth.retained == ()
+    # Failed sources may share a stem (the job fails every source of a shared stem): the one
+    # whose file made the previous entry keeps it.
+    fifth = build_topic(
+        topic_input(TOPIC, [good, failed, renamed], previous=first.files[f"{TOPIC}/index.json"]),
+        IndexSettings(),
+    )
+    assert index_of(fifth)["_embedded"]["chunks"] == index_of(second)["_embedded"]["chunks"]
+    assert fifth.retained == second.retained
 
 
 def test_inconsistent_input_is_a_clear_error():
@@ -382,8 +399,11 @@ def test_inconsistent_input_is_a_clear_error():
         source(SOURCE, sections(1), np.ones((1, 3))),
         source(f"{TOPIC}/golden-reference.markdown", sections(1), np.ones((1, 3))),
     ]
-    with pytest.raises(ValueError, match="share the stem"):
+    with pytest.raises(ValueError, match=r"share the stem\(s\) \['golden-reference'\]"):
         build_topic(topic_input(TOPIC, twins), IndexSettings())
+    failed_twin = SourceInput(twins[1].path, None, None, error=("READ_FAILED", "gone"))
+    with pytest.raises(ValueError, match="share the stem"):
+        build_topic(topic_input(TOPIC, [twins[0], failed_twin]), IndexSettings())
     with pytest.raises(ValueError, match="2 questions but 1 question vectors"):
         build_topic(
             topic_input(TOPIC, [], questions=["a?", "b?"], question_vectors=np.ones((1, 3))),

@@ -486,6 +486,46 @@ def test_a_rebuild_with_nothing_to_embed_starts_no_embedding_actor(tmp_path, cap
     assert outputs(tmp_path / "out") == outputs(tmp_path / "fresh")
 
 
+def test_sources_that_share_a_stem_fail_alone_and_a_rename_converges(tmp_path):
+    """`intro.md` beside `intro.mdx` (globs that match both): a stem names one source's index
+    entry and chunk files. Both fail with STEM_CONFLICT, the rest of the topic is written, and the
+    one indexed before keeps its entry and rows, as any failed source does; the job used to fail
+    whole (exit 1, ValueError). Renaming one converges to a fresh build's bytes."""
+    docs, out = tmp_path / "docs", tmp_path / "out"
+    globs = 'sources.globs=["*.md", "*.mdx"]'
+    (docs / "t").mkdir(parents=True)
+    for name in ("intro.md", "other.md"):
+        (docs / "t" / name).write_text(f"# {name}\n\nHow {name} retries a request.\n")
+    assert build("--input", str(docs), "--output", str(out), "--set", globs) == 0
+    first = outputs(out)
+    (docs / "t" / "intro.mdx").write_text("# Intro in MDX\n\nHow the MDX page retries.\n")
+    assert build("--input", str(docs), "--output", str(out), "--set", globs) == 3
+    report = report_of(out)
+    assert [(f["path"], f["code"]) for f in report["failures"]] == [
+        ("t/intro.md", "STEM_CONFLICT"),
+        ("t/intro.mdx", "STEM_CONFLICT"),
+    ]
+    assert "intro.mdx shares its stem 'intro' with intro.md" in report["failures"][1]["message"]
+    assert outputs(out).keys() == first.keys()  # intro.md's entry and chunk files are kept
+    index = json.loads((out / "t" / "index.json").read_text())["_embedded"]["chunks"]
+    assert {stem: entry["source"] for stem, entry in index.items()} == {
+        "intro": "intro.md",
+        "other": "other.md",
+    }
+    documents = {r["source"]: r for r in shard_rows(out, "documents", "t")}
+    assert [documents[p]["status"] for p in ("t/intro.md", "t/intro.mdx", "t/other.md")] == [
+        "failed",
+        "failed",
+        "ok",
+    ]
+    assert {r["source"] for r in shard_rows(out, "chunks", "t")} == {"t/intro.md", "t/other.md"}
+    # Not a settled failure: the next run reads both again, and after a rename all are indexed.
+    (docs / "t" / "intro.mdx").rename(docs / "t" / "mdx-intro.mdx")
+    assert build("--input", str(docs), "--output", str(out), "--set", globs) == 0
+    assert build("--input", str(docs), "--output", str(tmp_path / "fresh"), "--set", globs) == 0
+    assert outputs(out) == outputs(tmp_path / "fresh")
+
+
 def built_one_source(tmp_path: Path) -> tuple[Path, Path]:
     """A corpus of one source, `docs/t/a.md`, built into `out`: both folders."""
     docs = tmp_path / "docs"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import posixpath
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -28,7 +29,15 @@ from indexing import (
     parse_keywords,
     stale_files,
 )
-from indexing.paths import CHUNKS_DIR, INDEX, TOPIC_SPEC, in_topic, is_chunk_file
+from indexing.paths import (
+    CHUNKS_DIR,
+    INDEX,
+    TOPIC_SPEC,
+    in_topic,
+    is_chunk_file,
+    shared_stems,
+    source_stem,
+)
 from jobs.previous import (
     Expected,
     PreviousTables,
@@ -46,6 +55,7 @@ from jobs.storage import Storage, SymlinkRefused
 log = logging.getLogger("mdindex.build")
 
 KEYWORDS_FAILED = "KEYWORDS_FAILED"
+STEM_CONFLICT = "STEM_CONFLICT"
 TOPIC_SPEC_FAILED = "TOPIC_SPEC_FAILED"
 # Failures that a file's bytes and the settings decide, for files whose fingerprint the plan
 # compares (sources, qa-pairs.md, keywords files): settled, not retried until one changes
@@ -80,17 +90,22 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     be (tables missing or unusable), nothing is written and the summary lists it under `recarry`,
     for the driver to run it through the pipeline."""
     clock = Clock()
-    rows = sorted(group.to_pylist(), key=lambda r: (r["kind"], r["path"]))
+    rows = group.to_pylist()
     facts = json.loads(next(r for r in rows if r["kind"] == TOPIC)["payload"])
     topic = rows[0]["topic"]
-    source_rows = [r for r in rows if r["kind"] == SOURCE]
+    source_rows, unchanged = _stem_conflicts(
+        [r for r in rows if r["kind"] == SOURCE], facts["carried"]
+    )
+    rows = sorted(
+        source_rows + [r for r in rows if r["kind"] != SOURCE], key=lambda r: (r["kind"], r["path"])
+    )
     failed = any(r["error_code"] is not None for r in source_rows)
     previous = (  # read before writing
-        read_previous(context.output, topic) if failed or facts["carried"] else None
+        read_previous(context.output, topic) if failed or unchanged else None
     )
     carried = {
         path: _carried(previous, path, sha256, context.expected)
-        for path, sha256 in sorted(facts["carried"].items())
+        for path, sha256 in sorted(unchanged.items())
     }
     if recarry := sorted(path for path, found in carried.items() if found is None):
         return _summary(topic, {"recarry": recarry})
@@ -148,7 +163,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
         ),
     )
     outcomes = {r["path"]: Outcome(r["sha256"], r["error_code"] is not None) for r in source_rows}
-    outcomes.update({path: Outcome(facts["carried"][path], carried=True) for path in carried})
+    outcomes.update({path: Outcome(unchanged[path], carried=True) for path in carried})
     return _summary(
         topic,
         {
@@ -188,6 +203,39 @@ def switch(
 def _summary(topic: str, facts: dict[str, Any]) -> dict[str, Any]:
     """The summary the driver reads (small: no chunk data)."""
     return {"topic": topic, **facts}
+
+
+def _stem_conflicts(
+    source_rows: list[dict[str, Any]], carried: dict[str, str]
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The topic's source rows with every source whose stem another one shares failed
+    (STEM_CONFLICT: `intro.md` beside `intro.mdx`, which `sources.globs` can both match), the
+    carried ones among them made such rows; and the `carried` sources (path -> content hash) left.
+    A source that failed on its own keeps its own error."""
+    shared = shared_stems([r["path"] for r in source_rows] + list(carried))
+    if not shared:
+        return source_rows, carried
+
+    def conflict(path: str) -> dict[str, str]:
+        message = (
+            f"{posixpath.basename(path)} shares its stem {source_stem(path)!r} with "
+            f"{', '.join(shared[path])} in this topic; a stem names one source's index.json entry "
+            "and chunk files, so none of them is indexed: rename all but one"
+        )
+        return {"error_code": STEM_CONFLICT, "error_message": message}
+
+    rows = [
+        {**row, **conflict(row["path"])}
+        if row["path"] in shared and row["error_code"] is None
+        else row
+        for row in source_rows
+    ]
+    rows += [
+        {"kind": SOURCE, "path": path, "sha256": sha256, "chunk_files": None, **conflict(path)}
+        for path, sha256 in carried.items()
+        if path in shared
+    ]
+    return rows, {path: sha256 for path, sha256 in carried.items() if path not in shared}
 
 
 def _failure(row: dict[str, Any]) -> dict[str, str]:
