@@ -8,7 +8,7 @@ import os
 import tempfile
 
 import fsspec
-from fsspec.asyn import AsyncFileSystem
+from fsspec.asyn import AsyncFileSystem, _run_coros_in_chunks, sync
 from fsspec.implementations.local import LocalFileSystem
 
 # Requests an async filesystem (s3fs) runs at once in a batched `pipe` or `cat`. fsspec's default,
@@ -95,11 +95,32 @@ def _replace_local(path: str, data: bytes, new_mode: int) -> None:
 
 
 def cat_many(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, bytes | Exception]:
-    """fsspec's concurrent `cat` of `paths`, an exception in place of each file that cannot be
-    read. On s3fs each object is one GET: its default multi-part download first sends a HEAD per
-    object (plus a LIST when it is missing), which tripled a cold build's requests."""
+    """Each of `paths` read whole (concurrent GETs on an async filesystem such as s3fs), an
+    exception in place of each file that cannot be read. A path is a name, never a pattern:
+    fsspec's `cat` of a list globs each path with `*`, `?` or `[` in it, so `a[1].md` read
+    `a1.md` and `what?.md` read `whatx.md` too. On s3fs each object is one GET: its default
+    multi-part download first sends a HEAD per object (plus a LIST when it is missing), which
+    tripled a cold build's requests."""
+    if not isinstance(fs, AsyncFileSystem):
+        return {path: _cat_or_error(fs, path) for path in paths}
     options = {"max_concurrency": 1} if _takes_max_concurrency(fs) else {}
-    return fs.cat(paths, on_error="return", **options, **_gather_options(fs))
+    coroutines = [fs._cat_file(path, **options) for path in paths]
+    found = sync(
+        fs.loop,
+        _run_coros_in_chunks,
+        coroutines,
+        batch_size=GATHER_BATCH,
+        nofiles=True,
+        return_exceptions=True,
+    )
+    return dict(zip(paths, found, strict=True))
+
+
+def _cat_or_error(fs: fsspec.AbstractFileSystem, path: str) -> bytes | Exception:
+    try:
+        return fs.cat_file(path)
+    except Exception as exc:  # noqa: BLE001 - returned in its path's place, as fsspec's cat does
+        return exc
 
 
 def _gather_options(fs: fsspec.AbstractFileSystem) -> dict[str, int]:

@@ -306,6 +306,39 @@ def test_s3_end_to_end_matches_local_disk(local_output, s3_server, tmp_path):
     assert not fs.exists("jobs-e2e/out/_reindex/build.lock")  # held while it ran (test_jobs_lock)
 
 
+def test_s3_file_names_with_glob_characters_are_read_as_names(s3_server, tmp_path):
+    """On S3, `a[1].md`, `what?.md` and `st*r.md` (and a folder `t[x]`) are names, not patterns:
+    fsspec's `cat` of a list globbed them, so `a[1].md` was indexed with `a1.md`'s text and
+    `what?.md` read `whatx.md` too. The S3 build gives the local build's bytes."""
+    texts = {
+        f"{folder}/{name}.md": f"# {name}\n\nHow the {name} page in {folder} retries.\n"
+        for folder in ("t", "t[x]", "tx")
+        for name in ("a[1]", "a1", "what?", "whatx", "st*r")
+    }
+    local = tmp_path / "docs"
+    for path, text in texts.items():
+        (local / path).parent.mkdir(parents=True, exist_ok=True)
+        (local / path).write_text(text)
+    assert build("--input", str(local), "--output", str(tmp_path / "out")) == 0
+    s3_server.make_bucket("jobs-glob")
+    fs = s3_server.filesystem()
+    fs.pipe({f"jobs-glob/docs/{path}": text.encode() for path, text in texts.items()})
+    options = s3_options(s3_server.endpoint_url)
+    code = build(
+        "--input", "s3://jobs-glob/docs", "--output", "s3://jobs-glob/out",
+        "--set", f"storage_options={options}",
+    )  # fmt: skip
+    assert code == 0
+    expected = generated_files(tmp_path / "out")
+    on_s3 = {
+        path.removeprefix("jobs-glob/out/"): fs.cat_file(path)
+        for path in fs.find("jobs-glob/out")
+        if not path.startswith(("jobs-glob/out/_reindex/", "jobs-glob/out/.embedding-cache/"))
+    }
+    assert sorted(on_s3) == sorted(expected)
+    assert [path for path in expected if on_s3[path] != expected[path]] == []
+
+
 SHARD = "libraries~sjson-source-generation.parquet"
 
 
