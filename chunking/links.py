@@ -117,6 +117,20 @@ def resolve(found: FoundLink, document_path: str, corpus_paths: frozenset[str]) 
     return Link(url=found.url, text=found.text, link_type=kind, target_document=target)
 
 
+def resolve_again(link: Link, document_path: str, corpus_paths: frozenset[str]) -> Link:
+    """A link record resolved in another corpus: what chunking its document there would give."""
+    found = FoundLink(0, link.url, link.text, is_image=link.link_type == "image")
+    return resolve(found, document_path, corpus_paths)
+
+
+def target_path(link: Link, document_path: str) -> str | None:
+    """The corpus path a relative link or image of a document names, whether or not it is a
+    source now: its `target_document` in any corpus where that path is a source."""
+    if link.link_type not in ("internal", "image"):
+        return None
+    return resolve_path(link.url, document_path)
+
+
 def resolve_path(url: str, document_path: str) -> str | None:
     """Corpus-relative POSIX path a relative URL points to (#anchor, ?query, ./, ../ removed)."""
     if _SCHEME.match(url) or url.startswith("//"):

@@ -68,6 +68,7 @@ def finish(
                 settled_failures=tuple(
                     (path, *failure) for path, failure in settled.items() if path not in outcomes
                 ),
+                link_targets=tuple(summary["link_targets"]),
             )
             for path, outcome in outcomes.items():
                 sources[path] = SourceEntry(

@@ -17,9 +17,10 @@ REPORT_HTML_PATH = "_reindex/report.html"
 # (`_chunks/{stem}-{digest}-{i}.md`, issue 12 item 7); an output of format 2 is rebuilt whole, so
 # that it converges to a clean build's names. 4: settled failures (a source entry's
 # `settled_failure`, a topic entry's `settled_failures`), which a reader of format 3 would refuse
-# (unknown fields); format 3 is read as 4 without any.
-FORMAT = 4
-READABLE_FORMATS = (3, FORMAT)
+# (unknown fields); format 3 is read as 4 without any. 5: a topic entry's `link_targets`; a topic
+# of format 3 or 4 has none recorded, so the plan rebuilds it once (`jobs.plan`).
+FORMAT = 5
+READABLE_FORMATS = (3, 4, FORMAT)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class TopicEntry:
     # (path, code, message) of the settled failures of its qa-pairs.md and keywords file (those
     # of its sources are in their own entries)
     settled_failures: tuple[tuple[str, str, str], ...] = ()
+    # the paths its sources' relative links name that could be sources (`jobs.stages.topic`);
+    # None: not recorded (a manifest of format 3 or 4)
+    link_targets: tuple[str, ...] | None = ()
 
     def to_dict(self) -> dict:
         """The entry as the manifest stores it (settled failures only where there are some)."""
@@ -70,6 +74,7 @@ class TopicEntry:
             "files": list(self.files),
             "prompt_entries": [list(x) for x in self.prompt_entries],
             "failed": self.failed,
+            "link_targets": None if self.link_targets is None else list(self.link_targets),
         }
         if self.settled_failures:
             data["settled_failures"] = [list(x) for x in self.settled_failures]
@@ -85,6 +90,7 @@ class TopicEntry:
             prompt_entries=tuple(tuple(x) for x in data["prompt_entries"]),
             failed=data["failed"],
             settled_failures=tuple(tuple(x) for x in data.get("settled_failures", ())),
+            link_targets=None if (targets := data.get("link_targets")) is None else tuple(targets),
         )
 
 

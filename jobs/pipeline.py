@@ -254,6 +254,7 @@ def topic_summaries(
         strategy=config.chunking.strategy,
         strategy_key=key,
         corpus_paths=corpus,
+        source_globs=config.sources.globs,
     )
     context = TopicContext(
         source=source,

@@ -1,14 +1,14 @@
 """Discovery and change detection: from a listing and the previous manifest to the work of this run.
 
 Pure functions over `FileInfo` listings. A topic is rebuilt when anything its index depends on
-changed (a source's fingerprint, its qa-pairs.md, its keywords file, the settings) or when it had a
-failure to retry last time; it is relinked (only `_embedded.topics` rewritten) when only its child
-topics changed; otherwise it is kept as it is, without reading anything. A source, qa-pairs.md
-or keywords file whose failure its bytes and the settings decide (a settled failure: invalid
-UTF-8, bad front matter, a malformed keywords table) is not retried while both stay the same; the
-run reports it again. Read failures, timeouts and unexpected errors are retried. Symbolic links
-the listing did not follow are not part of the corpus; those that would have mattered are
-reported.
+changed (a source's fingerprint, its qa-pairs.md, its keywords file, the settings, whether a path
+its links name is a source) or when it had a failure to retry last time; it is relinked (only
+`_embedded.topics` rewritten) when only its child topics changed; otherwise it is kept as it is,
+without reading anything. A source, qa-pairs.md or keywords file whose failure its bytes and the
+settings decide (a settled failure: invalid UTF-8, bad front matter, a malformed keywords table)
+is not retried while both stay the same; the run reports it again. Read failures, timeouts and
+unexpected errors are retried. Symbolic links the listing did not follow are not part of the
+corpus; those that would have mattered are reported.
 """
 
 from __future__ import annotations
@@ -118,7 +118,13 @@ def make_plan(
         )
         children = tuple(tree[topic])
         before = previous.topics.get(topic)
-        if before is None or before.failed or before.inputs != inputs or settings_changed:
+        if (
+            before is None
+            or before.failed
+            or before.inputs != inputs
+            or settings_changed
+            or links_moved(before.link_targets, fingerprints, previous)
+        ):
             action = REBUILD
         elif before.children != children:
             action = RELINK
@@ -137,6 +143,17 @@ def make_plan(
         deleted_topics=tuple(sorted(set(previous.topics) - set(topics))),
         skipped=skipped_links([f for f in listing if isinstance(f, SkippedLink)], globs),
     )
+
+
+def links_moved(
+    targets: tuple[str, ...] | None, fingerprints: dict[str, str], previous: Manifest
+) -> bool:
+    """Whether a path a topic's links name became a source, or stopped being one, since the last
+    run: its links' `target_document` changed. Unknown targets (a manifest of format 3 or 4)
+    count as moved."""
+    if targets is None:
+        return True
+    return any((path in fingerprints) != (path in previous.sources) for path in targets)
 
 
 def settled_failures(topics: list[TopicPlan], previous: Manifest) -> tuple[dict[str, str], ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from chunking import ChunkedDocument, Link
-from chunking.links import FoundLink, resolve
+from chunking import Chunk, ChunkedDocument
+from chunking.links import resolve_again
 from indexing import (
     chunk_table_path,
     chunk_table_schema,
@@ -84,12 +84,14 @@ class PreviousTables:
 
 @dataclass(frozen=True)
 class Expected:
-    """What carried rows must have been made with: this run's model, strategy and corpus."""
+    """What carried rows must have been made with: this run's model, strategy and corpus (its
+    sources, and the file-name patterns that make a path one)."""
 
     model: str
     strategy: str  # the strategy name, e.g. "semantic"
     strategy_key: str
     corpus_paths: frozenset[str]
+    source_globs: tuple[str, ...] = ("*.md",)
 
 
 def read_previous(output: Storage, topic: str) -> PreviousTables | None:
@@ -119,7 +121,7 @@ def carried_document(
     """An unchanged source's chunked document and vectors rebuilt from the previous tables.
 
     None when they cannot stand in for chunking it now: no "ok" row for this content hash, rows of
-    another model or strategy, chunks missing, or a link that resolves differently in this corpus.
+    another model or strategy, or chunks missing. Its links are resolved in this run's corpus.
     """
     row = tables.document_row(path)
     if (
@@ -135,9 +137,7 @@ def carried_document(
         r["model"] != expected.model or r["strategy"] != expected.strategy_key for r in records
     ):
         return None
-    chunks = tuple(chunk_from_row(r) for r in records)
-    if any(not _resolves_the_same(link, path, expected) for c in chunks for link in c.links):
-        return None
+    chunks = tuple(_resolved_again(chunk_from_row(r), path, expected) for r in records)
     if vectors.shape[1] == 0:
         return None
     document = ChunkedDocument(
@@ -169,7 +169,8 @@ def retained_rows(
     return RetainedRows(chunks=rows.filter(same), document=row)
 
 
-def _resolves_the_same(link: Link, path: str, expected: Expected) -> bool:
-    """Whether the chunker would resolve this link the same way in this run's corpus."""
-    found = FoundLink(0, link.url, link.text, is_image=link.link_type == "image")
-    return resolve(found, path, expected.corpus_paths) == link
+def _resolved_again(chunk: Chunk, path: str, expected: Expected) -> Chunk:
+    """The chunk with its links resolved in this run's corpus, as chunking the source now would:
+    a link's target may have become a source, or stopped being one, since the chunk was made."""
+    links = tuple(resolve_again(link, path, expected.corpus_paths) for link in chunk.links)
+    return chunk if links == chunk.links else replace(chunk, links=links)

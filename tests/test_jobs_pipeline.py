@@ -559,6 +559,57 @@ def test_sources_that_share_a_stem_fail_alone_and_a_rename_converges(tmp_path):
     assert outputs(out) == outputs(tmp_path / "fresh")
 
 
+def test_links_follow_their_targets_into_and_out_of_the_corpus(tmp_path):
+    """A link's `target_document` is its target's path while that is a source. A topic whose
+    sources link to a page that is deleted, or added, is rebuilt though none of its own files
+    changed (it was kept, and its chunk table named a page that was gone), and a source it
+    carries gets its links resolved again, not read again. Each build equals a fresh one."""
+    docs, out = tmp_path / "docs", tmp_path / "out"
+    for path, text in {
+        "t/page.md": "# Page\n\nSee [the target](../u/target.md) for retries.\n",
+        "t/other.md": "# Other\n\nHow other pages retry a request.\n",
+        "u/target.md": "# Target\n\nThe target explains retries.\n",
+        "u/keep.md": "# Keep\n\nThis page stays.\n",
+    }.items():
+        (docs / path).parent.mkdir(parents=True, exist_ok=True)
+        (docs / path).write_text(text)
+
+    def targets() -> list[str | None]:
+        rows = shard_rows(out, "chunks", "t")
+        return [link["target_document"] for row in rows for link in row["links"]]
+
+    def same_as_fresh(name: str) -> None:
+        assert build("--input", str(docs), "--output", str(tmp_path / name)) == 0
+        assert outputs(out) == outputs(tmp_path / name)
+
+    assert build("--input", str(docs), "--output", str(out)) == 0
+    assert targets() == ["u/target.md"]
+    (docs / "u" / "target.md").unlink()
+    assert build("--input", str(docs), "--output", str(out)) == 0
+    report = report_of(out)
+    assert report["topics"]["rebuilt"] == 2 and report["sources"]["carried"] == 3
+    assert targets() == [None]
+    same_as_fresh("fresh-gone")
+    # The target back, and t's other page edited: page.md is carried with its link resolved.
+    (docs / "u" / "target.md").write_text("# Target\n\nThe target explains retries.\n")
+    (docs / "t" / "other.md").write_text("# Other\n\nHow other pages retry twice.\n")
+    assert build("--input", str(docs), "--output", str(out)) == 0
+    report = report_of(out)
+    assert report["sources"]["chunked"] == 2 and report["sources"]["carried"] == 2
+    assert targets() == ["u/target.md"]
+    same_as_fresh("fresh-back")
+    # A manifest of format 4 records no link targets: each topic is rebuilt once, then kept.
+    manifest = json.loads((out / "_reindex" / "manifest.json").read_text())
+    for topic in manifest["topics"].values():
+        del topic["link_targets"]
+    (out / "_reindex" / "manifest.json").write_text(json.dumps({**manifest, "format": 4}))
+    assert build("--input", str(docs), "--output", str(out)) == 0
+    assert report_of(out)["topics"]["rebuilt"] == 2
+    assert build("--input", str(docs), "--output", str(out)) == 0
+    assert report_of(out)["topics"]["kept"] == 2
+    same_as_fresh("fresh-upgraded")
+
+
 def built_one_source(tmp_path: Path) -> tuple[Path, Path]:
     """A corpus of one source, `docs/t/a.md`, built into `out`: both folders."""
     docs = tmp_path / "docs"
@@ -860,8 +911,8 @@ def test_a_killed_embedding_actor_is_restarted_and_the_output_is_unchanged(local
 
 
 def test_a_carried_document_is_exactly_the_chunked_one(tmp_path):
-    """The tables a topic reduce writes give back the ChunkedDocument chunking made, unless a
-    link of it would now resolve differently (then the source must be chunked again)."""
+    """The tables a topic reduce writes give back the ChunkedDocument chunking made; in a corpus
+    where a link's target is no longer a source, the one chunking makes there."""
     path = "guides/getting-started.md"
     corpus = frozenset({path, "guides/installation.md"})
     chunked = chunk_source((CORPUS / path).read_bytes(), strategy="structural", document_id=path,
@@ -882,7 +933,11 @@ def test_a_carried_document_is_exactly_the_chunked_one(tmp_path):
     assert document == document_from_json(document_to_json(chunked))
     assert carried.tobytes() == vectors.tobytes()
     gone = replace(expected, corpus_paths=frozenset({path}))
-    assert carried_document(tables, path, chunked.source_version_id, gone) is None
+    alone = chunk_source((CORPUS / path).read_bytes(), strategy="structural", document_id=path,
+                         document_path=path, corpus_paths=gone.corpus_paths)  # fmt: skip
+    assert alone != chunked
+    document, _ = carried_document(tables, path, chunked.source_version_id, gone)
+    assert document == document_from_json(document_to_json(alone))
     assert carried_document(tables, path, "another-hash", expected) is None
     other_model = replace(expected, model="mxbai-embed-large-v1")
     assert carried_document(tables, path, chunked.source_version_id, other_model) is None

@@ -163,12 +163,38 @@ def test_manifest_round_trips_through_json():
     manifest = remember(files)
     assert Manifest.from_json(manifest.to_json()) == manifest
     assert b"settled_failure" not in manifest.to_json()  # written only for a settled failure
-    # The format before settled failures (3) is read as it was: no source has one.
+    # Formats 3 (before settled failures) and 4 (before link targets) are read as they were: no
+    # source has a settled failure, and no topic's link targets are known.
     older = json.loads(manifest.to_json())
-    assert older.pop("format") == 4
-    assert Manifest.from_json(json.dumps({**older, "format": 3}).encode()) == manifest
+    assert older.pop("format") == 5
+    for topic in older["topics"].values():
+        topic.pop("link_targets")
+    unknown = replace(
+        manifest, topics={t: replace(e, link_targets=None) for t, e in manifest.topics.items()}
+    )
+    for format_ in (3, 4):
+        assert Manifest.from_json(json.dumps({**older, "format": format_}).encode()) == unknown
+    assert Manifest.from_json(unknown.to_json()) == unknown
     assert Manifest.from_json(None) == Manifest()
     assert Manifest.from_json(b'{"format": 0}') == Manifest()
+
+
+def test_a_topic_is_rebuilt_when_a_path_its_links_name_becomes_a_source_or_stops_being_one():
+    """A link's `target_document` is its path when that is a source of the corpus: a topic whose
+    links name a source that went, or a path that became a source, is rebuilt, though none of
+    its own files changed. Targets not recorded (a manifest of format 3 or 4) rebuild it once."""
+    before = remember(FILES)
+    linked = replace(before.topics["b/c"], link_targets=("a/new.md", "a/one.md"))
+    manifest = replace(before, topics={**before.topics, "b/c": linked})
+    assert actions(make_plan(FILES, manifest, "s1", GLOBS)) == {"a": KEEP, "b/c": KEEP}
+    gone = [f for f in FILES if f.path != "a/one.md"]
+    assert actions(make_plan(gone, manifest, "s1", GLOBS)) == {"a": REBUILD, "b/c": REBUILD}
+    added = [*FILES, FileInfo("a/new.md", 3, "v9")]
+    assert actions(make_plan(added, manifest, "s1", GLOBS)) == {"a": REBUILD, "b/c": REBUILD}
+    other = [*FILES, FileInfo("a/other.md", 3, "v9")]  # no link names it
+    assert actions(make_plan(other, manifest, "s1", GLOBS))["b/c"] == KEEP
+    unknown = replace(manifest, topics={**before.topics, "b/c": replace(linked, link_targets=None)})
+    assert actions(make_plan(FILES, unknown, "s1", GLOBS)) == {"a": KEEP, "b/c": REBUILD}
 
 
 def test_generated_and_hidden_directories_are_not_listed():

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chunking import DETERMINISTIC_FAILURES, ChunkedDocument
+from chunking.links import target_path
 from indexing import (
     IndexSettings,
     SourceInput,
@@ -38,6 +39,7 @@ from indexing.paths import (
     shared_stems,
     source_stem,
 )
+from indexing.sources import is_source
 from jobs.previous import (
     Expected,
     PreviousTables,
@@ -171,7 +173,25 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
             "prompt_entries": [[h, stem, i] for h, _, stem, i in output.prompt_entries],
             "failures": failures,
             "sources": outcomes,
+            "link_targets": link_targets(sources, context.expected.source_globs),
         },
+    )
+
+
+def link_targets(sources: list[SourceInput], globs: tuple[str, ...]) -> list[str]:
+    """The paths the relative links of a topic's chunked sources name that could be sources
+    (their file names match `globs`), sorted: whether each is one decides its links'
+    `target_document`, so the plan rebuilds the topic when one appears or goes (`jobs.plan`).
+    A failed source's kept rows are left as they were, and not counted."""
+    return sorted(
+        {
+            target
+            for source in sources
+            if source.document is not None
+            for chunk in source.document.chunks
+            for link in chunk.links
+            if (target := target_path(link, source.path)) is not None and is_source(target, globs)
+        }
     )
 
 
