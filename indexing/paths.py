@@ -14,6 +14,7 @@ CHUNKS_DIR = "_chunks"
 CHUNK_TABLES = "_index/chunks"
 DOCUMENT_TABLES = "_index/documents"
 ROOT_SLUG = "_root"
+NAME_MAX = 255  # bytes in a file name on common filesystems (ext4, XFS, APFS; NTFS: 255 units)
 _CHUNK_FILE = re.compile(r"^.+-\d+\.md$")
 
 
@@ -67,9 +68,17 @@ def chunk_file(stem: str, index: int, text: str) -> str:
 
     The digest (the first 16 hex digits of the SHA-256 of the file's bytes) makes a name hold one
     text for good: a chunk whose text changes gets a new file, never a rewrite of one that an
-    index.json already names, and an unchanged chunk keeps its name."""
+    index.json already names, and an unchanged chunk keeps its name. A stem too long for the name
+    to fit `NAME_MAX` bytes is cut: the digest and the index still tell chunks apart."""
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-    return f"{CHUNKS_DIR}/{stem}-{digest}-{index}.md"
+    suffix = f"-{digest}-{index}.md"
+    return f"{CHUNKS_DIR}/{_cut(stem, NAME_MAX - len(suffix))}{suffix}"
+
+
+def _cut(name: str, room: int) -> str:
+    """`name` cut to at most `room` bytes of UTF-8 (at a character's end), so that a file name
+    made from it fits `NAME_MAX`; a name that fits is unchanged."""
+    return name.encode("utf-8")[:room].decode("utf-8", "ignore")
 
 
 def source_chunk_files(source_path: str, texts: list[str]) -> list[str]:
@@ -90,11 +99,17 @@ def topic_slug(topic: str) -> str:
 
     Every "~" is doubled, then every "/" becomes "~s" (so "guides/intro" -> "guides~sintro"); the
     mapping is reversible. The root topic "" is "_root", which no topic can be (folders starting
-    with "_" hold no topics).
+    with "_" hold no topics). A slug too long for its shard's file name (`NAME_MAX` bytes with
+    ".parquet") is cut and ends in "~h" and 16 hex digits of the topic's SHA-256 instead.
     """
     if topic == "":
         return ROOT_SLUG
-    return topic.replace("~", "~~").replace("/", "~s")
+    slug = topic.replace("~", "~~").replace("/", "~s")
+    room = NAME_MAX - len(".parquet")
+    if len(slug.encode("utf-8")) <= room:
+        return slug
+    digest = hashlib.sha256(topic.encode("utf-8")).hexdigest()[:16]
+    return f"{_cut(slug, room - 18)}~h{digest}"
 
 
 def chunk_table_path(topic: str) -> str:

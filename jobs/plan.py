@@ -28,6 +28,7 @@ REBUILD = "rebuild"
 RELINK = "relink"
 KEEP = "keep"
 SYMLINK_SKIPPED = "SYMLINK_SKIPPED"
+INVALID_FILE_NAME = "INVALID_FILE_NAME"
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class Plan:
     changed: frozenset[str]  # sources whose content, settings or last outcome differ
     deleted: tuple[str, ...]  # sources gone since the previous run
     deleted_topics: tuple[str, ...]
-    skipped: tuple[dict[str, str], ...] = ()  # report failures for links not followed
+    # report failures for files left out of the corpus: links not followed, names not UTF-8
+    skipped: tuple[dict[str, str], ...] = ()
     settled: tuple[dict[str, str], ...] = ()  # report failures of files not read again
 
 
@@ -67,17 +69,54 @@ def _is_keywords_file(path: str) -> bool:
     return path == KEYWORDS_FILE or path.endswith("/" + KEYWORDS_FILE)
 
 
+def _would_be_read(path: str, globs: tuple[str, ...]) -> bool:
+    """Whether a build reads a file at `path`: a source, qa-pairs.md, topic-spec.md or a
+    keywords file."""
+    return (
+        is_source(path, globs) or posixpath.basename(path) in NOT_SOURCES or _is_keywords_file(path)
+    )
+
+
 def skipped_links(links: list[SkippedLink], globs: tuple[str, ...]) -> tuple[dict[str, str], ...]:
     """Report failures (SYMLINK_SKIPPED) for the links not followed that would have been read:
     folders, sources, qa-pairs.md, topic-spec.md and keywords files; sorted by path."""
     return tuple(
-        {"path": link.path, "code": SYMLINK_SKIPPED, "message": link.reason}
+        {"path": shown(link.path), "code": SYMLINK_SKIPPED, "message": link.reason}
         for link in sorted(links, key=lambda link: link.path)
-        if link.directory
-        or is_source(link.path, globs)
-        or posixpath.basename(link.path) in NOT_SOURCES
-        or _is_keywords_file(link.path)
+        if link.directory or _would_be_read(link.path, globs)
     )
+
+
+def undecodable(path: str) -> UnicodeDecodeError | None:
+    """Why a listed path is not UTF-8 (a local file or folder name in Latin-1, say, which Python
+    lists with surrogate escapes), or None. No output can name such a file: its chunk files,
+    hrefs, tables and report are UTF-8."""
+    try:
+        path.encode("utf-8", "surrogateescape").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc
+    return None
+
+
+def shown(path: str) -> str:
+    """A listed path as a report shows it: bytes that are not UTF-8 escaped (`bad\\xff.md`)."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def invalid_names(files: list[FileInfo], globs: tuple[str, ...]) -> tuple[dict[str, str], ...]:
+    """Report failures (INVALID_FILE_NAME) for the files whose path is not UTF-8 that would have
+    been read (`shown`); sorted by path."""
+    failures = []
+    for file in files:
+        if (error := undecodable(file.path)) and _would_be_read(file.path, globs):
+            raw = file.path.encode("utf-8", "surrogateescape")
+            message = (
+                f"the path is not UTF-8 (byte 0x{raw[error.start]:02X} at offset {error.start}), "
+                "so no index can name it: rename the file or its folder"
+            )
+            failure = {"path": shown(file.path), "code": INVALID_FILE_NAME, "message": message}
+            failures.append(failure)
+    return tuple(sorted(failures, key=lambda failure: failure["path"]))
 
 
 def make_plan(
@@ -87,7 +126,8 @@ def make_plan(
     globs: tuple[str, ...],
 ) -> Plan:
     """Decide what this run rebuilds, relinks, keeps and deletes (`settings`: the settings key)."""
-    by_path = {f.path: f for f in listing if isinstance(f, FileInfo)}
+    files = [f for f in listing if isinstance(f, FileInfo)]
+    by_path = {f.path: f for f in files if not undecodable(f.path)}
     topics = group_sources(by_path, globs)
     keyword_files = [p for p in by_path if _is_keywords_file(p)]
     tree = index_tree(topics)
@@ -141,7 +181,8 @@ def make_plan(
         changed=frozenset(p for p in fingerprints if changed(p)),
         deleted=tuple(sorted(set(previous.sources) - set(fingerprints))),
         deleted_topics=tuple(sorted(set(previous.topics) - set(topics))),
-        skipped=skipped_links([f for f in listing if isinstance(f, SkippedLink)], globs),
+        skipped=skipped_links([f for f in listing if isinstance(f, SkippedLink)], globs)
+        + invalid_names(files, globs),
     )
 
 

@@ -16,7 +16,7 @@ from indexing import (
     stale_files,
     topic_spec_without_section,
 )
-from indexing.paths import chunk_file
+from indexing.paths import chunk_file, topic_slug
 
 TOPIC = "guides/intro"
 
@@ -134,3 +134,17 @@ def test_a_topic_that_gains_a_child_gets_its_link_without_rebuilding():
     linked = json.loads(set_child_topics(index, [f"{TOPIC}/advanced"]))
     assert linked["_embedded"]["topics"][0]["id"] == f"{TOPIC}/advanced"
     assert linked["_embedded"]["chunks"] == json.loads(index)["_embedded"]["chunks"]
+
+
+def test_names_made_from_long_stems_and_topics_fit_a_file_name():
+    """A file name holds at most 255 bytes: a chunk file's stem is cut (at a character's end)
+    where `{stem}-{digest}-{i}.md` would not fit, and a topic's shard slug is cut and ends in a
+    digest of the topic, which keeps two long topics apart. Short names are unchanged."""
+    long_stem = "长" * 80  # 240 bytes
+    name = chunk_file(long_stem, 12, "text").removeprefix("_chunks/")
+    assert len(name.encode()) <= 255 and name.startswith("长" * 75) and name.endswith("-12.md")
+    assert chunk_file("intro", 0, "text").startswith("_chunks/intro-")
+    deep = "/".join(["目录" * 10] * 5)  # 304 bytes
+    slugs = {topic_slug(deep), topic_slug(deep + "x"), topic_slug(deep[:-1] + "x")}
+    assert len(slugs) == 3 and all(len(f"{s}.parquet".encode()) <= 255 for s in slugs)
+    assert topic_slug("a/b~c") == "a~sb~~c"

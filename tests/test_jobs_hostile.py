@@ -67,7 +67,12 @@ FAILS = {  # hostile source -> (code, words of its message)
     "alias-bomb.md": ("FRONT_MATTER_TOO_LARGE", "aliases included"),
     "python-object.md": ("INVALID_FRONT_MATTER", "python/object"),
 }
-ODD_NAMES = ["a b", "指南", "c#", "what?", "50%", "new\nline"]
+# The last is 240 bytes of UTF-8: a chunk file named `{stem}-{digest}-{i}.md` from it was 262
+# (ENAMETOOLONG failed the whole build, exit 1); its stem is cut in the chunk files' names.
+ODD_NAMES = ["a b", "指南", "c#", "what?", "50%", "new\nline", "长" * 80]
+# A topic of 304 bytes: its table shards' names ("~s" for each "/") are cut and end in a digest.
+DEEP = "/".join(["目录" * 10] * 5)
+LATIN1_NAME = "odd/caf\udce9.md"  # b"caf\xe9.md": a Latin-1 file name, listed with a surrogate
 LATIN1_SPEC = "# Notes\n\nRésumé des règles.\n".encode("latin-1")
 ROOT_KEYWORDS = "retry | 5\ncafé | 3\n".encode("latin-1")
 
@@ -78,6 +83,8 @@ def corpus(docs: Path) -> None:
         for name in ("normal-a", "normal-b"):
             files[f"{topic}/{name}.md"] = NORMAL.format(f"{topic} {name}").encode()
     files.update({f"odd/{name}.md": NORMAL.format(name).encode() for name in ODD_NAMES})
+    files[f"{DEEP}/page.md"] = NORMAL.format("deep").encode()
+    files[LATIN1_NAME] = NORMAL.format("café").encode()
     questions = "".join(f"Q: How do I set option {i}?\n\n" for i in range(1_000))
     files["hostile/qa-pairs.md"] = questions.encode()
     files["kw-table/_keywords/words.md"] = b"| keyword | score |\n|---|---|\n| retry | high |\n"
@@ -123,7 +130,14 @@ def test_each_hostile_source_ends_in_its_code(built):
     assert failures["spec-l1/topic-spec.md"][0] == "TOPIC_SPEC_FAILED"
     # The root's keywords file fails in each of the five topics that read it: reported once.
     assert failures["_keywords/words.md"][0] == "KEYWORDS_FAILED"
-    assert len(report["failures"]) == len(FAILS) + 4, report["failures"]
+    # A file name that is not UTF-8 is left out of the corpus, named with its byte escaped (it
+    # failed the whole build with a UnicodeEncodeError, exit 1).
+    assert failures["odd/caf\\xe9.md"] == (
+        "INVALID_FILE_NAME",
+        "the path is not UTF-8 (byte 0xE9 at offset 7), so no index can name it: rename the "
+        "file or its folder",
+    )
+    assert len(report["failures"]) == len(FAILS) + 5, report["failures"]
 
 
 def test_the_other_sources_are_chunked_and_written(built):
@@ -150,6 +164,11 @@ def test_odd_file_names_get_hrefs_that_name_their_files(built):
     for name in ODD_NAMES:
         href = index[name]["items"][0]["href"]
         assert "%" in href and (docs / "odd" / unquote(href)).is_file()
+        assert len(unquote(href).split("/")[-1].encode()) <= 255
+    deep = json.loads((docs / DEEP / "index.json").read_text())["_embedded"]["chunks"]
+    assert (docs / DEEP / unquote(deep["page"]["items"][0]["href"])).is_file()
+    [shard] = [p.name for p in (docs / "_index" / "chunks").iterdir() if p.name.startswith("目录")]
+    assert len(shard.encode()) <= 255 and "~h" in shard
 
 
 def test_hidden_and_generated_folder_names_are_never_topics(built):

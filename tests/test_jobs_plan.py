@@ -6,7 +6,15 @@ import json
 from dataclasses import replace
 
 from jobs.manifest import Manifest, SourceEntry, TopicEntry
-from jobs.plan import KEEP, REBUILD, RELINK, SYMLINK_SKIPPED, keep_directory, make_plan
+from jobs.plan import (
+    INVALID_FILE_NAME,
+    KEEP,
+    REBUILD,
+    RELINK,
+    SYMLINK_SKIPPED,
+    keep_directory,
+    make_plan,
+)
 from jobs.storage import FileInfo, SkippedLink
 
 GLOBS = ("*.md",)
@@ -195,6 +203,21 @@ def test_a_topic_is_rebuilt_when_a_path_its_links_name_becomes_a_source_or_stops
     assert actions(make_plan(other, manifest, "s1", GLOBS))["b/c"] == KEEP
     unknown = replace(manifest, topics={**before.topics, "b/c": replace(linked, link_targets=None)})
     assert actions(make_plan(FILES, unknown, "s1", GLOBS)) == {"a": KEEP, "b/c": REBUILD}
+
+
+def test_files_whose_path_is_not_utf8_are_left_out_and_reported_when_they_would_be_read():
+    latin1 = [
+        FileInfo("a/caf\udce9.md", 9, "v9"),  # b"caf\xe9.md", listed with a surrogate
+        FileInfo("d\udcff/qa-pairs.md", 9, "v9"),
+        FileInfo("a/logo\udce9.png", 9, "v9"),  # never read: not reported
+    ]
+    plan = make_plan([*FILES, *latin1], Manifest(), "s1", GLOBS)
+    assert plan.fingerprints == make_plan(FILES, Manifest(), "s1", GLOBS).fingerprints
+    assert [(f["path"], f["code"]) for f in plan.skipped] == [
+        ("a/caf\\xe9.md", INVALID_FILE_NAME),
+        ("d\\xff/qa-pairs.md", INVALID_FILE_NAME),
+    ]
+    assert "byte 0xE9 at offset 5" in plan.skipped[0]["message"]
 
 
 def test_generated_and_hidden_directories_are_not_listed():
