@@ -15,18 +15,11 @@ NOT_SOURCES = frozenset({QA_PAIRS, TOPIC_SPEC})
 
 def is_source(relpath: str, globs: Iterable[str] = ("*.md",)) -> bool:
     """Whether a corpus-relative path is a source: its file name matches a glob, it is not
-    qa-pairs.md or topic-spec.md, and no folder on its path starts with "_" or ".". As in a
-    shell, a name starting with "." matches only a glob starting with "." (`*.md` matches neither
-    `.notes.md` nor macOS's `._notes.md`)."""
+    qa-pairs.md or topic-spec.md, and no folder on its path starts with "_" or "."."""
     *folders, name = relpath.split("/")
     if name in NOT_SOURCES or any(f.startswith(("_", ".")) for f in folders):
         return False
-    hidden = name.startswith(".")
-    return any(
-        fnmatch.fnmatchcase(name, pattern)
-        for pattern in globs
-        if not hidden or pattern.startswith(".")
-    )
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in globs)
 
 
 def group_sources(
