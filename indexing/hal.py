@@ -57,6 +57,20 @@ def index_document(
     return {"id": directory, "title": title, "_links": links(directory), "_embedded": embedded}
 
 
+def not_an_index(data: bytes, directory: str) -> str | None:
+    """Why an existing `{directory}/index.json` is not an index this library wrote for that
+    directory (a person's own file, say), or None when it is one."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        return f"not JSON ({exc})"
+    if not isinstance(doc, dict) or not isinstance(doc.get("_embedded"), dict):
+        return "not an mdindex index (no _embedded object)"
+    if doc.get("id") != directory:
+        return f"the index of {doc.get('id')!r}, not of {directory!r}"
+    return None
+
+
 def directory_index(directory: str, child_topics: list[str]) -> bytes:
     """index.json of an ancestor directory that is not itself a topic."""
     return dump_json(index_document(directory, directory_title(directory), child_topics, None))

@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexing.hal import dump_json
+from indexing.hal import directory_index, dump_json, not_an_index
 
 
 def stdlib(doc) -> bytes:
@@ -41,3 +41,14 @@ def test_the_edges_of_the_cosine_range_and_odd_text():
         1: "an int key becomes a string",
     }
     assert dump_json(doc) == stdlib(doc)
+
+
+def test_an_index_json_this_library_did_not_write_is_told_apart():
+    """A person's own index.json (in an in-place build) is not taken for a previous index."""
+    assert not_an_index(directory_index("guides", ["guides/a"]), "guides") is None
+    assert not_an_index(b'{"pages": []}', "guides") == "not an mdindex index (no _embedded object)"
+    assert not_an_index(b"[1, 2]", "guides") == "not an mdindex index (no _embedded object)"
+    assert not_an_index(b"garbage{", "guides").startswith("not JSON (")
+    assert not_an_index(directory_index("other", []), "guides") == (
+        "the index of 'other', not of 'guides'"
+    )

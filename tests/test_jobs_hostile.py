@@ -74,12 +74,14 @@ ODD_NAMES = ["a b", "指南", "c#", "what?", "50%", "new\nline", "长" * 80]
 DEEP = "/".join(["目录" * 10] * 5)
 LATIN1_NAME = "odd/caf\udce9.md"  # b"caf\xe9.md": a Latin-1 file name, listed with a surrogate
 LATIN1_SPEC = "# Notes\n\nRésumé des règles.\n".encode("latin-1")
+OWN_INDEX = b'{"pages": ["normal-a", "normal-b"]}\n'  # a person's own index.json, in place
 ROOT_KEYWORDS = "retry | 5\ncafé | 3\n".encode("latin-1")
 
 
 def corpus(docs: Path) -> None:
     files: dict[str, bytes] = {f"hostile/{name}": data for name, data in HOSTILE.items()}
-    for topic in ("hostile", "odd", "kw-table", "kw-binary", "spec-two", "spec-none", "spec-l1"):
+    topics = ("hostile", "odd", "kw-table", "kw-binary", "spec-two", "spec-none", "spec-l1", "own")
+    for topic in topics:
         for name in ("normal-a", "normal-b"):
             files[f"{topic}/{name}.md"] = NORMAL.format(f"{topic} {name}").encode()
     files.update({f"odd/{name}.md": NORMAL.format(name).encode() for name in ODD_NAMES})
@@ -95,6 +97,7 @@ def corpus(docs: Path) -> None:
     )
     files["spec-none/topic-spec.md"] = b"# Written by a person\n\nKeep this.\n"
     files["spec-l1/topic-spec.md"] = LATIN1_SPEC
+    files["own/index.json"] = OWN_INDEX
     for hidden in ("..x", "_x", ".x"):
         files[f"{hidden}/a.md"] = NORMAL.format(hidden).encode()
     for path, data in files.items():
@@ -137,7 +140,15 @@ def test_each_hostile_source_ends_in_its_code(built):
         "the path is not UTF-8 (byte 0xE9 at offset 7), so no index can name it: rename the "
         "file or its folder",
     )
-    assert len(report["failures"]) == len(FAILS) + 5, report["failures"]
+    # A person's own index.json in a topic folder is left as it is, and the topic not indexed (it
+    # failed the whole build with a KeyError, exit 1).
+    assert failures["own/index.json"] == (
+        "INDEX_JSON_FAILED",
+        "not an mdindex index (no _embedded object): left untouched, and the topic's 2 sources "
+        "are not indexed; move the file away, or build into another --output",
+    )
+    assert report["sources"]["failed"] == len(FAILS) + 2
+    assert len(report["failures"]) == len(FAILS) + 6, report["failures"]
 
 
 def test_the_other_sources_are_chunked_and_written(built):
@@ -202,12 +213,14 @@ def test_a_rerun_converges_byte_for_byte(built):
     assert second_code == 3
     # The hostile sources and keywords files failed for their bytes: the re-run reports them again
     # without reading them and keeps their topics. Only the topic whose topic-spec.md is left
-    # untouched (TOPIC_SPEC_FAILED: the output's own file, which the plan does not compare) is
-    # rebuilt.
+    # untouched (TOPIC_SPEC_FAILED: the output's own file, which the plan does not compare) and
+    # the one whose index.json is a person's (INDEX_JSON_FAILED, left as it is) are rebuilt.
     second = json.loads((docs / "_reindex" / "report.json").read_text())
     assert second["failures"] == report["failures"]
     assert second["sources"]["failed_unchanged"] == len(FAILS)
-    assert second["topics"]["rebuilt"] == 1
+    assert second["topics"]["rebuilt"] == 2
+    assert (docs / "own" / "index.json").read_bytes() == OWN_INDEX
+    assert not (docs / "own" / "_chunks").exists()
     again = outputs(docs)
     assert sorted(again) == sorted(first)
     changed = [path for path in first if again[path] != first[path]]

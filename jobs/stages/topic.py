@@ -30,6 +30,7 @@ from indexing import (
     parse_keywords,
     stale_files,
 )
+from indexing.hal import not_an_index
 from indexing.paths import (
     CHUNKS_DIR,
     INDEX,
@@ -56,6 +57,7 @@ from jobs.storage import Storage, SymlinkRefused
 
 log = logging.getLogger("mdindex.build")
 
+INDEX_JSON_FAILED = "INDEX_JSON_FAILED"
 KEYWORDS_FAILED = "KEYWORDS_FAILED"
 STEM_CONFLICT = "STEM_CONFLICT"
 TOPIC_SPEC_FAILED = "TOPIC_SPEC_FAILED"
@@ -101,6 +103,10 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     rows = sorted(
         source_rows + [r for r in rows if r["kind"] != SOURCE], key=lambda r: (r["kind"], r["path"])
     )
+    index_path = in_topic(topic, INDEX)
+    existing_index = context.output.read_optional(index_path)
+    if existing_index is not None and (problem := not_an_index(existing_index, topic)):
+        return _not_written(topic, problem, source_rows, unchanged)
     failed = any(r["error_code"] is not None for r in source_rows)
     previous = (  # read before writing
         read_previous(context.output, topic) if failed or unchanged else None
@@ -111,7 +117,6 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     }
     if recarry := sorted(path for path, found in carried.items() if found is None):
         return _summary(topic, {"recarry": recarry})
-    index_path = in_topic(topic, INDEX)
     spec_path = in_topic(topic, TOPIC_SPEC)
     existing_spec, spec_left, spec_failure = _existing_spec(context, spec_path)
     failures = [_failure(r) for r in rows if r["error_code"] is not None] + spec_failure
@@ -131,7 +136,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
             question_vectors=question_vectors,
             keywords=keywords,
             child_topics=facts["children"],
-            previous_index=context.output.read_optional(index_path),
+            previous_index=existing_index,
             existing_topic_spec=existing_spec,
             model=context.expected.model,
             strategy=context.expected.strategy_key,
@@ -218,6 +223,31 @@ def switch(
     storage.write_many({p: d for p, d in files.items() if p not in chunks and p != index_path})
     leftovers = storage.temporaries([topic]) + storage.temporaries_among(listing)
     storage.delete(stale_files(listing, live) + leftovers)
+
+
+def _not_written(
+    topic: str, problem: str, source_rows: list[dict[str, Any]], unchanged: dict[str, str]
+) -> dict[str, Any]:
+    """The summary of a topic whose index.json is not one this job wrote (a person's own, in an
+    in-place build): nothing is written, the file is left as it is, and every source of the topic
+    fails (INDEX_JSON_FAILED), to be tried again on the next run."""
+    outcomes = {r["path"]: Outcome(r["sha256"], failed=True) for r in source_rows}
+    outcomes.update({path: Outcome(sha256, failed=True) for path, sha256 in unchanged.items()})
+    message = (
+        f"{problem}: left untouched, and the topic's {len(outcomes)} sources are not indexed; "
+        "move the file away, or build into another --output"
+    )
+    failure = {"path": in_topic(topic, INDEX), "code": INDEX_JSON_FAILED, "message": message}
+    return _summary(
+        topic,
+        {
+            "files": [],
+            "prompt_entries": [],
+            "failures": [failure],
+            "sources": outcomes,
+            "link_targets": [],
+        },
+    )
 
 
 def _summary(topic: str, facts: dict[str, Any]) -> dict[str, Any]:
