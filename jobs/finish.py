@@ -20,11 +20,12 @@ from indexing import (
     topic_spec_without_section,
 )
 from indexing.client import EMBEDDING_SETTINGS, embedding_settings
+from indexing.hal import not_an_index
 from indexing.paths import CHUNK_TABLES, DOCUMENT_TABLES, INDEX, TOPIC_SPEC, in_topic
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, Manifest, SourceEntry, TopicEntry
 from jobs.plan import REBUILD, RELINK, Plan
-from jobs.stages.topic import SETTLED_FAILURES
+from jobs.stages.topic import SETTLED_FAILURES, index_left
 from jobs.storage import Storage, SymlinkRefused
 
 
@@ -45,18 +46,20 @@ def finish(
     plan: Plan,
     previous: Manifest,
     built: dict[str, dict[str, Any]],
-) -> Manifest:
-    """Driver-side side effects after every topic is written; returns the manifest to store."""
+) -> tuple[Manifest, list[dict[str, str]]]:
+    """Driver-side side effects after every topic is written; returns the manifest to store and
+    the report failures of index.json files left as they were (`not_an_index`: a person's own)."""
     topics: dict[str, TopicEntry] = {}
     sources: dict[str, SourceEntry] = {}
+    failures: list[dict[str, str]] = []
     for topic in plan.topics:
         if topic.action == REBUILD:
             summary = built[topic.topic]
-            outcomes, failures = summary["sources"], summary["failures"]
+            outcomes, failed = summary["sources"], summary["failures"]
             # path -> (code, message) of the settled failures: its sources' and its own files'
             settled = {
                 f["path"]: (f["code"], f["message"])
-                for f in failures
+                for f in failed
                 if f["code"] in SETTLED_FAILURES
             }
             topics[topic.topic] = TopicEntry(
@@ -64,7 +67,7 @@ def finish(
                 children=topic.children,
                 files=tuple(summary["files"]),
                 prompt_entries=tuple(tuple(e) for e in summary["prompt_entries"]),
-                failed=any(f["code"] not in SETTLED_FAILURES for f in failures),
+                failed=any(f["code"] not in SETTLED_FAILURES for f in failed),
                 settled_failures=tuple(
                     (path, *failure) for path, failure in settled.items() if path not in outcomes
                 ),
@@ -77,11 +80,13 @@ def finish(
             continue
         entry = previous.topics[topic.topic]
         if topic.action == RELINK:
-            index = output.read_optional(in_topic(topic.topic, INDEX))
-            if index is not None:
-                output.write_if_changed(
-                    in_topic(topic.topic, INDEX), set_child_topics(index, list(topic.children))
-                )
+            path = in_topic(topic.topic, INDEX)
+            index = output.read_optional(path)
+            if index is not None and (problem := not_an_index(index, topic.topic)):
+                failures.append(index_left(path, problem, "its child topics are not updated"))
+                entry = replace(entry, failed=True)  # rebuilt, and failing, until it is moved
+            elif index is not None:
+                output.write_if_changed(path, set_child_topics(index, list(topic.children)))
             entry = replace(entry, children=topic.children)
         topics[topic.topic] = entry
         sources.update({p: previous.sources[p] for p in topic.sources})
@@ -91,7 +96,12 @@ def finish(
     current = set(topics) | set(plan.directories)
     output.delete([in_topic(d, INDEX) for d in previous.directories if d not in current])
     for directory, children in plan.directories.items():
-        output.write_if_changed(in_topic(directory, INDEX), directory_index(directory, children))
+        path, data = in_topic(directory, INDEX), directory_index(directory, children)
+        index = output.read_optional(path)
+        if index is not None and (problem := not_an_index(index, directory)):
+            failures.append(index_left(path, problem, "the folder has no directory index"))
+        elif index != data:
+            output.write_bytes(path, data)
 
     entries = [
         (h, topic, stem, i)
@@ -105,13 +115,14 @@ def finish(
     settings = embedding_settings(config.embedding.model, vars(config.embedding))
     output.write_if_changed(EMBEDDING_SETTINGS, settings)  # for `mdindex query --question`
     output.delete(output.temporaries(_shared_folders(plan, tables)))
-    return Manifest(
+    manifest = Manifest(
         config_key=config_key,
         sources=sources,
         topics=topics,
         directories=tuple(sorted(plan.directories)),
         simhash_files=tuple(sorted(tables)),
     )
+    return manifest, failures
 
 
 def _shared_folders(plan: Plan, tables: dict[str, bytes]) -> set[str]:

@@ -121,7 +121,7 @@ def _run_locked(
 
     mark = time.perf_counter()
     check()
-    manifest = finish(config, found.config_key, output, plan, found.previous, built.summaries)
+    manifest, left = finish(config, found.config_key, output, plan, found.previous, built.summaries)
     wall["finish"] = time.perf_counter() - mark
     wall["total"] = time.perf_counter() - started
     actions = [t.action for t in plan.topics]
@@ -130,7 +130,7 @@ def _run_locked(
     rebuilt_failures = (f for s in built.summaries.values() for f in s["failures"])
     report = build_report(
         built.stats,
-        failures=[*plan.skipped, *plan.settled, *rebuilt_failures],
+        failures=[*plan.skipped, *plan.settled, *rebuilt_failures, *left],
         sources={
             "seen": len(plan.fingerprints),
             "changed": len(plan.changed),

@@ -98,6 +98,8 @@ def corpus(docs: Path) -> None:
     files["spec-none/topic-spec.md"] = b"# Written by a person\n\nKeep this.\n"
     files["spec-l1/topic-spec.md"] = LATIN1_SPEC
     files["own/index.json"] = OWN_INDEX
+    files["plain/inner/normal-a.md"] = NORMAL.format("inner").encode()
+    files["plain/index.json"] = OWN_INDEX  # in a folder that is no topic: its directory index
     for hidden in ("..x", "_x", ".x"):
         files[f"{hidden}/a.md"] = NORMAL.format(hidden).encode()
     for path, data in files.items():
@@ -144,11 +146,16 @@ def test_each_hostile_source_ends_in_its_code(built):
     # failed the whole build with a KeyError, exit 1).
     assert failures["own/index.json"] == (
         "INDEX_JSON_FAILED",
-        "not an mdindex index (no _embedded object): left untouched, and the topic's 2 sources "
+        "not an mdindex index (no _embedded object): left untouched, so the topic's 2 sources "
         "are not indexed; move the file away, or build into another --output",
     )
+    assert failures["plain/index.json"] == (
+        "INDEX_JSON_FAILED",
+        "not an mdindex index (no _embedded object): left untouched, so the folder has no "
+        "directory index; move the file away, or build into another --output",
+    )
     assert report["sources"]["failed"] == len(FAILS) + 2
-    assert len(report["failures"]) == len(FAILS) + 6, report["failures"]
+    assert len(report["failures"]) == len(FAILS) + 7, report["failures"]
 
 
 def test_the_other_sources_are_chunked_and_written(built):
@@ -220,6 +227,7 @@ def test_a_rerun_converges_byte_for_byte(built):
     assert second["sources"]["failed_unchanged"] == len(FAILS)
     assert second["topics"]["rebuilt"] == 2
     assert (docs / "own" / "index.json").read_bytes() == OWN_INDEX
+    assert (docs / "plain" / "index.json").read_bytes() == OWN_INDEX
     assert not (docs / "own" / "_chunks").exists()
     again = outputs(docs)
     assert sorted(again) == sorted(first)

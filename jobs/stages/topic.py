@@ -233,11 +233,8 @@ def _not_written(
     fails (INDEX_JSON_FAILED), to be tried again on the next run."""
     outcomes = {r["path"]: Outcome(r["sha256"], failed=True) for r in source_rows}
     outcomes.update({path: Outcome(sha256, failed=True) for path, sha256 in unchanged.items()})
-    message = (
-        f"{problem}: left untouched, and the topic's {len(outcomes)} sources are not indexed; "
-        "move the file away, or build into another --output"
-    )
-    failure = {"path": in_topic(topic, INDEX), "code": INDEX_JSON_FAILED, "message": message}
+    outcome = f"the topic's {len(outcomes)} sources are not indexed"
+    failure = index_left(in_topic(topic, INDEX), problem, outcome)
     return _summary(
         topic,
         {
@@ -248,6 +245,16 @@ def _not_written(
             "link_targets": [],
         },
     )
+
+
+def index_left(path: str, problem: str, outcome: str) -> dict[str, str]:
+    """The report failure (INDEX_JSON_FAILED) of an index.json this job did not write, which it
+    leaves as it is (`problem`: `not_an_index`; `outcome`: what is not written instead)."""
+    message = (
+        f"{problem}: left untouched, so {outcome}; move the file away, or build into another "
+        "--output"
+    )
+    return {"path": path, "code": INDEX_JSON_FAILED, "message": message}
 
 
 def _summary(topic: str, facts: dict[str, Any]) -> dict[str, Any]:
