@@ -20,12 +20,11 @@ from indexing import (
     topic_spec_without_section,
 )
 from indexing.client import EMBEDDING_SETTINGS, embedding_settings
-from indexing.hal import not_an_index
 from indexing.paths import CHUNK_TABLES, DOCUMENT_TABLES, INDEX, TOPIC_SPEC, in_topic
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, Manifest, SourceEntry, TopicEntry
 from jobs.plan import REBUILD, RELINK, Plan
-from jobs.stages.topic import SETTLED_FAILURES, index_left
+from jobs.stages.topic import SETTLED_FAILURES, existing_index_of, index_left
 from jobs.storage import Storage, SymlinkRefused
 
 
@@ -48,7 +47,7 @@ def finish(
     built: dict[str, dict[str, Any]],
 ) -> tuple[Manifest, list[dict[str, str]]]:
     """Driver-side side effects after every topic is written; returns the manifest to store and
-    the report failures of index.json files left as they were (`not_an_index`: a person's own)."""
+    the report failures of index.json files left as they were (`existing_index_of`)."""
     topics: dict[str, TopicEntry] = {}
     sources: dict[str, SourceEntry] = {}
     failures: list[dict[str, str]] = []
@@ -81,8 +80,8 @@ def finish(
         entry = previous.topics[topic.topic]
         if topic.action == RELINK:
             path = in_topic(topic.topic, INDEX)
-            index = output.read_optional(path)
-            if index is not None and (problem := not_an_index(index, topic.topic)):
+            index, problem = existing_index_of(output, topic.topic)
+            if problem:
                 failures.append(index_left(path, problem, "its child topics are not updated"))
                 entry = replace(entry, failed=True)  # rebuilt, and failing, until it is moved
             elif index is not None:
@@ -97,8 +96,8 @@ def finish(
     output.delete([in_topic(d, INDEX) for d in previous.directories if d not in current])
     for directory, children in plan.directories.items():
         path, data = in_topic(directory, INDEX), directory_index(directory, children)
-        index = output.read_optional(path)
-        if index is not None and (problem := not_an_index(index, directory)):
+        index, problem = existing_index_of(output, directory)
+        if problem:
             failures.append(index_left(path, problem, "the folder has no directory index"))
         elif index != data:
             output.write_bytes(path, data)

@@ -80,13 +80,15 @@ ROOT_KEYWORDS = "retry | 5\ncafé | 3\n".encode("latin-1")
 
 def corpus(docs: Path) -> None:
     files: dict[str, bytes] = {f"hostile/{name}": data for name, data in HOSTILE.items()}
-    topics = ("hostile", "odd", "kw-table", "kw-binary", "spec-two", "spec-none", "spec-l1", "own")
-    for topic in topics:
+    topics = ("hostile", "odd", "kw-table", "kw-binary", "spec-two", "spec-none", "spec-l1")
+    for topic in (*topics, "own", "linked"):
         for name in ("normal-a", "normal-b"):
             files[f"{topic}/{name}.md"] = NORMAL.format(f"{topic} {name}").encode()
     files.update({f"odd/{name}.md": NORMAL.format(name).encode() for name in ODD_NAMES})
     files[f"{DEEP}/page.md"] = NORMAL.format("deep").encode()
     files[LATIN1_NAME] = NORMAL.format("café").encode()
+    for name in ("intro.md", "intro.mdx", "other.md"):  # the globs take both intro files
+        files[f"stems/{name}"] = NORMAL.format(name).encode()
     questions = "".join(f"Q: How do I set option {i}?\n\n" for i in range(1_000))
     files["hostile/qa-pairs.md"] = questions.encode()
     files["kw-table/_keywords/words.md"] = b"| keyword | score |\n|---|---|\n| retry | high |\n"
@@ -115,9 +117,11 @@ def built(tmp_path_factory):
     outside.mkdir()
     corpus(docs)
     options = load_config(CONFIG, overrides={"input": str(docs)}).chunking.options
+    (root / "theirs.json").write_bytes(OWN_INDEX)
+    (docs / "linked" / "index.json").symlink_to(root / "theirs.json")  # never followed
     (docs / ".embedding-cache").mkdir()
     (docs / ".embedding-cache" / strategy_key("semantic", **options)).symlink_to(outside)
-    args = ["--config", CONFIG, "--input", str(docs)]
+    args = ["--config", CONFIG, "--input", str(docs), "--set", 'sources.globs=["*.md", "*.mdx"]']
     assert main(args) == 3
     report = json.loads((docs / "_reindex" / "report.json").read_text())
     first = outputs(docs)
@@ -125,7 +129,7 @@ def built(tmp_path_factory):
 
 
 def test_each_hostile_source_ends_in_its_code(built):
-    _, _, report, _, _ = built
+    docs, _, report, _, _ = built
     failures = {f["path"]: (f["code"], f["message"]) for f in report["failures"]}
     for name, (code, words) in FAILS.items():
         assert failures[f"hostile/{name}"][0] == code, name
@@ -154,8 +158,19 @@ def test_each_hostile_source_ends_in_its_code(built):
         "not an mdindex index (no _embedded object): left untouched, so the folder has no "
         "directory index; move the file away, or build into another --output",
     )
-    assert report["sources"]["failed"] == len(FAILS) + 2
-    assert len(report["failures"]) == len(FAILS) + 7, report["failures"]
+    assert failures["linked/index.json"][1].startswith("a symbolic link (not followed): left")
+    # Two sources of a topic with one stem, which names a source's entry and chunk files, fail
+    # alone (the whole build failed with a ValueError, exit 1).
+    assert failures["stems/intro.md"] == (
+        "STEM_CONFLICT",
+        "intro.md shares its stem 'intro' with intro.mdx in this topic; a stem names one source's "
+        "index.json entry and chunk files, so none of them is indexed: rename all but one",
+    )
+    assert failures["stems/intro.mdx"][0] == "STEM_CONFLICT"
+    stems = json.loads((docs / "stems" / "index.json").read_text())["_embedded"]["chunks"]
+    assert list(stems) == ["other"]
+    assert report["sources"]["failed"] == len(FAILS) + 6
+    assert len(report["failures"]) == len(FAILS) + 10, report["failures"]
 
 
 def test_the_other_sources_are_chunked_and_written(built):
@@ -221,13 +236,15 @@ def test_a_rerun_converges_byte_for_byte(built):
     # The hostile sources and keywords files failed for their bytes: the re-run reports them again
     # without reading them and keeps their topics. Only the topic whose topic-spec.md is left
     # untouched (TOPIC_SPEC_FAILED: the output's own file, which the plan does not compare) and
-    # the one whose index.json is a person's (INDEX_JSON_FAILED, left as it is) are rebuilt.
+    # the two whose index.json is a person's or a link (INDEX_JSON_FAILED, left as they are) and
+    # the one whose sources share a stem (STEM_CONFLICT: another file decides it) are rebuilt.
     second = json.loads((docs / "_reindex" / "report.json").read_text())
     assert second["failures"] == report["failures"]
     assert second["sources"]["failed_unchanged"] == len(FAILS)
-    assert second["topics"]["rebuilt"] == 2
+    assert second["topics"]["rebuilt"] == 4
     assert (docs / "own" / "index.json").read_bytes() == OWN_INDEX
     assert (docs / "plain" / "index.json").read_bytes() == OWN_INDEX
+    assert (docs / "linked" / "index.json").is_symlink()
     assert not (docs / "own" / "_chunks").exists()
     again = outputs(docs)
     assert sorted(again) == sorted(first)

@@ -519,46 +519,6 @@ def test_a_rebuild_with_nothing_to_embed_starts_no_embedding_actor(tmp_path, cap
     assert outputs(tmp_path / "out") == outputs(tmp_path / "fresh")
 
 
-def test_sources_that_share_a_stem_fail_alone_and_a_rename_converges(tmp_path):
-    """`intro.md` beside `intro.mdx` (globs that match both): a stem names one source's index
-    entry and chunk files. Both fail with STEM_CONFLICT, the rest of the topic is written, and the
-    one indexed before keeps its entry and rows, as any failed source does; the job used to fail
-    whole (exit 1, ValueError). Renaming one converges to a fresh build's bytes."""
-    docs, out = tmp_path / "docs", tmp_path / "out"
-    globs = 'sources.globs=["*.md", "*.mdx"]'
-    (docs / "t").mkdir(parents=True)
-    for name in ("intro.md", "other.md"):
-        (docs / "t" / name).write_text(f"# {name}\n\nHow {name} retries a request.\n")
-    assert build("--input", str(docs), "--output", str(out), "--set", globs) == 0
-    first = outputs(out)
-    (docs / "t" / "intro.mdx").write_text("# Intro in MDX\n\nHow the MDX page retries.\n")
-    assert build("--input", str(docs), "--output", str(out), "--set", globs) == 3
-    report = report_of(out)
-    assert [(f["path"], f["code"]) for f in report["failures"]] == [
-        ("t/intro.md", "STEM_CONFLICT"),
-        ("t/intro.mdx", "STEM_CONFLICT"),
-    ]
-    assert "intro.mdx shares its stem 'intro' with intro.md" in report["failures"][1]["message"]
-    assert outputs(out).keys() == first.keys()  # intro.md's entry and chunk files are kept
-    index = json.loads((out / "t" / "index.json").read_text())["_embedded"]["chunks"]
-    assert {stem: entry["source"] for stem, entry in index.items()} == {
-        "intro": "intro.md",
-        "other": "other.md",
-    }
-    documents = {r["source"]: r for r in shard_rows(out, "documents", "t")}
-    assert [documents[p]["status"] for p in ("t/intro.md", "t/intro.mdx", "t/other.md")] == [
-        "failed",
-        "failed",
-        "ok",
-    ]
-    assert {r["source"] for r in shard_rows(out, "chunks", "t")} == {"t/intro.md", "t/other.md"}
-    # Not a settled failure: the next run reads both again, and after a rename all are indexed.
-    (docs / "t" / "intro.mdx").rename(docs / "t" / "mdx-intro.mdx")
-    assert build("--input", str(docs), "--output", str(out), "--set", globs) == 0
-    assert build("--input", str(docs), "--output", str(tmp_path / "fresh"), "--set", globs) == 0
-    assert outputs(out) == outputs(tmp_path / "fresh")
-
-
 def test_links_follow_their_targets_into_and_out_of_the_corpus(tmp_path):
     """A link's `target_document` is its target's path while that is a source. A topic whose
     sources link to a page that is deleted, or added, is rebuilt though none of its own files
@@ -598,15 +558,14 @@ def test_links_follow_their_targets_into_and_out_of_the_corpus(tmp_path):
     assert report["sources"]["chunked"] == 2 and report["sources"]["carried"] == 2
     assert targets() == ["u/target.md"]
     same_as_fresh("fresh-back")
-    # A manifest of format 4 records no link targets: each topic is rebuilt once, then kept.
+    # A manifest of format 4 records no link targets: each topic is rebuilt once (test_jobs_plan:
+    # then kept), to the same bytes.
     manifest = json.loads((out / "_reindex" / "manifest.json").read_text())
     for topic in manifest["topics"].values():
         del topic["link_targets"]
     (out / "_reindex" / "manifest.json").write_text(json.dumps({**manifest, "format": 4}))
     assert build("--input", str(docs), "--output", str(out)) == 0
     assert report_of(out)["topics"]["rebuilt"] == 2
-    assert build("--input", str(docs), "--output", str(out)) == 0
-    assert report_of(out)["topics"]["kept"] == 2
     assert outputs(out) == outputs(tmp_path / "fresh-back")  # the same corpus as then
 
 

@@ -103,9 +103,8 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     rows = sorted(
         source_rows + [r for r in rows if r["kind"] != SOURCE], key=lambda r: (r["kind"], r["path"])
     )
-    index_path = in_topic(topic, INDEX)
-    existing_index = context.output.read_optional(index_path)
-    if existing_index is not None and (problem := not_an_index(existing_index, topic)):
+    existing_index, problem = existing_index_of(context.output, topic)
+    if problem:
         return _not_written(topic, problem, source_rows, unchanged)
     failed = any(r["error_code"] is not None for r in source_rows)
     previous = (  # read before writing
@@ -245,6 +244,16 @@ def _not_written(
             "link_targets": [],
         },
     )
+
+
+def existing_index_of(storage: Storage, directory: str) -> tuple[bytes | None, str | None]:
+    """A folder's index.json as this job wrote it before (None when there is none), or why the
+    file there is not one: `not_an_index` (a person's own), or a symbolic link (never followed)."""
+    try:
+        data = storage.read_optional(in_topic(directory, INDEX))
+    except SymlinkRefused:
+        return None, "a symbolic link (not followed)"
+    return data, data and not_an_index(data, directory)
 
 
 def index_left(path: str, problem: str, outcome: str) -> dict[str, str]:
