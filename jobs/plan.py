@@ -7,8 +7,8 @@ its links name is a source) or when it had a failure to retry last time; it is r
 without reading anything. A source, qa-pairs.md or keywords file whose failure its bytes and the
 settings decide (a settled failure: invalid UTF-8, bad front matter, a malformed keywords table)
 is not retried while both stay the same; the run reports it again. Read failures, timeouts and
-unexpected errors are retried. Symbolic links the listing did not follow are not part of the
-corpus; those that would have mattered are reported.
+unexpected errors are retried. Symbolic links the listing did not follow, and files whose path is
+not UTF-8, are not part of the corpus; those that would have mattered are reported.
 """
 
 from __future__ import annotations
