@@ -85,7 +85,9 @@ def finish(
                 failures.append(index_left(path, problem, "its child topics are not updated"))
                 entry = replace(entry, failed=True)  # rebuilt, and failing, until it is moved
             elif index is not None:
-                output.write_if_changed(path, set_child_topics(index, list(topic.children)))
+                relinked = set_child_topics(index, list(topic.children))
+                if relinked != index:  # already read: not `write_if_changed`, which reads again
+                    output.write_bytes(path, relinked)
             entry = replace(entry, children=topic.children)
         topics[topic.topic] = entry
         sources.update({p: previous.sources[p] for p in topic.sources})

@@ -127,7 +127,9 @@ def make_plan(
 ) -> Plan:
     """Decide what this run rebuilds, relinks, keeps and deletes (`settings`: the settings key)."""
     files = [f for f in listing if isinstance(f, FileInfo)]
-    by_path = {f.path: f for f in files if not undecodable(f.path)}
+    misnamed = [f for f in files if undecodable(f.path)]  # each path checked once
+    left_out = {f.path for f in misnamed}
+    by_path = {f.path: f for f in files if f.path not in left_out}
     topics = group_sources(by_path, globs)
     keyword_files = [p for p in by_path if _is_keywords_file(p)]
     tree = index_tree(topics)
@@ -182,7 +184,7 @@ def make_plan(
         deleted=tuple(sorted(set(previous.sources) - set(fingerprints))),
         deleted_topics=tuple(sorted(set(previous.topics) - set(topics))),
         skipped=skipped_links([f for f in listing if isinstance(f, SkippedLink)], globs)
-        + invalid_names(files, globs),
+        + invalid_names(misnamed, globs),
     )
 
 

@@ -253,7 +253,7 @@ def existing_index_of(storage: Storage, directory: str) -> tuple[bytes | None, s
         data = storage.read_optional(in_topic(directory, INDEX))
     except SymlinkRefused:
         return None, "a symbolic link (not followed)"
-    return data, data and not_an_index(data, directory)
+    return data, None if data is None else not_an_index(data, directory)
 
 
 def index_left(path: str, problem: str, outcome: str) -> dict[str, str]:
