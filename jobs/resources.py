@@ -31,6 +31,13 @@ ACTOR_CONCURRENT_BATCHES = 2
 # through its runtime-env agent before starting each actor's process, which was then ready 1.95-2.3
 # s after its creation instead of 0.8-0.9 s (2-core AVX2 VM, otherwise idle).
 CPU_ACTOR_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+# Every embedding actor: MKL's strict conditional numerical reproducibility, which makes its GEMM's
+# bits independent of the thread count. Without it MKL split a small fp32 product across threads
+# by its shape: at `embedding.token_budget` 256 a vector's bits depended on the actor's threads (2
+# of 27 texts, 1 against 2 threads; 2-core Xeon with AMX). At the CPU default 2,048 the vectors
+# were the same bits with or without it, on 1 and 2 threads, and as fast (600 FastAPI chunks: 22.2
+# s against 24.1 on 2 threads). MKL reads it at its first call, after the actor sets it.
+ACTOR_ENV = {"MKL_CBWR": "AUTO,STRICT"}
 
 
 # Torch threads per CPU actor when the pool sizes itself: one below 8 CPUs, else two. Much of an
@@ -215,7 +222,7 @@ def actor_stage_args(pool: EmbedPool, batch_size: int | None) -> dict[str, Any]:
 
 def actor_env(pool: EmbedPool) -> dict[str, str]:
     """Environment variables an embedding actor sets in its process before it loads torch."""
-    return dict(CPU_ACTOR_ENV) if pool.num_gpus == 0 else {}
+    return ACTOR_ENV | CPU_ACTOR_ENV if pool.num_gpus == 0 else dict(ACTOR_ENV)
 
 
 def reduce_task_options(resources: IndexResources) -> dict[str, Any]:

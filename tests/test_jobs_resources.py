@@ -95,45 +95,58 @@ def test_every_embedding_call_but_the_last_gets_the_batch_size_whole():
 def test_a_cpu_embedding_actor_gets_its_environment_without_a_runtime_env():
     """A CPU pool's actors carry no `runtime_env` (Ray prepared one through its runtime-env agent
     before starting each actor's process: ready 1.95-2.3 s after creation instead of 0.8-0.9 s on
-    2 cores); the OpenMP setting they need travels as `actor_env`, which GPU actors do without."""
+    2 cores); the settings they need travel as `actor_env`: MKL's reproducible mode for every
+    actor (a GPU pool's can run its model on the CPU), OpenMP's passive waits for CPU pools."""
     pool = embed_pool(EmbedResources(), 2, batches=1)
     assert "runtime_env" not in actor_stage_args(pool, None)
-    assert actor_env(pool) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert actor_env(pool) == {"MKL_CBWR": "AUTO,STRICT", "OMP_WAIT_POLICY": "PASSIVE"}
     gpu_pool = embed_pool(EmbedResources(num_gpus=1), 2, batches=1)
     assert "runtime_env" not in actor_stage_args(gpu_pool, None)
-    assert actor_env(gpu_pool) == {}
+    assert actor_env(gpu_pool) == {"MKL_CBWR": "AUTO,STRICT"}
 
 
 def test_the_embedding_actor_sets_its_environment_before_torch_loads_and_freezes_it():
-    """OpenMP reads OMP_WAIT_POLICY when torch loads it: the actor's module does not import torch,
-    and the actor sets `EmbedSettings.env` before it does. Once loaded, what it loaded is frozen
+    """OpenMP reads OMP_WAIT_POLICY when torch loads it, and MKL reads MKL_CBWR at its first call:
+    the actor's module does not import torch, and the actor sets `EmbedSettings.env` before it
+    does. With MKL's reproducible mode a vector's bits do not depend on the actor's torch threads,
+    at a small token budget too (without it, on a 2-core Xeon with AMX, 9 of these 15 texts gave
+    other fp32 bits on 1 thread than on 2 at 256). Once loaded, what it loaded is frozen
     (`gc.freeze`): a full collection in the actor then traverses what its batches allocate, not
     the hundreds of thousands of objects of torch, transformers and the model. While it loads,
     the collector is paused: the one collection is the one before the freeze."""
+    env = actor_env(embed_pool(EmbedResources(), 2, batches=1))
     script = textwrap.dedent(
-        """
+        f"""
         import os, sys
         seen = []
         class Watch:
             def find_spec(self, name, path=None, target=None):
                 if name == "torch" and not seen:
-                    seen.append(os.environ.get("OMP_WAIT_POLICY"))
+                    seen.append((os.environ.get("OMP_WAIT_POLICY"), os.environ.get("MKL_CBWR")))
         sys.meta_path.insert(0, Watch())
         from jobs.stages.embed import EmbedActor, EmbedSettings
         assert not seen and "torch" not in sys.modules
-        env = {"OMP_WAIT_POLICY": "PASSIVE"}
         import gc
         runs = []
         gc.callbacks.append(lambda phase, info: phase == "start" and runs.append(info))
-        EmbedActor(EmbedSettings("minilm", {"device": "cpu"}, cache_uri=None, env=env))
-        print(seen)
+        options = {{"device": "cpu", "dtype": "fp32", "token_budget": 256}}
+        actor = EmbedActor(EmbedSettings("minilm", options, cache_uri=None, env={env!r}))
+        print(seen == [("PASSIVE", "AUTO,STRICT")])
         print(gc.get_freeze_count() > 100_000, len(gc.get_objects()) < 10_000)
         print([info["generation"] for info in runs])
+        import torch
+        words = "retry the request after a timeout and log how long the client waited".split()
+        texts = [" ".join(words[j % len(words)] for j in range(n)) for n in range(64, 184, 8)]
+        bits = {{}}
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            bits[threads] = [actor.embedder.embed([text])[0].tobytes() for text in texts]
+        print(bits[1] == bits[2])
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    environ = {k: v for k, v in os.environ.items() if k not in env}
     run = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-c", script], cwd=ROOT, env=environ, capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["['PASSIVE']", "True", "True", "[2]"]
+    assert run.stdout.split() == ["True", "True", "True", "[2]", "True"]
