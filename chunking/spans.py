@@ -29,6 +29,7 @@ from chunking.tokens import TokenCounter
 # A sentence ends at . ! ? (then closing quotes or brackets, then whitespace) or at a CJK full stop.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])\s*")
 FENCE_RUN = re.compile(r"`{3,}|~{3,}")  # a run of backticks or tildes, which can open a fence
+_NOT_SPACE = re.compile(r"\S")  # what `str.strip` keeps (both read `str.isspace`)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,15 @@ class SourceText:
         """The span of 1-based lines `first..last`, trailing whitespace trimmed."""
         start = self.line_starts[first - 1]
         end = self.line_starts[last] - 1 if last < len(self.line_starts) else len(self.text)
-        return Span(start, start + len(self.text[start:end].rstrip()))
+        # stepped back over the whitespace only: a slice of the lines to strip would copy them
+        # all, for each of the thousands of spans cut out of one line of megabytes
+        while end > start and self.text[end - 1].isspace():
+            end -= 1
+        return Span(start, end)
+
+    def has_text(self, start: int, end: int) -> bool:
+        """Whether the characters `start..end` hold any but whitespace (searched, not copied)."""
+        return _NOT_SPACE.search(self.text, start, end) is not None
 
     def block_span(self, block: Block) -> Span:
         """The span of a block's lines."""
@@ -338,7 +347,7 @@ def balanced(src: SourceText, span: Span, unclosed: UnclosedFences) -> Span:
     if unclosed.between(first, last):
         return _balanced(src, span)
     lines = src.lines_span(first, last)  # its whole lines
-    cut = src.text[lines.start : span.start].strip() or src.text[span.end : lines.end].strip()
+    cut = src.has_text(lines.start, span.start) or src.has_text(span.end, lines.end)
     if cut and FENCE_RUN.search(src.render(span)):
         return _balanced(src, span)
     return span

@@ -68,9 +68,10 @@ class RayHead:
     ray_tmpdir: str
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_head():
-    """A Ray head (2 CPUs, free ports, its own temp dir) for one test; stopped by its own pid.
+    """A Ray head (2 CPUs, free ports, its own temp dir) for the module's tests (each starts
+    it in 4 s and stops it in 5: one head for both); stopped by its own pid.
 
     `ray start --block` keeps the head in the foreground, so stopping that one process stops
     exactly this cluster (`ray stop` would stop every Ray on the machine).
