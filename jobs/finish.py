@@ -95,7 +95,8 @@ def finish(
     for topic in plan.deleted_topics:
         remove_topic(output, topic, previous.topics[topic].files)
     current = set(topics) | set(plan.directories)
-    output.delete([in_topic(d, INDEX) for d in previous.directories if d not in current])
+    gone = [d for d in previous.directories if d not in current]
+    output.delete([in_topic(d, INDEX) for d in gone if _written_here(output, d)])
     for directory, children in plan.directories.items():
         path, data = in_topic(directory, INDEX), directory_index(directory, children)
         index, problem = existing_index_of(output, directory)
@@ -141,10 +142,24 @@ def _shared_folders(plan: Plan, tables: dict[str, bytes]) -> set[str]:
     }
 
 
+def _written_here(output: Storage, folder: str) -> bool:
+    """Whether the folder's index.json, if any, is one this job wrote: a person's own file put
+    in its place since, a damaged one or a symbolic link is never deleted."""
+    return existing_index_of(output, folder)[1] is None
+
+
 def remove_topic(output: Storage, topic: str, files: tuple[str, ...]) -> None:
     """Delete the outputs of a topic that lost all its sources (seed 001 lifecycle); keep any
-    hand-written part of its topic-spec.md (a symbolic link there is left as it is)."""
-    output.delete(orphaned_topic_files(topic, files))
+    hand-written part of its topic-spec.md (a symbolic link there is left as it is), and an
+    index.json that is not the one this job wrote (`_written_here`)."""
+    index = in_topic(topic, INDEX)
+    output.delete(
+        [
+            path
+            for path in orphaned_topic_files(topic, files)
+            if path != index or _written_here(output, topic)
+        ]
+    )
     output.delete([chunk_table_path(topic), document_table_path(topic)])
     spec_path = in_topic(topic, TOPIC_SPEC)
     try:

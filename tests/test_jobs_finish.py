@@ -1,0 +1,67 @@
+"""The driver's finish (`jobs.finish`) on a real output folder, without a build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from indexing import directory_index
+from jobs.config import load_config
+from jobs.finish import finish
+from jobs.manifest import Manifest, TopicEntry
+from jobs.plan import Plan
+from jobs.storage import Storage
+
+ROOT = Path(__file__).resolve().parents[1]
+OWN_INDEX = b'{"pages": ["a", "b"]}\n'  # a person's own index.json
+CHUNK = "_chunks/page-0123456789abcdef-0.md"
+
+
+def test_what_is_gone_loses_only_the_index_files_this_job_wrote(tmp_path):
+    """Topics that lost their sources and folders that no longer lead to a topic: each index.json
+    this job wrote there is deleted, with the topics' chunk files; one that a person's own file,
+    or a symbolic link, has replaced since is left as it is (both were deleted)."""
+    out = tmp_path / "out"
+    files = {
+        "ours/index.json": directory_index("ours", []),
+        f"ours/{CHUNK}": b"text",
+        "mine/index.json": OWN_INDEX,
+        f"mine/{CHUNK}": b"text",
+        "dir/index.json": directory_index("dir", ["dir/t"]),
+        "dir-mine/index.json": OWN_INDEX,
+    }
+    for path, data in files.items():
+        (out / path).parent.mkdir(parents=True, exist_ok=True)
+        (out / path).write_bytes(data)
+    (tmp_path / "theirs.json").write_bytes(OWN_INDEX)
+    (out / "dir-linked").mkdir()
+    (out / "dir-linked" / "index.json").symlink_to(tmp_path / "theirs.json")
+    previous = Manifest(
+        topics={
+            topic: TopicEntry("inputs", (), (f"{topic}/index.json", f"{topic}/{CHUNK}"))
+            for topic in ("ours", "mine")
+        },
+        directories=("dir", "dir-linked", "dir-mine"),
+    )
+    plan = Plan(
+        topics=(),
+        directories={},
+        fingerprints={},
+        changed=frozenset(),
+        deleted=(),
+        deleted_topics=("mine", "ours"),
+    )
+    config = load_config(str(ROOT / "configs" / "local.yaml"), overrides={"input": str(out)})
+
+    manifest, failures = finish(config, "key", Storage(str(out)), plan, previous, {})
+
+    assert manifest.topics == {} and manifest.directories == () and failures == []
+    left = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert [p for p in left if not p.startswith("_index/")] == [
+        "dir-linked/index.json",
+        "dir-mine/index.json",
+        "mine/index.json",
+    ]
+    assert (out / "mine" / "index.json").read_bytes() == OWN_INDEX
+    assert (out / "dir-mine" / "index.json").read_bytes() == OWN_INDEX
+    assert (out / "dir-linked" / "index.json").is_symlink()
+    assert (tmp_path / "theirs.json").read_bytes() == OWN_INDEX
