@@ -523,13 +523,15 @@ def test_links_follow_their_targets_into_and_out_of_the_corpus(tmp_path):
     """A link's `target_document` is its target's path while that is a source. A topic whose
     sources link to a page that is deleted, or added, is rebuilt though none of its own files
     changed (it was kept, and its chunk table named a page that was gone), and a source it
-    carries gets its links resolved again, not read again. The output equals a fresh build."""
+    carries gets its links resolved again, not read again. The output equals a fresh build, the
+    index.json of a kept topic relinked to a new child topic included."""
     docs, out = tmp_path / "docs", tmp_path / "out"
     for path, text in {
         "t/page.md": "# Page\n\nSee [the target](../u/target.md) for retries.\n",
         "t/other.md": "# Other\n\nHow other pages retry a request.\n",
         "u/target.md": "# Target\n\nThe target explains retries.\n",
         "u/keep.md": "# Keep\n\nThis page stays.\n",
+        "v/parent.md": "# Parent\n\nA topic that gets a child topic.\n",
     }.items():
         (docs / path).parent.mkdir(parents=True, exist_ok=True)
         (docs / path).write_text(text)
@@ -545,13 +547,19 @@ def test_links_follow_their_targets_into_and_out_of_the_corpus(tmp_path):
     report = report_of(out)
     assert report["topics"]["rebuilt"] == 2 and report["sources"]["carried"] == 3
     assert targets() == [None]  # as a fresh build of this corpus has it
-    # The target back, and t's other page edited: page.md is carried with its link resolved.
+    # The target back, and t's other page edited: page.md is carried with its link resolved. A
+    # child topic of v is new: v is kept, its index.json relinked.
     (docs / "u" / "target.md").write_text("# Target\n\nThe target explains retries.\n")
     (docs / "t" / "other.md").write_text("# Other\n\nHow other pages retry twice.\n")
+    (docs / "v" / "sub").mkdir()
+    (docs / "v" / "sub" / "child.md").write_text("# Child\n\nA new child topic.\n")
     assert build("--input", str(docs), "--output", str(out)) == 0
     report = report_of(out)
-    assert report["sources"]["chunked"] == 2 and report["sources"]["carried"] == 2
+    assert report["sources"]["chunked"] == 3 and report["sources"]["carried"] == 2
+    assert report["topics"]["relinked"] == 1 and report["topics"]["rebuilt"] == 3
     assert targets() == ["u/target.md"]
+    v_topics = json.loads((out / "v" / "index.json").read_text())["_embedded"]["topics"]
+    assert [topic["id"] for topic in v_topics] == ["v/sub"]
     assert build("--input", str(docs), "--output", str(tmp_path / "fresh")) == 0
     assert outputs(out) == outputs(tmp_path / "fresh")
     # A manifest of format 4 records no link targets: each topic is rebuilt once (test_jobs_plan:
@@ -561,7 +569,7 @@ def test_links_follow_their_targets_into_and_out_of_the_corpus(tmp_path):
         del topic["link_targets"]
     (out / "_reindex" / "manifest.json").write_text(json.dumps({**manifest, "format": 4}))
     assert build("--input", str(docs), "--output", str(out)) == 0
-    assert report_of(out)["topics"]["rebuilt"] == 2
+    assert report_of(out)["topics"]["rebuilt"] == 4
     assert outputs(out) == outputs(tmp_path / "fresh")  # the same corpus as then
 
 
