@@ -146,7 +146,6 @@ def test_a_source_deleted_or_edited_while_the_build_reads_it(tmp_path):
     assert relisted["t/c.md"] != listed["t/c.md"] and relisted["t/a.md"] == listed["t/a.md"]
 
 
-@pytest.mark.slow
 def test_a_source_past_its_time_budget_fails_alone_and_the_rest_is_written(tmp_path):
     """In a real build the budget stops the source inside its Ray task (CHUNKING_TIMEOUT)."""
     docs = tmp_path / "docs"
@@ -202,7 +201,7 @@ def assert_every_index_names_files_that_exist(output: Path) -> None:
                 assert (index.parent / item["href"]).is_file()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # test_jobs_atomic's crash: a process killed before its switch, on the way
 def test_a_driver_killed_mid_build_leaves_a_valid_output_and_a_rerun_converges(tmp_path):
     """`kill -9` of `python -m jobs.reindex` (joined to this session's Ray) once it has started
     writing the new version: every index.json still parses and names files that exist, and a

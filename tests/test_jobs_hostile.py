@@ -20,7 +20,7 @@ from chunking import strategy_key
 from jobs.config import load_config
 from jobs.reindex import main
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_session")]
+pytestmark = pytest.mark.usefixtures("ray_session")
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "local.yaml")

@@ -129,7 +129,6 @@ def ray_head():
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.mark.slow
 def test_ray_job_submit_runs_the_build(ray_head, tmp_path):
     output = tmp_path / "out"
     runtime_env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}
