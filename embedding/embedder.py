@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +36,8 @@ from embedding.models import (
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 POOLINGS = ("mean", "cls")
 # Padded tokens per micro-batch. Every micro-batch is filled to its full row count (a fixed shape),
-# so a call pays up to a whole micro-batch per length bucket. CPUs: 2048 (2-core Xeon with AMX,
+# so a call pays up to a whole micro-batch per length bucket (not fp32 on a CPU with MKL's strict
+# mode: `fills_micro_batches`). CPUs: 2048 (2-core Xeon with AMX,
 # MiniLM, 600 FastAPI chunks in one call: bf16 5.63 s, 5.24 at 4096, 10.9 at 16384, 6.46 at 1024;
 # fp32 12.4 s, 13.8 at 4096; one short text alone 68 ms in bf16, 123 at 4096, 517 at 16384). GPUs:
 # run eagerly, a small model's micro-batch is too little work for the time the host takes to launch
@@ -51,6 +53,21 @@ DEFAULT_TOKEN_BUDGET = {"cpu": 2048, "cuda": 8192, "mps": 16384}
 QUERY_TOKEN_BUDGET = 256
 SMALL_MODEL_PARAMETERS = 50_000_000  # MiniLM-L6: 22.7M; BERT-base: 110M
 SMALL_MODEL_CUDA_BUDGET = 32768
+# fp32 on a CPU under MKL's strict reproducible mode (`MKL_CBWR=...,STRICT` in the environment
+# before MKL's first call, as a build's embedding actors set it): a row's bits did not depend on
+# its micro-batch's row count (2-core Xeon with AMX: 41 texts of 4-250 words, each in micro-batches
+# of 1, 2 and 3 rows against a filled 2,048-token one, on 1 and 2 threads: none differed; without
+# it, 40 of 123 on 2 threads), so there micro-batches run as they are, without filler rows.
+STRICT_MKL = "STRICT"
+
+
+def fills_micro_batches(device: torch.device, dtype: str) -> bool:
+    """Whether each micro-batch is filled up to its budget's row count with filler rows: yes,
+    except for fp32 on a CPU whose MKL runs in its strict reproducible mode (`STRICT_MKL`)."""
+    strict = STRICT_MKL in os.environ.get("MKL_CBWR", "").upper()
+    return not (device.type == "cpu" and dtype == "fp32" and strict)
+
+
 # Micro-batch shapes `Embedder.warm_up` prepares: bucket lengths up to 1,024 tokens (all 32 of a
 # 512-token window); a longer window's longer buckets are captured when a call first meets them.
 WARM_UP_SHAPES = 64
@@ -120,6 +137,7 @@ class Embedder:
         self.encoder_digest = encoder_digest(self._encoder)
         # A filler row: the tokens of an empty text (at least one, so no row is wholly masked).
         self._filler = self._encoder.encode("").ids or [self._pad_id]
+        self._fills = fills_micro_batches(device, settings.dtype)
         self._tokenizer_lock = threading.Lock()  # one tokenizer call at a time
         self._model_lock = threading.Lock()  # one model call at a time: no oversubscription
         self.settings = settings  # as asked; `_vectors` and `_autocast` read it from here on
@@ -222,8 +240,9 @@ class Embedder:
         Every row is padded to the batch's bucket length, and the batch is filled up to its full
         row count under `budget` with filler rows (their vectors are computed and dropped): GPUs,
         and CPUs such as an Intel Xeon with AMX (MKL's fp32 GEMM, oneDNN's bf16 one), pick their
-        kernels' blocking and threading from the row count."""
-        full = rows_per_batch(batch.length, budget)
+        kernels' blocking and threading from the row count. Not in MKL's strict mode in fp32
+        (`fills_micro_batches`), whose bits do not depend on it."""
+        full = rows_per_batch(batch.length, budget) if self._fills else len(ids)
         rows = [*ids, *[self._filler] * (full - len(ids))]
         lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
         mask = np.arange(batch.length) < lengths[:, None]

@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import threading
 import warnings
 from dataclasses import replace
@@ -36,6 +39,7 @@ from embedding.encoder import window_encoder
 from embedding.models import ModelNotFound, check_model, resolve_model
 from tests.embedding_support import PARAPHRASES, UNRELATED, embedder
 
+ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [
     "FastAPI is a modern web framework for building APIs with Python.",
     "Path parameters are declared with the same syntax as Python format strings.",
@@ -102,6 +106,40 @@ def test_same_text_agrees_bit_for_bit_whatever_batch_size_or_order(dtype):
     np.testing.assert_array_equal(small.embed(texts[::-1])[::-1], small.embed(texts))
     among_others = embedder(dtype=dtype).embed(["unrelated neighbour " * 40, *texts[:3]])
     np.testing.assert_array_equal(among_others[1:], base[:3])
+
+
+def test_under_mkls_strict_mode_fp32_runs_unfilled_micro_batches_to_the_same_bits(tmp_path):
+    """In a process whose MKL runs in its strict reproducible mode (a build's embedding actors),
+    fp32 micro-batches on a CPU get no filler rows: each text costs its own row alone, and the
+    vectors are the bits of this process's filled micro-batches, alone or among others, on 1
+    and 2 threads (so cache entries made either way agree)."""
+    texts = TEXTS + [f"sentence number {i} about topic {i % 5}" for i in range(8)] + [LONG]
+    filled = embedder(dtype="fp32").embed_with_stats(texts)
+    assert filled.padded_tokens > 4 * filled.tokens  # a row alone pays its whole micro-batch
+    np.save(tmp_path / "filled.npy", filled.vectors)
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    script = f"""
+import json, os, sys
+import numpy as np
+os.environ["MKL_CBWR"] = "AUTO,STRICT"  # before torch loads MKL
+import torch
+from embedding import load_embedder
+texts = json.loads(open({str(tmp_path / "texts.json")!r}).read())
+filled = np.load({str(tmp_path / "filled.npy")!r})
+model = load_embedder("minilm", device="cpu", dtype="fp32")
+for threads in (1, 2):
+    torch.set_num_threads(threads)
+    together = model.embed_with_stats(texts)
+    alone = np.concatenate([model.embed([text]) for text in texts])
+    print(np.array_equal(together.vectors, filled), np.array_equal(alone, filled))
+print(together.padded_tokens < 2 * together.tokens)
+"""
+    env = {key: value for key, value in os.environ.items() if key != "MKL_CBWR"}
+    run = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["True"] * 5
 
 
 def test_threads_sharing_an_embedder_get_the_bits_each_gets_alone():
