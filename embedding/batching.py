@@ -6,15 +6,27 @@ multiple of `LENGTH_STEP`, capped at the model window), and rows of one bucket a
 GPUs and some CPUs (an Intel Xeon with AMX: MKL's fp32 GEMM, oneDNN's bf16 one) also their
 threading from the row count, so the embedder fills every micro-batch up to its full row count too:
 each shape is then fixed by the budget and the bucket length, and a row's vector comes out bit for
-bit the same whatever its neighbours, its position or the number of rows in the call.
+bit the same whatever its neighbours, its position or the number of rows in the call. Not fp32 on a
+CPU whose MKL runs in its strict reproducible mode (`REPRODUCIBLE_MKL`), whose bits depend on
+neither the row count nor the thread count (`fills_micro_batches`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 LENGTH_STEP = 16  # bucket lengths are multiples of this (padding cost: ~8 tokens a row)
+# MKL's strict conditional numerical reproducibility, set in a process's environment before MKL's
+# first call (a build's embedding actors set it before they load torch). Without it MKL split a
+# small fp32 product across threads by its shape: at `embedding.token_budget` 256 a vector's bits
+# depended on the thread count (2 of 27 texts, 1 against 2 threads; 2-core Xeon with AMX), and on
+# 2 threads on the row count (40 of 123 texts in micro-batches of 1-3 rows against filled ones).
+# With it: none, either way. At the CPU default 2,048 the filled vectors were the same bits with or
+# without it there, and as fast (600 FastAPI chunks: 22.2 s against 24.1 on 2 threads); on MKL's
+# AVX2 code path they differ in the last bits (README, Decisions, "Embedding").
+REPRODUCIBLE_MKL = {"MKL_CBWR": "AUTO,STRICT"}
 
 
 @dataclass(frozen=True)
@@ -77,3 +89,13 @@ def padding_waste(
     )
     real = sum(lengths)
     return 0.0 if padded == 0 else (padded - real) / padded
+
+
+def fills_micro_batches(
+    device_type: str, dtype: str, environ: Mapping[str, str] = os.environ
+) -> bool:
+    """Whether each micro-batch is filled up to its budget's row count with filler rows: yes,
+    except for fp32 on a CPU whose MKL runs in its strict reproducible mode (`REPRODUCIBLE_MKL` in
+    the process's environment)."""
+    strict = all(environ.get(key) == value for key, value in REPRODUCIBLE_MKL.items())
+    return not (device_type == "cpu" and dtype == "fp32" and strict)

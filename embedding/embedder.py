@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -15,7 +14,13 @@ import numpy as np
 import torch
 
 from embedding.attention_mask import model_mask, probe_batch, takes_broadcast_mask
-from embedding.batching import MicroBatch, bucket_lengths, plan_batches, rows_per_batch
+from embedding.batching import (
+    MicroBatch,
+    bucket_lengths,
+    fills_micro_batches,
+    plan_batches,
+    rows_per_batch,
+)
 from embedding.cuda_graphs import graphed
 from embedding.encoder import (
     Encoded,
@@ -53,21 +58,6 @@ DEFAULT_TOKEN_BUDGET = {"cpu": 2048, "cuda": 8192, "mps": 16384}
 QUERY_TOKEN_BUDGET = 256
 SMALL_MODEL_PARAMETERS = 50_000_000  # MiniLM-L6: 22.7M; BERT-base: 110M
 SMALL_MODEL_CUDA_BUDGET = 32768
-# fp32 on a CPU under MKL's strict reproducible mode (`MKL_CBWR=...,STRICT` in the environment
-# before MKL's first call, as a build's embedding actors set it): a row's bits did not depend on
-# its micro-batch's row count (2-core Xeon with AMX: 41 texts of 4-250 words, each in micro-batches
-# of 1, 2 and 3 rows against a filled 2,048-token one, on 1 and 2 threads: none differed; without
-# it, 40 of 123 on 2 threads), so there micro-batches run as they are, without filler rows.
-STRICT_MKL = "STRICT"
-
-
-def fills_micro_batches(device: torch.device, dtype: str) -> bool:
-    """Whether each micro-batch is filled up to its budget's row count with filler rows: yes,
-    except for fp32 on a CPU whose MKL runs in its strict reproducible mode (`STRICT_MKL`)."""
-    strict = STRICT_MKL in os.environ.get("MKL_CBWR", "").upper()
-    return not (device.type == "cpu" and dtype == "fp32" and strict)
-
-
 # Micro-batch shapes `Embedder.warm_up` prepares: bucket lengths up to 1,024 tokens (all 32 of a
 # 512-token window); a longer window's longer buckets are captured when a call first meets them.
 WARM_UP_SHAPES = 64
@@ -137,7 +127,7 @@ class Embedder:
         self.encoder_digest = encoder_digest(self._encoder)
         # A filler row: the tokens of an empty text (at least one, so no row is wholly masked).
         self._filler = self._encoder.encode("").ids or [self._pad_id]
-        self._fills = fills_micro_batches(device, settings.dtype)
+        self._fills = fills_micro_batches(device.type, settings.dtype)
         self._tokenizer_lock = threading.Lock()  # one tokenizer call at a time
         self._model_lock = threading.Lock()  # one model call at a time: no oversubscription
         self.settings = settings  # as asked; `_vectors` and `_autocast` read it from here on

@@ -8,6 +8,7 @@ from typing import Any
 
 from ray.data import ActorPoolStrategy, TaskPoolStrategy
 
+from embedding.batching import REPRODUCIBLE_MKL
 from jobs.config import EmbedResources, IndexResources, ResourcesConfig, TaskResources
 
 # Ray Data fuses a task stage into the next actor stage when their remote arguments match, which
@@ -31,13 +32,9 @@ ACTOR_CONCURRENT_BATCHES = 2
 # through its runtime-env agent before starting each actor's process, which was then ready 1.95-2.3
 # s after its creation instead of 0.8-0.9 s (2-core AVX2 VM, otherwise idle).
 CPU_ACTOR_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
-# Every embedding actor: MKL's strict conditional numerical reproducibility, which makes its GEMM's
-# bits independent of the thread count. Without it MKL split a small fp32 product across threads
-# by its shape: at `embedding.token_budget` 256 a vector's bits depended on the actor's threads (2
-# of 27 texts, 1 against 2 threads; 2-core Xeon with AMX). At the CPU default 2,048 the vectors
-# were the same bits with or without it, on 1 and 2 threads, and as fast (600 FastAPI chunks: 22.2
-# s against 24.1 on 2 threads). MKL reads it at its first call, after the actor sets it.
-ACTOR_ENV = {"MKL_CBWR": "AUTO,STRICT"}
+# Every embedding actor: MKL's strict reproducible mode (CPU and GPU pools: a GPU pool's model can
+# run on the CPU), read by MKL at its first call, after the actor sets it.
+ACTOR_ENV = REPRODUCIBLE_MKL
 
 
 # Torch threads per CPU actor when the pool sizes itself: one below 8 CPUs, else two. Much of an
