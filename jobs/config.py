@@ -201,9 +201,12 @@ class JobConfig:
             "endpoint_url"
         ) or os.environ.get("AWS_ENDPOINT_URL", "AWS's default")
         attempts = kwargs.get("retries", {}).get("max_attempts")
+        from s3fs import S3FileSystem  # only where a URI is on S3
+
         return (
             f"S3 endpoint {endpoint}: connect timeout {kwargs.get('connect_timeout')} s, read "
-            f"timeout {kwargs.get('read_timeout')} s, {attempts} attempts per request"
+            f"timeout {kwargs.get('read_timeout')} s, {attempts} attempts per request, and s3fs "
+            f"tries a timed-out request {S3FileSystem.retries} times"
         )
 
 
