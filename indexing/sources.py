@@ -11,13 +11,19 @@ from indexing.paths import TOPIC_SPEC, in_topic, parent_of
 QA_PAIRS = "qa-pairs.md"
 KEYWORDS_FILE = "_keywords/words.md"
 NOT_SOURCES = frozenset({QA_PAIRS, TOPIC_SPEC})
+# macOS writes an AppleDouble file `._name` (binary: Finder data and extended attributes) beside
+# each file it copies to a volume or archive that cannot hold them; `._page.md` is not a page.
+APPLE_DOUBLE = "._"
 
 
 def is_source(relpath: str, globs: Iterable[str] = ("*.md",)) -> bool:
     """Whether a corpus-relative path is a source: its file name matches a glob, it is not
-    qa-pairs.md or topic-spec.md, and no folder on its path starts with "_" or "."."""
+    qa-pairs.md or topic-spec.md nor a macOS AppleDouble file (`._name`), and no folder on its
+    path starts with "_" or "." (a file name may start with ".": tldr-pages' `..md`)."""
     *folders, name = relpath.split("/")
-    if name in NOT_SOURCES or any(f.startswith(("_", ".")) for f in folders):
+    if name in NOT_SOURCES or name.startswith(APPLE_DOUBLE):
+        return False
+    if any(f.startswith(("_", ".")) for f in folders):
         return False
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in globs)
 

@@ -475,8 +475,9 @@ def test_group_sources_and_keyword_lookup_and_tree():
     assert group_sources(paths, globs=("golden-reference.md",)) == {
         "libraries/stj": ["libraries/stj/golden-reference.md"]
     }
-    # A file name may start with ".": tldr-pages documents the `.` command in `..md`.
-    assert group_sources(["common/..md", "common/ls.md"]) == {
+    # A file name may start with ".": tldr-pages documents the `.` command in `..md`. A macOS
+    # AppleDouble file beside a page (`._ls.md`, binary) is no source.
+    assert group_sources(["common/..md", "common/ls.md", "common/._ls.md", "._README.md"]) == {
         "common": ["common/..md", "common/ls.md"]
     }
     keyword_files = ["_keywords/words.md", "libraries/_keywords/words.md"]

@@ -75,6 +75,9 @@ DEEP = "/".join(["目录" * 10] * 5)
 LATIN1_NAME = "odd/caf\udce9.md"  # b"caf\xe9.md": a Latin-1 file name, listed with a surrogate
 LATIN1_SPEC = "# Notes\n\nRésumé des règles.\n".encode("latin-1")
 OWN_INDEX = b'{"pages": ["normal-a", "normal-b"]}\n'  # a person's own index.json, in place
+# What macOS leaves beside a page it copies to a volume without extended attributes: an
+# AppleDouble file (magic 0x00051607, version 2, Finder data), which is no source.
+APPLE_DOUBLE = b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        \x00\x02" + b"\x00" * 64
 ROOT_KEYWORDS = "retry | 5\ncafé | 3\n".encode("latin-1")
 
 
@@ -91,6 +94,7 @@ def corpus(docs: Path) -> None:
         files[f"stems/{name}"] = NORMAL.format(name).encode()
     questions = "".join(f"Q: How do I set option {i}?\n\n" for i in range(1_000))
     files["hostile/qa-pairs.md"] = questions.encode()
+    files["hostile/._normal-a.md"] = APPLE_DOUBLE
     files["kw-table/_keywords/words.md"] = b"| keyword | score |\n|---|---|\n| retry | high |\n"
     files["kw-binary/_keywords/words.md"] = PNG
     files["_keywords/words.md"] = ROOT_KEYWORDS  # every topic without its own reads it
@@ -186,6 +190,10 @@ def test_the_other_sources_are_chunked_and_written(built):
         index[s]["count"] == 0 for s in ("empty", "blank") if s in index
     )
     assert index["crlf"]["count"] == index["cr"]["count"] == index["normal-a"]["count"]
+    # macOS's AppleDouble file beside normal-a.md is no source: not read, not failed (it was
+    # CHUNKING_FAILED, invalid UTF-8, on every run)
+    assert "._normal-a" not in index
+    assert "hostile/._normal-a.md" not in {f["path"] for f in report["failures"]}
     assert report["counters"]["embed"]["questions"] == 1_000
     for topic in ("kw-table", "kw-binary", "spec-two", "spec-none", "spec-l1"):
         assert (docs / topic / "index.json").is_file()
