@@ -11,12 +11,13 @@ from indexing.paths import TOPIC_SPEC, in_topic, parent_of
 QA_PAIRS = "qa-pairs.md"
 KEYWORDS_FILE = "_keywords/words.md"
 NOT_SOURCES = frozenset({QA_PAIRS, TOPIC_SPEC})
+DEFAULT_GLOBS = ("*.md",)  # file-name patterns of sources (`sources.globs`)
 # macOS writes an AppleDouble file `._name` (binary: Finder data and extended attributes) beside
 # each file it copies to a volume or archive that cannot hold them; `._page.md` is not a page.
 APPLE_DOUBLE = "._"
 
 
-def is_source(relpath: str, globs: Iterable[str] = ("*.md",)) -> bool:
+def is_source(relpath: str, globs: Iterable[str] = DEFAULT_GLOBS) -> bool:
     """Whether a corpus-relative path is a source: its file name matches a glob, it is not
     qa-pairs.md or topic-spec.md nor a macOS AppleDouble file (`._name`), and no folder on its
     path starts with "_" or "." (a file name may start with ".": tldr-pages' `..md`)."""
@@ -29,7 +30,7 @@ def is_source(relpath: str, globs: Iterable[str] = ("*.md",)) -> bool:
 
 
 def group_sources(
-    relpaths: Iterable[str], globs: Iterable[str] = ("*.md",)
+    relpaths: Iterable[str], globs: Iterable[str] = DEFAULT_GLOBS
 ) -> dict[str, list[str]]:
     """Topic id (the directory, "" for the root) -> its sorted source paths, topics sorted."""
     globs = tuple(globs)

@@ -21,6 +21,7 @@ import fsspec
 import yaml
 
 from indexing.build import DEFAULT_SIMHASH_K, DEFAULT_TECHNICAL_TITLES
+from indexing.sources import DEFAULT_GLOBS
 from jobs import storage
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -58,7 +59,7 @@ class SourcesConfig:
     the largest share of the output's sources one build may delete (None: any; over it, the
     build is refused: a partly synced input looks like that)."""
 
-    globs: tuple[str, ...] = ("*.md",)
+    globs: tuple[str, ...] = DEFAULT_GLOBS
     follow_symlinks: bool = False
     allow_empty: bool = False
     max_deleted_fraction: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})

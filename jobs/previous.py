@@ -27,6 +27,7 @@ from indexing import (
     document_table_path,
     document_table_schema,
 )
+from indexing.sources import DEFAULT_GLOBS
 from indexing.tables import RetainedRows, chunk_from_row
 from jobs.storage import Storage
 
@@ -91,7 +92,7 @@ class Expected:
     strategy: str  # the strategy name, e.g. "semantic"
     strategy_key: str
     corpus_paths: frozenset[str]
-    source_globs: tuple[str, ...] = ("*.md",)
+    source_globs: tuple[str, ...] = DEFAULT_GLOBS
 
 
 def read_previous(output: Storage, topic: str) -> PreviousTables | None:
