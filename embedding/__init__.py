@@ -29,7 +29,10 @@ _HOMES = {
     "embed_with_cache": "embedding.documents",
     "Embedded": "embedding.embedder",
     "Embedder": "embedding.embedder",
+    "ModelKeys": "embedding.embedder",
     "load_embedder": "embedding.embedder",
+    "model_keys": "embedding.embedder",
+    "LazyEmbedder": "embedding.lazy",
 }
 __all__ = sorted(_HOMES)
 

@@ -18,6 +18,7 @@ from embedding.encoder import Encoded
 
 if TYPE_CHECKING:  # only for annotations: this module works without importing torch
     from embedding.embedder import Embedder
+    from embedding.lazy import LazyEmbedder
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ def chunk_offsets(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
 
 
-def cache_model_key(embedder: Embedder, query: bool) -> str:
+def cache_model_key(embedder: Embedder | LazyEmbedder, query: bool) -> str:
     """The model part of a cache key: query vectors are kept apart from passages."""
     return embedder.query_key if query else embedder.key
 
@@ -163,7 +164,7 @@ def truncated_rows(cut: np.ndarray, offsets: np.ndarray) -> list[tuple[int, ...]
 
 
 def embed_with_cache(
-    embedder: Embedder, cache: EmbeddingCache | None, requests: Sequence[DocRequest]
+    embedder: Embedder | LazyEmbedder, cache: EmbeddingCache | None, requests: Sequence[DocRequest]
 ) -> list[DocVectors]:
     """Vectors for each request, in request order, computing only what the cache lacks, and the
     new entries written back (`embed_uncached`, then `EmbeddingCache.put_many`)."""
@@ -181,7 +182,7 @@ def embed_with_cache(
 
 
 def embed_uncached(
-    embedder: Embedder, cache: EmbeddingCache | None, requests: Sequence[DocRequest]
+    embedder: Embedder | LazyEmbedder, cache: EmbeddingCache | None, requests: Sequence[DocRequest]
 ) -> Uncached:
     """Vectors for each request, in request order, computing only what the cache lacks; each
     result that was not a hit carries the `entry` to write back (none when `cache` is None).
@@ -204,7 +205,10 @@ def embed_uncached(
 
 
 def embed_documents(
-    embedder: Embedder, cache: EmbeddingCache | None, groups: Sequence[Documents]
+    embedder: Embedder | LazyEmbedder,
+    cache: EmbeddingCache | None,
+    groups: Sequence[Documents],
+    tokens_digest: str | None = None,
 ) -> Embeddings:
     """Vectors for every chunk of every group, computing only what the cache lacks.
 
@@ -214,7 +218,12 @@ def embed_documents(
     hashes is a hit, and other chunks whose text hash matches a chunk of a stale or previous
     entry keep its vector. Every remaining distinct text of all the groups is embedded in ONE
     embedder call per kind (passages, queries), whose fixed-shape micro-batches make a vector
-    independent of what else is in the call."""
+    independent of what else is in the call.
+
+    `tokens_digest` is the `encoder_digest` of the encoder that made the groups' token ids: they
+    are used only where it is the embedder's own (asked once a text is missing: a
+    `LazyEmbedder` loads then), else the texts are tokenized again; None: they are the
+    embedder's ids."""
     known = [_known(embedder, cache, group) for group in groups]
     tokens = padded_tokens = 0
     model_seconds = 0.0
@@ -226,7 +235,8 @@ def embed_documents(
                 firsts.setdefault(held.hashes[chunk], (group, chunk))
         if not firsts:
             continue
-        encoded = _encoded(embedder, list(firsts.values()), query)
+        own_ids = tokens_digest is None or tokens_digest == embedder.encoder_digest
+        encoded = _encoded(embedder, list(firsts.values()), query, own_ids)
         fresh = embedder.embed_encoded(encoded, query=query)
         tokens, padded_tokens = tokens + fresh.tokens, padded_tokens + fresh.padded_tokens
         model_seconds += fresh.model_seconds
@@ -248,7 +258,9 @@ def embed_documents(
     return Embeddings(results, tokens, padded_tokens, model_seconds)
 
 
-def _known(embedder: Embedder, cache: EmbeddingCache | None, group: Documents) -> _Known:
+def _known(
+    embedder: Embedder | LazyEmbedder, cache: EmbeddingCache | None, group: Documents
+) -> _Known:
     """A group's text hashes and what the cache already holds of it, read in one batched lookup
     (none where the cache's model folder does not exist)."""
     hashes = text_hashes(group.texts)
@@ -294,15 +306,22 @@ def _known(embedder: Embedder, cache: EmbeddingCache | None, group: Documents) -
     return held
 
 
-def _encoded(embedder: Embedder, chunks: list[tuple[Documents, int]], query: bool) -> Encoded:
-    """The ids of these (group, chunk) texts: those their group brought, the others encoded now
-    in one call."""
-    todo = [group.texts[chunk] for group, chunk in chunks if group.tokens is None]
-    fresh = embedder.encode(todo, query=query)
+def _encoded(
+    embedder: Embedder | LazyEmbedder,
+    chunks: list[tuple[Documents, int]],
+    query: bool,
+    own_ids: bool = True,
+) -> Encoded:
+    """The ids of these (group, chunk) texts: those their group brought (where they are the
+    embedder's `own_ids`), the others encoded now in one call."""
+    brought = [(group, chunk, own_ids and group.tokens is not None) for group, chunk in chunks]
+    fresh = embedder.encode(
+        [group.texts[chunk] for group, chunk, ok in brought if not ok], query=query
+    )
     made = zip(fresh.ids, fresh.cut, strict=True)
     pairs = [
-        next(made) if group.tokens is None else (group.tokens.ids[chunk], group.tokens.cut[chunk])
-        for group, chunk in chunks
+        (group.tokens.ids[chunk], group.tokens.cut[chunk]) if ok else next(made)
+        for group, chunk, ok in brought
     ]
     return Encoded(tuple(ids for ids, _ in pairs), tuple(cut for _, cut in pairs))
 
@@ -329,7 +348,7 @@ def _documents(requests: Sequence[DocRequest], rows: list[int]) -> Documents:
 
 
 def _doc_vectors(
-    embedder: Embedder,
+    embedder: Embedder | LazyEmbedder,
     cache: EmbeddingCache | None,
     group: Documents,
     found: DocumentsVectors,

@@ -31,6 +31,8 @@ from embedding.encoder import (
     window_length,
 )
 from embedding.models import (
+    ModelFiles,
+    SentenceTransformersSettings,
     directory_folder,
     fingerprint,
     no_progress_bars,
@@ -145,10 +147,8 @@ class Embedder:
 
     @property
     def query_key(self) -> str:
-        """Cache key of query vectors: the model key plus a digest of the query prefix and their
-        micro-batches' budget (`QUERY_TOKEN_BUDGET`)."""
-        digest = hashlib.sha256(self.settings.query_prefix.encode("utf-8")).hexdigest()
-        return f"{self.key}-q{digest[:8]}-b{QUERY_TOKEN_BUDGET}"
+        """Cache key of query vectors (`query_model_key`)."""
+        return query_model_key(self.key, self.settings.query_prefix)
 
     def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
         """Vectors of shape (len(texts), dim), float32, L2-normalised unless normalize=False.
@@ -270,17 +270,44 @@ class Embedder:
         return contextlib.nullcontext()
 
 
-def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -> Embedder:
-    """Load a model by name (see `embedding.models`) onto a device ("auto": CUDA when present).
+@dataclass(frozen=True)
+class _Resolved:
+    """What `load_embedder` decides from its options and the model's files, before transformers
+    loads: the device, the files, sentence-transformers' settings, the dtype."""
 
-    Options (None means the model's own default): dtype ("auto"|"fp32"|"bf16"|"fp16"),
-    pooling ("mean"|"cls"), normalize (bool, default True), max_length, query_prefix,
-    trust_remote_code (default False), revision, num_threads (torch CPU threads),
-    token_budget (padded tokens per micro-batch), cuda_graphs (on CUDA, replay the forward passes
-    from CUDA graphs where the model allows: default True), storage_options and local_dir (fsspec
-    models).
-    """
-    known = {
+    model: str
+    options: dict[str, Any]
+    device: torch.device
+    files: ModelFiles
+    st: SentenceTransformersSettings
+    dtype: str
+    trust: bool
+    graphs: bool
+
+    def settings(self, model_max_length: int | None, positions: int | None, parameters: int):
+        """The embedder's settings, given the tokenizer's model_max_length, the model's positions
+        and its parameter count (the CUDA budget's default depends on it)."""
+        opt = self.options
+        return EmbedderSettings(
+            pooling=_choice("pooling", opt.get("pooling", self.st.pooling or "mean"), POOLINGS),
+            normalize=bool(opt.get("normalize", True)),
+            max_length=window_length(
+                opt.get("max_length"), self.st.max_length, model_max_length, positions
+            ),
+            dtype=self.dtype,
+            query_prefix=opt.get("query_prefix", self.st.query_prefix or ""),
+            token_budget=positive_int(
+                "token_budget",
+                opt["token_budget"]
+                if "token_budget" in opt
+                else default_token_budget(self.device.type, parameters, self.graphs),
+            ),
+            cuda_graphs=self.graphs,
+        )
+
+
+_OPTIONS = frozenset(
+    {
         "dtype",
         "pooling",
         "normalize",
@@ -294,9 +321,15 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
         "storage_options",
         "local_dir",
     }
-    unknown = sorted(set(options) - known)
+)
+
+
+def _resolve(model: str, device: str, options: dict[str, Any]) -> _Resolved:
+    """Check the options, set torch's threads, resolve the device, the model's files and the
+    dtype."""
+    unknown = sorted(set(options) - _OPTIONS)
     if unknown:
-        raise ValueError(f"load_embedder: unknown option(s) {unknown}; expected {sorted(known)}")
+        raise ValueError(f"load_embedder: unknown option(s) {unknown}; expected {sorted(_OPTIONS)}")
     opt = {key: value for key, value in options.items() if value is not None}
     _set_threads(opt.get("num_threads"))
     torch_device = resolve_device(device)
@@ -306,10 +339,30 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
         storage_options=opt.get("storage_options"),
         local_dir=opt.get("local_dir"),
     )
-    st = read_sentence_transformers(directory_folder(files.directory))
-    dtype = resolve_dtype(opt.get("dtype", "auto"), torch_device)
-    trust = bool(opt.get("trust_remote_code", False))
-    graphs = torch_device.type == "cuda" and bool(opt.get("cuda_graphs", True))
+    return _Resolved(
+        model=model,
+        options=opt,
+        device=torch_device,
+        files=files,
+        st=read_sentence_transformers(directory_folder(files.directory)),
+        dtype=resolve_dtype(opt.get("dtype", "auto"), torch_device),
+        trust=bool(opt.get("trust_remote_code", False)),
+        graphs=torch_device.type == "cuda" and bool(opt.get("cuda_graphs", True)),
+    )
+
+
+def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -> Embedder:
+    """Load a model by name (see `embedding.models`) onto a device ("auto": CUDA when present).
+
+    Options (None means the model's own default): dtype ("auto"|"fp32"|"bf16"|"fp16"),
+    pooling ("mean"|"cls"), normalize (bool, default True), max_length, query_prefix,
+    trust_remote_code (default False), revision, num_threads (torch CPU threads),
+    token_budget (padded tokens per micro-batch), cuda_graphs (on CUDA, replay the forward passes
+    from CUDA graphs where the model allows: default True), storage_options and local_dir (fsspec
+    models).
+    """
+    resolved = _resolve(model, device, options)
+    files, trust, torch_device = resolved.files, resolved.trust, resolved.device
 
     from transformers import AutoModel, AutoTokenizer
 
@@ -324,37 +377,53 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
             files.directory,
             trust_remote_code=trust,
             use_safetensors=(files.directory / "model.safetensors").is_file() or None,
-            dtype=DTYPES[dtype] if torch_device.type != "cpu" else torch.float32,
+            dtype=DTYPES[resolved.dtype] if torch_device.type != "cpu" else torch.float32,
         )
     loaded.eval().to(torch_device)
-    settings = EmbedderSettings(
-        pooling=_choice("pooling", opt.get("pooling", st.pooling or "mean"), POOLINGS),
-        normalize=bool(opt.get("normalize", True)),
-        max_length=window_length(
-            opt.get("max_length"),
-            st.max_length,
-            tokenizer.model_max_length,
-            getattr(loaded.config, "max_position_embeddings", None),
-        ),
-        dtype=dtype,
-        query_prefix=opt.get("query_prefix", st.query_prefix or ""),
-        token_budget=positive_int(
-            "token_budget",
-            opt["token_budget"]
-            if "token_budget" in opt
-            else default_token_budget(torch_device.type, loaded.num_parameters(), graphs),
-        ),
-        cuda_graphs=graphs,
-    )
     return Embedder(
         name=model,
         label=files.label,
         digest=fingerprint(files),
         model=loaded,
         tokenizer=tokenizer,
-        settings=settings,
+        settings=resolved.settings(
+            tokenizer.model_max_length,
+            getattr(loaded.config, "max_position_embeddings", None),
+            loaded.num_parameters(),
+        ),
         device=torch_device,
     )
+
+
+@dataclass(frozen=True)
+class ModelKeys:
+    """A model's cache keys and vector width, known from its files before it loads."""
+
+    key: str
+    query_key: str
+    dim: int
+
+
+def model_keys(model: str = "minilm", device: str = "auto", **options: Any) -> ModelKeys | None:
+    """The keys and width `load_embedder(model, device, **options)` would give, read from the
+    model's files without loading transformers or the weights: on a CPU only (on CUDA the key
+    says whether the forward passes replay from CUDA graphs, which only the loaded model tells),
+    and only for a `config.json` that names `hidden_size` and `max_position_embeddings` (others
+    name them otherwise, which transformers maps). None where they cannot be known."""
+    resolved = _resolve(model, device, options)
+    if resolved.device.type != "cpu":
+        return None
+    folder = directory_folder(resolved.files.directory)
+    config = folder.json("config.json") or {}
+    if not {"hidden_size", "max_position_embeddings"} <= set(config):
+        return None
+    settings = resolved.settings(
+        (folder.json("tokenizer_config.json") or {}).get("model_max_length"),
+        config["max_position_embeddings"],
+        parameters=0,  # a CPU budget's default does not depend on it
+    )
+    key = model_key(resolved.files.label, fingerprint(resolved.files), settings, "cpu")
+    return ModelKeys(key, query_model_key(key, settings.query_prefix), int(config["hidden_size"]))
 
 
 def model_key(label: str, digest: str, settings: EmbedderSettings, device: str = "cpu") -> str:
@@ -375,6 +444,13 @@ def model_key(label: str, digest: str, settings: EmbedderSettings, device: str =
     if device == "cpu" and settings.token_budget == DEFAULT_TOKEN_BUDGET["cpu"]:
         return key
     return f"{key}-{device}-b{settings.token_budget}" + ("-graphs" if settings.cuda_graphs else "")
+
+
+def query_model_key(key: str, query_prefix: str) -> str:
+    """Cache key of query vectors: the model key plus a digest of the query prefix and their
+    micro-batches' budget (`QUERY_TOKEN_BUDGET`)."""
+    digest = hashlib.sha256(query_prefix.encode("utf-8")).hexdigest()
+    return f"{key}-q{digest[:8]}-b{QUERY_TOKEN_BUDGET}"
 
 
 def default_token_budget(device: str, parameters: int, graphs: bool) -> int:

@@ -113,6 +113,12 @@ class SharedClock:
                 self._counted = Clock()
             self._running += 1
 
+    def skip(self) -> None:
+        """Leave the time until now out of every report: what a call spent loading a model, which
+        was never the stage's work (an actor that loads at its start is not called meanwhile)."""
+        with self._lock:
+            self._counted = Clock()
+
     def spent(self) -> dict[str, Any]:
         """A call ends: `seconds` and `cpu_seconds` not yet reported by any call (and their
         `window`)."""
@@ -279,6 +285,9 @@ class EmbedStats(StageStats):
     tokens: int = 0
     padded_tokens: int = 0
     model_seconds: float = 0.0
+    # Embedding actors that loaded their model: on a CPU, one whose every chunk was in the cache
+    # never does (`embedding.LazyEmbedder`).
+    models_loaded: int = 0
     # The actors' model keys (`embedding.Embedder.key`): the cache namespace of their vectors,
     # naming what the config leaves to the machine: weights digest, dtype, device, token budget and
     # whether the forward passes replayed from CUDA graphs.

@@ -362,6 +362,7 @@ def test_incremental_runs_in_place(tmp_path):
     corpus = tmp_path / "docs"
     shutil.copytree(CORPUS, corpus)
     assert build("--input", str(corpus)) == 3  # output defaults to the input: in place
+    assert report_of(corpus)["counters"]["embed"]["models_loaded"] >= 1
     first = generated_files(corpus)
     stamps = {p: os.stat(corpus / p).st_mtime_ns for p in first}
     questions_cached = {
@@ -441,6 +442,10 @@ def test_incremental_runs_in_place(tmp_path):
     report = report_of(corpus)
     assert report["sources"]["changed"] == 1 and report["chunks"]["embedded"] == 0
     assert report["sources"]["carried"] == 0 and report["sources"]["chunked"] == 3
+    # Every chunk was in the cache: the actor never loaded the model (on a CPU its cache keys
+    # come from the model's files).
+    assert report["timings"]["embed_pool"]["actors"] >= 1
+    assert report["counters"]["embed"]["models_loaded"] == 0
     assert generated_files(corpus) == after_edit
 
     # Delete documents: a whole topic and one source of another topic.
@@ -494,6 +499,7 @@ def test_incremental_runs_in_place(tmp_path):
     changed = report_of(corpus)
     assert changed["failures"] == report["failures"] and changed["sources"]["failed_unchanged"] == 0
     assert changed["sources"]["changed"] == changed["sources"]["seen"]
+    assert changed["chunks"]["embedded"] == changed["counters"]["embed"]["models_loaded"] == 0
 
 
 def test_a_rebuild_with_nothing_to_embed_starts_no_embedding_actor(tmp_path, caplog):

@@ -73,38 +73,56 @@ class EmbedActor:
         # Before torch: OpenMP reads its settings when torch loads it, and nothing in this new
         # process has imported torch yet (this module does not).
         os.environ.update(settings.env)
-        # Loading builds some 400,000 objects, all kept for the actor's life (torch, transformers,
-        # the model). The collector is paused meanwhile (each pass traversed them again: 1.6 s of
-        # an 8-9 s start on the 2-core AVX2 VM), then one collection frees the load's garbage
-        # (11,000 objects, 0.2 s more than with the collector on) and the rest is frozen: Python's
-        # full collections then skip it, where each traversed it, stalling the model (a GPU)
-        # between calls (2.1 s of one actor's time on a cold build of all of tldr, 0.16 s frozen).
-        # Both happen before the collector is back on, whose first pass would traverse it all.
+        self.settings = settings
+        self.strategy_key = settings.strategy_key
+        self.collector = settings.collector
+        self.pretokenized = False  # the chunk tasks' ids are this model's (known once it loads)
+        self.clock = SharedClock()
         with gc_paused():
             # Imported here, in the actor: the driver never loads torch.
-            from embedding import load_embedder
+            from embedding import LazyEmbedder, model_keys
 
-            self.embedder = load_embedder(settings.model, **settings.options)
-            # On a GPU: every micro-batch shape's kernels loaded (and graphs captured) now, while
-            # the chunk tasks run, not during the first batches.
-            self.embedder.warm_up()
             self.cache = (
                 EmbeddingCache(settings.cache_uri, settings.storage_options)
                 if settings.cache_uri
                 else None
             )
-            gc.collect()
-            gc.freeze()
-        self.strategy_key = settings.strategy_key
-        self.collector = settings.collector
-        self.clock = SharedClock()
-        self.pretokenized = settings.encoder_digest == self.embedder.encoder_digest
+            # On a CPU the cache keys come from the model's files, and the model loads at the
+            # first miss (a build whose chunks are all cached never loads it); elsewhere now,
+            # while the chunk tasks run.
+            keys = model_keys(settings.model, **settings.options) if self.cache else None
+            self.embedder = LazyEmbedder(keys, self._load) if keys else self._load()
+
+    def _load(self):
+        """Load the model (in a block with the collector paused), prepare its shapes, and say
+        whether the chunk tasks' token ids are its ids.
+
+        Loading builds some 400,000 objects, all kept for the actor's life (torch, transformers,
+        the model). The collector is paused meanwhile (each pass traversed them again: 1.6 s of an
+        8-9 s start on the 2-core AVX2 VM), then one collection frees the load's garbage (11,000
+        objects, 0.2 s more than with the collector on) and the rest is frozen: Python's full
+        collections then skip it, where each traversed it, stalling the model (a GPU) between
+        calls (2.1 s of one actor's time on a cold build of all of tldr, 0.16 s frozen). Both
+        happen before the collector is back on, whose first pass would traverse it all."""
+        from embedding import load_embedder
+
+        settings = self.settings
+        embedder = load_embedder(settings.model, **settings.options)
+        # On a GPU: every micro-batch shape's kernels loaded (and graphs captured) now, not
+        # during the first batches.
+        embedder.warm_up()
+        self.pretokenized = settings.encoder_digest == embedder.encoder_digest
         if settings.encoder_digest and not self.pretokenized:
             log.warning(
                 "model %s: its loaded tokenizer differs from the one the chunk tasks built from "
                 "its files; this actor tokenizes the chunks itself",
                 settings.model,
             )
+        gc.collect()
+        gc.freeze()
+        self.clock.skip()
+        report_stats(self.collector, RunStats(embed=EmbedStats(models_loaded=1)))
+        return embedder
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """Attach vectors (and the cache entries to write) to chunked sources and parsed
@@ -130,23 +148,25 @@ class EmbedActor:
         if questions:
             groups.append(_questions(questions, hashes))
             rows.append([i for i, _ in questions])
-        done = embed_documents(self.embedder, self.cache, groups)
+        done = embed_documents(self.embedder, self.cache, groups, self.settings.encoder_digest)
         written: dict[str, list[Any]] = {name: [None] * batch.num_rows for name in WRITES}
         for group, found, indices in zip(groups, done.results, rows, strict=True):
             for i, vectors, entry in self._rows(group, found, indices):
                 written["vectors"][i] = vectors
                 written["dim"][i] = self.embedder.dim
                 written["cache_entry"][i] = entry
-        return with_columns(batch, written), _counts(groups, done, self.embedder.key)
+        stats = _counts(groups, done, self.embedder.key, self.pretokenized)
+        return with_columns(batch, written), stats
 
     def _sources(self, batch: pa.Table, rows: list[int], hashes: list[str | None]) -> Documents:
         """The chunked sources among `rows` of the batch as one `Documents`, with the chunk
-        tasks' token ids when they made them for this model (and for every one of these rows)."""
+        tasks' token ids when they made them (for every one of these rows): `embed_documents`
+        uses them where they are the model's."""
         columns = ["embedding_texts", "token_ids", "token_cut"]
         taken = batch.select(columns).take(pa.array(rows, type=pa.int64()))
         texts = taken.column("embedding_texts").combine_chunks()
         tokens = None
-        if self.pretokenized and taken.column("token_ids").null_count == 0:
+        if self.settings.encoder_digest and taken.column("token_ids").null_count == 0:
             tokens = chunk_tokens(taken)
         previous = batch.column("previous_hash").to_pylist()
         return Documents(
@@ -192,9 +212,11 @@ def _questions(questions: list[tuple[int, list[str]]], hashes: list[str | None])
     )
 
 
-def _counts(groups: list[Documents], done: Embeddings, model_key: str) -> EmbedStats:
+def _counts(
+    groups: list[Documents], done: Embeddings, model_key: str, pretokenized: bool
+) -> EmbedStats:
     """The stage's counts of one batch (summed over whole arrays), and the key of the model
-    that embedded it."""
+    that embedded it; `pretokenized`: the chunk tasks' ids are the model's."""
     passages, found = groups[0], done.results[0]
     chunks = len(passages.texts)
     embedded = int(found.embedded.sum())
@@ -205,7 +227,7 @@ def _counts(groups: list[Documents], done: Embeddings, model_key: str) -> EmbedS
         cache_hits=chunks - embedded,
         cache_reused=int(found.reused.sum()),
         truncated=int(found.cut.sum()),
-        pretokenized=embedded if passages.tokens is not None else 0,
+        pretokenized=embedded if pretokenized and passages.tokens is not None else 0,
         questions=sum(len(group.texts) for group in groups[1:]),
         tokens=done.tokens,
         padded_tokens=done.padded_tokens,
