@@ -284,7 +284,9 @@ class _Resolved:
     trust: bool
     graphs: bool
 
-    def settings(self, model_max_length: int | None, positions: int | None, parameters: int):
+    def settings(
+        self, model_max_length: int | None, positions: int | None, parameters: int
+    ) -> EmbedderSettings:
         """The embedder's settings, given the tokenizer's model_max_length, the model's positions
         and its parameter count (the CUDA budget's default depends on it)."""
         opt = self.options
