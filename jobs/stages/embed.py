@@ -1,9 +1,10 @@
-"""Stage 2: embed on an actor pool. Each actor loads the model once; for each batch it looks every
-document up in the embedding cache at once and embeds all the misses of all its documents in one
-embedder call (`embedding.embed_documents`, on whole columns: no Python object per document),
-whose fixed-shape micro-batches keep every vector the same bits whatever documents share the
-batch. Each topic's questions are embedded as queries (with
-the model's query prefix), through the same cache. The new cache entries are not written here: they
+"""Stage 2: embed on an actor pool. Each actor loads the model once (on a CPU at its first cache
+miss, `embedding.LazyEmbedder`: an actor whose chunks are all cached never loads it); for each
+batch it looks every document up in the embedding cache at once and embeds all the misses of all
+its documents in one embedder call (`embedding.embed_documents`, on whole columns: no Python
+object per document), whose fixed-shape micro-batches keep every vector the same bits whatever
+documents share the batch. Each topic's questions are embedded as queries (with the model's query
+prefix), through the same cache. The new cache entries are not written here: they
 travel with the rows to `jobs.stages.store`, so the actor (a GPU) never waits on cache writes.
 Each chunk is embedded as its `embedding_text` (the chunking layer decides: e.g. hierarchical's
 context-enriched text), which the chunk task sends beside the document, and the cache is keyed on
