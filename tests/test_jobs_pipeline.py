@@ -324,11 +324,15 @@ def test_s3_file_names_with_glob_characters_are_read_as_names(s3_server, tmp_pat
     fs = s3_server.filesystem()
     fs.pipe({f"jobs-glob/docs/{path}": text.encode() for path, text in texts.items()})
     options = s3_options(s3_server.endpoint_url)
+    # The local build's cache: the texts are the same, so no model loads (the names are the test).
     code = build(
         "--input", "s3://jobs-glob/docs", "--output", "s3://jobs-glob/out",
         "--set", f"storage_options={options}",
+        "--cache", str(tmp_path / "out" / ".embedding-cache"),
     )  # fmt: skip
     assert code == 0
+    report = json.loads(fs.cat_file("jobs-glob/out/_reindex/report.json"))
+    assert report["chunks"]["embedded"] == 0  # every text as the local build read it
     expected = generated_files(tmp_path / "out")
     on_s3 = {
         path.removeprefix("jobs-glob/out/"): fs.cat_file(path)
@@ -521,7 +525,9 @@ def test_a_rebuild_with_nothing_to_embed_starts_no_embedding_actor(tmp_path, cap
     assert report["timings"]["embed_pool"] is None
     assert report["counters"]["embed"]["model_keys"] == []  # no actor ran a batch
     assert "embedding pool: none (nothing to embed" in caplog.text
-    assert build("--input", str(docs), "--output", str(tmp_path / "fresh")) == 0
+    # (with the rebuilt output's cache: the outputs are compared, not how their vectors came)
+    cache = ["--cache", str(tmp_path / "out" / ".embedding-cache")]
+    assert build("--input", str(docs), "--output", str(tmp_path / "fresh"), *cache) == 0
     assert outputs(tmp_path / "out") == outputs(tmp_path / "fresh")
 
 
@@ -566,7 +572,9 @@ def test_links_follow_their_targets_into_and_out_of_the_corpus(tmp_path):
     assert targets() == ["u/target.md"]
     v_topics = json.loads((out / "v" / "index.json").read_text())["_embedded"]["topics"]
     assert [topic["id"] for topic in v_topics] == ["v/sub"]
-    assert build("--input", str(docs), "--output", str(tmp_path / "fresh")) == 0
+    # (with the rebuilt output's cache: the outputs are compared, not how their vectors came)
+    cache = ["--cache", str(out / ".embedding-cache")]
+    assert build("--input", str(docs), "--output", str(tmp_path / "fresh"), *cache) == 0
     assert outputs(out) == outputs(tmp_path / "fresh")
     # A manifest of format 4 records no link targets: each topic is rebuilt once (test_jobs_plan:
     # then kept), to the same bytes.
@@ -669,7 +677,9 @@ def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(t
     docs, out = built_one_source(tmp_path)
     before = every_file(out)
     assert (out / "_reindex" / "build.lock").read_bytes() == b""
-    (docs / "t" / "a.md").write_text("# a\n\nHow a retries a request, and when it stops.\n")
+    # Touched, its bytes kept: a topic to rebuild, whose vectors are cached (no model to load).
+    touched = (docs / "t" / "a.md").stat()
+    os.utime(docs / "t" / "a.md", ns=(touched.st_atime_ns, touched.st_mtime_ns + 10**9))
 
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_LOCK, str(out)],
@@ -691,7 +701,8 @@ def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(t
         holder.wait()
     assert holder.returncode == -signal.SIGKILL
     assert build("--input", str(docs), "--output", str(out)) == 0
-    assert report_of(out)["sources"]["changed"] == 1
+    report = report_of(out)
+    assert report["sources"]["changed"] == 1 and report["chunks"]["cache_hits"] == 1
 
 
 def test_a_build_whose_s3_lock_is_taken_over_stops_before_its_first_switch_with_75(

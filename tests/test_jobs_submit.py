@@ -180,7 +180,7 @@ def test_a_local_build_starts_its_own_ray_beside_a_running_head_and_prints_only_
     output = tmp_path / "out"
     command = [sys.executable, "-m", "jobs.reindex", "--config", "configs/local.yaml"]
     command += ["--input", "examples/corpus", "--output", str(output)]
-    command += ["--set", "resources.num_cpus=1"]
+    command += ["--set", "resources.num_cpus=2"]
     env = dict(_environment(), RAY_TMPDIR=ray_head.ray_tmpdir)
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -193,4 +193,4 @@ def test_a_local_build_starts_its_own_ray_beside_a_running_head_and_prints_only_
     assert sum(m.startswith("topic ") for m in messages) == 4
     assert done.stdout.startswith("mdindex build: 6 sources in 4 topics")
     report = json.loads((output / "_reindex" / "report.json").read_text())
-    assert report["timings"]["cpus"] == 1 and report["sources"]["seen"] == 6
+    assert report["timings"]["cpus"] == 2 and report["sources"]["seen"] == 6
