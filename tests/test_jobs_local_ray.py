@@ -34,7 +34,7 @@ def pid():
 
 busy = [hold.remote(15) for _ in range(2)]
 first = ray.get(pid.remote())
-time.sleep(3)  # three times Ray's default
+time.sleep(2)  # twice Ray's default
 second = ray.get(pid.remote())
 print(json.dumps({"first": first, "second": second}))
 ray.shutdown()
