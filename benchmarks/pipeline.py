@@ -547,7 +547,7 @@ def model_settings(cache_dir: Path, model: str, device: str) -> list[str]:
     else:
         settings = [f"embedding.model={random_model(cache_dir, model)}", "embedding.pooling=mean"]
     if model == "standin" and device == "cpu":
-        from embedding.embedder import DEFAULT_TOKEN_BUDGET  # torch: not in a build's child
+        from embedding.keys import DEFAULT_TOKEN_BUDGET
 
         budget = DEFAULT_TOKEN_BUDGET["cuda"]
         settings += ["resources.embed.actors=1", f"embedding.token_budget={budget}"]

@@ -29,9 +29,9 @@ _HOMES = {
     "embed_with_cache": "embedding.documents",
     "Embedded": "embedding.embedder",
     "Embedder": "embedding.embedder",
-    "ModelKeys": "embedding.embedder",
+    "ModelKeys": "embedding.keys",
     "load_embedder": "embedding.embedder",
-    "model_keys": "embedding.embedder",
+    "model_keys": "embedding.keys",
     "LazyEmbedder": "embedding.lazy",
 }
 __all__ = sorted(_HOMES)

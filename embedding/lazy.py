@@ -9,8 +9,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # only for annotations: this module works without importing torch
-    from embedding.embedder import Embedded, Embedder, ModelKeys
+    from embedding.embedder import Embedded, Embedder
     from embedding.encoder import Encoded
+    from embedding.keys import ModelKeys
 
 
 class LazyEmbedder:

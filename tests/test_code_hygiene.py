@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from embedding import embedder
+from embedding import keys
 from indexing import client
 from indexing.cli import register
 from indexing.server import make_server
@@ -87,8 +87,8 @@ def test_no_shell_true():
 def test_trust_remote_code_is_off_by_default_and_never_taken_from_an_index():
     assert EmbeddingConfig().trust_remote_code is False
     # what load_embedder (and model_keys) resolve from the options, before transformers loads
-    assert embedder._resolve("minilm", "cpu", {}).trust is False
-    assert embedder._resolve("minilm", "cpu", {"trust_remote_code": None}).trust is False
+    assert keys.resolve_options("minilm", "cpu", {}).trust is False
+    assert keys.resolve_options("minilm", "cpu", {"trust_remote_code": None}).trust is False
     assert "trust_remote_code" not in client.VECTOR_OPTIONS
     source = inspect.getsource(client.query_embedder)
     assert "if k in VECTOR_OPTIONS" in source  # the recorded options are filtered through it

@@ -69,7 +69,7 @@ def test_the_default_budgets_compute_at_most_about_twice_the_real_tokens(device,
     tokens on a GPU, and about a quarter more on a CPU (3.4 times at the CPUs' former 16,384); at
     the old 65,536-token budget a GPU computed 14 times them (measured on an H100 build of tldr-en:
     9% of the token slots were real tokens, 52% at 8,192)."""
-    from embedding.embedder import DEFAULT_TOKEN_BUDGET
+    from embedding.keys import DEFAULT_TOKEN_BUDGET
 
     lengths = [16 + (i * 37) % 241 for i in range(560)]
     budget = DEFAULT_TOKEN_BUDGET[device]

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,6 +44,23 @@ def keys_of(loaded) -> ModelKeys:
 )
 def test_the_keys_read_from_minilms_files_are_the_loaded_embedders(options):
     assert model_keys("minilm", device="cpu", **options) == keys_of(embedder(**options))
+
+
+KEYS_ALONE = """
+import sys
+from embedding import EmbeddingCache, LazyEmbedder, model_keys
+keys = model_keys("minilm", device="cpu", dtype="fp32", num_threads=2)
+print(keys.key, sorted({"torch", "transformers"} & set(sys.modules)))
+"""
+
+
+def test_the_keys_on_a_cpu_import_neither_torch_nor_transformers():
+    """An actor whose chunks are all cached never imports torch (1 s of a 2-core actor's start)."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", KEYS_ALONE], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == [embedder(dtype="fp32").key, "[]"]
 
 
 def test_the_window_from_the_tokenizers_files_and_configs_without_the_names_they_need(tmp_path):

@@ -26,16 +26,17 @@ from transformers import BertConfig, BertModel
 from embedding import load_embedder
 from embedding.attention_mask import takes_broadcast_mask
 from embedding.batching import LENGTH_STEP
-from embedding.embedder import (
+from embedding.encoder import window_encoder
+from embedding.keys import (
     DEFAULT_TOKEN_BUDGET,
     QUERY_TOKEN_BUDGET,
     cpu_has_native_bf16,
     default_token_budget,
+    device_type,
     model_key,
     resolve_device,
     resolve_dtype,
 )
-from embedding.encoder import window_encoder
 from embedding.models import ModelNotFound, check_model, resolve_model
 from tests.embedding_support import PARAPHRASES, UNRELATED, embedder
 
@@ -390,23 +391,23 @@ def test_a_model_that_cannot_load_is_named_from_its_small_files_alone(tmp_path):
 
 
 def test_device_resolution():
-    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device("cpu") == "cpu" and resolve_device("cpu:0") == "cpu:0"
+    assert device_type("cpu:0") == "cpu" and device_type("cuda:1") == "cuda"
     with pytest.raises(ValueError):
         resolve_device("tpu")
     if not torch.cuda.is_available():
-        assert resolve_device("auto").type == "cpu"
+        assert resolve_device("auto") == "cpu"
         with pytest.raises(ValueError, match="CUDA is not available"):
             resolve_device("cuda")
 
 
 def test_auto_dtype_is_bf16_on_cpus_with_native_bf16_fp32_elsewhere_fp16_on_cuda():
-    cpu = torch.device("cpu")
-    assert resolve_dtype("auto", cpu, native_bf16=lambda: True) == "bf16"
-    assert resolve_dtype("auto", cpu, native_bf16=lambda: False) == "fp32"
-    assert resolve_dtype("auto", torch.device("cuda")) == "fp16"
-    assert resolve_dtype("auto", cpu) == ("bf16" if cpu_has_native_bf16() else "fp32")
-    assert resolve_dtype("fp16", cpu) == "fp16"
-    assert resolve_dtype("fp32", torch.device("cuda")) == "fp32"
+    assert resolve_dtype("auto", "cpu", native_bf16=lambda: True) == "bf16"
+    assert resolve_dtype("auto", "cpu", native_bf16=lambda: False) == "fp32"
+    assert resolve_dtype("auto", "cuda") == "fp16" and resolve_dtype("auto", "mps") == "fp16"
+    assert resolve_dtype("auto", "cpu") == ("bf16" if cpu_has_native_bf16() else "fp32")
+    assert resolve_dtype("fp16", "cpu") == "fp16"
+    assert resolve_dtype("fp32", "cuda") == "fp32"
 
 
 def test_native_bf16_check_agrees_with_the_kernel_cpu_flags():

@@ -12,9 +12,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-import torch
 
-from embedding.embedder import resolve_dtype
+from embedding.keys import resolve_dtype
 from jobs.cli import main as mdindex
 from jobs.config import load_config
 from jobs.reindex import main
@@ -69,7 +68,7 @@ def test_report_html_shows_every_section_from_the_report_data(built):
     assert pool["label"] == "1 actor × 2 torch threads, on CPU" and pool["label"] in page
     # the key the actors' model had: the config's dtype as resolved on this machine, the digest
     dtype = load_config(CONFIG, overrides={"input": str(CORPUS)}).embedding.dtype  # local: fp32
-    model = embedder(dtype=resolve_dtype(dtype, torch.device("cpu")))
+    model = embedder(dtype=resolve_dtype(dtype, "cpu"))
     assert report["counters"]["embed"]["model_keys"] == [model.key] and model.key in page
     charts = svgs(page)
     titles = [chart.find("{http://www.w3.org/2000/svg}title").text for chart in charts]

@@ -6,7 +6,7 @@ import math
 import time
 
 from embedding.batching import padding_waste, plan_batches
-from embedding.embedder import DEFAULT_TOKEN_BUDGET
+from embedding.keys import DEFAULT_TOKEN_BUDGET
 from jobs.config import EmbedResources, IndexResources, JobConfig, ResourcesConfig, TaskResources
 from jobs.progress import Goal, progress_line
 from jobs.records import SOURCE, new_row
