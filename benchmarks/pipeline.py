@@ -77,6 +77,7 @@ REPO = Path(__file__).resolve().parent.parent
 if not __package__:  # run as a script, this folder's chunking.py would shadow the package
     sys.path[0] = str(REPO)
 
+from embedding.keys import DEFAULT_TOKEN_BUDGET  # noqa: E402
 from indexing.sources import is_source  # noqa: E402
 from jobs.config import load_config  # noqa: E402
 
@@ -547,8 +548,6 @@ def model_settings(cache_dir: Path, model: str, device: str) -> list[str]:
     else:
         settings = [f"embedding.model={random_model(cache_dir, model)}", "embedding.pooling=mean"]
     if model == "standin" and device == "cpu":
-        from embedding.keys import DEFAULT_TOKEN_BUDGET
-
         budget = DEFAULT_TOKEN_BUDGET["cuda"]
         settings += ["resources.embed.actors=1", f"embedding.token_budget={budget}"]
     if device == "cuda":
