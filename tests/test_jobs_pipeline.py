@@ -358,6 +358,12 @@ def edit_one_section(corpus: Path) -> None:
     )
 
 
+def touch(path: Path) -> None:
+    """Move a file's modification time a second on, its bytes kept: changed to a build."""
+    touched = path.stat()
+    os.utime(path, ns=(touched.st_atime_ns, touched.st_mtime_ns + 10**9))
+
+
 def shard_rows(output: Path, kind: str, topic_slug: str) -> list[dict]:
     return pq.read_table(output / "_index" / kind / f"{topic_slug}.parquet").to_pylist()
 
@@ -438,10 +444,7 @@ def test_incremental_runs_in_place(tmp_path):
     # Unreadable previous tables: in a rebuilt topic (one source's mtime changed, not its bytes)
     # the unchanged sources are read and chunked again, no failure.
     (corpus / "_index" / "chunks" / SHARD).write_bytes(b"not parquet")
-    touched = (corpus / GOLDEN / "converters.md").stat()
-    os.utime(
-        corpus / GOLDEN / "converters.md", ns=(touched.st_atime_ns, touched.st_mtime_ns + 10**9)
-    )
+    touch(corpus / GOLDEN / "converters.md")
     assert build("--input", str(corpus)) == 3
     report = report_of(corpus)
     assert report["sources"]["changed"] == 1 and report["chunks"]["embedded"] == 0
@@ -677,9 +680,7 @@ def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(t
     docs, out = built_one_source(tmp_path)
     before = every_file(out)
     assert (out / "_reindex" / "build.lock").read_bytes() == b""
-    # Touched, its bytes kept: a topic to rebuild, whose vectors are cached (no model to load).
-    touched = (docs / "t" / "a.md").stat()
-    os.utime(docs / "t" / "a.md", ns=(touched.st_atime_ns, touched.st_mtime_ns + 10**9))
+    touch(docs / "t" / "a.md")  # a topic to rebuild, whose vectors are cached: no model to load
 
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_LOCK, str(out)],
