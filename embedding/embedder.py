@@ -23,6 +23,7 @@ from embedding.batching import (
 from embedding.cuda_graphs import graphed
 from embedding.encoder import Encoded, encode, encoder_digest, positive_int, window_encoder
 from embedding.keys import (
+    DTYPE_NAMES,
     QUERY_TOKEN_BUDGET,
     EmbedderSettings,
     model_key,
@@ -31,7 +32,7 @@ from embedding.keys import (
 )
 from embedding.models import fingerprint, no_progress_bars
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = dict(zip(DTYPE_NAMES, (torch.float32, torch.bfloat16, torch.float16), strict=True))
 # Micro-batch shapes `Embedder.warm_up` prepares: bucket lengths up to 1,024 tokens (all 32 of a
 # 512-token window); a longer window's longer buckets are captured when a call first meets them.
 WARM_UP_SHAPES = 64

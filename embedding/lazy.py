@@ -1,6 +1,6 @@
 """An embedder whose model loads when a text first needs embedding: its cache keys and vector width
-come from the model's files (`embedding.embedder.model_keys`), so cache lookups that all hit never
-load transformers or the weights."""
+come from the model's files (`embedding.keys.model_keys`), so cache lookups that all hit never
+load torch, transformers or the weights."""
 
 from __future__ import annotations
 

@@ -80,7 +80,8 @@ class EmbedActor:
         self.pretokenized = False  # the chunk tasks' ids are this model's (known once it loads)
         self.clock = SharedClock()
         with gc_paused():
-            # Imported here, in the actor: the driver never loads torch.
+            # Imported here, in the actor (the driver needs none of it); torch only once the
+            # model loads.
             from embedding import LazyEmbedder, model_keys
 
             self.cache = (
