@@ -288,6 +288,7 @@ WORKER_TITLES = {
     "IDLE": TASK_WORKERS,  # also an actor's process before its actor is placed there
     "MapBatches(": TASK_WORKERS,
     "_reduce_topic": TASK_WORKERS,
+    "_import_task_modules": TASK_WORKERS,  # `jobs.local_ray.start_ray`'s, before the build's tasks
     "get_table_block_metadata_schema": TASK_WORKERS,  # Ray Data's, run in a task worker
     "DashboardAgent": "Ray services",
     "RuntimeEnvAgent": "Ray services",

@@ -12,40 +12,64 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Two one-CPU tasks hold both CPUs, so a no-CPU task gets a worker process of its own (Ray has no
-# idle one left). Once that task is done, its process is one idle worker more than there are
-# CPUs: Ray's default kills it after a second, and the next no-CPU task pays a new process.
-KEPT_WORKER = """
+# In a local instance `start_ray` started (2 CPUs): first, how many of Ray's worker processes
+# have the build's modules loaded (tokenizers' library mapped); then whether an idle worker
+# process beyond one per CPU is kept. Two one-CPU tasks hold both CPUs, so no-CPU tasks get worker
+# processes of their own; once done, those are idle workers beyond the CPUs, which Ray's default
+# kills after a second: a second burst 2 s later then runs in processes started after it began.
+WORKERS = """
 import json, os, sys, time
 import ray
 from jobs.config import load_config
 from jobs.local_ray import start_ray
 
-config = load_config(sys.argv[1], overrides={"input": "."}, settings=["resources.num_cpus=2"])
-start_ray(config)
+def workers_with(library):
+    found = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if open(f"/proc/{pid}/cmdline", "rb").read().startswith(b"ray::"):
+                found += library in open(f"/proc/{pid}/maps").read()
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+def process_start():
+    fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+    uptime = float(open("/proc/uptime").read().split()[0])
+    return time.time() - uptime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 @ray.remote(num_cpus=1)
 def hold(seconds):
     time.sleep(seconds)
 
 @ray.remote(num_cpus=0)
-def pid():
-    return os.getpid()
+def started():
+    time.sleep(0.5)  # the burst's tasks run at once, each in a process
+    return process_start()
 
+config = load_config(sys.argv[1], overrides={"input": "."}, settings=["resources.num_cpus=2"])
+start_ray(config)
+deadline = time.monotonic() + 60
+while workers_with("tokenizers") < 2 and time.monotonic() < deadline:
+    time.sleep(0.2)
+ready = workers_with("tokenizers")
 busy = [hold.remote(15) for _ in range(2)]
-first = ray.get(pid.remote())
+ray.get([started.remote() for _ in range(2)])
 time.sleep(2)  # twice Ray's default
-second = ray.get(pid.remote())
-print(json.dumps({"first": first, "second": second}))
+began = time.time()
+again = ray.get([started.remote() for _ in range(2)])
+print(json.dumps({"ready": ready, "kept": all(start < began for start in again)}))
 ray.shutdown()
 """
 
 
-def test_the_local_instance_keeps_an_idle_worker_process_for_the_next_task():
+@pytest.fixture(scope="module")
+def workers() -> dict:
+    """What the child above found in the local instance it started."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update({"RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)})
     done = subprocess.run(
-        [sys.executable, "-c", KEPT_WORKER, str(REPO / "configs" / "local.yaml")],
+        [sys.executable, "-c", WORKERS, str(REPO / "configs" / "local.yaml")],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -53,8 +77,15 @@ def test_the_local_instance_keeps_an_idle_worker_process_for_the_next_task():
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    pids = json.loads(done.stdout.strip().splitlines()[-1])
-    assert pids["second"] == pids["first"]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_local_instance_starts_with_a_worker_process_per_cpu_our_modules_loaded(workers):
+    assert workers["ready"] == 2
+
+
+def test_the_local_instance_keeps_an_idle_worker_process_for_the_next_task(workers):
+    assert workers["kept"]
 
 
 @pytest.mark.parametrize(
