@@ -21,6 +21,11 @@ log = logging.getLogger("mdindex.build")
 # CPU-second). On the FastAPI docs (2 CPUs, stand-in model) a cold build started 7-14 task worker
 # processes and took 22.4-26.5 s; keeping them, 4-5 processes and 20.8-23.4 s.
 IDLE_WORKER_KEEP_MS = 60_000
+# How many worker processes of a new local instance get our modules imported before the build's
+# first task (one per CPU up to this): enough for the first chunk tasks and a small edit's
+# reduces; more would fill processes that a small build on a large machine never uses (about
+# 110 MB each with those modules).
+READY_WORKERS = 4
 
 
 @ray.remote(num_cpus=1)
@@ -40,8 +45,8 @@ class InfeasibleResources(ValueError):
 def start_ray(config: JobConfig) -> None:
     """Join this process's Ray (a test's) or the cluster RAY_ADDRESS names (`ray job submit` sets
     it); otherwise start a private local instance, never one that `ray start` left running here,
-    which keeps idle worker processes `IDLE_WORKER_KEEP_MS` and has one per CPU ready, our modules
-    imported, before the build's first task."""
+    which keeps idle worker processes `IDLE_WORKER_KEEP_MS` and has up to `READY_WORKERS` of them
+    ready, our modules imported, before the build's first task."""
     if ray.is_initialized():
         return
     # Ray's own INFO lines stay out of the log (ours say what happened; jobs.logs).
@@ -82,12 +87,12 @@ def start_ray(config: JobConfig) -> None:
             f"this machine's Ray instance has {here}, and a local instance never grows: "
             f"{'; '.join(missing)}, so the build would wait for ever.{hint}"
         )
-    # One task per CPU, not awaited: each imports our modules in a worker process while the
-    # driver plans, and the build's first tasks find those processes ready. Without them a 1%
-    # tldr-en edit's reduces waited for a new worker process (2 CPUs, stand-in model, tmpfs,
-    # three alternated pairs: run_job 7.6-8.5 s with them, 7.9-8.7 s without; cold 12.3-12.9 s
-    # and 12.2-13.2 s).
-    for _ in range(int(ray.cluster_resources().get("CPU", 0))):
+    # One-CPU tasks, not awaited: each imports our modules in one of the worker processes Ray
+    # starts with the instance, while the driver plans, and the build's first tasks find those
+    # processes ready. Without them a 1% tldr-en edit's reduces waited for a new worker process
+    # (2 CPUs, stand-in model, tmpfs, three alternated pairs: run_job 7.6-8.5 s with them, 7.9-8.7
+    # s without; cold 12.3-12.9 s and 12.2-13.2 s).
+    for _ in range(min(int(ray.cluster_resources().get("CPU", 0)), READY_WORKERS)):
         _import_task_modules.remote()
 
 
