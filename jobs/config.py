@@ -20,13 +20,13 @@ from typing import Any
 import fsspec
 import yaml
 
+from embedding.keys import DTYPE_NAMES, POOLINGS
 from indexing.build import DEFAULT_SIMHASH_K, DEFAULT_TECHNICAL_TITLES
 from indexing.sources import DEFAULT_GLOBS
 from jobs import storage
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = ("auto", "fp32", "bf16", "fp16")
-POOLINGS = ("mean", "cls")
+DTYPES = ("auto", *DTYPE_NAMES)
 FAILURE_POLICIES = ("continue", "abort")
 
 
