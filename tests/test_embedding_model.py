@@ -37,7 +37,7 @@ from embedding.keys import (
     resolve_device,
     resolve_dtype,
 )
-from embedding.models import ModelNotFound, check_model, resolve_model
+from embedding.models import ModelNotFound, check_model, fingerprint, resolve_model
 from tests.embedding_support import PARAPHRASES, UNRELATED, embedder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -290,6 +290,26 @@ def test_model_from_local_directory_gives_the_default_vectors(tmp_path):
     local = load_embedder(str(model_dir), device="cpu", dtype="fp32")
     np.testing.assert_allclose(local.embed(TEXTS), embedder(dtype="fp32").embed(TEXTS), atol=1e-6)
     assert local.key == embedder(dtype="fp32").key  # same files, same settings: same cache entries
+
+
+def test_a_models_fingerprint_is_read_again_once_one_of_its_files_changes(tmp_path):
+    """The digest is kept per process for unchanged files (a CPU actor asks for it twice); a
+    settings file or weights written over in place (same size) give another digest."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(get_model_path(), model_dir)
+    files = resolve_model(str(model_dir))
+    first = fingerprint(files)
+    assert fingerprint(files) == first == fingerprint(resolve_model("minilm"))
+    with open(model_dir / "config.json", "a") as handle:
+        handle.write("\n")
+    second = fingerprint(files)
+    assert second != first
+    with open(files.weights, "r+b") as handle:  # one byte of the last block, the size kept
+        handle.seek(-1, os.SEEK_END)
+        last = handle.read(1)
+        handle.seek(-1, os.SEEK_END)
+        handle.write(bytes([last[0] ^ 1]))
+    assert fingerprint(files) not in (first, second)
 
 
 def _upload(fs, remote_root: str) -> None:
