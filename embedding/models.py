@@ -337,7 +337,8 @@ def fingerprint(files: ModelFiles) -> str:
     """sha256 (hex) of the weights and every vector-relevant settings file of the model.
 
     Computed once per process for the same files (path, size and modification time): a CPU
-    actor asks for it for its cache keys and again when it loads the model (MiniLM: 0.2 s)."""
+    actor asks for it for its cache keys and again when it loads the model (MiniLM's 90 MB: 0.07 s
+    on an AMD EPYC)."""
     present = []
     for relpath in (*SETTINGS_FILES, files.weights.name):
         path = files.directory / relpath

@@ -88,10 +88,10 @@ def start_ray(config: JobConfig) -> None:
             f"{'; '.join(missing)}, so the build would wait for ever.{hint}"
         )
     # One-CPU tasks, not awaited: each imports our modules in one of the worker processes Ray
-    # starts with the instance, while the driver plans, and the build's first tasks find those
-    # processes ready. Without them a 1% tldr-en edit's reduces waited for a new worker process
-    # (2 CPUs, stand-in model, tmpfs, three alternated pairs: run_job 7.6-8.5 s with them, 7.9-8.7
-    # s without; cold 12.3-12.9 s and 12.2-13.2 s).
+    # starts with the instance, while the driver sets up the pipeline, and the build's first
+    # tasks find those processes ready. Without them a 1% tldr-en edit's reduces waited for a new
+    # worker process (2 CPUs, stand-in model, tmpfs, three alternated pairs: run_job 7.6-8.5 s
+    # with them, 7.9-8.7 s without; cold 12.3-12.9 s and 12.2-13.2 s).
     for _ in range(min(int(ray.cluster_resources().get("CPU", 0)), READY_WORKERS)):
         _import_task_modules.remote()
 
