@@ -1,0 +1,273 @@
+"""Random edits converge: after each step of random corpus changes, an incremental build of the
+edited corpus gives the same exit code and the same output bytes as a fresh build of it into an
+output and cache of its own. Real builds on the session's Ray instance, real MiniLM, real files.
+
+The changes, each made at random places by a seeded generator: sources edited, added, deleted,
+renamed, moved or copied to another topic, retitled, touched, linked to other sources; topics
+added (some inside another topic) and deleted; questions and keywords files edited; a new source
+that is not UTF-8, and a broken one fixed. The suite's test makes every kind of change once, a few
+to a step; the slow ones draw one to three changes a step. A failure names the seed and every
+change so far."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from jobs_support import CORPUS, outputs
+
+from jobs.reindex import main
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "configs" / "local.yaml")
+# Small chunks: a fixture source then makes several, so an edit changes some and keeps others.
+SMALL = ["--set", "chunking.options.min_tokens=40", "--set", "chunking.options.max_tokens=80"]
+WORDS = (
+    "request retry timeout header cache token stream client server schema field value option "
+    "converter context policy buffer socket handler route query payload encoder decoder"
+).split()
+NOT_SOURCES = ("qa-pairs.md", "topic-spec.md")
+
+
+def build(corpus: Path, output: Path) -> int:
+    """`python -m jobs.reindex` in-process with the shipped local config and small chunks."""
+    return main(["--config", CONFIG, *SMALL, "--input", str(corpus), "--output", str(output)])
+
+
+def sources(corpus: Path) -> list[Path]:
+    """The corpus's sources (as `sources.globs` and the rules on special names find them)."""
+    return sorted(
+        p
+        for p in corpus.rglob("*.md")
+        if p.name not in NOT_SOURCES
+        and not any(part.startswith(("_", ".")) for part in p.relative_to(corpus).parts)
+    )
+
+
+def topics(corpus: Path) -> list[Path]:
+    """Every folder that holds a source directly (the root among them when it does)."""
+    return sorted({p.parent for p in sources(corpus)})
+
+
+def sentence(rng: random.Random) -> str:
+    words = rng.choices(WORDS, k=rng.randint(6, 14))
+    return " ".join(words).capitalize() + "."
+
+
+def page(rng: random.Random, title: str, corpus: Path, at: Path) -> str:
+    """A markdown page: a title, sections of prose, maybe a code block, a list and links to
+    other sources of the corpus (relative to the folder `at`)."""
+    lines = [f"# {title}", ""]
+    for _ in range(rng.randint(1, 4)):
+        lines += [f"## {rng.choice(WORDS).capitalize()} {rng.choice(WORDS)}", ""]
+        lines += [" ".join(sentence(rng) for _ in range(rng.randint(2, 6))), ""]
+        if rng.random() < 0.3:
+            lines += ["```python", f"{rng.choice(WORDS)} = {rng.randint(0, 99)}", "```", ""]
+        if rng.random() < 0.3:
+            lines += [f"- {sentence(rng)}" for _ in range(rng.randint(2, 4))] + [""]
+        if rng.random() < 0.4 and (others := sources(corpus)):
+            target = os.path.relpath(rng.choice(others), at)
+            lines += [f"See [the {rng.choice(WORDS)} page]({Path(target).as_posix()}).", ""]
+    return "\n".join(lines)
+
+
+def new_name(rng: random.Random, folder: Path, stem: str = "page") -> Path:
+    while (path := folder / f"{stem}-{rng.randint(0, 999)}.md").exists():
+        pass
+    return path
+
+
+def edit_text(rng: random.Random, corpus: Path) -> str:
+    source = rng.choice(sources(corpus))
+    lines = source.read_bytes().decode("utf-8", "replace").splitlines()
+    at = rng.randrange(1, len(lines) + 1)
+    lines[at:at] = ["", sentence(rng)] if rng.random() < 0.5 else []
+    if rng.random() < 0.5 and len(lines) > 2:
+        del lines[rng.randrange(1, len(lines))]
+    source.write_text("\n".join(lines) + "\n")
+    return f"edit {source.relative_to(corpus)}"
+
+
+def add_source(rng: random.Random, corpus: Path) -> str:
+    folder = rng.choice([*topics(corpus), corpus])
+    path = new_name(rng, folder)
+    path.write_text(page(rng, f"The {rng.choice(WORDS)} page", corpus, folder))
+    return f"add {path.relative_to(corpus)}"
+
+
+def delete_source(rng: random.Random, corpus: Path) -> str:
+    found = sources(corpus)
+    if len(found) < 3:
+        return add_source(rng, corpus)
+    source = rng.choice(found)
+    source.unlink()
+    return f"delete {source.relative_to(corpus)}"
+
+
+def rename_source(rng: random.Random, corpus: Path) -> str:
+    source = rng.choice(sources(corpus))
+    target = new_name(rng, source.parent, "renamed")
+    source.rename(target)
+    return f"rename {source.relative_to(corpus)} to {target.name}"
+
+
+def move_source(rng: random.Random, corpus: Path) -> str:
+    source = rng.choice(sources(corpus))
+    target = new_name(rng, rng.choice([*topics(corpus), corpus]), "moved")
+    source.rename(target)
+    return f"move {source.relative_to(corpus)} to {target.relative_to(corpus)}"
+
+
+def copy_source(rng: random.Random, corpus: Path) -> str:
+    source = rng.choice(sources(corpus))
+    target = new_name(rng, rng.choice(topics(corpus)), "copy")
+    shutil.copyfile(source, target)
+    return f"copy {source.relative_to(corpus)} to {target.relative_to(corpus)}"
+
+
+def retitle(rng: random.Random, corpus: Path) -> str:
+    source = rng.choice(sources(corpus))
+    lines = source.read_bytes().decode("utf-8", "replace").splitlines()
+    lines = [f"# The {rng.choice(WORDS)} {rng.choice(WORDS)}"] + [
+        line for line in lines if not line.startswith("# ")
+    ]
+    source.write_text("\n".join(lines) + "\n")
+    return f"retitle {source.relative_to(corpus)}"
+
+
+def touch(rng: random.Random, corpus: Path) -> str:
+    source = rng.choice(sources(corpus))
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    return f"touch {source.relative_to(corpus)}"
+
+
+def add_link(rng: random.Random, corpus: Path) -> str:
+    source, target = rng.choice(sources(corpus)), rng.choice(sources(corpus))
+    href = Path(os.path.relpath(target, source.parent)).as_posix()
+    with source.open("a") as file:
+        file.write(f"\nRead [the {rng.choice(WORDS)} notes]({href}).\n")
+    return f"link {source.relative_to(corpus)} to {target.relative_to(corpus)}"
+
+
+def add_topic(rng: random.Random, corpus: Path) -> str:
+    parent = rng.choice([corpus, corpus / "libraries", *topics(corpus)])
+    folder = parent / f"topic-{rng.randint(0, 999)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for _ in range(rng.randint(1, 2)):
+        new_name(rng, folder).write_text(
+            page(rng, f"{folder.name} {rng.choice(WORDS)}", corpus, folder)
+        )
+    return f"add topic {folder.relative_to(corpus)}"
+
+
+def delete_topic(rng: random.Random, corpus: Path) -> str:
+    # a folder with sources and no sub-folders, while another topic keeps some
+    leaves = [t for t in topics(corpus) if t != corpus and not any(p.is_dir() for p in t.iterdir())]
+    if len(topics(corpus)) < 3 or not leaves:
+        return add_topic(rng, corpus)
+    folder = rng.choice(leaves)
+    shutil.rmtree(folder)
+    return f"delete topic {folder.relative_to(corpus)}"
+
+
+def edit_questions(rng: random.Random, corpus: Path) -> str:
+    questions = rng.choice(topics(corpus)) / "qa-pairs.md"
+    if questions.exists() and rng.random() < 0.3:
+        questions.unlink()
+        return f"delete {questions.relative_to(corpus)}"
+    text = questions.read_text() if questions.exists() else "# Questions\n"
+    words = rng.choices(WORDS, k=4)
+    text += f"\n## How does the {words[0]} {words[1]} work?\n\nIt {words[2]}s the {words[3]}.\n"
+    questions.write_text(text)
+    return f"edit {questions.relative_to(corpus)}"
+
+
+def edit_keywords(rng: random.Random, corpus: Path) -> str:
+    """Score words of one topic's sources in its own keywords file or in the corpus's."""
+    topic = rng.choice(topics(corpus))
+    text = " ".join(p.read_bytes().decode("utf-8", "replace") for p in topic.glob("*.md"))
+    found = sorted(set(re.findall(r"[A-Za-z]{4,}", text)))
+    folder = (topic if rng.random() < 0.5 else corpus) / "_keywords"
+    folder.mkdir(exist_ok=True)
+    keywords = folder / "words.md"
+    scores = "".join(f"- {w}: {rng.randint(1, 5)}\n" for w in rng.sample(found, min(3, len(found))))
+    keywords.write_text(f"# Keywords\n\n{scores}")
+    return f"edit {keywords.relative_to(corpus)}"
+
+
+def add_broken(rng: random.Random, corpus: Path) -> str:
+    path = new_name(rng, rng.choice(topics(corpus)), "broken")
+    path.write_bytes(b"# Broken\n\nNot \xff UTF-8.\n")
+    return f"add {path.relative_to(corpus)}, not UTF-8"
+
+
+def fix_broken(rng: random.Random, corpus: Path) -> str:
+    broken = [p for p in sources(corpus) if b"\xff" in p.read_bytes()]
+    if not broken:
+        return add_broken(rng, corpus)
+    path = rng.choice(broken)
+    path.write_text(page(rng, "Fixed", corpus, path.parent))
+    return f"fix {path.relative_to(corpus)}"
+
+
+Change = Callable[[random.Random, Path], str]
+CHANGES: list[Change] = [
+    edit_text,
+    add_source,
+    delete_source,
+    rename_source,
+    move_source,
+    copy_source,
+    retitle,
+    touch,
+    add_link,
+    add_topic,
+    delete_topic,
+    edit_questions,
+    edit_keywords,
+    add_broken,
+    fix_broken,
+]
+
+
+def converge(tmp_path: Path, seed: int, steps: list[list[Change]]) -> None:
+    """Build a copy of the fixture corpus, then for each step: make its changes, build the corpus
+    incrementally and fresh, and compare."""
+    rng = random.Random(seed)
+    corpus, output = tmp_path / "docs", tmp_path / "out"
+    shutil.copytree(CORPUS, corpus)
+    assert build(corpus, output) == 3  # the fixture's broken-encoding.md
+    done: list[str] = []
+    for number, changes in enumerate(steps):
+        done += [change(rng, corpus) for change in changes]
+        fresh = tmp_path / f"fresh-{number}"
+        code = build(corpus, output)
+        assert code == build(corpus, fresh), f"seed {seed}: {done}"
+        assert code in (0, 3)
+        ours, theirs = outputs(output), outputs(fresh)
+        assert sorted(ours) == sorted(theirs), f"seed {seed}: {done}"
+        differ = [p for p in ours if ours[p] != theirs[p]]
+        assert differ == [], f"seed {seed}: {done}"
+        shutil.rmtree(fresh)
+
+
+def test_every_kind_of_random_edit_converges(tmp_path):
+    """Each kind of change once, in a shuffled order, four to a step."""
+    changes = random.Random(1).sample(CHANGES, len(CHANGES))
+    converge(tmp_path, 1, [changes[i : i + 4] for i in range(0, len(changes), 4)])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [2, 3, 4])
+def test_random_edits_converge_over_many_steps(tmp_path, seed):
+    """Twelve steps of one to three changes drawn at random."""
+    rng = random.Random(seed)
+    converge(tmp_path, seed, [rng.choices(CHANGES, k=rng.randint(1, 3)) for _ in range(12)])
