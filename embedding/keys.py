@@ -1,7 +1,7 @@
 """What decides a model's vectors besides its weights, and its cache keys: resolved from the
 options and the model's files without loading torch (imported only to ask about a device other
-than "cpu", or whether a CPU runs bf16 natively), so an embedding actor whose chunks are all cached
-never loads it (`model_keys`)."""
+than "cpu", or whether a CPU runs bf16 natively where the system does not list its CPU flags), so
+an embedding actor whose chunks are all cached never loads it (`model_keys`)."""
 
 from __future__ import annotations
 
@@ -232,6 +232,9 @@ def device_type(device: str) -> str:
     return device.partition(":")[0]
 
 
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_tile"})  # Linux's names (`cpu_flags`)
+
+
 def resolve_dtype(dtype: str, device: str, native_bf16: Callable[[], bool] | None = None) -> str:
     """ "auto" -> fp16 on CUDA and MPS (`device`: a device's kind); on CPUs bf16 with native bf16
     support, else fp32.
@@ -246,8 +249,31 @@ def resolve_dtype(dtype: str, device: str, native_bf16: Callable[[], bool] | Non
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU runs bf16 matrix multiplies natively (AVX-512 BF16 or AMX), as torch's
-    own CPU capability report says."""
+    """Whether this CPU runs bf16 matrix multiplies natively (AVX-512 BF16 or AMX): as the
+    kernel's CPU flags say where Linux lists them, without importing torch (1 s of an embedding
+    actor's start with `dtype: auto`), else as torch's own report says (`torch_has_native_bf16`,
+    which agrees with those flags)."""
+    flags = cpu_flags()
+    if flags is None:
+        return torch_has_native_bf16()
+    return bool(flags & NATIVE_BF16_FLAGS)
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str] | None:
+    """The CPU flags Linux lists in /proc/cpuinfo (empty where it names none, as on ARM), or None
+    where that file cannot be read (macOS, Windows)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        return None
+    return set()
+
+
+def torch_has_native_bf16() -> bool:
+    """`cpu_has_native_bf16` as torch's own CPU capability report says (it imports torch)."""
     import torch
 
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")

@@ -49,18 +49,24 @@ def test_the_keys_read_from_minilms_files_are_the_loaded_embedders(options):
 KEYS_ALONE = """
 import sys
 from embedding import EmbeddingCache, LazyEmbedder, model_keys
-keys = model_keys("minilm", device="cpu", dtype="fp32", num_threads=2)
+keys = model_keys("minilm", device="cpu", dtype=sys.argv[1], num_threads=2)
 print(keys.key, sorted({"torch", "transformers"} & set(sys.modules)))
 """
 
 
-def test_the_keys_on_a_cpu_import_neither_torch_nor_transformers():
-    """An actor whose chunks are all cached never imports torch (1 s of a 2-core actor's start)."""
+@pytest.mark.parametrize("dtype", ["fp32", "auto"])
+def test_the_keys_on_a_cpu_import_neither_torch_nor_transformers(dtype):
+    """An actor whose chunks are all cached never imports torch (1 s of a 2-core actor's start),
+    nor to learn what `dtype: auto` is on this CPU (Linux lists its flags)."""
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run(
-        [sys.executable, "-c", KEYS_ALONE], cwd=root, capture_output=True, text=True, check=True
+        [sys.executable, "-c", KEYS_ALONE, dtype],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    assert done.stdout.split() == [embedder(dtype="fp32").key, "[]"]
+    assert done.stdout.split() == [embedder(dtype=dtype).key, "[]"]
 
 
 def test_the_window_from_the_tokenizers_files_and_configs_without_the_names_they_need(tmp_path):

@@ -30,12 +30,14 @@ from embedding.encoder import window_encoder
 from embedding.keys import (
     DEFAULT_TOKEN_BUDGET,
     QUERY_TOKEN_BUDGET,
+    cpu_flags,
     cpu_has_native_bf16,
     default_token_budget,
     device_type,
     model_key,
     resolve_device,
     resolve_dtype,
+    torch_has_native_bf16,
 )
 from embedding.models import ModelNotFound, check_model, fingerprint, resolve_model
 from tests.embedding_support import PARAPHRASES, UNRELATED, embedder
@@ -430,17 +432,21 @@ def test_auto_dtype_is_bf16_on_cpus_with_native_bf16_fp32_elsewhere_fp16_on_cuda
     assert resolve_dtype("fp32", "cuda") == "fp32"
 
 
-def test_native_bf16_check_agrees_with_the_kernel_cpu_flags():
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.is_file():
-        pytest.skip("no /proc/cpuinfo on this system")
-    flags = {
-        flag
-        for line in cpuinfo.read_text().splitlines()
-        if line.startswith("flags")
-        for flag in line.split(":", 1)[1].split()
-    }
-    assert cpu_has_native_bf16() == bool(flags & {"avx512_bf16", "amx_tile"})
+def test_native_bf16_from_the_kernel_cpu_flags_agrees_with_torchs_own_check():
+    if cpu_flags() is None:
+        pytest.skip("this system does not list its CPU flags in /proc/cpuinfo")
+    assert cpu_has_native_bf16() == torch_has_native_bf16()
+
+
+def test_cpu_flags_are_read_from_the_first_flags_line(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n"
+    )
+    assert cpu_flags(str(cpuinfo)) == {"fpu", "avx2", "avx512_bf16"}
+    cpuinfo.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")  # ARM: no x86 flags
+    assert cpu_flags(str(cpuinfo)) == set()
+    assert cpu_flags(str(tmp_path / "absent")) is None
 
 
 def test_model_key_includes_dtype_and_is_filesystem_safe():
