@@ -85,12 +85,15 @@ def new_name(rng: random.Random, folder: Path, stem: str = "page") -> Path:
 
 
 def edit_text(rng: random.Random, corpus: Path) -> str:
+    """Add a sentence or delete a line or both, past the title and any front matter (a source
+    that turns bad keeps its last good entry, by design, which a fresh build does not have)."""
     source = rng.choice(sources(corpus))
     lines = source.read_bytes().decode("utf-8", "replace").splitlines()
-    at = rng.randrange(1, len(lines) + 1)
+    body = lines.index("---", 1) + 2 if lines[:1] == ["---"] else 1
+    at = rng.randrange(body, len(lines) + 1)
     lines[at:at] = ["", sentence(rng)] if rng.random() < 0.5 else []
-    if rng.random() < 0.5 and len(lines) > 2:
-        del lines[rng.randrange(1, len(lines))]
+    if rng.random() < 0.5 and len(lines) > body + 1:
+        del lines[rng.randrange(body, len(lines))]
     source.write_text("\n".join(lines) + "\n")
     return f"edit {source.relative_to(corpus)}"
 
