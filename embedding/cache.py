@@ -41,7 +41,7 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from embedding.files import is_within, read_existing, write_atomically
+from embedding.files import fresh_listings, is_within, read_existing, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class EmbeddingCache:
 
     def __init__(self, root_uri: str, storage_options: dict[str, Any] | None = None):
         self.root_uri = root_uri
-        self.fs, root = fsspec.core.url_to_fs(root_uri, **(storage_options or {}))
+        self.fs, root = fsspec.core.url_to_fs(root_uri, **fresh_listings(storage_options))
         self.root = root.rstrip("/")
         # (strategy key, model key) -> its model folder existed, or was written by us
         self._folder_exists: dict[tuple[str, str], bool] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import os
 import tempfile
+from typing import Any
 
 import fsspec
 from fsspec.asyn import AsyncFileSystem, _run_coros_in_chunks, sync
@@ -15,6 +16,18 @@ from fsspec.implementations.local import LocalFileSystem
 # 1,280, made each completion cost a scan of every pending request (asyncio.wait): 30% of the
 # client's CPU per small object, while s3fs's connection pool (10 by default) sends no more at once.
 GATHER_BATCH = 64
+
+
+def fresh_listings(options: dict[str, Any] | None) -> dict[str, Any]:
+    """fsspec filesystem options with directory listings never cached (fsspec's `DirCache`).
+
+    fsspec keeps one filesystem per process and options, and s3fs keeps every listing it makes,
+    with no expiry, and answers `ls`, `walk`, `exists` and `isdir` from them. A process that
+    builds twice (a program calling the job twice, a test, a worker of a Ray instance that builds
+    share) saw its first listings: an edited S3 input read as unchanged, a chunk file another
+    process wrote was missing from a topic's listing and stayed an orphan, a cache folder read as
+    absent."""
+    return {**(options or {}), "use_listings_cache": False}
 
 
 def write_atomically(

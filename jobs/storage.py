@@ -25,7 +25,7 @@ from typing import Any
 import fsspec
 from fsspec.core import split_protocol
 
-from embedding.files import cat_many, is_within, write_atomically
+from embedding.files import cat_many, fresh_listings, is_within, write_atomically
 
 LOCAL_PROTOCOLS = ("file", "local")
 # What `embedding.files.write_atomically` names its temporary files on local disk (mkstemp with
@@ -94,8 +94,9 @@ class Storage:
         return self.protocol in LOCAL_PROTOCOLS
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
-        """The fsspec filesystem for this root (fsspec caches instances)."""
-        options = {} if self.is_local else self.options
+        """The fsspec filesystem for this root (fsspec caches instances); on an object store its
+        listings are never cached (`embedding.files.fresh_listings`)."""
+        options = {} if self.is_local else fresh_listings(self.options)
         return fsspec.filesystem(self.protocol, **options)
 
     @cached_property

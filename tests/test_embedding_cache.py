@@ -293,6 +293,24 @@ def test_cache_on_moto_s3(s3_server):
     assert all(r.cache_hit for r in embed_with_cache(embedder(dtype="fp32"), fresh, requests))
 
 
+def test_a_cache_on_s3_finds_entries_another_client_wrote_after_a_listing(s3_server):
+    """A new `EmbeddingCache` in the same process (the next build's actor in a kept worker) asks
+    the store whether a model folder exists: fsspec's filesystem, one per process and options,
+    does not answer from a listing made before another process wrote the folder."""
+    bucket = s3_server.make_bucket("embedding-cache-listings")
+    root = f"{bucket}/out/.embedding-cache"
+    key = CacheKey(STRATEGY, embedder(dtype="fp32").key, sha("doc-a"))
+    first = EmbeddingCache(root, s3_server.storage_options)
+    folder = f"{first.root}/{STRATEGY}"
+    first.fs.pipe(f"{folder}/other-model/x", b"")  # the strategy folder exists
+    assert first.fs.ls(folder) == [f"{folder}/other-model"]
+    assert first.get(key, dim=384) is None
+    writer = EmbeddingCache(root, {**s3_server.storage_options, "skip_instance_cache": True})
+    [written] = embed_with_cache(embedder(dtype="fp32"), writer, [request()])
+    found = EmbeddingCache(root, s3_server.storage_options).get(key, dim=384)
+    assert found is not None and found.vectors.tobytes() == written.vectors.tobytes()
+
+
 def test_queries_are_cached_apart_from_passages(cache):
     questions = ("How do I cache embeddings?", "What does the router do?")
     model = embedder(dtype="fp32")

@@ -88,6 +88,30 @@ def test_s3_storage_paths_come_back_without_scheme(s3_server):
     assert all(not f.path.startswith(("s3:", "jobs-storage")) for f in listed)
 
 
+def test_s3_listings_show_what_another_client_changed_since_the_last_one(s3_server):
+    """fsspec keeps one filesystem per process and options: a second build in the same process
+    (a program calling the job twice, a Ray worker kept between builds) lists the store again,
+    and sees the objects another client wrote, rewrote and deleted since."""
+    bucket = s3_server.make_bucket("jobs-storage-listings")
+    store = Storage(f"{bucket}/root", s3_server.storage_options)
+    store.write_many({"t/a.md": b"a", "t/b.md": b"b"})
+    before = {f.path: f.fingerprint for f in store.walk()}
+    assert sorted(before) == store.list_files("t") == ["t/a.md", "t/b.md"]
+    other = s3_server.filesystem()
+    other.pipe("jobs-storage-listings/root/t/a.md", b"edited")
+    other.pipe("jobs-storage-listings/root/t/c.md", b"c")
+    other.rm("jobs-storage-listings/root/t/b.md")
+    other.pipe("jobs-storage-listings/new/t/d.md", b"d")
+    again = Storage(f"{bucket}/root", s3_server.storage_options)
+    assert again.filesystem() is store.filesystem()  # the same instance, as in one process
+    after = {f.path: f.fingerprint for f in again.walk()}
+    assert again.list_files("t") == sorted(after) == ["t/a.md", "t/c.md"]
+    assert after["t/a.md"] != before["t/a.md"]
+    assert [f.path for f in Storage(f"{bucket}/new", s3_server.storage_options).walk()] == [
+        "t/d.md"
+    ]
+
+
 def test_walk_of_missing_root_raises(tmp_path):
     with pytest.raises(FileNotFoundError):
         list(Storage(str(tmp_path / "absent")).walk())
