@@ -7,6 +7,7 @@ import socket
 import time
 from pathlib import Path
 
+import fsspec
 import pyarrow as pa
 
 from jobs.records import QUESTIONS, SOURCE, new_row, to_table
@@ -25,6 +26,13 @@ def outputs(root: Path) -> dict[str, bytes]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and not p.relative_to(root).as_posix().startswith(NOT_OUTPUTS)
     }
+
+
+def stored(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, bytes]:
+    """Every file under an output root on any filesystem but the report, manifest and cache, by
+    relative path."""
+    found = {path[len(root) + 1 :]: path for path in fs.find(root)}
+    return {rel: fs.cat_file(at) for rel, at in found.items() if not rel.startswith(NOT_OUTPUTS)}
 
 
 def s3_options(endpoint: str) -> str:

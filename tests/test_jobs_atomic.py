@@ -23,7 +23,7 @@ from urllib.parse import unquote
 
 import fsspec
 import pytest
-from jobs_support import NOT_OUTPUTS, s3_options
+from jobs_support import s3_options, stored
 
 from jobs.reindex import main
 
@@ -64,12 +64,6 @@ def versions(tmp_path_factory) -> tuple[Path, Path, Path]:
         shutil.copy2(v1 / topic / "b.md", v2 / topic / "b.md")
     assert build("--input", str(v2), "--output", str(base / "clean")) == 0
     return v1, v2, base / "clean"
-
-
-def stored(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, bytes]:
-    """Every file under an output root but the report, manifest and cache, by relative path."""
-    found = {path[len(root) + 1 :]: path for path in fs.find(root)}
-    return {rel: fs.cat_file(at) for rel, at in found.items() if not rel.startswith(NOT_OUTPUTS)}
 
 
 def promises(files: dict[str, bytes]) -> dict[str, bytes]:

@@ -6,8 +6,8 @@ The changes, each made at random places by a seeded generator: sources edited, a
 renamed, moved or copied to another topic, retitled, touched, linked to other sources; topics
 added (some inside another topic) and deleted; questions and keywords files edited; a new source
 that is not UTF-8, and a broken one fixed. The suite's test makes every kind of change once, a few
-to a step; the slow ones draw one to three changes a step. A failure names the seed and every
-change so far."""
+to a step; the slow ones draw one to three changes a step, one of them with the outputs on S3.
+A failure names the seed and every change so far."""
 
 from __future__ import annotations
 
@@ -16,11 +16,14 @@ import random
 import re
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+import fsspec
 import pytest
-from jobs_support import CORPUS, outputs
+from jobs_support import CORPUS, s3_options, stored
 
+from embedding.files import fresh_listings
 from jobs.reindex import main
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -34,11 +37,30 @@ WORDS = (
     "converter context policy buffer socket handler route query payload encoder decoder"
 ).split()
 NOT_SOURCES = ("qa-pairs.md", "topic-spec.md")
+LOCAL = fsspec.filesystem("file")
 
 
-def build(corpus: Path, output: Path) -> int:
-    """`python -m jobs.reindex` in-process with the shipped local config and small chunks."""
-    return main(["--config", CONFIG, *SMALL, "--input", str(corpus), "--output", str(output)])
+@dataclass(frozen=True)
+class Outputs:
+    """Where the builds write: a folder of an fsspec filesystem, the scheme the job's URIs give
+    it, and the `--set` arguments that reach it."""
+
+    fs: fsspec.AbstractFileSystem
+    folder: str
+    scheme: str = ""
+    options: tuple[str, ...] = ()
+
+    def build(self, corpus: Path, name: str) -> int:
+        """`python -m jobs.reindex` in-process with the shipped local config and small chunks,
+        into the output `name`."""
+        output = f"{self.scheme}{self.folder}/{name}"
+        return main(
+            ["--config", CONFIG, *SMALL, *self.options, "--input", str(corpus), "--output", output]
+        )
+
+    def files(self, name: str) -> dict[str, bytes]:
+        """The output `name`'s files (not its report, manifest or cache)."""
+        return stored(self.fs, f"{self.folder}/{name}")
 
 
 def sources(corpus: Path) -> list[Path]:
@@ -241,36 +263,52 @@ CHANGES: list[Change] = [
 ]
 
 
-def converge(tmp_path: Path, seed: int, steps: list[list[Change]]) -> None:
+def converge(outputs: Outputs, corpus: Path, seed: int, steps: list[list[Change]]) -> None:
     """Build a copy of the fixture corpus, then for each step: make its changes, build the corpus
     incrementally and fresh, and compare."""
     rng = random.Random(seed)
-    corpus, output = tmp_path / "docs", tmp_path / "out"
     shutil.copytree(CORPUS, corpus)
-    assert build(corpus, output) == 3  # the fixture's broken-encoding.md
+    assert outputs.build(corpus, "out") == 3  # the fixture's broken-encoding.md
     done: list[str] = []
     for number, changes in enumerate(steps):
         done += [change(rng, corpus) for change in changes]
-        fresh = tmp_path / f"fresh-{number}"
-        code = build(corpus, output)
-        assert code == build(corpus, fresh), f"seed {seed}: {done}"
+        code = outputs.build(corpus, "out")
+        assert code == outputs.build(corpus, f"fresh-{number}"), f"seed {seed}: {done}"
         assert code in (0, 3)
-        ours, theirs = outputs(output), outputs(fresh)
+        ours, theirs = outputs.files("out"), outputs.files(f"fresh-{number}")
         assert sorted(ours) == sorted(theirs), f"seed {seed}: {done}"
         differ = [p for p in ours if ours[p] != theirs[p]]
         assert differ == [], f"seed {seed}: {done}"
-        shutil.rmtree(fresh)
+
+
+def random_steps(seed: int, count: int) -> list[list[Change]]:
+    """`count` steps of one to three changes drawn at random."""
+    rng = random.Random(seed)
+    return [rng.choices(CHANGES, k=rng.randint(1, 3)) for _ in range(count)]
 
 
 def test_every_kind_of_random_edit_converges(tmp_path):
     """Each kind of change once, in a shuffled order, four to a step."""
     changes = random.Random(1).sample(CHANGES, len(CHANGES))
-    converge(tmp_path, 1, [changes[i : i + 4] for i in range(0, len(changes), 4)])
+    steps = [changes[i : i + 4] for i in range(0, len(changes), 4)]
+    converge(Outputs(LOCAL, str(tmp_path)), tmp_path / "docs", 1, steps)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [2, 3, 4])
 def test_random_edits_converge_over_many_steps(tmp_path, seed):
     """Twelve steps of one to three changes drawn at random."""
-    rng = random.Random(seed)
-    converge(tmp_path, seed, [rng.choices(CHANGES, k=rng.randint(1, 3)) for _ in range(12)])
+    converge(Outputs(LOCAL, str(tmp_path)), tmp_path / "docs", seed, random_steps(seed, 12))
+
+
+@pytest.mark.slow
+def test_random_edits_converge_on_s3(tmp_path, s3_server):
+    """Ten random steps, the outputs on S3 (moto), every build in this process and the session's
+    Ray workers: seed 11 found listings an earlier build had cached (`fresh_listings`)."""
+    bucket = s3_server.make_bucket("random-edits-on-s3")
+    fs = fsspec.filesystem(
+        "s3", skip_instance_cache=True, **fresh_listings(s3_server.storage_options)
+    )
+    options = ("--set", f"storage_options={s3_options(s3_server.endpoint_url)}")
+    outputs = Outputs(fs, bucket.removeprefix("s3://"), "s3://", options)
+    converge(outputs, tmp_path / "docs", 11, random_steps(11, 10))
