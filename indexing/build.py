@@ -155,13 +155,11 @@ def first_h1(document: ChunkedDocument) -> str | None:
     return None
 
 
-def topic_title(
-    topic: str, documents: dict[str, ChunkedDocument], previous: dict[str, Any] | None
-) -> str:
+def topic_title(topic: str, documents: dict[str, ChunkedDocument], kept: str | None) -> str:
     """The title of the primary source (seed 000: `golden-reference.md`), else of the first
     chunked source (`documents` maps source paths to documents, in source order): its front-matter
-    `title`, else its first H1. Else the previous run's title (when every source failed), else
-    the directory name."""
+    `title`, else its first H1. Else `kept`, the previous run's title where failed sources kept
+    their previous entries (every source failed), else the directory name (as a fresh build)."""
     first = next(iter(documents.values()), None)
     primary = documents.get(in_topic(topic, PRIMARY_SOURCE))
     for document in [d for d in (primary, first) if d is not None]:
@@ -170,8 +168,8 @@ def topic_title(
             return title.strip()
         if h1 := first_h1(document):
             return h1
-    if first is None and previous is not None:
-        return previous["title"]
+    if first is None and kept is not None:
+        return kept
     return directory_title(topic)
 
 
@@ -340,7 +338,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
         for chunk, href in zip(doc.chunks, built.rows.hrefs, strict=True):
             files[href_path(href)] = chunk.text.encode("utf-8")
 
-    title = topic_title(inp.topic, documents, previous)
+    title = topic_title(inp.topic, documents, previous["title"] if retained else None)
     files[in_topic(inp.topic, INDEX)] = dump_json(
         index_document(inp.topic, title, inp.child_topics, chunks)
     )

@@ -26,6 +26,7 @@ from indexing import (
     simhash64,
 )
 from indexing.build import DEFAULT_TECHNICAL_TITLES, is_technical_title
+from indexing.hal import directory_title
 from indexing.paths import chunk_file
 
 SCHEMA = json.loads((Path(__file__).parent / "schemas" / "index.schema.json").read_text())
@@ -388,6 +389,26 @@ def test_failed_source_keeps_its_previous_entry_and_files():
     )
     assert index_of(fifth)["_embedded"]["chunks"] == index_of(second)["_embedded"]["chunks"]
     assert fifth.retained == second.retained
+
+
+def test_a_topic_whose_sources_all_fail_keeps_its_title_only_beside_a_kept_entry():
+    """The previous title stays while a failed source keeps the entry it came with; once no entry
+    is kept (the titled source deleted, the one left never built) the topic has the directory's
+    title, as a fresh build gives it."""
+    titled = source(
+        SOURCE, sections(2), ranked_vectors([1.0, 0.5]), front_matter={"title": "Guide"}
+    )
+    previous = build_topic(topic_input(TOPIC, [titled]), IndexSettings()).files[
+        f"{TOPIC}/index.json"
+    ]
+    turned_bad = SourceInput(SOURCE, None, None, error=("CHUNKING_FAILED", "invalid UTF-8"))
+    kept = build_topic(topic_input(TOPIC, [turned_bad], previous=previous), IndexSettings())
+    assert kept.title == "Guide" and kept.retained
+    new = SourceInput(f"{TOPIC}/new.md", None, None, error=("CHUNKING_FAILED", "invalid UTF-8"))
+    alone = build_topic(topic_input(TOPIC, [new], previous=previous), IndexSettings())
+    fresh = build_topic(topic_input(TOPIC, [new]), IndexSettings())
+    assert alone.title == fresh.title == directory_title(TOPIC) and not alone.retained
+    assert alone.files == fresh.files
 
 
 def test_inconsistent_input_is_a_clear_error():
