@@ -24,6 +24,7 @@ import pytest
 from jobs_support import CORPUS, s3_options, stored
 
 from embedding.files import fresh_listings
+from indexing.sources import is_source
 from jobs.reindex import main
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -36,7 +37,6 @@ WORDS = (
     "request retry timeout header cache token stream client server schema field value option "
     "converter context policy buffer socket handler route query payload encoder decoder"
 ).split()
-NOT_SOURCES = ("qa-pairs.md", "topic-spec.md")
 LOCAL = fsspec.filesystem("file")
 
 
@@ -64,13 +64,9 @@ class Outputs:
 
 
 def sources(corpus: Path) -> list[Path]:
-    """The corpus's sources (as `sources.globs` and the rules on special names find them)."""
-    return sorted(
-        p
-        for p in corpus.rglob("*.md")
-        if p.name not in NOT_SOURCES
-        and not any(part.startswith(("_", ".")) for part in p.relative_to(corpus).parts)
-    )
+    """The corpus's sources, as the job finds them (`indexing.sources.is_source`)."""
+    found = (p for p in corpus.rglob("*") if p.is_file())
+    return sorted(p for p in found if is_source(p.relative_to(corpus).as_posix()))
 
 
 def topics(corpus: Path) -> list[Path]:
