@@ -20,7 +20,7 @@ from indexing import (
     topic_spec_without_section,
 )
 from indexing.client import EMBEDDING_SETTINGS, embedding_settings
-from indexing.paths import CHUNK_TABLES, DOCUMENT_TABLES, INDEX, TOPIC_SPEC, in_topic
+from indexing.paths import CHUNK_TABLES, CHUNKS_DIR, DOCUMENT_TABLES, INDEX, TOPIC_SPEC, in_topic
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, Manifest, SourceEntry, TopicEntry
 from jobs.plan import REBUILD, RELINK, Plan
@@ -149,9 +149,9 @@ def _written_here(output: Storage, folder: str) -> bool:
 
 
 def remove_topic(output: Storage, topic: str, files: tuple[str, ...]) -> None:
-    """Delete the outputs of a topic that lost all its sources (seed 001 lifecycle); keep any
-    hand-written part of its topic-spec.md (a symbolic link there is left as it is), and an
-    index.json that is not the one this job wrote (`_written_here`)."""
+    """Delete the outputs of a topic that lost all its sources (seed 001 lifecycle), and its chunk
+    folder once empty; keep any hand-written part of its topic-spec.md (a symbolic link there is
+    left as it is), and an index.json that is not the one this job wrote (`_written_here`)."""
     index = in_topic(topic, INDEX)
     output.delete(
         [
@@ -161,6 +161,7 @@ def remove_topic(output: Storage, topic: str, files: tuple[str, ...]) -> None:
         ]
     )
     output.delete([chunk_table_path(topic), document_table_path(topic)])
+    output.remove_empty_folder(in_topic(topic, CHUNKS_DIR))
     spec_path = in_topic(topic, TOPIC_SPEC)
     try:
         spec = output.read_optional(spec_path)

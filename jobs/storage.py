@@ -13,6 +13,7 @@ Unless `follow_symlinks` is set, the listing does not follow symbolic links (it 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
@@ -184,6 +185,15 @@ class Storage:
                 fs.rm_file(path)
             except FileNotFoundError:
                 continue
+
+    def remove_empty_folder(self, relpath: str) -> None:
+        """Remove a local folder when nothing is left in it (a folder with anything in it, a
+        symbolic link or a missing folder stays as it is); object stores have no folders."""
+        if not self.is_local:
+            return
+        path = self.confined(relpath, "delete")
+        with contextlib.suppress(OSError):  # not empty, not a folder, or gone: left as it is
+            os.rmdir(path)
 
     def temporaries(self, folders: Iterable[str]) -> list[str]:
         """The temporary files that interrupted writes left directly inside `folders`, sorted

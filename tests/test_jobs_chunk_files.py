@@ -8,6 +8,7 @@ from pathlib import Path
 from chunking import chunk_source
 from indexing.paths import chunk_file
 from jobs.stages.chunk_files import write_chunk_files
+from jobs.stages.topic import switch
 from jobs.storage import Storage
 
 TEXT = (
@@ -76,4 +77,22 @@ def test_a_linked_index_counts_as_an_index(tmp_path):
     written = write_chunk_files(["t"], ["t/a.md"], [chunked("t/a.md")], Storage(str(output)))
 
     assert written == [None]
+    assert not (output / "t" / "_chunks").exists()
+
+
+def test_a_switch_to_a_version_without_chunks_removes_the_emptied_chunk_folder(tmp_path):
+    """`switch` (the topic reduce's writes): when the new version has no chunk files, the old
+    ones go and so does their folder, as a fresh build makes none; with chunk files it stays."""
+    output = tmp_path / "out"
+    old = "t/_chunks/retries-0123456789abcdef-0.md"
+    for path in (old, "u/_chunks/retries-0123456789abcdef-0.md"):
+        (output / path).parent.mkdir(parents=True)
+        (output / path).write_text("old text")
+    storage = Storage(str(output))
+
+    switch(storage, "t", {"t/index.json": b"{}"}, named=frozenset({old}), live=set())
+    kept = "u/_chunks/retries-fedcba9876543210-0.md"
+    switch(storage, "u", {"u/index.json": b"{}", kept: b"new"}, named=frozenset(), live={kept})
+
+    assert files_under(output) == {"t/index.json": b"{}", "u/index.json": b"{}", kept: b"new"}
     assert not (output / "t" / "_chunks").exists()

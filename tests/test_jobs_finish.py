@@ -18,8 +18,9 @@ CHUNK = "_chunks/page-0123456789abcdef-0.md"
 
 def test_what_is_gone_loses_only_the_index_files_this_job_wrote(tmp_path):
     """Topics that lost their sources and folders that no longer lead to a topic: each index.json
-    this job wrote there is deleted, with the topics' chunk files; one that a person's own file,
-    or a symbolic link, has replaced since is left as it is (both were deleted)."""
+    this job wrote there is deleted, with the topics' chunk files and their emptied folders; one
+    that a person's own file, or a symbolic link, has replaced since is left as it is (both were
+    deleted)."""
     out = tmp_path / "out"
     files = {
         "ours/index.json": directory_index("ours", []),
@@ -61,6 +62,7 @@ def test_what_is_gone_loses_only_the_index_files_this_job_wrote(tmp_path):
         "dir-mine/index.json",
         "mine/index.json",
     ]
+    assert not (out / "ours" / "_chunks").exists() and not (out / "mine" / "_chunks").exists()
     assert (out / "mine" / "index.json").read_bytes() == OWN_INDEX
     assert (out / "dir-mine" / "index.json").read_bytes() == OWN_INDEX
     assert (out / "dir-linked" / "index.json").is_symlink()

@@ -24,6 +24,7 @@ import pytest
 from jobs_support import CORPUS, s3_options, stored
 
 from embedding.files import fresh_listings
+from indexing.paths import CHUNKS_DIR
 from indexing.sources import is_source
 from jobs.reindex import main
 
@@ -61,6 +62,14 @@ class Outputs:
     def files(self, name: str) -> dict[str, bytes]:
         """The output `name`'s files (not its report, manifest or cache)."""
         return stored(self.fs, f"{self.folder}/{name}")
+
+    def empty_chunk_folders(self, name: str) -> list[str]:
+        """The output `name`'s `_chunks/` folders with nothing in them, which no fresh build makes
+        (none on object stores, which have no folders)."""
+        if self.scheme:
+            return []
+        found = Path(self.folder, name).rglob(CHUNKS_DIR)
+        return sorted(str(p) for p in found if p.is_dir() and not any(p.iterdir()))
 
 
 def sources(corpus: Path) -> list[Path]:
@@ -275,6 +284,7 @@ def converge(outputs: Outputs, corpus: Path, seed: int, steps: list[list[Change]
         assert sorted(ours) == sorted(theirs), f"seed {seed}: {done}"
         differ = [p for p in ours if ours[p] != theirs[p]]
         assert differ == [], f"seed {seed}: {done}"
+        assert outputs.empty_chunk_folders("out") == [], f"seed {seed}: {done}"
 
 
 def random_steps(seed: int, count: int) -> list[list[Change]]:

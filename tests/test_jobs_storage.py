@@ -153,6 +153,29 @@ def test_a_delete_or_write_reaching_outside_through_one_folder_touches_no_file(t
     assert sorted(os.listdir(outside)) == ["precious-1.md"]
 
 
+def test_only_an_empty_folder_inside_the_root_is_removed(tmp_path):
+    """`remove_empty_folder`: an empty folder goes; one with a file in it, a symbolic link to an
+    empty folder, a missing folder and a file stay as they are; a folder reached through a link
+    that leads out of the root is refused."""
+    outside, root = _outside_and_root(tmp_path)
+    (outside / "empty").mkdir()
+    for folder in ("gone/_chunks", "kept/_chunks"):
+        (root / folder).mkdir(parents=True)
+    (root / "kept" / "_chunks" / "notes.txt").write_text("mine")
+    (root / "linked").symlink_to(outside / "empty", target_is_directory=True)
+    store = Storage(str(root))
+    for folder in ("gone/_chunks", "kept/_chunks", "linked", "missing/_chunks", "t/_chunks"):
+        store.remove_empty_folder(folder)
+    assert not (root / "gone" / "_chunks").exists() and (root / "gone").is_dir()
+    assert (root / "kept" / "_chunks" / "notes.txt").read_text() == "mine"
+    assert (root / "linked").is_symlink() and (outside / "empty").is_dir()
+    assert (root / "t" / "_chunks").is_symlink()
+    with pytest.raises(OutsideRoot, match=r"refusing to delete .*t/_chunks/empty"):
+        store.remove_empty_folder("t/_chunks/empty")
+    assert (outside / "empty").is_dir()
+    Storage("memory://no-folders").remove_empty_folder("a/_chunks")  # no folders: nothing to do
+
+
 def test_a_link_inside_the_root_is_replaced_by_a_write_never_written_through(tmp_path):
     outside, root = _outside_and_root(tmp_path)
     (root / "t" / "index.json").symlink_to(outside / "precious-1.md")

@@ -206,7 +206,8 @@ def switch(
     one, never a mix, and a failure before the switch leaves every file of the old version as it
     was: first the chunk files (new names), then index.json (the switch: one rename or one PUT),
     then the table shards and topic-spec.md, then the removal of the chunk files outside `live`
-    (the new version's; orphans of an interrupted run too) and of temporary files left behind.
+    (the new version's; orphans of an interrupted run too), of temporary files left behind, and
+    of a chunk folder left empty.
     `named`: the chunk files of the live index.json; a name holds one text (`chunk_file`), so
     those already there are not written again."""
     index_path = in_topic(topic, INDEX)
@@ -222,6 +223,8 @@ def switch(
     storage.write_many({p: d for p, d in files.items() if p not in chunks and p != index_path})
     leftovers = storage.temporaries([topic]) + storage.temporaries_among(listing)
     storage.delete(stale_files(listing, live) + leftovers)
+    if not live:  # a fresh build of a topic without chunks makes no folder for them
+        storage.remove_empty_folder(in_topic(topic, CHUNKS_DIR))
 
 
 def _not_written(
