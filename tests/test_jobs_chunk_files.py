@@ -90,9 +90,10 @@ def test_a_switch_to_a_version_without_chunks_removes_the_emptied_chunk_folder(t
         (output / path).write_text("old text")
     storage = Storage(str(output))
 
-    switch(storage, "t", {"t/index.json": b"{}"}, named=frozenset({old}), live=set())
+    switch(storage, "t", {"t/index.json": b"{}"}, named=frozenset({old}), live={"t/index.json"})
     kept = "u/_chunks/retries-fedcba9876543210-0.md"
-    switch(storage, "u", {"u/index.json": b"{}", kept: b"new"}, named=frozenset(), live={kept})
+    files = {"u/index.json": b"{}", kept: b"new"}
+    switch(storage, "u", files, named=frozenset(), live=set(files))
 
     assert files_under(output) == {"t/index.json": b"{}", "u/index.json": b"{}", kept: b"new"}
     assert not (output / "t" / "_chunks").exists()

@@ -4,10 +4,11 @@ output and cache of its own. Real builds on the session's Ray instance, real Min
 
 The changes, each made at random places by a seeded generator: sources edited, added, deleted,
 renamed, moved or copied to another topic, retitled, touched, linked to other sources; topics
-added (some inside another topic) and deleted; questions and keywords files edited; a new source
-that is not UTF-8, and a broken one fixed. The suite's test makes every kind of change once, a few
-to a step; the slow ones draw one to three changes a step, one of them with the outputs on S3.
-A failure names the seed and every change so far."""
+added (some inside another topic), deleted and emptied (every source left without text);
+questions and keywords files edited; a new source that is not UTF-8, and a broken one fixed. The
+suite's test makes every kind of change once, a few to a step; the slow ones draw one to three
+changes a step, one of them with the outputs on S3. Besides the bytes, no emptied `_chunks/`
+folder may be left (a fresh build makes none). A failure names the seed and every change so far."""
 
 from __future__ import annotations
 
@@ -116,7 +117,7 @@ def edit_text(rng: random.Random, corpus: Path) -> str:
     that turns bad keeps its last good entry, by design, which a fresh build does not have)."""
     source = rng.choice(sources(corpus))
     lines = source.read_bytes().decode("utf-8", "replace").splitlines()
-    body = lines.index("---", 1) + 2 if lines[:1] == ["---"] else 1
+    body = min(lines.index("---", 1) + 2 if lines[:1] == ["---"] else 1, len(lines))  # or empty
     at = rng.randrange(body, len(lines) + 1)
     lines[at:at] = ["", sentence(rng)] if rng.random() < 0.5 else []
     if rng.random() < 0.5 and len(lines) > body + 1:
@@ -208,6 +209,15 @@ def delete_topic(rng: random.Random, corpus: Path) -> str:
     return f"delete topic {folder.relative_to(corpus)}"
 
 
+def empty_topic(rng: random.Random, corpus: Path) -> str:
+    """Empty every source of one topic: it stays, with no chunks."""
+    topic = rng.choice(topics(corpus))
+    for source in sources(corpus):
+        if source.parent == topic:
+            source.write_text("")
+    return f"empty the sources of {topic.relative_to(corpus)}"
+
+
 def edit_questions(rng: random.Random, corpus: Path) -> str:
     questions = rng.choice(topics(corpus)) / "qa-pairs.md"
     if questions.exists() and rng.random() < 0.3:
@@ -261,6 +271,7 @@ CHANGES: list[Change] = [
     add_link,
     add_topic,
     delete_topic,
+    empty_topic,
     edit_questions,
     edit_keywords,
     add_broken,

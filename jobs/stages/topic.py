@@ -223,7 +223,7 @@ def switch(
     storage.write_many({p: d for p, d in files.items() if p not in chunks and p != index_path})
     leftovers = storage.temporaries([topic]) + storage.temporaries_among(listing)
     storage.delete(stale_files(listing, live) + leftovers)
-    if not live:  # a fresh build of a topic without chunks makes no folder for them
+    if not any(is_chunk_file(path) for path in live):  # as a fresh build: no folder for none
         storage.remove_empty_folder(in_topic(topic, CHUNKS_DIR))
 
 
