@@ -30,6 +30,18 @@ def fresh_listings(options: dict[str, Any] | None) -> dict[str, Any]:
     return {**(options or {}), "use_listings_cache": False}
 
 
+def change_tag(info: dict[str, Any]) -> str:
+    """A listed file's change tag: an object store's ETag, else its modification time."""
+    for key in ("ETag", "etag", "e_tag"):
+        if info.get(key):
+            return str(info[key]).strip('"')
+    for key in ("mtime", "LastModified", "last_modified", "created"):
+        if info.get(key) is not None:
+            value = info[key]
+            return str(value.timestamp() if hasattr(value, "timestamp") else value)
+    return ""
+
+
 def write_atomically(
     fs: fsspec.AbstractFileSystem, files: dict[str, bytes], *, in_place: bool = False
 ) -> None:

@@ -28,6 +28,8 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from embedding.files import change_tag, fresh_listings
+
 MINILM = "minilm"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # Files whose content changes the vectors, besides the weights (hashed into the model key).
@@ -258,19 +260,38 @@ def _from_hub(model: str, revision: str | None) -> ModelFiles:
 def _from_uri(
     uri: str, revision: str | None, storage_options: dict[str, Any], local_dir
 ) -> ModelFiles:
-    fs, root = fsspec.core.url_to_fs(uri, **storage_options)
+    fs, root = fsspec.core.url_to_fs(uri, **fresh_listings(storage_options))
     root = root.rstrip("/")
     label = safe_label(posixpath.basename(root))
     if isinstance(fs, LocalFileSystem):
         return _checked(ModelFiles(uri, label, Path(root)))
-    digest = hashlib.sha256(f"{uri}@{revision or ''}".encode()).hexdigest()[:12]
-    target = Path(local_dir or default_local_dir()) / f"{label}-{digest}"
-    _copy_once(fs, root, target, uri)
+    listing = fs.find(root, detail=True)
+    if not listing:
+        raise ValueError(f"model {uri!r}: no files under that URI")
+    remote = sorted(listing)
+    target = (
+        Path(local_dir or default_local_dir())
+        / f"{label}-{_copy_digest(uri, revision, root, listing)}"
+    )
+    _copy_once(fs, root, remote, target, uri)
     return _checked(ModelFiles(uri, label, target))
 
 
-def _copy_once(fs: fsspec.AbstractFileSystem, root: str, target: Path, uri: str) -> None:
-    """Copy every file under `root` to `target` unless it is already there.
+def _copy_digest(uri: str, revision: str | None, root: str, listing: dict[str, dict]) -> str:
+    """12 hex digits naming a copy: the URI, the revision, and each remote file's path, size and
+    change tag, so that files replaced at the same URI get a copy of their own."""
+    files = [
+        [posixpath.relpath(path, root), info.get("size"), change_tag(info)]
+        for path, info in sorted(listing.items())
+    ]
+    text = json.dumps([uri, revision or "", files])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _copy_once(
+    fs: fsspec.AbstractFileSystem, root: str, remote: list[str], target: Path, uri: str
+) -> None:
+    """Copy the files `remote` (under `root`) to `target` unless it is already there.
 
     The copy goes to a temporary sibling that is renamed into place when complete, so `target`
     either does not exist or is whole. A lock file keeps workers on one node from downloading twice.
@@ -282,9 +303,6 @@ def _copy_once(fs: fsspec.AbstractFileSystem, root: str, target: Path, uri: str)
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.is_dir():
             return
-        remote = sorted(fs.find(root))
-        if not remote:
-            raise ValueError(f"model {uri!r}: no files under that URI")
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
             local = [staging / posixpath.relpath(path, root) for path in remote]

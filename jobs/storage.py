@@ -26,7 +26,7 @@ from typing import Any
 import fsspec
 from fsspec.core import split_protocol
 
-from embedding.files import cat_many, fresh_listings, is_within, write_atomically
+from embedding.files import cat_many, change_tag, fresh_listings, is_within, write_atomically
 
 LOCAL_PROTOCOLS = ("file", "local")
 # What `embedding.files.write_atomically` names its temporary files on local disk (mkstemp with
@@ -251,7 +251,7 @@ class Storage:
                 del dirs[name]
             for info in files.values():
                 yield FileInfo(
-                    _relative(fs, root, info["name"]), int(info.get("size") or 0), _version(info)
+                    _relative(fs, root, info["name"]), int(info.get("size") or 0), change_tag(info)
                 )
 
     def confined(self, relpath: str, action: str) -> str:
@@ -381,15 +381,3 @@ def _relative(fs: fsspec.AbstractFileSystem, root: str, full: str) -> str:
     """A listed name relative to `root` (both looked up once per listing, not per file)."""
     name = fs._strip_protocol(full).rstrip("/")
     return name[len(root) + 1 :] if root else name.lstrip("/")
-
-
-def _version(info: dict[str, Any]) -> str:
-    """The listing's change tag: an object store's ETag, else the modification time."""
-    for key in ("ETag", "etag", "e_tag"):
-        if info.get(key):
-            return str(info[key]).strip('"')
-    for key in ("mtime", "LastModified", "last_modified", "created"):
-        if info.get(key) is not None:
-            value = info[key]
-            return str(value.timestamp() if hasattr(value, "timestamp") else value)
-    return ""

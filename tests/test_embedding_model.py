@@ -371,6 +371,27 @@ def test_model_on_s3_is_copied_with_its_folder_structure(tmp_path, s3_server):
     assert again.directory == resolved.directory
 
 
+def test_model_files_replaced_on_s3_at_the_same_uri_get_a_copy_of_their_own(tmp_path, s3_server):
+    """A copy is named by the remote files' sizes and ETags as well as the URI: new weights
+    uploaded over the old ones are copied again (the old copy had been used for ever after), and
+    an unchanged model is not."""
+    bucket = s3_server.make_bucket("embedding-models-replaced")
+    fs = s3_server.filesystem()
+    folder = f"{bucket}/models/tiny-bert"
+    fs.pipe({f"{folder}/config.json": b"{}", f"{folder}/model.safetensors": b"old weights"})
+    options = s3_server.storage_options
+    first = resolve_model(f"{folder}/", storage_options=options, local_dir=tmp_path).directory
+    s3_server.filesystem().pipe(f"{folder}/model.safetensors", b"new weights")  # another client
+
+    second = resolve_model(f"{folder}/", storage_options=options, local_dir=tmp_path).directory
+
+    assert second != first and second.parent == first.parent
+    assert (second / "model.safetensors").read_bytes() == b"new weights"
+    assert (first / "model.safetensors").read_bytes() == b"old weights"
+    again = resolve_model(f"{folder}/", storage_options=options, local_dir=tmp_path).directory
+    assert again == second
+
+
 def test_empty_uri_and_bad_names_raise_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="no files under"):
         resolve_model("memory://models/nothing-here/", local_dir=tmp_path)
