@@ -97,6 +97,8 @@ def finish(
     current = set(topics) | set(plan.directories)
     gone = [d for d in previous.directories if d not in current]
     output.delete([in_topic(d, INDEX) for d in gone if _written_here(output, d)])
+    if config.output != config.input:  # in place, a folder left empty is the person's to remove
+        remove_empty_folders(output, [*plan.deleted_topics, *gone])
     for directory, children in plan.directories.items():
         path, data = in_topic(directory, INDEX), directory_index(directory, children)
         index, problem = existing_index_of(output, directory)
@@ -146,6 +148,13 @@ def _written_here(output: Storage, folder: str) -> bool:
     """Whether the folder's index.json, if any, is one this job wrote: a person's own file put
     in its place since, a damaged one or a symbolic link is never deleted."""
     return existing_index_of(output, folder)[1] is None
+
+
+def remove_empty_folders(output: Storage, folders: list[str]) -> None:
+    """Remove each of `folders` that is left empty, deepest first (the root never), as a fresh
+    build of a separate output makes no folder for a topic or directory it does not have."""
+    for folder in sorted(filter(None, folders), key=lambda f: f.count("/"), reverse=True):
+        output.remove_empty_folder(folder)
 
 
 def remove_topic(output: Storage, topic: str, files: tuple[str, ...]) -> None:

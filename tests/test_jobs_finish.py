@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from indexing import directory_index
 from jobs.config import load_config
 from jobs.finish import finish
@@ -67,3 +69,45 @@ def test_what_is_gone_loses_only_the_index_files_this_job_wrote(tmp_path):
     assert (out / "dir-mine" / "index.json").read_bytes() == OWN_INDEX
     assert (out / "dir-linked" / "index.json").is_symlink()
     assert (tmp_path / "theirs.json").read_bytes() == OWN_INDEX
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_folders_left_empty_go_only_from_a_separate_output(tmp_path, in_place):
+    """A separate output loses the folders of deleted topics and of directories that no longer
+    lead to one once they are empty, as a fresh build makes none; a folder holding a person's
+    file stays. In place those folders are the person's, and stay."""
+    out = tmp_path / "out"
+    topics = {"reference/cli": "reference", "mine": ""}
+    for topic in topics:
+        (out / topic / "_chunks").mkdir(parents=True)
+        (out / topic / "index.json").write_bytes(directory_index(topic, []))
+        (out / topic / CHUNK).write_bytes(b"text")
+    (out / "reference" / "index.json").write_bytes(directory_index("reference", ["reference/cli"]))
+    (out / "mine" / "notes.txt").write_text("a person's file")
+    previous = Manifest(
+        topics={
+            topic: TopicEntry("inputs", (), (f"{topic}/index.json", f"{topic}/{CHUNK}"))
+            for topic in topics
+        },
+        directories=("reference",),
+    )
+    plan = Plan(
+        topics=(),
+        directories={},
+        fingerprints={},
+        changed=frozenset(),
+        deleted=(),
+        deleted_topics=tuple(sorted(topics)),
+    )
+    source = out if in_place else tmp_path / "docs"
+    config = load_config(
+        str(ROOT / "configs" / "local.yaml"),
+        overrides={"input": str(source), "output": str(out)},
+    )
+
+    finish(config, "key", Storage(str(out)), plan, previous, {})
+
+    left = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_dir())
+    kept = ["mine", "reference", "reference/cli"] if in_place else ["mine"]
+    assert [p for p in left if not p.startswith("_")] == kept
+    assert (out / "mine" / "notes.txt").read_text() == "a person's file"
