@@ -18,6 +18,27 @@ OWN_INDEX = b'{"pages": ["a", "b"]}\n'  # a person's own index.json
 CHUNK = "_chunks/page-0123456789abcdef-0.md"
 
 
+def all_gone(topics: list[str], directories: list[str]) -> tuple[Manifest, Plan]:
+    """The manifest of a run that wrote `topics` (an index.json and one chunk file each) and
+    `directories`, and the plan of a run whose input has none of them left."""
+    previous = Manifest(
+        topics={
+            topic: TopicEntry("inputs", (), (f"{topic}/index.json", f"{topic}/{CHUNK}"))
+            for topic in topics
+        },
+        directories=tuple(directories),
+    )
+    plan = Plan(
+        topics=(),
+        directories={},
+        fingerprints={},
+        changed=frozenset(),
+        deleted=(),
+        deleted_topics=tuple(sorted(topics)),
+    )
+    return previous, plan
+
+
 def test_what_is_gone_loses_only_the_index_files_this_job_wrote(tmp_path):
     """Topics that lost their sources and folders that no longer lead to a topic: each index.json
     this job wrote there is deleted, with the topics' chunk files and their emptied folders; one
@@ -38,21 +59,7 @@ def test_what_is_gone_loses_only_the_index_files_this_job_wrote(tmp_path):
     (tmp_path / "theirs.json").write_bytes(OWN_INDEX)
     (out / "dir-linked").mkdir()
     (out / "dir-linked" / "index.json").symlink_to(tmp_path / "theirs.json")
-    previous = Manifest(
-        topics={
-            topic: TopicEntry("inputs", (), (f"{topic}/index.json", f"{topic}/{CHUNK}"))
-            for topic in ("ours", "mine")
-        },
-        directories=("dir", "dir-linked", "dir-mine"),
-    )
-    plan = Plan(
-        topics=(),
-        directories={},
-        fingerprints={},
-        changed=frozenset(),
-        deleted=(),
-        deleted_topics=("mine", "ours"),
-    )
+    previous, plan = all_gone(["ours", "mine"], ["dir", "dir-linked", "dir-mine"])
     config = load_config(str(ROOT / "configs" / "local.yaml"), overrides={"input": str(out)})
 
     manifest, failures = finish(config, "key", Storage(str(out)), plan, previous, {})
@@ -84,21 +91,7 @@ def test_folders_left_empty_go_only_from_a_separate_output(tmp_path, in_place):
         (out / topic / CHUNK).write_bytes(b"text")
     (out / "reference" / "index.json").write_bytes(directory_index("reference", ["reference/cli"]))
     (out / "mine" / "notes.txt").write_text("a person's file")
-    previous = Manifest(
-        topics={
-            topic: TopicEntry("inputs", (), (f"{topic}/index.json", f"{topic}/{CHUNK}"))
-            for topic in topics
-        },
-        directories=("reference",),
-    )
-    plan = Plan(
-        topics=(),
-        directories={},
-        fingerprints={},
-        changed=frozenset(),
-        deleted=(),
-        deleted_topics=tuple(sorted(topics)),
-    )
+    previous, plan = all_gone(list(topics), ["reference"])
     source = out if in_place else tmp_path / "docs"
     config = load_config(
         str(ROOT / "configs" / "local.yaml"),
