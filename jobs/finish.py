@@ -21,6 +21,7 @@ from indexing import (
 )
 from indexing.client import EMBEDDING_SETTINGS, embedding_settings
 from indexing.paths import CHUNK_TABLES, CHUNKS_DIR, DOCUMENT_TABLES, INDEX, TOPIC_SPEC, in_topic
+from indexing.simhash_tables import ROOT as SIMHASH_ROOT
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, Manifest, SourceEntry, TopicEntry
 from jobs.plan import REBUILD, RELINK, Plan
@@ -115,7 +116,9 @@ def finish(
     tables = build_simhash_tables(sorted(entries), k=index_settings(config).simhash_k)
     for path, data in sorted(tables.items()):
         output.write_if_changed(path, data)
-    output.delete(sorted(set(previous.simhash_files) - set(tables)))
+    stale = sorted(set(previous.simhash_files) - set(tables))
+    output.delete(stale)
+    remove_empty_folders(output, _folders_below(SIMHASH_ROOT, stale))  # `_index/` is the job's
     settings = embedding_settings(config.embedding.model, vars(config.embedding))
     output.write_if_changed(EMBEDDING_SETTINGS, settings)  # for `mdindex query --question`
     output.delete(output.temporaries(_shared_folders(plan, tables)))
@@ -155,6 +158,17 @@ def remove_empty_folders(output: Storage, folders: list[str]) -> None:
     build of a separate output makes no folder for a topic or directory it does not have."""
     for folder in sorted(filter(None, folders), key=lambda f: f.count("/"), reverse=True):
         output.remove_empty_folder(folder)
+
+
+def _folders_below(root: str, paths: list[str]) -> list[str]:
+    """The folders holding `paths`, and their parents, below `root` (itself left out)."""
+    found = set()
+    for path in paths:
+        folder = posixpath.dirname(path)
+        while folder.startswith(f"{root}/"):
+            found.add(folder)
+            folder = posixpath.dirname(folder)
+    return sorted(found)
 
 
 def remove_topic(output: Storage, topic: str, files: tuple[str, ...]) -> None:

@@ -104,3 +104,20 @@ def test_folders_left_empty_go_only_from_a_separate_output(tmp_path, in_place):
     kept = ["mine", "reference", "reference/cli"] if in_place else ["mine"]
     assert [p for p in left if not p.startswith("_")] == kept
     assert (out / "mine" / "notes.txt").read_text() == "a person's file"
+
+
+def test_simhash_tables_no_longer_built_leave_no_empty_folders(tmp_path):
+    """Tables of a `k` no longer used (or of prompts all gone) are deleted with the folders they
+    leave empty, in place too (`_index/` is the job's); `_index/simhash` itself stays."""
+    out = tmp_path / "out"
+    stale = ["_index/simhash/k6/b0/00.json", "_index/simhash/k6/b1/00.json"]
+    for path in stale:
+        (out / path).parent.mkdir(parents=True, exist_ok=True)
+        (out / path).write_text("[]")
+    previous, (_, plan) = Manifest(simhash_files=tuple(stale)), all_gone([], [])
+    config = load_config(str(ROOT / "configs" / "local.yaml"), overrides={"input": str(out)})
+
+    finish(config, "key", Storage(str(out)), plan, previous, {})
+
+    assert (out / "_index" / "simhash").is_dir()
+    assert not (out / "_index" / "simhash" / "k6").exists()
