@@ -154,8 +154,8 @@ def _written_here(output: Storage, folder: str) -> bool:
 
 
 def remove_empty_folders(output: Storage, folders: list[str]) -> None:
-    """Remove each of `folders` that is left empty, deepest first (the root never), as a fresh
-    build of a separate output makes no folder for a topic or directory it does not have."""
+    """Remove each of `folders` that is left empty, deepest first (the root never): a fresh build
+    makes no folder for a topic, directory or SimHash table it does not have."""
     for folder in sorted(filter(None, folders), key=lambda f: f.count("/"), reverse=True):
         output.remove_empty_folder(folder)
 
