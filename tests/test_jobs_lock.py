@@ -46,8 +46,15 @@ def test_a_local_lock_removes_the_folders_it_made_when_nothing_else_was_written(
 
 @pytest.fixture
 def s3_output(s3_server, request) -> Storage:
-    bucket = s3_server.make_bucket(f"lock-{request.node.name[5:30].replace('_', '-').strip('-')}")
+    """An output in a bucket of the test's own (each parameter's too)."""
+    bucket = s3_server.make_bucket(own_bucket("lock", request))
     return Storage(f"{bucket}/out", s3_server.storage_options)
+
+
+def own_bucket(prefix: str, request) -> str:
+    """A bucket name for the test `request` runs, from a hash of its node id: moto keeps buckets
+    in the process, past the server that made them, so no two tests may share a name."""
+    return f"{prefix}-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()}"
 
 
 def test_an_s3_lock_is_exclusive_names_its_holder_and_is_deleted_at_the_end(s3_output):
@@ -84,7 +91,7 @@ def behind(s3_behind, request) -> tuple[Storage, object]:
     """An output on a moto S3 server of its own behind a WSGI layer, and that layer. Its bucket
     is the test's own: moto keeps buckets in the process, past the server that made them."""
     server, layer = s3_behind
-    bucket = server.make_bucket(f"behind-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()}")
+    bucket = server.make_bucket(own_bucket("behind", request))
     return Storage(f"{bucket}/out", server.storage_options), layer
 
 
