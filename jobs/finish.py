@@ -176,13 +176,11 @@ def remove_topic(output: Storage, topic: str, files: tuple[str, ...]) -> None:
     folder once empty; keep any hand-written part of its topic-spec.md (a symbolic link there is
     left as it is), and an index.json that is not the one this job wrote (`_written_here`)."""
     index = in_topic(topic, INDEX)
-    output.delete(
-        [
-            path
-            for path in orphaned_topic_files(topic, files)
-            if path != index or _written_here(output, topic)
-        ]
-    )
+    doomed = orphaned_topic_files(topic, files)
+    if index in doomed and not _written_here(output, topic):
+        doomed.remove(index)
+    # index.json first: a build killed on the way leaves no index.json naming a deleted chunk file
+    output.delete(sorted(doomed, key=lambda path: path != index))
     output.delete([chunk_table_path(topic), document_table_path(topic)])
     output.remove_empty_folder(in_topic(topic, CHUNKS_DIR))
     spec_path = in_topic(topic, TOPIC_SPEC)

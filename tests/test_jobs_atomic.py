@@ -2,7 +2,8 @@
 the build cleanly: a crash at the switch, a full disk after the chunk files, a read-only output,
 and on S3 a refused PUT of index.json each exit 1 with the error and leave the previous output as
 it was (its index.json giving exactly the texts it gave), and a re-run converges to the bytes of a
-clean build, with no orphan chunk file and no temporary file left.
+clean build, with no orphan chunk file and no temporary file left. A crash as the build removes a
+topic leaves no index.json naming a chunk file already deleted.
 
 Real builds. The local faults run `python -m jobs.reindex` in a child with its own Ray instance
 and `tests/faults/` on its PYTHONPATH: its `sitecustomize` puts the fault into the driver and every
@@ -189,6 +190,29 @@ def test_a_read_only_output_fails_the_build_and_is_left_as_it_was(versions, prev
     assert code == 1, stderr[-3000:]
     assert "mdindex build: the job failed: OSError: [Errno 30] Read-only file system" in stderr
     assert {path: LOCAL.cat_file(path) for path in LOCAL.find(str(output))} == everything
+
+
+def test_a_build_killed_as_it_removes_a_topic_leaves_no_index_naming_a_deleted_chunk(
+    versions, previous_output, tmp_path
+):
+    """A topic whose sources are all gone loses its index.json before its chunk files (they were
+    deleted in name order, `_chunks/` first): a build killed (SIGKILL) between two of the chunk
+    files leaves every index.json naming files that exist, and a re-run gives a clean build."""
+    v1, _, _ = versions
+    docs, clean = tmp_path / "docs", tmp_path / "clean"
+    shutil.copytree(v1, docs)  # modification times kept: t0 is unchanged
+    shutil.rmtree(docs / "t1")
+    output = previous_output
+
+    code, stderr = faulty_build(docs, output, "crash-remove", "/t1/_chunks/b-")
+    assert code == -9, stderr[-3000:]  # killed as it removed b.md's chunk, after a.md's
+    after = stored(LOCAL, str(output))
+    assert promises(after) == promises({p: after[p] for p in after if not p.startswith("t1/")})
+    assert orphans(after)  # b.md's chunk file
+
+    assert build("--input", str(docs), "--output", str(output)) == 0
+    assert build("--input", str(docs), "--output", str(clean)) == 0
+    assert stored(LOCAL, str(output)) == stored(LOCAL, str(clean))
 
 
 @pytest.fixture(scope="module")

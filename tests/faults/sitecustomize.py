@@ -8,7 +8,9 @@ sees each file operation before the system call and fails or kills it:
 - MDINDEX_FAULT=full: creating a file whose path contains MDINDEX_FAULT_MATCH fails with ENOSPC,
   as on a full disk;
 - MDINDEX_FAULT=crash: a rename onto a path that contains MDINDEX_FAULT_MATCH kills the process
-  with SIGKILL before the rename (a crash at that point; its temporary file stays behind).
+  with SIGKILL before the rename (a crash at that point; its temporary file stays behind);
+- MDINDEX_FAULT=crash-remove: removing a path that contains MDINDEX_FAULT_MATCH kills the process
+  with SIGKILL before the removal.
 """
 
 from __future__ import annotations
@@ -56,7 +58,12 @@ def _crash(event: str, args: tuple) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-_HOOKS = {"read-only": _read_only, "full": _full, "crash": _crash}
+def _crash_remove(event: str, args: tuple) -> None:
+    if event == "os.remove" and _targeted(args[0]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_HOOKS = {"read-only": _read_only, "full": _full, "crash": _crash, "crash-remove": _crash_remove}
 
 if _FAULT in _HOOKS and _ROOT:
     sys.addaudithook(_HOOKS[_FAULT])
