@@ -197,12 +197,14 @@ def test_a_build_killed_as_it_removes_a_topic_leaves_no_index_naming_a_deleted_c
 ):
     """A topic whose sources are all gone loses its index.json before its chunk files (they were
     deleted in name order, `_chunks/` first): a build killed (SIGKILL) between two of the chunk
-    files leaves every index.json naming files that exist, and a re-run gives a clean build."""
+    files leaves every index.json naming files that exist, and a re-run gives a clean build (whose
+    cache holds t0's vectors: it loads no model)."""
     v1, _, _ = versions
     docs, clean = tmp_path / "docs", tmp_path / "clean"
     shutil.copytree(v1, docs)  # modification times kept: t0 is unchanged
     shutil.rmtree(docs / "t1")
     output = previous_output
+    LOCAL.put(f"{output}/.embedding-cache/", f"{clean}/.embedding-cache/", recursive=True)
 
     code, stderr = faulty_build(docs, output, "crash-remove", "/t1/_chunks/b-")
     assert code == -9, stderr[-3000:]  # killed as it removed b.md's chunk, after a.md's
