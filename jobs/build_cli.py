@@ -17,7 +17,7 @@ import signal
 import sys
 
 from jobs.config import ConfigError, JobConfig, load_config
-from jobs.signals import exit_on_sigterm
+from jobs.signals import exit_at_once_on_sigterm, exit_on_sigterm
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -69,15 +69,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    """Load and validate the config, run the job, print the summary; returns the exit code."""
+    """Load and validate the config, run the job, print the summary; returns the exit code. Once
+    the run is reported, a SIGTERM exits at once with that code (`exit_at_once_on_sigterm`)."""
     from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
     from jobs.dry_run import describe, dry_run
-    from jobs.local_ray import InfeasibleResources
-    from jobs.lock import OutputBusy
-    from jobs.logs import clean_logs
-    from jobs.pipeline import run_job
-    from jobs.report import error_text, summary, write_failed_report
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
@@ -101,6 +97,21 @@ def run_build(args: argparse.Namespace) -> int:
         print(plan)
         return EXIT_OK
     exit_on_sigterm()
+    code = _build(config)
+    exit_at_once_on_sigterm(code)  # what is left is Ray's shutdown at exit
+    return code
+
+
+def _build(config: JobConfig) -> int:
+    """Run the job, report it (or its failure) and print the summary; returns the exit code."""
+    from embedding.models import ModelNotFound
+    from jobs.discovery import InputNotFound
+    from jobs.local_ray import InfeasibleResources
+    from jobs.lock import OutputBusy
+    from jobs.logs import clean_logs
+    from jobs.pipeline import run_job
+    from jobs.report import error_text, summary, write_failed_report
+
     try:
         with clean_logs():
             report = run_job(config)
@@ -122,8 +133,10 @@ def run_build(args: argparse.Namespace) -> int:
         write_failed_report(config, cause)
         print(f"mdindex build: the job failed: {error_text(cause)}", file=sys.stderr)
         return EXIT_JOB_FAILED
+    code = EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK
+    exit_at_once_on_sigterm(code)  # reported: the summary's lines are no part of the outcome
     print(summary(report))
-    return EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK
+    return code
 
 
 def stopped(config: JobConfig, signum: signal.Signals) -> int:

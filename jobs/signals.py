@@ -1,7 +1,9 @@
-"""SIGTERM in the driver: an exit with the signal's number, whoever installed a handler before."""
+"""SIGTERM in the driver: an exit with the signal's number, whoever installed a handler before;
+once the build is reported, an exit at once with its exit code."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -18,3 +20,23 @@ def exit_on_sigterm() -> None:
     in its main thread only (elsewhere this does nothing)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+
+
+def exit_at_once_on_sigterm(code: int) -> None:
+    """Once a build's outcome is reported (`code`, its exit code): make SIGTERM end the process
+    at once with that code.
+
+    What remains is Ray's shutdown at the interpreter's exit, an atexit hook that waits 0.5 s and
+    then stops the local instance. There, `exit_on_sigterm`'s `SystemExit` printed an "Exception
+    ignored in atexit callback" traceback, and now and then the core worker's teardown aborted
+    the driver (SIGABRT): a finished build then exited 1 or -6. The Ray processes this skips end
+    with the driver, as after a `kill -9`."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: _exit_now(code))
+
+
+def _exit_now(code: int) -> None:
+    """End the process with `code` now, its printed lines flushed first (no atexit hook runs)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

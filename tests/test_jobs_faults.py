@@ -264,6 +264,30 @@ def test_a_build_stopped_by_sigterm_mid_build_reports_it_and_exits_143(tmp_path)
     assert_every_index_names_files_that_exist(output)
 
 
+def test_a_sigterm_once_the_build_is_reported_exits_with_the_builds_code_at_once(tmp_path):
+    """SIGTERM as the summary is printed (its report is written; what is left is Ray's shutdown at
+    exit, an atexit hook that waits 0.5 s): the build's own exit code, and no traceback. Python's
+    `SystemExit` inside that hook printed "Exception ignored in atexit callback", and now and
+    then the core worker's teardown aborted the driver: a finished build exited 1 or -6."""
+    docs, output = tmp_path / "docs", tmp_path / "out"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text(TEXT.format("Alpha"))
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
+    driver = subprocess.Popen(
+        [*command, "--input", str(docs), "--output", str(output)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    for line in driver.stdout:
+        if line.startswith("mdindex build:"):  # the summary's first line
+            driver.send_signal(signal.SIGTERM)
+            break
+    rest = driver.communicate(timeout=60)[1]
+    assert driver.returncode == 0, rest[-3000:]
+    assert "Traceback" not in rest and "SIGTERM" not in rest
+    assert (report_of(output)["status"], report_of(output)["exit_code"]) == ("ok", 0)
+
+
 def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path):
     """SIGTERM while the build lists an input on a hung S3 endpoint (before Ray starts): exit 143,
     as a shell gives it, and a failed report that says what stopped it, within about a second."""
