@@ -17,7 +17,7 @@ import signal
 import sys
 
 from jobs.config import ConfigError, JobConfig, load_config
-from jobs.signals import exit_at_once_on_sigterm, exit_on_sigterm
+from jobs.signals import callers_handler, exit_at_once_on_sigterm, exit_on_sigterm
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -70,7 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     """Load and validate the config, run the job, print the summary; returns the exit code. Once
-    the run is reported, a SIGTERM exits at once with that code (`exit_at_once_on_sigterm`)."""
+    the run is reported, a SIGTERM exits at once with that code (`exit_at_once_on_sigterm`, then
+    the program's `exit_with`); run in-process, the caller's handler is put back."""
     from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
     from jobs.dry_run import describe, dry_run
@@ -96,10 +97,9 @@ def run_build(args: argparse.Namespace) -> int:
             return EXIT_JOB_FAILED
         print(plan)
         return EXIT_OK
-    exit_on_sigterm()
-    code = _build(config)
-    exit_at_once_on_sigterm(code)  # what is left is Ray's shutdown at exit
-    return code
+    with callers_handler():
+        exit_on_sigterm()
+        return _build(config)
 
 
 def _build(config: JobConfig) -> int:

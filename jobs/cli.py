@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,10 +21,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `mdindex` console script; returns the process exit code."""
+    """Run the `mdindex` command line `argv` (default: the process's); returns its exit code."""
     args = build_parser().parse_args(argv)
     return int(args.run(args) or 0)
 
 
+def run() -> None:
+    """Entry point of the `mdindex` console script: `main`, then the process's exit with its code
+    (`jobs.signals.exit_with`)."""
+    from jobs.signals import exit_with
+
+    exit_with(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -7,9 +7,9 @@ Exit codes: 0 everything succeeded; 1 the job itself failed; 2 bad usage or conf
 from __future__ import annotations
 
 import argparse
-import sys
 
 from jobs.build_cli import add_arguments, run_build
+from jobs.signals import exit_with
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,4 +24,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())

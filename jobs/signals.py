@@ -1,12 +1,16 @@
 """SIGTERM in the driver: an exit with the signal's number, whoever installed a handler before;
-once the build is reported, an exit at once with its exit code."""
+once the build is reported, an exit at once with its exit code. A build run in-process leaves its
+caller's handler as it found it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from typing import NoReturn
 
 
 def exit_on_sigterm() -> None:
@@ -30,7 +34,8 @@ def exit_at_once_on_sigterm(code: int) -> None:
     then stops the local instance. There, `exit_on_sigterm`'s `SystemExit` printed an "Exception
     ignored in atexit callback" traceback, and now and then the core worker's teardown aborted
     the driver (SIGABRT): a finished build then exited 1 or -6. The Ray processes this skips end
-    with the driver, as after a `kill -9`."""
+    with the driver, as after a `kill -9`. Set in the build until it returns (`callers_handler`
+    puts the caller's back), then by the program's end (`exit_with`)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: _exit_now(code))
 
@@ -40,3 +45,25 @@ def _exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+@contextlib.contextmanager
+def callers_handler() -> Iterator[None]:
+    """Put the caller's SIGTERM handler back on the way out, so that a build run in-process (a
+    test, a program that builds twice) does not leave its own. A handler installed outside Python
+    (`signal.getsignal` gives None) cannot be put back: `exit_on_sigterm`'s then stays."""
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if before is None:
+            exit_on_sigterm()
+        elif threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, before)
+
+
+def exit_with(code: int) -> NoReturn:
+    """The program's end with `code`: a SIGTERM from here on (Ray's shutdown at exit) ends it at
+    once with the same code (`exit_at_once_on_sigterm`)."""
+    exit_at_once_on_sigterm(code)
+    sys.exit(code)

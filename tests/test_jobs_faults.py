@@ -238,6 +238,27 @@ def test_a_driver_killed_mid_build_leaves_a_valid_output_and_a_rerun_converges(t
     assert outputs(killed) == outputs(clean)
 
 
+def sigterm_at(
+    docs: Path, output: Path, marker: str, options: list[str] | None = None
+) -> tuple[int, str]:
+    """`python -m jobs.reindex` (with `options`) joined to this session's Ray, sent SIGTERM at the
+    first line of its output (stdout and stderr as one, unbuffered) that holds `marker`: its exit
+    code and the output after that line."""
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
+    driver = subprocess.Popen(
+        [*command, *(options or []), "--input", str(docs), "--output", str(output)],
+        env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    for line in driver.stdout:
+        if marker in line:
+            driver.send_signal(signal.SIGTERM)
+            break
+    rest = driver.communicate(timeout=60)[0]
+    return driver.returncode, rest
+
+
 def test_a_build_stopped_by_sigterm_mid_build_reports_it_and_exits_143(tmp_path):
     """A scheduler's SIGTERM mid-build (joined to this session's Ray): exit 143 and a failed
     report that says what stopped it; the output keeps only valid indexes. Ray's core worker
@@ -245,18 +266,8 @@ def test_a_build_stopped_by_sigterm_mid_build_reports_it_and_exits_143(tmp_path)
     report in about 1 run of 10: the driver puts Python's handler back after `ray.init`."""
     docs, output = tmp_path / "docs", tmp_path / "out"
     topics_corpus(docs, "v1")
-    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
-    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
-    driver = subprocess.Popen(
-        [*command, "--input", str(docs), "--output", str(output)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    for line in driver.stderr:  # the pool is logged as its actors start: mid-build
-        if "embedding pool:" in line:
-            driver.send_signal(signal.SIGTERM)
-            break
-    rest = driver.communicate(timeout=60)[1]
-    assert driver.returncode == 143, rest[-3000:]
+    code, rest = sigterm_at(docs, output, "embedding pool:")  # logged as its actors start
+    assert code == 143, rest[-3000:]
     assert "mdindex build: stopped by SIGTERM" in rest and "SIGTERM received" not in rest
     report = report_of(output)
     assert (report["status"], report["exit_code"]) == ("failed", 143)
@@ -264,26 +275,30 @@ def test_a_build_stopped_by_sigterm_mid_build_reports_it_and_exits_143(tmp_path)
     assert_every_index_names_files_that_exist(output)
 
 
-def test_a_sigterm_once_the_build_is_reported_exits_with_the_builds_code_at_once(tmp_path):
-    """SIGTERM as the summary is printed (its report is written; what is left is Ray's shutdown at
-    exit, an atexit hook that waits 0.5 s): the build's own exit code, and no traceback. Python's
-    `SystemExit` inside that hook printed "Exception ignored in atexit callback", and now and
-    then the core worker's teardown aborted the driver: a finished build exited 1 or -6."""
-    docs, output = tmp_path / "docs", tmp_path / "out"
+def test_a_sigterm_once_the_build_is_reported_ends_it_with_its_code_and_only_it(tmp_path):
+    """Once a build is reported, SIGTERM ends a `python -m jobs.reindex` at once with the build's
+    code, and no traceback. What is left then is Ray's shutdown at exit, an atexit hook that
+    waits 0.5 s: Python's `SystemExit` inside it printed "Exception ignored in atexit callback",
+    and now and then the core worker's teardown aborted the driver (a finished build exited 1 or
+    -6). A build run in-process puts its caller's handler back, so a later SIGTERM to that
+    program (a test runner stopped by its CI) is not taken for the build's end."""
+
+    def callers(signum, frame):
+        raise AssertionError("not sent")
+
+    docs, built, output = tmp_path / "docs", tmp_path / "built", tmp_path / "out"
     (docs / "t").mkdir(parents=True)
     (docs / "t" / "a.md").write_text(TEXT.format("Alpha"))
-    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
-    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
-    driver = subprocess.Popen(
-        [*command, "--input", str(docs), "--output", str(output)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    for line in driver.stdout:
-        if line.startswith("mdindex build:"):  # the summary's first line
-            driver.send_signal(signal.SIGTERM)
-            break
-    rest = driver.communicate(timeout=60)[1]
-    assert driver.returncode == 0, rest[-3000:]
+    before = signal.signal(signal.SIGTERM, callers)
+    try:
+        assert build("--input", str(docs), "--output", str(built)) == 0
+        assert signal.getsignal(signal.SIGTERM) is callers
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+    cache = ["--cache", str(built / ".embedding-cache")]  # the vectors: no model loads
+    code, rest = sigterm_at(docs, output, "mdindex build: 1 sources", cache)  # the summary
+    assert code == 0, rest[-3000:]
     assert "Traceback" not in rest and "SIGTERM" not in rest
     assert (report_of(output)["status"], report_of(output)["exit_code"]) == ("ok", 0)
 
