@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -33,6 +34,14 @@ def stored(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, bytes]:
     relative path."""
     found = {path[len(root) + 1 :]: path for path in fs.find(root)}
     return {rel: fs.cat_file(at) for rel, at in found.items() if not rel.startswith(NOT_OUTPUTS)}
+
+
+def cache_copy(cache: Path, folder: Path) -> list[str]:
+    """`--cache` of a copy of the embedding cache `cache`, made in `folder`: a build whose
+    vectors are all there loads no model (most of a small build's time), and what it writes stays
+    out of the original, which other tests read."""
+    shutil.copytree(cache, folder / "cache-copy")
+    return ["--cache", str(folder / "cache-copy")]
 
 
 def s3_options(endpoint: str) -> str:

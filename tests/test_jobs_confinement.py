@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from jobs_support import cache_copy
 
 from jobs.reindex import main
 
@@ -41,6 +42,24 @@ def corpus(root: Path) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def vectors_of_all(tmp_path_factory) -> Path:
+    """The cache of one build of every source these tests index (alpha, beta and gamma), built
+    once for the module."""
+    base = tmp_path_factory.mktemp("vectors")
+    docs = corpus(base / "docs")
+    (docs / "t" / "gamma.md").write_text(TEXT.format(title="Gamma"))
+    assert build("--input", str(docs), "--output", str(base / "out")) == 0
+    return base / "out" / ".embedding-cache"
+
+
+@pytest.fixture
+def vectors(vectors_of_all, tmp_path) -> list[str]:
+    """`--cache` of the test's own copy of `vectors_of_all`: what these tests look at is what a
+    build reads and writes through links, not its vectors, and their builds load no model."""
+    return cache_copy(vectors_of_all, tmp_path)
+
+
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     """Every file under `folder` with its bytes and modification time."""
     return {
@@ -63,7 +82,9 @@ def report_of(output: Path) -> dict:
     return json.loads((output / "_reindex" / "report.json").read_text())
 
 
-def test_in_place_build_never_writes_or_deletes_through_symlinked_output_folders(tmp_path, caplog):
+def test_in_place_build_never_writes_or_deletes_through_symlinked_output_folders(
+    tmp_path, caplog, vectors
+):
     docs = corpus(tmp_path / "docs")
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -80,13 +101,13 @@ def test_in_place_build_never_writes_or_deletes_through_symlinked_output_folders
 
     for link in ("t/_chunks", "_index"):
         (docs / link).symlink_to(outside, target_is_directory=True)
-    assert build("--input", str(docs)) == 1
+    assert build("--input", str(docs), *vectors) == 1
     assert snapshot(outside) == before
     assert "outside the root" in caplog.text and str(docs / "t" / "_chunks") in caplog.text
     assert all((docs / link).is_symlink() for link in ("t/_chunks", "_index"))
 
 
-def test_symlinked_inputs_are_skipped_and_reported(tmp_path):
+def test_symlinked_inputs_are_skipped_and_reported(tmp_path, vectors):
     docs = corpus(tmp_path / "docs")
     secrets = tmp_path / "secrets"
     secrets.mkdir()
@@ -99,8 +120,9 @@ def test_symlinked_inputs_are_skipped_and_reported(tmp_path):
     (docs / "t" / "again").symlink_to(docs, target_is_directory=True)  # a folder loop
     output = tmp_path / "out"
 
-    assert build("--input", str(docs), "--output", str(output)) == 3
+    assert build("--input", str(docs), "--output", str(output), *vectors) == 3
     report = report_of(output)
+    assert report["counters"]["embed"]["models_loaded"] == 0
     skipped = {f["path"]: f for f in report["failures"]}
     assert sorted(skipped) == ["loop.md", "t/again", "t/qa-pairs.md", "t/topic-spec.md", "t/x.md"]
     assert {f["code"] for f in skipped.values()} == {"SYMLINK_SKIPPED"}
@@ -112,13 +134,13 @@ def test_symlinked_inputs_are_skipped_and_reported(tmp_path):
     assert "SPEC-SECRET" not in (output / "t" / "topic-spec.md").read_text()
 
 
-def test_in_place_symlinked_topic_spec_is_neither_read_nor_replaced(tmp_path):
+def test_in_place_symlinked_topic_spec_is_neither_read_nor_replaced(tmp_path, vectors):
     docs = corpus(tmp_path / "docs")
     spec = tmp_path / "spec.md"
     spec.write_text(f"# Spec\n\n{SPEC_SECRET}\n")
     (docs / "t" / "topic-spec.md").symlink_to(spec)
 
-    assert build("--input", str(docs)) == 3
+    assert build("--input", str(docs), *vectors) == 3
     assert [(f["path"], f["code"]) for f in report_of(docs)["failures"]] == [
         ("t/topic-spec.md", "SYMLINK_SKIPPED")
     ]
@@ -129,7 +151,7 @@ def test_in_place_symlinked_topic_spec_is_neither_read_nor_replaced(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_follow_symlinks_indexes_a_linked_source_and_survives_a_loop(tmp_path):
+def test_follow_symlinks_indexes_a_linked_source_and_survives_a_loop(tmp_path, vectors):
     docs = corpus(tmp_path / "docs")
     shared = docs / "_shared"  # not listed by itself ("_" folders are not sources)
     shared.mkdir()
@@ -139,8 +161,9 @@ def test_follow_symlinks_indexes_a_linked_source_and_survives_a_loop(tmp_path):
     output = tmp_path / "out"
 
     code = build(
-        "--input", str(docs), "--output", str(output), "--set", "sources.follow_symlinks=true"
-    )
+        "--input", str(docs), "--output", str(output), "--set", "sources.follow_symlinks=true",
+        *vectors,
+    )  # fmt: skip
     assert code == 3  # the loop is reported, everything else is indexed
     [failure] = report_of(output)["failures"]
     assert failure["path"] == "t/again" and failure["code"] == "SYMLINK_SKIPPED"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from jobs_support import gone_endpoint, outputs, s3_options
+from jobs_support import cache_copy, gone_endpoint, outputs, s3_options
 
 from jobs.config import load_config
 from jobs.discovery import discover, list_input
@@ -42,15 +42,32 @@ def report_of(output: Path) -> dict:
     return json.loads((output / "_reindex" / "report.json").read_text())
 
 
-def test_a_failed_run_writes_its_report(tmp_path):
+@pytest.fixture(scope="module")
+def alpha_vectors(tmp_path_factory) -> Path:
+    """The cache of a build of one source, `TEXT` of "Alpha", built once for the module: the
+    builds of that source whose subject is not the vectors read them from a copy (`vectors`)."""
+    docs, output = tmp_path_factory.mktemp("alpha") / "docs", tmp_path_factory.mktemp("alpha")
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text(TEXT.format("Alpha"))
+    assert build("--input", str(docs), "--output", str(output / "out")) == 0
+    return output / "out" / ".embedding-cache"
+
+
+@pytest.fixture
+def vectors(alpha_vectors, tmp_path) -> list[str]:
+    """`--cache` of the test's own copy of `alpha_vectors`."""
+    return cache_copy(alpha_vectors, tmp_path)
+
+
+def test_a_failed_run_writes_its_report(tmp_path, vectors):
     docs = tmp_path / "docs"
     (docs / "t").mkdir(parents=True)
     (docs / "t" / "a.md").write_text(TEXT.format("Alpha"))
-    assert build("--input", str(docs)) == 0
+    assert build("--input", str(docs), *vectors) == 0
     assert report_of(docs)["status"] == "ok"
     index = (docs / "t" / "index.json").read_bytes()
     (docs / "t" / "b.md").write_bytes(b"# Beta\n\ncaf\xe9\n")
-    assert build("--input", str(docs), "--set", "failure_policy=abort") == 1
+    assert build("--input", str(docs), "--set", "failure_policy=abort", *vectors) == 1
     report = report_of(docs)
     assert (report["status"], report["exit_code"]) == ("failed", 1)
     assert "t/b.md" in report["error"] and "CHUNKING_FAILED" in report["error"]
@@ -90,7 +107,7 @@ class Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def test_a_stalled_s3_endpoint_fails_the_build_naming_it(tmp_path, s3_server):
+def test_a_stalled_s3_endpoint_fails_the_build_naming_it(tmp_path, s3_server, vectors):
     logger, lines = logging.getLogger("mdindex.build"), Lines()
     level = logger.level
     logger.addHandler(lines)
@@ -126,7 +143,7 @@ def test_a_stalled_s3_endpoint_fails_the_build_naming_it(tmp_path, s3_server):
         "--set",
         "s3.max_attempts=1",
     ]
-    assert build("--input", f"{bucket}/corpus", "--output", str(output), *live) == 0
+    assert build("--input", f"{bucket}/corpus", "--output", str(output), *live, *vectors) == 0
     assert report_of(output)["status"] == "ok" and list((output / "t" / "_chunks").glob("a-*-0.md"))
 
 
@@ -275,7 +292,7 @@ def test_a_build_stopped_by_sigterm_mid_build_reports_it_and_exits_143(tmp_path)
     assert_every_index_names_files_that_exist(output)
 
 
-def test_a_sigterm_once_the_build_is_reported_ends_it_with_its_code_and_only_it(tmp_path):
+def test_a_sigterm_once_the_build_is_reported_ends_it_with_its_code_and_only_it(tmp_path, vectors):
     """Once a build is reported, SIGTERM ends a `python -m jobs.reindex` at once with the build's
     code, and no traceback. What is left then is Ray's shutdown at exit, an atexit hook that
     waits 0.5 s: Python's `SystemExit` inside it printed "Exception ignored in atexit callback",
@@ -291,13 +308,12 @@ def test_a_sigterm_once_the_build_is_reported_ends_it_with_its_code_and_only_it(
     (docs / "t" / "a.md").write_text(TEXT.format("Alpha"))
     before = signal.signal(signal.SIGTERM, callers)
     try:
-        assert build("--input", str(docs), "--output", str(built)) == 0
+        assert build("--input", str(docs), "--output", str(built), *vectors) == 0
         assert signal.getsignal(signal.SIGTERM) is callers
     finally:
         signal.signal(signal.SIGTERM, before)
 
-    cache = ["--cache", str(built / ".embedding-cache")]  # the vectors: no model loads
-    code, rest = sigterm_at(docs, output, "mdindex build: 1 sources", cache)  # the summary
+    code, rest = sigterm_at(docs, output, "mdindex build: 1 sources", vectors)  # the summary
     assert code == 0, rest[-3000:]
     assert "Traceback" not in rest and "SIGTERM" not in rest
     assert (report_of(output)["status"], report_of(output)["exit_code"]) == ("ok", 0)

