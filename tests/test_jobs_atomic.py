@@ -24,7 +24,7 @@ from urllib.parse import unquote
 
 import fsspec
 import pytest
-from jobs_support import s3_options, stored
+from jobs_support import cache_copy, s3_options, stored
 
 from jobs.reindex import main
 
@@ -218,12 +218,14 @@ def test_a_build_killed_as_it_removes_a_topic_leaves_no_index_naming_a_deleted_c
 
 
 @pytest.fixture(scope="module")
-def built_v1_on_s3(versions, s3_server) -> str:
-    """Version 1 built once on S3 for the module's S3 tests (each updates its own copy): its
-    bucket and prefix."""
+def built_v1_on_s3(versions, built_v1, s3_server, tmp_path_factory) -> str:
+    """Version 1 built once on S3 for the module's S3 tests (each updates its own copy), its
+    vectors read from a copy of the local build's cache (it loads no model): its bucket and
+    prefix."""
     v1, _, _ = versions
     bucket = s3_server.make_bucket("atomic-v1").removeprefix("s3://")
     options = ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
+    options += cache_copy(built_v1 / ".embedding-cache", tmp_path_factory.mktemp("v1-vectors"))
     assert build("--input", str(v1), "--output", f"s3://{bucket}/out", *options) == 0
     return f"{bucket}/out"
 
