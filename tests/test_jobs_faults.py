@@ -43,20 +43,22 @@ def report_of(output: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def alpha_vectors(tmp_path_factory) -> Path:
-    """The cache of a build of one source, `TEXT` of "Alpha", built once for the module: the
-    builds of that source whose subject is not the vectors read them from a copy (`vectors`)."""
-    docs, output = tmp_path_factory.mktemp("alpha") / "docs", tmp_path_factory.mktemp("alpha")
+def page_vectors(tmp_path_factory) -> Path:
+    """The cache of one build of the pages `TEXT` of "Alpha" and "Beta", built once for the
+    module: the builds of those pages whose subject is not the vectors read them from a copy
+    (`vectors`)."""
+    docs, output = tmp_path_factory.mktemp("pages") / "docs", tmp_path_factory.mktemp("pages")
     (docs / "t").mkdir(parents=True)
-    (docs / "t" / "a.md").write_text(TEXT.format("Alpha"))
+    for name in ("Alpha", "Beta"):
+        (docs / "t" / f"{name.lower()}.md").write_text(TEXT.format(name))
     assert build("--input", str(docs), "--output", str(output / "out")) == 0
     return output / "out" / ".embedding-cache"
 
 
 @pytest.fixture
-def vectors(alpha_vectors, tmp_path) -> list[str]:
-    """`--cache` of the test's own copy of `alpha_vectors`."""
-    return cache_copy(alpha_vectors, tmp_path)
+def vectors(page_vectors, tmp_path) -> list[str]:
+    """`--cache` of the test's own copy of `page_vectors`."""
+    return cache_copy(page_vectors, tmp_path)
 
 
 def test_a_failed_run_writes_its_report(tmp_path, vectors):
@@ -172,7 +174,7 @@ def test_a_source_deleted_or_edited_while_the_build_reads_it(tmp_path):
     assert relisted["t/c.md"] != listed["t/c.md"] and relisted["t/a.md"] == listed["t/a.md"]
 
 
-def test_a_source_past_its_time_budget_fails_alone_and_the_rest_is_written(tmp_path):
+def test_a_source_past_its_time_budget_fails_alone_and_the_rest_is_written(tmp_path, vectors):
     """In a real build the budget stops the source inside its Ray task (CHUNKING_TIMEOUT)."""
     docs = tmp_path / "docs"
     (docs / "t").mkdir(parents=True)
@@ -180,7 +182,7 @@ def test_a_source_past_its_time_budget_fails_alone_and_the_rest_is_written(tmp_p
     (docs / "t" / "b.md").write_text(TEXT.format("Beta"))
     (docs / "t" / "huge.md").write_bytes(b"word " * 4_000_000)  # 20 MB: tens of seconds
     started = time.monotonic()
-    assert build("--input", str(docs), "--set", "chunking.timeout_seconds=3") == 3
+    assert build("--input", str(docs), "--set", "chunking.timeout_seconds=3", *vectors) == 3
     assert time.monotonic() - started < 120
     report = report_of(docs)
     assert [(f["path"], f["code"]) for f in report["failures"]] == [

@@ -98,10 +98,12 @@ def test_the_local_instance_keeps_an_idle_worker_process_for_the_next_task(worke
             ["embedding.model=minilm"],
             "an embedding actor (resources.embed) asks for 2 CPUs and 0.5 GPU",
         ),
-        (
+        # (slow: the GPU case's path and exit; each stage's check without Ray: test_jobs_stats)
+        pytest.param(
             "local.yaml",
             ["resources.num_cpus=1", "resources.index.num_cpus=2"],
             "a topic's reduce (resources.index) asks for 2 CPUs and no GPU",
+            marks=pytest.mark.slow,
         ),
     ],
 )

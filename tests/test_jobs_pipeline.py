@@ -78,7 +78,7 @@ def local_output(tmp_path_factory) -> Path:
 
 
 def retry_page(name: str) -> str:
-    """A one-line page named `name`, of the small corpora below."""
+    """A page of one sentence, titled `name`, of the small corpora below."""
     return f"# {name}\n\nHow {name} retries a request.\n"
 
 
@@ -92,8 +92,6 @@ LINKED = {
     "u/keep.md": "# Keep\n\nThis page stays.\n",
     "v/parent.md": "# Parent\n\nA topic that gets a child topic.\n",
 }
-
-
 GLOB_PAGES = {
     f"{folder}/{name}.md": f"# {name}\n\nHow the {name} page in {folder} retries.\n"
     for folder in ("t", "t[x]", "tx")

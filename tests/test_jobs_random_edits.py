@@ -6,7 +6,7 @@ The changes, each made at random places by a seeded generator: sources edited, a
 renamed, moved or copied to another topic, retitled, touched, linked to other sources; topics
 added (some inside another topic), deleted and emptied (every source left without text);
 questions and keywords files edited; a new source that is not UTF-8, and a broken one fixed. The
-suite's test makes every kind of change once, a few to a step; the slow ones draw one to three
+suite's test makes every kind of change once, eight to a step; the slow ones draw one to three
 changes a step, one of them with the outputs on S3. Besides the bytes, the outputs' folders must
 be the same: none left empty by a removal (a fresh build makes none). A failure names the seed and
 every change so far."""
@@ -310,9 +310,10 @@ def random_steps(seed: int, count: int) -> list[list[Change]]:
 
 
 def test_every_kind_of_random_edit_converges(tmp_path):
-    """Each kind of change once, in a shuffled order, four to a step."""
+    """Each kind of change once, in a shuffled order, eight to a step (two steps: each embeds,
+    and loads the model, in its incremental build)."""
     changes = random.Random(1).sample(CHANGES, len(CHANGES))
-    steps = [changes[i : i + 4] for i in range(0, len(changes), 4)]
+    steps = [changes[i : i + 8] for i in range(0, len(changes), 8)]
     converge(Outputs(LOCAL, str(tmp_path)), tmp_path / "docs", 1, steps)
 
 
