@@ -47,12 +47,12 @@ def page_vectors(tmp_path_factory) -> Path:
     """The cache of one build of the pages `TEXT` of "Alpha" and "Beta", built once for the
     module: the builds of those pages whose subject is not the vectors read them from a copy
     (`vectors`)."""
-    docs, output = tmp_path_factory.mktemp("pages") / "docs", tmp_path_factory.mktemp("pages")
-    (docs / "t").mkdir(parents=True)
+    base = tmp_path_factory.mktemp("pages")
+    (base / "docs" / "t").mkdir(parents=True)
     for name in ("Alpha", "Beta"):
-        (docs / "t" / f"{name.lower()}.md").write_text(TEXT.format(name))
-    assert build("--input", str(docs), "--output", str(output / "out")) == 0
-    return output / "out" / ".embedding-cache"
+        (base / "docs" / "t" / f"{name.lower()}.md").write_text(TEXT.format(name))
+    assert build("--input", str(base / "docs"), "--output", str(base / "out")) == 0
+    return base / "out" / ".embedding-cache"
 
 
 @pytest.fixture
