@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from jobs.signals import exit_with
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every sub-command registered."""
@@ -29,8 +31,6 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     """Entry point of the `mdindex` console script: `main`, then the process's exit with its code
     (`jobs.signals.exit_with`)."""
-    from jobs.signals import exit_with
-
     exit_with(main())
 
 

@@ -22,8 +22,7 @@ def exit_on_sigterm() -> None:
     for SIGTERM that prints "*** SIGTERM received" and, in about 1 run of 10, aborted the driver
     (SIGABRT, no report); this puts Python's own handler back in its place. Python takes handlers
     in its main thread only (elsewhere this does nothing)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+    _install(lambda signum, frame: sys.exit(signum))
 
 
 def exit_at_once_on_sigterm(code: int) -> None:
@@ -36,8 +35,14 @@ def exit_at_once_on_sigterm(code: int) -> None:
     the driver (SIGABRT): a finished build then exited 1 or -6. The Ray processes this skips end
     with the driver, as after a `kill -9`. Set in the build until it returns (`callers_handler`
     puts the caller's back), then by the program's end (`exit_with`)."""
+    _install(lambda signum, frame: _exit_now(code))
+
+
+def _install(handler) -> None:
+    """Make `handler` SIGTERM's, where Python takes handlers: in the main thread (elsewhere this
+    does nothing)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda signum, frame: _exit_now(code))
+        signal.signal(signal.SIGTERM, handler)
 
 
 def _exit_now(code: int) -> None:
@@ -58,8 +63,8 @@ def callers_handler() -> Iterator[None]:
     finally:
         if before is None:
             exit_on_sigterm()
-        elif threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, before)
+        else:
+            _install(before)
 
 
 def exit_with(code: int) -> NoReturn:
