@@ -106,6 +106,7 @@ def _build(config: JobConfig) -> int:
     """Run the job, report it (or its failure) and print the summary; returns the exit code."""
     from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
+    from jobs.landmarks import NotTheDriversFolder
     from jobs.local_ray import InfeasibleResources
     from jobs.lock import OutputBusy
     from jobs.logs import clean_logs
@@ -115,8 +116,9 @@ def _build(config: JobConfig) -> int:
     try:
         with clean_logs():
             report = run_job(config)
-    except (InputNotFound, InfeasibleResources, ModelNotFound) as exc:
-        print(f"mdindex build: {exc}", file=sys.stderr)
+    except (InputNotFound, InfeasibleResources, ModelNotFound, NotTheDriversFolder) as exc:
+        # `root_cause`: the nodes' check raises its error inside Ray's error of the task
+        print(f"mdindex build: {root_cause(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except OutputBusy as exc:  # the other build's report stays as it is (LockLost too)
         print(f"mdindex build: {exc}", file=sys.stderr)

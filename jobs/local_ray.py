@@ -7,8 +7,11 @@ import logging
 import os
 
 import ray
+from ray.exceptions import GetTimeoutError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from jobs.config import JobConfig
+from jobs.landmarks import Landmark, check_landmarks
 from jobs.resources import describe_resources, infeasible
 from jobs.signals import exit_on_sigterm
 
@@ -26,6 +29,9 @@ IDLE_WORKER_KEEP_MS = 60_000
 # reduces; more would fill processes that a small build on a large machine never uses (about
 # 110 MB each with those modules).
 READY_WORKERS = 4
+# How long a joined cluster's nodes have to check the driver's local folders before the build
+# goes on without their answer (each chunk task and reduce checks them all the same).
+LANDMARKS_TIMEOUT_S = 120.0
 
 
 @ray.remote(num_cpus=1)
@@ -37,16 +43,23 @@ def _import_task_modules() -> None:
     import jobs.stages.store  # noqa: F401
 
 
+@ray.remote(num_cpus=0)
+def _check_landmarks(marks: tuple[Landmark, ...]) -> None:
+    """`jobs.landmarks.check_landmarks` on the node the task is pinned to."""
+    check_landmarks(marks)
+
+
 class InfeasibleResources(ValueError):
     """A stage asks for more than any node of the private local Ray instance has, which never
     grows: the build would wait for ever (a config error for this machine: exit code 2)."""
 
 
-def start_ray(config: JobConfig) -> None:
+def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
     """Join this process's Ray (a test's) or the cluster RAY_ADDRESS names (`ray job submit` sets
-    it); otherwise start a private local instance, never one that `ray start` left running here,
-    which keeps idle worker processes `IDLE_WORKER_KEEP_MS` and has up to `READY_WORKERS` of them
-    ready, our modules imported, before the build's first task."""
+    it), whose live nodes must see the driver's local folders (`landmarks`; else
+    `NotTheDriversFolder`); otherwise start a private local instance, never one that `ray start`
+    left running here, which keeps idle worker processes `IDLE_WORKER_KEEP_MS` and has up to
+    `READY_WORKERS` of them ready, our modules imported, before the build's first task."""
     if ray.is_initialized():
         return
     # Ray's own INFO lines stay out of the log (ours say what happened; jobs.logs).
@@ -61,6 +74,7 @@ def start_ray(config: JobConfig) -> None:
                 "adds one (its node types must offer it)",
                 "; ".join(missing),
             )
+        check_nodes(landmarks)
         return
     # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
     # runtime_env to forward it would cost every new worker process about a second.
@@ -99,3 +113,26 @@ def start_ray(config: JobConfig) -> None:
 def _live_nodes() -> list[dict[str, float]]:
     """The total resources of each live node of the Ray instance this process is connected to."""
     return [node["Resources"] for node in ray.nodes() if node["Alive"]]
+
+
+def check_nodes(landmarks: tuple[Landmark, ...]) -> None:
+    """Check the driver's local folders on every live node of the cluster at once, so that a
+    cluster whose machines do not share them stops before any work (`NotTheDriversFolder`, raised
+    as Ray raises a task's error). Nodes that join later are checked by their first chunk task or
+    reduce; a node that does not answer within `LANDMARKS_TIMEOUT_S` too, with a warning."""
+    if not landmarks:
+        return
+    checks = [
+        _check_landmarks.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        ).remote(landmarks)
+        for node in ray.nodes()
+        if node["Alive"]
+    ]
+    try:
+        ray.get(checks, timeout=LANDMARKS_TIMEOUT_S)
+    except GetTimeoutError:
+        log.warning(
+            "not every node checked the local folders within %.0f s: their first tasks will",
+            LANDMARKS_TIMEOUT_S,
+        )

@@ -4,10 +4,12 @@ A build holds its output's lock `_reindex/build.lock` from before it reads the p
 until it has written the new one. A second build on that output fails at once with `OutputBusy`
 (exit code 75) and writes nothing, not even its report.
 
-- **Local outputs:** an exclusive `fcntl.flock` on the (empty) file. The kernel drops it when the
-  process ends, however it ends (SIGKILL included), so no lock outlives its build. The file stays,
-  unless the build made its folders and wrote nothing else there (a build that failed before its
-  first write leaves no trace).
+- **Local outputs:** an exclusive `fcntl.flock` on the file, which then names its holder (host,
+  pid, start: what a second build's error says, and the landmark by which a worker on another
+  machine finds that it has another folder at the output's path, `jobs.landmarks`). The kernel
+  drops the lock when the process ends, however it ends (SIGKILL included), so no lock outlives
+  its build. The file is emptied at the end and stays, unless the build made its folders and
+  wrote nothing else there (a build that failed before its first write leaves no trace).
 - **S3:** an object created only if absent (a conditional PUT, `If-None-Match: *`) that names its
   holder and an expiry, renewed every `RENEW_S` while the build runs (`If-Match`: only while it is
   still ours; a renewal that fails for another reason is tried again at the next) and deleted at
@@ -166,17 +168,24 @@ def _file_lock(output: Storage) -> Iterator[None]:
     made = missing_folders(folder)
     os.makedirs(folder, exist_ok=True)
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    taken = False
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise busy(output, f"it holds {path}") from None
+            holder = describe_holder(_json_record(os.pread(descriptor, 4096, 0)))
+            raise busy(output, f"{holder}, holds {path}") from None
         except OSError as error:
             if error.errno not in NO_LOCKS:
                 raise
             log.warning("no build lock on %s (%s): run one build per output at a time", path, error)
+        taken = True
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, holder_record(time.time()), 0)
         yield
     finally:
+        if taken:  # held by no one now, it names no one
+            os.ftruncate(descriptor, 0)
         if made and os.listdir(folder) == [os.path.basename(path)]:
             os.unlink(path)  # before the lock goes, so no other build locks a file being removed
             for empty in made:
@@ -194,21 +203,28 @@ def missing_folders(folder: str) -> list[str]:
     return missing
 
 
-def holder_record(started: float, now: float) -> bytes:
-    """The S3 lock object's body: who holds it, since when, and until when unless renewed."""
-    return json.dumps(
-        {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "started": started,
-            "expires": now + LEASE_S,
-        },
-        sort_keys=True,
-    ).encode()
+def holder_record(started: float, expires: float | None = None) -> bytes:
+    """A lock's body: who holds it, since when, and (an S3 lock's) until when unless renewed."""
+    record = {"host": socket.gethostname(), "pid": os.getpid(), "started": started}
+    if expires is not None:
+        record["expires"] = expires
+    return json.dumps(record, sort_keys=True).encode()
+
+
+def _json_record(body: bytes) -> dict:
+    """A lock's record, or {} when its body is none (damaged, or not yet written)."""
+    try:
+        record = json.loads(body)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def describe_holder(record: dict) -> str:
-    """A holder record in words ("since an unknown time" when its start is not a time)."""
+    """A holder record in words ("since an unknown time" when its start is not a time; "another
+    build" when it names no process)."""
+    if "pid" not in record:
+        return "another build"
     try:
         started = utc(record.get("started"))
     except (TypeError, ValueError, OverflowError, OSError):
@@ -252,7 +268,7 @@ class Lease:
         self.lost: str | None = None
 
     def _record(self) -> bytes:
-        return holder_record(self.started, self.renewed)
+        return holder_record(self.started, self.renewed + LEASE_S)
 
     def _take(self) -> str:
         """Create the lock object, or take over an expired one; its ETag."""
@@ -267,12 +283,9 @@ class Lease:
             return self._take()
         if body == mine:  # our own create: its answer was lost on the way (`_landed`)
             return etag
-        try:
-            record = json.loads(body)
-        except ValueError:  # a damaged record is taken over like an expired one
-            record = {}
+        record = _json_record(body)  # a damaged record is taken over like an expired one
         where = self.output.uri(LOCK_PATH)
-        expires = record.get("expires") if isinstance(record, dict) else None
+        expires = record.get("expires")
         if isinstance(expires, int | float) and expires > time.time():
             until = utc(expires)
             raise busy(
@@ -313,7 +326,7 @@ class Lease:
         fails otherwise (the endpoint, the network) is logged and left to the next one."""
         now = time.time()
         try:
-            etag = self._renewal(holder_record(self.started, now))
+            etag = self._renewal(holder_record(self.started, now + LEASE_S))
         except Exception as error:  # noqa: BLE001 - the renewer must outlive any failure
             log.warning(
                 "could not renew the build lock %s (%s: %s); trying again in %.0f s",

@@ -24,6 +24,7 @@ from embedding.encoder import encoder_digest, model_encoder
 from jobs.config import JobConfig
 from jobs.discovery import check_embedding_model, discover, list_input, output_storage
 from jobs.finish import finish, index_settings
+from jobs.landmarks import Landmark, landmarks
 from jobs.local_ray import start_ray
 from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
@@ -113,10 +114,13 @@ def _run_locked(
     if rebuilt:
         check_embedding_model(config)
         mark = time.perf_counter()
-        start_ray(config)
+        marks = landmarks(source, output)
+        start_ray(config, marks)
         wall["ray_start"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        built = build_topics(config, plan, found.previous, found.sizes, source, output, check)
+        built = build_topics(
+            config, plan, found.previous, found.sizes, source, output, check, marks
+        )
         wall["pipeline"] = time.perf_counter() - mark
 
     mark = time.perf_counter()
@@ -173,9 +177,11 @@ def build_topics(
     source: Storage,
     output: Storage,
     check: Check,
+    marks: tuple[Landmark, ...],
 ) -> Built:
     """Rebuild every topic the plan says to, with a heartbeat; collect summaries and counters.
-    `check` is called before each topic's reduce starts (`jobs.lock`).
+    `check` is called before each topic's reduce starts (`jobs.lock`); `marks` are what the
+    driver's local folders hold, for the tasks to check (`jobs.landmarks`).
 
     A topic whose carried sources turn out unusable (previous tables missing or damaged) is run
     once more with every source through the pipeline."""
@@ -203,7 +209,7 @@ def build_topics(
                     first_pool = first_pool or pool
                 log.info("embedding pool: %s", pool.label() if pool else NO_POOL)
                 for summary in topic_summaries(
-                    config, plan, work, source, output, collector, cpus, pool, check
+                    config, plan, work, source, output, collector, cpus, pool, check, marks
                 ):
                     if "recarry" in summary:
                         recarry.add(summary["topic"])
@@ -237,6 +243,7 @@ def topic_summaries(
     cpus: float,
     pool: EmbedPool | None,
     check: Check,
+    marks: tuple[Landmark, ...],
 ) -> Iterator[dict]:
     """Run the Ray Data pipeline over `work`; yield one summary per rebuilt topic as it finishes.
 
@@ -262,6 +269,7 @@ def topic_summaries(
         settings=index_settings(config),
         expected=expected,
         collector=collector,
+        landmarks=marks,
     )
     # `from_blocks` (a developer API) keeps the batches as they are and reads their metadata here;
     # `from_arrow` ran a remote task per batch for it and waited for them before the pipeline began.
@@ -272,6 +280,7 @@ def topic_summaries(
             "source": source,
             "output": output,
             "settings": chunk_settings(config, corpus, encoder),
+            "landmarks": marks,
             "collector": collector,
         },
         **task_stage_args(resources.chunk),

@@ -22,6 +22,7 @@ from ray.data import Dataset
 
 from jobs.blocks import Span, rows_in
 from jobs.gc_pause import gc_paused
+from jobs.landmarks import check_landmarks
 from jobs.lock import Check
 from jobs.stages.topic import TopicContext, build_and_write
 
@@ -30,7 +31,9 @@ def _reduce_topic(
     topic: str, spans: list[Span], *blocks: pa.Table, context: TopicContext
 ) -> dict[str, Any]:
     """Build and write one topic from its rows in the given block spans (Python's collector
-    paused: `jobs.gc_pause`)."""
+    paused: `jobs.gc_pause`), once the local folders are found to be the driver's
+    (`jobs.landmarks`)."""
+    check_landmarks(context.landmarks)
     tables = [rows_in(block, span) for block, span in zip(blocks, spans, strict=True)]
     rows = pa.concat_tables([t.filter(pc.equal(t.column("topic"), topic)) for t in tables])
     with gc_paused():

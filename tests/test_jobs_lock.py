@@ -7,6 +7,8 @@ import hashlib
 import json
 import logging
 import os
+import re
+import socket
 import threading
 import time
 from datetime import UTC, datetime
@@ -42,6 +44,25 @@ def test_a_local_lock_removes_the_folders_it_made_when_nothing_else_was_written(
         "build.lock",
         "report.json",
     ]
+
+
+def test_a_local_lock_names_its_holder_while_it_holds_it_and_no_one_after(tmp_path):
+    """The lock file holds its build's host, pid and start (a refused build names them, and
+    `jobs.landmarks` tells this build's file from another's), and is emptied at the end."""
+    (tmp_path / "out" / "_reindex").mkdir(parents=True)
+    (tmp_path / "out" / "_reindex" / "report.json").write_text("{}")
+    path = tmp_path / "out" / LOCK_PATH
+    with output_lock(Storage(str(tmp_path / "out"))):
+        record = json.loads(path.read_bytes())
+        assert (record["pid"], record["host"]) == (os.getpid(), socket.gethostname())
+        assert abs(record["started"] - time.time()) < 60 and "expires" not in record
+        since = datetime.fromtimestamp(record["started"], UTC).isoformat(timespec="seconds")
+        holder = f"the build of pid {os.getpid()} on {socket.gethostname()}, since {since}"
+        with pytest.raises(OutputBusy, match=re.escape(f"({holder}, holds {path})")):
+            with output_lock(Storage(str(tmp_path / "out"))):
+                pass
+        assert json.loads(path.read_bytes()) == record  # the refused build left it as it was
+    assert path.read_bytes() == b""
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -708,12 +709,13 @@ with output_lock(Storage(sys.argv[1])):
 def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(
     small_vectors, tmp_path, capsys
 ):
-    """Two builds on one output: the second exits 75 at once, writing nothing (its report
-    neither: the running build's is the one to read). The lock goes with the process that held it,
-    however it ends: after the holder is killed (SIGKILL), the next build runs."""
+    """Two builds on one output: the second exits 75 at once, naming the build that holds it and
+    writing nothing (its report neither: the running build's is the one to read). The lock goes
+    with the process that held it, however it ends: after the holder is killed (SIGKILL), the next
+    build runs."""
     docs, out = built_one_source(tmp_path, small_vectors)
-    before = every_file(out)
-    assert (out / "_reindex" / "build.lock").read_bytes() == b""
+    lock_file = out / "_reindex" / "build.lock"
+    assert lock_file.read_bytes() == b""  # a finished build's lock names no one
     touch(docs / "t" / "a.md")  # a topic to rebuild, whose vectors are cached: no model to load
 
     holder = subprocess.Popen(
@@ -725,11 +727,14 @@ def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(
     )
     try:
         assert holder.stdout.readline() == "held\n"
+        record = json.loads(lock_file.read_bytes())
+        assert (record["pid"], record["host"]) == (holder.pid, socket.gethostname())
+        before = every_file(out)
         capsys.readouterr()
         assert build("--input", str(docs), "--output", str(out)) == 75
         err = capsys.readouterr().err
-        assert f"another build is running on the output {out}" in err
-        assert str(out / "_reindex" / "build.lock") in err
+        assert f"another build is running on the output {out} (the build of pid {holder.pid}" in err
+        assert f"holds {lock_file})" in err
         assert every_file(out) == before
     finally:
         holder.kill()

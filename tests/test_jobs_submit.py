@@ -68,6 +68,7 @@ class RayHead:
 
     address: str
     ray_tmpdir: str
+    gcs: str  # what RAY_ADDRESS names to join it
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +119,7 @@ def ray_head():
     try:
         address = f"http://127.0.0.1:{dashboard}"
         _wait_for(f"{address}/api/version", process)
-        yield RayHead(address, base)
+        yield RayHead(address, base, f"127.0.0.1:{gcs}")
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -194,3 +195,49 @@ def test_a_local_build_starts_its_own_ray_beside_a_running_head_and_prints_only_
     assert done.stdout.startswith("mdindex build: 6 sources in 4 topics")
     report = json.loads((output / "_reindex" / "report.json").read_text())
     assert report["timings"]["cpus"] == 2 and report["sources"]["seen"] == 6
+
+
+def _private_mounts() -> list[str]:
+    """How to run a command in a mount namespace of its own (root, or a user namespace)."""
+    command = ["unshare", "--mount", "--propagation", "private"]
+    return command if os.geteuid() == 0 else [*command, "--map-root-user"]
+
+
+def _can_mount_privately() -> bool:
+    try:
+        probe = [*_private_mounts(), "mount", "-t", "tmpfs", "none", "/mnt"]
+        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_a_local_output_that_is_another_folder_on_the_nodes_stops_the_build_before_any_work(
+    ray_head, tmp_path
+):
+    """A cluster whose machines do not share the output's path: the driver joins the head from a
+    mount namespace of its own, where the output's path is another folder than the node sees
+    there (as on a second machine's disk). The node's check finds that the lock file there does
+    not name this build, and the build stops with exit code 2 and one line naming the folder,
+    before any work: nothing is written where the node looks, and the driver's folder is left as
+    it was. (Before, the topics were written where the node looks, the driver's manifest naming
+    them.)"""
+    if not _can_mount_privately():
+        pytest.skip("needs a mount namespace of its own (unshare --mount)")
+    output, drivers = tmp_path / "out", tmp_path / "drivers"
+    output.mkdir()
+    drivers.mkdir()
+    build = [sys.executable, "-m", "jobs.reindex", "--config", "configs/local.yaml"]
+    build += ["--input", str(CORPUS), "--output", str(output)]
+    mounted = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+    command = [*_private_mounts(), "sh", "-c", mounted, "sh", str(drivers), str(output), *build]
+    env = dict(_environment(), RAY_ADDRESS=ray_head.gcs)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "joined the Ray cluster at " in done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(
+        f"mdindex build: {output} is not the driver's folder on the machine of this Ray worker"
+    ), done.stderr[-3000:]
+    assert "its _reindex/build.lock does not name this build" in last
+    assert list(output.rglob("*")) == []  # nothing written where the node looks
+    assert list(drivers.rglob("*")) == []  # the lock's folder it made is gone again

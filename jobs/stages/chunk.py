@@ -21,6 +21,7 @@ import pyarrow as pa
 from chunking import ChunkedDocument, ChunkingError, chunk_source, token_counter
 from indexing import parse_questions
 from jobs.gc_pause import gc_paused
+from jobs.landmarks import Landmark, check_landmarks
 from jobs.progress import report_stats
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, with_columns
 from jobs.stages.chunk_files import write_chunk_files
@@ -59,11 +60,14 @@ def read_and_chunk(
     source: Storage,
     output: Storage,
     settings: ChunkSettings,
+    landmarks: tuple[Landmark, ...] = (),
     collector=None,
 ) -> pa.Table:
     """Read and chunk one batch of work rows, write the chunk files of new topics and tokenize the
     chunks for the model; report the stages' counts to the collector. Python's collector is
-    paused meanwhile (`jobs.gc_pause`)."""
+    paused meanwhile (`jobs.gc_pause`). First, the local folders must be the driver's
+    (`jobs.landmarks`)."""
+    check_landmarks(landmarks)
     with gc_paused():
         batch, read = read_sources(batch, source)
         batch, chunked, documents = chunk_sources(batch, settings, output)

@@ -41,6 +41,7 @@ from indexing.paths import (
     source_stem,
 )
 from indexing.sources import is_source
+from jobs.landmarks import Landmark
 from jobs.previous import (
     Expected,
     PreviousTables,
@@ -85,6 +86,7 @@ class TopicContext:
     settings: IndexSettings
     expected: Expected  # the model and strategy of this run, for rows kept from the previous one
     collector: Any = None  # the run's StatsCollector actor, if any
+    landmarks: tuple[Landmark, ...] = ()  # what the driver's local folders hold (jobs.landmarks)
 
 
 def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]:
