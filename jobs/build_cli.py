@@ -99,7 +99,9 @@ def run_build(args: argparse.Namespace) -> int:
         return EXIT_OK
     with callers_handler():
         exit_on_sigterm()
-        return _build(config)
+        code = _build(config)
+        exit_at_once_on_sigterm(code)  # the outcome is known (a failed one too): a SIGTERM ends it
+        return code
 
 
 def _build(config: JobConfig) -> int:

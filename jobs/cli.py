@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.signals import exit_with
+from jobs.signals import exit_with, program_start
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> None:
     """Entry point of the `mdindex` console script: `main`, then the process's exit with its code
-    (`jobs.signals.exit_with`)."""
+    (`jobs.signals.program_start`, `jobs.signals.exit_with`)."""
+    program_start()
     exit_with(main())
 
 

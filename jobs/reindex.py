@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from jobs.build_cli import add_arguments, run_build
-from jobs.signals import exit_with
+from jobs.signals import exit_with, program_start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,4 +24,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    program_start()
     exit_with(main())

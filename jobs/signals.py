@@ -1,6 +1,7 @@
 """SIGTERM in the driver: an exit with the signal's number, whoever installed a handler before;
 once the build is reported, an exit at once with its exit code. A build run in-process leaves its
-caller's handler as it found it."""
+caller's handler as it found it; in the program (`program_start`), the build's last handler stays
+until the program's end (`exit_with`)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,20 @@ def exit_at_once_on_sigterm(code: int) -> None:
     _install(lambda signum, frame: _exit_now(code))
 
 
+def program_start() -> None:
+    """At the start of a program that may build (`jobs.cli.run`, `python -m jobs.reindex`):
+    SIGTERM ends it at once with 143, as a shell reports a process it stopped, until a build
+    takes SIGTERM over. The build's last handler then stays to the program's end: `callers_handler`
+    does not put this one back. (It used to put back the default action, which left a moment
+    between the build's return and `exit_with` where a SIGTERM killed a finished build's program
+    without its exit code.)"""
+    _install(_stop_program)
+
+
+def _stop_program(signum: int, frame) -> None:
+    _exit_now(128 + signum)
+
+
 def _install(handler) -> None:
     """Make `handler` SIGTERM's, where Python takes handlers: in the main thread (elsewhere this
     does nothing)."""
@@ -56,14 +71,15 @@ def _exit_now(code: int) -> None:
 def callers_handler() -> Iterator[None]:
     """Put the caller's SIGTERM handler back on the way out, so that a build run in-process (a
     test, a program that builds twice) does not leave its own. A handler installed outside Python
-    (`signal.getsignal` gives None) cannot be put back: `exit_on_sigterm`'s then stays."""
+    (`signal.getsignal` gives None) cannot be put back: `exit_on_sigterm`'s then stays. Nor is
+    `program_start`'s: the program's end follows, and the build's handler holds until then."""
     before = signal.getsignal(signal.SIGTERM)
     try:
         yield
     finally:
         if before is None:
             exit_on_sigterm()
-        else:
+        elif before is not _stop_program:
             _install(before)
 
 

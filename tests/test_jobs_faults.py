@@ -321,6 +321,34 @@ def test_a_sigterm_once_the_build_is_reported_ends_it_with_its_code_and_only_it(
     assert (report_of(output)["status"], report_of(output)["exit_code"]) == ("ok", 0)
 
 
+# A program as `mdindex` runs one: its start, then a build that reports exit code 3 and returns
+# (`run_build` in `callers_handler`), then SIGTERM before the program's end (`exit_with`) or, with
+# "start", at once.
+PROGRAM = """
+import os, signal, sys
+from jobs.signals import callers_handler, exit_at_once_on_sigterm, exit_with, program_start
+program_start()
+if sys.argv[1] == "start":
+    os.kill(os.getpid(), signal.SIGTERM)
+with callers_handler():
+    exit_at_once_on_sigterm(3)
+os.kill(os.getpid(), signal.SIGTERM)
+exit_with(0)
+"""
+
+
+@pytest.mark.parametrize(("when", "code"), [("start", 143), ("after the build", 3)])
+def test_a_sigterm_between_the_builds_return_and_the_programs_end_exits_with_the_builds_code(
+    when, code
+):
+    """The build put the default action back on its way out, and a SIGTERM that came before the
+    program's `exit_with` killed it (-15): a finished build's code was lost (once in a whole-suite
+    run, `test_a_sigterm_once_the_build_is_reported…` got it). Now the build's handler holds to
+    the program's end; before any build, SIGTERM exits 143, as a shell reports it."""
+    done = subprocess.run([sys.executable, "-c", PROGRAM, when], capture_output=True, timeout=60)
+    assert (done.returncode, done.stderr) == (code, b"")
+
+
 def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path):
     """SIGTERM while the build lists an input on a hung S3 endpoint (before Ray starts): exit 143,
     as a shell gives it, and a failed report that says what stopped it, within about a second."""
