@@ -342,9 +342,10 @@ def test_a_sigterm_between_the_builds_return_and_the_programs_end_exits_with_the
     when, code
 ):
     """The build put the default action back on its way out, and a SIGTERM that came before the
-    program's `exit_with` killed it (-15): a finished build's code was lost (once in a whole-suite
-    run, `test_a_sigterm_once_the_build_is_reported…` got it). Now the build's handler holds to
-    the program's end; before any build, SIGTERM exits 143, as a shell reports it."""
+    program's `exit_with` killed it (-15): a finished build's code was lost (likely what made
+    `test_a_sigterm_once_the_build_is_reported…` fail once, in a run of eight modules). Now the
+    build's handler holds to the program's end; before any build, SIGTERM exits 143, as a shell
+    reports it."""
     done = subprocess.run([sys.executable, "-c", PROGRAM, when], capture_output=True, timeout=60)
     assert (done.returncode, done.stderr) == (code, b"")
 
