@@ -108,8 +108,7 @@ def _build(config: JobConfig) -> int:
     """Run the job, report it (or its failure) and print the summary; returns the exit code."""
     from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
-    from jobs.landmarks import NotTheDriversFolder
-    from jobs.local_ray import InfeasibleResources
+    from jobs.local_ray import FoldersNotShared, InfeasibleResources
     from jobs.lock import OutputBusy
     from jobs.logs import clean_logs
     from jobs.pipeline import run_job
@@ -118,9 +117,8 @@ def _build(config: JobConfig) -> int:
     try:
         with clean_logs():
             report = run_job(config)
-    except (InputNotFound, InfeasibleResources, ModelNotFound, NotTheDriversFolder) as exc:
-        # `root_cause`: the nodes' check raises its error inside Ray's error of the task
-        print(f"mdindex build: {root_cause(exc)}", file=sys.stderr)
+    except (InputNotFound, InfeasibleResources, ModelNotFound, FoldersNotShared) as exc:
+        print(f"mdindex build: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OutputBusy as exc:  # the other build's report stays as it is (LockLost too)
         print(f"mdindex build: {exc}", file=sys.stderr)
@@ -159,7 +157,9 @@ def stopped(config: JobConfig, signum: signal.Signals) -> int:
 def root_cause(error: BaseException) -> BaseException:
     """The error one of our Ray tasks raised rather than Ray's wrapper of it (whose message holds
     the task's whole traceback): "OSError: [Errno 28] No space left on device: '...'". A wrapper of
-    Ray's own (Ray Data's UserCodeException) is kept: only its wrapper's message names the error."""
+    Ray's own (Ray Data's UserCodeException) is kept: only its wrapper's message names the error.
+    (Ray Data's `raise_original_map_exception` would give a map task's own error, but then Ray Data
+    logs it as a failure of its own internal code, "please open an issue", with its stack.)"""
     from ray.exceptions import RayError
 
     cause = getattr(error, "cause", None)  # ray.exceptions.RayTaskError

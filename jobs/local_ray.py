@@ -11,7 +11,7 @@ from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from jobs.config import JobConfig
-from jobs.landmarks import Landmark, check_landmarks
+from jobs.landmarks import Landmark, NotTheDriversFolder, check_landmarks
 from jobs.resources import describe_resources, infeasible
 from jobs.signals import exit_on_sigterm
 
@@ -52,6 +52,11 @@ def _check_landmarks(marks: tuple[Landmark, ...]) -> None:
 class InfeasibleResources(ValueError):
     """A stage asks for more than any node of the private local Ray instance has, which never
     grows: the build would wait for ever (a config error for this machine: exit code 2)."""
+
+
+class FoldersNotShared(ValueError):
+    """A node of the joined cluster has another folder, or none, at the path of a local input or
+    output, found before any work (a config error for this cluster: exit code 2)."""
 
 
 def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
@@ -117,9 +122,9 @@ def _live_nodes() -> list[dict[str, float]]:
 
 def check_nodes(landmarks: tuple[Landmark, ...]) -> None:
     """Check the driver's local folders on every live node of the cluster at once, so that a
-    cluster whose machines do not share them stops before any work (`NotTheDriversFolder`, raised
-    as Ray raises a task's error). Nodes that join later are checked by their first chunk task or
-    reduce; a node that does not answer within `LANDMARKS_TIMEOUT_S` too, with a warning."""
+    cluster whose machines do not share them stops before any work (`FoldersNotShared`). Nodes
+    that join later are checked by their first chunk task or reduce; a node that does not answer
+    within `LANDMARKS_TIMEOUT_S` too, with a warning."""
     if not landmarks:
         return
     checks = [
@@ -131,6 +136,8 @@ def check_nodes(landmarks: tuple[Landmark, ...]) -> None:
     ]
     try:
         ray.get(checks, timeout=LANDMARKS_TIMEOUT_S)
+    except NotTheDriversFolder as error:  # Ray's error of the task, made a subclass of the task's
+        raise FoldersNotShared(str(error.cause)) from None
     except GetTimeoutError:
         log.warning(
             "not every node checked the local folders within %.0f s: their first tasks will",

@@ -211,6 +211,21 @@ def _can_mount_privately() -> bool:
         return False
 
 
+# A program that joins a cluster itself, then builds in-process (the build finds Ray started).
+JOINED_PROGRAM = """
+import sys, ray
+from jobs.reindex import main
+ray.init(address=sys.argv[1])
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def in_a_namespace_of_its_own(folder: Path, at: Path, command: list[str]) -> list[str]:
+    """`command` run where `folder` is mounted at `at` (for it alone)."""
+    mounted = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+    return [*_private_mounts(), "sh", "-c", mounted, "sh", str(folder), str(at), *command]
+
+
 def test_a_local_output_that_is_another_folder_on_the_nodes_stops_the_build_before_any_work(
     ray_head, tmp_path
 ):
@@ -228,8 +243,7 @@ def test_a_local_output_that_is_another_folder_on_the_nodes_stops_the_build_befo
     drivers.mkdir()
     build = [sys.executable, "-m", "jobs.reindex", "--config", "configs/local.yaml"]
     build += ["--input", str(CORPUS), "--output", str(output)]
-    mounted = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
-    command = [*_private_mounts(), "sh", "-c", mounted, "sh", str(drivers), str(output), *build]
+    command = in_a_namespace_of_its_own(drivers, output, build)
     env = dict(_environment(), RAY_ADDRESS=ray_head.gcs)
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 2, done.stderr[-3000:]
@@ -241,3 +255,30 @@ def test_a_local_output_that_is_another_folder_on_the_nodes_stops_the_build_befo
     assert "its _reindex/build.lock does not name this build" in last
     assert list(output.rglob("*")) == []  # nothing written where the node looks
     assert list(drivers.rglob("*")) == []  # the lock's folder it made is gone again
+
+
+def test_a_build_that_finds_the_cluster_joined_is_stopped_by_its_first_chunk_task(
+    ray_head, tmp_path
+):
+    """A program that joined the cluster itself has no check of the nodes at the start (nor have
+    nodes that join later): the first chunk task on a machine whose folder differs stops the build
+    with exit code 1 before it writes there, and the failed run's report in the driver's folder
+    names the folder."""
+    if not _can_mount_privately():
+        pytest.skip("needs a mount namespace of its own (unshare --mount)")
+    output, drivers = tmp_path / "out", tmp_path / "drivers"
+    output.mkdir()
+    drivers.mkdir()
+    build = [sys.executable, "-c", JOINED_PROGRAM, ray_head.gcs, "--config", "configs/local.yaml"]
+    build += ["--input", str(CORPUS), "--output", str(output)]
+    command = in_a_namespace_of_its_own(drivers, output, build)
+    done = subprocess.run(
+        command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=400
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    refusal = f"{output} is not the driver's folder on the machine of this Ray worker"
+    assert refusal in done.stderr, done.stderr[-3000:]
+    assert list(output.rglob("*")) == []  # nothing written where the node looks
+    report = json.loads((drivers / "_reindex" / "report.json").read_text())
+    assert report["status"] == "failed" and refusal in report["error"]
+    assert "NotTheDriversFolder" in report["error"]
