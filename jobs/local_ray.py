@@ -7,7 +7,7 @@ import logging
 import os
 
 import ray
-from ray.exceptions import GetTimeoutError
+from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from jobs.config import JobConfig
@@ -123,8 +123,8 @@ def _live_nodes() -> list[dict[str, float]]:
 def check_nodes(landmarks: tuple[Landmark, ...]) -> None:
     """Check the driver's local folders on every live node of the cluster at once, so that a
     cluster whose machines do not share them stops before any work (`FoldersNotShared`). Nodes
-    that join later are checked by their first chunk task or reduce; a node that does not answer
-    within `LANDMARKS_TIMEOUT_S` too, with a warning."""
+    that join later are checked by their first chunk task or reduce; so are those whose check did
+    not answer (within `LANDMARKS_TIMEOUT_S`, or a node gone meanwhile), with a warning."""
     if not landmarks:
         return
     checks = [
@@ -138,8 +138,8 @@ def check_nodes(landmarks: tuple[Landmark, ...]) -> None:
         ray.get(checks, timeout=LANDMARKS_TIMEOUT_S)
     except NotTheDriversFolder as error:  # Ray's error of the task, made a subclass of the task's
         raise FoldersNotShared(str(error.cause)) from None
-    except GetTimeoutError:
+    except RayError as error:  # not within the time, or a node gone meanwhile
         log.warning(
-            "not every node checked the local folders within %.0f s: their first tasks will",
-            LANDMARKS_TIMEOUT_S,
+            "not every node checked the local folders (%s); their first tasks will",
+            type(error).__name__,
         )
