@@ -42,7 +42,8 @@ def landmarks(source: Storage, output: Storage) -> tuple[Landmark, ...]:
     if output.is_local:
         record = output.read_bytes(LOCK_PATH)
         marks.append(Landmark(output.full_path(""), LOCK_PATH, _digest(record)))
-    if source.is_local and source.real_root != (output.real_root if output.is_local else None):
+    in_place = output.is_local and source.is_local and source.real_root == output.real_root
+    if source.is_local and not in_place:
         marks.append(Landmark(source.full_path("")))
     return tuple(marks)
 
