@@ -130,6 +130,9 @@ class ResourcesConfig:
     """Resources per stage, declared as data; `jobs.resources` maps them onto Ray arguments."""
 
     num_cpus: int | None = _min(1, None)  # CPUs of a Ray instance started locally; None: all cores
+    # Tries again of a task whose worker process died, and restarts of an embedding actor whose
+    # process died (its batches then run again); a crash loop ends with exit 1, not a hang.
+    retries: int = _min(0, 3)
     chunk: TaskResources = field(default_factory=TaskResources)
     embed: EmbedResources = field(default_factory=EmbedResources)
     index: IndexResources = field(default_factory=IndexResources)

@@ -283,14 +283,14 @@ def topic_summaries(
             "landmarks": marks,
             "collector": collector,
         },
-        **task_stage_args(resources.chunk),
+        **task_stage_args(resources.chunk, resources.retries),
     )
     if pool:
         dataset = dataset.map_batches(
             EmbedActor,
             batch_format="pyarrow",
             fn_constructor_kwargs={"settings": embed_settings(config, pool, encoder, collector)},
-            **actor_stage_args(pool, work.call_rows),
+            **actor_stage_args(pool, work.call_rows, resources.retries),
         )
     if pool and config.cache:
         dataset = dataset.map_batches(
@@ -301,11 +301,10 @@ def topic_summaries(
                 "storage_options": dict(config.storage_options),
                 "collector": collector,
             },
-            **store_stage_args(cpus),
+            **store_stage_args(cpus, resources.retries),
         )
-    yield from reduce_topics(
-        dataset, work.expected, context, reduce_task_options(resources.index), collector, check
-    )
+    reduce_options = reduce_task_options(resources.index, resources.retries)
+    yield from reduce_topics(dataset, work.expected, context, reduce_options, collector, check)
 
 
 def chunk_settings(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -11,16 +12,6 @@ from ray.data import ActorPoolStrategy, TaskPoolStrategy
 from embedding.batching import REPRODUCIBLE_MKL
 from jobs.config import EmbedResources, IndexResources, ResourcesConfig, TaskResources
 
-# Ray Data fuses a task stage into the next actor stage when their remote arguments match, which
-# would run chunking serially inside the embedding actors. Options given per task through
-# `ray_remote_args_fn` are never fused, so the CPU stage keeps its own tasks, in parallel with
-# embedding; the option itself retries a task whose worker died.
-TASK_RETRIES = 3
-# An embedding actor whose process dies (OOM kill, lost node, preempted GPU) is restarted, and the
-# batches it was working on are run again on the pool: the output is unchanged. Ray Data's own
-# defaults are unbounded; a bound turns a crash loop into a failed job (exit 1) instead of a hang.
-ACTOR_RESTARTS = 3
-ACTOR_TASK_RETRIES = 3
 # Batches an embedding actor runs at once, in threads: the model takes one at a time, and the
 # other batch's decoding, cache lookups (object-store round trips) and tokens overlap it, so an
 # accelerator does not wait for them.
@@ -141,16 +132,17 @@ def _threads(num_cpus: float) -> int:
     return max(1, round(num_cpus))
 
 
-def _task_options() -> dict[str, Any]:
-    return {"max_retries": TASK_RETRIES}
+def _task_options(retries: int) -> dict[str, Any]:
+    return {"max_retries": retries}
 
 
-def task_stage_args(resources: TaskResources) -> dict[str, Any]:
-    """`map_batches` arguments of the CPU stage run as tasks (one batch per input block)."""
-    return _task_args(resources.num_cpus, resources.concurrency)
+def task_stage_args(resources: TaskResources, retries: int) -> dict[str, Any]:
+    """`map_batches` arguments of the CPU stage run as tasks (one batch per input block), each
+    tried again `retries` times if its worker dies."""
+    return _task_args(resources.num_cpus, resources.concurrency, retries)
 
 
-def store_stage_args(cpus: float) -> dict[str, Any]:
+def store_stage_args(cpus: float, retries: int) -> dict[str, Any]:
     """`map_batches` arguments of the cache-writing stage: tasks that declare no CPU, one batch per
     embedded block, at most one per CPU of the cluster (`cpus`) at once.
 
@@ -161,16 +153,21 @@ def store_stage_args(cpus: float) -> dict[str, Any]:
     the OS shares the cores while one runs. The bound keeps Ray from starting a worker process for
     every batch waiting to be stored: a task that needs no CPU runs at once, in a new process if
     no idle one is left."""
-    return _task_args(0, max(1, int(cpus)))
+    return _task_args(0, max(1, int(cpus)), retries)
 
 
-def _task_args(num_cpus: float, concurrency: int | None) -> dict[str, Any]:
+def _task_args(num_cpus: float, concurrency: int | None, retries: int) -> dict[str, Any]:
     """`map_batches` arguments of a stage run as retried tasks, one batch per input block, with
-    `num_cpus` each and at most `concurrency` at once (None: as many as Ray Data allows)."""
+    `num_cpus` each and at most `concurrency` at once (None: as many as Ray Data allows).
+
+    Ray Data fuses a task stage into the next actor stage when their remote arguments match, which
+    would run chunking serially inside the embedding actors. Options given per task through
+    `ray_remote_args_fn` are never fused, so the CPU stage keeps its own tasks, in parallel with
+    embedding; the option itself is the tries again of a task whose worker died."""
     args: dict[str, Any] = {
         "num_cpus": num_cpus,
         "batch_size": None,
-        "ray_remote_args_fn": _task_options,
+        "ray_remote_args_fn": functools.partial(_task_options, retries),
     }
     if concurrency is not None:
         args["compute"] = TaskPoolStrategy(size=concurrency)
@@ -196,8 +193,12 @@ def call_rows(resources: EmbedResources, source_bytes: float) -> int | None:
     return max(1, math.ceil(GPU_CALL_BYTES / max(1.0, source_bytes)))
 
 
-def actor_stage_args(pool: EmbedPool, batch_size: int | None) -> dict[str, Any]:
-    """`map_batches` arguments of the embedding actor pool (fixed, or autoscaling to max_actors)."""
+def actor_stage_args(pool: EmbedPool, batch_size: int | None, retries: int) -> dict[str, Any]:
+    """`map_batches` arguments of the embedding actor pool (fixed, or autoscaling to max_actors).
+
+    An actor whose process dies (OOM kill, lost node, preempted GPU) is restarted up to `retries`
+    times, and the batches it was working on run again on the pool: the output is unchanged. Ray
+    Data's own defaults are unbounded; a bound turns a crash loop into a failed job (exit 1)."""
     if pool.max_actors is None or pool.max_actors == pool.actors:
         sizes = {"size": pool.actors}
     else:
@@ -212,8 +213,8 @@ def actor_stage_args(pool: EmbedPool, batch_size: int | None) -> dict[str, Any]:
         "num_cpus": pool.num_cpus,
         "num_gpus": pool.num_gpus,
         "batch_size": batch_size,
-        "max_restarts": ACTOR_RESTARTS,
-        "max_task_retries": ACTOR_TASK_RETRIES,
+        "max_restarts": retries,
+        "max_task_retries": retries,
     }
 
 
@@ -222,6 +223,6 @@ def actor_env(pool: EmbedPool) -> dict[str, str]:
     return ACTOR_ENV | CPU_ACTOR_ENV if pool.num_gpus == 0 else dict(ACTOR_ENV)
 
 
-def reduce_task_options(resources: IndexResources) -> dict[str, Any]:
+def reduce_task_options(resources: IndexResources, retries: int) -> dict[str, Any]:
     """Ray options of the per-topic reduce tasks (retried like the CPU stage's)."""
-    return {"num_cpus": resources.num_cpus, "max_retries": TASK_RETRIES}
+    return {"num_cpus": resources.num_cpus, "max_retries": retries}

@@ -100,7 +100,8 @@ def with_clean_vectors(clean: Path, fs: fsspec.AbstractFileSystem, output: str) 
 
 def faulty_build(docs: Path, output: Path, fault: str, match: str = "") -> tuple[int, str]:
     """A build in a child process with its own local Ray, every process of it under the write
-    fault of `tests/faults/sitecustomize.py`; its exit code and stderr."""
+    fault of `tests/faults/sitecustomize.py`; its exit code and stderr. A task whose worker dies
+    is tried once more (a crash fault kills each try: 2 of them, not the default's 4)."""
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     path = [str(FAULTS), *filter(None, [env.get("PYTHONPATH")])]
     env.update(
@@ -111,7 +112,7 @@ def faulty_build(docs: Path, output: Path, fault: str, match: str = "") -> tuple
     )
     command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
     child = subprocess.run(
-        [*command, "--input", str(docs), "--output", str(output)],
+        [*command, "--input", str(docs), "--output", str(output), "--set", "resources.retries=1"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     return child.returncode, child.stderr

@@ -48,9 +48,9 @@ def test_chunk_tasks_use_every_cpu_the_embedding_actors_do_not_take():
     assert pool.num_cpus == 0
     out = (
         ray.data.from_arrow([pa.table({"row": [i]}) for i in range(BATCHES)])
-        .map_batches(timed_chunking, batch_format="pyarrow", **task_stage_args(TaskResources()))
-        .map_batches(PassingActor, batch_format="pyarrow", **actor_stage_args(pool, None))
-        .map_batches(passing, batch_format="pyarrow", **store_stage_args(2))
+        .map_batches(timed_chunking, batch_format="pyarrow", **task_stage_args(TaskResources(), 3))
+        .map_batches(PassingActor, batch_format="pyarrow", **actor_stage_args(pool, None, 3))
+        .map_batches(passing, batch_format="pyarrow", **store_stage_args(2, 3))
         .to_arrow_refs()
     )
     table = pa.concat_tables(ray.get(out))
@@ -66,8 +66,8 @@ def _call_sizes(batches: list[pa.Table], embed: EmbedResources, call_rows: int) 
     pool = embed_pool(embed, 2, batches=len(batches))
     out = (
         ray.data.from_blocks(batches)
-        .map_batches(passing, batch_format="pyarrow", **task_stage_args(TaskResources()))
-        .map_batches(CallSizes, batch_format="pyarrow", **actor_stage_args(pool, call_rows))
+        .map_batches(passing, batch_format="pyarrow", **task_stage_args(TaskResources(), 3))
+        .map_batches(CallSizes, batch_format="pyarrow", **actor_stage_args(pool, call_rows, 3))
         .to_arrow_refs()
     )
     return pa.concat_tables(ray.get(out)).column("rows").to_pylist()
@@ -98,10 +98,10 @@ def test_a_cpu_embedding_actor_gets_its_environment_without_a_runtime_env():
     2 cores); the settings they need travel as `actor_env`: MKL's reproducible mode for every
     actor (a GPU pool's can run its model on the CPU), OpenMP's passive waits for CPU pools."""
     pool = embed_pool(EmbedResources(), 2, batches=1)
-    assert "runtime_env" not in actor_stage_args(pool, None)
+    assert "runtime_env" not in actor_stage_args(pool, None, 3)
     assert actor_env(pool) == {"MKL_CBWR": "AUTO,STRICT", "OMP_WAIT_POLICY": "PASSIVE"}
     gpu_pool = embed_pool(EmbedResources(num_gpus=1), 2, batches=1)
-    assert "runtime_env" not in actor_stage_args(gpu_pool, None)
+    assert "runtime_env" not in actor_stage_args(gpu_pool, None, 3)
     assert actor_env(gpu_pool) == {"MKL_CBWR": "AUTO,STRICT"}
 
 
