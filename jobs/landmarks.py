@@ -40,8 +40,8 @@ def landmarks(source: Storage, output: Storage) -> tuple[Landmark, ...]:
     names this build (`jobs.lock`), and the input folder, unless it is the output."""
     marks = []
     if output.is_local:
-        record = output.read_bytes(LOCK_PATH)
-        marks.append(Landmark(output.full_path(""), LOCK_PATH, _digest(record)))
+        folder = output.full_path("")
+        marks.append(Landmark(folder, LOCK_PATH, _file_digest(folder, LOCK_PATH)))
     in_place = output.is_local and source.is_local and source.real_root == output.real_root
     if source.is_local and not in_place:
         marks.append(Landmark(source.full_path("")))
@@ -57,8 +57,7 @@ def check_landmarks(marks: tuple[Landmark, ...]) -> None:
             found = os.path.isdir(mark.folder)
         else:
             try:
-                with open(os.path.join(mark.folder, mark.relpath), "rb") as file:
-                    found = _digest(file.read()) == mark.digest
+                found = _file_digest(mark.folder, mark.relpath) == mark.digest
             except OSError:
                 found = False
         if not found:
@@ -76,5 +75,7 @@ def _message(mark: Landmark) -> str:
     )
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def _file_digest(folder: str, relpath: str) -> str:
+    """The SHA-256 of a file's bytes, read as the driver and the workers read it."""
+    with open(os.path.join(folder, relpath), "rb") as file:
+        return hashlib.sha256(file.read()).hexdigest()
