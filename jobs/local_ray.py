@@ -62,7 +62,7 @@ class FoldersNotShared(ValueError):
 def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
     """Join this process's Ray (a test's) or the cluster RAY_ADDRESS names (`ray job submit` sets
     it), whose live nodes must see the driver's local folders (`landmarks`; else
-    `NotTheDriversFolder`); otherwise start a private local instance, never one that `ray start`
+    `FoldersNotShared`); otherwise start a private local instance, never one that `ray start`
     left running here, which keeps idle worker processes `IDLE_WORKER_KEEP_MS` and has up to
     `READY_WORKERS` of them ready, our modules imported, before the build's first task."""
     if ray.is_initialized():
