@@ -3,6 +3,7 @@ what a refused build does is in `test_jobs_pipeline` (local) and here (S3)."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -62,6 +63,19 @@ def test_a_local_lock_names_its_holder_while_it_holds_it_and_no_one_after(tmp_pa
             with output_lock(Storage(str(tmp_path / "out"))):
                 pass
         assert json.loads(path.read_bytes()) == record  # the refused build left it as it was
+    assert path.read_bytes() == b""
+
+
+def test_a_local_lock_held_by_a_process_that_names_no_one_is_another_builds(tmp_path):
+    """A lock file held with an empty body (a build of an older version, or one between its lock
+    and its record) is refused as "another build", not as a record that cannot be read."""
+    path = tmp_path / "out" / LOCK_PATH
+    path.parent.mkdir(parents=True)
+    with open(path, "wb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(OutputBusy, match=re.escape(f"(another build, holds {path})")):
+            with output_lock(Storage(str(tmp_path / "out"))):
+                pass
     assert path.read_bytes() == b""
 
 
