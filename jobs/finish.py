@@ -93,20 +93,19 @@ def finish(
         topics[topic.topic] = entry
         sources.update({p: previous.sources[p] for p in topic.sources})
 
+    # Every link to what goes is gone first (relinks above, directory indexes here), so a finish
+    # stopped on the way leaves no index.json linking a removed one.
+    failures += write_directory_indexes(output, plan.directories)
     for topic in plan.deleted_topics:
-        remove_topic(output, topic, previous.topics[topic].files)
+        files = previous.topics[topic].files
+        if topic in plan.directories:  # a folder of topics still: its index.json is the folder's
+            files = tuple(f for f in files if f != in_topic(topic, INDEX))
+        remove_topic(output, topic, files)
     current = set(topics) | set(plan.directories)
     gone = [d for d in previous.directories if d not in current]
     output.delete([in_topic(d, INDEX) for d in gone if _written_here(output, d)])
     if config.output != config.input:  # in place, a folder left empty is the person's to remove
         remove_empty_folders(output, [*plan.deleted_topics, *gone])
-    for directory, children in plan.directories.items():
-        path, data = in_topic(directory, INDEX), directory_index(directory, children)
-        index, problem = existing_index_of(output, directory)
-        if problem:
-            failures.append(index_left(path, problem, "the folder has no directory index"))
-        elif index != data:
-            output.write_bytes(path, data)
 
     entries = [
         (h, topic, stem, i)
@@ -130,6 +129,23 @@ def finish(
         simhash_files=tuple(sorted(tables)),
     )
     return manifest, failures
+
+
+def write_directory_indexes(
+    output: Storage, directories: dict[str, list[str]]
+) -> list[dict[str, str]]:
+    """Write each folder's directory index linking its child topics (`directories`: folder ->
+    children) where it changed; return the report failures of folders whose index.json is not
+    one this job wrote (left as it is)."""
+    failures = []
+    for directory, children in directories.items():
+        path, data = in_topic(directory, INDEX), directory_index(directory, children)
+        index, problem = existing_index_of(output, directory)
+        if problem:
+            failures.append(index_left(path, problem, "the folder has no directory index"))
+        elif index != data:
+            output.write_bytes(path, data)
+    return failures
 
 
 def _shared_folders(plan: Plan, tables: dict[str, bytes]) -> set[str]:

@@ -80,6 +80,17 @@ def promises(files: dict[str, bytes]) -> dict[str, bytes]:
     return found
 
 
+def dangling_links(files: dict[str, bytes]) -> set[str]:
+    """The topic links of the index.json files among `files` (their own, their parent's, their
+    child topics') that name no index.json there."""
+    hrefs = set()
+    for path in [p for p in files if posixpath.basename(p) == "index.json"]:
+        document = json.loads(files[path])
+        hrefs |= {link["href"] for link in document["_links"].values()}
+        hrefs |= {t["_links"]["self"]["href"] for t in document["_embedded"].get("topics", [])}
+    return {href for href in hrefs if unquote(href).lstrip("/") not in files}
+
+
 def orphans(files: dict[str, bytes]) -> set[str]:
     """The chunk files no index.json names."""
     named = promises(files)
@@ -197,9 +208,10 @@ def test_a_build_killed_as_it_removes_a_topic_leaves_no_index_naming_a_deleted_c
     versions, previous_output, tmp_path
 ):
     """A topic whose sources are all gone loses its index.json before its chunk files (they were
-    deleted in name order, `_chunks/` first): a build killed (SIGKILL) between two of the chunk
-    files leaves every index.json naming files that exist, and a re-run gives a clean build (whose
-    cache holds t0's vectors: it loads no model)."""
+    deleted in name order, `_chunks/` first), and only once the directory index above it no longer
+    links it (the finish rewrote directory indexes after its removals): a build killed (SIGKILL)
+    between two of the chunk files leaves every index.json naming files and topics that exist, and
+    a re-run gives a clean build (whose cache holds t0's vectors: it loads no model)."""
     v1, _, _ = versions
     docs, clean = tmp_path / "docs", tmp_path / "clean"
     shutil.copytree(v1, docs)  # modification times kept: t0 is unchanged
@@ -211,6 +223,7 @@ def test_a_build_killed_as_it_removes_a_topic_leaves_no_index_naming_a_deleted_c
     assert code == -9, stderr[-3000:]  # killed as it removed b.md's chunk, after a.md's
     after = stored(LOCAL, str(output))
     assert promises(after) == promises({p: after[p] for p in after if not p.startswith("t1/")})
+    assert dangling_links(after) == set()  # the root's index.json no longer links t1
     assert orphans(after)  # b.md's chunk file
 
     assert build("--input", str(docs), "--output", str(output)) == 0

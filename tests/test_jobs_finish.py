@@ -10,7 +10,7 @@ from indexing import directory_index
 from jobs.config import load_config
 from jobs.finish import finish
 from jobs.manifest import Manifest, TopicEntry
-from jobs.plan import Plan
+from jobs.plan import KEEP, Plan, TopicPlan
 from jobs.storage import Storage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,3 +121,41 @@ def test_simhash_tables_no_longer_built_leave_no_empty_folders(tmp_path):
 
     assert (out / "_index" / "simhash").is_dir()
     assert not (out / "_index" / "simhash" / "k6").exists()
+
+
+def test_a_deleted_topic_whose_sub_topic_stays_becomes_its_folders_directory_index(tmp_path):
+    """A topic that lost its sources but still holds a topic below it loses its chunk files, and
+    its index.json becomes the folder's directory index (written before any removal, so no
+    directory index links a removed topic while the finish runs)."""
+    out = tmp_path / "out"
+    for topic in ("guides", "guides/http"):
+        (out / topic / "_chunks").mkdir(parents=True)
+        (out / topic / "index.json").write_bytes(directory_index(topic, []))
+        (out / topic / CHUNK).write_bytes(b"text")
+    (out / "index.json").write_bytes(directory_index("", ["guides"]))
+    previous = Manifest(
+        topics={
+            topic: TopicEntry("inputs", (), (f"{topic}/index.json", f"{topic}/{CHUNK}"))
+            for topic in ("guides", "guides/http")
+        },
+        directories=("",),
+    )
+    kept = TopicPlan("guides/http", (), None, None, (), "inputs", KEEP)
+    plan = Plan(
+        topics=(kept,),
+        directories={"": ["guides"], "guides": ["guides/http"]},
+        fingerprints={},
+        changed=frozenset(),
+        deleted=(),
+        deleted_topics=("guides",),
+    )
+    config = load_config(str(ROOT / "configs" / "local.yaml"), overrides={"input": str(out)})
+
+    manifest, failures = finish(config, "key", Storage(str(out)), plan, previous, {})
+
+    assert failures == [] and manifest.directories == ("", "guides")
+    assert (out / "guides" / "index.json").read_bytes() == directory_index(
+        "guides", ["guides/http"]
+    )
+    assert not (out / "guides" / "_chunks").exists()
+    assert (out / "guides" / "http" / CHUNK).read_bytes() == b"text"
