@@ -48,7 +48,9 @@ def finish(
     built: dict[str, dict[str, Any]],
 ) -> tuple[Manifest, list[dict[str, str]]]:
     """Driver-side side effects after every topic is written; returns the manifest to store and
-    the report failures of index.json files left as they were (`existing_index_of`)."""
+    the report failures of index.json files left as they were (`existing_index_of`). `previous`
+    is the manifest in the output: the last run's, or this run's interim one
+    (`jobs.plan.interim_manifest`), which differ only in what this run rebuilds."""
     topics: dict[str, TopicEntry] = {}
     sources: dict[str, SourceEntry] = {}
     failures: list[dict[str, str]] = []
@@ -97,10 +99,8 @@ def finish(
     # stopped on the way leaves no index.json linking a removed one.
     failures += write_directory_indexes(output, plan.directories)
     for topic in plan.deleted_topics:
-        files = previous.topics[topic].files
-        if topic in plan.directories:  # a folder of topics still: its index.json is the folder's
-            files = tuple(f for f in files if f != in_topic(topic, INDEX))
-        remove_topic(output, topic, files)
+        # a folder of topics still: its index.json is now the folder's directory index
+        remove_topic(output, topic, keep_index=topic in plan.directories)
     current = set(topics) | set(plan.directories)
     gone = [d for d in previous.directories if d not in current]
     output.delete([in_topic(d, INDEX) for d in gone if _written_here(output, d)])
@@ -113,6 +113,9 @@ def finish(
         for h, stem, i in entry.prompt_entries
     ]
     tables = build_simhash_tables(sorted(entries), k=index_settings(config).simhash_k)
+    if new := set(tables) - set(previous.simhash_files):  # named before they are written
+        named = tuple(sorted({*previous.simhash_files, *new}))
+        output.write_bytes(MANIFEST_PATH, replace(previous, simhash_files=named).to_json())
     for path, data in sorted(tables.items()):
         output.write_if_changed(path, data)
     stale = sorted(set(previous.simhash_files) - set(tables))
@@ -187,13 +190,16 @@ def _folders_below(root: str, paths: list[str]) -> list[str]:
     return sorted(found)
 
 
-def remove_topic(output: Storage, topic: str, files: tuple[str, ...]) -> None:
-    """Delete the outputs of a topic that lost all its sources (seed 001 lifecycle), and its chunk
-    folder once empty; keep any hand-written part of its topic-spec.md (a symbolic link there is
-    left as it is), and an index.json that is not the one this job wrote (`_written_here`)."""
+def remove_topic(output: Storage, topic: str, *, keep_index: bool) -> None:
+    """Delete the outputs of a topic that lost all its sources (seed 001 lifecycle): its
+    index.json (unless `keep_index`, or it is not the one this job wrote: `_written_here`), every
+    chunk file in its `_chunks/` (those of a run that stopped before its manifest too) and the
+    folder once empty, its table shards, and the generated part of its topic-spec.md (a
+    hand-written part stays; so does a symbolic link there)."""
     index = in_topic(topic, INDEX)
-    doomed = orphaned_topic_files(topic, files)
-    if index in doomed and not _written_here(output, topic):
+    listed = [index, *output.list_files(in_topic(topic, CHUNKS_DIR))]
+    doomed = orphaned_topic_files(topic, listed)
+    if keep_index or not _written_here(output, topic):
         doomed.remove(index)
     # index.json first: a build killed on the way leaves no index.json naming a deleted chunk file
     output.delete(sorted(doomed, key=lambda path: path != index))

@@ -28,7 +28,7 @@ from jobs.landmarks import Landmark, landmarks
 from jobs.local_ray import start_ray
 from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
-from jobs.plan import KEEP, REBUILD, RELINK, Plan
+from jobs.plan import KEEP, REBUILD, RELINK, Plan, interim_manifest
 from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
 from jobs.reduce import reduce_topics
@@ -111,6 +111,7 @@ def _run_locked(
         )
 
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
+    stored = found.previous  # the manifest in the output while this run goes on
     if rebuilt:
         check_embedding_model(config)
         mark = time.perf_counter()
@@ -118,6 +119,9 @@ def _run_locked(
         start_ray(config, marks)
         wall["ray_start"] = time.perf_counter() - mark
         mark = time.perf_counter()
+        stored = interim_manifest(found.previous, plan)
+        check()
+        output.write_bytes(MANIFEST_PATH, stored.to_json())  # what a run stopped from here leaves
         built = build_topics(
             config, plan, found.previous, found.sizes, source, output, check, marks
         )
@@ -125,7 +129,7 @@ def _run_locked(
 
     mark = time.perf_counter()
     check()
-    manifest, left = finish(config, found.config_key, output, plan, found.previous, built.summaries)
+    manifest, left = finish(config, found.config_key, output, plan, stored, built.summaries)
     wall["finish"] = time.perf_counter() - mark
     wall["total"] = time.perf_counter() - started
     actions = [t.action for t in plan.topics]

@@ -17,13 +17,14 @@ import hashlib
 import json
 import posixpath
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from indexing import group_sources, nearest_keywords_path
 from indexing.sources import KEYWORDS_FILE, NOT_SOURCES, QA_PAIRS, index_tree, is_source
-from jobs.manifest import Manifest
+from jobs.manifest import Manifest, TopicEntry
 from jobs.storage import FileInfo, SkippedLink
 
+NOT_BUILT = ""  # the fingerprint and inputs of an entry a run stopped before finishing
 REBUILD = "rebuild"
 RELINK = "relink"
 KEEP = "keep"
@@ -186,6 +187,27 @@ def make_plan(
         skipped=skipped_links([f for f in listing if isinstance(f, SkippedLink)], globs)
         + invalid_names(misnamed, globs),
     )
+
+
+def interim_manifest(previous: Manifest, plan: Plan) -> Manifest:
+    """The manifest to store while `plan` runs, before its first write into the output: the
+    previous one, with each topic the run rebuilds (new ones too), relinks or removes marked
+    failed, each source it reads or deletes given a fingerprint no file has (`NOT_BUILT`), and
+    its directories added. A run that stops before its own manifest (a crash, a kill, a failure)
+    leaves this one, so the next run rebuilds those topics and reads those sources again
+    whatever the input holds by then (an input put back as it was included), and removes those
+    of them and the directory indexes that are no longer in it."""
+    touched = plan.changed | set(plan.deleted)
+    sources = {
+        path: replace(entry, fingerprint=NOT_BUILT) if path in touched else entry
+        for path, entry in previous.sources.items()
+    }
+    changing = [t.topic for t in plan.topics if t.action != KEEP] + list(plan.deleted_topics)
+    topics = dict(previous.topics)
+    for topic in changing:
+        topics[topic] = replace(topics.get(topic) or TopicEntry(NOT_BUILT, (), ()), failed=True)
+    directories = tuple(sorted({*previous.directories, *plan.directories}))
+    return replace(previous, sources=sources, topics=topics, directories=directories)
 
 
 def links_moved(

@@ -231,6 +231,53 @@ def test_a_build_killed_as_it_removes_a_topic_leaves_no_index_naming_a_deleted_c
     assert stored(LOCAL, str(output)) == stored(LOCAL, str(clean))
 
 
+def test_topics_a_failed_run_switched_are_rebuilt_even_for_an_input_put_back_as_it_was(
+    versions, built_v1, previous_output
+):
+    """A run killed after t0's switch and t1's (t1's table shard killed both its tries) leaves
+    them in version 2, and the manifest still says version 1. An input put back as it was, with
+    its files' modification times (a restore, a sync that keeps them; on S3 the same bytes give
+    the same ETags), used to look unchanged to the next run, which kept the failed run's text.
+    Before it writes anything a run now stores a manifest naming what it rebuilds as not built,
+    so the next run rebuilds it: the bytes of a clean build of version 1."""
+    v1, v2, clean = versions
+    output = previous_output
+    with_clean_vectors(clean, LOCAL, str(output))
+
+    code, stderr = faulty_build(v2, output, "crash", "/_index/chunks/t1")
+    assert code == 1, stderr[-3000:]
+    assert b"This is v2." in (output / "t1" / "topic-spec.md").read_bytes() or any(
+        b"This is v2." in path.read_bytes() for path in (output / "t1" / "_chunks").iterdir()
+    )
+
+    assert build("--input", str(v1), "--output", str(output)) == 0
+    assert stored(LOCAL, str(output)) == stored(LOCAL, str(built_v1))
+
+
+def test_a_topic_a_killed_run_added_goes_once_its_folder_leaves_the_input(
+    versions, built_v1, previous_output, tmp_path
+):
+    """A driver killed in its finish (as it writes the root's directory index) after a new topic
+    t2 was written, before its manifest: t2 is in the output, and no manifest named it, so a next
+    run whose input no longer has it used to leave its files there for good. The killed run's
+    manifest named t2 before anything was written, so the next run removes it: the bytes of a
+    clean build of the input."""
+    v1, _, _ = versions
+    docs = tmp_path / "docs"
+    shutil.copytree(v1, docs)  # modification times kept: t0 and t1 are unchanged
+    (docs / "t2").mkdir()
+    (docs / "t2" / "a.md").write_text("# A t2\n\n" + SENTENCE.format("a", "t2") * 4)
+    output = previous_output
+
+    code, stderr = faulty_build(docs, output, "crash", f"{os.sep}out{os.sep}index.json")
+    assert code == -9, stderr[-3000:]
+    assert (output / "t2" / "index.json").is_file()
+
+    shutil.rmtree(docs / "t2")
+    assert build("--input", str(docs), "--output", str(output)) == 0
+    assert stored(LOCAL, str(output)) == stored(LOCAL, str(built_v1))
+
+
 @pytest.fixture(scope="module")
 def built_v1_on_s3(versions, built_v1, s3_server, tmp_path_factory) -> str:
     """Version 1 built once on S3 for the module's S3 tests (each updates its own copy), its

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -155,3 +157,41 @@ def test_a_stage_no_node_of_a_joined_cluster_can_hold_is_a_warning(ray_session):
         "cluster has that: the build waits until the autoscaler adds one"
     )
     assert warning in done.stderr, done.stderr[-3000:]
+
+
+def test_a_nodes_check_that_hangs_is_a_warning(ray_session, tmp_path, monkeypatch):
+    """A node whose check of the driver's local folders hangs (a stalled network filesystem; here
+    the lock file is a FIFO no one writes to) does not hold the build: once `LANDMARKS_TIMEOUT_S`
+    has passed, a warning says that the node's first tasks will check, and the build goes on."""
+    from jobs import local_ray
+    from jobs.landmarks import Landmark
+
+    fifo = tmp_path / "build.lock"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(local_ray, "LANDMARKS_TIMEOUT_S", 1.0)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    local_ray.log.addHandler(handler)
+    try:
+        local_ray.check_nodes((Landmark(str(tmp_path), fifo.name, "0" * 64),))
+    finally:
+        local_ray.log.removeHandler(handler)
+        _end_the_wait(fifo)
+    assert [r.getMessage() for r in records] == [
+        "not every node checked the local folders (GetTimeoutError); their first tasks will"
+    ]
+
+
+def _end_the_wait(fifo: Path) -> None:
+    """Open the FIFO for writing once its reader is there, and close it: the reading task sees
+    the end of the file and finishes (it fails: not the landmark's digest)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            return
+        except OSError:  # ENXIO: no reader yet (the task's worker process still starting)
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

@@ -749,8 +749,9 @@ def test_a_build_whose_s3_lock_is_taken_over_stops_before_its_first_switch_with_
     local_output, s3_server, tmp_path, monkeypatch, capsys
 ):
     """A build on S3 whose lock object another build takes over (here: overwritten as soon as it
-    appears) stops at its next check, before any topic's reduce: exit 75, no index.json, no
-    manifest or report, and the other build's lock left as it is. Once that one is gone, a re-run
+    appears) stops at its next check, before any topic's reduce: exit 75, no index.json or
+    report, no manifest but the interim one (every topic still to build), and the other build's
+    lock left as it is. Once that one is gone, a re-run
     builds everything. (Both builds read the module build's vectors from a copy of its cache:
     they load no model.)"""
     monkeypatch.setattr(lock, "RENEW_S", 0.05)
@@ -783,7 +784,10 @@ def test_a_build_whose_s3_lock_is_taken_over_stops_before_its_first_switch_with_
     assert f"this build lost its lock on the output {out}" in err
     assert "another build has taken it over" in err
     written = fs.find(out)
-    assert not [p for p in written if p.endswith(("/index.json", "manifest.json", "report.json"))]
+    assert not [p for p in written if p.endswith(("/index.json", "report.json"))]
+    if fs.exists(f"{out}/_reindex/manifest.json"):  # the interim one, stored before the takeover
+        manifest = json.loads(fs.cat_file(f"{out}/_reindex/manifest.json"))
+        assert all(entry["failed"] for entry in manifest["topics"].values())
     assert fs.cat_file(path) == other
 
     fs.rm_file(path)
@@ -811,10 +815,14 @@ def test_quickstart_build_command_works_on_the_examples(tmp_path, capsys, monkey
 
 
 def test_abort_policy_stops_at_the_first_failed_source(tmp_path):
+    """The job stops, and its manifest (the interim one, stored before the pipeline) has every
+    topic to build again and no source as read."""
     output = tmp_path / "out"
     code = build("--input", str(CORPUS), "--output", str(output), "--set", "failure_policy=abort")
     assert code == 1
-    assert not (output / "_reindex" / "manifest.json").exists()
+    manifest = json.loads((output / "_reindex" / "manifest.json").read_bytes())
+    assert manifest["sources"] == {} and manifest["topics"]
+    assert all(entry["failed"] for entry in manifest["topics"].values())
 
 
 def test_abort_policy_stops_at_a_failure_known_from_the_previous_run(local_output, tmp_path):

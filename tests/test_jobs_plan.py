@@ -12,6 +12,7 @@ from jobs.plan import (
     REBUILD,
     RELINK,
     SYMLINK_SKIPPED,
+    interim_manifest,
     keep_directory,
     make_plan,
 )
@@ -245,3 +246,27 @@ def test_links_not_followed_are_left_out_and_reported_when_they_would_have_been_
         ("b/docs", SYMLINK_SKIPPED),
     ]
     assert plan.skipped[0]["message"] == "symbolic link"
+
+
+def test_a_run_stopped_before_its_manifest_is_redone_whatever_the_input_then_holds():
+    """The interim manifest (stored before a run writes anything) makes the next run rebuild each
+    topic the stopped run rebuilt, relinked or removed and read each source it read or deleted,
+    even with the input put back as it was, and delete each topic and directory it added, once
+    gone from the input; a topic the run kept stays kept."""
+    before = remember(FILES)
+    edited = [FileInfo("a/one.md", 9, "v9"), *FILES[1:3], FileInfo("d/new.md", 6, "v6")]
+    run = make_plan(edited, before, "s1", GLOBS)
+    assert actions(run) == {"a": REBUILD, "d": REBUILD} and run.deleted_topics == ("b/c",)
+
+    stopped = interim_manifest(before, run)
+
+    assert make_plan(FILES, stopped, "s1", GLOBS).deleted_topics == ("d",)
+    again = make_plan(FILES, stopped, "s1", GLOBS)  # the input put back as it was
+    assert actions(again) == {"a": REBUILD, "b/c": REBUILD}
+    assert again.changed == {"a/one.md", "b/c/three.md"}  # a/two.md: carried, not read
+    assert set(stopped.directories) == {"", "b"}  # `d` is a topic: no directory index of its own
+    relinked = make_plan(FILES + [FileInfo("b/c/e/x.md", 7, "v7")], before, "s1", GLOBS)
+    assert actions(relinked) == {"a": KEEP, "b/c": RELINK, "b/c/e": REBUILD}
+    assert interim_manifest(before, relinked).sources == before.sources
+    back = make_plan(FILES, interim_manifest(before, relinked), "s1", GLOBS)
+    assert actions(back) == {"a": KEEP, "b/c": REBUILD} and back.deleted_topics == ("b/c/e",)
