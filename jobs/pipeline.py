@@ -111,17 +111,19 @@ def _run_locked(
         )
 
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
-    stored = found.previous  # the manifest in the output while this run goes on
     if rebuilt:
         check_embedding_model(config)
         mark = time.perf_counter()
         marks = landmarks(source, output)
         start_ray(config, marks)
         wall["ray_start"] = time.perf_counter() - mark
-        mark = time.perf_counter()
-        stored = interim_manifest(found.previous, plan)
+    # The manifest in the output while this run goes on: what a run stopped from here leaves.
+    stored = interim_manifest(found.previous, plan)
+    if stored != found.previous:  # the run changes something
         check()
-        output.write_bytes(MANIFEST_PATH, stored.to_json())  # what a run stopped from here leaves
+        output.write_bytes(MANIFEST_PATH, stored.to_json())
+    if rebuilt:
+        mark = time.perf_counter()
         built = build_topics(
             config, plan, found.previous, found.sizes, source, output, check, marks
         )

@@ -231,6 +231,28 @@ def test_a_build_killed_as_it_removes_a_topic_leaves_no_index_naming_a_deleted_c
     assert stored(LOCAL, str(output)) == stored(LOCAL, str(clean))
 
 
+def test_a_topic_a_killed_run_was_removing_comes_back_whole_with_its_sources(
+    versions, built_v1, previous_output, tmp_path
+):
+    """A run that only removes t1 (its folder gone; t0 kept) is killed between two of t1's chunk
+    files; t1's folder is then put back as it was. The manifest said t1 was there, unchanged, so
+    the next run kept it, without its index.json and chunk files. The killed run's interim
+    manifest marked t1, so the next run rebuilds it: the bytes of a clean build."""
+    v1, _, _ = versions
+    docs = tmp_path / "docs"
+    shutil.copytree(v1, docs)  # modification times kept: t0 is unchanged
+    shutil.rmtree(docs / "t1")
+    output = previous_output
+
+    code, stderr = faulty_build(docs, output, "crash-remove", "/t1/_chunks/b-")
+    assert code == -9, stderr[-3000:]
+    assert not (output / "t1" / "index.json").exists()
+
+    shutil.copytree(v1 / "t1", docs / "t1")
+    assert build("--input", str(docs), "--output", str(output)) == 0
+    assert stored(LOCAL, str(output)) == stored(LOCAL, str(built_v1))
+
+
 def test_topics_a_failed_run_switched_are_rebuilt_even_for_an_input_put_back_as_it_was(
     versions, built_v1, previous_output
 ):
