@@ -11,6 +11,9 @@ sees each file operation before the system call and fails or kills it:
   with SIGKILL before the rename (a crash at that point; its temporary file stays behind);
 - MDINDEX_FAULT=crash-remove: removing a path that contains MDINDEX_FAULT_MATCH kills the process
   with SIGKILL before the removal.
+
+MDINDEX_FAULT_MATCH may name several strings, separated by `os.pathsep`: a path matches if it
+contains one of them.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import sys
 
 _FAULT = os.environ.get("MDINDEX_FAULT")
 _ROOT = os.environ.get("MDINDEX_FAULT_ROOT", "")
-_MATCH = os.environ.get("MDINDEX_FAULT_MATCH", "")
+_MATCHES = os.environ.get("MDINDEX_FAULT_MATCH", "").split(os.pathsep)
 _WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _CHANGES = ("os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.link", "os.symlink")
 
@@ -32,7 +35,7 @@ def _targeted(path: object) -> bool:
     if not isinstance(path, (str, bytes, os.PathLike)):
         return False  # a file descriptor
     full = os.path.abspath(os.fsdecode(path))
-    return full.startswith(_ROOT + os.sep) and _MATCH in full
+    return full.startswith(_ROOT + os.sep) and any(match in full for match in _MATCHES)
 
 
 def _fail(code: int, path: object) -> None:
