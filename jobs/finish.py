@@ -50,7 +50,7 @@ def finish(
     """Driver-side side effects after every topic is written; returns the manifest to store and
     the report failures of index.json files left as they were (`existing_index_of`). `previous`
     is the manifest in the output: the last run's, or this run's interim one
-    (`jobs.plan.interim_manifest`), which differ only in what this run rebuilds."""
+    (`jobs.plan.interim_manifest`), which differ only in what this run changes."""
     topics: dict[str, TopicEntry] = {}
     sources: dict[str, SourceEntry] = {}
     failures: list[dict[str, str]] = []

@@ -10,7 +10,10 @@ sees each file operation before the system call and fails or kills it:
 - MDINDEX_FAULT=crash: a rename onto a path that contains MDINDEX_FAULT_MATCH kills the process
   with SIGKILL before the rename (a crash at that point; its temporary file stays behind);
 - MDINDEX_FAULT=crash-remove: removing a path that contains MDINDEX_FAULT_MATCH kills the process
-  with SIGKILL before the removal.
+  with SIGKILL before the removal;
+- MDINDEX_FAULT=crash-nth: the MDINDEX_FAULT_COUNT-th file operation of the build's driver
+  (`python -m jobs.reindex`; its Ray workers are left alone) that changes a path under the root
+  (open for writing, rename, removal, mkdir) kills it with SIGKILL before the operation.
 
 MDINDEX_FAULT_MATCH may name several strings, separated by `os.pathsep`: a path matches if it
 contains one of them.
@@ -66,7 +69,33 @@ def _crash_remove(event: str, args: tuple) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-_HOOKS = {"read-only": _read_only, "full": _full, "crash": _crash, "crash-remove": _crash_remove}
+_COUNT = int(os.environ.get("MDINDEX_FAULT_COUNT", "0"))
+_seen = 0
+
+
+def _crash_nth(event: str, args: tuple) -> None:
+    global _seen
+    if not sys.argv[0].endswith(os.path.join("jobs", "reindex.py")):
+        return  # not the driver (a Ray worker), or the driver before `-m` has named its module
+    if event == "open" and isinstance(args[2], int) and args[2] & _WRITES:
+        path = args[0]
+    elif event in _CHANGES:
+        path = args[1] if event == "os.rename" else args[0]  # a rename changes its target
+    else:
+        return
+    if _targeted(path):
+        _seen += 1
+        if _seen == _COUNT:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+_HOOKS = {
+    "read-only": _read_only,
+    "full": _full,
+    "crash": _crash,
+    "crash-remove": _crash_remove,
+    "crash-nth": _crash_nth,
+}
 
 if _FAULT in _HOOKS and _ROOT:
     sys.addaudithook(_HOOKS[_FAULT])
