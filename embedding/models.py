@@ -5,7 +5,8 @@ A model is named by one of:
 - a local directory;
 - an fsspec URI (s3://bucket/models/x/, memory://..., file://...): copied once per node and
   version of its files into a local directory (download into a temporary sibling, then rename),
-  then loaded from disk;
+  then loaded from disk; a copy no process has used for `UNUSED_COPY_S` is removed when another
+  is placed beside it;
 - a Hugging Face hub id (`org/name`), fetched through the hub cache (offline: the cache only).
 """
 
@@ -21,6 +22,7 @@ import posixpath
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,9 @@ SETTINGS_FILES = (
 _HUB_PATTERNS = ["*.json", "*.txt", "*.model", "model.safetensors", "1_Pooling/*"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+# A model copy no process has resolved for this long goes when a new copy is placed beside it: one
+# copy per version of a model's files would pile up on every node otherwise.
+UNUSED_COPY_S = 30 * 24 * 3600
 
 
 class ModelNotFound(ValueError):
@@ -292,17 +297,17 @@ def _copy_digest(uri: str, revision: str | None, root: str, listing: dict[str, d
 def _copy_once(
     fs: fsspec.AbstractFileSystem, root: str, remote: list[str], target: Path, uri: str
 ) -> None:
-    """Copy the files `remote` (under `root`) to `target` unless it is already there.
+    """Copy the files `remote` (under `root`) to `target` unless it is already there, and mark
+    it used (its modification time), under its lock: workers on one node never download it twice,
+    and never while it is being removed.
 
     The copy goes to a temporary sibling that is renamed into place when complete, so `target`
-    either does not exist or is whole. A lock file keeps workers on one node from downloading twice.
-    """
-    if target.is_dir():
-        return
+    either does not exist or is whole. Once a new copy is placed, the unused ones beside it go
+    (`_remove_unused`)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _copy_lock(target):
         if target.is_dir():
+            os.utime(target)  # used now
             return
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
@@ -316,6 +321,40 @@ def _copy_once(
             shutil.rmtree(staging, ignore_errors=True)
     if not target.is_dir():
         raise ValueError(f"model {uri!r}: could not place the copy at {target}")
+    _remove_unused(target.parent, time.time())
+
+
+@contextlib.contextmanager
+def _copy_lock(copy: Path) -> Iterator[None]:
+    """Hold the lock file of one copy's place, beside it."""
+    with open(copy.parent / f".{copy.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _remove_unused(folder: Path, now: float) -> None:
+    """Remove the copies in `folder` (and the temporary folders of interrupted copies and
+    removals) unchanged for `UNUSED_COPY_S`, each under its lock and looked at again there; a
+    copy is first renamed away, so what is left at its name is always whole."""
+    for place in folder.iterdir():
+        if not place.is_dir() or not _unused(place, now):  # a lock file, or a copy in use
+            continue
+        if place.name.startswith("."):  # a temporary folder no process is filling any more
+            shutil.rmtree(place, ignore_errors=True)
+            continue
+        with _copy_lock(place):
+            if place.is_dir() and _unused(place, now):
+                trash = Path(tempfile.mkdtemp(prefix=f".{place.name}.", dir=folder))
+                os.rename(place, trash / place.name)
+                shutil.rmtree(trash, ignore_errors=True)
+                (folder / f".{place.name}.lock").unlink()
+
+
+def _unused(place: Path, now: float) -> bool:
+    try:
+        return now - place.stat().st_mtime > UNUSED_COPY_S
+    except FileNotFoundError:  # removed meanwhile by another process
+        return False
 
 
 def read_sentence_transformers(folder: ModelFolder) -> SentenceTransformersSettings:

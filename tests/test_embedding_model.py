@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -39,7 +40,13 @@ from embedding.keys import (
     resolve_dtype,
     torch_has_native_bf16,
 )
-from embedding.models import ModelNotFound, check_model, fingerprint, resolve_model
+from embedding.models import (
+    UNUSED_COPY_S,
+    ModelNotFound,
+    check_model,
+    fingerprint,
+    resolve_model,
+)
 from tests.embedding_support import PARAPHRASES, UNRELATED, embedder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -705,3 +712,40 @@ def test_the_broadcast_mask_only_where_transformers_builds_a_bidirectional_sdpa_
     no_vocabulary = _tiny_bert(attn_implementation="sdpa")
     no_vocabulary.config.vocab_size = 0  # no probe batch to draw: the plain mask, no error
     assert not takes_broadcast_mask(no_vocabulary, cpu, no_autocast)
+
+
+def test_copies_unused_for_a_month_go_when_another_copy_is_placed(tmp_path):
+    """One copy per version of a model's files piles up on every node. A copy no process has
+    resolved for `UNUSED_COPY_S` goes (with its lock file) once a new copy is placed beside it, as
+    does a temporary folder of an interrupted copy that old; a copy used since stays (resolving
+    one marks it used), and so does every copy while nothing new is placed."""
+    fs = fsspec.filesystem("memory")
+    folder = "/models/aging-bert"
+    fs.pipe({f"{folder}/config.json": b"{}", f"{folder}/model.safetensors": b"old weights"})
+    uri = f"memory:/{folder}/"
+    first = resolve_model(uri, local_dir=tmp_path).directory
+    other_uri = _tiny_model_uri(fs, "other-bert")
+    other = resolve_model(other_uri, local_dir=tmp_path).directory
+    leftover = tmp_path / ".interrupted-0123456789ab.x1y2z3"
+    leftover.mkdir()
+    month_ago = time.time() - UNUSED_COPY_S - 60
+    for place in (first, other, leftover):
+        os.utime(place, (month_ago, month_ago))
+    assert resolve_model(uri, local_dir=tmp_path).directory == first  # nothing new: none go
+    assert leftover.is_dir() and first.stat().st_mtime > month_ago  # resolved: used now
+    os.utime(first, (month_ago, month_ago))
+    assert resolve_model(other_uri, local_dir=tmp_path).directory == other  # used now
+
+    fs.pipe(f"{folder}/model.safetensors", b"new weights, a new version")
+    second = resolve_model(uri, local_dir=tmp_path).directory
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [other.name, second.name, f".{other.name}.lock", f".{second.name}.lock"]
+    )
+    assert (second / "model.safetensors").read_bytes() == b"new weights, a new version"
+
+
+def _tiny_model_uri(fs, name: str) -> str:
+    """The URI of a model folder on the memory file system (a config and weights, no more)."""
+    fs.pipe({f"/models/{name}/config.json": b"{}", f"/models/{name}/model.safetensors": b"w"})
+    return f"memory://models/{name}/"
