@@ -303,7 +303,10 @@ def _copy_once(
 
     The copy goes to a temporary sibling that is renamed into place when complete, so `target`
     either does not exist or is whole. Once a new copy is placed, the unused ones beside it go
-    (`_remove_unused`)."""
+    (`_remove_unused`). A copy in a folder this process cannot change (read-only: an image's,
+    say) is used as it is."""
+    if target.is_dir() and not os.access(target.parent, os.W_OK):
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     with _copy_lock(target):
         if target.is_dir():

