@@ -73,13 +73,14 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
         context = ray.init(address="auto", logging_level=logging.WARNING)
         exit_on_sigterm()
         log.info("joined the Ray cluster at %s", context.address_info["gcs_address"])
-        if missing := infeasible(config.resources, _live_nodes()):
+        nodes = _live_nodes()
+        if missing := infeasible(config.resources, [node["Resources"] for node in nodes]):
             log.warning(
                 "%s, and no node of the cluster has that: the build waits until the autoscaler "
                 "adds one (its node types must offer it)",
                 "; ".join(missing),
             )
-        check_nodes(landmarks)
+        check_nodes(landmarks, [node["NodeID"] for node in nodes])
         return
     # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
     # runtime_env to forward it would cost every new worker process about a second.
@@ -92,8 +93,9 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
     )
     exit_on_sigterm()
     log.info("started a local Ray instance (logs in %s)", context.address_info["session_dir"])
-    if missing := infeasible(config.resources, nodes := _live_nodes()):
-        node = nodes[0] if nodes else {}  # a local instance is one node
+    totals = [node["Resources"] for node in _live_nodes()]
+    if missing := infeasible(config.resources, totals):
+        node = totals[0] if totals else {}  # a local instance is one node
         here = describe_resources(node.get("CPU", 0.0), node.get("GPU", 0.0))
         hint = (
             " Without a GPU, set embedding.device: cpu and resources.embed.num_gpus: 0 (as"
@@ -115,13 +117,14 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
         _import_task_modules.remote()
 
 
-def _live_nodes() -> list[dict[str, float]]:
-    """The total resources of each live node of the Ray instance this process is connected to."""
-    return [node["Resources"] for node in ray.nodes() if node["Alive"]]
+def _live_nodes() -> list[dict]:
+    """Each live node of the Ray instance this process is connected to, as `ray.nodes()` gives
+    it (its "NodeID" and total "Resources" among the rest)."""
+    return [node for node in ray.nodes() if node["Alive"]]
 
 
-def check_nodes(landmarks: tuple[Landmark, ...]) -> None:
-    """Check the driver's local folders on every live node of the cluster at once, so that a
+def check_nodes(landmarks: tuple[Landmark, ...], node_ids: list[str]) -> None:
+    """Check the driver's local folders on the given (live) nodes of the cluster at once, so that a
     cluster whose machines do not share them stops before any work (`FoldersNotShared`). Nodes
     that join later are checked by their first chunk task or reduce; so are those whose check did
     not answer (within `LANDMARKS_TIMEOUT_S`, or a node gone meanwhile), with a warning."""
@@ -129,10 +132,9 @@ def check_nodes(landmarks: tuple[Landmark, ...]) -> None:
         return
     checks = [
         _check_landmarks.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
         ).remote(landmarks)
-        for node in ray.nodes()
-        if node["Alive"]
+        for node_id in node_ids
     ]
     try:
         ray.get(checks, timeout=LANDMARKS_TIMEOUT_S)

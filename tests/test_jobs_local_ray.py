@@ -163,6 +163,8 @@ def test_a_nodes_check_that_hangs_is_a_warning(ray_session, tmp_path, monkeypatc
     """A node whose check of the driver's local folders hangs (a stalled network filesystem; here
     the lock file is a FIFO no one writes to) does not hold the build: once `LANDMARKS_TIMEOUT_S`
     has passed, a warning says that the node's first tasks will check, and the build goes on."""
+    import ray
+
     from jobs import local_ray
     from jobs.landmarks import Landmark
 
@@ -174,7 +176,8 @@ def test_a_nodes_check_that_hangs_is_a_warning(ray_session, tmp_path, monkeypatc
     handler.emit = records.append
     local_ray.log.addHandler(handler)
     try:
-        local_ray.check_nodes((Landmark(str(tmp_path), fifo.name, "0" * 64),))
+        node = ray.get_runtime_context().get_node_id()  # the session's instance: one node
+        local_ray.check_nodes((Landmark(str(tmp_path), fifo.name, "0" * 64),), [node])
     finally:
         local_ray.log.removeHandler(handler)
         _end_the_wait(fifo)
