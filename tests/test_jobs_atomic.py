@@ -24,7 +24,7 @@ from urllib.parse import unquote
 
 import fsspec
 import pytest
-from jobs_support import cache_copy, s3_options, stored
+from jobs_support import cache_copy, fault_environment, s3_options, stored
 
 from jobs.reindex import main
 
@@ -32,7 +32,6 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "local.yaml")
-FAULTS = Path(__file__).parent / "faults"
 SENTENCE = "The {0} page of {1} says how a request is retried after a timeout, and for how long. "
 LOCAL = fsspec.filesystem("file")
 
@@ -113,14 +112,7 @@ def faulty_build(docs: Path, output: Path, fault: str, match: str = "") -> tuple
     """A build in a child process with its own local Ray, every process of it under the write
     fault of `tests/faults/sitecustomize.py`; its exit code and stderr. A task whose worker dies
     is tried once more (a crash fault kills each try: 2 of them, not the default's 4)."""
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    path = [str(FAULTS), *filter(None, [env.get("PYTHONPATH")])]
-    env.update(
-        PYTHONPATH=os.pathsep.join(path),
-        MDINDEX_FAULT=fault,
-        MDINDEX_FAULT_ROOT=str(output),
-        MDINDEX_FAULT_MATCH=match,
-    )
+    env = fault_environment(fault, str(output), match=match)
     command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
     child = subprocess.run(
         [*command, "--input", str(docs), "--output", str(output), "--set", "resources.retries=1"],

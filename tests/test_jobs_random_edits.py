@@ -25,7 +25,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from jobs_support import CORPUS, s3_options, stored
+from jobs_support import CORPUS, fault_environment, own_ray_environment, s3_options, stored
 
 from embedding.files import fresh_listings
 from indexing.sources import is_source
@@ -43,7 +43,6 @@ WORDS = (
 ).split()
 LOCAL = fsspec.filesystem("file")
 CACHE = ".embedding-cache"  # in the output of the incremental builds
-FAULTS = Path(__file__).parent / "faults"
 
 
 @dataclass(frozen=True)
@@ -376,23 +375,20 @@ def killed_build(corpus: Path, output: str, rng: random.Random) -> str:
     """An incremental build of `corpus` into `output` in a process of its own (with its own local
     Ray), killed at its driver's N-th file operation under the output (`tests/faults/`), or after
     a random time; says which, and its exit code."""
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, *SMALL]
     command += ["--input", str(corpus), "--output", output, "--cache", f"{output}/{CACHE}"]
     if rng.random() < 0.5:
         count = rng.randint(1, 40)
-        path = [str(FAULTS), *filter(None, [env.get("PYTHONPATH")])]
-        env.update(
-            PYTHONPATH=os.pathsep.join(path),
-            MDINDEX_FAULT="crash-nth",
-            MDINDEX_FAULT_ROOT=output,
-            MDINDEX_FAULT_COUNT=str(count),
-        )
+        env = fault_environment("crash-nth", output, count=str(count))
         done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, timeout=300)
         return f"a build killed at its driver's file operation {count} ({done.returncode})"
     after = rng.uniform(2, 12)
     with subprocess.Popen(
-        command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command,
+        env=own_ray_environment(),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     ) as build:
         try:
             code = build.wait(after)
