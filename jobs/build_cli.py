@@ -75,6 +75,7 @@ def run_build(args: argparse.Namespace) -> int:
     from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
     from jobs.dry_run import describe, dry_run
+    from jobs.report import summary
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
@@ -99,46 +100,46 @@ def run_build(args: argparse.Namespace) -> int:
         return EXIT_OK
     with callers_handler():
         exit_on_sigterm()
-        code = _build(config)
-        exit_at_once_on_sigterm(code)  # the outcome is known (a failed one too): a SIGTERM ends it
+        code, report = _build(config)
+        exit_at_once_on_sigterm(code)  # reported (a failed run too): the summary is no part of it
+        if report:
+            print(summary(report))
         return code
 
 
-def _build(config: JobConfig) -> int:
-    """Run the job, report it (or its failure) and print the summary; returns the exit code."""
+def _build(config: JobConfig) -> tuple[int, dict | None]:
+    """Run the job and report it (or its failure); returns the exit code and, for a run that
+    finished, its report."""
     from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
     from jobs.local_ray import FoldersNotShared, InfeasibleResources
     from jobs.lock import OutputBusy
     from jobs.logs import clean_logs
     from jobs.pipeline import run_job
-    from jobs.report import error_text, summary, write_failed_report
+    from jobs.report import error_text, write_failed_report
 
     try:
         with clean_logs():
             report = run_job(config)
     except (InputNotFound, InfeasibleResources, ModelNotFound, FoldersNotShared) as exc:
         print(f"mdindex build: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_USAGE, None
     except OutputBusy as exc:  # the other build's report stays as it is (LockLost too)
         print(f"mdindex build: {exc}", file=sys.stderr)
-        return EXIT_BUSY
+        return EXIT_BUSY, None
     except KeyboardInterrupt:
-        return stopped(config, signal.SIGINT)
+        return stopped(config, signal.SIGINT), None
     except SystemExit as exc:  # SIGTERM's handler (ours, then ray.init's) exits with its number
         if exc.code != signal.SIGTERM:
             raise
-        return stopped(config, signal.SIGTERM)
+        return stopped(config, signal.SIGTERM), None
     except Exception as exc:  # noqa: BLE001 - any failure of the job itself maps to exit code 1
         log.exception("the job failed")
         cause = root_cause(exc)
         write_failed_report(config, cause)
         print(f"mdindex build: the job failed: {error_text(cause)}", file=sys.stderr)
-        return EXIT_JOB_FAILED
-    code = EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK
-    exit_at_once_on_sigterm(code)  # reported: the summary's lines are no part of the outcome
-    print(summary(report))
-    return code
+        return EXIT_JOB_FAILED, None
+    return (EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK), report
 
 
 def stopped(config: JobConfig, signum: signal.Signals) -> int:

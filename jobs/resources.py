@@ -225,4 +225,4 @@ def actor_env(pool: EmbedPool) -> dict[str, str]:
 
 def reduce_task_options(resources: IndexResources, retries: int) -> dict[str, Any]:
     """Ray options of the per-topic reduce tasks (retried like the CPU stage's)."""
-    return {"num_cpus": resources.num_cpus, "max_retries": retries}
+    return {"num_cpus": resources.num_cpus, **_task_options(retries)}

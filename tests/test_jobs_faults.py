@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from jobs_support import cache_copy, gone_endpoint, outputs, s3_options
+from jobs_support import cache_copy, gone_endpoint, outputs, own_ray_environment, s3_options
 
 from jobs.config import load_config
 from jobs.discovery import discover, list_input
@@ -358,7 +358,7 @@ def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path):
     command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, "--output", str(output)]
     command += ["--input", "s3://docs/corpus", "--set", "s3.read_timeout=60"]
     command += ["--set", f"storage_options={s3_options(stalled.url)}"]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = own_ray_environment()
     try:
         driver = subprocess.Popen(
             command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from jobs_support import own_ray_environment
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,12 +26,18 @@ import ray
 from jobs.config import load_config
 from jobs.local_ray import start_ray
 
+def parent(pid):
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+
 def workers_with(library):
+    # this instance's workers only: children of its raylet, a child of this process (another
+    # build's workers may still be on the machine)
     found = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             if open(f"/proc/{pid}/cmdline", "rb").read().startswith(b"ray::"):
-                found += library in open(f"/proc/{pid}/maps").read()
+                if parent(parent(pid)) == os.getpid():
+                    found += library in open(f"/proc/{pid}/maps").read()
         except OSError:
             continue  # gone meanwhile
     return found
@@ -68,7 +75,7 @@ ray.shutdown()
 @pytest.fixture(scope="module")
 def workers() -> dict:
     """What the child above found in the local instance it started."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = own_ray_environment()
     env.update({"RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)})
     done = subprocess.run(
         [sys.executable, "-c", WORKERS, str(REPO / "configs" / "local.yaml")],
@@ -114,7 +121,7 @@ def test_a_stage_the_local_instance_cannot_hold_fails_the_build_at_once(
 ):
     """Ray Data would wait for ever for a node that a private local instance never gets: the build
     exits 2 (a config error for this machine) before it starts a stage, naming what is missing."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = own_ray_environment()
     env.update({"RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""})
     output = tmp_path / "out"
     command = [sys.executable, "-m", "jobs.reindex", "--config", str(REPO / "configs" / config)]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from jobs_support import own_ray_environment
 from mounts_support import can_mount_privately, private_mounts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,9 +45,9 @@ def _free_ports(count: int) -> list[int]:
 
 
 def _environment() -> dict[str, str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RAY_AUTH_MODE="disabled")
+    env = own_ray_environment()
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RAY_AUTH_MODE="disabled")
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
-    env.pop("RAY_ADDRESS", None)
     return env
 
 
