@@ -304,15 +304,20 @@ def _copy_once(
     The copy goes to a temporary sibling that is renamed into place when complete, so `target`
     either does not exist or is whole. Once a new copy is placed, the unused ones beside it go
     (`_remove_unused`). A copy in a folder this process cannot change (read-only: an image's,
-    say) is used as it is."""
+    say) is used as it is. Copies are made with the process's umask, so in a folder of copies
+    that several users share (mode 1777) each can read the others' copies; a copy another user
+    made is marked used only where its mode lets this user (group-writable copies, say)."""
     if target.is_dir() and not os.access(target.parent, os.W_OK):
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     with _copy_lock(target):
         if target.is_dir():
-            os.utime(target)  # used now
+            with contextlib.suppress(PermissionError):  # another user's copy
+                os.utime(target)  # used now
             return
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        staging = target.parent / f".{target.name}.staging-{os.geteuid()}"  # ours, locked
+        shutil.rmtree(staging, ignore_errors=True)  # an interrupted copy's
+        staging.mkdir()  # with the umask's mode, unlike `tempfile.mkdtemp`'s 0700
         try:
             local = [staging / posixpath.relpath(path, root) for path in remote]
             for path in local:
@@ -329,16 +334,21 @@ def _copy_once(
 
 @contextlib.contextmanager
 def _copy_lock(copy: Path) -> Iterator[None]:
-    """Hold the lock file of one copy's place, beside it."""
-    with open(copy.parent / f".{copy.name}.lock", "a") as lock:
+    """Hold the lock file of one copy's place, beside it (opened to read: another user's lock
+    file locks too)."""
+    lock = os.open(copy.parent / f".{copy.name}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(lock)
 
 
 def _remove_unused(folder: Path, now: float) -> None:
     """Remove the copies in `folder` (and the temporary folders of interrupted copies and
     removals) unchanged for `UNUSED_COPY_S`, each under its lock and looked at again there; a
-    copy is first renamed away, so what is left at its name is always whole."""
+    copy is first renamed away, so what is left at its name is always whole. In a folder shared
+    by several users with the sticky bit (mode 1777) another user's copies stay."""
     for place in folder.iterdir():
         if not place.is_dir() or not _unused(place, now):  # a lock file, or a copy in use
             continue
@@ -348,9 +358,14 @@ def _remove_unused(folder: Path, now: float) -> None:
         with _copy_lock(place):
             if place.is_dir() and _unused(place, now):
                 trash = Path(tempfile.mkdtemp(prefix=f".{place.name}.", dir=folder))
-                os.rename(place, trash / place.name)
-                shutil.rmtree(trash, ignore_errors=True)
-                (folder / f".{place.name}.lock").unlink()
+                try:
+                    os.rename(place, trash / place.name)
+                except PermissionError:  # not ours to remove
+                    continue
+                finally:
+                    shutil.rmtree(trash, ignore_errors=True)
+                with contextlib.suppress(PermissionError):  # another user's lock file stays
+                    (folder / f".{place.name}.lock").unlink()
 
 
 def _unused(place: Path, now: float) -> bool:

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -750,6 +751,63 @@ def _tiny_model_uri(fs, name: str) -> str:
     """The URI of a model folder on the memory file system (a config and weights, no more)."""
     fs.pipe({f"/models/{name}/config.json": b"{}", f"/models/{name}/model.safetensors": b"w"})
     return f"memory://models/{name}/"
+
+
+# Copies in a folder several users share (mode 1777, umask 022): one made by this process (root),
+# then, with the effective ids of `nobody`, the same model resolved and a new version placed beside
+# it while the first has gone unused for a month.
+SHARED_COPIES = """
+import json, os, sys, time
+import fsspec
+from embedding.models import UNUSED_COPY_S, resolve_model
+folder = sys.argv[1]
+os.umask(0o022)
+memory = fsspec.filesystem("memory")
+memory.pipe({"/m/config.json": b"{}", "/m/model.safetensors": b"weights 1"})
+first = resolve_model("memory://m/", local_dir=folder).directory
+month_ago = time.time() - UNUSED_COPY_S - 60
+os.utime(first, (month_ago, month_ago))
+os.setegid(65534)
+os.seteuid(65534)
+again = resolve_model("memory://m/", local_dir=folder).directory
+memory.pipe("/m/model.safetensors", b"weights 2")
+second = resolve_model("memory://m/", local_dir=folder).directory
+print(json.dumps({
+    "again": again == first,
+    "read": (again / "model.safetensors").read_text(),
+    "first_stays": first.is_dir(),
+    "second": (second / "model.safetensors").read_text(),
+    "second_owner": second.stat().st_uid,
+    "modes": sorted({oct(p.stat().st_mode & 0o777) for p in [first, *first.iterdir(), second]}),
+}))
+"""
+
+
+def test_copies_in_a_folder_several_users_share_are_read_and_kept_by_each(tmp_path):
+    """A copy's folder was made by `tempfile.mkdtemp` (mode 0700) and its lock file was opened
+    to append: another user of a shared folder of copies (`local_dir`, mode 1777) got a
+    PermissionError for both. Copies now take the umask's modes and lock files open to read; a
+    copy someone else made is used as it is, and stays when another user places a new one."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to act as another user")
+    shared = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own folders are private to root
+    try:
+        os.chmod(shared, 0o1777)
+        done = subprocess.run(
+            [sys.executable, "-c", SHARED_COPIES, str(shared)],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout) == {
+            "again": True,
+            "read": "weights 1",
+            "first_stays": True,
+            "second": "weights 2",
+            "second_owner": 65534,
+            "modes": ["0o644", "0o755"],
+        }
+    finally:
+        shutil.rmtree(shared)
 
 
 # A model copied to a folder, which is then made read-only (a bind mount remounted `ro` in this
