@@ -42,8 +42,9 @@ class PreviousTables:
     documents: pa.Table
 
     def chunk_rows(self, path: str) -> pa.Table:
-        """The chunk-table rows of one source, in chunk order."""
-        return self.chunks.take(self._chunk_indices.get(path, []))
+        """The chunk-table rows of one source, in chunk order (none for a source that made no
+        chunk: an empty one; typed indices, as pyarrow cannot take an untyped empty list)."""
+        return self.chunks.take(pa.array(self._chunk_indices.get(path, []), type=pa.int64()))
 
     def chunk_records(self, path: str) -> tuple[list[dict[str, Any]], np.ndarray]:
         """The chunk-table rows of one source as dicts without the embedding, in chunk order, and

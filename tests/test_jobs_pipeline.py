@@ -573,6 +573,31 @@ def test_a_rebuild_with_nothing_to_embed_starts_no_embedding_actor(small_vectors
     assert outputs(tmp_path / "out") == outputs(tmp_path / "fresh")
 
 
+def test_an_empty_source_that_turns_bad_fails_alone(small_vectors, tmp_path):
+    """A source that made no chunk (empty) and then turns bad keeps its previous entry, as any
+    source that turns bad does: taking its (no) chunk rows from the previous table failed the
+    whole job (exit 1, pyarrow's "no kernel matching input types (string, null)"). It fails
+    alone (exit 3); its documents row is its previous one marked failed, and every other file
+    is a fresh build's (an empty source has no chunk and no index entry to keep)."""
+    docs, out = tmp_path / "docs", tmp_path / "out"
+    write_pages(docs, {"t/a.md": retry_page("a"), "t/empty.md": ""})
+    cache = cache_copy(small_vectors, tmp_path)
+    assert build("--input", str(docs), "--output", str(out), *cache) == 0
+    [_, empty] = shard_rows(out, "documents", "t")
+    (docs / "t" / "empty.md").write_bytes(b"# Empty\n\nnow \xff bad\n")
+    assert build("--input", str(docs), "--output", str(out), *cache) == 3
+    assert [(f["path"], f["code"]) for f in report_of(out)["failures"]] == [
+        ("t/empty.md", "CHUNKING_FAILED")
+    ]
+    [_, failed] = shard_rows(out, "documents", "t")
+    assert (empty["status"], empty["chunk_count"]) == ("ok", 0)
+    assert (failed["status"], failed["error_code"]) == ("failed", "CHUNKING_FAILED")
+    assert build("--input", str(docs), "--output", str(tmp_path / "fresh"), *cache) == 3
+    ours, fresh = outputs(out), outputs(tmp_path / "fresh")
+    assert sorted(ours) == sorted(fresh)
+    assert {p for p in ours if ours[p] != fresh[p]} == {"_index/documents/t.parquet"}
+
+
 def test_links_follow_their_targets_into_and_out_of_the_corpus(small_vectors, tmp_path):
     """A link's `target_document` is its target's path while that is a source. A topic whose
     sources link to a page that is deleted, or added, is rebuilt though none of its own files
