@@ -141,6 +141,21 @@ def cat_many(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, bytes
     return dict(zip(paths, found, strict=True))
 
 
+def exists_many(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, bool]:
+    """Whether each of `paths` exists (concurrent requests on an async filesystem such as s3fs:
+    a HEAD per object)."""
+    if not isinstance(fs, AsyncFileSystem):
+        return {path: fs.exists(path) for path in paths}
+    found = sync(
+        fs.loop,
+        _run_coros_in_chunks,
+        [fs._exists(path) for path in paths],
+        batch_size=GATHER_BATCH,
+        nofiles=True,
+    )
+    return dict(zip(paths, found, strict=True))
+
+
 def _cat_or_error(fs: fsspec.AbstractFileSystem, path: str) -> bytes | Exception:
     try:
         return fs.cat_file(path)

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 from chunking import strategy_key
 from embedding.models import ModelNotFound, check_model
+from indexing import chunk_table_path, document_table_path
+from indexing.paths import INDEX, in_topic
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, Manifest
-from jobs.plan import Plan, keep_directory, make_plan, settings_digest
+from jobs.plan import KEEP, RELINK, Plan, keep_directory, make_plan, rebuilding, settings_digest
 from jobs.storage import FileInfo, SkippedLink, Storage
 
 
@@ -121,6 +123,25 @@ def output_storage(config: JobConfig) -> Storage:
     return Storage(config.output, config.storage_options, follow_symlinks=follow)
 
 
+def topics_missing_files(output: Storage, plan: Plan) -> list[str]:
+    """The topics `plan` keeps or relinks whose `index.json` or table shards are not in the
+    output: a person removed the topic's folder (in place, the output's files lie among the
+    sources) or a sync deleted what its copy lacks, and the input was then put back as it was.
+    The manifest still names such a topic, so nothing else would write it again. One existence
+    check per file (concurrent on object stores), logged when one is missing."""
+    standing = [topic.topic for topic in plan.topics if topic.action in (KEEP, RELINK)]
+    files = {
+        topic: [in_topic(topic, INDEX), chunk_table_path(topic), document_table_path(topic)]
+        for topic in standing
+    }
+    there = output.existing([path for paths in files.values() for path in paths])
+    missing = [topic for topic, paths in files.items() if not set(paths) <= there]
+    for topic in missing:
+        gone = [path for path in files[topic] if path not in there]
+        log.warning("topic %r: %s gone from the output: rebuilding it", topic, ", ".join(gone))
+    return missing
+
+
 def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
     """The input's listing (`InputNotFound` when its root does not exist)."""
     try:
@@ -130,13 +151,15 @@ def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
 
 
 def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discovery:
-    """Read the previous manifest and plan the run from the input's listing (reads nothing
-    else); `EmptyInput` when the listing holds no source and the output some, `TooManyDeleted`
-    past `sources.max_deleted_fraction`."""
+    """Read the previous manifest and plan the run from the input's listing (and whether the
+    topics it would keep still have their files: `topics_missing_files`; reads nothing else);
+    `EmptyInput` when the listing holds no source and the output some, `TooManyDeleted` past
+    `sources.max_deleted_fraction`."""
     output = output_storage(config)
     previous = Manifest.from_json(output.read_optional(MANIFEST_PATH))
     config_key = settings_key(config)
     plan = make_plan(listing, previous, config_key, config.sources.globs)
+    plan = rebuilding(plan, topics_missing_files(output, plan))
     check_deletions(config, plan, previous)
     sizes = {f.path: f.size for f in listing if isinstance(f, FileInfo)}
     return Discovery(input_storage(config), output, previous, config_key, plan, sizes)

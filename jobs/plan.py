@@ -47,7 +47,8 @@ class TopicPlan:
 
 @dataclass(frozen=True)
 class Plan:
-    """The work of one run, decided on the driver from listings alone."""
+    """The work of one run, decided on the driver from listings (and, for the topics it would
+    keep, whether their files are still in the output)."""
 
     topics: tuple[TopicPlan, ...]
     directories: dict[str, list[str]]  # ancestor dirs that are not topics -> their children
@@ -186,6 +187,21 @@ def make_plan(
         deleted_topics=tuple(sorted(set(previous.topics) - set(topics))),
         skipped=skipped_links([f for f in listing if isinstance(f, SkippedLink)], globs)
         + invalid_names(misnamed, globs),
+    )
+
+
+def rebuilding(plan: Plan, topics: Iterable[str]) -> Plan:
+    """`plan` with each of `topics` that it keeps or relinks rebuilt instead (its files are gone
+    from the output: `jobs.discovery.topics_missing_files`)."""
+    gone = set(topics)
+    return replace(
+        plan,
+        topics=tuple(
+            replace(topic, action=REBUILD)
+            if topic.topic in gone and topic.action in (KEEP, RELINK)
+            else topic
+            for topic in plan.topics
+        ),
     )
 
 

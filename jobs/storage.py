@@ -26,7 +26,14 @@ from typing import Any
 import fsspec
 from fsspec.core import split_protocol
 
-from embedding.files import cat_many, change_tag, fresh_listings, is_within, write_atomically
+from embedding.files import (
+    cat_many,
+    change_tag,
+    exists_many,
+    fresh_listings,
+    is_within,
+    write_atomically,
+)
 
 LOCAL_PROTOCOLS = ("file", "local")
 # What `embedding.files.write_atomically` names its temporary files on local disk (mkstemp with
@@ -154,6 +161,14 @@ class Storage:
         if self.is_local:
             return os.path.lexists(self.full_path(relpath))
         return self.filesystem().exists(self.full_path(relpath))
+
+    def existing(self, relpaths: list[str]) -> set[str]:
+        """Those of `relpaths` at which something is (`exists`; concurrent on object stores)."""
+        if self.is_local:
+            return {relpath for relpath in relpaths if self.exists(relpath)}
+        full = {self.full_path(relpath): relpath for relpath in relpaths}
+        found = exists_many(self.filesystem(), list(full))
+        return {full[path] for path, there in found.items() if there}
 
     def write_bytes(self, relpath: str, data: bytes) -> None:
         """Write a whole file atomically, creating parent directories as needed; OutsideRoot when

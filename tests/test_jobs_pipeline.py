@@ -598,6 +598,38 @@ def test_an_empty_source_that_turns_bad_fails_alone(small_vectors, tmp_path):
     assert {p for p in ours if ours[p] != fresh[p]} == {"_index/documents/t.parquet"}
 
 
+def test_a_topic_whose_files_left_the_output_is_written_again(small_vectors, tmp_path):
+    """In place, a topic's folder removed (`rm -r`, which takes its index.json and chunk files)
+    and its sources put back as they were (modification times kept, as a restore or a sync
+    does): the manifest still named the topic and its sources, so every later run kept it
+    without its files. The same for a table shard a sync deleted. Such a topic is rebuilt, and
+    the output equals a fresh in-place build's."""
+    docs, saved = tmp_path / "docs", tmp_path / "saved"
+    pages = (("t", "a"), ("t", "b"), ("u", "c"))
+    write_pages(docs, {f"{topic}/{name}.md": retry_page(name) for topic, name in pages})
+    cache = cache_copy(small_vectors, tmp_path)
+    assert build("--input", str(docs), *cache) == 0
+    generated = shutil.ignore_patterns("_*", ".*", "*.json", "topic-*")
+    shutil.copytree(docs / "t", saved, ignore=generated)  # the sources alone
+    shutil.rmtree(docs / "t")
+    shutil.copytree(saved, docs / "t")  # modification times kept
+    assert build("--input", str(docs), *cache) == 0
+    assert report_of(docs)["topics"] == {
+        "seen": 2, "rebuilt": 1, "relinked": 0, "kept": 1, "deleted": 0
+    }  # fmt: skip
+    assert (docs / "t" / "index.json").is_file()
+    (docs / "_index" / "documents" / "u.parquet").unlink()
+    assert build("--input", str(docs), *cache) == 0
+    assert report_of(docs)["topics"]["rebuilt"] == 1
+    assert build("--input", str(docs), *cache) == 0  # nothing missing: nothing to do
+    assert report_of(docs)["topics"]["kept"] == 2
+
+    fresh = tmp_path / "fresh"
+    shutil.copytree(docs, fresh, ignore=generated)
+    assert build("--input", str(fresh), *cache) == 0
+    assert outputs(docs) == outputs(fresh)
+
+
 def test_links_follow_their_targets_into_and_out_of_the_corpus(small_vectors, tmp_path):
     """A link's `target_document` is its target's path while that is a source. A topic whose
     sources link to a page that is deleted, or added, is rebuilt though none of its own files

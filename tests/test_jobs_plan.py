@@ -15,6 +15,7 @@ from jobs.plan import (
     interim_manifest,
     keep_directory,
     make_plan,
+    rebuilding,
 )
 from jobs.storage import FileInfo, SkippedLink
 
@@ -91,6 +92,25 @@ def test_a_new_child_topic_relinks_its_parent_and_deletions_are_listed():
     plan = make_plan(shrunk, before, "s1", GLOBS)
     assert plan.deleted == ("b/c/three.md",) and plan.deleted_topics == ("b/c",)
     assert plan.directories == {"": ["a"]}
+
+
+def test_topics_kept_or_relinked_whose_files_are_gone_are_rebuilt():
+    """`rebuilding` turns a kept or relinked topic into a rebuilt one (its index.json or tables
+    left the output); a topic already rebuilt stays so, and the others are untouched."""
+    before = remember(FILES)
+    plan = make_plan([*FILES, FileInfo("a/sub/four.md", 9, "v9")], before, "s1", GLOBS)
+    assert actions(plan) == {"a": RELINK, "a/sub": REBUILD, "b/c": KEEP}
+    assert actions(rebuilding(plan, ["a", "a/sub"])) == {
+        "a": REBUILD,
+        "a/sub": REBUILD,
+        "b/c": KEEP,
+    }
+    assert actions(rebuilding(plan, ["b/c", "gone"])) == {
+        "a": RELINK,
+        "a/sub": REBUILD,
+        "b/c": REBUILD,
+    }
+    assert rebuilding(plan, []) == plan
 
 
 def test_a_source_that_failed_last_time_is_retried():

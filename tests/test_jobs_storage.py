@@ -23,6 +23,8 @@ def _exercise(store: Storage) -> None:
     found = store.read_many(["a/two.md", "a/missing.md"])
     assert found["a/two.md"] == b"two"
     assert isinstance(found["a/missing.md"], Exception)
+    asked = ["a/two.md", "a/_chunks/two-0.md", "a/missing.md", "no/such/dir/x.md"]
+    assert store.existing(asked) == {"a/two.md", "a/_chunks/two-0.md"}
     listed = {f.path: f for f in store.walk(keep_directory)}
     assert sorted(listed) == ["a/b/one.md", "a/two.md"]  # "_chunks" and ".cache" pruned
     assert listed["a/two.md"].size == 3 and listed["a/two.md"].version
