@@ -7,7 +7,8 @@ renamed, moved or copied to another topic, retitled, touched, linked to other so
 added (some inside another topic), deleted and emptied (every source left without text);
 questions and keywords files edited; a new source that is not UTF-8, and a broken one fixed. The
 suite's test makes every kind of change once, eight to a step; the slow ones draw one to three
-changes a step, one of them with the outputs on S3. Besides the bytes, the outputs' folders must
+changes a step, one of them with the outputs on S3, and two kill builds at random, one into a
+separate output and one in place. Besides the bytes, the outputs' folders must
 be the same: none left empty by a removal (a fresh build makes none). A failure names the seed and
 every change so far."""
 
