@@ -9,8 +9,6 @@ from dataclasses import dataclass
 
 from chunking import strategy_key
 from embedding.models import ModelNotFound, check_model
-from indexing import chunk_table_path, document_table_path
-from indexing.paths import INDEX, in_topic
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import KEEP, RELINK, Plan, keep_directory, make_plan, rebuilding, settings_digest
@@ -123,22 +121,26 @@ def output_storage(config: JobConfig) -> Storage:
     return Storage(config.output, config.storage_options, follow_symlinks=follow)
 
 
-def topics_missing_files(output: Storage, plan: Plan) -> list[str]:
-    """The topics `plan` keeps or relinks whose `index.json` or table shards are not in the
-    output: a person removed the topic's folder (in place, the output's files lie among the
-    sources) or a sync deleted what its copy lacks, and the input was then put back as it was.
-    The manifest still names such a topic, so nothing else would write it again. One existence
-    check per file (concurrent on object stores), logged when one is missing."""
-    standing = [topic.topic for topic in plan.topics if topic.action in (KEEP, RELINK)]
-    files = {
-        topic: [in_topic(topic, INDEX), chunk_table_path(topic), document_table_path(topic)]
-        for topic in standing
+def topics_missing_files(output: Storage, plan: Plan, previous: Manifest) -> list[str]:
+    """The topics `plan` keeps or relinks of which a file their last build wrote (the manifest's
+    `files`: `index.json`, chunk files, table shards) is not in the output: a person removed the
+    topic's folder or its `_chunks/` (in place, the output's files lie among the sources) or a
+    sync deleted what its copy lacks, and the input was then put back as it was. The manifest
+    still names such a topic unchanged, so nothing else would write it again. Logged, naming the
+    first file gone."""
+    standing = {
+        topic.topic: previous.topics[topic.topic].files
+        for topic in plan.topics
+        if topic.action in (KEEP, RELINK)
     }
-    there = output.existing([path for paths in files.values() for path in paths])
-    missing = [topic for topic, paths in files.items() if not set(paths) <= there]
+    there = output.existing([path for files in standing.values() for path in files])
+    missing = [topic for topic, files in standing.items() if not set(files) <= there]
     for topic in missing:
-        gone = [path for path in files[topic] if path not in there]
-        log.warning("topic %r: %s gone from the output: rebuilding it", topic, ", ".join(gone))
+        gone = [path for path in standing[topic] if path not in there]
+        log.warning(
+            "topic %r: %s (%d file(s) in all) gone from the output: rebuilding it",
+            topic, gone[0], len(gone),
+        )  # fmt: skip
     return missing
 
 
@@ -159,7 +161,7 @@ def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discov
     previous = Manifest.from_json(output.read_optional(MANIFEST_PATH))
     config_key = settings_key(config)
     plan = make_plan(listing, previous, config_key, config.sources.globs)
-    plan = rebuilding(plan, topics_missing_files(output, plan))
+    plan = rebuilding(plan, topics_missing_files(output, plan, previous))
     check_deletions(config, plan, previous)
     sizes = {f.path: f.size for f in listing if isinstance(f, FileInfo)}
     return Discovery(input_storage(config), output, previous, config_key, plan, sizes)

@@ -602,8 +602,8 @@ def test_a_topic_whose_files_left_the_output_is_written_again(small_vectors, tmp
     """In place, a topic's folder removed (`rm -r`, which takes its index.json and chunk files)
     and its sources put back as they were (modification times kept, as a restore or a sync
     does): the manifest still named the topic and its sources, so every later run kept it
-    without its files. The same for a table shard a sync deleted. Such a topic is rebuilt, and
-    the output equals a fresh in-place build's."""
+    without its files. The same for a table shard a sync deleted, or a `_chunks/` folder alone.
+    Such a topic is rebuilt, and the output equals a fresh in-place build's."""
     docs, saved = tmp_path / "docs", tmp_path / "saved"
     pages = (("t", "a"), ("t", "b"), ("u", "c"))
     write_pages(docs, {f"{topic}/{name}.md": retry_page(name) for topic, name in pages})
@@ -619,6 +619,9 @@ def test_a_topic_whose_files_left_the_output_is_written_again(small_vectors, tmp
     }  # fmt: skip
     assert (docs / "t" / "index.json").is_file()
     (docs / "_index" / "documents" / "u.parquet").unlink()
+    assert build("--input", str(docs), *cache) == 0
+    assert report_of(docs)["topics"]["rebuilt"] == 1
+    shutil.rmtree(docs / "u" / "_chunks")
     assert build("--input", str(docs), *cache) == 0
     assert report_of(docs)["topics"]["rebuilt"] == 1
     assert build("--input", str(docs), *cache) == 0  # nothing missing: nothing to do
