@@ -191,15 +191,13 @@ def make_plan(
 
 
 def rebuilding(plan: Plan, topics: Iterable[str]) -> Plan:
-    """`plan` with each of `topics` that it keeps or relinks rebuilt instead (its files are gone
-    from the output: `jobs.discovery.topics_missing_files`)."""
+    """`plan` with each of `topics` rebuilt, whatever it would have done (the files of a kept or
+    relinked topic are gone from the output: `jobs.discovery.topics_missing_files`)."""
     gone = set(topics)
     return replace(
         plan,
         topics=tuple(
-            replace(topic, action=REBUILD)
-            if topic.topic in gone and topic.action in (KEEP, RELINK)
-            else topic
+            replace(topic, action=REBUILD) if topic.topic in gone else topic
             for topic in plan.topics
         ),
     )

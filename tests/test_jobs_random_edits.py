@@ -29,7 +29,9 @@ import pytest
 from jobs_support import CORPUS, fault_environment, own_ray_environment, s3_options, stored
 
 from embedding.files import fresh_listings
+from indexing.paths import INDEX, TOPIC_SPEC
 from indexing.sources import is_source
+from jobs.plan import keep_directory
 from jobs.reindex import main
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -419,9 +421,9 @@ def build_in_place(corpus: Path, vectors_of: Path) -> int:
 
 def is_generated(path: str) -> bool:
     """Whether a corpus-relative path is a file an in-place build writes (or its cache's)."""
-    parts = path.split("/")
-    hidden = any(p.startswith(".") or (p.startswith("_") and p != "_keywords") for p in parts)
-    return hidden or parts[-1] in ("index.json", "topic-spec.md")
+    *folders, name = path.split("/")
+    listed = all(keep_directory(folder) for folder in folders) and keep_directory(name)
+    return not listed or name in (INDEX, TOPIC_SPEC)
 
 
 def sync_sources(sources: Path, corpus: Path) -> None:
