@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import os
 import tempfile
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import fsspec
@@ -126,35 +127,20 @@ def cat_many(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, bytes
     `a1.md` and `what?.md` read `whatx.md` too. On s3fs each object is one GET: its default
     multi-part download first sends a HEAD per object (plus a LIST when it is missing), which
     tripled a cold build's requests."""
-    if not isinstance(fs, AsyncFileSystem):
-        return {path: _cat_or_error(fs, path) for path in paths}
     options = {"max_concurrency": 1} if _takes_max_concurrency(fs) else {}
-    coroutines = [fs._cat_file(path, **options) for path in paths]
-    found = sync(
-        fs.loop,
-        _run_coros_in_chunks,
-        coroutines,
-        batch_size=GATHER_BATCH,
-        nofiles=True,
-        return_exceptions=True,
-    )
+    found = _each(fs, paths, lambda path: fs._cat_file(path, **options), fs.cat_file)
     return dict(zip(paths, found, strict=True))
 
 
 def listed_many(fs: fsspec.AbstractFileSystem, folders: list[str]) -> set[str]:
     """The paths of everything directly in each of `folders` (a missing folder lists nothing):
     concurrent listings on an async filesystem such as s3fs, one LIST per 1,000 objects."""
-    if isinstance(fs, AsyncFileSystem):
-        found = sync(
-            fs.loop,
-            _run_coros_in_chunks,
-            [fs._ls(folder, detail=False) for folder in folders],
-            batch_size=GATHER_BATCH,
-            nofiles=True,
-            return_exceptions=True,
-        )
-    else:
-        found = [_ls_or_error(fs, folder) for folder in folders]
+    found = _each(
+        fs,
+        folders,
+        lambda folder: fs._ls(folder, detail=False),
+        lambda folder: fs.ls(folder, detail=False),
+    )
     listed = set()
     for names in found:
         if isinstance(names, FileNotFoundError):
@@ -165,17 +151,31 @@ def listed_many(fs: fsspec.AbstractFileSystem, folders: list[str]) -> set[str]:
     return listed
 
 
-def _ls_or_error(fs: fsspec.AbstractFileSystem, folder: str) -> list[str] | Exception:
-    try:
-        return fs.ls(folder, detail=False)
-    except FileNotFoundError as exc:
-        return exc
+def _each(
+    fs: fsspec.AbstractFileSystem,
+    items: list[str],
+    coroutine: Callable[[str], Awaitable[Any]],
+    call: Callable[[str], Any],
+) -> list[Any]:
+    """What each item gives, in order, an exception in place of each that raised: on an async
+    filesystem `coroutine(item)` run concurrently (`GATHER_BATCH` at once), elsewhere `call(item)`
+    one after another."""
+    if isinstance(fs, AsyncFileSystem):
+        return sync(
+            fs.loop,
+            _run_coros_in_chunks,
+            [coroutine(item) for item in items],
+            batch_size=GATHER_BATCH,
+            nofiles=True,
+            return_exceptions=True,
+        )
+    return [_returned_or_raised(call, item) for item in items]
 
 
-def _cat_or_error(fs: fsspec.AbstractFileSystem, path: str) -> bytes | Exception:
+def _returned_or_raised(call: Callable[[str], Any], item: str) -> Any:
     try:
-        return fs.cat_file(path)
-    except Exception as exc:  # noqa: BLE001 - returned in its path's place, as fsspec's cat does
+        return call(item)
+    except Exception as exc:  # noqa: BLE001 - returned in its item's place, as fsspec's cat does
         return exc
 
 
