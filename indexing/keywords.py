@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,6 +14,10 @@ NAME_COLUMNS = ("keyword", "keywords", "name", "term", "phrase")
 SCORE_COLUMNS = ("score", "authority", "authority score")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _LIST_ITEM = re.compile(r"^(?P<name>.*\S)\s*:\s*(?P<score>\S+)$")
+# The integers a JSON writer (orjson, `indexing.hal.dump_json`) takes: signed or unsigned 64-bit,
+# at most 20 digits (Python's int() refuses a string of over 4,300).
+_INT_RANGE = range(-(2**63), 2**64)
+_INT_DIGITS = 20
 
 
 @dataclass(frozen=True)
@@ -42,10 +47,17 @@ def _plain(inline: Token) -> str:
 
 
 def _score(text: str) -> int | float | None:
-    """`text` as an int or float score, or None when it is not a number."""
+    """`text` as an int or float score, or None when it is not a number that JSON can hold: a
+    float that overflows (`1e400`) and an integer outside 64 bits are not."""
     if not _NUMBER.fullmatch(text):
         return None
-    return int(text) if re.fullmatch(r"[-+]?\d+", text) else float(text)
+    if re.fullmatch(r"[-+]?\d+", text):
+        digits = text.lstrip("+-").lstrip("0") or "0"
+        if len(digits) > _INT_DIGITS:
+            return None
+        value = -int(digits) if text.startswith("-") else int(digits)
+        return value if value in _INT_RANGE else None
+    return float(text) if math.isfinite(float(text)) else None
 
 
 def _table_rows(tokens: list[Token], start: int) -> tuple[list[list[str]], int]:
@@ -76,7 +88,8 @@ def _from_table(rows: list[list[str]]) -> list[Keyword]:
         score = _score(raw)
         if score is None:
             raise ValueError(
-                f"keywords table row {number}: score {raw!r} of {name!r} is not a number"
+                f"keywords table row {number}: score {raw!r} of {name!r} is not a number "
+                "(a finite one; an integer within 64 bits)"
             )
         found.append(Keyword(name=name, score=score))
     return found

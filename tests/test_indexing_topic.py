@@ -227,6 +227,37 @@ def test_keyword_table_with_bad_score_is_a_clear_error():
         parse_keywords("| keyword | score |\n|---|---|\n| a | 1 |\n| b | high |\n")
 
 
+@pytest.mark.parametrize(
+    "score", ["99999999999999999999", "18446744073709551616", "-9223372036854775809", "1e400",
+              "-1e999", "9" * 5000],
+)  # fmt: skip
+def test_keyword_scores_json_cannot_hold_are_a_clear_error(score):
+    """An integer outside 64 bits crashed the topic's build (orjson: "Integer exceeds 64-bit
+    range"), an overflowing float became `"score": null` in index.json and `inf` in topic-spec.md:
+    now the table's ValueError, which a build reports as KEYWORDS_FAILED."""
+    table = f"| keyword | score |\n|---|---|\n| a | 1 |\n| b | {score} |\n"
+    with pytest.raises(ValueError, match=r"row 2: score '.*' of 'b' is not a number"):
+        parse_keywords(table)
+    assert parse_keywords(f"- a: 1\n- b: {score}\n") == [Keyword("a", 1)]  # prose, as before
+
+
+def test_keyword_scores_at_the_64_bit_limits_are_written():
+    words = parse_keywords(
+        "| keyword | score |\n|---|---|\n| low | -9223372036854775808 |\n"
+        "| high | 18446744073709551615 |\n| tiny | 1e-300 |\n| padded | " + "0" * 5000 + "7 |\n"
+    )
+    body = [("Overview", "low and high and tiny, padded.")]
+    out = build_topic(
+        topic_input(TOPIC, [source(SOURCE, body, ranked_vectors([1.0]))], keywords=words),
+        IndexSettings(),
+    )
+    item = index_of(out)["_embedded"]["chunks"]["golden-reference"]["items"][0]
+    assert item["keywords"] == [
+        {"name": "low", "score": -(2**63)}, {"name": "high", "score": 2**64 - 1},
+        {"name": "tiny", "score": 1e-300}, {"name": "padded", "score": 7},
+    ]  # fmt: skip
+
+
 def test_questions_are_parsed_from_headings_and_q_lines():
     text = (
         "# FAQ about things?\n\n## How do I start?\n\nStart here.\n\n## Notes\n\n"
