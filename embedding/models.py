@@ -57,6 +57,13 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 # A model copy no process has resolved for this long goes when a new copy is placed beside it: one
 # copy per version of a model's files would pile up on every node otherwise.
 UNUSED_COPY_S = 30 * 24 * 3600
+# A copy's name: its label (at most `_COPY_LABEL` characters, so that the longest name made from
+# it, its staging folder's, fits in a file name's 255 bytes) and 12 hex digits (`_copy_digest`);
+# the temporary folders of copies and removals are hidden names made from it. Nothing else in a
+# folder of copies is ever removed.
+_COPY_LABEL = 200
+_COPY_NAME = re.compile(r"[A-Za-z0-9._-]+-[0-9a-f]{12}")
+_TEMPORARY_NAME = re.compile(rf"\.{_COPY_NAME.pattern}\.(staging-[0-9]+|[a-z0-9_]+)")
 
 
 class ModelNotFound(ValueError):
@@ -274,13 +281,25 @@ def _from_uri(
     listing = fs.find(root, detail=True)
     if not listing:
         raise ValueError(f"model {uri!r}: no files under that URI")
+    for path in listing:
+        _check_inside(path, root, uri)
     remote = sorted(listing)
     target = (
         Path(local_dir or default_local_dir())
-        / f"{label}-{_copy_digest(uri, revision, root, listing)}"
+        / f"{label[:_COPY_LABEL]}-{_copy_digest(uri, revision, root, listing)}"
     )
     _copy_once(fs, root, remote, target, uri)
     return _checked(ModelFiles(uri, label, target))
+
+
+def _check_inside(path: str, root: str, uri: str) -> None:
+    """Refuse a listed file whose name leads out of the model's folder (an object key such as
+    `models/x/../../../.bashrc`): its copy would be written outside the folder of copies."""
+    relpath = posixpath.relpath(path, root)
+    if relpath == ".." or relpath.startswith("../") or posixpath.isabs(relpath):
+        raise ValueError(
+            f"model {uri!r}: the file {path!r} leads outside the model's folder; refusing to copy"
+        )
 
 
 def _copy_digest(uri: str, revision: str | None, root: str, listing: dict[str, dict]) -> str:
@@ -350,7 +369,7 @@ def _remove_unused(folder: Path, now: float) -> None:
     copy is first renamed away, so what is left at its name is always whole. In a folder shared
     by several users with the sticky bit (mode 1777) another user's copies stay."""
     for place in folder.iterdir():
-        if not place.is_dir() or not _unused(place, now):  # a lock file, or a copy in use
+        if not place.is_dir() or not _ours(place) or not _unused(place, now):
             continue
         if place.name.startswith("."):  # a temporary folder no process is filling any more
             shutil.rmtree(place, ignore_errors=True)
@@ -366,6 +385,16 @@ def _remove_unused(folder: Path, now: float) -> None:
                     shutil.rmtree(trash, ignore_errors=True)
                 with contextlib.suppress(PermissionError):  # another user's lock file stays
                     (folder / f".{place.name}.lock").unlink()
+
+
+def _ours(place: Path) -> bool:
+    """Whether `place` is a copy (named as `_from_uri` names them, its lock file beside it) or
+    the temporary folder of one: a person's own folders in the folder of copies are not."""
+    if _TEMPORARY_NAME.fullmatch(place.name):
+        return True
+    return bool(_COPY_NAME.fullmatch(place.name)) and os.path.lexists(
+        place.parent / f".{place.name}.lock"
+    )
 
 
 def _unused(place: Path, now: float) -> bool:

@@ -747,6 +747,57 @@ def test_copies_unused_for_a_month_go_when_another_copy_is_placed(tmp_path):
     assert (second / "model.safetensors").read_bytes() == b"new weights, a new version"
 
 
+def test_only_copies_and_their_temporary_folders_go_from_the_folder_of_copies(tmp_path):
+    """`local_dir` (or $MDINDEX_MODEL_DIR) may be a folder that holds more than our copies: every
+    folder in it unchanged for a month was removed when a copy was placed, a person's own model
+    folders and `.git` included. Now only what has a copy's name and its lock file goes."""
+    fs = fsspec.filesystem("memory")
+    uri = _tiny_model_uri(fs, "placed-bert")
+    theirs = ["my-finetune", ".git", "looks-like-a-copy-0123456789ab", ".not.ours"]
+    for name in theirs:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "weights.bin").write_bytes(b"a person's file")
+    month_ago = time.time() - UNUSED_COPY_S - 60
+    for name in theirs:
+        os.utime(tmp_path / name, (month_ago, month_ago))
+
+    placed = resolve_model(uri, local_dir=tmp_path).directory
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [*theirs, placed.name, f".{placed.name}.lock"]
+    )
+    assert all(
+        (tmp_path / name / "weights.bin").read_bytes() == b"a person's file" for name in theirs
+    )
+
+
+def test_remote_model_files_whose_names_lead_outside_the_copy_are_refused(tmp_path):
+    """An object key with `..` parts (`models/x/../../../escaped`) was copied to that path,
+    outside the folder of copies: a model bucket could write any file the build can."""
+    fs = fsspec.filesystem("memory")
+    outside = tmp_path / "escaped"
+    fs.pipe(
+        {
+            "/leaky/bert/config.json": b"{}",
+            "/leaky/bert/model.safetensors": b"w",
+            f"/leaky/bert/{'../' * 12}{outside.relative_to('/')}": b"not a model file",
+        }
+    )
+    with pytest.raises(ValueError, match="leads outside the model's folder"):
+        resolve_model("memory://leaky/bert/", local_dir=tmp_path / "copies")
+    assert not outside.exists() and not (tmp_path / "copies").exists()
+
+
+def test_a_model_folder_with_a_long_name_is_copied(tmp_path):
+    """A copy's lock file and staging folder add to its name: a remote folder named with 236
+    characters failed (File name too long); the copy's name keeps the label's first 200."""
+    fs = fsspec.filesystem("memory")
+    name = "m" * 240
+    resolved = resolve_model(_tiny_model_uri(fs, name), local_dir=tmp_path)
+    assert resolved.directory.name.startswith("m" * 200 + "-") and resolved.label == name
+    assert (resolved.directory / "config.json").read_bytes() == b"{}"
+
+
 def _tiny_model_uri(fs, name: str) -> str:
     """The URI of a model folder on the memory file system (a config and weights, no more)."""
     fs.pipe({f"/models/{name}/config.json": b"{}", f"/models/{name}/model.safetensors": b"w"})
