@@ -42,12 +42,13 @@ import json
 import logging
 import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
-from jobs.storage import Storage
+from jobs.storage import OutsideRoot, Storage
 
 LOCK_PATH = "_reindex/build.lock"
 LEASE_S = 300.0  # an S3 lock not renewed for this long is a killed build's
@@ -160,6 +161,27 @@ def busy(output: Storage, holder: str) -> OutputBusy:
     )
 
 
+def _open_lock_file(path: str) -> int:
+    """The lock file opened to read and write (made when missing); `OutsideRoot` for a symbolic
+    link or anything else that is not a plain file there, which the lock's writes would go
+    through (a link's target emptied and given the holder's record)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # a FIFO: no wait
+    try:
+        descriptor = os.open(path, flags, 0o644)
+    except OSError as error:
+        if error.errno != errno.ELOOP:  # a symbolic link
+            raise
+        descriptor = None
+    if descriptor is not None and stat.S_ISREG(os.fstat(descriptor).st_mode):
+        return descriptor
+    if descriptor is not None:
+        os.close(descriptor)
+    raise OutsideRoot(
+        f"refusing to lock {path}: it is a symbolic link or not a plain file; a build writes its "
+        "lock file there, so remove it"
+    )
+
+
 @contextlib.contextmanager
 def _file_lock(output: Storage) -> Iterator[None]:
     """`flock` on a local output's lock file (module docstring)."""
@@ -167,7 +189,7 @@ def _file_lock(output: Storage) -> Iterator[None]:
     folder = os.path.dirname(path)
     made = missing_folders(folder)
     os.makedirs(folder, exist_ok=True)
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    descriptor = _open_lock_file(path)
     taken = False
     try:
         try:

@@ -66,6 +66,31 @@ def test_a_local_lock_names_its_holder_while_it_holds_it_and_no_one_after(tmp_pa
     assert path.read_bytes() == b""
 
 
+@pytest.mark.parametrize("place", ["link to a file", "dangling link", "fifo"])
+def test_a_local_lock_file_that_is_a_link_or_no_plain_file_is_refused(tmp_path, place):
+    """The lock file was opened following a symbolic link at its own name (only its folder was
+    checked): the link's target, anywhere on the machine, was emptied and given the holder's
+    record, or made where a dangling link pointed. A link, or a FIFO there (which failed with
+    EINVAL), is refused now, naming the file, and what a link points to is left as it was."""
+    (tmp_path / "out" / "_reindex").mkdir(parents=True)
+    lock_file = tmp_path / "out" / LOCK_PATH
+    target = tmp_path / "elsewhere.txt"
+    if place == "link to a file":
+        target.write_text("a person's file\n")
+        lock_file.symlink_to(target)
+    elif place == "dangling link":
+        lock_file.symlink_to(target)
+    else:
+        os.mkfifo(lock_file)
+    with pytest.raises(PermissionError, match=f"refusing to lock {lock_file}"):
+        with output_lock(Storage(str(tmp_path / "out"))):
+            pass
+    if place == "link to a file":
+        assert target.read_text() == "a person's file\n"
+    else:
+        assert not target.exists()
+
+
 def test_a_local_lock_held_by_a_process_that_names_no_one_is_another_builds(tmp_path):
     """A lock file held with an empty body (a build of an older version, or one between its lock
     and its record) is refused as "another build", not as a record that cannot be read."""
