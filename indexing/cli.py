@@ -181,6 +181,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"mdindex serve: {error}", file=sys.stderr)
         return 2
     host, port = server.server_address[:2]
+    host = f"[{host}]" if ":" in host else host
     print(f"serving {args.directory} at http://{host}:{port}/ (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import os
 import re
+import socket
+from dataclasses import dataclass
+from datetime import timezone
+from email.message import Message
+from email.utils import formatdate, parsedate_to_datetime
 from functools import partial
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from typing import BinaryIO
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -34,8 +39,70 @@ def parse_range(header: str, size: int) -> tuple[int, int] | None:
     return start, end
 
 
+@dataclass(frozen=True)
+class Validators:
+    """A file's validators: a strong entity tag (its modification time in ns and its size) and
+    its Last-Modified date."""
+
+    etag: str
+    last_modified: str
+
+    @classmethod
+    def of(cls, stat: os.stat_result) -> Validators:
+        """The validators of the file `stat` describes."""
+        etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+        return cls(etag=etag, last_modified=formatdate(stat.st_mtime, usegmt=True))
+
+
+def not_modified(headers: Message, validators: Validators, mtime: float) -> bool:
+    """Whether a GET or HEAD with these headers gets 304 (RFC 9110 13.2.2): If-None-Match when
+    present (weak comparison, `*` matches), else If-Modified-Since not before `mtime` (seconds)."""
+    match = headers.get("If-None-Match")
+    if match is not None:
+        tags = {tag.strip().removeprefix("W/") for tag in match.split(",")}
+        return "*" in tags or validators.etag in tags
+    since = headers.get("If-Modified-Since")
+    if since is None:
+        return False
+    try:
+        date = parsedate_to_datetime(since)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return False  # not an HTTP-date: ignored
+    if date.tzinfo is None:  # "-0000": UTC
+        date = date.replace(tzinfo=timezone.utc)
+    return int(mtime) <= date.timestamp()
+
+
+def range_applies(headers: Message, validators: Validators) -> bool:
+    """Whether a Range is answered (RFC 9110 13.1.5): no If-Range, or one that exactly matches the
+    file's entity tag or Last-Modified; else the whole file is sent (the range asked of a file
+    that has since been replaced would splice old and new bytes)."""
+    condition = headers.get("If-Range")
+    return condition is None or condition.strip() in (validators.etag, validators.last_modified)
+
+
+@dataclass
+class Span:
+    """At most `left` bytes of an open file from its position, read in the pieces asked: the body
+    of a 206, streamed instead of held in memory."""
+
+    handle: BinaryIO
+    left: int
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to `size` bytes (all that is left when negative); b"" at the span's end."""
+        data = self.handle.read(self.left if size < 0 else min(size, self.left))
+        self.left -= len(data)
+        return data
+
+    def close(self) -> None:
+        """Close the file."""
+        self.handle.close()
+
+
 class IndexRequestHandler(SimpleHTTPRequestHandler):
-    """SimpleHTTPRequestHandler plus CORS headers, OPTIONS preflight and HTTP Range (206)."""
+    """A static file handler with CORS headers, OPTIONS preflight, validators (ETag,
+    Last-Modified, 304) and HTTP Range (206, If-Range); every directory is 404."""
 
     extensions_map = {
         **SimpleHTTPRequestHandler.extensions_map,
@@ -47,8 +114,12 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
     def end_headers(self) -> None:
         self.send_header("Access-Control-Allow-Origin", "*")
         self.send_header("Access-Control-Allow-Methods", "GET, HEAD, OPTIONS")
-        self.send_header("Access-Control-Allow-Headers", "Range, If-None-Match, If-Modified-Since")
-        self.send_header("Access-Control-Expose-Headers", "Content-Range, Content-Length, ETag")
+        self.send_header(
+            "Access-Control-Allow-Headers", "Range, If-Range, If-None-Match, If-Modified-Since"
+        )
+        self.send_header(
+            "Access-Control-Expose-Headers", "Content-Range, Content-Length, ETag, Last-Modified"
+        )
         self.send_header("Accept-Ranges", "bytes")
         super().end_headers()
 
@@ -58,41 +129,65 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def list_directory(self, path):
-        """No directory listings (they would show `.embedding-cache/` and every file)."""
-        self.send_error(HTTPStatus.NOT_FOUND, "directory listings are off")
+    def send_head(self) -> Span | BinaryIO | None:
+        """The headers of a GET or HEAD, and the body's file (None when there is none to send).
 
-    def send_head(self):
-        """Like the base class, but answers a single byte range with 206 Partial Content, and
-        404 for anything that resolves (through symbolic links) outside the served directory."""
-        header = self.headers.get("Range")
+        404 for anything that is not a regular file inside the served directory (symbolic links
+        resolved; a directory, a NUL byte in the path, a file that cannot be opened or went
+        away since it was listed); 304 when the request's validators still match; 206 for a
+        single byte range (unless an If-Range no longer matches: 200), 416 for one past the end.
+        """
         path = self.translate_path(self.path)
-        if not _inside(self.directory, path):
-            self.send_error(HTTPStatus.NOT_FOUND, "outside the served directory")
+        handle = _open_inside(self.directory, path)
+        if handle is None:
+            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
             return None
-        if header is None or not os.path.isfile(path):
-            return super().send_head()
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
+        try:
+            return self._answer(handle, path)
+        except BaseException:
+            handle.close()
+            raise
+
+    def _answer(self, handle: BinaryIO, path: str) -> Span | BinaryIO | None:
+        """send_head's answer for an opened regular file."""
+        stat = os.fstat(handle.fileno())
+        validators = Validators.of(stat)
+        if not_modified(self.headers, validators, stat.st_mtime):
+            self._send_validated(HTTPStatus.NOT_MODIFIED, validators)
+            self.end_headers()
+            handle.close()
+            return None
+        header, span = self.headers.get("Range"), None
+        if header is not None and range_applies(self.headers, validators):
             try:
-                span = parse_range(header, size)
+                span = parse_range(header, stat.st_size)
             except ValueError:
                 self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
-                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Range", f"bytes */{stat.st_size}")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+                handle.close()
                 return None
-            if span is None:
-                return super().send_head()
-            start, end = span
-            handle.seek(start)
-            body = handle.read(end - start + 1)
-        self.send_response(HTTPStatus.PARTIAL_CONTENT)
+        if span is None:
+            self._send_validated(HTTPStatus.OK, validators)
+            self.send_header("Content-Type", self.guess_type(path))
+            self.send_header("Content-Length", str(stat.st_size))
+            self.end_headers()
+            return handle
+        start, end = span
+        handle.seek(start)
+        self._send_validated(HTTPStatus.PARTIAL_CONTENT, validators)
         self.send_header("Content-Type", self.guess_type(path))
-        self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Range", f"bytes {start}-{end}/{stat.st_size}")
+        self.send_header("Content-Length", str(end - start + 1))
         self.end_headers()
-        return io.BytesIO(body)
+        return Span(handle, end - start + 1)
+
+    def _send_validated(self, status: HTTPStatus, validators: Validators) -> None:
+        """The status line and the file's validators (the same on 200, 206 and 304)."""
+        self.send_response(status)
+        self.send_header("ETag", validators.etag)
+        self.send_header("Last-Modified", validators.last_modified)
 
     def log_message(self, format: str, *args) -> None:
         if not getattr(self.server, "quiet", False):
@@ -105,10 +200,32 @@ def _inside(directory: str, path: str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _open_inside(directory: str, path: str) -> BinaryIO | None:
+    """`path` opened to read when it is a regular file inside `directory` (symbolic links
+    resolved), else None: a directory, a path with a NUL byte, one outside, one that cannot be
+    opened (no permission; deleted or replaced by a directory since it was listed)."""
+    if "\0" in path or not _inside(directory, path) or not os.path.isfile(path):
+        return None
+    try:
+        return open(path, "rb")  # the handler closes it once the body is sent
+    except OSError:
+        return None
+
+
+class IndexServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer on the address family of its host (IPv4 or IPv6), as
+    `python -m http.server` picks it; `quiet` turns the request log off."""
+
+    def __init__(self, host: str, port: int, handler, quiet: bool = False) -> None:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, _, _, _, address = infos[0]
+        self.address_family = family
+        self.quiet = quiet
+        super().__init__(address, handler)
+
+
 def make_server(directory: str, host: str = "127.0.0.1", port: int = 8000, quiet: bool = False):
-    """A ThreadingHTTPServer serving `directory` (call serve_forever; port 0 picks a free one)."""
+    """An IndexServer serving `directory` (call serve_forever; port 0 picks a free one)."""
     if not os.path.isdir(directory):
         raise NotADirectoryError(f"not a directory: {directory}")
-    server = ThreadingHTTPServer((host, port), partial(IndexRequestHandler, directory=directory))
-    server.quiet = quiet
-    return server
+    return IndexServer(host, port, partial(IndexRequestHandler, directory=directory), quiet)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import signal
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 import s3fs
 from indexing_support import ranked_vectors, run_cli, serving, source, topic_input, write_index
+from jobs_support import fault_environment
 
 from indexing import IndexSettings, build_topic, simhash64
 from indexing.client import IndexReader, query_embedder
@@ -53,8 +59,12 @@ def server(index_root):
         yield url
 
 
+def index_json_bytes(root) -> bytes:
+    return (root / TOPIC / "index.json").read_bytes()
+
+
 def index_json(root) -> dict:
-    return json.loads((root / TOPIC / "index.json").read_bytes())
+    return json.loads(index_json_bytes(root))
 
 
 def test_query_topic_returns_first_n_in_stripe_order(index_root, capsys):
@@ -175,36 +185,151 @@ def test_parse_range_cases():
             parse_range(bad, 10)
 
 
-@pytest.mark.timeout(120)
-def test_mdindex_serve_command_serves_until_interrupted(index_root):
-    """Ctrl-C (SIGINT) stops it with exit 0. The child sets SIGINT's default handler first: Python
-    keeps a signal ignored that its parent ignored (a background job of a script ignores SIGINT,
-    and `mdindex serve` started from one then ignores it: checked by hand), and a run of the suite
-    started from such a job once saw this test time out."""
+@contextlib.contextmanager
+def serve_command(root, *options: str, env: dict[str, str] | None = None):
+    """`mdindex serve ROOT --port 0 [options]` in a child process: yields its base URL (from its
+    banner) and the process; Ctrl-C (SIGINT) stops it after.
+
+    The child sets SIGINT's default handler first: Python keeps a signal ignored that its parent
+    ignored (a background job of a script ignores SIGINT, and `mdindex serve` started from one
+    then ignores it: checked by hand), and a run of the suite started from such a job once saw
+    a test of this time out."""
     main = (
         "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
         "from jobs.cli import main; sys.exit(main(sys.argv[1:]))"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", main, "serve", str(index_root), "--port", "0"],
+        [sys.executable, "-c", main, "serve", str(root), "--port", "0", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        env=env,
     )
     try:
         banner = proc.stdout.readline()
-        base = banner.split(" at ")[1].split()[0].rstrip("/")
-        reply = requests.get(
-            f"{base}/{TOPIC}/index.json", headers={"Range": "bytes=0-0"}, timeout=10
-        )
-        assert reply.status_code == 206 and reply.content == b"{"
+        yield banner.split(" at ")[1].split()[0].rstrip("/"), proc
     finally:
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=30)
         finally:
             proc.kill()  # a no-op once it has exited; a server left running outlived the suite
+
+
+@pytest.mark.timeout(120)
+def test_mdindex_serve_command_serves_until_interrupted(index_root):
+    """Ctrl-C (SIGINT) stops it with exit 0."""
+    with serve_command(index_root) as (base, proc):
+        reply = requests.get(
+            f"{base}/{TOPIC}/index.json", headers={"Range": "bytes=0-0"}, timeout=10
+        )
+        assert reply.status_code == 206 and reply.content == b"{"
     assert proc.returncode == 0
+
+
+def peak_rss(pid: int) -> int:
+    """The peak resident memory of a process so far, in bytes (VmHWM)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE).group(1)) * 1024
+
+
+@pytest.mark.timeout(120)
+def test_serve_streams_a_range_instead_of_holding_it_in_memory(tmp_path):
+    """`Range: bytes=0-` of a 400 MB shard added 410 MB to the server's memory per request (the
+    span was read whole into a buffer); now it is copied from the file in pieces."""
+    size = 128 * 2**20
+    with (tmp_path / "shard.parquet").open("wb") as handle:
+        handle.truncate(size)  # sparse: no disk, read back as zeros
+    with serve_command(tmp_path) as (base, proc):
+        assert requests.get(f"{base}/shard.parquet", headers={"Range": "bytes=0-0"}).content
+        before = peak_rss(proc.pid)
+        headers = {"Range": "bytes=0-"}
+        with requests.get(f"{base}/shard.parquet", headers=headers, stream=True) as reply:
+            assert reply.status_code == 206
+            assert reply.headers["Content-Range"] == f"bytes 0-{size - 1}/{size}"
+            received = sum(len(piece) for piece in reply.iter_content(2**20))
+        grown = peak_rss(proc.pid) - before
+    assert received == size and grown < 32 * 2**20, grown
+
+
+@pytest.mark.timeout(120)
+def test_serve_answers_404_for_a_file_deleted_as_it_is_opened(tmp_path):
+    """A build deletes stale chunk files while readers fetch them: a file seen by `isfile` and
+    gone at its open dropped the connection of a Range request (no answer, a traceback on the
+    server's stderr). The fault removes each `gone-*` file as the server opens it."""
+    (tmp_path / "_chunks").mkdir()
+    for name in ("gone-1.md", "gone-2.md", "kept.md"):
+        (tmp_path / "_chunks" / name).write_text("chunk text")
+    env = fault_environment("vanish", str(tmp_path), match="gone-")
+    with serve_command(tmp_path, env=env) as (base, _):
+        ranged = {"Range": "bytes=0-4"}
+        assert requests.get(f"{base}/_chunks/gone-1.md", headers=ranged).status_code == 404
+        assert requests.get(f"{base}/_chunks/gone-2.md").status_code == 404
+        kept = requests.get(f"{base}/_chunks/kept.md", headers=ranged)
+        assert kept.status_code == 206 and kept.content == b"chunk"
+    assert not (tmp_path / "_chunks" / "gone-1.md").exists()  # the fault did act
+
+
+def ipv6_loopback() -> bool:
+    """Whether this machine can bind ::1."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
+@pytest.mark.timeout(120)
+def test_mdindex_serve_binds_an_ipv6_host(index_root):
+    """`--host ::1` failed ("Address family for hostname not supported": the server was IPv4
+    only); the family now comes from the host, as `python -m http.server` picks it."""
+    with serve_command(index_root, "--host", "::1") as (base, _):
+        assert base.startswith("http://[::1]:")
+        reply = requests.get(f"{base}/{TOPIC}/index.json", timeout=10)
+        assert reply.status_code == 200 and reply.content == index_json_bytes(index_root)
+
+
+def test_serve_validators_and_if_range(tmp_path):
+    """Every answer of a file carries its ETag and Last-Modified; preconditions come before the
+    range (a 304 whether or not a range is asked); a range whose If-Range no longer matches (the
+    file was replaced: index.json and shards are, in place) gets the whole new file, 200, never
+    a splice of old and new bytes."""
+    path = tmp_path / "index.json"
+    path.write_bytes(b'{"version": 1}')
+    with serving(tmp_path) as base:
+        url = f"{base}/index.json"
+        full = requests.get(url, timeout=10)
+        etag, modified = full.headers["ETag"], full.headers["Last-Modified"]
+        assert full.status_code == 200 and etag.startswith('"') and modified.endswith(" GMT")
+        part = requests.get(url, headers={"Range": "bytes=0-1"}, timeout=10)
+        assert part.status_code == 206 and part.content == b'{"'
+        assert (part.headers["ETag"], part.headers["Last-Modified"]) == (etag, modified)
+        for validator in (etag, modified):
+            reply = requests.get(url, headers={"Range": "bytes=0-1", "If-Range": validator})
+            assert reply.status_code == 206 and reply.content == b'{"', validator
+        future, past = "Fri, 01 Jan 2100 00:00:00 GMT", "Thu, 01 Jan 1970 00:00:00 GMT"
+        for conditions in ({"If-None-Match": etag}, {"If-None-Match": f"W/{etag}, \"x\""},
+                           {"If-Modified-Since": future}):  # fmt: skip
+            for ranged in ({}, {"Range": "bytes=0-1"}):
+                reply = requests.get(url, headers={**conditions, **ranged}, timeout=10)
+                assert reply.status_code == 304 and reply.content == b"", (conditions, ranged)
+                assert (reply.headers["ETag"], reply.headers["Last-Modified"]) == (etag, modified)
+        since = requests.get(url, headers={"If-Modified-Since": past, "Range": "bytes=0-1"})
+        assert since.status_code == 206
+        changed = requests.get(url, headers={"If-None-Match": '"other"'}, timeout=10)
+        assert changed.status_code == 200 and changed.content == b'{"version": 1}'
+
+        replacement = tmp_path / "index.json.new"
+        replacement.write_bytes(b'{"version": 22}')
+        os.utime(replacement, (os.stat(path).st_mtime + 5,) * 2)
+        os.replace(replacement, path)
+        for stale in (etag, modified, f"W/{etag}", past):
+            for span in ("bytes=0-1", "bytes=100-"):  # a stale If-Range: no 206, no 416 either
+                reply = requests.get(url, headers={"Range": span, "If-Range": stale}, timeout=10)
+                assert reply.status_code == 200, (stale, span)
+                assert reply.content == b'{"version": 22}' and reply.headers["ETag"] != etag
 
 
 def test_mdindex_serve_rejects_a_missing_directory(tmp_path, capsys):

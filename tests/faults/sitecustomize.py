@@ -13,7 +13,10 @@ sees each file operation before the system call and fails or kills it:
   with SIGKILL before the removal;
 - MDINDEX_FAULT=crash-nth: the MDINDEX_FAULT_COUNT-th file operation of the build's driver
   (`python -m jobs.reindex`; its Ray workers are left alone) that changes a path under the root
-  (open for writing, rename, removal, mkdir) kills it with SIGKILL before the operation.
+  (open for writing, rename, removal, mkdir) kills it with SIGKILL before the operation;
+- MDINDEX_FAULT=vanish: opening a path that contains MDINDEX_FAULT_MATCH to read removes it
+  first, so the open fails (a file deleted just after it was seen: a build removing a stale
+  chunk file as `mdindex serve` answers for it).
 
 MDINDEX_FAULT_MATCH may name several strings, separated by `os.pathsep`: a path matches if it
 contains one of them.
@@ -89,12 +92,19 @@ def _crash_nth(event: str, args: tuple) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _vanish(event: str, args: tuple) -> None:
+    if event == "open" and isinstance(args[2], int) and not args[2] & _WRITES:
+        if _targeted(args[0]) and os.path.isfile(args[0]):
+            os.remove(args[0])
+
+
 _HOOKS = {
     "read-only": _read_only,
     "full": _full,
     "crash": _crash,
     "crash-remove": _crash_remove,
     "crash-nth": _crash_nth,
+    "vanish": _vanish,
 }
 
 if _FAULT in _HOOKS and _ROOT:
