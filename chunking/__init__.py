@@ -21,12 +21,18 @@ from chunking.record import (
 )
 from chunking.tokens import TokenCounter
 
+# Bump whenever the same input and options can chunk differently (a fix that changes chunk
+# texts, lines, links or ids): builds include it in their settings key, so the next build
+# re-chunks every source instead of carrying chunks made by the older code.
+REVISION = 1
+
 __all__ = [
     "CHUNKING_FAILED",
     "CHUNKING_TIMEOUT",
     "DETERMINISTIC_FAILURES",
     "FRONT_MATTER_TOO_LARGE",
     "INVALID_FRONT_MATTER",
+    "REVISION",
     "Chunk",
     "ChunkedDocument",
     "ChunkingError",

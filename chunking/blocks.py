@@ -28,6 +28,7 @@ INDENTED_CODE = 3
 TABLE = 4
 LITERAL_KINDS = frozenset((FENCE_MARK, FENCE_BODY, INDENTED_CODE, TABLE))
 _LITERAL_TOKENS = frozenset(("fence", "code_block", "table_open"))  # tokens of literal lines
+NOT_SPACE = re.compile(r"\S")  # what `str.strip` keeps (both read `str.isspace`)
 
 
 # A trailing attribute list (mkdocs attr_list, Pandoc): `{ #anchor .class key=value }`.
@@ -172,7 +173,8 @@ def fence_closed(token: Token) -> bool:
 
 
 def parse(source: NormalizedDocument) -> ParsedDocument:
-    """Block-parse the body of `source` into top-level blocks, fences and per-line kinds."""
+    """Block-parse the body of `source` into top-level blocks (those with text, see `has_text`),
+    fences and per-line kinds."""
     offset = source.body_start
     env: dict = {}
     tokens = parse_tokens(source.body, env)
@@ -187,7 +189,8 @@ def parse(source: NormalizedDocument) -> ParsedDocument:
                 fences.append(_block(token, tokens, index, start, end))
         if token.level == 0 and token.nesting != -1:
             start, end = token.map[0] + offset, token.map[1] + offset
-            blocks.append(_block(token, tokens, index, start, end))
+            if has_text(source.lines[start:end]):
+                blocks.append(_block(token, tokens, index, start, end))
     return ParsedDocument(
         source=source,
         blocks=tuple(blocks),
@@ -195,6 +198,16 @@ def parse(source: NormalizedDocument) -> ParsedDocument:
         line_kinds=bytes(kinds),
         links=find_links(tokens, offset, env.get("references", {})),
     )
+
+
+def has_text(lines: tuple[str, ...]) -> bool:
+    """Whether any of `lines` holds a character other than whitespace.
+
+    CommonMark counts only spaces and tabs as blank, so a line of other whitespace (U+00A0,
+    U+3000, a form feed) is a paragraph; it holds no word, and chunking treats it as blank: a
+    block of such lines only is no block (`parse` leaves it out), as blank lines are none.
+    """
+    return any(NOT_SPACE.search(line) for line in lines)
 
 
 def text_line_kinds(text: str) -> bytes:

@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from chunking.blocks import (
+    NOT_SPACE,
     Block,
     ParsedDocument,
     check_fence_marker,
@@ -29,7 +30,6 @@ from chunking.tokens import TokenCounter
 # A sentence ends at . ! ? (then closing quotes or brackets, then whitespace) or at a CJK full stop.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])\s*")
 FENCE_RUN = re.compile(r"`{3,}|~{3,}")  # a run of backticks or tildes, which can open a fence
-_NOT_SPACE = re.compile(r"\S")  # what `str.strip` keeps (both read `str.isspace`)
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class SourceText:
 
     def has_text(self, start: int, end: int) -> bool:
         """Whether the characters `start..end` hold any but whitespace (searched, not copied)."""
-        return _NOT_SPACE.search(self.text, start, end) is not None
+        return NOT_SPACE.search(self.text, start, end) is not None
 
     def block_span(self, block: Block) -> Span:
         """The span of a block's lines."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from chunking import strategy_key
+from chunking import REVISION, strategy_key
 from embedding.models import ModelNotFound, check_model
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, Manifest
@@ -87,6 +87,7 @@ def settings_key(config: JobConfig) -> str:
     return settings_digest(
         {
             "strategy": strategy_key(config.chunking.strategy, **config.chunking.options),
+            "chunking_revision": REVISION,
             "embedding": embedding,
             "tenant": config.tenant,
             "globs": list(config.sources.globs),

@@ -111,6 +111,31 @@ def test_empty_and_blank_sources_give_no_chunks(data, strategy):
     assert chunk_source(data, strategy=strategy).chunks == ()
 
 
+# Lines of whitespace CommonMark does not count as blank (it counts spaces and tabs only): each
+# is a paragraph to markdown-it, with no word in it.
+UNICODE_BLANKS = ["\u00a0", "\u3000", "\f"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("blank", UNICODE_BLANKS, ids=["nbsp", "ideographic-space", "form-feed"])
+def test_a_line_of_unicode_whitespace_is_blank_to_every_strategy(blank, strategy):
+    """Such a line used to fail the whole document in `structural` and `hierarchical` (a chunk
+    text ending in a blank line: ValueError in is_code; or alone: "empty text"), and a file of
+    it alone in `headers` too. Now it is a blank line: no chunk of its own, never a chunk's end."""
+    assert chunk_source(f"{blank}\n".encode(), strategy=strategy).chunks == ()
+    after_text = chunk_source(f"# T\n\ntext\n\n{blank}\n".encode(), strategy=strategy)
+    assert [(c.text, c.start_line, c.end_line) for c in after_text.chunks] == [
+        ("# T\n\ntext", 1, 3)
+    ]
+    after_code = chunk_source(f"# T\n\n```\ncode\n```\n\n{blank}\n".encode(), strategy=strategy)
+    assert after_code.chunks[-1].text.endswith("```")
+    assert after_code.chunks[-1].end_line == 5
+    between = chunk_source(f"# T\n\ntext\n\n{blank}\n\nmore\n".encode(), strategy=strategy)
+    assert [(c.text, c.end_line) for c in between.chunks] == [
+        (f"# T\n\ntext\n\n{blank}\n\nmore", 7)
+    ]
+
+
 def test_crlf_and_cr_chunk_like_lf():
     lf = chunk_source(normal(20_000), strategy="semantic")
     for ending in (b"\r\n", b"\r"):

@@ -200,6 +200,18 @@ def test_cuda_graphs_is_an_embedding_option_that_rebuilds_nothing(tmp_path):
         config_from_dict({"input": str(tmp_path), "embedding": {"cuda_graphs": "yes"}})
 
 
+def test_a_new_chunking_revision_changes_the_settings_key(tmp_path, monkeypatch):
+    """A chunking fix bumps `chunking.REVISION`: the next build then re-chunks every source, as a
+    fresh build would, instead of keeping the chunks the older code made."""
+    import chunking
+    from jobs.discovery import settings_key
+
+    config = config_from_dict({"input": str(tmp_path)})
+    before = settings_key(config)
+    monkeypatch.setattr("jobs.discovery.REVISION", chunking.REVISION + 1)
+    assert settings_key(config) != before
+
+
 def test_technical_titles_are_configurable_and_reach_the_index_settings(tmp_path):
     from jobs.discovery import settings_key
     from jobs.finish import index_settings
