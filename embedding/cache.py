@@ -37,11 +37,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from embedding.files import fresh_listings, is_within, read_existing, write_atomically
+from embedding.files import (
+    fresh_listings,
+    is_within,
+    read_existing,
+    root_filesystem,
+    write_atomically,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +105,7 @@ class EmbeddingCache:
 
     def __init__(self, root_uri: str, storage_options: dict[str, Any] | None = None):
         self.root_uri = root_uri
-        self.fs, root = fsspec.core.url_to_fs(root_uri, **fresh_listings(storage_options))
-        self.root = root.rstrip("/")
+        self.fs, self.root = root_filesystem(root_uri, fresh_listings(storage_options))
         # (strategy key, model key) -> its model folder existed, or was written by us
         self._folder_exists: dict[tuple[str, str], bool] = {}
 
@@ -283,7 +287,7 @@ def _parse_metadata(blob: bytes | None, key: CacheKey, dim: int) -> _Metadata | 
     try:
         meta = json.loads(blob)
         hashes = tuple(meta["chunk_hashes"])
-        truncated = tuple(int(i) for i in meta["truncated"])
+        truncated = tuple(meta["truncated"])
         sound = (
             meta["format"] == FORMAT
             and meta["model"] == key.model_key
@@ -293,9 +297,9 @@ def _parse_metadata(blob: bytes | None, key: CacheKey, dim: int) -> _Metadata | 
             and meta["chunk_count"] == len(hashes)
             and isinstance(meta["vectors_sha256"], str)
             and all(isinstance(h, str) and _SHA256.match(h) for h in hashes)
-            and all(0 <= i < len(hashes) for i in truncated)
+            and all(type(i) is int and 0 <= i < len(hashes) for i in truncated)
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # JSON nested past the stack
         return None
     return _Metadata(hashes, truncated, meta["vectors_sha256"]) if sound else None
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import fsspec
 from fsspec.asyn import AsyncFileSystem, _run_coros_in_chunks, sync
+from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 
 # Requests an async filesystem (s3fs) runs at once in a batched `pipe` or `cat`. fsspec's default,
@@ -29,6 +30,15 @@ def fresh_listings(options: dict[str, Any] | None) -> dict[str, Any]:
     process wrote was missing from a topic's listing and stayed an orphan, a cache folder read as
     absent."""
     return {**(options or {}), "use_listings_cache": False}
+
+
+def root_filesystem(uri: str, options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """The fsspec filesystem of `uri` and its path there (no scheme, no trailing slash), `uri`
+    taken as one location, as the build's storage takes it: fsspec's `url_to_fs` reads `::` as a
+    chain of filesystems, so an output folder named `docs::v2` had its cache in `docs`."""
+    protocol, _ = split_protocol(uri)
+    fs = fsspec.filesystem(protocol or "file", **(options or {}))
+    return fs, fs._strip_protocol(uri).rstrip("/")
 
 
 def change_tag(info: dict[str, Any]) -> str:

@@ -128,6 +128,10 @@ def _garbage_metadata(fs, folder):
     fs.pipe(f"{folder}/metadata.json", b'{"model": "truncated')
 
 
+def _deeply_nested_metadata(fs, folder):  # json.loads raised RecursionError
+    fs.pipe(f"{folder}/metadata.json", b"[" * 100_000 + b"]" * 100_000)
+
+
 DAMAGE = {
     "truncated bin": _truncate_bin,
     "bin of another dimension": _wrong_dimension_bin,
@@ -138,6 +142,8 @@ DAMAGE = {
     "metadata chunk count": _edit_metadata(chunk_count=5),
     "metadata source hash": _edit_metadata(source_hash=sha("other document")),
     "metadata not json": _garbage_metadata,
+    "metadata nested past the stack": _deeply_nested_metadata,
+    "metadata truncated row not a number": _edit_metadata(truncated=[float("inf")]),  # Overflow
     "missing bin": _remove("chunk-4.bin"),
     "missing metadata": _remove("metadata.json"),
 }
@@ -291,6 +297,25 @@ def test_cache_on_moto_s3(s3_server):
     assert [r.cache_hit for r in third] == [True, True, True, False, True]
     np.testing.assert_allclose(third[3].vectors, first[3].vectors, atol=1e-6)
     assert all(r.cache_hit for r in embed_with_cache(embedder(dtype="fp32"), fresh, requests))
+
+
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_a_cache_under_a_folder_named_with_two_colons_stays_under_it(tmp_path, s3_server, store):
+    """fsspec's `url_to_fs` reads `::` as a chain of filesystems: the cache of an output folder
+    named `docs::v2` was read and written in `docs`, a folder beside the output (the build's
+    own storage took the name whole)."""
+    if store == "local":
+        fs, top = fsspec.filesystem("file"), str(tmp_path)
+        options = None
+    else:
+        fs, top = s3_server.filesystem(), s3_server.make_bucket("embedding-cache-colons")
+        options = s3_server.storage_options
+    root = f"{top}/docs::v2/.embedding-cache"
+    [first] = embed_with_cache(embedder(dtype="fp32"), EmbeddingCache(root, options), [request()])
+    written = fs.find(fs._strip_protocol(top))
+    assert written and all("/docs::v2/.embedding-cache/" in path for path in written)
+    [again] = embed_with_cache(embedder(dtype="fp32"), EmbeddingCache(root, options), [request()])
+    assert again.cache_hit and again.vectors.tobytes() == first.vectors.tobytes()
 
 
 def test_a_cache_on_s3_finds_entries_another_client_wrote_after_a_listing(s3_server):
