@@ -194,16 +194,19 @@ def remove_topic(output: Storage, topic: str, *, keep_index: bool) -> None:
     """Delete the outputs of a topic that lost all its sources (seed 001 lifecycle): its
     index.json (unless `keep_index`, or it is not the one this job wrote: `_written_here`), every
     chunk file in its `_chunks/` (those of a run that stopped before its manifest too) and the
-    folder once empty, its table shards, and the generated part of its topic-spec.md (a
-    hand-written part stays; so does a symbolic link there)."""
+    folder once empty, its table shards, the temporary files of interrupted writes in both
+    folders, and the generated part of its topic-spec.md (a hand-written part stays; so does a
+    symbolic link there)."""
     index = in_topic(topic, INDEX)
-    listed = [index, *output.list_files(in_topic(topic, CHUNKS_DIR))]
-    doomed = orphaned_topic_files(topic, listed)
+    chunk_files = output.list_files(in_topic(topic, CHUNKS_DIR))
+    doomed = orphaned_topic_files(topic, [index, *chunk_files])
     if keep_index or not _written_here(output, topic):
         doomed.remove(index)
     # index.json first: a build killed on the way leaves no index.json naming a deleted chunk file
     output.delete(sorted(doomed, key=lambda path: path != index))
     output.delete([chunk_table_path(topic), document_table_path(topic)])
+    # what a reduce killed in its writes left (no rebuild of the topic will remove them now)
+    output.delete(output.temporaries([topic]) + output.temporaries_among(chunk_files))
     output.remove_empty_folder(in_topic(topic, CHUNKS_DIR))
     spec_path = in_topic(topic, TOPIC_SPEC)
     try:

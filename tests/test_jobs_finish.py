@@ -78,6 +78,27 @@ def test_what_is_gone_loses_only_the_index_files_this_job_wrote(tmp_path):
     assert (tmp_path / "theirs.json").read_bytes() == OWN_INDEX
 
 
+def test_a_deleted_topic_loses_the_temporary_files_of_writes_killed_there(tmp_path):
+    """A reduce killed in its writes leaves a temporary file in the topic's folder or its
+    `_chunks/`; the topic's next rebuild removes it. A topic whose sources all went is never
+    rebuilt, and its removal left those files (and so its folders) for good."""
+    out = tmp_path / "out"
+    (out / "t" / "_chunks").mkdir(parents=True)
+    (out / "t" / "index.json").write_bytes(directory_index("t", []))
+    (out / "t" / CHUNK).write_bytes(b"text")
+    (out / "t" / ".tmp-abcd1234").write_bytes(b'{"half": ')
+    (out / "t" / "_chunks" / ".tmp-wxyz5678").write_bytes(b"tex")
+    previous, plan = all_gone(["t"], [])
+    config = load_config(
+        str(ROOT / "configs" / "local.yaml"),
+        overrides={"input": str(tmp_path / "docs"), "output": str(out)},
+    )
+
+    finish(config, "key", Storage(str(out)), plan, previous, {})
+
+    assert not (out / "t").exists()
+
+
 @pytest.mark.parametrize("in_place", [False, True])
 def test_folders_left_empty_go_only_from_a_separate_output(tmp_path, in_place):
     """A separate output loses the folders of deleted topics and of directories that no longer
