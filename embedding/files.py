@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import stat
 import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -113,12 +114,16 @@ def is_within(path: str, root: str) -> bool:
 
 def _replace_local(path: str, data: bytes, new_mode: int) -> None:
     """Write `data` to a temporary file beside `path` (whose folder exists), then rename it over
-    `path`. The file gets the mode `open()` would give it: a file that existed keeps its mode,
-    a new one `new_mode` (mkstemp's own 0600 would hide it from a web server)."""
+    `path`. The file gets the mode `open()` would give it: a file that existed keeps its
+    permissions (not a setuid or setgid bit), a new one `new_mode` (mkstemp's own 0600 would hide
+    it from a web server), and so does one replacing a symbolic link (whose target's mode it took,
+    and which failed with ELOOP for a link to itself)."""
     try:
-        mode = os.stat(path).st_mode & 0o7777
+        found = os.lstat(path)
     except FileNotFoundError:
-        mode = new_mode
+        found = None
+    regular = found is not None and stat.S_ISREG(found.st_mode)
+    mode = stat.S_IMODE(found.st_mode) & 0o777 if regular else new_mode
     handle, temporary = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
     try:
         os.fchmod(handle, mode)

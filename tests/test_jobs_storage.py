@@ -192,6 +192,33 @@ def test_a_link_inside_the_root_is_replaced_by_a_write_never_written_through(tmp
     assert (inner / "x.md").read_bytes() == b"x"
 
 
+def test_a_link_replaced_by_a_write_gives_its_file_the_umask_not_its_targets_mode(tmp_path):
+    """The replacing file took the mode of the link's target (`stat` follows links: a setuid
+    program's 4751 on an `index.json`), and a link to itself failed the write (ELOOP). Both give
+    a plain file with the mode a new one gets; a file's setuid bit is not kept either."""
+    outside, root = _outside_and_root(tmp_path)
+    program = outside / "program"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o4751)
+    (root / "t" / "index.json").symlink_to(program)
+    (root / "t" / "loop.json").symlink_to("loop.json")
+    (root / "t" / "setuid.json").write_text("{}")
+    (root / "t" / "setuid.json").chmod(0o4755)
+    store = Storage(str(root))
+    mask = os.umask(0o022)
+    try:
+        store.write_many(
+            {f"t/{name}": b"{}" for name in ("index.json", "loop.json", "setuid.json")}
+        )
+    finally:
+        os.umask(mask)
+    for name, mode in {"index.json": 0o644, "loop.json": 0o644, "setuid.json": 0o755}.items():
+        found = os.lstat(root / "t" / name)
+        assert stat.S_ISREG(found.st_mode) and stat.S_IMODE(found.st_mode) == mode, name
+    assert stat.S_IMODE(program.stat().st_mode) == 0o4751
+    assert program.read_text() == "#!/bin/sh\n"
+
+
 def test_reads_refuse_symbolic_links_unless_following(tmp_path):
     outside, root = _outside_and_root(tmp_path)
     (root / "t" / "x.md").symlink_to(outside / "precious-1.md")
