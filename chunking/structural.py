@@ -180,13 +180,16 @@ class _Walker:
         """Add one content block, closing the open chunk first where seed 002 says so."""
         kind = _unit_kind(block)
         tokens = measure.size(span.start, span.end)
+        oversized = tokens > self.hard or self.unclosed.in_block(block)
         current = self.open
         if not current.empty and not current.headings_only:
             if self._structural_break(kind):
                 self._emit()
             elif current.tokens >= self.target or current.tokens + tokens > self.soft:
-                self._emit(overlap_room=self.soft - tokens if kind == _PROSE == current.kind else 0)
-        if tokens > self.hard or self.unclosed.in_block(block):
+                # A block cut on its own starts no chunk with an overlap in front of it.
+                overlap = kind == _PROSE == current.kind and not oversized
+                self._emit(overlap_room=self.soft - tokens if overlap else 0)
+        if oversized:
             self._oversized(block, kind, span, measure)
             return
         current = self.open

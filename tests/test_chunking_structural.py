@@ -118,6 +118,17 @@ def test_oversized_paragraph_splits_at_sentences():
     assert all(sentence in seen for sentence in sentences)
 
 
+def test_a_block_cut_on_its_own_gets_no_overlap_chunk_before_it():
+    """A block quote holding a fence that never closes is cut on its own; the overlap meant for
+    the chunk after a size limit was emitted alone before it: a chunk holding only the previous
+    chunk's last sentences, a copy of its tail."""
+    prose = " ".join(f"Sentence number {i} is here." for i in range(70))
+    doc = structural(f"# T\n\n{prose}\n\n> ```sh\n> pip install x\n\nAfter.\n")
+    assert [(c.start_line, c.end_line) for c in doc.chunks] == [(1, 3), (5, 6), (8, 8)]
+    assert doc.chunks[0].text.endswith("Sentence number 69 is here.")
+    assert doc.chunks[1].text == "> ```sh\n> pip install x\n> ```"
+
+
 def test_overlap_never_crosses_a_heading():
     doc = structural("# T\n\n## A\n\n" + _paragraphs(6, 8) + "\n\n## B\n\n" + _paragraphs(6, 8))
     first_of_b = next(c for c in doc.chunks if c.headings_path == ("T", "B"))
