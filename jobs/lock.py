@@ -367,13 +367,36 @@ class Lease:
 
     def _renewal(self, record: bytes) -> str | None:
         """Write `record` over the lock object if it is still ours: its new ETag, or None when it
-        is no longer ours (changed or gone, and not by this write's own first try)."""
+        is no longer ours (changed or gone, and not by this write's own first try).
+
+        An earlier renewal can have landed with its answer and every retry's lost (the client
+        gave up with a timeout, not a failed condition), leaving an ETag this lease never saw on
+        a record of this build's own: the write is made again over that one."""
         try:
             return self.fs.pipe_file(self.path, record, IfMatch=self.etag)["ETag"]
         except Exception as error:
             if not not_ours(error):
                 raise
+        try:
+            etag, body = self._read()
+        except FileNotFoundError:
+            return None
+        if body == record:  # this write's own first try landed (`_landed`)
+            return etag
+        if not self._ours(body):
+            return None
+        try:
+            return self.fs.pipe_file(self.path, record, IfMatch=etag)["ETag"]
+        except Exception as error:
+            if not not_ours(error):
+                raise
         return self._landed(record)
+
+    def _ours(self, body: bytes) -> bool:
+        """Whether a lock record is one this build made (its host, process and start)."""
+        mine = json.loads(holder_record(self.started))
+        record = _json_record(body)
+        return all(record.get(key) == value for key, value in mine.items())
 
     def check(self) -> None:
         """`LockLost` once the object is no longer ours, or its last renewal is so old that it

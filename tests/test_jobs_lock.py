@@ -329,6 +329,23 @@ def test_an_s3_lock_is_renewed_while_its_build_runs_and_only_while_it_is_ours(
     assert not [t for t in threading.enumerate() if t.name == "mdindex-lock"]
 
 
+def test_an_s3_lock_renewal_that_landed_unanswered_is_still_this_builds(s3_output):
+    """A renewal can land while its answer and every retry's are lost (the client gives up with
+    a timeout, not a failed condition): the lease kept the ETag before it, so the next renewal's
+    condition failed against this build's own record, which read as another build's. The build
+    stopped with 75, its lock left on the store until it expired."""
+    fs = s3_output.filesystem()
+    lease = lock.Lease(s3_output, time.time())
+    landed = lock.holder_record(lease.started, time.time() + lock.LEASE_S)
+    fs.pipe_file(lease.path, landed)  # this build's renewal, whose answer never came back
+
+    assert lease.renew_once() and lease.lost is None
+    lease.check()
+    assert lease.etag == fs.info(lease.path, refresh=True)["ETag"]
+    lease.release()
+    assert not fs.exists(lease.path)
+
+
 def test_an_s3_lock_whose_renewals_fail_on_the_way_is_renewed_later_or_lost_before_it_expires(
     s3_output, monkeypatch, caplog
 ):
