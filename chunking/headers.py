@@ -110,17 +110,18 @@ def _draft(
     stack: tuple[Heading, ...],
     unclosed: tuple[Block, ...],
 ) -> Draft:
-    """The source lines of `blocks`; an unclosed fence at their end (blank lines aside) is closed
-    after its last line (well-formed: a list item or block quote that ended it ends no more)."""
-    start, end = blocks[0].start_line, blocks[-1].end_line
+    """The source lines of `blocks` up to their last non-blank line (the line map of a list, or
+    of a fence that never closes, takes in the blank lines after it); an unclosed fence at
+    their end is closed after that line (well-formed: a list item or block quote that ended it
+    ends no more)."""
+    start = blocks[0].start_line
+    end = next(n for n in range(blocks[-1].end_line, start - 1, -1) if doc.lines[n - 1].strip())
     lines = list(doc.lines[start - 1 : end])
     kinds = bytearray(doc.line_kinds[start - 1 : end])
-    last = next((n for n in range(end, start - 1, -1) if doc.lines[n - 1].strip()), end)
-    fence = next((f for f in unclosed if f.start_line <= last <= f.end_line), None)
+    fence = next((f for f in unclosed if f.start_line <= end <= f.end_line), None)
     if fence is not None:
-        at = min(end, fence.end_line) - start + 1
-        lines.insert(at, fence_closer(doc, fence))
-        kinds.insert(at, FENCE_MARK)
+        lines.append(fence_closer(doc, fence))
+        kinds.append(FENCE_MARK)
     return Draft(
         text="\n".join(lines),
         start_line=start,

@@ -77,3 +77,18 @@ def test_unclosed_fence_is_closed_in_its_chunk():
 def test_cache_key():
     assert strategy_key("headers") == "headers-500-1000"
     assert strategy_key("headers", max_document_lines=300) == "headers-300-1000"
+
+
+def test_a_chunk_ends_at_its_last_non_blank_line():
+    """markdown-it's line map of a list, and of a fence that never closes, takes in the blank
+    lines after it: a section ending with one ended on a blank line, its text with "\n"."""
+    lines = "\n\n".join(f"para {i}" for i in range(250))
+    text = f"# T\n\n{lines}\n\n## A\n\n- a\n- b\n\n## B\n\n```\ncode\n\n\n"
+    document = chunk_source(text, strategy="headers")
+    *_, listed, fenced = document.chunks
+    assert listed.text == "## A\n\n- a\n- b"
+    assert (listed.start_line, listed.end_line) == (503, 506)
+    assert fenced.text == "## B\n\n```\ncode\n```"
+    assert (fenced.start_line, fenced.end_line) == (508, 511)
+    short = chunk_source("# T\n\n- a\n- b\n\n\n", strategy="headers").chunks[0]
+    assert (short.text, short.end_line) == ("# T\n\n- a\n- b", 4)
