@@ -7,8 +7,11 @@ import json
 import sys
 from typing import Any
 
+import aiohttp
+
 from indexing.client import (
     IndexReader,
+    NotInIndex,
     chunk_item,
     chunk_tables,
     embedding_search,
@@ -60,11 +63,15 @@ def register(subparsers) -> None:
 
 
 def _text(reader: IndexReader, relpath: str) -> str:
-    """A chunk's text; FileNotFoundError naming it when the index lists it but it is missing."""
+    """A chunk's text; FileNotFoundError naming it when the index lists it but it is missing,
+    ValueError naming it when it is not UTF-8."""
     data = reader.read(relpath)
     if data is None:
         raise FileNotFoundError(f"chunk file {reader.location(relpath)} is missing")
-    return data.decode("utf-8")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"chunk file {reader.location(relpath)} is not UTF-8: {error}") from error
 
 
 def topic_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
@@ -84,7 +91,10 @@ def topic_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any
 
 
 def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
-    """The JSON-ready answer to `query --question`: SimHash matches, else embedding search."""
+    """The JSON-ready answer to `query --question`: SimHash matches, else embedding search;
+    FileNotFoundError when `--topic` names no topic."""
+    if args.topic is not None:
+        reader.index(args.topic)
     matches: list[dict[str, Any]] = []
     method = "simhash"
     for m in question_matches(reader, args.question, args.topic)[: args.n]:
@@ -155,16 +165,25 @@ def _print_text(result: dict[str, Any]) -> None:
             print("      " + match["text"].replace("\n", "\n      "))
 
 
+def _message(error: Exception, root: str) -> str:
+    """What `mdindex query` prints for an error that ends it: its text, naming the file or URL
+    (an HTTP client error names only the host, so the root is put before it)."""
+    if isinstance(error, aiohttp.ClientError):
+        return f"{root}: {type(error).__name__}: {error}"
+    return str(error) or type(error).__name__
+
+
 def run_query(args: argparse.Namespace) -> int:
-    """`mdindex query`: 0 on success, 1 when the index lacks what was asked, 2 on bad usage."""
+    """`mdindex query`: 0 on success, 1 when the index lacks what was asked or is damaged or
+    unreachable (one line naming the file or URL), 2 on bad usage."""
     if args.topic is None and args.question is None:
         print("mdindex query: give --topic, --question or both", file=sys.stderr)
         return 2
     try:
         reader = IndexReader.open(args.root, args.storage_options)
         result = question_result(reader, args) if args.question else topic_result(reader, args)
-    except (FileNotFoundError, KeyError, ValueError) as error:
-        print(f"mdindex query: {error.args[0] if error.args else error}", file=sys.stderr)
+    except (OSError, NotInIndex, ValueError, aiohttp.ClientError) as error:
+        print(f"mdindex query: {_message(error, args.root)}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=2))

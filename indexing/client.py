@@ -13,10 +13,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractFileSystem
 
+from indexing.hal import NOT_AN_INDEX, is_index_document
 from indexing.paths import INDEX, chunk_table_path, href_of, href_path, in_topic, source_stem
 from indexing.simhash import simhash64
 from indexing.simhash_tables import SimhashMatch, lookup_simhash
 from indexing.vectors import unit_rows
+
+
+class NotInIndex(KeyError):
+    """What was asked of an index (a source, a chunk) is not in it: a KeyError whose str() is its
+    message (a KeyError's own str() quotes it)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 @dataclass(frozen=True)
@@ -50,21 +59,37 @@ class IndexReader:
         except FileNotFoundError:
             return None
 
+    def parsed(self, relpath: str, data: bytes) -> Any:
+        """`data`, the bytes of an output-root-relative file, parsed as JSON; ValueError naming
+        the file when they are not UTF-8 JSON (truncated, damaged)."""
+        try:
+            return json.loads(data)
+        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+            raise ValueError(f"{self.location(relpath)} is not JSON: {error}") from error
+
     def index(self, topic: str) -> dict[str, Any]:
-        """The parsed index.json of a topic or directory; FileNotFoundError naming it if absent."""
-        data = self.read(in_topic(topic, INDEX))
+        """The parsed index.json of a topic or directory; FileNotFoundError naming it if absent,
+        ValueError naming it when it is not an index (not JSON; `[]`, say)."""
+        relpath = in_topic(topic, INDEX)
+        data = self.read(relpath)
         if data is None:
             raise FileNotFoundError(f"no index.json for topic {topic!r} under {self.location('')}")
-        return json.loads(data)
+        doc = self.parsed(relpath, data)
+        if not is_index_document(doc):
+            raise ValueError(f"{self.location(relpath)} is {NOT_AN_INDEX}")
+        return doc
 
     def topics(self) -> list[str]:
-        """Ids of every topic with chunks, found by walking `_embedded.topics` from the root."""
-        found, pending = [], [""]
+        """Ids of every topic with chunks, found by walking `_embedded.topics` from the root
+        (each topic once, however many links lead to it: a damaged index can link in a cycle)."""
+        found, pending, seen = [], [""], {""}
         while pending:
             doc = self.index(pending.pop())
             if "chunks" in doc["_embedded"]:
                 found.append(doc["id"])
-            pending += [link["id"] for link in doc["_embedded"]["topics"]]
+            links = [link["id"] for link in doc["_embedded"]["topics"]]
+            pending += [topic for topic in links if topic not in seen]
+            seen.update(links)
         return sorted(found)
 
 
@@ -88,7 +113,7 @@ def select_chunks(
     """
     chunks = index["_embedded"].get("chunks", {})
     if source is not None and source not in chunks:
-        raise KeyError(f"topic {index['id']!r} has no source {source!r}; it has {sorted(chunks)}")
+        raise NotInIndex(f"topic {index['id']!r} has no source {source!r}; it has {sorted(chunks)}")
     selected = []
     for stem, entry in chunks.items():
         if source is not None and stem != source:
@@ -98,6 +123,12 @@ def select_chunks(
         items = {item["index"]: item for item in entry["items"]}
         baselines = (entry["baseline_conceptual"], entry.get("baseline_technical"))
         order = order + [i for i in baselines if i in items and i not in order]
+        unknown = sorted(set(order) - set(items))
+        if unknown:
+            raise ValueError(
+                f"topic {index['id']!r}: the stripe order of {stem!r} names chunks {unknown} "
+                "that its items lack (a damaged index.json)"
+            )
         picked = [items[i] for i in order[:n]]
         selected.append(Selection(stem, "technical" if use_technical else "conceptual", picked))
     return selected
@@ -106,8 +137,18 @@ def select_chunks(
 def question_matches(
     reader: IndexReader, question: str, topic: str | None = None
 ) -> list[SimhashMatch]:
-    """Stored prompts within the corpus tables' distance k of the question's SimHash."""
-    matches = lookup_simhash(reader.read, simhash64(question))
+    """Stored prompts within the corpus tables' distance k of the question's SimHash; ValueError
+    naming a table that is damaged (not UTF-8 JSON, a bad k)."""
+    read: list[str] = []
+
+    def fetch(relpath: str) -> bytes | None:
+        read.append(relpath)
+        return reader.read(relpath)
+
+    try:
+        matches = lookup_simhash(fetch, simhash64(question))
+    except ValueError as error:  # the file read last is the one being parsed
+        raise ValueError(f"{reader.location(read[-1])}: {error}") from error
     return [m for m in matches if topic is None or m.topic == topic]
 
 
@@ -145,7 +186,10 @@ def query_embedder(reader: IndexReader) -> EmbedQuery:
     """Embeds a question the way the index was built: with `_index/model.json`'s options when it
     names the model asked for, else with the model's defaults. Each model is loaded once, on
     its first question, and kept for the questions after it."""
-    recorded = json.loads(reader.read(EMBEDDING_SETTINGS) or b"{}")
+    data = reader.read(EMBEDDING_SETTINGS)
+    recorded = {} if data is None else reader.parsed(EMBEDDING_SETTINGS, data)
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{reader.location(EMBEDDING_SETTINGS)} is not a JSON object")
     loaded: dict[str, Any] = {}
 
     def embed(model: str, question: str) -> np.ndarray:
@@ -161,13 +205,19 @@ def query_embedder(reader: IndexReader) -> EmbedQuery:
 
 
 def chunk_tables(reader: IndexReader, topics: list[str]) -> pa.Table | None:
-    """The chunk-table shards of `topics` (those that exist) as one table, or None."""
+    """The chunk-table shards of `topics` (those that exist) as one table, or None; ValueError
+    naming a shard that is not a chunk table (truncated, damaged)."""
     columns = ["topic", "source", "ordinal", "title", "href", "model", "embedding"]
     tables = []
     for topic in topics:
         data = reader.read(chunk_table_path(topic))
-        if data is not None:
+        if data is None:
+            continue
+        try:
             tables.append(pq.read_table(pa.BufferReader(data), columns=columns))
+        except pa.ArrowException as error:
+            where = reader.location(chunk_table_path(topic))
+            raise ValueError(f"{where} is not a chunk table: {error}") from error
     tables = [t for t in tables if t.num_rows]
     return pa.concat_tables(tables) if tables else None
 
@@ -179,6 +229,11 @@ def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) 
         raise ValueError(f"the chunk tables were built with several models: {models}")
     query = unit_rows(np.asarray(embed(models[0], question), dtype=np.float32)[None, :])[0]
     embeddings = table.column("embedding").combine_chunks()
+    if embeddings.type.list_size != len(query):
+        raise ValueError(
+            f"the index was built with {embeddings.type.list_size}-dimensional vectors, "
+            f"model {models[0]!r} gives {len(query)}"
+        )
     matrix = embeddings.values.to_numpy().reshape(len(table), embeddings.type.list_size)
     scores = unit_rows(matrix) @ query
     best = sorted(range(len(table)), key=lambda i: (-round(float(scores[i]), 6), i))[:n]
@@ -197,11 +252,11 @@ def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) 
 
 
 def chunk_item(index: dict[str, Any], source: str, number: int) -> dict[str, Any]:
-    """Chunk `number` of `source` in a topic's parsed index.json (its `items` entry); KeyError
+    """Chunk `number` of `source` in a topic's parsed index.json (its `items` entry); NotInIndex
     naming it when the index has no such chunk (the corpus SimHash tables, rewritten after every
     topic, can be a step behind a topic's index.json)."""
     items = index["_embedded"].get("chunks", {}).get(source, {}).get("items", [])
     for item in items:
         if item["index"] == number:
             return item
-    raise KeyError(f"topic {index['id']!r} has no chunk {number} of source {source!r}")
+    raise NotInIndex(f"topic {index['id']!r} has no chunk {number} of source {source!r}")

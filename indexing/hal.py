@@ -11,6 +11,7 @@ import orjson
 from indexing.paths import index_href, parent_of
 
 ROOT_TITLE = "Index"
+NOT_AN_INDEX = "not an mdindex index (no _embedded object)"
 
 
 def dump_json(doc: Any) -> bytes:
@@ -64,11 +65,16 @@ def not_an_index(data: bytes, directory: str) -> str | None:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         return f"not JSON ({exc})"
-    if not isinstance(doc, dict) or not isinstance(doc.get("_embedded"), dict):
-        return "not an mdindex index (no _embedded object)"
+    if not is_index_document(doc):
+        return NOT_AN_INDEX
     if doc.get("id") != directory:
         return f"the index of {doc.get('id')!r}, not of {directory!r}"
     return None
+
+
+def is_index_document(doc: Any) -> bool:
+    """Whether parsed JSON has an index's shape: an object with an `_embedded` object."""
+    return isinstance(doc, dict) and isinstance(doc.get("_embedded"), dict)
 
 
 def directory_index(directory: str, child_topics: list[str]) -> bytes:

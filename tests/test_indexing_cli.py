@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -402,3 +404,85 @@ def test_query_embedder_loads_the_model_once_per_reader(index_root, monkeypatch)
     second = embed("minilm", "What does part seven explain?")
     assert len(loads) == 1
     assert first.shape == second.shape == (384,) and not np.array_equal(first, second)
+
+
+def damage(root, relpath: str, how: str) -> None:
+    """Damage one file of an index copy: `truncate` it, write `how` over it, or make it a `dir`."""
+    path = root / relpath
+    if how == "truncate":
+        path.write_bytes(path.read_bytes()[:40])
+    elif how == "dir":
+        path.unlink()
+        path.mkdir()
+    else:
+        path.write_bytes(how.encode("latin-1"))
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_query_names_what_is_damaged_or_unreachable_in_one_line(index_root, tmp_path, capsys):
+    """Each case ended in a raw traceback (NotADirectoryError, IsADirectoryError, TypeError,
+    aiohttp's ClientConnectorError) or a line that named nothing ("utf-8", "7", a JSON parser's
+    position): now one line naming the file or URL, exit 1."""
+    entry = index_json(index_root)["_embedded"]["chunks"]["faq"]
+    chunk = f"{TOPIC}/{entry['items'][0]['href']}"
+    stripes = json.dumps({**index_json(index_root), "_embedded": {"topics": [], "chunks": {
+        "faq": {**entry, "stripe_order": [99]}}}})  # fmt: skip
+    show = ["--topic", TOPIC, "--show"]
+    question = ["--question", "zebra migration patterns"]  # no stored prompt near it
+    cases = [
+        (f"{TOPIC}/index.json", "[]", show, f"{TOPIC}/index.json is not an mdindex index"),
+        (f"{TOPIC}/index.json", "null", show, f"{TOPIC}/index.json is not an mdindex index"),
+        (f"{TOPIC}/index.json", "truncate", show, f"{TOPIC}/index.json is not JSON: "),
+        (f"{TOPIC}/index.json", "dir", show, f"Is a directory: '{tmp_path}"),
+        (f"{TOPIC}/index.json", stripes, show, "stripe order of 'faq' names chunks [99]"),
+        (chunk, "\xff\xfe bad", show, f"chunk file file://{tmp_path}"),
+        (chunk, "dir", show, f"Is a directory: '{tmp_path}"),
+        ("_index/simhash/manifest.json", "truncate", question, "simhash/manifest.json: "),
+        ("_index/chunks/guides~sintro.parquet", "truncate", question, "is not a chunk table"),
+    ]
+    for number, (relpath, how, options, expected) in enumerate(cases):
+        copy = tmp_path / f"case{number}"
+        shutil.copytree(index_root, copy)
+        damage(copy, relpath, how)
+        code, out, err = run_cli(["query", str(copy), *options], capsys)
+        assert (code, out) == (1, ""), (relpath, how, err)
+        assert err.startswith("mdindex query: ") and err.count("\n") == 1, err
+        assert expected in err and (relpath.rsplit("/", 1)[-1] in err), (expected, err)
+    code, _, err = run_cli(["query", str(index_root / "index.json"), *show], capsys)
+    assert code == 1 and f"Not a directory: '{index_root}/index.json/" in err
+    down = f"http://127.0.0.1:{free_port()}"
+    code, _, err = run_cli(["query", down, *show], capsys)
+    assert code == 1 and err.startswith(f"mdindex query: {down}: ClientConnectorError: ")
+
+
+@pytest.mark.timeout(120)
+def test_question_walks_a_topic_cycle_once_and_names_a_vector_width_mismatch(tmp_path, capsys):
+    """A root index.json linking to itself made `--question` walk for ever; a chunk table of 3-wide
+    vectors searched with MiniLM's 384 ended in numpy's matmul error."""
+    out = build_topic(
+        dataclasses.replace(topic_input(TOPIC, [source(f"{TOPIC}/a.md", [("A", "Alpha.")],
+                                                       ranked_vectors([1.0]))]), model="minilm"),
+        IndexSettings(),
+    )  # fmt: skip
+    write_index(tmp_path, [out])
+    root = json.loads((tmp_path / "index.json").read_bytes())
+    root["_embedded"]["topics"] += [{"id": ""}, {"id": TOPIC}, {"id": "guides"}]
+    (tmp_path / "index.json").write_text(json.dumps(root))
+    assert IndexReader.open(str(tmp_path)).topics() == [TOPIC]  # listed once
+    code, out, err = run_cli(["query", str(tmp_path), "--question", "zebra migrations"], capsys)
+    assert (code, out) == (1, "")
+    assert "the index was built with 3-dimensional vectors, model 'minilm' gives 384" in err
+
+
+def test_question_with_a_mistyped_topic_fails_as_the_topic_alone_does(index_root, capsys):
+    """`--question` with a `--topic` that does not exist exited 0 with "0 matches"."""
+    argv = ["query", str(index_root), "--topic", "guides/intr0"]
+    for extra in ([], ["--question", QUESTIONS[0]]):
+        code, out, err = run_cli([*argv, *extra], capsys)
+        assert (code, out) == (1, "") and "no index.json for topic 'guides/intr0'" in err, extra
