@@ -7,12 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractFileSystem
 
+from embedding.files import root_filesystem
 from indexing.hal import NOT_AN_INDEX, is_index_document
 from indexing.paths import INDEX, chunk_table_path, href_of, href_path, in_topic, source_stem
 from indexing.simhash import simhash64
@@ -38,8 +38,8 @@ class IndexReader:
     @classmethod
     def open(cls, uri: str, storage_options: dict | None = None) -> IndexReader:
         """A reader for the index rooted at `uri`."""
-        fs, root = fsspec.core.url_to_fs(uri, **(storage_options or {}))
-        return cls(fs=fs, root=root.rstrip("/"))
+        fs, root = root_filesystem(uri, storage_options)
+        return cls(fs=fs, root=root)
 
     def _path(self, relpath: str) -> str:
         """Where the filesystem finds an output-root-relative path (URL-encoded over HTTP)."""

@@ -103,6 +103,18 @@ def test_query_source_technical_and_show(index_root, capsys):
         assert chunk["text"] == path.read_text()
 
 
+def test_query_reads_an_index_in_a_folder_named_with_two_colons(index_root, tmp_path, capsys):
+    """fsspec's `url_to_fs` reads `::` as a chain of filesystems: `query out::v2` read `out`."""
+    named = tmp_path / "out::v2"
+    shutil.copytree(index_root, named)
+    argv = ["query", "--topic", TOPIC, "--n", "3", "--json"]
+    code, expected, _ = run_cli([argv[0], str(index_root), *argv[1:]], capsys)
+    assert code == 0
+    (tmp_path / "out").mkdir()  # where the chain led
+    code, found, _ = run_cli([argv[0], str(named), *argv[1:]], capsys)
+    assert code == 0 and found == expected.replace(str(index_root), str(named))
+
+
 def test_query_text_output_and_errors(index_root, capsys):
     code, out, _ = run_cli(["query", str(index_root), "--topic", TOPIC, "--n", "2"], capsys)
     assert code == 0 and "golden-reference: conceptual stripe order, 2 chunks" in out
