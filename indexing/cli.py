@@ -7,8 +7,6 @@ import json
 import sys
 from typing import Any
 
-import aiohttp
-
 from indexing.client import (
     IndexReader,
     NotInIndex,
@@ -168,6 +166,8 @@ def _print_text(result: dict[str, Any]) -> None:
 def _message(error: Exception, root: str) -> str:
     """What `mdindex query` prints for an error that ends it: its text, naming the file or URL
     (an HTTP client error names only the host, so the root is put before it)."""
+    import aiohttp  # the HTTP client's errors: imported for `query` alone, not every command
+
     if isinstance(error, aiohttp.ClientError):
         return f"{root}: {type(error).__name__}: {error}"
     return str(error) or type(error).__name__
@@ -179,6 +179,8 @@ def run_query(args: argparse.Namespace) -> int:
     if args.topic is None and args.question is None:
         print("mdindex query: give --topic, --question or both", file=sys.stderr)
         return 2
+    import aiohttp
+
     try:
         reader = IndexReader.open(args.root, args.storage_options)
         result = question_result(reader, args) if args.question else topic_result(reader, args)
