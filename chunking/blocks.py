@@ -65,7 +65,7 @@ class Block:
     """One top-level block; lines are 1-based, inclusive, in the original file."""
 
     # heading, paragraph, fence, code_block, bullet_list, ordered_list, table, blockquote,
-    # html_block or hr
+    # html_block, hr or reference (link reference definitions)
     kind: str
     start_line: int
     end_line: int
@@ -173,8 +173,8 @@ def fence_closed(token: Token) -> bool:
 
 
 def parse(source: NormalizedDocument) -> ParsedDocument:
-    """Block-parse the body of `source` into top-level blocks (those with text, see `has_text`),
-    fences and per-line kinds."""
+    """Block-parse the body of `source` into top-level blocks (those with text, see `has_text`;
+    link reference definitions too, see `_with_references`), fences and per-line kinds."""
     offset = source.body_start
     env: dict = {}
     tokens = parse_tokens(source.body, env)
@@ -193,11 +193,38 @@ def parse(source: NormalizedDocument) -> ParsedDocument:
                 blocks.append(_block(token, tokens, index, start, end))
     return ParsedDocument(
         source=source,
-        blocks=tuple(blocks),
+        blocks=tuple(_with_references(source, blocks)),
         fences=tuple(fences),
         line_kinds=bytes(kinds),
         links=find_links(tokens, offset, env.get("references", {})),
     )
+
+
+def _with_references(source: NormalizedDocument, blocks: list[Block]) -> list[Block]:
+    """`blocks` and, in their place in the document, a block of kind "reference" for each run
+    of body lines with text that no block holds: markdown-it makes no token for a link
+    reference definition (`[1]: https://example.com`), the only such lines."""
+    out: list[Block] = []
+    line = source.body_start + 1
+    for block in blocks:
+        out += _text_runs(source.lines, line, block.start_line)
+        out.append(block)
+        line = block.end_line + 1
+    return out + _text_runs(source.lines, line, len(source.lines) + 1)
+
+
+def _text_runs(lines: tuple[str, ...], first: int, stop: int) -> list[Block]:
+    """A "reference" block for each run of consecutive lines with text among lines
+    first..stop - 1."""
+    runs: list[Block] = []
+    for number in range(first, stop):
+        if not NOT_SPACE.search(lines[number - 1]):
+            continue
+        if runs and runs[-1].end_line == number - 1:
+            runs[-1] = Block("reference", runs[-1].start_line, number)
+        else:
+            runs.append(Block("reference", number, number))
+    return runs
 
 
 def has_text(lines: tuple[str, ...]) -> bool:

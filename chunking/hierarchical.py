@@ -295,7 +295,8 @@ def classify(
     (`lines_with_links`: the sorted lines that hold a link other than an image).
 
     Each block weighs the characters of its lines, indentation and blank lines aside (characters,
-    not lines: a prose paragraph is often one long line). In this order, the first that holds:
+    not lines: a prose paragraph is often one long line); link reference definitions weigh
+    nothing. In this order, the first that holds:
     code_example (code is more than half the weight), table_based (tables more than half),
     link_list (lists more than half, at least two list lines with a link, and a link on at
     least half of the lists' non-blank lines), introduction (the document's first section with
@@ -305,6 +306,8 @@ def classify(
     weight: dict[str, int] = defaultdict(int)
     list_lines = link_lines = 0
     for block in section.blocks:
+        if block.kind == "reference":
+            continue  # link reference definitions: where links point, not what a section holds
         lines = [line.strip() for line in doc.lines[block.start_line - 1 : block.end_line]]
         weight[block.kind] += sum(len(line) for line in lines)
         if block.kind in _LISTS:

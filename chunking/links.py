@@ -9,28 +9,32 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import unquote
 
 from markdown_it import MarkdownIt
+from markdown_it.rules_inline import StateInline
 from markdown_it.token import Token
 
 from chunking.record import Link
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+_NEWLINE = re.compile("\n")
 _AUTOLINK_START = re.compile(r"<(?:[A-Za-z][A-Za-z0-9+.\-]{1,31}:|[^\s<>@]+@)")
 
 
 @dataclass(frozen=True)
 class FoundLink:
-    """A link as written in the source, with the original line it is on."""
+    """A link as written in the source, with the original line it starts on."""
 
     line: int
     url: str
     text: str
     is_image: bool
+    markup: str = ""  # its source text up to the end of that line: `[a](foo\_bar.md)`, `[a][1]`
 
 
 @lru_cache(maxsize=1)
@@ -43,7 +47,26 @@ def _inline_parser() -> MarkdownIt:
     # Keep URLs exactly as written (no percent-encoding, no dropping of unusual schemes).
     md.normalizeLink = lambda url: url
     md.validateLink = lambda url: True
+    rules = {rule.name: rule.fn for rule in md.inline.ruler.__rules__}
+    for name in ("link", "image", "autolink"):
+        md.inline.ruler.at(name, _positioned(rules[name]))
     return md
+
+
+def _positioned(rule: Callable[[StateInline, bool], bool]) -> Callable[[StateInline, bool], bool]:
+    """`rule` recording where the link or image it makes starts and ends in the inline content
+    (`meta` of its link_open or image token), so a link gets its own line and source text."""
+
+    def positioned(state: StateInline, silent: bool) -> bool:
+        start, count = state.pos, len(state.tokens)
+        if not rule(state, silent):
+            return False
+        if not silent:
+            opener = next(t for t in state.tokens[count:] if t.type in ("link_open", "image"))
+            opener.meta.update(start=start, end=state.pos)
+        return True
+
+    return positioned
 
 
 def find_links(
@@ -58,8 +81,8 @@ def find_links(
             continue
         children: list[Token] = []
         md.inline.parse(token.content, md, env, children)
-        line = token.map[0] + line_offset + 1
-        found.extend(_links_in(children, line))
+        breaks = [match.start() for match in _NEWLINE.finditer(token.content)]
+        found.extend(_links_in(children, token.content, breaks, token.map[0] + line_offset + 1))
     return tuple(found)
 
 
@@ -73,19 +96,36 @@ def _may_link(text: str, references: dict) -> bool:
     )
 
 
-def _links_in(children: list[Token], line: int) -> Iterable[FoundLink]:
+def _links_in(
+    children: list[Token], content: str, breaks: list[int], first_line: int
+) -> Iterable[FoundLink]:
+    """The links and images among the inline tokens of `content`, which starts on `first_line`
+    and has its line breaks at offsets `breaks` (its lines are the source's, container markers
+    and indentation left out)."""
     open_link: Token | None = None
     text: list[str] = []
     for child in children:
         if child.type == "image":
-            yield FoundLink(line, child.attrGet("src") or "", child.content, is_image=True)
+            line, markup = _where(child, content, breaks, first_line)
+            src = child.attrGet("src") or ""
+            yield FoundLink(line, src, child.content, is_image=True, markup=markup)
         elif child.type == "link_open":
             open_link, text = child, []
         elif child.type == "link_close" and open_link is not None:
-            yield FoundLink(line, open_link.attrGet("href") or "", "".join(text), is_image=False)
+            line, markup = _where(open_link, content, breaks, first_line)
+            href = open_link.attrGet("href") or ""
+            yield FoundLink(line, href, "".join(text), is_image=False, markup=markup)
             open_link = None
         elif open_link is not None and child.type in ("text", "code_inline"):
             text.append(child.content)
+
+
+def _where(opener: Token, content: str, breaks: list[int], first_line: int) -> tuple[int, str]:
+    """(line, source text up to the end of that line) of the link or image `opener` starts."""
+    start, end = opener.meta["start"], opener.meta["end"]
+    line_end = content.find("\n", start, end)
+    markup = content[start : end if line_end < 0 else line_end]
+    return first_line + bisect_left(breaks, start), markup
 
 
 def link_type(url: str, is_image: bool) -> str:

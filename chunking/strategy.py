@@ -226,13 +226,15 @@ class Strategy:
         )
 
     def _links(self, doc: ParsedDocument, link_lines: list[int], draft: Draft) -> tuple[Link, ...]:
-        """Links on the draft's own source lines whose URL appears in its text."""
+        """Links that start on the draft's own source lines and are in its text: their source
+        text there (`[a][1]`, `[a](foo\\_bar.md)`), or their URL (a piece of a line cut inside
+        a link holds its URL)."""
         first = bisect_left(link_lines, draft.start_line)
         last = bisect_right(link_lines, draft.end_line)
         return tuple(
             resolve(found, self.options["document_path"], self.options["corpus_paths"])
             for found in doc.links[first:last]
-            if found.url in draft.text
+            if found.markup in draft.text or found.url in draft.text
         )
 
     def validate(self, doc: ParsedDocument, chunks: list[Chunk]) -> None:

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from chunking import Chunk, Link, chunk_document, chunk_source, strategy_key
+from chunking import Chunk, Link, chunk_document, chunk_source, list_strategies, strategy_key
 from chunking.blocks import text_line_kinds
 from chunking.canonical import canonical_chunk_text, is_code
 from chunking.record import make_chunk_id
 
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
+STRATEGIES = sorted(list_strategies())
 
 
 def code_block(lines: int) -> str:
@@ -109,6 +110,57 @@ def test_links_in_code_are_not_links():
     assert chunk_document("# T\n\n[a](#section)\n", document_path="a.md")[0].links == (
         Link("#section", "a", "anchor", "a.md"),
     )
+
+
+def _keep_tail(strategy: str) -> dict:
+    return {"keep_short_tail": True} if strategy == "semantic" else {}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_reference_definitions_stay_in_the_text_and_their_links_are_emitted(strategy):
+    """markdown-it makes no token for a link reference definition: headers, structural and
+    hierarchical left its lines out of every chunk, and every strategy dropped a reference-style
+    link from Chunk.links unless its definition's URL was in the same chunk."""
+    (chunk,) = chunk_source(
+        "# A\n\nSee [foo][1].\n\n[1]: http://example.com/one\n", strategy=strategy
+    ).chunks
+    assert chunk.text == "# A\n\nSee [foo][1].\n\n[1]: http://example.com/one"
+    assert [link.url for link in chunk.links] == ["http://example.com/one"]
+    # The definition far from the usage, in another chunk (600 lines: headers splits too).
+    sections = "".join(f"## S{i}\n\n" + "Some words here. " * 40 + "\n\n" for i in range(150))
+    text = f"# A\n\nSee [foo][1] and [bar].\n\n{sections}[1]: one.md\n[bar]: <two.md> 'Two'\n"
+    chunks = chunk_source(text, strategy=strategy, **_keep_tail(strategy)).chunks
+    (usage,) = [chunk for chunk in chunks if "See [foo][1]" in chunk.text]
+    assert "[1]: one.md" not in usage.text
+    assert [(link.url, link.text) for link in usage.links] == [("one.md", "foo"), ("two.md", "bar")]
+    assert any(chunk.text.endswith("[1]: one.md\n[bar]: <two.md> 'Two'") for chunk in chunks)
+    # A section of definitions only is a chunk too.
+    text = "# A\n\nSee [foo][1].\n\n## Links\n\n[1]: one.md\n"
+    chunks = chunk_source(text, strategy=strategy).chunks
+    assert chunks[-1].text.endswith("## Links\n\n[1]: one.md")
+    assert [link.url for chunk in chunks for link in chunk.links] == ["one.md"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_link_on_a_later_line_of_a_split_paragraph_is_emitted(strategy):
+    """Links were recorded at their paragraph's first line: a chunk holding a later line of a
+    paragraph split across chunks never listed its links."""
+    lines = [f"This is wrapped prose line number {i} of a long paragraph." for i in range(120)]
+    lines[100] = "See [the install guide](install.md) for details."
+    chunks = chunk_source("# Guide\n\n" + "\n".join(lines) + "\n", strategy=strategy).chunks
+    holding = [chunk for chunk in chunks if "(install.md)" in chunk.text]
+    assert holding
+    for chunk in chunks:
+        expected = [Link("install.md", "the install guide", "internal", None)]
+        assert list(chunk.links) == (expected if chunk in holding else [])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_links_with_an_escape_or_an_entity_in_their_destination_are_emitted(strategy):
+    """markdown-it decodes the destination, so its URL is not in the chunk text as written."""
+    text = "# T\n\nSee [a](foo\\_bar.md) and [b](https://e.com/?a=1&amp;b=2).\n"
+    (chunk,) = chunk_source(text, strategy=strategy).chunks
+    assert [link.url for link in chunk.links] == ["foo_bar.md", "https://e.com/?a=1&b=2"]
 
 
 def test_chunk_document_returns_chunk_records():
