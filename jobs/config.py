@@ -9,8 +9,10 @@ field's metadata (`_min`, `_choices`), next to the field they constrain.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import posixpath
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -72,7 +74,9 @@ class ChunkingConfig:
 
     strategy: str = "semantic"
     options: dict[str, Any] = field(default_factory=dict)
-    timeout_seconds: float | None = _min(0.001, 120.0)
+    # At most a day: a budget past what the interval timer takes (about 9.2e9 s) failed every
+    # source; null is no budget.
+    timeout_seconds: float | None = field(default=120.0, metadata={"min": 0.001, "max": 86400.0})
 
 
 @dataclass(frozen=True)
@@ -224,7 +228,9 @@ def load_config(
 
     Raises ConfigError, naming the key, for anything that would not run.
     """
-    raw = _read_yaml(path) if path else {}
+    if path is not None and not path.strip():
+        raise ConfigError("--config: an empty path (an unset variable?); name a YAML file")
+    raw = _read_yaml(path) if path is not None else {}
     for item in settings:
         _apply_setting(raw, item)
     for key, value in (overrides or {}).items():
@@ -246,6 +252,10 @@ def _read_yaml(path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: config file not found") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}); save it as UTF-8") from exc
+    except OSError as exc:  # a directory, no permission
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -265,7 +275,9 @@ def _apply_setting(raw: dict[str, Any], item: str) -> None:
     parts = key.strip().split(".")
     node = raw
     for depth, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
+        if node.get(part) is None:  # absent, or a section whose keys are all commented out
+            node[part] = {}
+        child = node[part]
         if not isinstance(child, dict):
             where = ".".join(parts[: depth + 1])
             raise ConfigError(f"--set {key}: {where} is not a section")
@@ -306,6 +318,8 @@ def _check(hint: Any, value: Any, where: str, meta: Any) -> Any:
         return _check(hint, value, where, meta)
     if dataclasses.is_dataclass(hint):
         return _build(hint, value, where)
+    if origin is dict and value is None:  # a mapping whose keys are all commented out, as a section
+        return {}
     if value is None:
         raise ConfigError(f"{where}: must not be null")
     if origin is tuple:
@@ -327,11 +341,17 @@ def _check(hint: Any, value: Any, where: str, meta: Any) -> Any:
             raise ConfigError(
                 f"{where}: expected {'an integer' if hint is int else 'a number'}, got {value!r}"
             )
-        if "min" in meta and value < meta["min"]:
+        try:
+            typed = hint(value)
+        except OverflowError:  # an integer too large for a float
+            typed = math.inf
+        if not math.isfinite(typed):  # NaN passes every comparison; inf fails later, in Ray
+            raise ConfigError(f"{where}: must be a finite number, got {value!r}")
+        if "min" in meta and typed < meta["min"]:
             raise ConfigError(f"{where}: must be >= {meta['min']}, got {value!r}")
-        if "max" in meta and value > meta["max"]:
+        if "max" in meta and typed > meta["max"]:
             raise ConfigError(f"{where}: must be <= {meta['max']}, got {value!r}")
-        return hint(value)
+        return typed
     if hint is str:
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
@@ -347,13 +367,19 @@ def _kind(value: Any) -> str:
 
 def _resolve(config: JobConfig) -> JobConfig:
     """Fill the derived defaults, make local paths absolute, and check cross-field rules."""
-    if not config.input:
+    if config.input is None:
         raise ConfigError("input: required (set it in the config or pass --input)")
+    for key in ("input", "output", "cache"):
+        if getattr(config, key) is not None and not getattr(config, key).strip():
+            raise ConfigError(
+                f"{key}: an empty string (an unset variable?); leave it out or null for its "
+                "default" + ("" if key != "input" else ", or name the corpus")
+            )
     source = _absolute(config.input, "input")
-    output = _absolute(config.output, "output") if config.output else source
-    cache = _absolute(config.cache, "cache") if config.cache else _default_cache(output)
+    output = _absolute(config.output, "output") if config.output is not None else source
+    cache = _absolute(config.cache, "cache") if config.cache is not None else _default_cache(output)
     device = config.embedding.device
-    if device not in DEVICES and not (device.startswith("cuda:") and device[5:].isdigit()):
+    if device not in DEVICES and not re.fullmatch(r"cuda:[0-9]+", device):
         raise ConfigError(
             f"embedding.device: {device!r} is not one of: {', '.join(DEVICES)}, cuda:N"
         )
@@ -364,12 +390,23 @@ def _resolve(config: JobConfig) -> JobConfig:
             f"({embed.actors or 1}), got {embed.max_actors}"
         )
     _check_chunking(config.chunking)
-    options = config.storage_options
+    options = _client_options(config.storage_options)
     if any(storage.protocol_of(uri) == "s3" for uri in (source, output, cache)):
         options = config.s3.with_timeouts(options)
     return dataclasses.replace(
         config, input=source, output=output, cache=cache, storage_options=options
     )
+
+
+def _client_options(options: dict[str, Any]) -> dict[str, Any]:
+    """`storage_options` with its botocore sections checked to be mappings (a null one, as a
+    section whose keys are all commented out reads, is left out)."""
+    sections = ("config_kwargs", "client_kwargs")
+    for key in sections:
+        value = options.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"storage_options.{key}: expected a mapping, got {_kind(value)}")
+    return {k: v for k, v in options.items() if not (k in sections and v is None)}
 
 
 def _absolute(uri: str, key: str) -> str:

@@ -117,6 +117,23 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"embedding": []}, "embedding: expected a mapping"),
         ({"output": "memory://x"}, "output: memory:// lives in one process"),
         ({"resources": {"embed": {"actors": 3, "max_actors": 2}}}, "resources.embed.max_actors"),
+        # Non-finite numbers passed (NaN fails no comparison) and failed later: a budget of .inf
+        # failed every source (OverflowError in the interval timer), embed num_cpus .inf exit 1
+        # after Ray started, a threshold of .nan too, max_deleted_fraction .nan let a build
+        # delete any share, and report.json held NaN (not JSON).
+        ({"chunking": {"timeout_seconds": float("inf")}}, "chunking.timeout_seconds: must be a fi"),
+        ({"chunking": {"timeout_seconds": 10**400}}, "chunking.timeout_seconds: must be a finite"),
+        ({"chunking": {"timeout_seconds": 1e10}}, "chunking.timeout_seconds: must be <= 86400"),
+        ({"resources": {"embed": {"num_cpus": float("inf")}}}, "resources.embed.num_cpus: must"),
+        ({"prompts": {"threshold": float("nan")}}, "prompts.threshold: must be a finite number"),
+        ({"sources": {"max_deleted_fraction": float("nan")}}, "max_deleted_fraction: must be a"),
+        # An empty path (an unset shell variable) was no path: an in-place build into the corpus.
+        ({"output": ""}, "output: an empty string (an unset variable?)"),
+        ({"cache": " "}, "cache: an empty string"),
+        ({"input": ""}, "input: an empty string"),
+        ({"embedding": {"device": "cuda:\u00b2"}}, "embedding.device: 'cuda:\u00b2' is not one of"),
+        ({"storage_options": {"config_kwargs": [1]}}, "storage_options.config_kwargs: expected a"),
+        ({"storage_options": {"client_kwargs": 5}}, "storage_options.client_kwargs: expected a m"),
     ],
 )
 def test_bad_values_are_rejected_with_their_dotted_key(raw, message):
@@ -168,6 +185,34 @@ def test_cli_exits_2_on_missing_config_file_and_bad_yaml(tmp_path, capsys):
     path.write_text("input: [unclosed\n")
     assert main(["--config", str(path)]) == 2
     assert "not valid YAML" in capsys.readouterr().err
+
+
+def test_cli_exits_2_on_a_config_path_that_is_empty_a_folder_or_not_utf8(tmp_path, capsys):
+    """These were a traceback and exit 1, or (an empty path) no config at all."""
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("tenant: caf\xe9\n".encode("latin-1"))
+    for path, message in [
+        ("", "--config: an empty path"),
+        (str(tmp_path), "cannot read the config file: Is a directory"),
+        (str(latin1), "latin1.yaml: not UTF-8 (byte 11); save it as UTF-8"),
+    ]:
+        assert main(["--config", path, "--input", str(tmp_path), "--dry-run"]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "_reindex").exists()
+
+
+def test_set_fills_a_section_whose_keys_are_all_commented_out(tmp_path):
+    """Such a section reads as null: `--set resources.num_cpus=2` was "resources is not a
+    section", a null `storage_options` "must not be null", and a null `config_kwargs` in it a
+    TypeError traceback on S3."""
+    path = tmp_path / "c.yaml"
+    path.write_text("input: /tmp/docs\nresources:\n  # num_cpus: 4\nstorage_options:\n")
+    config = load_config(
+        str(path), settings=["resources.num_cpus=2", "storage_options.config_kwargs=null"]
+    )
+    assert config.resources.num_cpus == 2 and config.resources.embed.actors is None
+    on_s3 = load_config(str(path), overrides={"output": "s3://bucket/out"})
+    assert on_s3.storage_options["config_kwargs"]["read_timeout"] == 20.0
 
 
 def test_cli_exits_2_on_bad_usage(capsys):
