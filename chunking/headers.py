@@ -48,7 +48,7 @@ class HeadersStrategy(Strategy):
                 # A later piece of a long section may start under a deeper heading.
                 path = _stack_at(doc, piece[0].start_line) if index else stack
                 drafts.append(_draft(doc, piece, path, unclosed))
-        return Split(drafts=tuple(drafts), is_chunked=True)
+        return Split(drafts=tuple(drafts), is_chunked=bool(drafts))  # none: not chunked
 
 
 def _sections(doc: ParsedDocument) -> list[tuple[tuple[Block, ...], tuple[Heading, ...]]]:

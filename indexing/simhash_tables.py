@@ -77,8 +77,9 @@ def _dump(doc: dict) -> bytes:
     return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def build_simhash_tables(entries: Iterable[PromptEntry], k: int = 3) -> dict[str, bytes]:
-    """All corpus table files (manifest and shards) for `entries`, keyed by output-root path.
+def build_simhash_tables(entries: Iterable[PromptEntry], *, k: int) -> dict[str, bytes]:
+    """All corpus table files (manifest and shards) for `entries`, keyed by output-root path, for
+    lookups within Hamming distance `k` (a build's `index.simhash_k`, default 6).
 
     Entries are de-duplicated; each shard is sorted by (block value, hash, topic, source, index).
     Only non-empty shards are written: a missing shard means no entry in it.

@@ -19,6 +19,13 @@ def test_short_document_is_one_unchunked_chunk():
     assert chunk.header_path == "# Title"
 
 
+def test_a_long_document_of_no_content_has_no_chunk_and_is_not_chunked():
+    """Seed 001: `is_chunked` is true "when document has chunks"; a file over 500 lines of
+    headings alone (every section empty) was `is_chunked: true` with 0 chunks."""
+    document = chunk_source("\n".join(f"## Heading {i}" for i in range(600)), strategy="headers")
+    assert (document.chunks, document.is_chunked) == ((), False)
+
+
 def test_long_document_splits_at_h2_and_h3_with_header_paths():
     text = (
         f"# Guide\n{filler(200)}\n"
