@@ -107,10 +107,13 @@ class StderrFilter:
     def _pump(self, read: int, target: int) -> None:
         with open(read, "rb") as pipe, open(target, "wb", buffering=0) as out:
             for line in pipe:
-                if line == self._end:
+                # the end marker follows a last line without its newline (a progress bar's "\r")
+                ended = line.endswith(self._end)
+                text = line[: -len(self._end)] if ended else line
+                if text and not any(p.search(text) for p in self._patterns):
+                    out.write(text)
+                if ended:
                     self._drained.set()
-                elif not any(p.search(line) for p in self._patterns):
-                    out.write(line)
 
     def __exit__(self, *exc_info: object) -> None:
         # Everything written so far comes out before descriptor 2 is given back. Processes

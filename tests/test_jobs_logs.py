@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import time
 
 from jobs.logs import HARMLESS_STDERR, RayDataConsoleFilter, StderrFilter, clean_logs
 
@@ -46,3 +47,15 @@ def test_clean_logs_quiets_ray_datas_own_console_only():
         assert "Starting execution of Dataset x" in mine.stream.getvalue()
     finally:
         logger.removeHandler(mine)
+
+
+def test_stderr_filter_ends_at_once_after_a_line_without_its_newline(capfd):
+    """A progress bar's last refresh ends in "\\r", not "\\n": the end marker was written onto
+    that line, never matched, leaked to stderr, and the exit waited its whole 5 s timeout."""
+    started = time.monotonic()
+    with StderrFilter(HARMLESS_STDERR):
+        os.write(2, b"first line\nprogress 50%\r")
+    took = time.monotonic() - started
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "first line\nprogress 50%\rafter\n"
+    assert took < 2
