@@ -12,6 +12,8 @@ other reasons such as a settings change) and whose vectors are in the cache alre
 from __future__ import annotations
 
 import json
+import logging
+import math
 import posixpath
 from dataclasses import dataclass
 
@@ -21,10 +23,13 @@ from jobs.discovery import check_embedding_model, discover, list_input
 from jobs.manifest import REPORT_PATH
 from jobs.plan import KEEP, REBUILD, RELINK
 from jobs.records import QUESTIONS, SOURCE, TOPIC
+from jobs.report import error_text
 from jobs.storage import Storage
 from jobs.work import work_rows
 
 DEFAULT_BYTES_PER_CHUNK = 1000  # first run: no previous counts to go by
+
+log = logging.getLogger("mdindex.build")
 
 
 @dataclass(frozen=True)
@@ -103,12 +108,36 @@ def cached_sources(cache: Storage, key: str) -> set[str]:
 
 
 def chunks_per_byte(output: Storage) -> float:
-    """Chunks per byte of chunked source in the previous run's report, else the default."""
+    """Chunks per byte of chunked source in the previous run's report, else the default: on a
+    first run, after a failed run (no counts), and, with a warning, where the report is damaged
+    (only this estimate reads it; the build does not)."""
     data = output.read_optional(REPORT_PATH)
-    counters = json.loads(data).get("counters", {}).get("chunk", {}) if data else {}
-    if counters.get("bytes") and counters.get("chunks"):
-        return counters["chunks"] / counters["bytes"]
-    return 1 / DEFAULT_BYTES_PER_CHUNK
+    try:
+        density = report_density(data) if data is not None else None
+    except (ValueError, TypeError, AttributeError, ArithmeticError, RecursionError) as exc:
+        log.warning(
+            "the previous report %s is damaged (%s): chunks to embed are estimated at %d bytes "
+            "per chunk",
+            output.uri(REPORT_PATH),
+            error_text(exc),
+            DEFAULT_BYTES_PER_CHUNK,
+        )
+        density = None
+    return density or 1 / DEFAULT_BYTES_PER_CHUNK
+
+
+def report_density(data: bytes) -> float | None:
+    """Chunks per byte of chunked source in a run report's bytes; None where it holds no counts
+    (a failed run's). Raises where the report is not JSON or its counts are no positive finite
+    numbers."""
+    counters = json.loads(data).get("counters", {}).get("chunk", {})
+    chunks, size = counters.get("chunks"), counters.get("bytes")
+    if not (chunks and size):
+        return None
+    density = chunks / size
+    if not (math.isfinite(density) and density > 0):
+        raise ValueError(f"{chunks!r} chunks in {size!r} bytes")
+    return density
 
 
 def describe(plan: DryRun) -> str:

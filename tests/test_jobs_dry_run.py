@@ -131,3 +131,32 @@ def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
     density = report["counters"]["chunk"]["chunks"] / report["counters"]["chunk"]["bytes"]
     expected = max(1, round((corpus / BROKEN).stat().st_size * density))
     assert summary["chunks to embed (estimate)"] == str(expected)
+
+
+@pytest.mark.parametrize(
+    "previous",
+    [
+        b'{"status": "ok", "exit_code": 0, "sour',  # truncated
+        b"",
+        b'{"status": "\xff"}',  # not UTF-8
+        b"[1, 2]",
+        b'{"counters": {"chunk": {"chunks": "12", "bytes": 3000}}}',
+        b'{"counters": {"chunk": {"chunks": NaN, "bytes": 3000}}}',
+        b'{"counters": {"chunk": {"chunks": -5, "bytes": 3000}}}',
+    ],
+    ids=["truncated", "empty", "not-utf8", "list", "string", "nan", "negative"],
+)
+def test_a_damaged_previous_report_is_a_warning_and_the_default_estimate(
+    tmp_path, capsys, caplog, previous
+):
+    """The previous report.json feeds the chunk estimate alone (the build never reads it): a
+    damaged one was a traceback and exit 1."""
+    where = ["--input", str(CORPUS), "--output", str(tmp_path / "out")]
+    first_run, _ = dry(capsys, *where)
+    (tmp_path / "out" / "_reindex").mkdir(parents=True)
+    (tmp_path / "out" / "_reindex" / "report.json").write_bytes(previous)
+    summary, _ = dry(capsys, *where)
+    assert summary == first_run  # the default bytes per chunk
+    warning = f"the previous report {tmp_path / 'out' / '_reindex' / 'report.json'} is damaged"
+    assert [r.levelname for r in caplog.records if warning in r.getMessage()] == ["WARNING"]
+    assert "estimated at 1000 bytes per chunk" in caplog.text
