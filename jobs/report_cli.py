@@ -10,6 +10,10 @@ import json
 import sys
 import webbrowser
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jobs.storage import Storage
 
 DEFAULT_HTML = "mdindex-report.html"
 
@@ -35,31 +39,90 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run_report)
 
 
+class DamagedReport(ValueError):
+    """A report.json that is not a run report: not JSON, not UTF-8, not an object, or with fields
+    of the wrong shape."""
+
+
 def run_report(args: argparse.Namespace) -> int:
-    """Print the summary and the page's path (0), or say that there is no report (2)."""
-    from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
-    from jobs.report import summary
-    from jobs.report_html import render_html
+    """Print the summary and the page's path (0); say in one line that there is no report or that
+    it is damaged (2), or why the output could not be read or the page written (1)."""
+    from botocore.exceptions import BotoCoreError  # an S3 endpoint that cannot be reached
+
+    from jobs.manifest import REPORT_PATH
+    from jobs.report import error_text
     from jobs.storage import Storage
 
     output = Storage(args.output, args.storage_options or {})
-    data = output.read_optional(REPORT_PATH)
-    if data is None:
-        print(f"mdindex report: no {output.uri(REPORT_PATH)}", file=sys.stderr)
+    try:
+        data = read_report(output)
+        if data is None:
+            print(f"mdindex report: no {output.uri(REPORT_PATH)}", file=sys.stderr)
+            return 2
+        text, page = show(output, parse_report(data), args.html)
+    except DamagedReport as exc:
+        print(f"mdindex report: {output.uri(REPORT_PATH)} is damaged: {exc}", file=sys.stderr)
         return 2
-    report = json.loads(data)
-    status = f"{report.get('status')} (exit code {report.get('exit_code')})"
-    print(f"last run: {status}, finished {report.get('finished_at', 'at an unknown time')}")
-    # a failed run's report may hold no counts, only what went wrong
-    print(summary(report) if "sources" in report else f"  {report.get('error', 'no counts')}")
-    if output.is_local:
-        page = Path(output.uri(REPORT_HTML_PATH))
-        if not page.is_file():  # a report from before report.html existed
-            output.write_bytes(REPORT_HTML_PATH, render_html(report).encode())
-    else:
-        page = Path(args.html)
-        page.write_text(render_html(report), encoding="utf-8")
-    print(f"report: {page.resolve()}")
+    except (OSError, BotoCoreError) as exc:
+        print(f"mdindex report: {error_text(exc)}", file=sys.stderr)
+        return 1
+    print(f"{text}\nreport: {page.resolve()}")
     if args.open:
         webbrowser.open(page.resolve().as_uri())
     return 0
+
+
+def read_report(output: Storage) -> bytes | None:
+    """The bytes of the output's report.json; None where it has none (OUT a file included)."""
+    from jobs.manifest import REPORT_PATH
+
+    try:
+        return output.read_optional(REPORT_PATH)
+    except NotADirectoryError:
+        return None
+
+
+def parse_report(data: bytes) -> dict[str, Any]:
+    """The run report in report.json's bytes; DamagedReport where they hold no JSON object."""
+    try:
+        report = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, nesting
+        raise DamagedReport(str(exc) or type(exc).__name__) from exc
+    if not isinstance(report, dict):
+        raise DamagedReport(f"a JSON {type(report).__name__}, not an object")
+    return report
+
+
+def show(output: Storage, report: dict[str, Any], html: str) -> tuple[str, Path]:
+    """The report's summary for a person, and its page: report.html next to report.json for a
+    local output (written where missing: a report from before report.html existed), else the
+    local file `html`. DamagedReport where a field has the wrong shape."""
+    from jobs.manifest import REPORT_HTML_PATH
+
+    text, rendered = render(report)
+    if not output.is_local:
+        Path(html).write_text(rendered, encoding="utf-8")
+        return text, Path(html)
+    page = Path(output.uri(REPORT_HTML_PATH))
+    if not page.is_file():
+        output.write_bytes(REPORT_HTML_PATH, rendered.encode())
+    return text, page
+
+
+def render(report: dict[str, Any]) -> tuple[str, str]:
+    """The summary lines and the page of a report; DamagedReport where a field is missing or of
+    the wrong type (a run's own report always renders: its fields are the build's)."""
+    from jobs.report import summary
+    from jobs.report_html import render_html
+
+    status = f"{report.get('status')} (exit code {report.get('exit_code')})"
+    try:
+        # a failed run's report may hold no counts, only what went wrong
+        counts = summary(report) if "sources" in report else f"  {report.get('error', 'no counts')}"
+        page = render_html(report)
+    except KeyError as exc:
+        raise DamagedReport(f"no {exc.args[0]!r}") from exc
+    except (LookupError, TypeError, AttributeError, ValueError, ArithmeticError) as exc:
+        raise DamagedReport(f"{type(exc).__name__}: {exc}") from exc
+    finished = report.get("finished_at", "at an unknown time")
+    return f"last run: {status}, finished {finished}\n{counts}", page

@@ -20,6 +20,7 @@ from jobs.reindex import main
 from jobs.report import error_text, write_failed_report
 from jobs.report_html import render_html, token_bins
 from tests.embedding_support import embedder
+from tests.jobs_support import gone_endpoint, s3_options
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "fixtures" / "corpus"
@@ -152,6 +153,59 @@ def test_report_command_reads_an_s3_output_and_writes_the_page_locally(
     assert "mdindex build: 7 sources in 4 topics" in out and f"report: {page}" in out
     report, _ = report_and_page(built)
     assert page.read_text() == render_html(report)
+
+
+DAMAGED = {
+    "truncated": (b'{"status": "ok", "exit_code": 0, "sour', "Unterminated string starting at"),
+    "empty": (b"", "Expecting value: line 1 column 1 (char 0)"),
+    "not-utf8": (b'{"status": "\xff"}', "'utf-8' codec can't decode byte 0xff"),
+    "list": (b"[1, 2]", "a JSON list, not an object"),
+    "no-chunks": (json.dumps({"status": "ok", "sources": {"seen": 1}}).encode(), "no 'chunks'"),
+    "failures-str": (
+        json.dumps({"status": "failed", "failures": "boom"}).encode(),
+        "TypeError: string indices must be integers",
+    ),
+    "slowest-null": (  # the summary has nothing to say; the page fails on it
+        json.dumps({"status": "ok", "slowest_sources": [{"path": "a.md", "seconds": None}]}),
+        "TypeError: ",
+    ),
+    "deep": (b"[" * 100_000 + b"]" * 100_000, "maximum recursion depth exceeded"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGED)
+def test_report_command_says_in_one_line_that_a_report_is_damaged(tmp_path, capsys, case):
+    """A report.json that is no run report is exit 2 with one line naming it (it was a
+    traceback and exit 1), and no report.html is made from it."""
+    data, why = DAMAGED[case]
+    report = tmp_path / "_reindex" / "report.json"
+    report.parent.mkdir()
+    report.write_bytes(data if isinstance(data, bytes) else data.encode())
+    assert mdindex(["report", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"mdindex report: {report} is damaged: ")
+    assert why in err and err.count("\n") == 1
+    assert not (tmp_path / "_reindex" / "report.html").exists()
+
+
+def test_report_command_on_a_file_or_an_unreachable_store_is_one_line(tmp_path, capsys):
+    """A file given as OUT holds no report (2); a store that cannot be reached is an I/O error
+    (1), named. Both were tracebacks and exit 1."""
+    page = tmp_path / "a.md"
+    page.write_text("# a\n")
+    assert mdindex(["report", str(page)]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"mdindex report: no {page}/_reindex/report.json\n",
+    )
+    gone = gone_endpoint()
+    options = {**json.loads(s3_options(gone)), "config_kwargs": {"retries": {"max_attempts": 1}}}
+    code = mdindex(["report", "s3://reports/out", "--storage-options", json.dumps(options),
+                    "--html", str(tmp_path / "page.html")])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert err.startswith("mdindex report: EndpointConnectionError: ") and gone in err
+    assert not (tmp_path / "page.html").exists()
 
 
 MEASURE = """<script>
