@@ -12,6 +12,7 @@ scheduler's), 128 plus the signal's number as a shell gives it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
@@ -103,7 +104,8 @@ def run_build(args: argparse.Namespace) -> int:
         code, report = _build(config)
         exit_at_once_on_sigterm(code)  # reported (a failed run too): the summary is no part of it
         if report:
-            print(summary(report))
+            with contextlib.suppress(BrokenPipeError):  # a reader that stopped: the code stands
+                print(summary(report))
         return code
 
 

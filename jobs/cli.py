@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobs.signals import exit_with, program_start
+from jobs.signals import run_program
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,9 +30,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> None:
     """Entry point of the `mdindex` console script: `main`, then the process's exit with its code
-    (`jobs.signals.program_start`, `jobs.signals.exit_with`)."""
-    program_start()
-    exit_with(main())
+    (`jobs.signals.run_program`: a reader that stops early ends the output quietly)."""
+    run_program(main)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from jobs.build_cli import add_arguments, run_build
-from jobs.signals import exit_with, program_start
+from jobs.signals import run_program
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,5 +24,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    program_start()
-    exit_with(main())
+    run_program(main)

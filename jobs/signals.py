@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 
@@ -88,3 +88,23 @@ def exit_with(code: int) -> NoReturn:
     once with the same code (`exit_at_once_on_sigterm`)."""
     exit_at_once_on_sigterm(code)
     sys.exit(code)
+
+
+def run_program(main: Callable[[], int]) -> NoReturn:
+    """A program's whole run (`jobs.cli.run`, `python -m jobs.reindex`): `program_start`, `main`,
+    its printed lines flushed, and `exit_with` its code.
+
+    A reader that stops early (`| head`, `| grep -m1`) closes the pipe, and the next write raises
+    `BrokenPipeError` (Python ignores SIGPIPE). That ends the output quietly, not the program's
+    outcome: its exit code is the code `main` returned (the pipe closed at the last flush), or 0
+    where it closed while `main` printed (each command prints once its work is done; a build keeps
+    its code itself). Standard output then points at os.devnull, so that the flush at the
+    interpreter's exit finds no closed pipe (the Python docs' "Note on SIGPIPE")."""
+    program_start()
+    code = 0
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    exit_with(code)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -160,3 +161,33 @@ def test_a_damaged_previous_report_is_a_warning_and_the_default_estimate(
     warning = f"the previous report {tmp_path / 'out' / '_reindex' / 'report.json'} is damaged"
     assert [r.levelname for r in caplog.records if warning in r.getMessage()] == ["WARNING"]
     assert "estimated at 1000 bytes per chunk" in caplog.text
+
+
+def test_a_dry_run_into_grep_m1_ends_quietly_with_0(tmp_path):
+    """The README's `mdindex build ... --dry-run | grep -m1 '^chunks to embed'` under pipefail:
+    grep stops after its line, and the listing behind it (several times what a pipe holds) met
+    a closed pipe: a BrokenPipeError traceback and exit 1."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for n in range(3000):
+        (
+            docs / f"a-page-with-a-rather-long-name-so-that-the-listing-fills-a-pipe-{n}.md"
+        ).write_text(f"# Page {n}\n\nSome text.\n")
+    command = [sys.executable, "-m", "jobs.cli", "build", "--config", CONFIG, "--input"]
+    command += [str(docs), "--output", str(tmp_path / "out"), "--dry-run"]
+    pipeline = f"{shlex.join(command)} | grep -m1 '^chunks to embed'"
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", pipeline],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        "chunks to embed (estimate): 3000\n",
+        "",
+    )
+    assert not (tmp_path / "out").exists()

@@ -3,10 +3,13 @@ S3 outputs, and the page as headless Chromium renders it (marked `browser`)."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import traceback
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -206,6 +209,40 @@ def test_report_command_on_a_file_or_an_unreachable_store_is_one_line(tmp_path, 
     assert code == 1 and out == "" and err.count("\n") == 1
     assert err.startswith("mdindex report: EndpointConnectionError: ") and gone in err
     assert not (tmp_path / "page.html").exists()
+
+
+def test_report_command_into_a_closed_pipe_ends_quietly_with_its_code(tmp_path):
+    """`mdindex report OUT | head -1` where head has gone: the summary met a closed pipe at the
+    program's last flush ("Exception ignored ... BrokenPipeError", exit 120)."""
+    (tmp_path / "_reindex").mkdir()
+    failed = {"status": "failed", "exit_code": 1, "error": "RuntimeError: worker died"}
+    (tmp_path / "_reindex" / "report.json").write_text(json.dumps(failed))
+    read, write = os.pipe()
+    os.close(read)  # the reader stopped before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "report", str(tmp_path)],
+            cwd=ROOT, stdout=write, stderr=subprocess.PIPE, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (tmp_path / "_reindex" / "report.html").is_file()
+
+
+def test_a_builds_summary_into_a_closed_pipe_keeps_the_builds_exit_code(
+    built, tmp_path, monkeypatch
+):
+    """`mdindex build ... | head -1` where head has gone: the BrokenPipeError of the summary's
+    print ended `run_build`, and the build's exit code (3: a source failed) was lost."""
+    output = tmp_path / "out"
+    shutil.copytree(built, output)  # its cache too: nothing to embed
+    read, write = os.pipe()
+    os.close(read)
+    with io.TextIOWrapper(io.FileIO(write, "w"), write_through=True) as closed:
+        monkeypatch.setattr(sys, "stdout", closed)
+        assert main(["--config", CONFIG, "--input", str(CORPUS), "--output", str(output)]) == 3
+    assert json.loads((output / "_reindex" / "report.json").read_text())["exit_code"] == 3
 
 
 MEASURE = """<script>
