@@ -162,7 +162,7 @@ def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discov
     previous = Manifest.from_json(output.read_optional(MANIFEST_PATH))
     config_key = settings_key(config)
     plan = make_plan(listing, previous, config_key, config.sources.globs)
-    plan = rebuilding(plan, topics_missing_files(output, plan, previous))
+    plan = rebuilding(plan, topics_missing_files(output, plan, previous), previous)
     check_deletions(config, plan, previous)
     sizes = {f.path: f.size for f in listing if isinstance(f, FileInfo)}
     return Discovery(input_storage(config), output, previous, config_key, plan, sizes)

@@ -190,17 +190,17 @@ def make_plan(
     )
 
 
-def rebuilding(plan: Plan, topics: Iterable[str]) -> Plan:
+def rebuilding(plan: Plan, topics: Iterable[str], previous: Manifest) -> Plan:
     """`plan` with each of `topics` rebuilt, whatever it would have done (the files of a kept or
-    relinked topic are gone from the output: `jobs.discovery.topics_missing_files`)."""
+    relinked topic are gone from the output: `jobs.discovery.topics_missing_files`), and its
+    settled failures left to its reduce, which reads those sources again and reports them."""
     gone = set(topics)
-    return replace(
-        plan,
-        topics=tuple(
-            replace(topic, action=REBUILD) if topic.topic in gone else topic
-            for topic in plan.topics
-        ),
-    )
+    if not gone:
+        return plan
+    rebuilt = [
+        replace(topic, action=REBUILD) if topic.topic in gone else topic for topic in plan.topics
+    ]
+    return replace(plan, topics=tuple(rebuilt), settled=settled_failures(rebuilt, previous))
 
 
 def interim_manifest(previous: Manifest, plan: Plan) -> Manifest:
