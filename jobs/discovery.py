@@ -159,7 +159,14 @@ def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discov
     `EmptyInput` when the listing holds no source and the output some, `TooManyDeleted` past
     `sources.max_deleted_fraction`."""
     output = output_storage(config)
-    previous = Manifest.from_json(output.read_optional(MANIFEST_PATH))
+    stored = output.read_optional(MANIFEST_PATH)
+    previous = Manifest.from_json(stored)
+    if stored and not previous.config_key:
+        log.warning(
+            "%s is of another format, or damaged: every topic is rebuilt, and what it names that "
+            "the input no longer has is removed",
+            output.uri(MANIFEST_PATH),
+        )
     config_key = settings_key(config)
     plan = make_plan(listing, previous, config_key, config.sources.globs)
     plan = rebuilding(plan, topics_missing_files(output, plan, previous), previous)

@@ -120,16 +120,44 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: bytes | None) -> Manifest:
-        """The manifest stored by a previous run; an empty one when there is none or it is stale."""
+        """The manifest stored by a previous run; an empty one when there is none.
+
+        One this version cannot read (an older or a newer format, or a damaged file) gives the
+        names it holds alone (`names_only`): no settings key, so the run rebuilds every topic
+        and reads every source, and still removes the topics, sources, directories and SimHash
+        files that the input no longer has. (An empty manifest there left them for good.)"""
         if not data:
             return cls()
-        raw = json.loads(data)
-        if raw.get("format") not in READABLE_FORMATS:
+        try:
+            raw = json.loads(data)
+        except (ValueError, RecursionError):  # not JSON, or nested past the stack
             return cls()
-        return cls(
-            config_key=raw["config_key"],
-            sources={p: SourceEntry.from_dict(e) for p, e in raw["sources"].items()},
-            topics={t: TopicEntry.from_dict(e) for t, e in raw["topics"].items()},
-            directories=tuple(raw["directories"]),
-            simhash_files=tuple(raw["simhash_files"]),
-        )
+        if isinstance(raw, dict) and raw.get("format") in READABLE_FORMATS:
+            try:
+                return cls(
+                    config_key=raw["config_key"],
+                    sources={p: SourceEntry.from_dict(e) for p, e in raw["sources"].items()},
+                    topics={t: TopicEntry.from_dict(e) for t, e in raw["topics"].items()},
+                    directories=tuple(raw["directories"]),
+                    simhash_files=tuple(raw["simhash_files"]),
+                )
+            except (KeyError, TypeError, ValueError, AttributeError):  # damaged
+                pass
+        return names_only(raw)
+
+
+def names_only(raw: object) -> Manifest:
+    """What an unreadable manifest (`raw`, its parsed JSON) still names: each source and topic as
+    failed, with no fingerprint and no files, its directories and its SimHash files."""
+
+    def names(key: str) -> list[str]:  # the strings of a list, or a mapping's keys
+        value = raw.get(key) if isinstance(raw, dict) else None
+        found = value if isinstance(value, list | dict) else ()
+        return [name for name in found if isinstance(name, str)]
+
+    return Manifest(
+        sources={path: SourceEntry("", None, failed=True) for path in names("sources")},
+        topics={topic: TopicEntry("", (), (), failed=True) for topic in names("topics")},
+        directories=tuple(names("directories")),
+        simhash_files=tuple(names("simhash_files")),
+    )

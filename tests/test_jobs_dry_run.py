@@ -54,14 +54,49 @@ def test_a_dry_run_starts_no_ray_and_writes_nothing(tmp_path):
     missing = ["--input", str(tmp_path / "missing"), "--output", str(output), "--dry-run"]
     assert main(["--config", CONFIG, *missing]) == 2
     assert not output.exists()
-    # a dry run that fails (a damaged manifest) exits 1 without writing a failed run's report
-    (output / "_reindex").mkdir(parents=True)
-    (output / "_reindex" / "manifest.json").write_text("{not json")
+    # a dry run that fails (a manifest that cannot be read) exits 1 without writing a failed
+    # run's report
+    (output / "_reindex" / "manifest.json").mkdir(parents=True)
     assert (
         main(["--config", CONFIG, "--input", str(CORPUS), "--output", str(output), "--dry-run"])
         == 1
     )
     assert [p.name for p in (output / "_reindex").iterdir()] == ["manifest.json"]
+    assert not any((output / "_reindex" / "manifest.json").iterdir())
+
+
+OLDER_MANIFEST = {  # a manifest of format 2, as a build of 2026-11-25 left it (fields elided)
+    "format": 2,
+    "config_key": "0123456789abcdef",
+    "sources": {"gone/a.md": {"fingerprint": "1-2", "sha256": "ab"}, BROKEN: {}},
+    "topics": {"gone": {"inputs": "x", "children": []}, GOLDEN: {"inputs": "y"}},
+    "directories": ["gone-folder"],
+    "simhash_files": ["_index/simhash/k3/manifest.json"],
+}
+
+
+@pytest.mark.parametrize("stored", ["format 2", "damaged", "newer format"])
+def test_a_manifest_this_version_cannot_read_rebuilds_all_and_still_deletes_what_left(
+    tmp_path, capsys, caplog, stored
+):
+    """One of another format was read as no manifest, so the topics and sources it named that the
+    input no longer has were never deleted (their index.json, chunk files and shards stayed for
+    good); a damaged one (`[]`, `{"format": 5}`, not JSON) failed every build (exit 1). Both
+    rebuild everything now, and what the manifest still names is deleted as it left."""
+    output = tmp_path / "out"
+    (output / "_reindex").mkdir(parents=True)
+    data = {
+        "format 2": json.dumps(OLDER_MANIFEST),
+        "damaged": '{"format": 5, "sources": [',
+        "newer format": json.dumps({**OLDER_MANIFEST, "format": 99}),
+    }[stored]
+    (output / "_reindex" / "manifest.json").write_text(data)
+    summary, actions = dry(capsys, "--input", str(CORPUS), "--output", str(output))
+    assert summary["topics to rebuild"] == "4" and summary["sources to chunk"] == "7"
+    named = stored != "damaged"
+    assert summary["topics to delete"] == ("1" if named else "0")
+    assert ("delete topic gone" in actions, "delete gone/a.md" in actions) == (named, named)
+    assert "is of another format, or damaged: every topic is rebuilt" in caplog.text
 
 
 def test_a_model_that_cannot_load_is_a_config_error_before_ray_starts(tmp_path, capsys):
