@@ -143,12 +143,18 @@ class _Window:
         self.limit = counter.max_units(self.max_tokens)  # most units a chunk text may measure
         self.keep_short_tail = options["keep_short_tail"]
         self.fence_starts = [fence.start_line for fence in doc.fences]
+        self.fence_ends = [_fence_end(doc, fence) for fence in doc.fences]
         self.block_starts = [block.start_line for block in doc.blocks]
         self.containers = [(b.start_line, b.end_line) for b in doc.blocks if b.kind in _CONTAINERS]
         self.container_starts = [first for first, _ in self.containers]
         # A fence its list item or block quote ends (or the end of the file) gets a closing line
-        # after its last line in the chunk text, since a chunk may not hold that container.
-        self.unclosed_ends = {fence.end_line: fence for fence in doc.fences if not fence.closed}
+        # after its last non-blank line in the chunk text, since a chunk may not hold that
+        # container.
+        self.unclosed_ends = {
+            end: fence
+            for fence, end in zip(doc.fences, self.fence_ends, strict=True)
+            if not fence.closed
+        }
         self.hierarchy: dict[int, Heading] = {}
         self.drafts: list[Draft] = []
         self.chunk = _Chunk()
@@ -361,13 +367,12 @@ class _Window:
         return self.doc.fences[index]
 
     def open_fence_after(self, number: int) -> Block | None:
-        """The fence still open after line `number`: None outside fences and on a fence's last
-        line (its closing line, or the line an inserted closer follows)."""
+        """The fence still open after line `number`: None outside fences and from a fence's
+        last line on (its closing line, or the line an inserted closer follows)."""
         index = bisect_right(self.fence_starts, number) - 1
         if index < 0:
             return None
-        fence = self.doc.fences[index]
-        return fence if number < fence.end_line else None
+        return self.doc.fences[index] if number < self.fence_ends[index] else None
 
     # -- chunks -----------------------------------------------------------------------------
 
@@ -565,6 +570,14 @@ def _sections(doc: ParsedDocument) -> list[tuple[Block | None, list[tuple[int, i
     if line <= len(doc.lines):
         sections[-1][1].append((line, len(doc.lines)))
     return sections
+
+
+def _fence_end(doc: ParsedDocument, fence: Block) -> int:
+    """A fence's last line: its closing line, or for a fence that never closes its last
+    non-blank line (markdown-it's line map of one takes in the blank lines after it)."""
+    return next(
+        n for n in range(fence.end_line, fence.start_line - 1, -1) if doc.lines[n - 1].strip()
+    )
 
 
 def _drop_openers(texts: list[str], kinds: bytearray, inserted: list[int]) -> bool:

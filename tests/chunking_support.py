@@ -108,6 +108,12 @@ def own_lines(text: str, context_lines: set[str]) -> list[str]:
     ]
 
 
+def _holds(line: str, source: str) -> bool:
+    """Whether `source` (collapsed) holds chunk line `line`; a piece of a cut line in a block
+    quote may repeat the quote's markers."""
+    return _collapse(line) in source or _collapse(line.lstrip("> ")) in source
+
+
 def check_invariants(data: bytes | str, strategy: str, **options) -> ChunkedDocument:
     """Chunk `data` twice and assert every cross-strategy invariant; returns the document."""
     first = chunk_source(data, strategy=strategy, document_id="doc", **options)
@@ -128,6 +134,7 @@ def check_invariants(data: bytes | str, strategy: str, **options) -> ChunkedDocu
     limit = chunker.hard_max_tokens
     assert [c.ordinal for c in first.chunks] == list(range(len(first.chunks)))
     sources: dict[tuple[int, int], str] = {}  # collapsed line ranges (many chunks share one)
+    collapsed: dict[int, str] = {}  # collapsed first and last lines
     for chunk in first.chunks:
         assert chunk.text.strip(), f"chunk {chunk.ordinal} is empty"
         assert 1 <= chunk.start_line <= chunk.end_line <= len(doc.lines)
@@ -136,10 +143,24 @@ def check_invariants(data: bytes | str, strategy: str, **options) -> ChunkedDocu
             sources[lines] = _collapse("\n".join(doc.lines[lines[0] - 1 : lines[1]]))
         source = sources[lines]
         for line in own_lines(chunk.text, heading_lines | table_headers):
-            # A piece of a cut line in a block quote may repeat the quote's markers.
-            assert _collapse(line) in source or _collapse(line.lstrip("> ")) in source, (
+            assert _holds(line, source), (
                 f"chunk {chunk.ordinal}: {line!r} is not in lines "
                 f"{chunk.start_line}..{chunk.end_line}"
+            )
+        # First and last lines: the text starts and ends with a non-blank line, and start_line
+        # and end_line are non-blank lines that the chunk holds (not prepended context or an
+        # added fence line only), so they are its first and last own non-blank lines.
+        text_lines = chunk.text.split("\n")
+        assert text_lines[0].strip() and text_lines[-1].strip(), (
+            f"chunk {chunk.ordinal} starts or ends with a blank line"
+        )
+        for number in lines:
+            if number not in collapsed:
+                collapsed[number] = _collapse(doc.lines[number - 1])
+            line = collapsed[number]
+            assert line, f"chunk {chunk.ordinal}: line {number} is blank"
+            assert any(own.strip() and _holds(own, line) for own in text_lines), (
+                f"chunk {chunk.ordinal}: line {number} is not one of its lines"
             )
         assert unclosed_fences(chunk.text) == [], f"chunk {chunk.ordinal} leaves a fence open"
         assert chunk.token_count == chunker.counter.count(chunk.text)

@@ -184,6 +184,23 @@ def test_fence_in_a_list_item_is_closed_at_its_indentation():
     assert all(unclosed_fences(chunk.text) == [] for chunk in document.chunks)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("# the\n\n```\n\n", [(1, 3, "# the\n\n```\n```")]),  # the file ends the fence
+        (  # its list item ends it, and the next heading the chunk
+            "# T\n\n- ```\n  x = 1\n\n\n# U\n\ntext\n",
+            [(1, 4, "# T\n\n- ```\n  x = 1\n  ```"), (7, 9, "# U\n\ntext")],
+        ),
+    ],
+)
+def test_a_fence_that_never_closes_is_closed_after_its_last_non_blank_line(text, expected):
+    # markdown-it's line map of such a fence takes in the blank lines after it: the closing
+    # line followed them, and the chunk ended on a blank line.
+    document = chunk_source(text, min_tokens=1)
+    assert [(c.start_line, c.end_line, c.text) for c in document.chunks] == expected
+
+
 def test_a_line_longer_than_the_maximum_is_cut_into_pieces():
     line = " ".join(f"w{i}" for i in range(5_000))
     document = chunk_source(f"# Big\n\n{line}\n", keep_short_tail=True)
