@@ -168,7 +168,8 @@ def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discov
             output.uri(MANIFEST_PATH),
         )
     config_key = settings_key(config)
-    plan = make_plan(listing, previous, config_key, config.sources.globs)
+    separate = config.output != config.input
+    plan = make_plan(listing, previous, config_key, config.sources.globs, separate=separate)
     plan = rebuilding(plan, topics_missing_files(output, plan, previous), previous)
     check_deletions(config, plan, previous)
     sizes = {f.path: f.size for f in listing if isinstance(f, FileInfo)}

@@ -100,7 +100,12 @@ def finish(
     failures += write_directory_indexes(output, plan.directories)
     for topic in plan.deleted_topics:
         # a folder of topics still: its index.json is now the folder's directory index
-        remove_topic(output, topic, keep_index=topic in plan.directories)
+        remove_topic(
+            output,
+            topic,
+            keep_index=topic in plan.directories,
+            separate=config.output != config.input,
+        )
     current = set(topics) | set(plan.directories)
     gone = [d for d in previous.directories if d not in current]
     output.delete([in_topic(d, INDEX) for d in gone if _written_here(output, d)])
@@ -190,13 +195,14 @@ def _folders_below(root: str, paths: list[str]) -> list[str]:
     return sorted(found)
 
 
-def remove_topic(output: Storage, topic: str, *, keep_index: bool) -> None:
+def remove_topic(output: Storage, topic: str, *, keep_index: bool, separate: bool) -> None:
     """Delete the outputs of a topic that lost all its sources (seed 001 lifecycle): its
     index.json (unless `keep_index`, or it is not the one this job wrote: `_written_here`), every
     chunk file in its `_chunks/` (those of a run that stopped before its manifest too) and the
     folder once empty, its table shards, the temporary files of interrupted writes in both
     folders, and the generated part of its topic-spec.md (a hand-written part stays; so does a
-    symbolic link there)."""
+    symbolic link there), or all of it in a `separate` output, where the hand-written part was the
+    input's, gone with the topic's folder."""
     index = in_topic(topic, INDEX)
     chunk_files = output.list_files(in_topic(topic, CHUNKS_DIR))
     doomed = orphaned_topic_files(topic, [index, *chunk_files])
@@ -218,7 +224,7 @@ def remove_topic(output: Storage, topic: str, *, keep_index: bool) -> None:
             text = spec.decode("utf-8")
         except UnicodeDecodeError:
             return  # not ours to rewrite: a person's file we cannot decode stays as it is
-        rest = topic_spec_without_section(text)
+        rest = None if separate else topic_spec_without_section(text)
         if rest is None:
             output.delete([spec_path])
         else:

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from indexing import group_sources, nearest_keywords_path
+from indexing.paths import TOPIC_SPEC
 from indexing.sources import KEYWORDS_FILE, NOT_SOURCES, QA_PAIRS, index_tree, is_source
 from jobs.manifest import Manifest, TopicEntry
 from jobs.storage import FileInfo, SkippedLink
@@ -126,8 +127,12 @@ def make_plan(
     previous: Manifest,
     settings: str,
     globs: tuple[str, ...],
+    *,
+    separate: bool = False,
 ) -> Plan:
-    """Decide what this run rebuilds, relinks, keeps and deletes (`settings`: the settings key)."""
+    """Decide what this run rebuilds, relinks, keeps and deletes (`settings`: the settings key;
+    `separate`: the output is not the input, so a topic's `topic-spec.md` in the input is the one
+    a person writes, and a change to it rebuilds the topic)."""
     files = [f for f in listing if isinstance(f, FileInfo)]
     misnamed = [f for f in files if undecodable(f.path)]  # each path checked once
     left_out = {f.path for f in misnamed}
@@ -152,14 +157,16 @@ def make_plan(
         qa = posixpath.join(topic, QA_PAIRS) if topic else QA_PAIRS
         questions = qa if qa in by_path else None
         keywords = nearest_keywords_path(topic, keyword_files)
-        inputs = _digest(
-            {
-                "config": settings,
-                "sources": [[p, fingerprints[p]] for p in sources],
-                "questions": questions and by_path[questions].fingerprint,
-                "keywords": keywords and [keywords, by_path[keywords].fingerprint],
-            }
-        )
+        facts = {
+            "config": settings,
+            "sources": [[p, fingerprints[p]] for p in sources],
+            "questions": questions and by_path[questions].fingerprint,
+            "keywords": keywords and [keywords, by_path[keywords].fingerprint],
+        }
+        spec = posixpath.join(topic, TOPIC_SPEC) if topic else TOPIC_SPEC
+        if separate and spec in by_path:  # only then: a topic without one keeps its digest
+            facts["topic_spec"] = by_path[spec].fingerprint
+        inputs = _digest(facts)
         children = tuple(tree[topic])
         before = previous.topics.get(topic)
         if (

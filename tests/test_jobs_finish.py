@@ -100,6 +100,33 @@ def test_a_deleted_topic_loses_the_temporary_files_of_writes_killed_there(tmp_pa
 
 
 @pytest.mark.parametrize("in_place", [False, True])
+def test_a_deleted_topics_notes_stay_only_in_place(tmp_path, in_place):
+    """A person's notes around the generated section of a deleted topic's topic-spec.md stay in
+    place, where the file is theirs. In a separate output they were a copy of the input's, gone
+    with the topic's folder, yet stayed there for good with the folder (a fresh build has
+    neither)."""
+    out = tmp_path / "out"
+    (out / "t").mkdir(parents=True)
+    (out / "t" / "index.json").write_bytes(directory_index("t", []))
+    notes = "# Notes\n\nKept by hand.\n"
+    spec = f"{notes}\n<!-- mdindex:begin -->\ngenerated\n<!-- mdindex:end -->\n"
+    (out / "t" / "topic-spec.md").write_text(spec)
+    previous, plan = all_gone(["t"], [])
+    source = out if in_place else tmp_path / "docs"
+    config = load_config(
+        str(ROOT / "configs" / "local.yaml"),
+        overrides={"input": str(source), "output": str(out)},
+    )
+
+    finish(config, "key", Storage(str(out)), plan, previous, {})
+
+    if in_place:
+        assert (out / "t" / "topic-spec.md").read_text() == notes
+    else:
+        assert not (out / "t").exists()
+
+
+@pytest.mark.parametrize("in_place", [False, True])
 def test_folders_left_empty_go_only_from_a_separate_output(tmp_path, in_place):
     """A separate output loses the folders of deleted topics and of directories that no longer
     lead to one once they are empty, as a fresh build makes none; a folder holding a person's

@@ -113,6 +113,29 @@ def test_topics_kept_or_relinked_whose_files_are_gone_are_rebuilt():
     assert rebuilding(plan, [], before) == plan
 
 
+def test_an_input_topic_spec_edit_rebuilds_its_topic_in_a_separate_output_only():
+    """A separate output merges its section into the input's topic-spec.md: an edit of it alone
+    rebuilt nothing, so the output kept the notes of the first build for good. In place the file
+    is the output's own, which every build rewrites: it rebuilds nothing."""
+    spec = [*FILES, FileInfo("a/topic-spec.md", 20, "v1")]
+    edited = [*FILES, FileInfo("a/topic-spec.md", 25, "v2")]
+    for separate, rebuilt in ((True, REBUILD), (False, KEEP)):
+        first = make_plan(spec, Manifest(), "s1", GLOBS, separate=separate)
+        before = Manifest(
+            config_key="s1",
+            sources={p: SourceEntry(fp, "sha-" + p) for p, fp in first.fingerprints.items()},
+            topics={t.topic: TopicEntry(t.inputs, t.children, ()) for t in first.topics},
+            directories=tuple(first.directories),
+        )
+        assert actions(make_plan(spec, before, "s1", GLOBS, separate=separate))["a"] == KEEP
+        plan = make_plan(edited, before, "s1", GLOBS, separate=separate)
+        assert actions(plan) == {"a": rebuilt, "b/c": KEEP} and plan.changed == frozenset()
+    # A topic without one keeps the digest it had before the spec took part in it.
+    assert make_plan(FILES, Manifest(), "s1", GLOBS, separate=True) == make_plan(
+        FILES, Manifest(), "s1", GLOBS
+    )
+
+
 def test_a_source_that_failed_last_time_is_retried():
     files = FILES
     before = remember(files)

@@ -5,11 +5,11 @@ output of its own. Real builds on the session's Ray instance, real MiniLM, real 
 The changes, each made at random places by a seeded generator: sources edited, added, deleted,
 renamed, moved or copied to another topic, retitled, touched, linked to other sources; topics
 added (some inside another topic), deleted and emptied (every source left without text);
-questions and keywords files edited; a new source that is not UTF-8, and a broken one fixed. The
-suite's test makes every kind of change once, eight to a step; the slow ones draw one to three
-changes a step, one of them with the outputs on S3, and two kill builds at random, one into a
-separate output and one in place. Besides the bytes, the outputs' folders must
-be the same: none left empty by a removal (a fresh build makes none). A failure names the seed and
+questions, keywords and topic-spec.md files edited; a new source that is not UTF-8, and a broken
+one fixed. The suite's test makes every kind of change once, nine to a step; the slow ones draw
+one to three changes a step, one of them with the outputs on S3, and two kill builds at random,
+one into a separate output and one in place. Besides the bytes, the outputs' folders must be the
+same: none left empty by a removal (a fresh build makes none). A failure names the seed and
 every change so far."""
 
 from __future__ import annotations
@@ -250,6 +250,18 @@ def edit_keywords(rng: random.Random, corpus: Path) -> str:
     return f"edit {keywords.relative_to(corpus)}"
 
 
+def edit_topic_spec(rng: random.Random, corpus: Path) -> str:
+    """A person's notes in one topic's topic-spec.md of the input: written, added to, or deleted
+    (a separate output merges the generated section into the input's)."""
+    spec = rng.choice(topics(corpus)) / TOPIC_SPEC
+    if spec.exists() and rng.random() < 0.3:
+        spec.unlink()
+        return f"delete {spec.relative_to(corpus)}"
+    text = spec.read_text() if spec.exists() else "# Notes\n"
+    spec.write_text(f"{text}\nThe {rng.choice(WORDS)} is kept by hand.\n")
+    return f"edit {spec.relative_to(corpus)}"
+
+
 def add_broken(rng: random.Random, corpus: Path) -> str:
     path = new_name(rng, rng.choice(topics(corpus)), "broken")
     path.write_bytes(b"# Broken\n\nNot \xff UTF-8.\n")
@@ -281,6 +293,7 @@ CHANGES: list[Change] = [
     empty_topic,
     edit_questions,
     edit_keywords,
+    edit_topic_spec,
     add_broken,
     fix_broken,
 ]
@@ -321,10 +334,10 @@ def random_steps(seed: int, count: int) -> list[list[Change]]:
 
 
 def test_every_kind_of_random_edit_converges(tmp_path):
-    """Each kind of change once, in a shuffled order, eight to a step (two steps: each embeds,
+    """Each kind of change once, in a shuffled order, nine to a step (two steps: each embeds,
     and loads the model, in its incremental build)."""
     changes = random.Random(1).sample(CHANGES, len(CHANGES))
-    steps = [changes[i : i + 8] for i in range(0, len(changes), 8)]
+    steps = [changes[i : i + 9] for i in range(0, len(changes), 9)]
     converge(Outputs(LOCAL, str(tmp_path)), tmp_path / "docs", 1, steps)
 
 

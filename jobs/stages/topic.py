@@ -373,20 +373,22 @@ def _keywords(source: Storage, path: str | None) -> tuple[list, list[dict[str, s
 def _existing_spec(
     context: TopicContext, path: str
 ) -> tuple[str | None, bool, list[dict[str, str]]]:
-    """The person-written topic-spec.md to merge into (the output's, else the input's), whether
-    the output's is to be left as it is, and the failure to report. Left as it is: a symbolic
-    link (not followed), or a file that is not UTF-8 (TOPIC_SPEC_FAILED: rewriting it would
-    corrupt it). A linked input one is not read either (the listing reported it as
-    SYMLINK_SKIPPED)."""
+    """The person-written topic-spec.md to merge into, whether the output's is to be left as it
+    is, and the failure to report. In place it is the output's own; in a separate output the
+    input's, else the output's (so that an edit of the input's reaches the output, as in a fresh
+    build: `jobs.plan.make_plan` rebuilds the topic for it). Left as it is: a symbolic link (not
+    followed), or a file that is not UTF-8 (TOPIC_SPEC_FAILED: rewriting it would corrupt it). A
+    linked input one is not read either (the listing reported it as SYMLINK_SKIPPED)."""
     try:
         data = context.output.read_optional(path)
     except SymlinkRefused:
         return None, True, []
-    if data is None and context.source.root != context.output.root:
+    if context.source.root != context.output.root:
         try:
-            data = context.source.read_optional(path)
+            found = context.source.read_optional(path)
         except SymlinkRefused:
-            data = None
+            found = None
+        data = data if found is None else found
     if data is None:
         return None, False, []
     try:
