@@ -9,7 +9,7 @@ import re
 from hypothesis import strategies as st
 
 from chunking import ChunkedDocument, chunk_source
-from chunking.blocks import parse, unclosed_fences
+from chunking.blocks import heading_title, parse, unclosed_fences
 from chunking.normalize import normalize
 from chunking.strategy import get_strategy
 
@@ -123,8 +123,9 @@ def check_invariants(data: bytes | str, strategy: str, **options) -> ChunkedDocu
 
     chunker = get_strategy(strategy, **options)
     doc = parse(normalize(data))
-    headings = {b.heading.text for b in doc.blocks if b.heading is not None}
-    heading_lines = {_collapse(f"{'#' * n} {text}") for text in headings for n in range(1, 7)}
+    written = {b.heading.text for b in doc.blocks if b.heading is not None}
+    headings = {heading_title(text) for text in written}  # as headings_path names them
+    heading_lines = {_collapse(f"{'#' * n} {text}") for text in written for n in range(1, 7)}
     table_headers = {
         _collapse(doc.lines[number - 1])
         for b in doc.blocks
