@@ -118,7 +118,8 @@ class EmbedResources:
     actors: int | None = _min(1, None)
     max_actors: int | None = _min(1, None)  # autoscale from `actors` up to this; None: fixed pool
     num_cpus: float | None = _min(0.01, None)  # also the torch thread count (rounded, at least 1)
-    num_gpus: float = _min(0, 0.0)
+    # At most one: an actor embeds on one device (two GPUs each: one idle, or a share no GPU holds)
+    num_gpus: float = field(default=0.0, metadata={"min": 0, "max": 1.0})
     batch_size: int | None = _min(1, None)  # documents per batch; None: one chunk task's output
 
 
@@ -384,6 +385,17 @@ def _resolve(config: JobConfig) -> JobConfig:
             f"embedding.device: {device!r} is not one of: {', '.join(DEVICES)}, cuda:N"
         )
     embed = config.resources.embed
+    if device.startswith("cuda") and not embed.num_gpus:
+        raise ConfigError(
+            f"embedding.device: {device} needs resources.embed.num_gpus > 0 (a GPU share per "
+            "embedding actor, which Ray places and counts); with 0 the pool is sized to the CPUs, "
+            "and each of its actors would load the model on the GPU"
+        )
+    if device.startswith("cuda:") and embed.num_gpus:
+        raise ConfigError(
+            f"embedding.device: {device} picks no GPU in a Ray actor: each sees the GPU of its "
+            "share as cuda:0 (CUDA_VISIBLE_DEVICES); use cuda"
+        )
     if embed.max_actors is not None and embed.max_actors < (embed.actors or 1):
         raise ConfigError(
             f"resources.embed.max_actors: must be >= resources.embed.actors "

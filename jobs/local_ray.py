@@ -117,6 +117,11 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
         _import_task_modules.remote()
 
 
+def node_gpu_counts() -> tuple[float, ...]:
+    """The GPUs of each live node of the Ray instance this process is connected to."""
+    return tuple(float(node["Resources"].get("GPU", 0.0)) for node in _live_nodes())
+
+
 def _live_nodes() -> list[dict]:
     """Each live node of the Ray instance this process is connected to, as `ray.nodes()` gives
     it (its "NodeID" and total "Resources" among the rest)."""

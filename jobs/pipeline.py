@@ -25,7 +25,7 @@ from jobs.config import JobConfig
 from jobs.discovery import check_embedding_model, discover, list_input, output_storage
 from jobs.finish import finish, index_settings
 from jobs.landmarks import Landmark, landmarks
-from jobs.local_ray import start_ray
+from jobs.local_ray import node_gpu_counts, start_ray
 from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import KEEP, REBUILD, RELINK, Plan, interim_manifest
@@ -194,7 +194,8 @@ def build_topics(
     configure_progress()
     collector = StatsCollector.remote()
     cluster = ray.cluster_resources()  # one round trip to Ray's control store
-    cpus, gpus = float(cluster.get("CPU", 1)), float(cluster.get("GPU", 0))
+    cpus = float(cluster.get("CPU", 1))
+    node_gpus = node_gpu_counts() if config.resources.embed.num_gpus else ()
     topics = [t for t in plan.topics if t.action == REBUILD]
     work = prepare_work(config, work_rows(topics, plan, previous, sizes, carry=True), cpus)
     goal = Goal(sources=work.sources, bytes=work.bytes, topics=len(topics))
@@ -211,7 +212,7 @@ def build_topics(
                 pool = None
                 if work.embeds:
                     batches = embedding_batches(work)
-                    pool = embed_pool(config.resources.embed, cpus, batches, gpus)
+                    pool = embed_pool(config.resources.embed, cpus, batches, node_gpus)
                     first_pool = first_pool or pool
                 log.info("embedding pool: %s", pool.label() if pool else NO_POOL)
                 for summary in topic_summaries(
@@ -363,8 +364,12 @@ def chunk_encoder(config: JobConfig) -> tokenizers.Tokenizer | None:
 
 
 def embedder_options(config: JobConfig, pool: EmbedPool) -> dict[str, Any]:
-    """`load_embedder` keyword arguments: the set embedding options, threads, storage options."""
+    """`load_embedder` keyword arguments: the set embedding options, threads, storage options.
+    A CPU pool's actors run on the CPU when the device is "auto": Ray hides no GPU from an actor
+    that asked for none, so each one found CUDA and loaded its model there, unaccounted for."""
     options = {k: v for k, v in vars(config.embedding).items() if k != "model" and v is not None}
+    if not pool.num_gpus and options["device"] == "auto":
+        options["device"] = "cpu"
     options["num_threads"] = pool.threads
     if config.storage_options:
         options["storage_options"] = dict(config.storage_options)

@@ -61,7 +61,7 @@ class EmbedPool:
 
 
 def embed_pool(
-    resources: EmbedResources, cpus: float, batches: int, gpus: float = 0.0
+    resources: EmbedResources, cpus: float, batches: int, node_gpus: tuple[float, ...] = ()
 ) -> EmbedPool:
     """The pool the config asks for; `actors`/`num_cpus` left null are sized to the machine.
 
@@ -74,7 +74,8 @@ def embed_pool(
     the cores), and the actors' threads have the whole machine after."""
     if resources.num_gpus > 0:
         num_cpus = resources.num_cpus if resources.num_cpus is not None else 1.0
-        actors = resources.actors or gpu_actors(resources, gpus, num_cpus, cpus, batches)
+        slots = gpu_slots(node_gpus, resources.num_gpus)
+        actors = resources.actors or gpu_actors(resources, slots, num_cpus, cpus, batches)
         return EmbedPool(
             actors, resources.max_actors, num_cpus, resources.num_gpus, _threads(num_cpus)
         )
@@ -93,7 +94,7 @@ def infeasible(resources: ResourcesConfig, nodes: list[dict[str, float]]) -> lis
     Ray Data would wait for such a node for ever; only a cluster that grows can bring one."""
     most_cpus = max((node.get("CPU", 0.0) for node in nodes), default=0.0)
     most_gpus = max((node.get("GPU", 0.0) for node in nodes), default=0.0)
-    actor = embed_pool(resources.embed, most_cpus, 1, most_gpus)  # what one actor reserves
+    actor = embed_pool(resources.embed, most_cpus, 1, (most_gpus,))  # what one actor reserves
     asks = {
         "a read-and-chunk task (resources.chunk)": (resources.chunk.num_cpus, 0.0),
         "an embedding actor (resources.embed)": (actor.num_cpus, actor.num_gpus),
@@ -112,17 +113,25 @@ def describe_resources(cpus: float, gpus: float) -> str:
     return f"{cpus:g} CPU" + ("s" if cpus != 1 else "") + f" and {gpu}"
 
 
+def gpu_slots(node_gpus: tuple[float, ...], num_gpus: float) -> int:
+    """How many actors of `num_gpus` each (at most one GPU) the nodes' GPUs hold (`node_gpus`:
+    each node's count): a share must fit on one GPU, so each holds `1 // num_gpus` of them (two
+    GPUs at 0.4: four actors, not five; the fifth would wait for a GPU for the whole build)."""
+    per_gpu = int(1 / num_gpus + 1e-6)  # 1 / 0.1 is 9.999...: ten
+    return sum(int(gpus + 1e-6) * per_gpu for gpus in node_gpus)
+
+
 def gpu_actors(
-    resources: EmbedResources, gpus: float, num_cpus: float, cpus: float, batches: int
+    resources: EmbedResources, slots: int, num_cpus: float, cpus: float, batches: int
 ) -> int:
-    """Actors of a GPU pool whose count the config leaves null: as many as the cluster's `gpus`
-    hold at `num_gpus` each (`num_gpus: 0.25` on one GPU: four), so no GPU present at the start
+    """Actors of a GPU pool whose count the config leaves null: as many as the GPUs hold
+    (`slots`, `gpu_slots`: `num_gpus: 0.25` on one GPU: four), so no GPU present at the start
     idles, but no more than `max_actors`, than there are `batches`, or than leave one of the
     `cpus` to the chunk tasks at `num_cpus` each; at least one (an autoscaling cluster may have no
     GPU yet). Measured on an H200, MiniLM on all of tldr: four actors sharing the GPU embedded 1.9x
     as fast as one, until the actor worked on whole columns; since then one keeps it 65-86% busy
     (README, Benchmarks, "GPU")."""
-    fill = int(round(gpus / resources.num_gpus, 6))  # 3 / 0.1 is 29.999...: 30 actors
+    fill = slots
     spare_cpus = int((cpus - 1) / num_cpus)
     return max(1, min(fill, batches, resources.max_actors or fill, spare_cpus))
 

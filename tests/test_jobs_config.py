@@ -134,6 +134,15 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"embedding": {"device": "cuda:\u00b2"}}, "embedding.device: 'cuda:\u00b2' is not one of"),
         ({"storage_options": {"config_kwargs": [1]}}, "storage_options.config_kwargs: expected a"),
         ({"storage_options": {"client_kwargs": 5}}, "storage_options.client_kwargs: expected a m"),
+        # A CPU pool's actors each loaded the model on the GPU, unaccounted for by Ray; cuda:1 in
+        # a Ray GPU actor (which sees its GPU as cuda:0) failed at the actor's start, after Ray
+        # and the chunking had started; two GPUs an actor idled one.
+        ({"embedding": {"device": "cuda"}}, "embedding.device: cuda needs resources.embed.num_gp"),
+        (
+            {"embedding": {"device": "cuda:1"}, "resources": {"embed": {"num_gpus": 1}}},
+            "embedding.device: cuda:1 picks no GPU in a Ray actor",
+        ),
+        ({"resources": {"embed": {"num_gpus": 2}}}, "resources.embed.num_gpus: must be <= 1.0"),
     ],
 )
 def test_bad_values_are_rejected_with_their_dotted_key(raw, message):
@@ -240,6 +249,11 @@ def test_cuda_graphs_is_an_embedding_option_that_rebuilds_nothing(tmp_path):
     pool = EmbedPool(actors=1, max_actors=None, num_cpus=1, num_gpus=1, threads=1)
     assert embedder_options(default, pool)["cuda_graphs"] is True
     assert embedder_options(eager, pool)["cuda_graphs"] is False  # reaches `load_embedder`
+    # "auto" is the GPU's in a GPU pool, the CPU's in a CPU pool (Ray hides no GPU from an actor
+    # that asked for none: each actor of a CPU pool put its model on the GPU)
+    assert embedder_options(default, pool)["device"] == "auto"
+    cpu_pool = EmbedPool(actors=8, max_actors=None, num_cpus=0, num_gpus=0, threads=2)
+    assert embedder_options(default, cpu_pool)["device"] == "cpu"
     assert settings_key(eager) == settings_key(default)
     with pytest.raises(ConfigError, match=r"embedding\.cuda_graphs"):
         config_from_dict({"input": str(tmp_path), "embedding": {"cuda_graphs": "yes"}})

@@ -120,15 +120,20 @@ def test_a_gpu_pool_whose_actor_count_is_null_fills_the_gpus_present_at_the_star
         resources = EmbedResources(num_gpus=num_gpus, **config)
         return embed_pool(resources, cpus, batches, gpus).actors
 
-    assert actors(0.25, gpus=1) == 4
-    assert actors(1, gpus=8, cpus=64) == 8  # one per GPU of an 8-GPU node, not one in all
-    assert actors(0.1, gpus=3, cpus=64) == 30  # 3 / 0.1 is 29.999... in floats
-    assert actors(1, gpus=0) == 1  # an autoscaling cluster without a GPU node yet
-    assert actors(0.25, gpus=1, max_actors=2) == 2  # it may grow to max_actors, not beyond
-    assert actors(0.25, gpus=1, batches=3) == 3  # no actor without a batch to embed
-    assert actors(0.5, gpus=1, cpus=2) == 1  # one CPU left to the chunk tasks
-    assert actors(0.5, gpus=1, cpus=2, num_cpus=0.5) == 2
-    assert actors(0.25, gpus=1, actors=1) == 1  # a set count wins
+    assert actors(0.25, gpus=(1,)) == 4
+    assert actors(1, gpus=(8,), cpus=64) == 8  # one per GPU of an 8-GPU node, not one in all
+    assert actors(0.1, gpus=(3,), cpus=64) == 30  # 1 / 0.1 is 9.999... in floats
+    assert actors(1, gpus=()) == 1  # an autoscaling cluster without a GPU node yet
+    assert actors(0.25, gpus=(1,), max_actors=2) == 2  # it may grow to max_actors, not beyond
+    assert actors(0.25, gpus=(1,), batches=3) == 3  # no actor without a batch to embed
+    assert actors(0.5, gpus=(1,), cpus=2) == 1  # one CPU left to the chunk tasks
+    assert actors(0.5, gpus=(1,), cpus=2, num_cpus=0.5) == 2
+    assert actors(0.25, gpus=(1,), actors=1) == 1  # a set count wins
+    # A share must fit on one GPU: two GPUs at 0.4 hold four actors, not the five the total
+    # held (the fifth waited for a GPU for the whole build, an autoscaler's demand for one more)
+    assert actors(0.4, gpus=(1, 1), cpus=64) == 4
+    assert actors(0.75, gpus=(4,), cpus=64) == 4
+    assert actors(0.6, gpus=(8,), cpus=64) == 8
 
 
 def _work(embed: EmbedResources, sources: int, size: int, batch_mb: float | None = None):
@@ -146,13 +151,13 @@ def test_a_gpu_pool_starts_no_actor_for_which_there_is_no_gpu_call():
     shared = EmbedResources(num_gpus=0.25)
     edit = _work(shared, 100, 580, batch_mb=0.02)
     assert len(edit.batches) == 3 and embedding_batches(edit) == 1
-    assert embed_pool(shared, 16, embedding_batches(edit), gpus=1).actors == 1
+    assert embed_pool(shared, 16, embedding_batches(edit), (1,)).actors == 1
     assert embedding_batches(_work(EmbedResources(), 100, 580, 0.02)) == 3  # CPUs: one per task
     assert embedding_batches(_work(EmbedResources(batch_size=50), 100, 580, 0.02)) == 2  # by 50
     assert embedding_batches(_work(EmbedResources(batch_size=1), 100, 580, 0.02)) == 3  # no split
     corpus = _work(shared, 2000, 10_000)
     assert embedding_batches(corpus) == 10  # 2 MB of sources per GPU call
-    assert embed_pool(shared, 16, embedding_batches(corpus), gpus=1).actors == 4
+    assert embed_pool(shared, 16, embedding_batches(corpus), (1,)).actors == 4
 
 
 def test_chunk_tasks_and_embedding_calls_get_row_counts_that_divide_one_another():
