@@ -141,9 +141,16 @@ def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
     _check_expansion(data)
     try:
         # JSON-ready and deterministic: dates become ISO strings, tuples lists.
-        plain = json.loads(json.dumps(data, default=str))
+        text = json.dumps(data, default=str, ensure_ascii=False)
+        text.encode("utf-8")  # a lone surrogate ("\ud800" escaped in YAML) is no character
+    except UnicodeEncodeError as exc:
+        found = exc.object[exc.start : exc.end]
+        raise ChunkingError(
+            INVALID_FRONT_MATTER, f"YAML front matter: {found!r} is a lone surrogate, no character"
+        ) from None
     except (TypeError, ValueError) as exc:
         raise ChunkingError(INVALID_FRONT_MATTER, f"YAML front matter: {exc}") from None
+    plain = json.loads(text)
     return plain, close + 1
 
 

@@ -140,7 +140,7 @@ def carried_document(
     ):
         return None
     chunks = tuple(_resolved_again(chunk_from_row(r), path, expected) for r in records)
-    if vectors.shape[1] == 0:
+    if vectors.shape[1] == 0 and chunks:  # a topic of sources without chunks has no width
         return None
     document = ChunkedDocument(
         document_id=row["document_id"],

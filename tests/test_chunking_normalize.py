@@ -115,6 +115,17 @@ def test_front_matter_with_a_few_aliases_is_expanded():
     assert document.front_matter == {"base": {"a": 1}, "x": {"a": 1}, "y": [{"a": 1}, {"a": 1}]}
 
 
+def test_a_lone_surrogate_in_front_matter_is_refused_and_escapes_of_characters_are_kept():
+    """YAML's "\\ud800" escape makes a lone surrogate: the document was chunked, then could not be
+    written (UTF-8 refuses it), which failed the build's chunk task and the whole build."""
+    with pytest.raises(ChunkingError) as caught:
+        chunk_source('---\ntitle: "bad \\ud800 here"\n---\nBody.\n')
+    assert caught.value.code == INVALID_FRONT_MATTER
+    assert caught.value.message == r"YAML front matter: '\ud800' is a lone surrogate, no character"
+    kept = chunk_source('---\ntitle: "caf\\u00e9 \\U0001F600"\n---\nBody.\n')
+    assert kept.front_matter == {"title": "café \U0001f600"}
+
+
 def test_python_object_tags_are_refused():
     with pytest.raises(ChunkingError) as caught:
         chunk_source("---\nx: !!python/object/apply:os.system ['true']\n---\nBody.\n")

@@ -54,6 +54,8 @@ HOSTILE: dict[str, bytes] = {
     "bad-yaml.md": b"---\ntitle: [unclosed\n---\n# T\n",
     "alias-bomb.md": f"---\n{BOMB}\n---\n# T\n\nBody.\n".encode(),
     "python-object.md": b"---\nx: !!python/object/apply:os.system ['true']\n---\n# T\n",
+    # YAML's escape of a lone surrogate: chunked, then unwritable (exit 1 for the build, each run)
+    "surrogate-yaml.md": b'---\ntitle: "bad \\ud800 here"\n---\n# T\n\nBody.\n',
     "crlf.md": NORMAL.format("Crlf").replace("\n", "\r\n").encode(),
     "cr.md": NORMAL.format("Cr").replace("\n", "\r").encode(),
 }
@@ -66,6 +68,7 @@ FAILS = {  # hostile source -> (code, words of its message)
     "bad-yaml.md": ("INVALID_FRONT_MATTER", "YAML front matter"),
     "alias-bomb.md": ("FRONT_MATTER_TOO_LARGE", "aliases included"),
     "python-object.md": ("INVALID_FRONT_MATTER", "python/object"),
+    "surrogate-yaml.md": ("INVALID_FRONT_MATTER", "is a lone surrogate, no character"),
 }
 # The last is 240 bytes of UTF-8: a chunk file named `{stem}-{digest}-{i}.md` from it was 262
 # (ENAMETOOLONG failed the whole build, exit 1); its stem is cut in the chunk files' names.
@@ -83,7 +86,7 @@ ROOT_KEYWORDS = "retry | 5\ncafé | 3\n".encode("latin-1")
 
 def corpus(docs: Path) -> None:
     files: dict[str, bytes] = {f"hostile/{name}": data for name, data in HOSTILE.items()}
-    topics = ("hostile", "odd", "kw-table", "kw-binary", "spec-two", "spec-none", "spec-l1")
+    topics = ("hostile", "odd", "kw-table", "kw-binary", "spec-two", "spec-none", "spec-l1", "bom")
     for topic in (*topics, "own", "linked"):
         for name in ("normal-a", "normal-b"):
             files[f"{topic}/{name}.md"] = NORMAL.format(f"{topic} {name}").encode()
@@ -97,6 +100,12 @@ def corpus(docs: Path) -> None:
     files["hostile/._normal-a.md"] = APPLE_DOUBLE
     files["kw-table/_keywords/words.md"] = b"| keyword | score |\n|---|---|\n| retry | high |\n"
     files["kw-binary/_keywords/words.md"] = PNG
+    # A BOM (as Windows editors save) before a keywords table and a first-line question: the
+    # table was ignored, unreported, and the question lost (sources had theirs dropped).
+    files["bom/_keywords/words.md"] = (
+        "\ufeff| keyword | score |\n|---|---|\n| retry | 5 |\n".encode()
+    )
+    files["bom/qa-pairs.md"] = "\ufeff# How is the retry delay set?\n\nIn the options.\n".encode()
     files["_keywords/words.md"] = ROOT_KEYWORDS  # every topic without its own reads it
     files["spec-two/topic-spec.md"] = (
         f"# Two\n\n{BEGIN}\nmine\n{BEGIN}\nold\n{END}\nafter\n".encode()
@@ -195,7 +204,11 @@ def test_the_other_sources_are_chunked_and_written(built):
     # CHUNKING_FAILED, invalid UTF-8, on every run)
     assert "._normal-a" not in index
     assert "hostile/._normal-a.md" not in {f["path"] for f in report["failures"]}
-    assert report["counters"]["embed"]["questions"] == 200
+    assert report["counters"]["embed"]["questions"] == 201  # 200 of hostile/, bom/'s one
+    bom = json.loads((docs / "bom" / "index.json").read_text())["_embedded"]["chunks"]
+    items = [item for entry in bom.values() for item in entry["items"]]
+    assert any(item.get("prompt_hashes") for item in items)
+    assert any(keyword["name"] == "retry" for item in items for keyword in item["keywords"])
     for topic in ("kw-table", "kw-binary", "spec-two", "spec-none", "spec-l1"):
         assert (docs / topic / "index.json").is_file()
 

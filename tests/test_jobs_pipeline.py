@@ -1035,6 +1035,26 @@ def test_a_carried_document_is_exactly_the_chunked_one(tmp_path):
     assert read_previous(output, "no/such/topic") is None
 
 
+def test_a_source_without_chunks_is_carried_from_a_topic_of_such_sources(tmp_path):
+    """A topic whose sources all make no chunk writes a chunk table of vectors 0 wide: an unchanged
+    source of it was refused for that width, so every rebuild of the topic ran a second pipeline
+    with every source read again (and, on a GPU, a new pool loading its model)."""
+    path = "t/empty.md"
+    empty = chunk_source(b"", strategy="semantic", document_id=path)
+    expected = Expected("minilm", "semantic", strategy_key("semantic"), frozenset({path}))
+    inp = TopicInput("t", [SourceInput(path, empty, np.zeros((0, 0), np.float32))], [], None, [],
+                     [], None, None, expected.model, expected.strategy_key)  # fmt: skip
+    written = build_topic(inp, IndexSettings())
+    output = Storage(str(tmp_path))
+    output.write_bytes(chunk_table_path("t"), parquet_bytes(written.chunk_rows))
+    output.write_bytes(document_table_path("t"), parquet_bytes(written.document_rows))
+    tables = read_previous(output, "t")
+    assert tables.chunks.schema.field("embedding").type.list_size == 0
+
+    document, vectors = carried_document(tables, path, empty.source_version_id, expected)
+    assert document == document_from_json(document_to_json(empty)) and vectors.size == 0
+
+
 def parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)

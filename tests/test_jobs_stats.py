@@ -5,12 +5,17 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
+import pytest
+import ray
+
 from embedding.batching import padding_waste, plan_batches
 from embedding.keys import DEFAULT_TOKEN_BUDGET
 from jobs.config import EmbedResources, IndexResources, JobConfig, ResourcesConfig, TaskResources
-from jobs.progress import Goal, progress_line
-from jobs.records import SOURCE, new_row
+from jobs.progress import Goal, StatsCollector, progress_line
+from jobs.records import SOURCE, entry_to_json, new_row, to_table
 from jobs.resources import GPU_CALL_BYTES, call_rows, embed_pool, infeasible
+from jobs.stages.store import store_entries
 from jobs.stats import (
     SLOWEST,
     ChunkStats,
@@ -255,3 +260,24 @@ def test_windows_add_to_the_earliest_start_and_latest_end():
     two = EmbedStats(chunks=4, seconds=2.0, window=Window(20.0, 22.0))
     assert (one + two).window == Window(10.0, 22.0) and (one + two).seconds == 3.0
     assert (one + two).to_dict()["window"] == {"start": 10.0, "end": 22.0}
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_cache_entry_two_rows_carry_is_written_and_counted_once(tmp_path):
+    """Rows of the same bytes (a copied page, every empty file) carry the same entry: written
+    once, it was counted once for each row in the report's store counters."""
+    entry = entry_to_json(("semantic-250-750", "model", "ab" * 32), ["a" * 64, "b" * 64], [])
+    vectors = np.arange(8, dtype="<f4").tobytes()
+    rows = [
+        new_row("t", SOURCE, path, cache_entry=entry, vectors=vectors, dim=4)
+        for path in ("t/a.md", "u/copy.md")
+    ]
+    collector = StatsCollector.remote()
+    store_entries(to_table(rows), cache_uri=str(tmp_path), storage_options={}, collector=collector)
+    store = ray.get(collector.total.remote()).store
+    assert (store.entries, store.chunks, store.failures) == (1, 2, 0)
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == [
+        "chunk-0.bin",
+        "chunk-1.bin",
+        "metadata.json",
+    ]

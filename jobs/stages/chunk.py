@@ -160,7 +160,7 @@ def _chunk_source(
 def _questions(data: bytes) -> tuple[str | None, Failure | None]:
     """A qa-pairs.md's questions as a JSON list, or its failure."""
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8").removeprefix("\ufeff")  # a BOM dropped, as from sources
     except UnicodeDecodeError as exc:
         return None, (QUESTIONS_FAILED, f"invalid UTF-8 at byte offset {exc.start}")
     return json.dumps(parse_questions(text), ensure_ascii=False), None

@@ -24,14 +24,20 @@ def store_entries(
     Works on the three columns it reads (no row dicts), and returns the batch with `cache_entry`
     cleared."""
     clock = Clock()
-    entries = [
-        entry_from_json(entry, vectors_from_bytes(vectors, dim))
-        for entry, vectors, dim in zip(
-            *(batch.column(name).to_pylist() for name in ("cache_entry", "vectors", "dim")),
-            strict=True,
+    # One entry per key: rows of the same bytes (copied pages, empty files) carry the same entry,
+    # which is written once and was counted once for each.
+    by_key = {
+        found.key: found
+        for found in (
+            entry_from_json(entry, vectors_from_bytes(vectors, dim))
+            for entry, vectors, dim in zip(
+                *(batch.column(name).to_pylist() for name in ("cache_entry", "vectors", "dim")),
+                strict=True,
+            )
+            if entry is not None
         )
-        if entry is not None
-    ]
+    }
+    entries = list(by_key.values())
     warnings = EmbeddingCache(cache_uri, storage_options).put_many(entries) if entries else {}
     stats = StoreStats(
         entries=len(entries) - len(warnings),

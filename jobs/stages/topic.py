@@ -365,7 +365,7 @@ def _keywords(source: Storage, path: str | None) -> tuple[list, list[dict[str, s
     except OSError as exc:
         return [], [{"path": path, "code": READ_FAILED, "message": str(exc)}]
     try:
-        return parse_keywords(data.decode("utf-8")), []
+        return parse_keywords(data.decode("utf-8").removeprefix("\ufeff")), []  # BOM, as sources
     except (UnicodeDecodeError, ValueError) as exc:
         return [], [{"path": path, "code": KEYWORDS_FAILED, "message": str(exc)}]
 
