@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from stat import S_ISREG
 from typing import Any
 
 import fsspec
@@ -127,15 +128,12 @@ class Storage:
         """The root's real path, every symbolic link resolved (local roots; looked up once)."""
         return os.path.realpath(self._root_path)
 
-    def _reads_links(self) -> bool:
-        return self.follow_symlinks or not self.is_local
-
     def read_bytes(self, relpath: str) -> bytes:
         """The whole file; FileNotFoundError when it does not exist, SymlinkRefused when it is a
-        symbolic link that this storage does not follow."""
-        if self._reads_links():
+        symbolic link that this storage does not follow, OSError when it is no regular file."""
+        if not self.is_local:
             return self.filesystem().cat_file(self.full_path(relpath))
-        return _read_not_following(self.full_path(relpath))
+        return _read_local(self.full_path(relpath), self.follow_symlinks)
 
     def read_optional(self, relpath: str) -> bytes | None:
         """The whole file, or None when it does not exist."""
@@ -148,7 +146,7 @@ class Storage:
         """Several files in one call (concurrent GETs on object stores); errors per path."""
         if not relpaths:
             return {}
-        if not self._reads_links():
+        if self.is_local:
             return {p: _attempt(self.read_bytes, p) for p in relpaths}
         fs = self.filesystem()
         full = {self.full_path(p): p for p in relpaths}
@@ -265,13 +263,7 @@ class Storage:
         fs = self.filesystem()
         if not fs.isdir(root):
             raise FileNotFoundError(f"{self.root}: no such directory")
-        for _directory, dirs, files in fs.walk(root, detail=True, topdown=True):
-            for name in [d for d in dirs if not keep_dir(d)]:
-                del dirs[name]
-            for info in files.values():
-                yield FileInfo(
-                    _relative(fs, root, info["name"]), int(info.get("size") or 0), change_tag(info)
-                )
+        yield from _walk_store(fs, root, keep_dir)
 
     def confined(self, relpath: str, action: str) -> str:
         """The full path of `relpath`, once its folder is known to resolve inside the root
@@ -302,15 +294,20 @@ def is_temporary(path: str) -> bool:
     return bool(_TEMPORARY.match(posixpath.basename(path)))
 
 
-def _read_not_following(path: str) -> bytes:
-    """A local file's bytes, refusing (SymlinkRefused) when the path itself is a symbolic link."""
+def _read_local(path: str, follow: bool) -> bytes:
+    """A local file's bytes, refusing (SymlinkRefused) a path that is itself a symbolic link
+    unless `follow`, and anything that is not a regular file (a FIFO's read waited for a writer
+    for ever, a device's, /dev/zero's, filled the memory)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     try:
-        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        handle = os.open(path, flags)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise SymlinkRefused(errno.ELOOP, NOT_FOLLOWED, path) from exc
         raise
     with open(handle, "rb") as file:
+        if not S_ISREG(os.fstat(handle).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, a device, a socket)", path)
         return file.read()
 
 
@@ -345,13 +342,45 @@ def _walk_local(
                 yield found
 
 
+def _walk_store(
+    fs: fsspec.AbstractFileSystem, root: str, keep_dir: Callable[[str], bool]
+) -> Iterator[FileInfo]:
+    """The object store's walk behind `Storage.walk`: a folder whose listing fails fails the walk
+    (fsspec's walk leaves such a folder out, below the top, so the build deleted its topics as if
+    their sources were gone: a 403 or a 503 on one prefix). A folder gone since its parent was
+    listed has nothing; a folder marker (an empty object `name/`, as the S3 console makes) is no
+    file."""
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        try:
+            listing = fs.ls(folder, detail=True)
+        except FileNotFoundError:
+            continue
+        for info in listing:
+            name = fs._strip_protocol(info["name"]).rstrip("/")
+            if name == folder or info["name"].endswith("/"):
+                continue  # the folder itself: its marker, or a `//` in a key
+            if info["type"] == "directory":
+                if keep_dir(posixpath.basename(name)):
+                    pending.append(name)
+            else:
+                size = int(info.get("size") or 0)
+                yield FileInfo(_relative(fs, root, name), size, change_tag(info))
+
+
 def _entries(folder: str) -> list[os.DirEntry]:
-    """A folder's entries; none when it cannot be read or is gone (as fsspec's walk omits it)."""
+    """A folder's entries; none when it is gone. One that cannot be read (no permission, an I/O
+    error) fails the walk, naming it: taken as empty, its sources read as deleted, and the build
+    deleted their topics."""
     try:
         with os.scandir(folder) as entries:
             return list(entries)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
+    except OSError as exc:
+        reason = f"cannot list the input folder: {exc.strerror}"
+        raise type(exc)(exc.errno, reason, folder) from None
 
 
 def _listed(
@@ -380,6 +409,8 @@ def _listed(
         stat = entry.stat()
     except OSError as exc:
         return SkippedLink(path, f"symbolic link that cannot be followed: {exc.strerror}", False)
+    if not directory and not S_ISREG(stat.st_mode):  # its read would wait on a FIFO for ever
+        return SkippedLink(path, "symbolic link to no regular file (a FIFO, a device)", False)
     if not directory:
         return FileInfo(path, stat.st_size, str(stat.st_mtime))
     real = os.path.realpath(entry.path)

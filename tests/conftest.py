@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 from hypothesis import settings
@@ -148,6 +149,22 @@ class LosesAnswers:
         return [b"<Error><Code>InternalError</Code><Message>lost</Message></Error>"]
 
 
+class RefusesListings:
+    """A WSGI layer that answers 403 AccessDenied to a listing of any prefix in `refused` (as an
+    IAM policy that limits `s3:prefix` does), and lets every other request through."""
+
+    def __init__(self, app):
+        self.app = app
+        self.refused: list[str] = []
+
+    def __call__(self, environ, start_response):
+        prefix = parse_qs(environ.get("QUERY_STRING", "")).get("prefix", [None])[0]
+        if environ["REQUEST_METHOD"] != "GET" or prefix not in self.refused:
+            return self.app(environ, start_response)
+        start_response("403 Forbidden", [("Content-Type", "application/xml")])
+        return [b"<Error><Code>AccessDenied</Code><Message>denied</Message></Error>"]
+
+
 # The WSGI layers an `s3_behind` server may stand behind, by name.
 S3_LAYERS = {
     "ignores conditional writes": partial(
@@ -157,6 +174,7 @@ S3_LAYERS = {
     "refuses If-None-Match": partial(_RefusesHeader, header="HTTP_IF_NONE_MATCH"),
     "refuses If-Match": partial(_RefusesHeader, header="HTTP_IF_MATCH"),
     "loses answers": LosesAnswers,
+    "refuses listings": RefusesListings,
 }
 
 

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -117,6 +123,87 @@ def test_s3_listings_show_what_another_client_changed_since_the_last_one(s3_serv
 def test_walk_of_missing_root_raises(tmp_path):
     with pytest.raises(FileNotFoundError):
         list(Storage(str(tmp_path / "absent")).walk())
+
+
+@pytest.mark.parametrize("s3_behind", ["refuses listings"], indirect=True)
+def test_an_s3_folder_whose_listing_fails_fails_the_walk(s3_behind, request):
+    """fsspec's walk leaves out a folder below the top whose listing fails (a 403 from an IAM
+    policy limiting s3:prefix, a 503 past the retries), so its sources read as deleted and the
+    build deleted their topics, exit 0. The walk fails now, naming nothing it did not list."""
+    server, layer = s3_behind
+    bucket = server.make_bucket(f"listings-{abs(hash(request.node.nodeid)) % 10**8}")
+    fs = server.filesystem()
+    fs.pipe({f"{bucket}/docs/t/a.md": b"a", f"{bucket}/docs/locked/b.md": b"b"})
+    store = Storage(f"{bucket}/docs", server.storage_options)
+    assert sorted(f.path for f in store.walk()) == ["locked/b.md", "t/a.md"]
+    layer.refused = [f"{bucket.split('/')[-1]}/docs/locked/", "docs/locked/"]
+    with pytest.raises(PermissionError):
+        list(store.walk())
+
+
+def test_s3_folder_markers_are_no_files(s3_server):
+    """The S3 console's "Create folder" leaves an empty object `name/`: it was listed as a file
+    named like the folder (`guide.md`: a source that always failed READ_FAILED)."""
+    bucket = s3_server.make_bucket("jobs-storage-markers")
+    fs = s3_server.filesystem()
+    fs.pipe({f"{bucket}/docs/guide.md/": b"", f"{bucket}/docs/guide.md/intro.md": b"intro"})
+    fs.pipe({f"{bucket}/docs/t/": b"", f"{bucket}/docs/t/a.md": b"a"})
+    listed = [f.path for f in Storage(f"{bucket}/docs", s3_server.storage_options).walk()]
+    assert sorted(listed) == ["guide.md/intro.md", "t/a.md"]
+
+
+LOCKED_WALK = """
+import json, os, sys
+from jobs.storage import Storage
+os.setegid(65534)
+os.seteuid(65534)
+try:
+    print(json.dumps(sorted(f.path for f in Storage(sys.argv[1]).walk())))
+except PermissionError as exc:
+    print(json.dumps(str(exc)))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_a_local_folder_that_cannot_be_listed_fails_the_walk():
+    """A folder of the input the build cannot read (mode 0700, another owner) was taken as empty:
+    its sources read as deleted, and the build deleted their topics, exit 0."""
+    docs = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own folders are private to root
+    try:
+        for path in ("t/a.md", "locked/b.md"):
+            (docs / path).parent.mkdir(parents=True, exist_ok=True)
+            (docs / path).write_text("text")
+        for folder in (docs, docs / "t"):
+            folder.chmod(0o755)
+        (docs / "locked").chmod(0o700)
+        done = subprocess.run(
+            [sys.executable, "-c", LOCKED_WALK, str(docs)],
+            capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1],
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(docs)
+    expected = f"[Errno 13] cannot list the input folder: Permission denied: '{docs}/locked'"
+    assert json.loads(done.stdout) == expected
+
+
+def test_a_link_to_a_fifo_is_skipped_and_a_fifo_never_read(tmp_path):
+    """With `follow_symlinks`, a link to a FIFO (or a device) was listed as a source whose read
+    waited for a writer for ever (a device's, /dev/zero's, filled the memory); a FIFO where a
+    file is read (a topic's topic-spec.md) hung its reduce the same way."""
+    root = tmp_path / "root"
+    (root / "t").mkdir(parents=True)
+    (root / "t" / "a.md").write_text("a")
+    os.mkfifo(root / "t" / "pipe")
+    (root / "t" / "pipe.md").symlink_to(root / "t" / "pipe")
+    (root / "t" / "zero.md").symlink_to("/dev/zero")
+    os.mkfifo(root / "t" / "topic-spec.md")
+    store = Storage(str(root), follow_symlinks=True)
+    listed = list(store.walk())
+    assert [f.path for f in listed if isinstance(f, FileInfo)] == ["t/a.md"]
+    skipped = sorted(f.path for f in listed if isinstance(f, SkippedLink))
+    assert skipped == ["t/pipe.md", "t/zero.md"]
+    with pytest.raises(OSError, match="not a regular file"):
+        store.read_optional("t/topic-spec.md")
 
 
 def _outside_and_root(tmp_path):
