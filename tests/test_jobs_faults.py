@@ -262,7 +262,8 @@ def sigterm_at(
 ) -> tuple[int, str]:
     """`python -m jobs.reindex` (with `options`) joined to this session's Ray, sent SIGTERM at the
     first line of its output (stdout and stderr as one, unbuffered) that holds `marker`: its exit
-    code and the output after that line."""
+    code and the output after that line, or all of it when no line held the marker (no SIGTERM
+    sent: a build that failed before it, whose output a failure message then shows)."""
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
     driver = subprocess.Popen(
@@ -270,10 +271,14 @@ def sigterm_at(
         env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True,
     )  # fmt: skip
+    seen = []
     for line in driver.stdout:
+        seen.append(line)
         if marker in line:
             driver.send_signal(signal.SIGTERM)
             break
+    else:
+        return driver.wait(timeout=60), "".join(seen)
     rest = driver.communicate(timeout=60)[0]
     return driver.returncode, rest
 
