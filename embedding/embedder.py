@@ -162,6 +162,7 @@ class Embedder:
             held = time.perf_counter() - started
         result = np.empty_like(stacked)
         result[np.asarray(order)] = stacked
+        _check_finite(result, f"model {self.name!r} ({self.settings.dtype} on {self.device})")
         truncated_rows = tuple(i for i, cut in enumerate(encoded.cut) if cut)
         return Embedded(
             result,
@@ -279,6 +280,19 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
         ),
         device=torch_device,
     )
+
+
+def _check_finite(vectors: np.ndarray, model: str) -> None:
+    """ValueError when a vector holds NaN or inf (fp16's range overflowed in the model, say): such
+    a vector made null similarities in index.json and misordered its source's stripes, and the
+    cache would have kept it for every later build."""
+    bad = ~np.isfinite(vectors).all(axis=1)
+    if bad.any():
+        raise ValueError(
+            f"{model} gave a vector with NaN or inf for {int(bad.sum())} of {len(vectors)} texts "
+            f"(the first: item {int(np.argmax(bad))}); a dtype whose range the model's activations "
+            "overflow? fp32 and bf16 hold them"
+        )
 
 
 def _set_threads(num_threads: int | None) -> None:

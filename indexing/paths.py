@@ -15,7 +15,7 @@ CHUNK_TABLES = "_index/chunks"
 DOCUMENT_TABLES = "_index/documents"
 ROOT_SLUG = "_root"
 NAME_MAX = 255  # bytes in a file name on common filesystems (ext4, XFS, APFS; NTFS: 255 units)
-_CHUNK_FILE = re.compile(r"^.+-\d+\.md$")
+_CHUNK_FILE = re.compile(r".+-\d+\.md", re.DOTALL)  # fullmatch: a name may hold a newline
 
 
 def in_topic(topic: str, relpath: str) -> str:
@@ -91,7 +91,7 @@ def is_chunk_file(relpath: str) -> bool:
     """Whether an output-root-relative path names a chunk file: `{topic}/_chunks/{name}-{i}.md`
     (`{stem}-{digest}-{i}.md`, or `{stem}-{i}.md` as outputs of format 2 and before named them)."""
     parent, name = posixpath.split(relpath)
-    return posixpath.basename(parent) == CHUNKS_DIR and bool(_CHUNK_FILE.match(name))
+    return posixpath.basename(parent) == CHUNKS_DIR and bool(_CHUNK_FILE.fullmatch(name))
 
 
 def topic_slug(topic: str) -> str:

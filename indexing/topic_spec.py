@@ -47,15 +47,25 @@ def render_section(title: str, chunks: dict[str, Any]) -> str:
 
 
 def _section_span(text: str) -> tuple[int, int] | None:
-    """(start, end) of the generated section: the first end marker and the last begin before it."""
-    end = text.find(END)
-    if end < 0:
-        return None
-    start = text.rfind(_BEGIN_PREFIX, 0, end)
-    if start < 0:
-        return None
-    stop = end + len(END)
-    return start, stop + 1 if text[stop : stop + 1] == "\n" else stop
+    """(start, end) of the generated section: the first end marker with a begin marker before it,
+    and the last such begin, each a line of its own outside fenced code. A marker quoted in a
+    person's code block, or a chunk title holding one (inside a table row), once made a section
+    that grew on every rebuild."""
+    begin = None
+    fence = ""
+    offset = 0
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if fence:
+            fence = "" if stripped.startswith(fence) else fence
+        elif stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+        elif stripped.startswith(_BEGIN_PREFIX):
+            begin = offset
+        elif stripped == END and begin is not None:
+            return begin, min(offset + len(line) + 1, len(text))
+        offset += len(line) + 1
+    return None
 
 
 def merge_section(existing: str | None, section: str) -> str:

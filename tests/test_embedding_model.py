@@ -424,6 +424,12 @@ def test_empty_uri_and_bad_names_raise_clear_errors(tmp_path):
     # A lone surrogate (undecodable bytes of argv) was the tokenizer's TypeError for the whole call.
     with pytest.raises(ValueError, match=r"item 1 is not valid Unicode: .* at character 3"):
         embedder(dtype="fp32").embed(["fine", "caf\udce9"])
+    # A model whose activations overflow (fp16's range, say) gave NaN vectors, which index.json
+    # wrote as null similarities and the cache kept for every later build.
+    overflowing = load_embedder(device="cpu", dtype="fp32")
+    overflowing.model.embeddings.word_embeddings.weight.data.fill_(float("inf"))
+    with pytest.raises(ValueError, match=r"gave a vector with NaN or inf for 2 of 2 texts"):
+        overflowing.embed(["fine", "also fine"])
     # No room for a text beside [CLS] and [SEP]: a numpy error at every call (1), or one vector
     # for every text (2).
     for window in (1, 2):

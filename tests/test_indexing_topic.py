@@ -27,7 +27,7 @@ from indexing import (
 )
 from indexing.build import DEFAULT_TECHNICAL_TITLES, is_technical_title
 from indexing.hal import directory_title
-from indexing.paths import chunk_file
+from indexing.paths import chunk_file, is_chunk_file
 
 SCHEMA = json.loads((Path(__file__).parent / "schemas" / "index.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -463,6 +463,35 @@ def test_inconsistent_input_is_a_clear_error():
         )
     with pytest.raises(ValueError, match="prompt_threshold"):
         IndexSettings(prompt_threshold=1.5)
+
+
+@pytest.mark.parametrize("where", ["a person's code block", "a chunk title"])
+def test_a_marker_quoted_in_topic_spec_never_makes_it_grow(where):
+    """The end marker quoted in a person's code block (before the section), or in a chunk title
+    (inside a table row), was taken for the section's end: each rebuild added a section, or kept
+    the old table's tail as the person's text."""
+    end = "<!-- mdindex:end -->"
+    hand = f"# Notes\n\n```\n{end}\n```\n" if where == "a person's code block" else "# Notes\n"
+    titles = [("Overview", "Text."), (f"Markers {end} here", "More text.")]
+    inp = topic_input(TOPIC, [source(SOURCE, titles, ranked_vectors([1.0, 0.5]))], spec=hand)
+    spec = hand
+    for _ in range(3):
+        spec = (
+            build_topic(topic_input(TOPIC, inp.sources, spec=spec), IndexSettings())
+            .files[f"{TOPIC}/topic-spec.md"]
+            .decode()
+        )
+    once = build_topic(topic_input(TOPIC, inp.sources, spec=hand), IndexSettings()).files
+    assert spec == once[f"{TOPIC}/topic-spec.md"].decode()
+    assert spec.count("## Chunks of") == 1 and spec.startswith(hand)
+
+
+def test_chunk_file_names_with_a_newline_are_chunk_files():
+    """`.` matched no newline: a source named `new\nline.md` (which hostile inputs index) had
+    chunk files no clean-up recognised, so each version's stayed for good."""
+    assert is_chunk_file(f"{TOPIC}/_chunks/new\nline-965054649125bde0-0.md")
+    assert not is_chunk_file(f"{TOPIC}/_chunks/x-0123456789abcdef-1.md\n")
+    assert not is_chunk_file(f"{TOPIC}/x-0123456789abcdef-1.md")
 
 
 def test_topic_spec_section_is_replaced_and_hand_text_kept():
