@@ -114,7 +114,7 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
     finished, its report."""
     from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
-    from jobs.local_ray import FoldersNotShared, InfeasibleResources
+    from jobs.local_ray import ClusterUnreachable, FoldersNotShared, InfeasibleResources
     from jobs.lock import OutputBusy
     from jobs.logs import clean_logs
     from jobs.pipeline import run_job
@@ -123,7 +123,13 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
     try:
         with clean_logs():
             report = run_job(config)
-    except (InputNotFound, InfeasibleResources, ModelNotFound, FoldersNotShared) as exc:
+    except (
+        InputNotFound,
+        InfeasibleResources,
+        ModelNotFound,
+        FoldersNotShared,
+        ClusterUnreachable,
+    ) as exc:
         print(f"mdindex build: {exc}", file=sys.stderr)
         return EXIT_USAGE, None
     except OutputBusy as exc:  # the other build's report stays as it is (LockLost too)

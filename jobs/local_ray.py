@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 
 import ray
 from ray.exceptions import RayError
@@ -54,6 +55,32 @@ class InfeasibleResources(ValueError):
     grows: the build would wait for ever (a config error for this machine: exit code 2)."""
 
 
+class ClusterUnreachable(ValueError):
+    """RAY_ADDRESS names a GCS address (`host:port`) that takes no connection: `ray.init` would
+    try it for about 14 minutes, the output locked all along (a usage error: exit code 2)."""
+
+
+# How long the GCS address in RAY_ADDRESS has to take a TCP connection.
+REACHABLE_TIMEOUT_S = 10.0
+
+
+def check_reachable(address: str) -> None:
+    """`ClusterUnreachable` when RAY_ADDRESS is a `host:port` that takes no TCP connection within
+    `REACHABLE_TIMEOUT_S` ("auto", `ray://` and `http(s)://` addresses are Ray's to check: the
+    last fails at once)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), REACHABLE_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ClusterUnreachable(
+            f"RAY_ADDRESS={address}: no Ray cluster answers there ({exc.strerror or exc}); "
+            "start it (`ray start --head`), fix the address, or unset RAY_ADDRESS for a local "
+            "instance"
+        ) from None
+
+
 class FoldersNotShared(ValueError):
     """A node of the joined cluster has another folder, or none, at the path of a local input or
     output, found before any work (a config error for this cluster: exit code 2)."""
@@ -68,7 +95,8 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
     if ray.is_initialized():
         return
     # Ray's own INFO lines stay out of the log (ours say what happened; jobs.logs).
-    if os.environ.get("RAY_ADDRESS"):
+    if address := os.environ.get("RAY_ADDRESS"):
+        check_reachable(address)
         # the job's runtime_env already reaches every worker
         context = ray.init(address="auto", logging_level=logging.WARNING)
         exit_on_sigterm()

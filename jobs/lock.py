@@ -130,7 +130,7 @@ def ignored_condition(output: Storage) -> str | None:
             raise
         return "If-Match"
     finally:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(Exception):  # an endpoint gone: botocore raises no OSError
             fs.rm_file(path)
 
 
@@ -159,6 +159,18 @@ def busy(output: Storage, holder: str) -> OutputBusy:
         f"another build is running on the output {output.uri()} ({holder}); run one build per "
         "output at a time, or try again when it has finished"
     )
+
+
+def _still_at(descriptor: int, path: str) -> bool:
+    """Whether the file open at `descriptor` is still the one at `path`: a lock taken on a file
+    its last holder had just unlinked locks nothing another build can see (it would lock the
+    new file at the path as well)."""
+    try:
+        there = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(descriptor)
+    return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _open_lock_file(path: str) -> int:
@@ -201,6 +213,8 @@ def _file_lock(output: Storage) -> Iterator[None]:
             if error.errno not in NO_LOCKS:
                 raise
             log.warning("no build lock on %s (%s): run one build per output at a time", path, error)
+        if not _still_at(descriptor, path):  # the build that held it removed it as it ended
+            raise busy(output, f"the build that held {path} was ending, and removed it")
         taken = True
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, holder_record(time.time()), 0)
@@ -411,10 +425,19 @@ class Lease:
             )
 
     def release(self) -> None:
-        """Delete the lock object if it is still ours (an endpoint gone: it expires by itself)."""
-        with contextlib.suppress(OSError):
+        """Delete the lock object if it is still ours. An endpoint that cannot be reached (botocore
+        raises no OSError for it) is a warning: the lock expires by itself, and the build that
+        released it had finished (it failed with exit 1 and overwrote its report)."""
+        try:
             if self.fs.info(self.path, refresh=True)["ETag"] == self.etag:
                 self.fs.rm_file(self.path)
+        except FileNotFoundError:
+            pass
+        except Exception as error:  # noqa: BLE001 - a release that fails leaves an expiring lock
+            log.warning(
+                "could not release the build lock %s (%s: %s); it expires by itself within %.0f s",
+                self.path, type(error).__name__, error, LEASE_S,
+            )  # fmt: skip
 
 
 def not_ours(error: BaseException) -> bool:

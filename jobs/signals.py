@@ -107,4 +107,8 @@ def run_program(main: Callable[[], int]) -> NoReturn:
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except SystemExit as exc:  # a second SIGTERM while a stopped or failed build wrote its report
+        if exc.code != signal.SIGTERM:
+            raise
+        code = 128 + signal.SIGTERM  # as a shell gives it (it exited 15)
     exit_with(code)

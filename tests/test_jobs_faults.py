@@ -355,6 +355,27 @@ def test_a_sigterm_between_the_builds_return_and_the_programs_end_exits_with_the
     assert (done.returncode, done.stderr) == (code, b"")
 
 
+# A program whose stopped build is writing its report (`exit_on_sigterm`'s handler is SIGTERM's)
+# when a second SIGTERM comes: SystemExit(15) escapes the build's own handling.
+SECOND_SIGTERM = """
+import os, signal
+from jobs.signals import exit_on_sigterm, run_program
+
+def main():
+    exit_on_sigterm()
+    os.kill(os.getpid(), signal.SIGTERM)  # as the failed report is written
+    return 143
+
+run_program(main)
+"""
+
+
+def test_a_second_sigterm_while_a_stopped_build_writes_its_report_exits_143():
+    """It escaped as SystemExit(15): exit 15, which no shell or scheduler reports for SIGTERM."""
+    done = subprocess.run([sys.executable, "-c", SECOND_SIGTERM], capture_output=True, timeout=60)
+    assert (done.returncode, done.stderr) == (143, b"")
+
+
 def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path):
     """SIGTERM while the build lists an input on a hung S3 endpoint (before Ray starts): exit 143,
     as a shell gives it, and a failed report that says what stopped it, within about a second."""

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from jobs_support import own_ray_environment
+from jobs_support import gone_endpoint, own_ray_environment
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -205,3 +205,26 @@ def _end_the_wait(fifo: Path) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def test_a_ray_address_no_cluster_answers_at_is_a_usage_error_at_once(tmp_path):
+    """`ray.init` tried a GCS address that takes no connection for about 14 minutes, the output
+    locked all along, then exit 1: exit 2 now, in seconds, naming RAY_ADDRESS."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# A\n\nText.\n")
+    address = gone_endpoint().removeprefix("http://")
+    env = {**own_ray_environment(), "RAY_ADDRESS": address}
+    command = [
+        sys.executable,
+        "-m",
+        "jobs.reindex",
+        "--config",
+        str(REPO / "configs" / "local.yaml"),
+    ]
+    command += ["--input", str(docs), "--output", str(tmp_path / "out")]
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"RAY_ADDRESS={address}: no Ray cluster answers there" in done.stderr
+    assert time.monotonic() - started < 60

@@ -91,6 +91,30 @@ def test_a_local_lock_file_that_is_a_link_or_no_plain_file_is_refused(tmp_path, 
         assert not target.exists()
 
 
+def test_a_lock_taken_on_the_file_its_last_holder_removed_is_refused(tmp_path, monkeypatch):
+    """A build that made the lock's folders removes the lock file as it ends. A second build that
+    had opened that file and locked it just after held a lock on a file no one else could see: a
+    third took the new file at the path, and two builds ran at once."""
+    out = Storage(str(tmp_path / "new" / "out"))
+    first_done = threading.Event()
+    real_flock = lock.fcntl.flock
+    holding = output_lock(out)
+    holding.__enter__()  # the first build holds the lock, having made the folders
+
+    def flock_after_the_first_ends(descriptor, operation):
+        if not first_done.is_set():
+            holding.__exit__(None, None, None)  # it ends: the lock file is unlinked, then freed
+            first_done.set()
+        return real_flock(descriptor, operation)
+
+    monkeypatch.setattr(lock.fcntl, "flock", flock_after_the_first_ends)
+    with pytest.raises(OutputBusy, match="was ending, and removed it"):
+        with output_lock(out):
+            pass
+    with output_lock(out):  # the next try finds the path free
+        assert (tmp_path / "new" / "out" / LOCK_PATH).is_file()
+
+
 def test_a_local_lock_held_by_a_process_that_names_no_one_is_another_builds(tmp_path):
     """A lock file held with an empty body (a build of an older version, or one between its lock
     and its record) is refused as "another build", not as a record that cannot be read."""
@@ -327,6 +351,17 @@ def test_an_s3_lock_is_renewed_while_its_build_runs_and_only_while_it_is_ours(
         assert fs.cat_file(path).startswith(b'{"host": "other"')  # not ours: not deleted
     assert "is no longer ours" in caplog.text
     assert not [t for t in threading.enumerate() if t.name == "mdindex-lock"]
+
+
+def test_an_s3_lock_whose_release_cannot_reach_the_endpoint_is_a_warning(s3_output, caplog):
+    """botocore's EndpointConnectionError is no OSError: a finished build whose release could not
+    reach the store failed with exit 1 and overwrote its report. The lock expires by itself."""
+    lease = lock.Lease(s3_output, time.time())
+    reachable, lease.fs = lease.fs, unreachable_s3()
+    with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+        lease.release()
+    assert "could not release the build lock" in caplog.text and "expires by itself" in caplog.text
+    assert json.loads(reachable.cat_file(lease.path))["pid"] == os.getpid()  # left to expire
 
 
 def test_an_s3_lock_renewal_that_landed_unanswered_is_still_this_builds(s3_output):
