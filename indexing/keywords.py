@@ -118,8 +118,8 @@ def parse_keywords(markdown: str) -> list[Keyword]:
                 found.append(Keyword(name=match["name"], score=score))
         i += 1
     unique: dict[str, Keyword] = {}
-    for keyword in found:
-        unique.setdefault(keyword.name.casefold(), keyword)
+    for keyword in found:  # one per name as `keyword_pattern` matches it: whitespace runs, case
+        unique.setdefault(" ".join(keyword.name.split()).lower(), keyword)
     return list(unique.values())
 
 

@@ -27,6 +27,7 @@ from indexing import (
 )
 from indexing.build import DEFAULT_TECHNICAL_TITLES, is_technical_title
 from indexing.hal import directory_title
+from indexing.keywords import keyword_matcher, keywords_in
 from indexing.paths import chunk_file, is_chunk_file
 
 SCHEMA = json.loads((Path(__file__).parent / "schemas" / "index.schema.json").read_text())
@@ -484,6 +485,17 @@ def test_a_marker_quoted_in_topic_spec_never_makes_it_grow(where):
     once = build_topic(topic_input(TOPIC, inp.sources, spec=hand), IndexSettings()).files
     assert spec == once[f"{TOPIC}/topic-spec.md"].decode()
     assert spec.count("## Chunks of") == 1 and spec.startswith(hand)
+
+
+def test_keywords_are_one_per_name_as_their_patterns_match():
+    """`foo bar` and `foo  bar` match the same text, and both were kept (a chunk listed the keyword
+    twice); `Straße` and `STRASSE` were taken for one (casefold) though neither pattern matches
+    the other's spelling (`re.IGNORECASE` folds no ß), so `STRASSE` in a text matched nothing."""
+    table = "| keyword | score |\n|---|---|\n| foo bar | 1 |\n| foo  bar | 2 |\n| Straße | 3 |\n"
+    keywords = parse_keywords(table + "| STRASSE | 4 |\n")
+    assert [(k.name, k.score) for k in keywords] == [("foo bar", 1), ("Straße", 3), ("STRASSE", 4)]
+    found = keywords_in("foo  bar and STRASSE", keyword_matcher(keywords))
+    assert [k.name for k in found] == ["foo bar", "STRASSE"]
 
 
 def test_chunk_file_names_with_a_newline_are_chunk_files():
