@@ -81,10 +81,11 @@ class Goal:
 
 def progress_line(stats: RunStats, goal: Goal, elapsed: float) -> str:
     """One line: sources chunked, MB and MB/s, chunks embedded and from cache, topics, ETA."""
-    mb = stats.chunk.bytes / 1e6
+    mb = _bytes_done(stats) / 1e6
     rate = mb / elapsed if elapsed > 0 else 0.0
+    done = stats.chunk.sources + stats.chunk.failed + stats.read.failed_sources
     line = (
-        f"{stats.chunk.sources + stats.chunk.failed}/{goal.sources} sources chunked "
+        f"{done}/{goal.sources} sources chunked "
         f"({mb:.1f} of {goal.bytes / 1e6:.1f} MB, {rate:.2f} MB/s); "
         f"{stats.embed.embedded} chunks embedded, {stats.embed.cache_hits} from cache; "
         f"{stats.index.topics}/{goal.topics} topics written"
@@ -96,14 +97,22 @@ def progress_line(stats: RunStats, goal: Goal, elapsed: float) -> str:
 def _eta(stats: RunStats, goal: Goal, elapsed: float) -> float | None:
     """Seconds left: the slower of chunking (by bytes) and embedding (by expected chunks); None
     before there is a rate to go by (nothing chunked, or all chunked and nothing embedded yet)."""
+    done_bytes = _bytes_done(stats)
     if stats.chunk.bytes <= 0 or elapsed <= 0:
         return None
-    chunk_left = elapsed * (goal.bytes - stats.chunk.bytes) / stats.chunk.bytes
-    expected_chunks = stats.chunk.chunks * goal.bytes / stats.chunk.bytes
+    chunk_left = elapsed * (goal.bytes - done_bytes) / done_bytes
+    readable = goal.bytes - stats.read.failed_source_bytes  # chunks come from these bytes alone
+    expected_chunks = stats.chunk.chunks * readable / stats.chunk.bytes
     done = stats.embed.embedded + stats.embed.cache_hits
     if not done:
         return chunk_left if chunk_left > 0 else None
     return max(0.0, chunk_left, elapsed * (expected_chunks - done) / done)
+
+
+def _bytes_done(stats: RunStats) -> int:
+    """The listed bytes of the sources done: chunked, failed to chunk, or failed to read (an
+    unreadable source's never reached the chunk stage, so the line never reached its goal)."""
+    return stats.chunk.bytes + stats.read.failed_source_bytes
 
 
 class Heartbeat:

@@ -236,11 +236,14 @@ class StageStats(Stats):
 
 @dataclass(frozen=True)
 class ReadStats(StageStats):
-    """Sources and qa-pairs.md files read (bytes) or failed to read."""
+    """Sources and qa-pairs.md files read (bytes) or failed to read, and the sources among the
+    failed with their listed bytes (done, for the progress line: no chunk stage counts them)."""
 
     files: int = 0
     bytes: int = 0
     failed: int = 0
+    failed_sources: int = 0
+    failed_source_bytes: int = 0
 
 
 @dataclass(frozen=True)

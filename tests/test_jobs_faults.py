@@ -164,10 +164,12 @@ def test_a_source_deleted_or_edited_while_the_build_reads_it(tmp_path):
     listed = {info.path: info for info in storage.walk()}
     (docs / "t" / "b.md").unlink()
     (docs / "t" / "c.md").write_text(TEXT.format("edited"))
-    work = to_table([new_row("t", SOURCE, path) for path in sorted(listed)])
+    work = to_table([new_row("t", SOURCE, p, size=listed[p].size) for p in sorted(listed)])
     batch, stats = read_sources(work, storage)
     rows = batch.to_pylist()
     assert (stats.files, stats.failed) == (2, 1)
+    # done for the progress line, with its listed bytes (no chunk stage counts it)
+    assert (stats.failed_sources, stats.failed_source_bytes) == (1, listed["t/b.md"].size)
     assert rows[1]["error_code"] == READ_FAILED and "t/b.md" in rows[1]["error_message"]
     assert rows[2]["payload"] == TEXT.format("edited").encode()
     relisted = {info.path: info for info in storage.walk()}

@@ -23,6 +23,7 @@ from jobs.stats import (
     Histogram,
     IndexStats,
     Names,
+    ReadStats,
     RunStats,
     SharedClock,
     Slowest,
@@ -74,6 +75,19 @@ def test_token_histograms_and_slowest_sources_merge_like_counters():
     assert {"path": "b.md", "seconds": 7.5, "bytes": 99, "chunks": 4} in slowest
     assert slowest[-1]["path"] == "a1.md"  # a0.md, the fastest, fell off
     assert Histogram() + Histogram.of([]) == Histogram()  # empty: no min or max
+
+
+def test_a_source_that_cannot_be_read_is_done_for_the_progress_line():
+    """A READ_FAILED source reached no chunk stage: the line stayed at 9/10 sources and its ETA
+    grew with the time elapsed once everything else was done."""
+    stats = RunStats(
+        read=ReadStats(failed=1, failed_sources=1, failed_source_bytes=200_000),
+        chunk=ChunkStats(sources=9, bytes=1_800_000, chunks=90),
+        embed=EmbedStats(embedded=90),
+    )
+    for elapsed in (60.0, 600.0):
+        line = progress_line(stats, Goal(sources=10, bytes=2_000_000, topics=4), elapsed)
+        assert line.startswith("10/10 sources chunked (2.0 of 2.0 MB") and line.endswith("ETA 0 s")
 
 
 def test_progress_line_names_every_counter_and_an_eta():

@@ -11,7 +11,7 @@ import hashlib
 
 import pyarrow as pa
 
-from jobs.records import TOPIC, with_columns
+from jobs.records import SOURCE, TOPIC, with_columns
 from jobs.stats import Clock, ReadStats
 from jobs.storage import Storage
 
@@ -22,14 +22,14 @@ def read_sources(batch: pa.Table, source: Storage) -> tuple[pa.Table, ReadStats]
     """The batch with `payload` and `sha256` filled for every row that names a file (a topic row
     keeps its facts), and the bytes counted. Works on whole columns (no row dicts)."""
     clock = Clock()
-    kinds, paths = (batch.column(name).to_pylist() for name in ("kind", "path"))
+    kinds, paths, sizes = (batch.column(name).to_pylist() for name in ("kind", "path", "size"))
     columns = {
         name: batch.column(name).to_pylist()
         for name in ("payload", "sha256", "error_code", "error_message")
     }
     wanted = [i for i, kind in enumerate(kinds) if kind != TOPIC]
     found = source.read_many([paths[i] for i in wanted])
-    total = failed = 0
+    total = failed = failed_sources = failed_source_bytes = 0
     for i in wanted:
         data = found.get(paths[i])
         if isinstance(data, bytes):
@@ -41,5 +41,15 @@ def read_sources(batch: pa.Table, source: Storage) -> tuple[pa.Table, ReadStats]
             columns["error_code"][i] = READ_FAILED
             columns["error_message"][i] = f"cannot read {source.uri(paths[i])}: {reason}"
             failed += 1
-    stats = ReadStats(files=len(wanted) - failed, bytes=total, failed=failed, **clock.spent())
+            if kinds[i] == SOURCE:
+                failed_sources += 1
+                failed_source_bytes += sizes[i] or 0
+    stats = ReadStats(
+        files=len(wanted) - failed,
+        bytes=total,
+        failed=failed,
+        failed_sources=failed_sources,
+        failed_source_bytes=failed_source_bytes,
+        **clock.spent(),
+    )
     return with_columns(batch, columns), stats
