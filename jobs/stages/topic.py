@@ -375,8 +375,8 @@ def _existing_spec(
 ) -> tuple[str | None, bool, list[dict[str, str]]]:
     """The person-written topic-spec.md to merge into, whether the output's is to be left as it
     is, and the failure to report. In place it is the output's own; in a separate output the
-    input's, else the output's (so that an edit of the input's reaches the output, as in a fresh
-    build: `jobs.plan.make_plan` rebuilds the topic for it). Left as it is: a symbolic link (not
+    input's alone, as a fresh build has it (an edit of it rebuilds the topic: `jobs.plan`; the
+    output's copy kept notes the input no longer had). Left as it is: a symbolic link (not
     followed), or a file that is not UTF-8 (TOPIC_SPEC_FAILED: rewriting it would corrupt it). A
     linked input one is not read either (the listing reported it as SYMLINK_SKIPPED)."""
     try:
@@ -385,10 +385,9 @@ def _existing_spec(
         return None, True, []
     if context.source.root != context.output.root:
         try:
-            found = context.source.read_optional(path)
+            data = context.source.read_optional(path)
         except SymlinkRefused:
-            found = None
-        data = data if found is None else found
+            data = None
     if data is None:
         return None, False, []
     try:
