@@ -386,11 +386,9 @@ class Lease:
         An earlier renewal can have landed with its answer and every retry's lost (the client
         gave up with a timeout, not a failed condition), leaving an ETag this lease never saw on
         a record of this build's own: the write is made again over that one."""
-        try:
-            return self.fs.pipe_file(self.path, record, IfMatch=self.etag)["ETag"]
-        except Exception as error:
-            if not not_ours(error):
-                raise
+        written = self._write_if_still(record, self.etag)
+        if written is not None:
+            return written
         try:
             etag, body = self._read()
         except FileNotFoundError:
@@ -399,12 +397,17 @@ class Lease:
             return etag
         if not self._ours(body):
             return None
+        return self._write_if_still(record, etag) or self._landed(record)
+
+    def _write_if_still(self, record: bytes, etag: str) -> str | None:
+        """Write `record` over the lock object if its ETag is still `etag`: the new ETag, or None
+        when the condition failed (the object changed or went); any other failure raises."""
         try:
             return self.fs.pipe_file(self.path, record, IfMatch=etag)["ETag"]
         except Exception as error:
             if not not_ours(error):
                 raise
-        return self._landed(record)
+        return None
 
     def _ours(self, body: bytes) -> bool:
         """Whether a lock record is one this build made (its host, process and start)."""
