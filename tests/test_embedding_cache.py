@@ -240,6 +240,7 @@ def test_concurrent_writers_of_one_entry_never_expose_a_partial_entry(cache):
     entry = CacheEntry(key, text_hashes(TEXTS), vectors)
     stop = time.monotonic() + 2.0
     seen: list[bool] = []
+    partial: list[bytes] = []  # checked here: an assert in a thread would end only the thread
 
     def write():
         while time.monotonic() < stop:
@@ -249,7 +250,8 @@ def test_concurrent_writers_of_one_entry_never_expose_a_partial_entry(cache):
         while time.monotonic() < stop:
             got = cache.get(key, 384)
             seen.append(got is not None)
-            assert got is None or got.vectors.tobytes() == vectors.tobytes()
+            if got is not None and got.vectors.tobytes() != vectors.tobytes():
+                partial.append(got.vectors.tobytes())
 
     threads = [threading.Thread(target=f) for f in (write, write, read)]
     for thread in threads:
@@ -257,6 +259,7 @@ def test_concurrent_writers_of_one_entry_never_expose_a_partial_entry(cache):
     for thread in threads:
         thread.join()
     assert any(seen)
+    assert partial == []
     assert cache.get(key, 384).vectors.tobytes() == vectors.tobytes()
     leftovers = [p for p in cache.fs.ls(cache.entry_path(key), detail=False) if ".tmp-" in p]
     assert leftovers == []

@@ -8,7 +8,13 @@ import logging
 import os
 import time
 
-from jobs.logs import HARMLESS_STDERR, RayDataConsoleFilter, StderrFilter, clean_logs
+from jobs.logs import (
+    HARMLESS_STDERR,
+    PROGRESS_BARS_DISABLED,
+    RayDataConsoleFilter,
+    StderrFilter,
+    clean_logs,
+)
 
 CORE_WORKER_LINE = (
     b"[2026-01-01 00:00:00,000 E 1 1] core_worker.cc:2465: Actor with class name: 'MapWorker' "
@@ -31,17 +37,26 @@ def _quieted(handler: logging.Handler) -> bool:
 
 
 def test_clean_logs_quiets_ray_datas_own_console_only():
-    """Ray Data's console handler drops its INFO lines during a build; a handler someone else
-    attached to the same logger (pytest's log capture) still sees everything."""
+    """Ray Data's console handler drops its INFO lines during a build (and the notice that the
+    progress bars are off) and passes its warnings; a handler someone else attached to the same
+    logger (pytest's log capture) still sees everything."""
     import ray.data  # noqa: F401 - configures the "ray.data" logger
 
     logger = logging.getLogger("ray.data")
     mine = logging.StreamHandler(io.StringIO())
     logger.addHandler(mine)
+
+    def passed(handler: logging.Handler, level: int, message: str) -> bool:
+        return bool(handler.filter(logger.makeRecord("ray.data", level, "x", 1, message, (), None)))
+
     try:
         with clean_logs():
             quieted = [h for h in logger.handlers if _quieted(h)]
             logger.info("Starting execution of Dataset x")
+            for handler in quieted:
+                assert not passed(handler, logging.INFO, "Starting execution of Dataset x")
+                assert passed(handler, logging.WARNING, "A task failed")
+                assert not passed(handler, logging.WARNING, f"{PROGRESS_BARS_DISABLED} by config")
         assert quieted and mine not in quieted
         assert not any(_quieted(h) for h in quieted)  # undone after the build
         assert "Starting execution of Dataset x" in mine.stream.getvalue()

@@ -41,7 +41,8 @@ def _exercise(store: Storage) -> None:
     assert store.read_optional("a/two.md") is None
 
 
-def test_local_storage_is_atomic_and_lists_relative_paths(tmp_path):
+def test_local_storage_leaves_no_temporary_and_lists_relative_paths(tmp_path):
+    """(That a write is atomic: `test_a_failed_local_write_keeps_the_old_file_and_no_temporary`.)"""
     store = Storage(str(tmp_path / "root"))
     _exercise(store)
     leftovers = [n for _, _, files in os.walk(tmp_path) for n in files if n.startswith(".tmp-")]
