@@ -84,7 +84,7 @@ class EmbeddingConfig:
     """The model and its options for `embedding.load_embedder` (None: the model's default)."""
 
     model: str = "minilm"
-    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    device: str = "auto"  # auto | cpu | cuda | mps (cuda:N is refused: an actor sees cuda:0)
     dtype: str = _choices(DTYPES, "auto")
     pooling: str | None = field(default=None, metadata={"choices": POOLINGS})
     normalize: bool = True
@@ -120,7 +120,8 @@ class EmbedResources:
     num_cpus: float | None = _min(0.01, None)  # also the torch thread count (rounded, at least 1)
     # At most one: an actor embeds on one device (two GPUs each: one idle, or a share no GPU holds)
     num_gpus: float = field(default=0.0, metadata={"min": 0, "max": 1.0})
-    batch_size: int | None = _min(1, None)  # documents per batch; None: one chunk task's output
+    # documents per batch; None: one chunk task's output on CPUs, ~2 MB of sources on GPUs
+    batch_size: int | None = _min(1, None)
 
 
 @dataclass(frozen=True)

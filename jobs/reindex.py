@@ -1,7 +1,8 @@
 """`python -m jobs.reindex`: the build job as `ray job submit` runs it (`mdindex build` arguments).
 
 Exit codes: 0 everything succeeded; 1 the job itself failed; 2 bad usage or config;
-3 some sources failed (everything else was written); 130/143 stopped by SIGINT/SIGTERM.
+3 some sources failed (everything else was written); 75 another build is running on the output;
+130/143 stopped by SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
