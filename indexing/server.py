@@ -6,7 +6,7 @@ import os
 import re
 import socket
 from dataclasses import dataclass
-from datetime import timezone
+from datetime import UTC
 from email.message import Message
 from email.utils import formatdate, parsedate_to_datetime
 from functools import partial
@@ -69,7 +69,7 @@ def not_modified(headers: Message, validators: Validators, mtime: float) -> bool
     except (TypeError, ValueError, IndexError, OverflowError):
         return False  # not an HTTP-date: ignored
     if date.tzinfo is None:  # "-0000": UTC
-        date = date.replace(tzinfo=timezone.utc)
+        date = date.replace(tzinfo=UTC)
     return int(mtime) <= date.timestamp()
 
 

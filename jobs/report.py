@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
@@ -104,7 +104,7 @@ def build_report(
     return {
         "status": "sources_failed" if failures else "ok",
         "exit_code": EXIT_SOURCES_FAILED if failures else EXIT_OK,
-        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         **facts,
         "sources": sources,
         "topics": topics,
@@ -177,7 +177,7 @@ def write_failed_report(
     report = {
         "status": "failed",
         "exit_code": exit_code,
-        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "input": config.input,
         "output": config.output,
         "error": error_text(error),

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from jobs_support import own_ray_environment
 from mounts_support import can_mount_privately, private_mounts
+from ray.job_submission import JobStatus, JobSubmissionClient
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -132,7 +133,16 @@ def ray_head():
         shutil.rmtree(base, ignore_errors=True)
 
 
+def job_exit(ray_head, submission_id: str) -> subprocess.CompletedProcess:
+    """`python -m jobs.job_exit` for a job submitted to `ray_head`."""
+    command = [sys.executable, "-m", "jobs.job_exit", "--address", ray_head.address, submission_id]
+    return subprocess.run(
+        command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=120
+    )
+
+
 def test_ray_job_submit_runs_the_build(ray_head, tmp_path):
+    """The build's exit code 3 comes back from `jobs.job_exit` (`ray job submit` exits 1)."""
     output = tmp_path / "out"
     runtime_env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}
     command = [
@@ -141,6 +151,8 @@ def test_ray_job_submit_runs_the_build(ray_head, tmp_path):
         "submit",
         "--address",
         ray_head.address,
+        "--submission-id",
+        "build-with-a-failed-source",
         "--working-dir",
         ".",
         "--runtime-env-json",
@@ -170,6 +182,46 @@ def test_ray_job_submit_runs_the_build(ray_head, tmp_path):
     assert report["sources"]["seen"] == 7 and report["sources"]["failed"] == 1
     golden = json.loads((output / "libraries/json-source-generation/index.json").read_text())
     assert golden["_embedded"]["chunks"]["golden-reference"]["count"] > 8
+    assert done.returncode == 1  # Ray's code for any failed job
+    asked = job_exit(ray_head, "build-with-a-failed-source")
+    assert asked.returncode == 3, asked.stderr
+
+
+def _status(client: JobSubmissionClient, submission_id: str) -> JobStatus | None:
+    """The job's status, None while the job server has not heard of it yet."""
+    try:
+        return client.get_job_status(submission_id)
+    except RuntimeError:  # 404 until `ray job submit` has sent it
+        return None
+
+
+def test_a_job_ray_job_stop_stopped_exits_143_from_job_exit_where_ray_job_submit_says_0(ray_head):
+    """`ray job stop` makes the waiting `ray job submit` exit 0, as if the job had succeeded;
+    `jobs.job_exit` says 143 (stopped by SIGTERM). An id no job has: exit 2, one line."""
+    ray = str(BIN / "ray")
+    submit = [ray, "job", "submit", "--address", ray_head.address, "--submission-id", "stopped"]
+    waiting = subprocess.Popen(
+        [*submit, "--", "sleep", "300"],
+        cwd=ROOT,
+        env=_environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        client = JobSubmissionClient(ray_head.address)
+        deadline = time.monotonic() + 60
+        while _status(client, "stopped") != JobStatus.RUNNING:
+            assert time.monotonic() < deadline, "the job never ran"
+            time.sleep(0.5)
+        stop = [ray, "job", "stop", "--address", ray_head.address, "stopped"]
+        subprocess.run(stop, env=_environment(), capture_output=True, check=True, timeout=60)
+        assert waiting.wait(timeout=60) == 0
+    finally:
+        waiting.kill()
+    assert job_exit(ray_head, "stopped").returncode == 143
+    unknown = job_exit(ray_head, "no-such-job")
+    assert unknown.returncode == 2
+    assert unknown.stderr.count("\n") == 1 and "no-such-job" in unknown.stderr
 
 
 def test_a_local_build_starts_its_own_ray_beside_a_running_head_and_prints_only_our_lines(
