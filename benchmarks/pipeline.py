@@ -24,8 +24,10 @@ Runs, on a copy of the corpus: `cold` (fresh output and cache), `warm` (again, n
 `edit` (every 100th source, in sorted path order, gets a line appended: 1%). `warm` and `edit` build
 on the cold build, so cold always runs first. Every build is `jobs.config.load_config` of
 configs/local.yaml plus `--set` overrides, then `jobs.pipeline.run_job`, in a fresh child process
-that times Ray start-up (`jobs.local_ray.start_ray`) apart from `run_job` and reads the driver's
-peak RSS.
+that reads the driver's peak RSS. For cold and edit builds the child starts Ray
+(`jobs.local_ray.start_ray`) first and times it apart from `run_job`; a warm build rebuilds no
+topic, so, as a real one, it starts no Ray (were a topic rebuilt, `run_job` would start it, in its
+`ray_start` phase).
 
 Printed per build: Ray start-up; the embedding pool that ran (the report's `timings.embed_pool`)
 and its model key (with the dtype, device, token budget and CUDA graphs the machine resolved);
@@ -44,8 +46,10 @@ each started during run_job; what is outside Σ is process start-up, imports, mo
 Ray's own work); MB/s and chunks/s over the wall; the driver's peak RSS; object-store requests by
 kind (s3); chunk-stage MB per worker-second and embed-stage chunks per worker-second;
 GPU utilisation (--device cuda, from `nvidia-smi` every 0.25 s). Then the serial loop (one process,
-one CPU thread, no Ray: read every source, `chunking.chunk_source`,
-`embedding.load_embedder(...).embed` of all chunks, model loading included) and the issue's targets,
+one CPU thread, no Ray: read every source, `chunking.chunk_source`, every chunk's embedding text
+tokenized on that thread by the chunk tasks' encoder (`embedding.encoder.encode`, parallel=False),
+then `embed_encoded` of `embedding.load_embedder(...)`, model loading included), its chunk count
+checked against the cold build's (the benchmark stops if they differ), and the issue's targets,
 each a ratio measured in this run, with PASS or FAIL.
 """
 
@@ -77,7 +81,7 @@ REPO = Path(__file__).resolve().parent.parent
 if not __package__:  # run as a script, this folder's chunking.py would shadow the package
     sys.path[0] = str(REPO)
 
-from embedding.keys import DEFAULT_TOKEN_BUDGET  # noqa: E402
+from embedding.keys import DEFAULT_TOKEN_BUDGET, cpu_flags  # noqa: E402
 from indexing.sources import is_source  # noqa: E402
 from jobs.config import load_config  # noqa: E402
 
@@ -89,6 +93,7 @@ EDIT_LINE = b"\nEdited by benchmarks/pipeline.py.\n"
 TRASH = "trash"  # under --cache-dir: workspaces set aside by a reset, deleted at the end
 CHILD_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"}
 S3_KEYS = {"key": "testing", "secret": "testing"}
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx")  # the kind of CPU a build ran on
 GPU_QUERY = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
 MB = 1e6
 
@@ -165,7 +170,7 @@ class BuildResult:
     """What one build measured: the child's timings and report, the parent's request counts."""
 
     spec: BuildSpec
-    startup_s: float
+    startup_s: float | None  # None: not started before run_job (a warm build starts none)
     cpus: float
     peak_rss_mb: float
     report: dict[str, Any]
@@ -183,6 +188,11 @@ class BuildResult:
     def total_s(self) -> float:
         """`run_job`'s wall time (the report's `wall_seconds.total`), Ray start-up excluded."""
         return self.wall["total"]
+
+    @property
+    def elapsed_s(self) -> float:
+        """Ray start-up, where the child started Ray before `run_job`, plus `run_job`'s wall."""
+        return (self.startup_s or 0.0) + self.total_s
 
     @property
     def stages(self) -> dict[str, dict[str, Any]]:
@@ -219,13 +229,15 @@ class SerialResult:
     megabytes: float
     chunks: int
     failed: int
+    threads: list[int]  # the process's threads before the loop and after it
     load_s: float
     chunk_s: float
+    tokenize_s: float
     embed_s: float
 
     @property
     def seconds(self) -> float:
-        return self.load_s + self.chunk_s + self.embed_s
+        return self.load_s + self.chunk_s + self.tokenize_s + self.embed_s
 
 
 @dataclass(frozen=True)
@@ -249,18 +261,20 @@ class Target:
 
 
 def child_build(job: dict[str, Any]) -> dict[str, Any]:
-    """One `run_job` in this fresh process, Ray start-up timed apart, its CPU accounted by
-    process."""
+    """One `run_job` in this fresh process, its CPU accounted by process. Ray starts first, timed
+    apart, when `job["start_ray"]`; otherwise only if `run_job` rebuilds a topic, as in a real
+    build, inside its wall (its `ray_start` phase)."""
     import ray
 
     from jobs.local_ray import start_ray
     from jobs.pipeline import run_job
 
     config = load_config(str(JOB_CONFIG), overrides=job["uris"], settings=job["settings"])
-    started = time.perf_counter()
-    start_ray(config)
-    startup = time.perf_counter() - started
-    cpus = ray.cluster_resources().get("CPU", os.cpu_count())
+    startup = None
+    if job["start_ray"]:
+        started = time.perf_counter()
+        start_ray(config)
+        startup = time.perf_counter() - started
     with CpuAccount() as account:
         began = time.time()
         report = run_job(config)
@@ -268,7 +282,7 @@ def child_build(job: dict[str, Any]) -> dict[str, Any]:
     ray.shutdown()
     return {
         "startup_s": startup,
-        "cpus": cpus,
+        "cpus": report["timings"]["cpus"],
         "peak_rss_mb": peak_mb,
         "report": report,
         "cpu_by_process": account.by_kind(),
@@ -410,31 +424,44 @@ def peak_rss_mb() -> float:
     `getrusage`'s ru_maxrss is not that: Linux carries the forking parent's peak across `exec`, so
     a child of a parent that had built the stand-in (torch loaded) reported the parent's 412 MB.
     /proc's VmHWM belongs to this process's own address space."""
+    return proc_status("VmHWM") / 1024
+
+
+def proc_status(field: str) -> int:
+    """A number from this process's /proc/self/status (VmHWM in kB, Threads, ...)."""
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status: the benchmark needs Linux")
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status: the benchmark needs Linux")
 
 
 def child_serial(job: dict[str, Any]) -> dict[str, Any]:
-    """Read, chunk and embed the whole corpus in this one process on one thread, no Ray."""
+    """Read, chunk and embed the whole corpus in this one process on one thread, no Ray: each
+    chunk's embedding text, tokenized on this thread by the encoder the build's chunk tasks use
+    (`jobs.stages.tokenize`), then embedded from its ids as the embedding actors do."""
     import torch
 
     from chunking import ChunkingError, chunk_source
     from embedding import load_embedder
+    from embedding.encoder import encode, encoder_digest, model_encoder
 
     torch.set_num_threads(1)
     config = load_config(str(JOB_CONFIG), overrides=job["uris"], settings=job["settings"])
     root = Path(config.input)
     paths = source_paths(root, config.sources.globs)
+    corpus = frozenset(paths)  # made once, as the build makes it (`jobs.pipeline`)
     emb = config.embedding
     options = {k: v for k, v in vars(emb).items() if k not in ("model", "device", "dtype")}
     started = time.perf_counter()
     embedder = load_embedder(
         emb.model, device=emb.device, dtype=emb.dtype, num_threads=1, **options
     )
+    encoder = model_encoder(emb.model, emb.max_length, revision=emb.revision)
+    if encoder is None or encoder_digest(encoder) != embedder.encoder_digest:
+        raise RuntimeError(f"model {emb.model!r}: no encoder that gives the embedder's own ids")
     loaded = time.perf_counter()
+    threads = proc_status("Threads")
     texts, size, failed = [], 0, 0
     for path in paths:
         data = (root / path).read_bytes()
@@ -446,15 +473,17 @@ def child_serial(job: dict[str, Any]) -> dict[str, Any]:
                 document_id=path,
                 tenant_id=config.tenant,
                 document_path=path,
-                corpus_paths=frozenset(paths),
+                corpus_paths=corpus,
                 **config.chunking.options,
             )
         except ChunkingError:
             failed += 1
             continue
-        texts.extend(chunk.text for chunk in document.chunks)
+        texts.extend(chunk.embedding_text for chunk in document.chunks)
     chunked = time.perf_counter()
-    embedder.embed(texts)
+    encoded = encode(encoder, texts, parallel=False)  # as a chunk task: tokenizers' pool unused
+    tokenized = time.perf_counter()
+    embedder.embed_encoded(encoded)
     if embedder.device.startswith("cuda"):
         torch.cuda.synchronize()
     return {
@@ -462,9 +491,11 @@ def child_serial(job: dict[str, Any]) -> dict[str, Any]:
         "megabytes": size / MB,
         "chunks": len(texts),
         "failed": failed,
+        "threads": [threads, proc_status("Threads")],
         "load_s": loaded - started,
         "chunk_s": chunked - loaded,
-        "embed_s": time.perf_counter() - chunked,
+        "tokenize_s": tokenized - chunked,
+        "embed_s": time.perf_counter() - tokenized,
     }
 
 
@@ -740,7 +771,8 @@ def run_build(
     spec: BuildSpec, space: Workspace, settings: list[str], s3: S3 | None, gpu: bool, logs: Path
 ) -> BuildResult:
     """One build in a child process; S3 requests and GPU utilisation counted around it."""
-    job = {"uris": space.uris, "settings": settings}
+    # Nothing changed since the cold build: a real build rebuilds no topic and starts no Ray.
+    job = {"uris": space.uris, "settings": settings, "start_ray": spec.run != "warm"}
     if s3:
         job["settings"] = [*settings, f"storage_options={json.dumps(s3.storage_options)}"]
         s3.counter.take()
@@ -771,11 +803,9 @@ def run_build(
 
 
 def machine(device: str) -> dict[str, Any]:
-    """The CPU, its bf16/AMX flags, library versions and the git commit."""
+    """The CPU, its AVX2, AVX-512, bf16 and AMX flags, library versions and the git commit."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
-    flags = re.search(r"^flags\s*:\s*(.+)$", info, re.M)
-    flags = set(flags.group(1).split()) if flags else set()
     commit = subprocess.run(
         ["git", "describe", "--always", "--dirty", "--abbrev=12"],
         cwd=REPO,
@@ -785,8 +815,7 @@ def machine(device: str) -> dict[str, Any]:
     facts = {
         "cpu": model.group(1) if model else platform.processor(),
         "cores": os.cpu_count(),
-        "avx512_bf16": "avx512_bf16" in flags,
-        "amx": any(f.startswith("amx") for f in flags),
+        "flags": " ".join(vector_flags(cpu_flags() or set())) or "-",
         "python": platform.python_version(),
         "torch": version("torch"),
         "ray": version("ray"),
@@ -801,6 +830,15 @@ def machine(device: str) -> dict[str, Any]:
     return facts
 
 
+def vector_flags(flags: set[str]) -> list[str]:
+    """Which of `CPU_FLAGS` the CPU has ("amx": any of Linux's amx_* flags)."""
+    return [
+        name
+        for name in CPU_FLAGS
+        if name in flags or (name == "amx" and any(f.startswith("amx_") for f in flags))
+    ]
+
+
 def fmt(value: float | None, spec: str = ".2f", unit: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{unit}"
 
@@ -810,16 +848,15 @@ def print_build(result: BuildResult, serial: SerialResult | None) -> None:
     r, report = result, result.report
     print(f"\n== {r.spec.label} ==")
     phases = ", ".join(f"{k} {v:.2f}" for k, v in r.wall.items() if k != "total")
-    print(f"  Ray start-up       {r.startup_s:8.2f} s   ({r.cpus:g} CPUs)")
+    startup = "none before run_job" if r.startup_s is None else f"{r.startup_s:8.2f} s"
+    print(f"  Ray start-up       {startup}   ({r.cpus:g} CPUs)")
     if pool := report["timings"].get("embed_pool"):
         print(f"  embedding pool     {pool['label']}")
     for key in report["counters"]["embed"]["model_keys"]:
         print(f"  model key          {key}")
     print(f"  run_job wall       {r.total_s:8.2f} s   ({phases})")
-    versus = (
-        f"   = {(r.startup_s + r.total_s) / serial.seconds:.2f}x the serial loop" if serial else ""
-    )
-    print(f"  start-up + wall    {r.startup_s + r.total_s:8.2f} s{versus}")
+    versus = f"   = {r.elapsed_s / serial.seconds:.2f}x the serial loop" if serial else ""
+    print(f"  start-up + wall    {r.elapsed_s:8.2f} s{versus}")
     s, c = report["sources"], report["chunks"]
     print(
         f"  sources            {s['seen']} seen, {s['changed']} changed, {s['chunked']} chunked, "
@@ -913,14 +950,29 @@ def rate_text(key: str, value: float) -> str:
     return f"{value / MB:.3f} MB" if what == "bytes" else f"{value:,.1f} {what}"
 
 
+def check_same_chunks(cold: BuildResult, loop: SerialResult) -> None:
+    """Print that the serial loop embedded as many chunks as the cold build (embedded or from the
+    cache); exit if not: the loop timed other work than the build."""
+    c = cold.report["chunks"]
+    built = c["embedded"] + c["cache_hits"]
+    if built != loop.chunks:
+        sys.exit(
+            f"serial loop check FAILED: the loop embedded {loop.chunks} chunks, the cold build "
+            f"{built} ({cold.spec.label}): the headline ratio compares different work"
+        )
+    print(f"  serial loop check  {loop.chunks} chunks in both (build: embedded + from cache)")
+
+
 def print_serial(result: SerialResult) -> None:
     r = result
+    before, after = r.threads
     print(
         f"\n== serial loop: {r.corpus} · {r.model} ==\n"
         f"  {r.seconds:.2f} s: load model {r.load_s:.2f}, read + chunk {r.chunk_s:.2f}, "
-        f"embed {r.embed_s:.2f}\n"
+        f"tokenize {r.tokenize_s:.2f}, embed {r.embed_s:.2f}\n"
         f"  {r.sources} sources, {r.megabytes:.2f} MB, {r.chunks} chunks, {r.failed} failed; "
-        f"{r.megabytes / r.chunk_s:.3f} MB/s chunking, {r.chunks / r.embed_s:.0f} chunks/s embed"
+        f"{r.megabytes / r.chunk_s:.3f} MB/s chunking, {r.chunks / r.embed_s:.0f} chunks/s embed\n"
+        f"  threads            {before} before the loop (imports, model load), {after} after it"
     )
 
 
@@ -936,7 +988,7 @@ def targets(
     found: list[Target] = []
     cold, loop = find("tldr-en"), serial.get(("tldr-en", "standin"))
     if cold and loop:
-        value = (cold.startup_s + cold.total_s) / loop.seconds
+        value = cold.elapsed_s / loop.seconds
         found.append(Target("headline: tldr-en build, Ray start-up incl. ÷ serial", value, 1.0))
     for corpus in ("tldr-en", "fastapi"):
         if cold := find(corpus):
@@ -1083,7 +1135,10 @@ def main(argv: list[str] | None = None) -> int:
                         corpus, model, storage, original, settings, remote, args
                     ):
                         results.append(result)
-                        print_build(result, serial.get((corpus, model)))
+                        loop = serial.get((corpus, model))
+                        print_build(result, loop)
+                        if loop and result.spec.run == "cold":
+                            check_same_chunks(result, loop)
     finally:
         if s3:
             s3.stop()
