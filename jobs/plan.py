@@ -8,7 +8,8 @@ without reading anything. A source, qa-pairs.md or keywords file whose failure i
 settings decide (a settled failure: invalid UTF-8, bad front matter, a malformed keywords table)
 is not retried while both stay the same; the run reports it again. Read failures, timeouts and
 unexpected errors are retried. Symbolic links the listing did not follow, and files whose path is
-not UTF-8, are not part of the corpus; those that would have mattered are reported.
+not UTF-8 or has an empty folder name (`a//b.md`), are not part of the corpus; those that would
+have mattered are reported.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class Plan:
     changed: frozenset[str]  # sources whose content, settings or last outcome differ
     deleted: tuple[str, ...]  # sources gone since the previous run
     deleted_topics: tuple[str, ...]
-    # report failures for files left out of the corpus: links not followed, names not UTF-8
+    # report failures for files left out of the corpus: links not followed, unusable names
     skipped: tuple[dict[str, str], ...] = ()
     settled: tuple[dict[str, str], ...] = ()  # report failures of files not read again
 
@@ -90,14 +91,24 @@ def skipped_links(links: list[SkippedLink], globs: tuple[str, ...]) -> tuple[dic
     )
 
 
-def undecodable(path: str) -> UnicodeDecodeError | None:
-    """Why a listed path is not UTF-8 (a local file or folder name in Latin-1, say, which Python
-    lists with surrogate escapes), or None. No output can name such a file: its chunk files,
-    hrefs, tables and report are UTF-8."""
+def name_problem(path: str) -> str | None:
+    """Why no index can name a listed path, or None: a path that is not UTF-8 (a local file or
+    folder name in Latin-1, say, which Python lists with surrogate escapes; chunk files, hrefs,
+    tables and report are UTF-8), or one with an empty folder name (an object key with `//`, or
+    starting with `/`: on disk `a//b.md` is `a/b.md`, and the folder `/` of `/b.md` is its own
+    parent, no path below the output)."""
     try:
         path.encode("utf-8", "surrogateescape").decode("utf-8")
     except UnicodeDecodeError as exc:
-        return exc
+        return (
+            f"the path is not UTF-8 (byte 0x{exc.object[exc.start]:02X} at offset {exc.start}), "
+            "so no index can name it: rename the file or its folder"
+        )
+    if "" in path.split("/"):
+        return (
+            "the path has an empty folder name (a `//` in the object's key, or a key starting "
+            "with `/`), so no index can name it: rename the object"
+        )
     return None
 
 
@@ -107,18 +118,13 @@ def shown(path: str) -> str:
 
 
 def invalid_names(files: list[FileInfo], globs: tuple[str, ...]) -> tuple[dict[str, str], ...]:
-    """Report failures (INVALID_FILE_NAME) for the files whose path is not UTF-8 that would have
+    """Report failures (INVALID_FILE_NAME) for the files with a `name_problem` that would have
     been read (`shown`); sorted by path."""
-    failures = []
-    for file in files:
-        if (error := undecodable(file.path)) and _would_be_read(file.path, globs):
-            raw = file.path.encode("utf-8", "surrogateescape")
-            message = (
-                f"the path is not UTF-8 (byte 0x{raw[error.start]:02X} at offset {error.start}), "
-                "so no index can name it: rename the file or its folder"
-            )
-            failure = {"path": shown(file.path), "code": INVALID_FILE_NAME, "message": message}
-            failures.append(failure)
+    failures = [
+        {"path": shown(file.path), "code": INVALID_FILE_NAME, "message": problem}
+        for file in files
+        if (problem := name_problem(file.path)) and _would_be_read(file.path, globs)
+    ]
     return tuple(sorted(failures, key=lambda failure: failure["path"]))
 
 
@@ -134,7 +140,7 @@ def make_plan(
     `separate`: the output is not the input, so a topic's `topic-spec.md` in the input is the one
     a person writes, and a change to it rebuilds the topic)."""
     files = [f for f in listing if isinstance(f, FileInfo)]
-    misnamed = [f for f in files if undecodable(f.path)]  # each path checked once
+    misnamed = [f for f in files if name_problem(f.path)]  # each path checked once
     left_out = {f.path for f in misnamed}
     by_path = {f.path: f for f in files if f.path not in left_out}
     topics = group_sources(by_path, globs)

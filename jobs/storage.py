@@ -349,7 +349,7 @@ def _walk_store(
     (fsspec's walk leaves such a folder out, below the top, so the build deleted its topics as if
     their sources were gone: a 403 or a 503 on one prefix). A folder gone since its parent was
     listed has nothing; a folder marker (an empty object `name/`, as the S3 console makes) is no
-    file."""
+    file. Keys with an empty folder name (`a//b.md`) are listed as they are (`_after_slashes`)."""
     pending = [root]
     while pending:
         folder = pending.pop()
@@ -359,14 +359,37 @@ def _walk_store(
             continue
         for info in listing:
             name = fs._strip_protocol(info["name"]).rstrip("/")
-            if name == folder or info["name"].endswith("/"):
-                continue  # the folder itself: its marker, or a `//` in a key
-            if info["type"] == "directory":
+            if name == folder and info["type"] == "directory":  # the prefix `folder//`
+                yield from _after_slashes(fs, root, folder, keep_dir)
+            elif name == folder or info["name"].endswith("/"):
+                continue  # the folder's marker
+            elif info["type"] == "directory":
                 if keep_dir(posixpath.basename(name)):
                     pending.append(name)
             else:
-                size = int(info.get("size") or 0)
-                yield FileInfo(_relative(fs, root, name), size, change_tag(info))
+                yield _stored_file(fs, root, name, info)
+
+
+def _after_slashes(
+    fs: fsspec.AbstractFileSystem, root: str, folder: str, keep_dir: Callable[[str], bool]
+) -> Iterator[FileInfo]:
+    """The objects whose key goes on from `folder` with `//` (`a//b.md`; under a bucket's root,
+    a key starting with `/`), found by one listing of that prefix without a delimiter: `fs.ls`
+    never reaches them (s3fs strips a key's leading and trailing `/`), and the walk dropped them
+    unreported. The plan leaves them out of the corpus, reported (`jobs.plan.name_problem`)."""
+    for name, info in sorted(fs.find(folder, prefix="/", detail=True).items()):
+        relpath = _relative(fs, root, name)
+        if (
+            name.startswith(f"{folder}//")
+            and not name.endswith("/")  # a folder marker
+            and all(keep_dir(part) for part in relpath.split("/")[:-1])
+        ):
+            yield _stored_file(fs, root, name, info)
+
+
+def _stored_file(fs: fsspec.AbstractFileSystem, root: str, name: str, info: dict) -> FileInfo:
+    """The `FileInfo` of an object a listing gave (`name`: its path without the scheme)."""
+    return FileInfo(_relative(fs, root, name), int(info.get("size") or 0), change_tag(info))
 
 
 def _entries(folder: str) -> list[os.DirEntry]:

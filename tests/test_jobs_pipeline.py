@@ -379,6 +379,37 @@ def test_s3_file_names_with_glob_characters_are_read_as_names(small_vectors, s3_
     assert [path for path in expected if on_s3[path] != expected[path]] == []
 
 
+def test_s3_keys_with_an_empty_folder_name_are_reported(small_vectors, s3_server, tmp_path):
+    """A key with `//` (`docs/t//dup.md`) or starting with `/` below the input (`docs//lead.md`)
+    was neither read nor reported, exit 0: the walk took its prefix for the folder itself. No
+    index can name it (`t//dup.md` is `t/dup.md` on disk), so it is left out with
+    INVALID_FILE_NAME (exit 3); the other sources are built as before."""
+    s3_server.make_bucket("jobs-slashes")
+    fs = s3_server.filesystem()
+    pages = {path: text for path, text in GLOB_PAGES.items() if path.startswith("t/")}
+    odd = {"t//dup.md": pages["t/a1.md"], "/lead.md": pages["t/a1.md"], "t//img.png": "png"}
+    fs.pipe({f"jobs-slashes/docs/{path}": text.encode() for path, text in {**pages, **odd}.items()})
+    code = build(
+        "--input", "s3://jobs-slashes/docs", "--output", "s3://jobs-slashes/out",
+        "--set", f"storage_options={s3_options(s3_server.endpoint_url)}",
+        *cache_copy(small_vectors, tmp_path),
+    )  # fmt: skip
+    assert code == 3
+    report = json.loads(fs.cat_file("jobs-slashes/out/_reindex/report.json"))
+    message = (
+        "the path has an empty folder name (a `//` in the object's key, or a key starting with "
+        "`/`), so no index can name it: rename the object"
+    )
+    assert report["failures"] == [
+        {"path": "/lead.md", "code": "INVALID_FILE_NAME", "message": message},
+        {"path": "t//dup.md", "code": "INVALID_FILE_NAME", "message": message},
+    ]  # the PNG is no source: not reported
+    assert report["sources"]["seen"] == len(pages) and report["chunks"]["embedded"] == 0
+    manifest = json.loads(fs.cat_file("jobs-slashes/out/_reindex/manifest.json"))
+    assert sorted(manifest["sources"]) == sorted(pages) and list(manifest["topics"]) == ["t"]
+    assert fs.find("jobs-slashes/out", prefix="/") == []  # nothing written under an empty name
+
+
 SHARD = "libraries~sjson-source-generation.parquet"
 
 

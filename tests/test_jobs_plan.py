@@ -268,6 +268,22 @@ def test_files_whose_path_is_not_utf8_are_left_out_and_reported_when_they_would_
     assert "byte 0xE9 at offset 5" in plan.skipped[0]["message"]
 
 
+def test_files_with_an_empty_folder_name_are_left_out_and_reported_when_they_would_be_read():
+    """Object keys with `//` or a leading `/` (listed as they are): `a//one.md` would be
+    `a/one.md` on disk, and `/top.md` no path below the output."""
+    odd = [FileInfo("a//one.md", 9, "v9"), FileInfo("/top.md", 9, "v9")]
+    odd += [FileInfo("b//qa-pairs.md", 9, "v9"), FileInfo("a//logo.png", 9, "v9")]
+    plan = make_plan([*FILES, *odd], Manifest(), "s1", GLOBS)
+    assert plan.fingerprints == make_plan(FILES, Manifest(), "s1", GLOBS).fingerprints
+    assert [t.topic for t in plan.topics] == ["a", "b/c"]
+    assert [(f["path"], f["code"]) for f in plan.skipped] == [
+        ("/top.md", INVALID_FILE_NAME),
+        ("a//one.md", INVALID_FILE_NAME),
+        ("b//qa-pairs.md", INVALID_FILE_NAME),
+    ]
+    assert "empty folder name" in plan.skipped[0]["message"]
+
+
 def test_generated_and_hidden_directories_are_not_listed():
     assert keep_directory("guides") and keep_directory("_keywords")
     assert not keep_directory("_chunks") and not keep_directory("_index")

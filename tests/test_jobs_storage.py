@@ -153,6 +153,24 @@ def test_s3_folder_markers_are_no_files(s3_server):
     assert sorted(listed) == ["guide.md/intro.md", "t/a.md"]
 
 
+def test_s3_keys_with_an_empty_folder_name_are_listed_as_they_are(s3_server):
+    """A key with `//` (`docs/a//b.md`; `docs//lead.md`, or `/top.md` at a bucket's root: a
+    key starting with `/` below the root) lies under a prefix that s3fs lists as the folder
+    itself: the walk skipped it, and the build neither read nor reported such a source. It is
+    listed under its own name now, for the plan to report (INVALID_FILE_NAME); pruned folders
+    and folder markers below it stay out."""
+    bucket = s3_server.make_bucket("jobs-storage-slashes")
+    fs = s3_server.filesystem()
+    keys = ["t/a.md", "a//b.md", "/lead.md", "t//x/y.md", "z///q.md", "a//_chunks/c.md", "a//m/"]
+    fs.pipe({f"{bucket}/docs/{key}": b"x" for key in keys} | {f"{bucket}//top.md": b"top"})
+    options = s3_server.storage_options
+    listed = [f.path for f in Storage(f"{bucket}/docs", options).walk(keep_directory)]
+    assert sorted(listed) == ["/lead.md", "a//b.md", "t//x/y.md", "t/a.md", "z///q.md"]
+    at_root = {f.path: f for f in Storage(bucket, options).walk(keep_directory)}
+    assert sorted(at_root) == ["/top.md", *(f"docs/{path}" for path in sorted(listed))]
+    assert at_root["/top.md"].size == 3 and at_root["/top.md"].version
+
+
 LOCKED_WALK = """
 import json, os, sys
 from jobs.storage import Storage
