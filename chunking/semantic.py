@@ -23,7 +23,8 @@ open is closed); a line longer than the maximum is cut into pieces at word bound
 final chunk is reported in `skipped_tail_tokens` and kept with `keep_short_tail=True`; a chunk that
 starts with text before its first heading (a preamble) takes that heading's level as its start
 level; a chunk continuing a section after a max-token seal starts at the level of the innermost
-open heading.
+open heading; a chunk's heading path is the stack active at its first own heading (where it starts
+when it holds none).
 
 Whole blocks are added at once when every line of them would fit; otherwise the block is added
 line by line, so the result is that of the line-by-line algorithm. With an additive counter each
@@ -529,12 +530,11 @@ class _Window:
             texts.extend(closers)
             line_kinds.extend([FENCE_MARK] * len(closers))
             exact = exact and not closers
-        first_heading = (chunk.first_heading,) if chunk.first_heading else ()
         return Draft(
             text="\n".join(texts),
             start_line=numbers[0],
             end_line=numbers[-1],
-            headings=chunk.parents + first_heading,
+            headings=_heading_stack(chunk),
             title=self.target_heading(numbers[0], numbers[-1], chunk.prefix),
             line_kinds=bytes(line_kinds),
             token_count=self.counter.tokens(units) if exact else None,
@@ -595,6 +595,16 @@ def _drop_openers(texts: list[str], kinds: bytearray, inserted: list[int]) -> bo
         inserted = [i - (i > index) for i in inserted if i != index]
         removed = True
     return not removed
+
+
+def _heading_stack(chunk: _Chunk) -> tuple[Heading, ...]:
+    """The headings active at the chunk's first own heading (at its start when it has none): a
+    continuation chunk's parents are the whole stack where it starts, and that heading closes
+    those at its level or deeper."""
+    first = chunk.first_heading
+    if first is None:
+        return chunk.parents
+    return tuple(h for h in chunk.parents if h.level < first.level) + (first,)
 
 
 def _heading_lines(headings: tuple[Heading, ...]) -> str:

@@ -130,6 +130,27 @@ def test_a_short_size_split_remainder_is_a_chunk_of_its_own():
         assert document.chunks[1].text == f"## Big\n{words(tail)}"
 
 
+@pytest.mark.parametrize(
+    ("heading", "path"),
+    [
+        ("## Next", ("Doc", "Next")),
+        ("# Other", ("Other",)),
+        ("### Sub", ("Doc", "Large", "Sub")),
+    ],
+)
+def test_a_size_split_remainder_takes_the_heading_stack_at_its_first_heading(heading, path):
+    # The remainder's parents are the whole stack where it starts ("# Doc > ## Large"); a
+    # heading at that level or above closes the headings below it, as for any other chunk.
+    text = f"# Doc\n## Large\n{words(300)}\n{words(300)}\n{words(200)}\n{heading}\n{words(20)}\n"
+    document = chunk_source(text)
+    assert spans(document) == [(1, 4), (5, 7)]
+    remainder = document.chunks[1]
+    assert remainder.text.startswith("# Doc\n## Large\n")
+    assert remainder.headings_path == path
+    level = {"Doc": "#", "Large": "##", "Next": "##", "Other": "#", "Sub": "###"}
+    assert remainder.header_path == " > ".join(f"{level[title]} {title}" for title in path)
+
+
 def test_h1_rule_is_a_hard_boundary_even_when_small():
     text = "# Doc\nintro\n## A\ntext a\n## B\ntext b\n"
     document = chunk_source(text, keep_short_tail=True)
