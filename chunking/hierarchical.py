@@ -25,6 +25,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
 
 from chunking.blocks import LITERAL_KINDS, Block, Heading, ParsedDocument
@@ -36,12 +37,12 @@ from chunking.spans import (
     Span,
     UnclosedFences,
     balanced,
+    cut,
     line_kinds,
     line_pieces,
     pack,
     sentences,
     table_pieces,
-    trimmed,
 )
 from chunking.strategy import Draft, Split, Strategy, register
 
@@ -68,10 +69,15 @@ class Section:
     parent: int | None  # index of the enclosing section (None at the top)
     blocks: tuple[Block, ...]  # the section's own content blocks, no headings
 
-    @property
+    @cached_property
+    def titled(self) -> tuple[Heading, ...]:
+        """The heading stack without the headings of empty title, which seed 004 leaves out."""
+        return tuple(heading for heading in self.headings if heading.title)
+
+    @cached_property
     def path(self) -> str:
         """Seed 004 formatted path, e.g. `Pydantic > API Documentation > Fields`."""
-        return " > ".join(heading.title for heading in self.headings)
+        return " > ".join(heading.title for heading in self.titled)
 
 
 @register
@@ -133,7 +139,7 @@ class HierarchicalStrategy(Strategy):
                     context=context,
                     extras={
                         "formatted_path": section.path,
-                        "hierarchy_levels": [h.level for h in section.headings],
+                        "hierarchy_levels": [h.level for h in section.titled],
                         "header_level": heading.level if heading else 0,
                         "enhanced_content": context + text,
                         "related_chunks": related[ordinal],
@@ -194,21 +200,22 @@ class HierarchicalStrategy(Strategy):
     ) -> list[Span]:
         """A section's content packed by blocks into spans of at most `limit` characters; a
         block over `limit`, or holding a fence that never closes (its closing line is added
-        later), is cut on its own (rows, lines or sentences)."""
+        later), is cut on its own (rows, lines or sentences), the section's heading line staying
+        with its first row, line or sentence."""
         units: list[Span] = []
         for index, block in enumerate(section.blocks):
             span = src.block_span(block)
-            if index == 0:
-                span = Span(_start(src, section), span.end)
-            if span.end - span.start <= limit and not unclosed.in_block(block):
-                units.append(span)
+            start = _start(src, section) if index == 0 else span.start
+            if span.end - start <= limit and not unclosed.in_block(block):
+                units.append(Span(start, span.end))
             elif block.kind == "table":
-                units += table_pieces(src, block, measure, limit)
+                units += table_pieces(src, block, measure, limit, start)
             elif block.kind == "paragraph":
                 parts = sentences(src, span)
+                parts[0] = Span(start, parts[0].end)
                 units += [Span(g[0].start, g[-1].end) for g in pack(parts, measure, limit)]
             else:
-                units += line_pieces(doc, src, span, measure, limit)
+                units += line_pieces(doc, src, span, measure, limit, start)
         out: list[Span] = []
         plain: list[Span] = []
         for unit in units:
@@ -244,15 +251,14 @@ class HierarchicalStrategy(Strategy):
 
 
 def _fit(src: SourceText, measure: Measure, span: Span, limit: int) -> list[Span]:
-    """`span` as is, or cut into windows of `limit` characters when a single sentence or line
-    is longer (only plain spans are ever that long); with room for the line that closes a fence
-    a window of backticks or tildes can open (`spans.balanced`)."""
+    """`span` as is, or cut at spaces into pieces of at most `limit` characters when a single
+    sentence or line is longer (only plain spans are ever that long); with room for the line
+    that closes a fence a piece of backticks or tildes can open (`spans.balanced`)."""
     if span.end - span.start + len(span.prefix) + len(span.suffix) <= limit:
         return [span]
     runs = FENCE_RUN.findall(src.text, span.start, span.end)
     room = 4 + max(map(len, runs)) if runs else 0  # a newline, an indentation, the marker
-    windows = measure.windows(span.start, span.end, max(1, limit - room), 0)
-    return [trimmed(src, a, b) for a, b in windows]
+    return cut(src, measure, span, max(1, limit - room))
 
 
 def _start(src: SourceText, section: Section) -> int:
@@ -359,7 +365,7 @@ def cross_references(chunk_sections: list[tuple[int, Section]]) -> list[list[int
     by_title: dict[str, list[Section]] = defaultdict(list)
     by_parent: dict[int, list[Section]] = defaultdict(list)
     for section in section_of.values():
-        if section.heading is not None:
+        if section.heading is not None and section.headings[-1].title:
             by_title[section.headings[-1].title].append(section)
         if section.parent is not None:
             by_parent[section.parent].append(section)

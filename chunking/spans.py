@@ -14,6 +14,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
+from itertools import pairwise
 
 from chunking.blocks import (
     NOT_SPACE,
@@ -275,10 +276,24 @@ def pack(parts: list[Span], measure: Measure, budget: int) -> list[list[Span]]:
     return groups
 
 
+def cut(src: SourceText, measure: Measure, span: Span, budget: int) -> list[Span]:
+    """`span` cut where `Measure.cuts` says into pieces of at most `budget`, each trimmed, blank
+    ones dropped."""
+    cuts = [span.start, *measure.cuts(span.start, span.end, budget), span.end]
+    return [trimmed(src, a, b) for a, b in pairwise(cuts) if src.text[a:b].strip()]
+
+
 def line_pieces(
-    doc: ParsedDocument, src: SourceText, span: Span, measure: Measure, limit: int
+    doc: ParsedDocument,
+    src: SourceText,
+    span: Span,
+    measure: Measure,
+    limit: int,
+    start: int | None = None,
 ) -> list[Span]:
-    """A block cut between lines (a line longer than `limit` is cut within itself first).
+    """A block cut between lines (a line longer than `limit` is cut within itself first); the
+    first piece starts at `start` when given (a heading line before the block, kept with the
+    block's first line: cut with it when the two do not fit together).
 
     A cut inside a fenced code block, at any nesting, closes the fence at the end of one piece
     and reopens it (same marker, info string and indentation; the bare marker when those would
@@ -306,14 +321,14 @@ def line_pieces(
         reserve = max(reserve, context)
     budget = max(1, limit - reserve)
     parts: list[Span] = []
-    for line in line_spans(src, span):
+    lines = line_spans(src, span)
+    if start is not None:
+        lines[0] = Span(start, lines[0].end)
+    for line in lines:
         if measure.size(line.start, line.end) <= budget:
             parts.append(line)
-            continue
-        cuts = [line.start, *measure.cuts(line.start, line.end, budget), line.end]
-        for index in range(len(cuts) - 1):
-            if src.text[cuts[index] : cuts[index + 1]].strip():
-                parts.append(trimmed(src, cuts[index], cuts[index + 1]))
+        else:
+            parts += cut(src, measure, line, budget)
     pieces: list[Span] = []
     groups = deque(pack(parts, measure, budget))
     while groups:
@@ -380,16 +395,23 @@ def _fence_around(fences: list[Block], line: int, reopen: bool) -> Block | None:
     return None
 
 
-def table_pieces(src: SourceText, block: Block, measure: Measure, limit: int) -> list[Span]:
+def table_pieces(
+    src: SourceText, block: Block, measure: Measure, limit: int, start: int | None = None
+) -> list[Span]:
     """A table cut between rows; each piece after the first repeats the header and delimiter.
+    The first piece starts at `start` when given (a heading line before the table).
 
     A single row over `limit` is a piece of its own (the caller cuts it further).
     """
-    rows = line_spans(src, src.block_span(block))
+    span = src.block_span(block)
+    start = span.start if start is None else start
+    rows = line_spans(src, span)
     if len(rows) < 3:
-        return [src.block_span(block)]
+        return [Span(start, span.end)]
     header = src.text[rows[0].start : rows[1].end]
-    groups = pack(rows[2:], measure, max(1, limit - measure.size_of(header) - 1))
-    pieces = [Span(rows[0].start, groups[0][-1].end)]
-    pieces += [Span(group[0].start, group[-1].end, prefix=header + "\n") for group in groups[1:]]
+    lead = measure.size(start, rows[0].start) + measure.size_of(header)
+    first = pack(rows[2:], measure, max(1, limit - lead - 1))[0]
+    groups = pack(rows[2 + len(first) :], measure, max(1, limit - measure.size_of(header) - 1))
+    pieces = [Span(start, first[-1].end)]
+    pieces += [Span(group[0].start, group[-1].end, prefix=header + "\n") for group in groups]
     return pieces

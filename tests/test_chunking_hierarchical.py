@@ -156,6 +156,66 @@ def test_atomic_code_stays_whole_up_to_the_hard_maximum_then_reopens_its_fence()
     assert body == huge
 
 
+@pytest.mark.parametrize(
+    ("rows", "sentences", "kind"), [(120, 0, "table_based"), (30, 120, "descriptive_text")]
+)
+def test_a_table_cut_at_the_top_of_its_section_starts_with_the_section_heading(
+    rows, sentences, kind
+):
+    table = "\n".join(f"| row {i} some cell text here | value {i} text |" for i in range(rows))
+    prose = "".join(f"\n\nSentence {i} of the prose after it." for i in range(sentences))
+    doc = hierarchical(f"# Doc\n\nIntro.\n\n## Big table\n\n| a | b |\n|---|---|\n{table}{prose}\n")
+    first, second = doc.chunks[1:3]
+    assert first.content_type == kind
+    assert first.text.startswith("## Big table\n\n| a | b |\n|---|---|\n| row 0 ")
+    assert first.start_line == 5 and len(first.text) <= 4000
+    assert first.extras["enhanced_content"] == "Context: Doc > Big table\n\n" + first.text
+    assert second.text.startswith("| a | b |\n|---|---|\n| row ")
+    assert sum(c.text.count("## Big table") for c in doc.chunks) == 1
+
+
+@pytest.mark.parametrize(
+    ("heading", "block"),
+    [
+        ("## Steps", "- " + " ".join(f"step{i}" for i in range(200)) + "\n- second item"),
+        ("## Quoted", "> " + " ".join(f"word{i}." for i in range(200))),
+        ("## What is it?", " ".join(f"word{i}" for i in range(200))),
+        ("## Near", "- " + " ".join(f"s{i:03d}" for i in range(159)) + "\n\n" + "More. " * 60),
+    ],
+)
+def test_a_section_heading_stays_with_the_first_piece_of_a_long_first_line(heading, block):
+    # The first line (or sentence) does not fit beside the heading: it is cut with the heading
+    # in its first piece, not left as a chunk holding only the heading then repeated as overlap.
+    doc = hierarchical(f"# Doc\n\nIntro.\n\n{heading}\n\n{block}\n")
+    chunks = doc.chunks[1:]
+    assert len(chunks) > 1 and all(len(c.text) <= 1000 for c in chunks)
+    assert chunks[0].text.startswith(heading + "\n\n" + block[:8])
+    assert chunks[0].start_line == 5
+    assert sum(c.text.count(heading) for c in chunks) == 1
+
+
+@pytest.mark.parametrize("intro", ["", "Intro.\n\n## Long\n\n"])
+def test_a_line_longer_than_a_chunk_is_cut_between_words(intro):
+    # Atomic (the introduction, no overlap: 4000) or descriptive (overlap: 800 then 1000); a
+    # cut at an exact character count split words, and a word split in an atomic chunk was in
+    # no chunk whole.
+    words = [f"alpha{i}beta" for i in range(500)]
+    doc = hierarchical(f"# Doc\n\n{intro}" + " ".join(words) + "\n")
+    pieces = [c.text.split("\n\n")[-1].split() for c in doc.chunks if "alpha" in c.text]
+    assert len(pieces) > 1
+    assert all(set(piece) <= set(words) for piece in pieces)
+    assert set().union(*pieces) == set(words)
+
+
+def test_headings_without_a_title_are_left_out_of_paths_and_title_groups():
+    doc = hierarchical("# A\n\n##\n\ntext\n\n# B\n\n##\n\nmore\n")
+    for chunk, title in zip(doc.chunks, "AB", strict=True):
+        assert chunk.extras["formatted_path"] == title  # seed 004: `if p.get("title")`
+        assert chunk.extras["hierarchy_levels"] == [1]
+        assert chunk.extras["enhanced_content"].startswith(f"Context: {title}\n\n##\n\n")
+        assert chunk.extras["related_chunks"] == []  # an empty title groups nothing
+
+
 def test_sibling_and_title_groups_are_banded_and_stay_symmetric():
     sections = "\n\n".join(f"## Part {i}\n\n### Notes\n\nText {i}." for i in range(60))
     doc = hierarchical("# Book\n\nIntro.\n\n" + sections + "\n")
