@@ -42,7 +42,8 @@ _REGISTRY: dict[str, type[Strategy]] = {}
 # `embed_context` (default: the strategy's `default_embed_context`) embeds each chunk with its
 # heading path in front (`Chunk.context`); a non-default value is in the cache key.
 _COMMON = MappingProxyType({"document_path": "", "corpus_paths": frozenset()})
-_NOT_IN_KEY = frozenset(_COMMON)
+# The ones a caller passes per source (the build does): never a strategy setting of a config.
+PER_SOURCE_OPTIONS = frozenset(_COMMON)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ class Strategy:
         changed = {
             key: value
             for key, value in self.options.items()
-            if key not in _NOT_IN_KEY
+            if key not in PER_SOURCE_OPTIONS
             and key not in self.key_options
             and value != self._defaults[key]
         }

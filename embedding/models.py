@@ -280,18 +280,49 @@ def _from_uri(
     label = safe_label(posixpath.basename(root))
     if isinstance(fs, LocalFileSystem):
         return _checked(ModelFiles(uri, label, Path(root)))
+    listing = _remote_listing(fs, root, uri)
+    target = (
+        Path(local_dir or default_local_dir())
+        / f"{label}-{_copy_digest(uri, revision, root, listing)}"
+    )
+    _copy_once(fs, root, sorted(listing), target, uri)
+    return _checked(ModelFiles(uri, label, target))
+
+
+def _remote_listing(fs: fsspec.AbstractFileSystem, root: str, uri: str) -> dict[str, dict]:
+    """Every file under a remote model's folder with its details, each checked to lie inside."""
     listing = fs.find(root, detail=True)
     if not listing:
         raise ValueError(f"model {uri!r}: no files under that URI")
     for path in listing:
         _check_inside(path, root, uri)
-    remote = sorted(listing)
-    target = (
-        Path(local_dir or default_local_dir())
-        / f"{label}-{_copy_digest(uri, revision, root, listing)}"
-    )
-    _copy_once(fs, root, remote, target, uri)
-    return _checked(ModelFiles(uri, label, target))
+    return listing
+
+
+def model_digest(
+    model: str, *, revision: str | None = None, storage_options: dict[str, Any] | None = None
+) -> str:
+    """What names the version of a model's files, known without fetching a remote model's
+    weights: for "minilm", a directory or a file:// URI, `fingerprint` of its files (their
+    content); for an fsspec URI, the digest its copy is named by (each file's path, size and
+    change tag, from one listing); for a hub id, the commit its files come from (the snapshot
+    holding its config.json). New weights under the same name give another digest."""
+    if "://" in model and fsspec.utils.get_protocol(model) not in ("file", "local"):
+        fs, root = fsspec.core.url_to_fs(model, **fresh_listings(storage_options or {}))
+        root = root.rstrip("/")
+        return _copy_digest(model, revision, root, _remote_listing(fs, root, model))
+    if model != MINILM and "://" not in model and not Path(model).is_dir() and _HUB_ID.match(model):
+        from huggingface_hub import snapshot_download
+
+        try:
+            snapshot = snapshot_download(model, revision=revision, allow_patterns=["config.json"])
+        except Exception as error:  # the hub raises many kinds (offline, 404, auth)
+            raise ValueError(
+                f"model {model!r}: the Hugging Face hub could not name its version "
+                f"({type(error).__name__}: {error})"
+            ) from error
+        return Path(snapshot).name
+    return fingerprint(resolve_model(model, revision=revision, storage_options=storage_options))
 
 
 def _check_inside(path: str, root: str, uri: str) -> None:

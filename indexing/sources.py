@@ -6,11 +6,12 @@ import fnmatch
 import posixpath
 from collections.abc import Iterable
 
-from indexing.paths import TOPIC_SPEC, in_topic, parent_of
+from indexing.paths import INDEX, TOPIC_SPEC, in_topic, parent_of
 
 QA_PAIRS = "qa-pairs.md"
 KEYWORDS_FILE = "_keywords/words.md"
-NOT_SOURCES = frozenset({QA_PAIRS, TOPIC_SPEC})
+# The build's own index.json files: `sources.globs: ["*"]` in place read them back, for ever.
+NOT_SOURCES = frozenset({QA_PAIRS, TOPIC_SPEC, INDEX})
 DEFAULT_GLOBS = ("*.md",)  # file-name patterns of sources (`sources.globs`)
 # macOS writes an AppleDouble file `._name` (binary: Finder data and extended attributes) beside
 # each file it copies to a volume or archive that cannot hold them; `._page.md` is not a page.
@@ -19,8 +20,9 @@ APPLE_DOUBLE = "._"
 
 def is_source(relpath: str, globs: Iterable[str] = DEFAULT_GLOBS) -> bool:
     """Whether a corpus-relative path is a source: its file name matches a glob, it is not
-    qa-pairs.md or topic-spec.md nor a macOS AppleDouble file (`._name`), and no folder on its
-    path starts with "_" or "." (a file name may start with ".": tldr-pages' `..md`)."""
+    qa-pairs.md, topic-spec.md or index.json nor a macOS AppleDouble file (`._name`), and no
+    folder on its path starts with "_" or "." (a file name may start with ".": tldr-pages'
+    `..md`)."""
     *folders, name = relpath.split("/")
     if name in NOT_SOURCES or name.startswith(APPLE_DOUBLE):
         return False

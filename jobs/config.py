@@ -451,7 +451,13 @@ def _default_cache(output: str) -> str:
 
 def _check_chunking(chunking: ChunkingConfig) -> None:
     from chunking import strategy_key
+    from chunking.strategy import PER_SOURCE_OPTIONS
 
+    if given := sorted(PER_SOURCE_OPTIONS & set(chunking.options)):
+        raise ConfigError(
+            f"chunking.options.{given[0]}: the build sets it for each source; it is no config "
+            "option"
+        )
     try:
         strategy_key(chunking.strategy, **chunking.options)
     except (TypeError, ValueError) as exc:

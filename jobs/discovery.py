@@ -1,6 +1,8 @@
 """What the driver knows before any work: the input's listing, the previous manifest, the
 settings key and the plan (`jobs.plan`), and whether the embedding model can load. Reads the
-listing, the manifest and the model's config.json, nothing else."""
+listing, the manifest, the model's config.json and what names the version of its files
+(`embedding.models.model_digest`: a local model's files hashed, a remote one's listing), nothing
+else."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import logging
 from dataclasses import dataclass
 
 from chunking import REVISION, strategy_key
-from embedding.models import ModelNotFound, check_model
+from embedding.models import check_model, model_digest
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import KEEP, RELINK, Plan, keep_directory, make_plan, rebuilding, settings_digest
@@ -34,21 +36,14 @@ class TooManyDeleted(InputNotFound):
 log = logging.getLogger(__name__)
 
 
-def check_embedding_model(config: JobConfig) -> None:
-    """Raise ModelNotFound (a config error: exit code 2) when the embedding model cannot load,
-    known from its name and config.json alone, before any worker starts. Another failure to read
-    its files is only logged: the embedding actors meet it again and report it."""
-    embedding = config.embedding
-    try:
-        check_model(
-            embedding.model,
-            revision=embedding.revision,
-            storage_options=dict(config.storage_options),
-        )
-    except ModelNotFound:
-        raise
-    except Exception as error:  # noqa: BLE001 - e.g. the network: the actors try again
-        log.warning("could not check the model here: %s (%s)", error, type(error).__name__)
+def model_version(config: JobConfig) -> str:
+    """What names the version of the embedding model's files (`model_digest`), once the model
+    is known to load from its name and config.json (else `ModelNotFound`, a config error: exit
+    code 2). A model whose files cannot be read here (the network) fails the run: the settings
+    key, and so what the run rebuilds, depends on them."""
+    embedding, options = config.embedding, dict(config.storage_options)
+    check_model(embedding.model, revision=embedding.revision, storage_options=options)
+    return model_digest(embedding.model, revision=embedding.revision, storage_options=options)
 
 
 def check_deletions(config: JobConfig, plan: Plan, previous: Manifest) -> None:
@@ -77,8 +72,10 @@ def check_deletions(config: JobConfig, plan: Plan, previous: Manifest) -> None:
         )
 
 
-def settings_key(config: JobConfig) -> str:
-    """Digest of every setting that changes the outputs (a change rebuilds every topic)."""
+def settings_key(config: JobConfig, model_files: str) -> str:
+    """Digest of every setting that changes the outputs (a change rebuilds every topic), and of
+    the version of the model's files (`model_files`, `embedding.models.model_digest`): new weights
+    under the same model name rebuild every topic too."""
     embedding = {
         k: v
         for k, v in vars(config.embedding).items()
@@ -89,6 +86,7 @@ def settings_key(config: JobConfig) -> str:
             "strategy": strategy_key(config.chunking.strategy, **config.chunking.options),
             "chunking_revision": REVISION,
             "embedding": embedding,
+            "model_files": model_files,
             "tenant": config.tenant,
             "globs": list(config.sources.globs),
             "prompts": vars(config.prompts),
@@ -154,8 +152,9 @@ def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
 
 
 def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discovery:
-    """Read the previous manifest and plan the run from the input's listing (and whether the
-    topics it would keep still have their files: `topics_missing_files`; reads nothing else);
+    """Read the previous manifest and the model's version (`model_version`), and plan the run
+    from the input's listing (and whether the topics it would keep still have their files:
+    `topics_missing_files`; reads nothing else);
     `EmptyInput` when the listing holds no source and the output some, `TooManyDeleted` past
     `sources.max_deleted_fraction`."""
     output = output_storage(config)
@@ -167,7 +166,7 @@ def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discov
             "the input no longer has is removed",
             output.uri(MANIFEST_PATH),
         )
-    config_key = settings_key(config)
+    config_key = settings_key(config, model_version(config))
     separate = config.output != config.input
     plan = make_plan(listing, previous, config_key, config.sources.globs, separate=separate)
     plan = rebuilding(plan, topics_missing_files(output, plan, previous), previous)

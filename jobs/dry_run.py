@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from chunking import strategy_key
 from jobs.config import JobConfig
-from jobs.discovery import check_embedding_model, discover, list_input
+from jobs.discovery import discover, list_input
 from jobs.manifest import REPORT_PATH
 from jobs.plan import KEEP, REBUILD, RELINK
 from jobs.records import QUESTIONS, SOURCE, TOPIC
@@ -56,8 +56,6 @@ def dry_run(config: JobConfig) -> DryRun:
     for topic in plan.topics:
         actions[topic.action].append(topic.topic)
     rebuilt = [t for t in plan.topics if t.action == REBUILD]
-    if rebuilt:
-        check_embedding_model(config)
     rows = work_rows(rebuilt, plan, previous, found.sizes, carry=True)
     read = [row for row in rows if row["kind"] in (SOURCE, QUESTIONS)]
     chunk = [row for row in rows if row["kind"] == SOURCE]

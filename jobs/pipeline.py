@@ -22,7 +22,7 @@ import tokenizers
 from chunking import strategy_key
 from embedding.encoder import encoder_digest, model_encoder
 from jobs.config import JobConfig
-from jobs.discovery import check_embedding_model, discover, list_input, output_storage
+from jobs.discovery import discover, list_input, output_storage
 from jobs.finish import finish, index_settings
 from jobs.landmarks import Landmark, landmarks
 from jobs.local_ray import node_gpu_counts, start_ray
@@ -112,7 +112,6 @@ def _run_locked(
 
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
     if rebuilt:
-        check_embedding_model(config)
         mark = time.perf_counter()
         marks = landmarks(source, output)
         start_ray(config, marks)

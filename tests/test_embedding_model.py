@@ -43,10 +43,13 @@ from embedding.keys import (
     torch_has_native_bf16,
 )
 from embedding.models import (
+    MINILM,
     UNUSED_COPY_S,
     ModelNotFound,
     check_model,
+    default_local_dir,
     fingerprint,
+    model_digest,
     resolve_model,
 )
 from tests.embedding_support import PARAPHRASES, UNRELATED, embedder
@@ -820,6 +823,26 @@ def test_a_model_folder_with_a_long_name_is_copied_and_cached(tmp_path):
     [first] = embed_with_cache(model, cache, [request])
     [again] = embed_with_cache(model, cache, [request])
     assert (first.cache_hit, again.cache_hit) == (False, True)
+
+
+def test_a_models_digest_names_the_version_of_its_files_without_copying_them(tmp_path):
+    """`model_digest` (in the build's settings key): new weights under the same name give another
+    digest; a remote model's comes from one listing (nothing copied), a folder's from its files."""
+    fs = fsspec.filesystem("memory")
+    uri = _tiny_model_uri(fs, "digested-bert")
+    remote = model_digest(uri)
+    assert model_digest(uri) == remote
+    folder = tmp_path / "folder-bert"
+    shutil.copytree(get_model_path(), folder)
+    local = model_digest(str(folder))
+    assert local == model_digest(str(folder)) == model_digest(MINILM)
+
+    fs.pipe("/models/digested-bert/model.safetensors", b"new weights")
+    with open(folder / "model.safetensors", "r+b") as weights:
+        weights.seek(-1, os.SEEK_END)
+        weights.write(b"\x01")
+    assert model_digest(uri) != remote and model_digest(str(folder)) != local
+    assert [p.name for p in default_local_dir().glob("digested-bert*")] == []
 
 
 def _tiny_model_uri(fs, name: str) -> str:

@@ -573,6 +573,10 @@ def test_group_sources_and_keyword_lookup_and_tree():
     assert group_sources(["common/..md", "common/ls.md", "common/._ls.md", "._README.md"]) == {
         "common": ["common/..md", "common/ls.md"]
     }
+    # The build's own files are never sources, whatever the globs: in place, `["*"]` read every
+    # index.json back as a page, and the output grew on every run.
+    generated = ["t/index.json", "index.json", "t/topic-spec.md", "t/qa-pairs.md", "t/notes.json"]
+    assert group_sources(generated, globs=("*",)) == {"t": ["t/notes.json"]}
     keyword_files = ["_keywords/words.md", "libraries/_keywords/words.md"]
     assert nearest_keywords_path("libraries/stj", keyword_files) == "libraries/_keywords/words.md"
     assert nearest_keywords_path("a/b/c", keyword_files) == "_keywords/words.md"

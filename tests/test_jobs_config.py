@@ -254,7 +254,7 @@ def test_cuda_graphs_is_an_embedding_option_that_rebuilds_nothing(tmp_path):
     assert embedder_options(default, pool)["device"] == "auto"
     cpu_pool = EmbedPool(actors=8, max_actors=None, num_cpus=0, num_gpus=0, threads=2)
     assert embedder_options(default, cpu_pool)["device"] == "cpu"
-    assert settings_key(eager) == settings_key(default)
+    assert settings_key(eager, "w") == settings_key(default, "w")
     with pytest.raises(ConfigError, match=r"embedding\.cuda_graphs"):
         config_from_dict({"input": str(tmp_path), "embedding": {"cuda_graphs": "yes"}})
 
@@ -266,9 +266,10 @@ def test_a_new_chunking_revision_changes_the_settings_key(tmp_path, monkeypatch)
     from jobs.discovery import settings_key
 
     config = config_from_dict({"input": str(tmp_path)})
-    before = settings_key(config)
+    before = settings_key(config, "w")
     monkeypatch.setattr("jobs.discovery.REVISION", chunking.REVISION + 1)
-    assert settings_key(config) != before
+    assert settings_key(config, "w") != before
+    assert settings_key(config, "other weights") != settings_key(config, "w")
 
 
 def test_technical_titles_are_configurable_and_reach_the_index_settings(tmp_path):
@@ -284,6 +285,14 @@ def test_technical_titles_are_configurable_and_reach_the_index_settings(tmp_path
     assert index_settings(default).simhash_k == 6
     tighter = config_from_dict({"input": str(tmp_path), "index": {"simhash_k": 3}})
     assert index_settings(tighter).simhash_k == 3
-    assert settings_key(custom) != settings_key(default)  # a change rebuilds every topic
+    assert settings_key(custom, "w") != settings_key(default, "w")  # a change rebuilds every topic
     with pytest.raises(ConfigError, match=r"index\.technical_titles"):
         config_from_dict({"input": str(tmp_path), "index": {"technical_titles": [3]}})
+
+
+def test_options_the_build_sets_per_source_are_no_chunking_options(tmp_path):
+    """`chunking.options.document_path` passed every check, then failed every source with
+    CHUNKER_ERROR ("got multiple values for keyword argument"): a config error now, exit 2."""
+    for name, value in (("document_path", "x.md"), ("corpus_paths", ["a.md"])):
+        with pytest.raises(ConfigError, match=rf"chunking\.options\.{name}: the build sets it"):
+            config_from_dict({"input": str(tmp_path), "chunking": {"options": {name: value}}})

@@ -1142,3 +1142,48 @@ def test_an_actor_whose_model_tokenizes_otherwise_ignores_the_chunk_tasks_ids(tm
     assert np.abs(got - embedder.embed(texts)).max() < 1e-5
     with_file_ids = embedder.embed_encoded(encode(model_encoder(str(model_dir)), texts)).vectors
     assert np.abs(got - with_file_ids).max() > 1e-2
+
+
+def test_new_weights_under_the_same_model_name_rebuild_every_topic(tmp_path):
+    """A model folder whose weights were replaced (fine-tuned again, say) under the same name:
+    the next build embedded nothing and kept every vector of the old weights for good ("0
+    topics to rebuild"), while a fresh build embedded with the new ones. The version of the
+    model's files is in the settings key (`embedding.models.model_digest`), so every topic is
+    rebuilt, and the output equals a fresh build's with the new weights."""
+    import torch
+    from transformers import AutoModel
+
+    model_dir = tmp_path / "tuned"
+    shutil.copytree(get_model_path(), model_dir)
+    corpus = tmp_path / "in" / "guides"
+    shutil.copytree(CORPUS / "guides", corpus)
+    options = ("--input", str(corpus.parent), "--set", f"embedding.model={model_dir}")
+    assert build(*options, "--output", str(tmp_path / "out")) == 0
+    before = generated_files(tmp_path / "out")
+    model = AutoModel.from_pretrained(model_dir)
+    with torch.no_grad():
+        model.embeddings.LayerNorm.bias.add_(0.05)
+    model.save_pretrained(model_dir)
+
+    assert build(*options, "--output", str(tmp_path / "out")) == 0
+    assert report_of(tmp_path / "out")["counters"]["embed"]["chunks"] > 0
+    assert build(*options, "--output", str(tmp_path / "fresh")) == 0
+    after = generated_files(tmp_path / "out")
+    assert after == generated_files(tmp_path / "fresh")
+    changed = [path for path in after if after[path] != before.get(path)]
+    assert chunk_table_path("guides") in changed
+
+
+def test_an_in_place_build_whose_globs_match_index_json_converges(tmp_path):
+    """`sources.globs: ["*"]` in place: each run read the last run's index.json files as sources
+    (chunk files of `index-….md`, the root and every folder a topic), and the output grew and
+    changed on every run. index.json is never a source; a second run changes nothing."""
+    corpus = tmp_path / "docs"
+    shutil.copytree(CORPUS / "guides", corpus / "guides")
+    options = ("--input", str(corpus), "--set", 'sources.globs=["*"]')
+    assert build(*options) == 0
+    first = outputs(corpus)
+    assert build(*options) == 0
+    assert report_of(corpus)["sources"]["changed"] == 0
+    assert outputs(corpus) == first
+    assert not [path for path in first if "/_chunks/index-" in path]
