@@ -44,8 +44,9 @@ def group_sources(
 
 
 def nearest_keywords_path(topic: str, keyword_paths: Iterable[str]) -> str | None:
-    """The `_keywords/words.md` of the topic or of its nearest ancestor, or None."""
-    available = set(keyword_paths)
+    """The `_keywords/words.md` of the topic or of its nearest ancestor, or None (`keyword_paths`
+    a set is taken as it is: a caller asking for every topic of a corpus makes it once)."""
+    available = keyword_paths if isinstance(keyword_paths, (set, frozenset)) else set(keyword_paths)
     directory: str | None = topic
     while directory is not None:
         candidate = in_topic(directory, KEYWORDS_FILE)

@@ -144,7 +144,7 @@ def make_plan(
     left_out = {f.path for f in misnamed}
     by_path = {f.path: f for f in files if f.path not in left_out}
     topics = group_sources(by_path, globs)
-    keyword_files = [p for p in by_path if _is_keywords_file(p)]
+    keyword_files = frozenset(p for p in by_path if _is_keywords_file(p))  # once, not per topic
     tree = index_tree(topics)
     settings_changed = previous.config_key != settings
     fingerprints = {p: by_path[p].fingerprint for paths in topics.values() for p in paths}
