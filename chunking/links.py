@@ -11,6 +11,7 @@ import posixpath
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import unquote
@@ -144,7 +145,7 @@ def link_type(url: str, is_image: bool) -> str:
     return "internal"
 
 
-def resolve(found: FoundLink, document_path: str, corpus_paths: frozenset[str]) -> Link:
+def resolve(found: FoundLink, document_path: str, corpus_paths: AbstractSet[str]) -> Link:
     """The Link record; a relative link to a corpus file gets that file as `target_document`."""
     kind = link_type(found.url, found.is_image)
     target = None
@@ -157,7 +158,7 @@ def resolve(found: FoundLink, document_path: str, corpus_paths: frozenset[str]) 
     return Link(url=found.url, text=found.text, link_type=kind, target_document=target)
 
 
-def resolve_again(link: Link, document_path: str, corpus_paths: frozenset[str]) -> Link:
+def resolve_again(link: Link, document_path: str, corpus_paths: AbstractSet[str]) -> Link:
     """A link record resolved in another corpus: what chunking its document there would give."""
     found = FoundLink(0, link.url, link.text, is_image=link.link_type == "image")
     return resolve(found, document_path, corpus_paths)

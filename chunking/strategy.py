@@ -12,7 +12,8 @@ import hashlib
 import importlib
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableSet
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -284,9 +285,10 @@ def _innermost(headings: tuple[Heading, ...]) -> str:
 def _coerce(key: str, value: Any, default: Any) -> Any:
     """`value` checked against the type of the option's default (ints accepted for floats)."""
     if isinstance(default, frozenset):
-        # A frozenset is taken as is: the corpus's paths, passed for every source (checking its
-        # items each time cost O(sources^2) in a build); an item that is not a path never matches.
-        if isinstance(value, frozenset):
+        # An immutable set is taken as is (a frozenset, the build's `jobs.path_set.PathSet`): the
+        # corpus's paths, passed for every source (checking its items each time cost
+        # O(sources^2) in a build); an item that is not a path never matches.
+        if isinstance(value, AbstractSet) and not isinstance(value, MutableSet):
             return value
         if not isinstance(value, (set, list, tuple)) or not all(
             isinstance(item, str) for item in value

@@ -28,6 +28,7 @@ from jobs.landmarks import Landmark, landmarks
 from jobs.local_ray import node_gpu_counts, start_ray
 from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
+from jobs.path_set import PathSet
 from jobs.plan import KEEP, REBUILD, RELINK, Plan, interim_manifest
 from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
@@ -260,7 +261,7 @@ def topic_summaries(
     tasks to the reduces, and no actor starts."""
     resources = config.resources
     key = strategy_key(config.chunking.strategy, **config.chunking.options)
-    corpus = frozenset(plan.fingerprints)
+    corpus = PathSet.of(plan.fingerprints)
     encoder = chunk_encoder(config) if pool else None
     expected = Expected(
         model=config.embedding.model,
@@ -314,7 +315,7 @@ def topic_summaries(
 
 
 def chunk_settings(
-    config: JobConfig, corpus: frozenset[str], encoder: tokenizers.Tokenizer | None
+    config: JobConfig, corpus: PathSet, encoder: tokenizers.Tokenizer | None
 ) -> ChunkSettings:
     """What the chunk tasks need from the config, the corpus's paths and the model's encoder."""
     return ChunkSettings(

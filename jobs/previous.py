@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -92,7 +93,7 @@ class Expected:
     model: str
     strategy: str  # the strategy name, e.g. "semantic"
     strategy_key: str
-    corpus_paths: frozenset[str]
+    corpus_paths: AbstractSet[str]  # a `jobs.path_set.PathSet` in builds
     source_globs: tuple[str, ...] = DEFAULT_GLOBS
 
 

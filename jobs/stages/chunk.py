@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,7 @@ class ChunkSettings:
     strategy: str
     options: dict[str, Any] = field(default_factory=dict)
     tenant: str = "default"
-    corpus_paths: frozenset[str] = frozenset()
+    corpus_paths: AbstractSet[str] = frozenset()  # a `jobs.path_set.PathSet` in builds
     abort_on_failure: bool = False
     time_budget: float | None = None  # seconds per source (CHUNKING_TIMEOUT past it)
     encoder: str | None = None  # the model's window encoder as JSON (`embedding.encoder`), if any
