@@ -30,18 +30,20 @@ def normal(size: int) -> bytes:
 
 
 def outcome(data: bytes, strategy: str) -> tuple[str, float]:
-    """("N chunks" or the error code, seconds) of chunking `data`."""
-    started = time.perf_counter()
+    """("N chunks" or the error code, CPU seconds) of chunking `data`. Chunking runs in this
+    thread, so this process's CPU time is its cost; unlike wall-clock time, it does not grow
+    when another process takes the CPU in the middle of one sample (a loaded CI machine)."""
+    started = time.process_time()
     try:
         result = f"{len(chunk_source(data, strategy=strategy).chunks)} chunks"
     except ChunkingError as exc:
         result = exc.code
-    return result, time.perf_counter() - started
+    return result, time.process_time() - started
 
 
 def bounded(data: bytes, strategy: str) -> str:
-    """The outcome of `data`, asserting it took at most 10x a normal document of its size (run
-    first, so that imports and first-use set-up are not charged to `data`)."""
+    """The outcome of `data`, asserting it took at most 10x the CPU time of a normal document of
+    its size (run first, so that imports and first-use set-up are not charged to `data`)."""
     _, reference = outcome(normal(len(data)), strategy)
     result, seconds = outcome(data, strategy)
     assert seconds <= 10 * reference + 5.0, (strategy, seconds, reference)
@@ -174,7 +176,9 @@ def test_a_time_budget_stops_a_20_mb_line_counted_in_minilm_tokens(data):
     with pytest.raises(ChunkingError) as caught:
         chunk_source(data, strategy="semantic", tokenizer="minilm", time_budget=2)
     assert caught.value.code == CHUNKING_TIMEOUT
-    assert time.perf_counter() - started < 6
+    # 2 s of budget, stopped within 8 s more (a loaded machine stopped it 3.3 s late; the
+    # one-call bug ran 13 s past the budget).
+    assert time.perf_counter() - started < 10
 
 
 def test_a_budget_spent_inside_a_destructor_still_stops_the_call_and_reports_nothing(monkeypatch):
@@ -224,15 +228,18 @@ def test_huge_sources_chunk_in_linear_time(name, data):
 def test_one_long_line_is_cut_in_linear_time_by_every_strategy():
     """A paragraph of one line of megabytes is cut into thousands of spans; each span's checks
     must not copy the whole line (`structural` did, twice a span: 4 MB took 30 times 0.5 MB, 4.5
-    s against 0.15 on a 2-core Xeon; now 9 times)."""
+    s against 0.15 on a 2-core Xeon; now 9 times). In CPU time, the fastest of two samples each,
+    so that a busy moment on the machine during one sample does not count against it."""
 
     def line(size: int) -> bytes:
         return b"# Huge\n\n" + (b"lorem ipsum dolor sit amet " * (size // 27 + 1))[:size] + b"\n"
 
     for strategy in STRATEGIES:
         outcome(line(100_000), strategy)  # imports and first-use set-up
-        small, small_seconds = outcome(line(500_000), strategy)
-        large, large_seconds = outcome(line(4_000_000), strategy)
+        (small, small_seconds), (large, large_seconds) = (
+            min((outcome(line(size), strategy) for _ in range(2)), key=lambda o: o[1])
+            for size in (500_000, 4_000_000)
+        )
         assert small.endswith(" chunks") and large.endswith(" chunks")
         assert large_seconds <= 16 * small_seconds + 0.5, (strategy, large_seconds, small_seconds)
 

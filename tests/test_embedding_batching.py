@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from embedding.batching import (
@@ -17,6 +17,7 @@ from embedding.batching import (
 )
 
 
+@settings(deadline=None)
 @given(
     st.lists(st.integers(min_value=1, max_value=512), max_size=300),
     st.integers(1, 20000),
@@ -33,6 +34,7 @@ def test_every_row_once_in_a_batch_shaped_by_its_own_length(lengths, budget, cap
     assert plan_batches(lengths, budget, cap) == batches
 
 
+@settings(deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=600), max_size=50), st.integers(1, 600))
 def test_bucket_lengths_are_every_length_a_row_can_get(lengths, cap):
     every = bucket_lengths(cap)

@@ -340,17 +340,34 @@ def test_an_s3_lock_is_renewed_while_its_build_runs_and_only_while_it_is_ours(
     with caplog.at_level(logging.ERROR, logger="mdindex.build"):
         with output_lock(s3_output) as check:
             first = json.loads(fs.cat_file(path))["expires"]
-            time.sleep(1.0)
-            assert json.loads(fs.cat_file(path))["expires"] > first
+            # Polled, not slept for: a loaded machine can delay the renewer past a fixed sleep.
+            wait_until(lambda: json.loads(fs.cat_file(path))["expires"] > first)  # renewed
             check()  # still ours
             fs.pipe_file(path, b'{"host": "other", "pid": 2, "started": 0, "expires": 0}')
-            time.sleep(1.0)
+            wait_until(lambda: is_lost(check))  # the renewer noticed the takeover, and stopped
             assert json.loads(fs.cat_file(path))["host"] == "other"  # not renewed over
             with pytest.raises(LockLost, match="another build has taken it over"):
                 check()
         assert fs.cat_file(path).startswith(b'{"host": "other"')  # not ours: not deleted
     assert "is no longer ours" in caplog.text
     assert not [t for t in threading.enumerate() if t.name == "mdindex-lock"]
+
+
+def wait_until(condition, timeout: float = 20.0) -> None:
+    """Wait for `condition()` to hold, failing the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"still not so after {timeout} s"
+        time.sleep(0.05)
+
+
+def is_lost(check) -> bool:
+    """Whether a lock's `check` says it is lost."""
+    try:
+        check()
+    except LockLost:
+        return True
+    return False
 
 
 def test_an_s3_lock_whose_release_cannot_reach_the_endpoint_is_a_warning(s3_output, caplog):
@@ -386,8 +403,11 @@ def test_an_s3_lock_whose_renewals_fail_on_the_way_is_renewed_later_or_lost_befo
 ):
     """An endpoint that cannot be reached is no takeover: the renewer tries again, and the build
     holds the lock until it could expire before the next renewal (then its check stops it)."""
+    # Held for LEASE_S - RENEW_S after its last renewal: 7.5 s, enough for the check below to
+    # come after a failed renewal (retried by s3fs: 0.3 to 0.9 s under load) and the S3 calls
+    # around it on a loaded machine; 2.5 s was not.
     monkeypatch.setattr(lock, "RENEW_S", 0.5)
-    monkeypatch.setattr(lock, "LEASE_S", 3.0)
+    monkeypatch.setattr(lock, "LEASE_S", 8.0)
     fs = s3_output.filesystem()
     path = s3_output.full_path(LOCK_PATH)
     lease = lock.Lease(s3_output, time.time())
@@ -398,10 +418,11 @@ def test_an_s3_lock_whose_renewals_fail_on_the_way_is_renewed_later_or_lost_befo
     assert "EndpointConnectionError" in caplog.text
     lease.check()  # taken just now: held
     lease.fs = reachable  # back: renewed
+    before = time.time()
     assert lease.renew_once()
-    assert json.loads(fs.cat_file(path))["expires"] == pytest.approx(time.time() + 3.0, abs=1.0)
+    assert before + 8.0 <= json.loads(fs.cat_file(path))["expires"] <= time.time() + 8.0
     lease.fs = unreachable_s3()
-    time.sleep(2.6)  # past LEASE_S - RENEW_S since the last renewal
+    wait_until(lambda: time.time() > lease.renewed + 7.5)  # past LEASE_S - RENEW_S since then
     assert lease.renew_once()
     with pytest.raises(LockLost, match="it could not be renewed since "):
         lease.check()
