@@ -10,8 +10,11 @@ from indexing.paths import INDEX, TOPIC_SPEC, in_topic, parent_of
 
 QA_PAIRS = "qa-pairs.md"
 KEYWORDS_FILE = "_keywords/words.md"
-# The build's own index.json files: `sources.globs: ["*"]` in place read them back, for ever.
-NOT_SOURCES = frozenset({QA_PAIRS, TOPIC_SPEC, INDEX})
+# Files a topic reads beside its sources.
+TOPIC_FILES = frozenset({QA_PAIRS, TOPIC_SPEC})
+# Never sources, whatever the globs: those, and the build's own index.json files (with
+# `sources.globs: ["*"]` an in-place build read them back as sources, for ever).
+NOT_SOURCES = TOPIC_FILES | {INDEX}
 DEFAULT_GLOBS = ("*.md",)  # file-name patterns of sources (`sources.globs`)
 # macOS writes an AppleDouble file `._name` (binary: Finder data and extended attributes) beside
 # each file it copies to a volume or archive that cannot hold them; `._page.md` is not a page.

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from indexing import group_sources, nearest_keywords_path
 from indexing.paths import TOPIC_SPEC
-from indexing.sources import KEYWORDS_FILE, NOT_SOURCES, QA_PAIRS, index_tree, is_source
+from indexing.sources import KEYWORDS_FILE, QA_PAIRS, TOPIC_FILES, index_tree, is_source
 from jobs.manifest import Manifest, TopicEntry
 from jobs.storage import FileInfo, SkippedLink
 
@@ -77,7 +77,7 @@ def _would_be_read(path: str, globs: tuple[str, ...]) -> bool:
     """Whether a build reads a file at `path`: a source, qa-pairs.md, topic-spec.md or a
     keywords file."""
     return (
-        is_source(path, globs) or posixpath.basename(path) in NOT_SOURCES or _is_keywords_file(path)
+        is_source(path, globs) or posixpath.basename(path) in TOPIC_FILES or _is_keywords_file(path)
     )
 
 
