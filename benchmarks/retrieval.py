@@ -330,7 +330,7 @@ def prompts(chunks: ChunkSet, qv: np.ndarray, questions: list[Question]) -> None
             cos = np.round(chunks.vectors[rows] @ vector, 4)
             above = {rows[i] for i in np.flatnonzero(cos >= t)}
             attached += bool(above)
-            ((_, best),) = best_chunks([chunks.vectors[rows]], vector[None, :])
+            ((_, best),) = best_chunks([chunks.vectors[rows]], unit_rows(vector[None, :]))
             found = above | {rows[best]}
             matched += len(found)
             hits = sum(chunks.files[i] in q.files for i in found)

@@ -40,6 +40,7 @@ from indexing.tables import (
     front_matter_json,
 )
 from indexing.topic_spec import merge_section, render_section
+from indexing.vectors import unit_rows
 
 # A one-word edit of a stored question is within 6 bits for 2 in 3 questions, within 3 for 1 in 6;
 # no two different questions of the retrieval benchmark are closer than 11 (README: Retrieval).
@@ -193,11 +194,13 @@ def _build_source(
     doc: ChunkedDocument,
     settings: IndexSettings,
     question_hashes: list[int],
+    question_units: np.ndarray | None,
     matcher: KeywordMatcher,
-    best: list[int],
+    best: list[tuple[int, int]],
 ) -> _Built:
-    """The `_embedded.chunks` entry and table rows of one chunked source (`best`: per question,
-    the index of its best chunk of the topic when that chunk is in this source, else -1)."""
+    """The `_embedded.chunks` entry and table rows of one chunked source (`question_units`: the
+    question vectors as `unit_rows` gives them; `best`: (question, chunk index) for each question
+    whose best chunk of the topic is in this source, in question order)."""
     chunks = doc.chunks
     vectors = _check_vectors(src, len(chunks))
     conceptual = similarities(vectors, 0)
@@ -206,7 +209,7 @@ def _build_source(
         technical = similarities(vectors, 1)
     matched = (
         match_questions(
-            vectors, inp.question_vectors, settings.prompt_threshold, settings.prompt_top_k, best
+            vectors, question_units, settings.prompt_threshold, settings.prompt_top_k, best
         )
         if question_hashes
         else [[] for _ in chunks]
@@ -286,12 +289,13 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
     matcher = keyword_matcher(inp.keywords)
     with_chunks = [s for s in sources if s.document is not None and s.document.chunks]
     position = {s.path: i for i, s in enumerate(with_chunks)}
+    units = unit_rows(inp.question_vectors) if question_hashes else None
     best = (
-        best_chunks(
-            [_check_vectors(s, len(s.document.chunks)) for s in with_chunks], inp.question_vectors
+        _best_by_source(
+            best_chunks([_check_vectors(s, len(s.document.chunks)) for s in with_chunks], units)
         )
         if question_hashes
-        else []
+        else {}
     )
 
     chunks: dict[str, Any] = {}
@@ -331,8 +335,8 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
         )
         if not doc.chunks:
             continue
-        here = [chunk if at == position[src.path] else -1 for at, chunk in best]
-        built = _build_source(inp, src, doc, settings, question_hashes, matcher, here)
+        here = best.get(position[src.path], [])
+        built = _build_source(inp, src, doc, settings, question_hashes, units, matcher, here)
         chunks[stem] = built.entry
         table_parts.append(built.rows)
         for chunk, href in zip(doc.chunks, built.rows.hrefs, strict=True):
@@ -360,6 +364,16 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
         retained=tuple(sorted(retained)),
         previous=named_files(inp.topic, previous_chunks),
     )
+
+
+def _best_by_source(best: list[tuple[int, int]]) -> dict[int, list[tuple[int, int]]]:
+    """`best_chunks`' answer by source position: (question, chunk index) pairs in question order;
+    a question with no chunk (position -1) is in none."""
+    by_source: dict[int, list[tuple[int, int]]] = {}
+    for question, (at, chunk) in enumerate(best):
+        if at >= 0:
+            by_source.setdefault(at, []).append((question, chunk))
+    return by_source
 
 
 def _failed_row(inp: TopicInput, src: SourceInput, code: str, message: str) -> DocumentRow:

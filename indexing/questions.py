@@ -11,6 +11,7 @@ from markdown_it import MarkdownIt
 from indexing.vectors import unit_rows
 
 _Q_LINE = re.compile(r"^(?:\*\*Q:\*\*|Q:)\s*(?P<question>.+)$")
+_ARGMAX_CELLS = 1 << 20  # scores per np.argmax call in `_first_max_rows` (it copies them)
 
 
 def parse_questions(markdown: str) -> list[str]:
@@ -38,53 +39,67 @@ def parse_questions(markdown: str) -> list[str]:
 
 def match_questions(
     chunk_vectors: np.ndarray,
-    question_vectors: np.ndarray,
+    question_units: np.ndarray,
     threshold: float,
     top_k: int | None,
-    best: Sequence[int] = (),
+    best: Sequence[tuple[int, int]] = (),
 ) -> list[list[int]]:
     """For each chunk, the indices of the questions with cosine >= threshold, best first (`top_k`
-    caps that list when given), then the questions whose best chunk it is (`best`, see
-    `best_chunks`) that the list lacks.
+    caps that list when given), then the questions whose best chunk it is (`best`: (question,
+    chunk) pairs in question order, see `best_chunks`) that the list lacks.
 
-    Cosines are rounded to 4 decimals before the comparison (as every published similarity is);
-    ties go to the earlier question.
+    `question_units` are the question vectors as `unit_rows` gives them. Cosines are rounded to
+    4 decimals before the comparison (as every published similarity is); ties go to the earlier
+    question.
     """
-    if len(question_vectors) == 0 or len(chunk_vectors) == 0:
+    if len(question_units) == 0 or len(chunk_vectors) == 0:
         return [[] for _ in range(len(chunk_vectors))]
-    scores = _scores(chunk_vectors, question_vectors)
-    matched = []
-    for row in scores:
-        order = sorted(
-            (q for q in range(len(row)) if row[q] >= threshold), key=lambda q: (-row[q], q)
-        )
-        matched.append(order if top_k is None else order[:top_k])
-    for question, chunk in enumerate(best):
-        if chunk >= 0 and question not in matched[chunk]:
+    matched = [_ranked(row, threshold, top_k) for row in _scores(chunk_vectors, question_units)]
+    for question, chunk in best:
+        if question not in matched[chunk]:
             matched[chunk].append(question)
     return matched
 
 
-def best_chunks(
-    sources: Sequence[np.ndarray], question_vectors: np.ndarray
-) -> list[tuple[int, int]]:
+def _ranked(row: np.ndarray, threshold: float, top_k: int | None) -> list[int]:
+    """The questions of one chunk's cosine row with cosine >= threshold, best first, ties to the
+    earlier question, at most `top_k`."""
+    above = np.flatnonzero(row >= threshold)
+    return above[np.argsort(-row[above], kind="stable")][:top_k].tolist()
+
+
+def best_chunks(sources: Sequence[np.ndarray], question_units: np.ndarray) -> list[tuple[int, int]]:
     """Each question's best chunk among several sources' chunk vectors, as (source position,
     chunk index): the highest rounded cosine, ties to the earlier source, then chunk. (-1, -1)
     when there is no chunk at all. A question attaches there whatever the threshold, so every
-    question of qa-pairs.md can be found through its SimHash."""
-    best = [(-2.0, -1, -1)] * len(question_vectors)
-    for position, vectors in enumerate(sources):
-        if len(vectors) == 0 or len(question_vectors) == 0:
+    question of qa-pairs.md can be found through its SimHash. `question_units` are the question
+    vectors as `unit_rows` gives them."""
+    count = len(question_units)
+    score = np.full(count, -2.0)
+    position = np.full(count, -1)
+    chunk = np.full(count, -1)
+    for at, vectors in enumerate(sources):
+        if len(vectors) == 0 or count == 0:
             continue
-        scores = _scores(vectors, question_vectors)
-        top = np.argmax(scores, axis=0)  # the first maximum: the earliest chunk
-        for question, chunk in enumerate(top):
-            score = float(scores[chunk, question])
-            if score > best[question][0]:
-                best[question] = (score, position, int(chunk))
-    return [(position, chunk) for _, position, chunk in best]
+        scores = _scores(vectors, question_units)
+        top = _first_max_rows(scores)
+        top_score = scores[top, np.arange(count)]
+        better = top_score > score  # an equal score keeps the earlier source
+        score[better] = top_score[better]
+        position[better] = at
+        chunk[better] = top[better]
+    return list(zip(position.tolist(), chunk.tolist(), strict=True))
 
 
-def _scores(chunk_vectors: np.ndarray, question_vectors: np.ndarray) -> np.ndarray:
-    """Cosines (chunks x questions) rounded to 4 decimals."""
-    return np.round(unit_rows(chunk_vectors) @ unit_rows(question_vectors).T, 4)
+def _first_max_rows(scores: np.ndarray) -> np.ndarray:
+    """Per column, the row of its first maximum (the earliest chunk): np.argmax over axis 0, a
+    band of columns at a time, since np.argmax copies a matrix it reads across rows."""
+    step = max(1, _ARGMAX_CELLS // len(scores))
+    bands = [np.argmax(scores[:, j : j + step], axis=0) for j in range(0, scores.shape[1], step)]
+    return np.concatenate(bands)
+
+
+def _scores(chunk_vectors: np.ndarray, question_units: np.ndarray) -> np.ndarray:
+    """Cosines (chunks x questions) rounded to 4 decimals, in place (one matrix, not two)."""
+    scores = unit_rows(chunk_vectors) @ question_units.T
+    return np.round(scores, 4, out=scores)
