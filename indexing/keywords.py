@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,6 +19,12 @@ _LIST_ITEM = re.compile(r"^(?P<name>.*\S)\s*:\s*(?P<score>\S+)$")
 # at most 20 digits (Python's int() refuses a string of over 4,300).
 _INT_RANGE = range(-(2**63), 2**64)
 _INT_DIGITS = 20
+_WORD = re.compile(r"\w+")
+# Each character that `re.IGNORECASE` matches with an ASCII letter, as that letter in lower case
+# (A-Z and four non-ASCII ones: İ ı K ſ); ASCII digits, `_` and punctuation match only themselves.
+_ASCII_FOLD = str.maketrans(
+    string.ascii_uppercase + "\u0130\u0131\u212a\u017f", string.ascii_lowercase + "iiks"
+)
 
 
 @dataclass(frozen=True)
@@ -30,10 +37,14 @@ class Keyword:
 
 @dataclass(frozen=True)
 class KeywordMatcher:
-    """Keywords with their compiled word-boundary patterns, in table order."""
+    """Keywords with their compiled word-boundary patterns, in table order; `by_word`: the
+    positions of the keywords whose matches all hold that word (see `_index_word`), `unindexed`:
+    those of the keywords without one."""
 
     keywords: tuple[Keyword, ...]
     patterns: tuple[re.Pattern[str], ...]
+    by_word: dict[str, tuple[int, ...]]
+    unindexed: tuple[int, ...]
 
 
 def _plain(inline: Token) -> str:
@@ -129,11 +140,40 @@ def keyword_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"(?<!\w){body}(?!\w)", re.IGNORECASE)
 
 
+def _index_word(name: str) -> str | None:
+    """The longest word-character run of an ASCII part of `name` (split on whitespace), in lower
+    case, or None when no part is ASCII. Every match of `keyword_pattern(name)` holds it as a whole
+    run of word characters once the text is folded by `_ASCII_FOLD`: a part's ASCII letters match
+    the characters that fold to their lower case, its other characters only themselves, and its
+    bounds (the lookarounds, `\\s+`) match no word character (`test_ascii_fold_is_what_re_matches`).
+    """
+    runs = [run for part in name.split() if part.isascii() for run in _WORD.findall(part)]
+    return max(runs, key=len).lower() if runs else None
+
+
 def keyword_matcher(keywords: Sequence[Keyword]) -> KeywordMatcher:
-    """Compile the patterns of a keyword table once, for matching many chunks."""
-    return KeywordMatcher(tuple(keywords), tuple(keyword_pattern(k.name) for k in keywords))
+    """Compile the patterns of a keyword table and index them by word, for matching many chunks."""
+    by_word: dict[str, list[int]] = {}
+    unindexed = []
+    for i, keyword in enumerate(keywords):
+        word = _index_word(keyword.name)
+        if word is None:
+            unindexed.append(i)
+        else:
+            by_word.setdefault(word, []).append(i)
+    return KeywordMatcher(
+        keywords=tuple(keywords),
+        patterns=tuple(keyword_pattern(k.name) for k in keywords),
+        by_word={word: tuple(ids) for word, ids in by_word.items()},
+        unindexed=tuple(unindexed),
+    )
 
 
 def keywords_in(text: str, matcher: KeywordMatcher) -> list[Keyword]:
-    """The keywords present in `text`, in the table's order, with their global scores."""
-    return [k for k, p in zip(matcher.keywords, matcher.patterns, strict=True) if p.search(text)]
+    """The keywords present in `text`, in the table's order, with their global scores (a pattern
+    is searched only when `text` holds its keyword's index word, or the keyword has none)."""
+    candidates = set(matcher.unindexed)
+    words = _WORD.findall(text.translate(_ASCII_FOLD)) if matcher.by_word else ()
+    for word in matcher.by_word.keys() & words:
+        candidates.update(matcher.by_word[word])
+    return [matcher.keywords[i] for i in sorted(candidates) if matcher.patterns[i].search(text)]

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import jsonschema
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from indexing_support import make_document, ranked_vectors, source, topic_input
 
 from indexing import (
@@ -27,7 +30,7 @@ from indexing import (
 )
 from indexing.build import DEFAULT_TECHNICAL_TITLES, is_technical_title
 from indexing.hal import directory_title
-from indexing.keywords import keyword_matcher, keywords_in
+from indexing.keywords import _ASCII_FOLD, _WORD, keyword_matcher, keyword_pattern, keywords_in
 from indexing.paths import chunk_file, is_chunk_file
 
 SCHEMA = json.loads((Path(__file__).parent / "schemas" / "index.schema.json").read_text())
@@ -496,6 +499,42 @@ def test_keywords_are_one_per_name_as_their_patterns_match():
     assert [(k.name, k.score) for k in keywords] == [("foo bar", 1), ("Straße", 3), ("STRASSE", 4)]
     found = keywords_in("foo  bar and STRASSE", keyword_matcher(keywords))
     assert [k.name for k in found] == ["foo bar", "STRASSE"]
+
+
+def test_ascii_fold_is_what_re_matches():
+    """What `keywords_in`'s word index rests on, over every code point: an ASCII character of a
+    case-insensitive pattern matches exactly the characters that `_ASCII_FOLD` takes to its fold
+    (the ASCII letter pair and İ ı K ſ; other ASCII only itself), all word characters as it is
+    or none; and no whitespace character (`\\s`) is a word character."""
+    every = "".join(map(chr, range(0x110000)))
+    for c in map(chr, range(128)):
+        matched = re.findall(re.escape(c), every, re.IGNORECASE)
+        folded = c.translate(_ASCII_FOLD)
+        assert {m for m in matched if m.translate(_ASCII_FOLD) == folded} == set(matched), c
+        assert {chr(k) for k, v in _ASCII_FOLD.items() if v == folded} <= set(matched) | {c}, c
+        assert {bool(_WORD.match(m)) for m in matched} == {bool(_WORD.match(c))}, c
+    assert not any(_WORD.match(space) for space in re.findall(r"\s", every))
+
+
+_TRICKY = "kKsSiIa \t.#-\u212a\u017f\u0130\u0131\u0345\u03b9\u03c3\u03c2\u00df\u0301\u00e9"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.text(_TRICKY, min_size=1, max_size=5), min_size=1, max_size=8),
+    st.text(_TRICKY, max_size=30),
+)
+@example(
+    ["istanbul", "ok", "SS", "a.k", "Σα", "ια"],
+    "\u0130stanbul \u212aO \u017fs A.\u212a \u03c3\u03b1 \u0345\u03b1",
+)
+@example(["kiss", "iss", "é"], "k\u0131\u017fS \u0130SS e\u0301 \u00e9s")
+def test_keywords_in_finds_what_each_pattern_finds(names, text):
+    """Its word index skips only patterns that cannot match: the same keywords as searching every
+    pattern, with case-insensitive characters beyond ASCII (İ ı K ſ, ͅ and ι, σ and ς)."""
+    matcher = keyword_matcher([Keyword(name, i) for i, name in enumerate(names)])
+    expected = [Keyword(n, i) for i, n in enumerate(names) if keyword_pattern(n).search(text)]
+    assert keywords_in(text, matcher) == expected
 
 
 def test_chunk_file_names_with_a_newline_are_chunk_files():
