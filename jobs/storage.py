@@ -367,7 +367,7 @@ def _walk_store(
                 if keep_dir(posixpath.basename(name)):
                     pending.append(name)
             else:
-                yield _stored_file(fs, root, name, info)
+                yield _stored_file(_below(root, name), info)
 
 
 def _after_slashes(
@@ -384,12 +384,12 @@ def _after_slashes(
             and not name.endswith("/")  # a folder marker
             and all(keep_dir(part) for part in relpath.split("/")[:-1])
         ):
-            yield _stored_file(fs, root, name, info)
+            yield _stored_file(relpath, info)
 
 
-def _stored_file(fs: fsspec.AbstractFileSystem, root: str, name: str, info: dict) -> FileInfo:
-    """The `FileInfo` of an object a listing gave (`name`: its path without the scheme)."""
-    return FileInfo(_relative(fs, root, name), int(info.get("size") or 0), change_tag(info))
+def _stored_file(relpath: str, info: dict) -> FileInfo:
+    """The `FileInfo` of an object a listing gave, at `relpath` below the root."""
+    return FileInfo(relpath, int(info.get("size") or 0), change_tag(info))
 
 
 def _entries(folder: str) -> list[os.DirEntry]:
@@ -452,5 +452,9 @@ def _leads_to_folder(entry: os.DirEntry) -> bool:
 
 def _relative(fs: fsspec.AbstractFileSystem, root: str, full: str) -> str:
     """A listed name relative to `root` (both looked up once per listing, not per file)."""
-    name = fs._strip_protocol(full).rstrip("/")
+    return _below(root, fs._strip_protocol(full).rstrip("/"))
+
+
+def _below(root: str, name: str) -> str:
+    """A name without its scheme, relative to `root`."""
     return name[len(root) + 1 :] if root else name.lstrip("/")
