@@ -211,15 +211,30 @@ def model_folder(
     (`check_model` says so)."""
     if model == MINILM:
         return directory_folder(resolve_model(model).directory)
-    if "://" in model and fsspec.utils.get_protocol(model) not in ("file", "local"):
+    if _is_remote(model):
         fs, root = fsspec.core.url_to_fs(model, **(storage_options or {}))
         return ModelFolder(model, lambda name: _cat_optional(fs, f"{root.rstrip('/')}/{name}"))
     local = Path(fsspec.core.strip_protocol(model))
     if local.is_dir() or "://" in model:
         return directory_folder(local)
-    if "://" not in model and _HUB_ID.match(model):
+    if _is_hub_id(model):
         return ModelFolder(model, lambda name: _hub_file(model, name, revision), hub=True)
     return None
+
+
+def _is_remote(model: str) -> bool:
+    """Whether `model` is an fsspec URI of files on another machine (not file:// or local://)."""
+    return "://" in model and fsspec.utils.get_protocol(model) not in ("file", "local")
+
+
+def _is_hub_id(model: str) -> bool:
+    """Whether `model` names a Hugging Face hub model: not "minilm", a URI or a local folder."""
+    return (
+        model != MINILM
+        and "://" not in model
+        and not Path(model).is_dir()
+        and bool(_HUB_ID.match(model))
+    )
 
 
 def _cat_optional(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
@@ -307,11 +322,11 @@ def model_digest(
     content); for an fsspec URI, the digest its copy is named by (each file's path, size and
     change tag, from one listing); for a hub id, the commit its files come from (the snapshot
     holding its config.json). New weights under the same name give another digest."""
-    if "://" in model and fsspec.utils.get_protocol(model) not in ("file", "local"):
+    if _is_remote(model):
         fs, root = fsspec.core.url_to_fs(model, **fresh_listings(storage_options or {}))
         root = root.rstrip("/")
         return _copy_digest(model, revision, root, _remote_listing(fs, root, model))
-    if model != MINILM and "://" not in model and not Path(model).is_dir() and _HUB_ID.match(model):
+    if _is_hub_id(model):
         from huggingface_hub import snapshot_download
 
         try:
