@@ -161,11 +161,12 @@ class Storage:
         return self.filesystem().exists(self.full_path(relpath))
 
     def existing(self, relpaths: list[str]) -> set[str]:
-        """Those of `relpaths` at which something is (`exists`). On object stores their folders
-        are listed, concurrently, rather than each path asked about: a topic's thousands of chunk
-        files cost a few LISTs, not a HEAD each."""
+        """Those of `relpaths` at which something is (`exists`). Their folders are listed rather
+        than each path asked about: a topic's thousands of chunk files cost a few LISTs on object
+        stores (concurrent), not a HEAD each, and one directory read on local disk, not a stat
+        each (a round trip each on a network filesystem)."""
         if self.is_local:
-            return {relpath for relpath in relpaths if self.exists(relpath)}
+            return _local_existing({self.full_path(relpath): relpath for relpath in relpaths})
         fs = self.filesystem()
         full = {self.full_path(relpath): relpath for relpath in relpaths}
         listed = listed_many(fs, sorted({posixpath.dirname(path) for path in full}))
@@ -292,6 +293,28 @@ class Storage:
 def is_temporary(path: str) -> bool:
     """Whether a path names a temporary file of `embedding.files.write_atomically`."""
     return bool(_TEMPORARY.match(posixpath.basename(path)))
+
+
+def _local_existing(full: dict[str, str]) -> set[str]:
+    """The values of `full` (local path -> what to return) at whose path something is, as
+    `os.path.lexists` says: one `os.listdir` per folder, and `lexists` only for a name the
+    listing of its folder lacks (a folder that cannot be read, a filesystem that lists names in
+    another Unicode normalisation than the one it was given them in)."""
+    by_folder: dict[str, list[str]] = {}
+    for path in full:
+        by_folder.setdefault(os.path.dirname(path), []).append(path)
+    found = set()
+    for folder, paths in by_folder.items():
+        try:
+            names = set(os.listdir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # nothing is below it
+        except OSError:
+            names = set()
+        found.update(
+            full[path] for path in paths if os.path.basename(path) in names or os.path.lexists(path)
+        )
+    return found
 
 
 def _read_local(path: str, follow: bool) -> bytes:

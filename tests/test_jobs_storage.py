@@ -383,3 +383,21 @@ def test_walk_follows_symbolic_links_when_asked_but_never_around_a_loop(tmp_path
     assert files["t/x.md"].size == len("secret")
     assert sorted(skipped) == ["t/dead.md", "t/self.md", "t/up"]
     assert "loop" in skipped["t/up"] and "cannot be followed" in skipped["t/self.md"]
+
+
+def test_local_existing_reads_each_folder_once_and_asks_only_about_what_it_lacks(
+    tmp_path, monkeypatch
+):
+    """A warm build checks every chunk file its kept topics' last build wrote: one directory read
+    per folder, not a stat per file (a round trip each on a network filesystem). A dangling link
+    counts as there, as `exists` says; a name the listing lacks is asked about on its own."""
+    store = Storage(str(tmp_path))
+    store.write_many({f"t/_chunks/c-{n}.md": b"x" for n in range(200)} | {"t/index.json": b"{}"})
+    os.symlink(tmp_path / "nowhere", tmp_path / "t" / "dangling.md")
+    asked = [f"t/_chunks/c-{n}.md" for n in range(200)] + ["t/index.json", "t/dangling.md"]
+    gone = ["t/_chunks/c-999.md", "u/_chunks/c-0.md", "t/index.json/below.md"]
+    checks = []
+    lexists = os.path.lexists
+    monkeypatch.setattr(os.path, "lexists", lambda path: checks.append(path) or lexists(path))
+    assert store.existing(asked + gone) == set(asked)
+    assert checks == [str(tmp_path / "t/_chunks/c-999.md")]  # folders that are none: not asked
