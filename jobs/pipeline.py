@@ -129,10 +129,11 @@ def _run_locked(
         )
         wall["pipeline"] = time.perf_counter() - mark
 
-    mark = time.perf_counter()
+    mark, cpu_mark = time.perf_counter(), time.process_time()
     check()
     manifest, left = finish(config, found.config_key, output, plan, stored, built.summaries)
     wall["finish"] = time.perf_counter() - mark
+    finish_cpu = time.process_time() - cpu_mark
     wall["total"] = time.perf_counter() - started
     actions = [t.action for t in plan.topics]
     outcomes = [o for s in built.summaries.values() for o in s["sources"].values()]
@@ -159,6 +160,7 @@ def _run_locked(
             "deleted": len(plan.deleted_topics),
         },
         wall=wall,
+        finish_cpu=finish_cpu,
         cpus=built.cpus,
         pool=built.pool.to_dict() if built.pool else None,
         facts={

@@ -10,10 +10,11 @@ counts waiting for a CPU, and on a GPU waiting for the device); its window, from
 first call to the end of its last (`window` in epoch seconds, `window_seconds` its length; none for
 `finish`); and its throughput per worker-second: read (bytes), chunk (sources and bytes), embed
 (chunks), store (chunks whose vectors were written to the embedding cache), index (topics built and
-written), finish (the driver's relinks, deletions, directory indexes and SimHash tables, by its
-clock). `throughput` is per wall-clock second of the whole run, and `efficiency` is the wall time
-over the worker-seconds spread on the run's CPUs (1.0: every CPU busy with stage work all the time;
-more: CPUs idle, or busy with work outside the stages, such as starting workers).
+written), finish (the driver's relinks, deletions, directory indexes and SimHash tables: its
+worker-seconds are the driver process's CPU seconds then, its busy-seconds its wall time).
+`throughput` is per wall-clock second of the whole run, and `efficiency` is the wall time over the
+worker-seconds spread on the run's CPUs (1.0: every CPU busy with stage work all the time; more:
+CPUs idle, or busy with work outside the stages, such as starting workers).
 """
 
 from __future__ import annotations
@@ -64,16 +65,18 @@ def build_report(
     sources: dict[str, int],
     topics: dict[str, int],
     wall: dict[str, float],
+    finish_cpu: float,
     cpus: float,
     facts: dict[str, Any],
     pool: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The report document: counts, timings with throughput and the embedding `pool` that ran
-    (None: no pipeline ran), failures once each, sorted by path."""
+    (None: no pipeline ran), failures once each, sorted by path. `finish_cpu`: the driver's CPU
+    seconds in the finish (its worker-seconds; its wall time is `wall["finish"]`)."""
     failures = distinct_failures(failures)
     total = wall["total"]
 
-    finish = StageStats(seconds=wall["finish"], cpu_seconds=wall["finish"])  # the driver's clock
+    finish = StageStats(seconds=wall["finish"], cpu_seconds=finish_cpu)
 
     def stage(work: StageStats, **per_second: float) -> dict[str, Any]:
         cpu, window = work.cpu_seconds, work.window

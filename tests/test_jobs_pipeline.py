@@ -233,6 +233,11 @@ def test_end_to_end_report(local_output):
     starts = [windows[name]["start"] for name in order]
     assert starts == sorted(starts)
     assert stages["finish"]["window"] == {"start": None, "end": None}
+    # the finish's wall time on the driver's clock, its worker-seconds the driver's CPU time
+    assert stages["finish"]["busy_seconds"] == pytest.approx(
+        timings["wall_seconds"]["finish"], abs=1e-3
+    )
+    assert stages["finish"]["worker_seconds"] > 0
     # every chunk and question embedded in this first run was cached, by the store stage
     store = report["counters"]["store"]
     questions = report["counters"]["embed"]["questions"]
