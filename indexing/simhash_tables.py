@@ -17,6 +17,9 @@ import bisect
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
 
 from indexing.simhash import BITS, HASH_NAME, hamming
 
@@ -69,8 +72,13 @@ def blocks(k: int) -> tuple[Block, ...]:
 
 def shard_path(k: int, block_number: int, block: Block, h: int) -> str:
     """Output-root-relative path of the shard that holds `h` for one block."""
+    return _prefix_path(k, block_number, block, block.prefix(h))
+
+
+def _prefix_path(k: int, block_number: int, block: Block, prefix: int) -> str:
+    """Output-root-relative path of one block's shard for one prefix of its value."""
     digits = (min(block.width, SHARD_BITS) + 3) // 4
-    return f"{ROOT}/k{k}/b{block_number}/{block.prefix(h):0{digits}x}.json"
+    return f"{ROOT}/k{k}/b{block_number}/{prefix:0{digits}x}.json"
 
 
 def _dump(doc: dict) -> bytes:
@@ -89,11 +97,19 @@ def build_simhash_tables(entries: Iterable[PromptEntry], *, k: int) -> dict[str,
     for h, *_ in unique:
         if not 0 <= h < 1 << BITS:
             raise ValueError(f"simhash {h} is not an unsigned 64-bit value")
-    shards: dict[str, list[tuple[int, PromptEntry]]] = {}
+    rows = [[f"{h:016x}", topic, source, index] for h, topic, source, index in unique]
+    hashes = np.fromiter((h for h, *_ in unique), dtype=np.uint64, count=len(unique))
+    shards: dict[str, list[list]] = {}
     for number, block in enumerate(layout):
-        for entry in unique:
-            path = shard_path(k, number, block, entry[0])
-            shards.setdefault(path, []).append((block.value(entry[0]), entry))
+        values = (hashes >> np.uint64(block.start)) & np.uint64((1 << block.width) - 1)
+        # a stable sort keeps `unique`'s order among equal values: (value, entry) order
+        order = np.argsort(values, kind="stable")
+        prefixes = values[order] >> np.uint64(max(0, block.width - SHARD_BITS))
+        found, firsts = np.unique(prefixes, return_index=True)
+        bounds = pairwise([*firsts.tolist(), len(order)])
+        for prefix, (start, end) in zip(found.tolist(), bounds, strict=True):
+            path = _prefix_path(k, number, block, prefix)
+            shards[path] = [rows[position] for position in order[start:end].tolist()]
     files = {
         MANIFEST: _dump(
             {
@@ -107,14 +123,7 @@ def build_simhash_tables(entries: Iterable[PromptEntry], *, k: int) -> dict[str,
         )
     }
     for path in sorted(shards):
-        rows = sorted(shards[path])
-        files[path] = _dump(
-            {
-                "entries": [
-                    [f"{h:016x}", topic, source, index] for _, (h, topic, source, index) in rows
-                ]
-            }
-        )
+        files[path] = _dump({"entries": shards[path]})
     return files
 
 
