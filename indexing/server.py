@@ -202,13 +202,14 @@ def _inside(directory: str, path: str) -> bool:
 
 def _open_inside(directory: str, path: str) -> BinaryIO | None:
     """`path` opened to read when it is a regular file inside `directory` (symbolic links
-    resolved), else None: a directory, a path with a NUL byte, one outside, one that cannot be
-    opened (no permission; deleted or replaced by a directory since it was listed)."""
-    if "\0" in path or not _inside(directory, path) or not os.path.isfile(path):
-        return None
+    resolved), else None: a directory, a path no file can have (a NUL byte; a lone surrogate,
+    which `%ED%A0%80` decodes to), one outside, one that cannot be opened (no permission; deleted
+    or replaced by a directory since it was listed)."""
     try:
+        if not _inside(directory, path) or not os.path.isfile(path):
+            return None
         return open(path, "rb")  # the handler closes it once the body is sent
-    except OSError:
+    except (OSError, ValueError):  # ValueError: the NUL byte, the surrogate
         return None
 
 

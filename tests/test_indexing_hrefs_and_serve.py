@@ -98,9 +98,10 @@ def test_serve_never_leaves_its_directory_nor_lists_one(tmp_path):
 
 
 def test_serve_answers_404_for_a_nul_byte_and_for_every_directory(tmp_path):
-    """A NUL byte in the path (`%00`) got no answer at all (os.path.realpath raised: connection
-    dropped, a traceback on stderr); a directory without its trailing slash got 301 (which told
-    that `/.embedding-cache` exists) and one holding an index.html was served."""
+    """A NUL byte in the path (`%00`), or an encoded lone surrogate (`%ED%A0%80`), got no answer
+    at all (os.path.realpath raised: connection dropped, a traceback on stderr); a directory
+    without its trailing slash got 301 (which told that `/.embedding-cache` exists) and one
+    holding an index.html was served."""
     root = tmp_path / "site"
     (root / "t").mkdir(parents=True)
     (root / "t" / "index.json").write_text("{}")
@@ -109,7 +110,8 @@ def test_serve_answers_404_for_a_nul_byte_and_for_every_directory(tmp_path):
     (root / "page" / "index.html").write_text("<p>a page</p>")
     with serving(root) as base:
         for path in ("/t/index.json%00", "/t/index.json%00.md", "/t%00/index.json", "/t",
-                     "/.embedding-cache", "/page", "/page/", "/t/index.json/"):  # fmt: skip
+                     "/.embedding-cache", "/page", "/page/", "/t/index.json/",
+                     "/t/%ED%A0%80.md", "/%ED%B3%BF/index.json"):  # fmt: skip
             for method in ("GET", "HEAD"):
                 reply = requests.request(method, base + path, allow_redirects=False, timeout=10)
                 assert reply.status_code == 404 and "a page" not in reply.text, (method, path)
