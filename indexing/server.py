@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
 from dataclasses import dataclass
 from datetime import UTC
 from email.message import Message
@@ -223,6 +224,12 @@ class IndexServer(ThreadingHTTPServer):
         self.address_family = family
         self.quiet = quiet
         super().__init__(address, handler)
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that went away before its answer was sent (a cancelled download, a reader
+        that had the bytes it wanted) is not reported; any other error is, with its traceback."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def make_server(directory: str, host: str = "127.0.0.1", port: int = 8000, quiet: bool = False):

@@ -12,6 +12,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -282,6 +284,26 @@ def test_serve_answers_404_for_a_file_deleted_as_it_is_opened(tmp_path):
         kept = requests.get(f"{base}/_chunks/kept.md", headers=ranged)
         assert kept.status_code == 206 and kept.content == b"chunk"
     assert not (tmp_path / "_chunks" / "gone-1.md").exists()  # the fault did act
+
+
+def test_serve_is_quiet_about_a_client_that_cancels_its_download(tmp_path, capsys):
+    """A client that closed its connection mid-answer (a cancelled download, a reader that had
+    the bytes it wanted) printed a 20-line ConnectionResetError traceback on the server's stderr
+    for each such request; the server goes on quietly."""
+    with (tmp_path / "shard.parquet").open("wb") as handle:
+        handle.truncate(64 * 2**20)  # sparse: more than the sockets' buffers hold
+    with serving(tmp_path) as base:
+        port = int(base.rsplit(":", 1)[1])
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                client.sendall(b"GET /shard.parquet HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert client.recv(1024).startswith(b"HTTP/1.0 200")
+                linger = (1).to_bytes(4, sys.byteorder) + (0).to_bytes(4, sys.byteorder)
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)  # close: a reset
+        while any(t.name.endswith("(process_request_thread)") for t in threading.enumerate()):
+            time.sleep(0.05)  # until each handler has ended and said what it says
+        assert requests.get(f"{base}/shard.parquet", headers={"Range": "bytes=0-0"}).content
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def ipv6_loopback() -> bool:
