@@ -17,7 +17,7 @@ from indexing.client import (
     question_matches,
     select_chunks,
 )
-from indexing.paths import href_path, in_topic
+from indexing.paths import href_path, in_topic, topic_id
 from indexing.server import make_server
 from indexing.simhash import simhash64
 
@@ -37,7 +37,9 @@ def register(subparsers) -> None:
         description="Read a built index from a local path, an fsspec URI or an http(s) URL.",
     )
     query.add_argument("root", help="output root of the index (path, s3://..., http://...)")
-    query.add_argument("--topic", help='topic id, e.g. "libraries/stj" ("" for the root)')
+    query.add_argument(
+        "--topic", type=topic_id, help='topic id, e.g. "libraries/stj" ("" for the root)'
+    )
     query.add_argument("--n", type=_positive_int, default=5, help="chunks per source (default 5)")
     query.add_argument("--source", help="only this source (file stem)")
     query.add_argument("--technical", action="store_true", help="use the technical stripe order")
@@ -74,7 +76,7 @@ def _text(reader: IndexReader, relpath: str) -> str:
 
 def topic_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
     """The JSON-ready answer to `query --topic`: per source, the first N chunks in stripe order."""
-    index = reader.index(args.topic)
+    index = reader.topic(args.topic)
     sources = []
     for selection in select_chunks(index, args.n, args.source, args.technical):
         chunks = []
@@ -90,9 +92,9 @@ def topic_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any
 
 def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
     """The JSON-ready answer to `query --question`: SimHash matches, else embedding search;
-    FileNotFoundError when `--topic` names no topic."""
+    FileNotFoundError when `--topic` names no topic, NotInIndex when it names a folder of them."""
     if args.topic is not None:
-        reader.index(args.topic)
+        reader.topic(args.topic)
     matches: list[dict[str, Any]] = []
     method = "simhash"
     for m in question_matches(reader, args.question, args.topic)[: args.n]:

@@ -79,6 +79,15 @@ class IndexReader:
             raise ValueError(f"{self.location(relpath)} is {NOT_AN_INDEX}")
         return doc
 
+    def topic(self, topic: str) -> dict[str, Any]:
+        """`index` of a topic that holds sources; NotInIndex naming the topics below it when it
+        is a folder of topics alone (a directory index, whose stripe orders are none)."""
+        doc = self.index(topic)
+        if "chunks" not in doc["_embedded"]:
+            below = [link["id"] for link in doc["_embedded"]["topics"]]
+            raise NotInIndex(f"{topic!r} is a folder of topics, not a topic; it links {below}")
+        return doc
+
     def topics(self) -> list[str]:
         """Ids of every topic with chunks, found by walking `_embedded.topics` from the root
         (each topic once, however many links lead to it: a damaged index can link in a cycle)."""

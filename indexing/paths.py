@@ -23,6 +23,12 @@ def in_topic(topic: str, relpath: str) -> str:
     return f"{topic}/{relpath}" if topic else relpath
 
 
+def topic_id(name: str) -> str:
+    """The topic id a person's spelling of it names: `guides/`, `/guides` and `./guides` are
+    `guides`; `""` and `/` are the root; `..` leads nowhere above the root."""
+    return posixpath.normpath("/" + name).strip("/")
+
+
 def href_of(relpath: str) -> str:
     """The URL-encoded href of a path (`%`, `#`, `?`, spaces, newlines, non-ASCII escaped)."""
     return quote(relpath)

@@ -549,3 +549,23 @@ def test_question_with_a_mistyped_topic_fails_as_the_topic_alone_does(index_root
     for extra in ([], ["--question", QUESTIONS[0]]):
         code, out, err = run_cli([*argv, *extra], capsys)
         assert (code, out) == (1, "") and "no index.json for topic 'guides/intr0'" in err, extra
+
+
+def test_a_topic_is_found_however_spelled_and_a_folder_of_topics_is_no_topic(index_root, capsys):
+    """`--topic guides/intro/` (a shell's completion) read the topic, yet `--question` with it
+    found nothing (exit 0, "none, 0 matches": matches and tables compared ids with the slash);
+    `--topic guides`, a folder of topics, printed its title and nothing (exit 0)."""
+    argv = ["query", str(index_root), "--n", "2", "--json"]
+    code, expected, _ = run_cli([*argv, "--topic", TOPIC], capsys)
+    assert code == 0
+    for spelled in (f"{TOPIC}/", f"/{TOPIC}", f"./{TOPIC}"):
+        assert run_cli([*argv, "--topic", spelled], capsys) == (0, expected, ""), spelled
+        code, out, _ = run_cli([*argv, "--topic", spelled, "--question", QUESTIONS[0]], capsys)
+        result = json.loads(out)
+        assert code == 0 and result["method"] == "simhash", spelled
+        assert [(m["topic"], m["index"]) for m in result["matches"]] == [(TOPIC, 1)], spelled
+    for folder, below in (("guides", "['guides/intro']"), ("", "['guides']")):
+        for extra in ([], ["--question", QUESTIONS[0]]):
+            code, out, err = run_cli([*argv, "--topic", folder, *extra], capsys)
+            assert (code, out) == (1, ""), (folder, extra)
+            assert f"{folder!r} is a folder of topics, not a topic; it links {below}" in err
