@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 
@@ -127,26 +128,44 @@ def build_simhash_tables(entries: Iterable[PromptEntry], *, k: int) -> dict[str,
     return files
 
 
+def _member(data: bytes, key: str, kind: type) -> Any:
+    """Member `key` of a table file's JSON object; ValueError when the file is no such object
+    (damaged: `[]`, `null`, `{}`, a `k` that is not a number)."""
+    doc = json.loads(data)
+    value = doc.get(key) if isinstance(doc, dict) else None
+    if not isinstance(value, kind):
+        raise ValueError(f"not a SimHash table: no {kind.__name__} {key!r}")
+    return value
+
+
+def _entries(shard: bytes) -> list[list]:
+    """A shard's entries, each `[hex hash, topic, source, index]`; ValueError when it is damaged."""
+    rows = _member(shard, "entries", list)
+    if not all(isinstance(row, list) and len(row) == 4 and isinstance(row[0], str) for row in rows):
+        raise ValueError("not a SimHash table: an entry is not [hash, topic, source, index]")
+    return rows
+
+
 def lookup_simhash(
     read: Callable[[str], bytes | None], h: int, max_distance: int | None = None
 ) -> list[SimhashMatch]:
     """Stored entries within Hamming distance of `h`, nearest first.
 
     `read(path)` returns a file's bytes (output-root-relative path) or None when it does not exist.
-    The distance limit is the tables' k, or `max_distance` when that is smaller.
+    The distance limit is the tables' k, or `max_distance` when that is smaller. ValueError when
+    a file read is damaged (not JSON, not a table's shape, a k out of range).
     """
     manifest_bytes = read(MANIFEST)
     if manifest_bytes is None:
         return []
-    manifest = json.loads(manifest_bytes)
-    k = int(manifest["k"])
+    k = _member(manifest_bytes, "k", int)
     limit = k if max_distance is None else min(k, max_distance)
     found: dict[tuple[int, str, str, int], int] = {}
     for number, block in enumerate(blocks(k)):
         shard = read(shard_path(k, number, block, h))
         if shard is None:
             continue
-        rows = json.loads(shard)["entries"]
+        rows = _entries(shard)
         hashes = [int(row[0], 16) for row in rows]
         keys = [block.value(x) for x in hashes]
         want = block.value(h)

@@ -26,6 +26,7 @@ from jobs_support import fault_environment
 from indexing import IndexSettings, build_topic, simhash64
 from indexing.client import IndexReader, query_embedder
 from indexing.server import parse_range
+from indexing.simhash_tables import blocks, shard_path
 
 TOPIC = "guides/intro"
 QUESTIONS = ["How do I install the tool?", "What does part seven explain?"]
@@ -487,14 +488,17 @@ def free_port() -> int:
 
 def test_query_names_what_is_damaged_or_unreachable_in_one_line(index_root, tmp_path, capsys):
     """Each case ended in a raw traceback (NotADirectoryError, IsADirectoryError, TypeError,
-    aiohttp's ClientConnectorError) or a line that named nothing ("utf-8", "7", a JSON parser's
-    position): now one line naming the file or URL, exit 1."""
+    aiohttp's ClientConnectorError; a SimHash manifest or shard of JSON in another shape: KeyError,
+    TypeError) or a line that named nothing ("utf-8", "7", a JSON parser's position): now one line
+    naming the file or URL, exit 1."""
     entry = index_json(index_root)["_embedded"]["chunks"]["faq"]
     chunk = f"{TOPIC}/{entry['items'][0]['href']}"
     stripes = json.dumps({**index_json(index_root), "_embedded": {"topics": [], "chunks": {
         "faq": {**entry, "stripe_order": [99]}}}})  # fmt: skip
     show = ["--topic", TOPIC, "--show"]
     question = ["--question", "zebra migration patterns"]  # no stored prompt near it
+    manifest, k = "_index/simhash/manifest.json", 3  # write_index's k
+    shard = shard_path(k, 0, blocks(k)[0], simhash64(question[1]))  # the first one it reads
     cases = [
         (f"{TOPIC}/index.json", "[]", show, f"{TOPIC}/index.json is not an mdindex index"),
         (f"{TOPIC}/index.json", "null", show, f"{TOPIC}/index.json is not an mdindex index"),
@@ -504,6 +508,14 @@ def test_query_names_what_is_damaged_or_unreachable_in_one_line(index_root, tmp_
         (chunk, "\xff\xfe bad", show, f"chunk file file://{tmp_path}"),
         (chunk, "dir", show, f"Is a directory: '{tmp_path}"),
         ("_index/simhash/manifest.json", "truncate", question, "simhash/manifest.json: "),
+        *[
+            (manifest, how, question, "manifest.json: not a SimHash table: no int 'k'")
+            for how in ("[]", "null", "{}")
+        ],
+        *[
+            (shard, how, question, f"{shard}: not a SimHash table: ")
+            for how in ("[]", '{"entries": [[1]]}', '{"entries": [["ab", "t"]]}')
+        ],
         ("_index/chunks/guides~sintro.parquet", "truncate", question, "is not a chunk table"),
     ]
     for number, (relpath, how, options, expected) in enumerate(cases):
