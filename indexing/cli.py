@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from itertools import islice
 from typing import Any
 
 from indexing.client import (
     IndexReader,
     NotInIndex,
-    chunk_item,
     chunk_tables,
+    current_matches,
     embedding_search,
     query_embedder,
     question_matches,
@@ -91,13 +92,15 @@ def topic_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any
 
 
 def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
-    """The JSON-ready answer to `query --question`: SimHash matches, else embedding search;
+    """The JSON-ready answer to `query --question`: SimHash matches that the topics' index.json
+    still hold, else embedding search;
     FileNotFoundError when `--topic` names no topic, NotInIndex when it names a folder of them."""
     if args.topic is not None:
         reader.topic(args.topic)
     matches: list[dict[str, Any]] = []
     method = "simhash"
-    for m in question_matches(reader, args.question, args.topic)[: args.n]:
+    found = current_matches(reader, question_matches(reader, args.question, args.topic))
+    for m, item in islice(found, args.n):
         matches.append(
             {
                 "topic": m.topic,
@@ -105,6 +108,8 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
                 "index": m.index,
                 "distance": m.distance,
                 "prompt_hash": m.hash,
+                "title": item["title"],
+                "path": in_topic(m.topic, href_path(item["href"])),
             }
         )
     if not matches:
@@ -123,15 +128,8 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
                         "path": hit.path,
                     }
                 )
-    indexes: dict[str, dict[str, Any]] = {}
     for match in matches:
-        relpath = match.pop("path", None)
-        if relpath is None:  # a SimHash match: the topic's index.json names its file
-            if match["topic"] not in indexes:
-                indexes[match["topic"]] = reader.index(match["topic"])
-            item = chunk_item(indexes[match["topic"]], match["source"], match["index"])
-            match["title"] = item["title"]
-            relpath = in_topic(match["topic"], href_path(item["href"]))
+        relpath = match.pop("path")
         match["href"] = reader.location(relpath)
         if args.show:
             match["text"] = _text(reader, relpath)

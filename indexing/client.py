@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,12 +263,23 @@ def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) 
     ]
 
 
-def chunk_item(index: dict[str, Any], source: str, number: int) -> dict[str, Any]:
-    """Chunk `number` of `source` in a topic's parsed index.json (its `items` entry); NotInIndex
-    naming it when the index has no such chunk (the corpus SimHash tables, rewritten after every
-    topic, can be a step behind a topic's index.json)."""
-    items = index["_embedded"].get("chunks", {}).get(source, {}).get("items", [])
-    for item in items:
-        if item["index"] == number:
-            return item
-    raise NotInIndex(f"topic {index['id']!r} has no chunk {number} of source {source!r}")
+def current_matches(
+    reader: IndexReader, matches: list[SimhashMatch]
+) -> Iterator[tuple[SimhashMatch, dict[str, Any]]]:
+    """Each SimHash match with its chunk's `items` entry in its topic's index.json, leaving a
+    stale one out. The corpus tables are rewritten at a build's end, after every topic's switch,
+    so while a build runs (or after one stopped) they can name a topic since deleted or a chunk
+    since renumbered; a match holds while its chunk lists the match's hash in `prompt_hashes`."""
+    indexes: dict[str, dict[str, Any] | None] = {}
+    for match in matches:
+        if match.topic not in indexes:
+            try:
+                indexes[match.topic] = reader.index(match.topic)
+            except FileNotFoundError:
+                indexes[match.topic] = None
+        index = indexes[match.topic]
+        chunks = {} if index is None else index["_embedded"].get("chunks", {})
+        items = chunks.get(match.source, {}).get("items", [])
+        item = next((item for item in items if item["index"] == match.index), None)
+        if item is not None and match.hash in item.get("prompt_hashes", ()):
+            yield match, item

@@ -20,7 +20,15 @@ import numpy as np
 import pytest
 import requests
 import s3fs
-from indexing_support import ranked_vectors, run_cli, serving, source, topic_input, write_index
+from indexing_support import (
+    ranked_vectors,
+    run_cli,
+    serving,
+    source,
+    topic_input,
+    write_index,
+    write_topic,
+)
 from jobs_support import fault_environment
 
 from indexing import IndexSettings, build_topic, simhash64
@@ -581,3 +589,31 @@ def test_a_topic_is_found_however_spelled_and_a_folder_of_topics_is_no_topic(ind
             code, out, err = run_cli([*argv, "--topic", folder, *extra], capsys)
             assert (code, out) == (1, ""), (folder, extra)
             assert f"{folder!r} is a folder of topics, not a topic; it links {below}" in err
+
+
+def test_a_question_leaves_out_simhash_matches_the_index_no_longer_holds(tmp_path, capsys):
+    """While a build runs (or after one stopped), the corpus SimHash tables, rewritten at its end,
+    lag the topics it has switched: a match naming a chunk since renumbered was answered with
+    whatever chunk has that number now (a wrong chunk, "distance 0"), and one naming a topic
+    since deleted ended the query (exit 1, "no index.json for topic"). Both are left out."""
+    question = QUESTIONS[0]
+
+    def topic(name: str, sections: list[tuple[str, str]], similarities: list[float]):
+        vectors = ranked_vectors(similarities)
+        doc = source(f"t/{name}/s.md", sections, vectors)
+        inp = topic_input(f"t/{name}", [doc], questions=[question], question_vectors=vectors[-1:])
+        return build_topic(inp, IndexSettings(prompt_threshold=0.99))
+
+    first = [("Overview", "About it."), ("Install", "pip install it.")]
+    write_index(tmp_path, [topic(name, first, [1.0, 0.6]) for name in ("one", "two", "three")])
+    renumbered = topic("one", [("Release notes", "New."), *first], [1.0, 0.3, 0.6])
+    assert [e[1:] for e in renumbered.prompt_entries] == [("t/one", "s", 2)]
+    write_topic(tmp_path, renumbered)  # its switch; the tables still say chunk 1
+    argv = ["query", str(tmp_path), "--question", question, "--json"]
+    code, out, _ = run_cli(argv, capsys)
+    matches = [(m["topic"], m["index"], m["title"]) for m in json.loads(out)["matches"]]
+    assert code == 0 and matches == [("t/three", 1, "Install"), ("t/two", 1, "Install")]
+    shutil.rmtree(tmp_path / "t" / "three")  # deleted, its table entries not yet
+    code, out, _ = run_cli(argv, capsys)
+    matches = [(m["topic"], m["index"], m["title"]) for m in json.loads(out)["matches"]]
+    assert code == 0 and matches == [("t/two", 1, "Install")]
