@@ -30,6 +30,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _question(text: str) -> str:
+    """A `--question` with words to look up: an empty or blank one is bad usage (exit 2)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 def register(subparsers) -> None:
     """Add the `query` and `serve` sub-commands."""
     query = subparsers.add_parser(
@@ -46,7 +53,9 @@ def register(subparsers) -> None:
     query.add_argument("--technical", action="store_true", help="use the technical stripe order")
     query.add_argument("--show", action="store_true", help="include the chunk text")
     query.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    query.add_argument("--question", help="find chunks for a question (SimHash, then embeddings)")
+    query.add_argument(
+        "--question", type=_question, help="find chunks for a question (SimHash, then embeddings)"
+    )
     query.add_argument(
         "--storage-options", type=json.loads, default=None, help="fsspec options as a JSON object"
     )

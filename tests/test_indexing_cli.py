@@ -617,3 +617,15 @@ def test_a_question_leaves_out_simhash_matches_the_index_no_longer_holds(tmp_pat
     code, out, _ = run_cli(argv, capsys)
     matches = [(m["topic"], m["index"], m["title"]) for m in json.loads(out)["matches"]]
     assert code == 0 and matches == [("t/two", 1, "Install")]
+
+
+def test_an_empty_question_is_bad_usage(index_root, capsys):
+    """`--question ""` (an unset variable in a script) listed the topic's chunks instead with
+    `--topic` (exit 0), and without it failed on a topic named None (exit 1); a blank one searched
+    for nothing and printed five chunks (exit 0). Now exit 2."""
+    for question in ("", "  \n"):
+        for topic in ([], ["--topic", TOPIC]):
+            with pytest.raises(SystemExit) as stop:
+                run_cli(["query", str(index_root), "--question", question, *topic], capsys)
+            assert stop.value.code == 2, (question, topic)
+            assert "argument --question: must not be empty" in capsys.readouterr().err
