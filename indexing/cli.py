@@ -37,6 +37,15 @@ def _question(text: str) -> str:
     return text
 
 
+def json_object(text: str) -> dict[str, Any]:
+    """A JSON object given on the command line (`--storage-options`); anything else (not JSON,
+    a list, a string) is bad usage (exit 2)."""
+    value = json.loads(text)  # argparse reports its ValueError as an invalid value
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {text!r}")
+    return value
+
+
 def register(subparsers) -> None:
     """Add the `query` and `serve` sub-commands."""
     query = subparsers.add_parser(
@@ -57,7 +66,7 @@ def register(subparsers) -> None:
         "--question", type=_question, help="find chunks for a question (SimHash, then embeddings)"
     )
     query.add_argument(
-        "--storage-options", type=json.loads, default=None, help="fsspec options as a JSON object"
+        "--storage-options", type=json_object, default=None, help="fsspec options as a JSON object"
     )
     query.set_defaults(run=run_query)
 

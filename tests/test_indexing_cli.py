@@ -629,3 +629,14 @@ def test_an_empty_question_is_bad_usage(index_root, capsys):
                 run_cli(["query", str(index_root), "--question", question, *topic], capsys)
             assert stop.value.code == 2, (question, topic)
             assert "argument --question: must not be empty" in capsys.readouterr().err
+
+
+def test_storage_options_that_are_no_json_object_are_bad_usage(index_root, capsys):
+    """`--storage-options '"x"'` ended in a TypeError traceback (fsspec's `**` of a string), and
+    `'[]'` was taken as no options; both are now exit 2, as JSON that does not parse was."""
+    for options in ('"x"', "[]", "3"):
+        with pytest.raises(SystemExit) as stop:
+            run_cli(["query", str(index_root), "--topic", TOPIC, "--storage-options", options],
+                    capsys)  # fmt: skip
+        assert stop.value.code == 2, options
+        assert f"must be a JSON object, got {options!r}" in capsys.readouterr().err
