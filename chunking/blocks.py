@@ -9,9 +9,11 @@ are listed.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import attrgetter
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
@@ -29,6 +31,7 @@ TABLE = 4
 LITERAL_KINDS = frozenset((FENCE_MARK, FENCE_BODY, INDENTED_CODE, TABLE))
 _LITERAL_TOKENS = frozenset(("fence", "code_block", "table_open"))  # tokens of literal lines
 NOT_SPACE = re.compile(r"\S")  # what `str.strip` keeps (both read `str.isspace`)
+_START_LINE = attrgetter("start_line")
 
 
 # A trailing attribute list (mkdocs attr_list, Pandoc): `{ #anchor .class key=value }`.
@@ -81,7 +84,9 @@ class ParsedDocument:
 
     source: NormalizedDocument
     blocks: tuple[Block, ...]
-    fences: tuple[Block, ...]  # every fenced code block, nested ones too, in document order
+    # every fenced code block, nested ones too, in document order: each opens after the last
+    # line of the one before (`fences_opening` and `last_fence_opened` bisect them)
+    fences: tuple[Block, ...]
     line_kinds: bytes  # line_kinds[n - 1] is the kind of original line n
     links: tuple[FoundLink, ...]  # every link, with its original line
 
@@ -309,6 +314,20 @@ def fence_reopener(doc: ParsedDocument, fence: Block) -> str:
     """
     prefix, rest = _opener_parts(doc, fence)
     return prefix + (fence.markup if "|" in rest else rest)
+
+
+def fences_opening(fences: Sequence[Block], first: int, last: int) -> Sequence[Block]:
+    """Those of `fences` (in line order, as `ParsedDocument.fences`) that open on lines
+    first..last: a slice, found by bisects."""
+    start = bisect_left(fences, first, key=_START_LINE)
+    return fences[start : bisect_right(fences, last, key=_START_LINE)]
+
+
+def last_fence_opened(fences: Sequence[Block], line: int) -> Block | None:
+    """The last of `fences` (in line order, none overlapping the next, as `ParsedDocument.fences`)
+    that opens on `line` or before, None if none: the only one of them that can hold `line`."""
+    index = bisect_right(fences, line, key=_START_LINE)
+    return fences[index - 1] if index else None
 
 
 def check_fence_marker(fence: Block, size: Callable[[str], int], limit: int, unit: str) -> None:

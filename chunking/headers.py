@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from chunking.blocks import FENCE_MARK, Block, Heading, ParsedDocument, fence_closer
+from chunking.blocks import (
+    FENCE_MARK,
+    Block,
+    Heading,
+    ParsedDocument,
+    fence_closer,
+    last_fence_opened,
+)
 from chunking.strategy import Draft, Split, Strategy, register
 
 _SPLIT_LEVELS = (2, 3)
@@ -35,45 +42,30 @@ class HeadersStrategy(Strategy):
     def split(self, doc: ParsedDocument) -> Split:
         """Seed 001's sections of `doc`."""
         unclosed = tuple(fence for fence in doc.fences if not fence.closed)
+        stacks = _stacks(doc)
         if len(doc.lines) <= self.options["max_document_lines"]:
             if not doc.blocks:
                 return Split(drafts=(), is_chunked=False)
-            stack = _stack_at(doc, doc.blocks[0].start_line)
+            stack = stacks[doc.blocks[0].start_line]
             return Split(drafts=(_draft(doc, doc.blocks, stack, unclosed),), is_chunked=False)
         drafts = []
-        for blocks, stack in _sections(doc):
+        for blocks in _sections(doc):
             if all(block.kind == "heading" for block in blocks):
                 continue  # an empty section
-            for index, piece in enumerate(_pieces(blocks, self.options["max_section_lines"])):
+            for piece in _pieces(blocks, self.options["max_section_lines"]):
                 # A later piece of a long section may start under a deeper heading.
-                path = _stack_at(doc, piece[0].start_line) if index else stack
-                drafts.append(_draft(doc, piece, path, unclosed))
+                drafts.append(_draft(doc, piece, stacks[piece[0].start_line], unclosed))
         return Split(drafts=tuple(drafts), is_chunked=bool(drafts))  # none: not chunked
 
 
-def _sections(doc: ParsedDocument) -> list[tuple[tuple[Block, ...], tuple[Heading, ...]]]:
-    """(blocks, heading stack) of each section; a section starts at every H2/H3."""
-    sections: list[tuple[tuple[Block, ...], tuple[Heading, ...]]] = []
-    current: list[Block] = []
-    stack: dict[int, Heading] = {}
-    current_stack: tuple[Heading, ...] = ()
+def _sections(doc: ParsedDocument) -> list[tuple[Block, ...]]:
+    """The blocks of each section; a section starts at every H2/H3."""
+    sections: list[list[Block]] = []
     for block in doc.blocks:
-        heading = block.heading
-        if heading is not None:
-            if heading.level in _SPLIT_LEVELS and current:
-                sections.append((tuple(current), current_stack))
-                current = []
-            for level in [level for level in stack if level >= heading.level]:
-                del stack[level]
-            stack[heading.level] = heading
-            if not current:
-                current_stack = tuple(stack[level] for level in sorted(stack))
-        elif not current:
-            current_stack = tuple(stack[level] for level in sorted(stack))
-        current.append(block)
-    if current:
-        sections.append((tuple(current), current_stack))
-    return sections
+        if not sections or (block.heading is not None and block.heading.level in _SPLIT_LEVELS):
+            sections.append([])
+        sections[-1].append(block)
+    return [tuple(section) for section in sections]
 
 
 def _pieces(blocks: tuple[Block, ...], max_lines: int) -> list[tuple[Block, ...]]:
@@ -91,17 +83,18 @@ def _pieces(blocks: tuple[Block, ...], max_lines: int) -> list[tuple[Block, ...]
     return [tuple(piece) for piece in pieces]
 
 
-def _stack_at(doc: ParsedDocument, line: int) -> tuple[Heading, ...]:
-    """Headings active at `line`, counting a heading that starts there."""
+def _stacks(doc: ParsedDocument) -> dict[int, tuple[Heading, ...]]:
+    """The headings active at each block's first line (a heading counts at its own line), keyed
+    by that line: one pass (walking the blocks for each piece of a long section was quadratic)."""
+    stacks: dict[int, tuple[Heading, ...]] = {}
     stack: dict[int, Heading] = {}
     for block in doc.blocks:
-        if block.start_line > line:
-            break
         if block.heading is not None:
             for level in [level for level in stack if level >= block.heading.level]:
                 del stack[level]
             stack[block.heading.level] = block.heading
-    return tuple(stack[level] for level in sorted(stack))
+        stacks[block.start_line] = tuple(stack[level] for level in sorted(stack))
+    return stacks
 
 
 def _draft(
@@ -118,8 +111,8 @@ def _draft(
     end = next(n for n in range(blocks[-1].end_line, start - 1, -1) if doc.lines[n - 1].strip())
     lines = list(doc.lines[start - 1 : end])
     kinds = bytearray(doc.line_kinds[start - 1 : end])
-    fence = next((f for f in unclosed if f.start_line <= end <= f.end_line), None)
-    if fence is not None:
+    fence = last_fence_opened(unclosed, end)  # a bisect: a walk for each draft was quadratic
+    if fence is not None and end <= fence.end_line:
         lines.append(fence_closer(doc, fence))
         kinds.append(FENCE_MARK)
     return Draft(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -24,6 +25,8 @@ from chunking.blocks import (
     closers_for_open_fences,
     fence_closer,
     fence_reopener,
+    fences_opening,
+    last_fence_opened,
 )
 from chunking.record import CHUNKING_FAILED, ChunkingError
 from chunking.tokens import TokenCounter
@@ -62,6 +65,11 @@ class SourceText:
     def line_of(self, offset: int) -> int:
         """1-based line number of the character at `offset`."""
         return bisect_right(self.line_starts, offset)
+
+    def lines_starting_in(self, span: Span) -> tuple[int, int]:
+        """The first and last of the lines that start inside the span's source characters."""
+        starts = self.line_starts
+        return bisect_left(starts, span.start) + 1, bisect_left(starts, span.end)
 
     def lines_span(self, first: int, last: int) -> Span:
         """The span of 1-based lines `first..last`, trailing whitespace trimmed."""
@@ -300,7 +308,8 @@ def line_pieces(
     take over half of `limit`) at the top of the next, so every piece is well-formed markdown; an
     unclosed fence is closed in the last piece.
     """
-    fences = [f for f in doc.fences if span.start <= src.line_starts[f.start_line - 1] < span.end]
+    # bisects: filtering every fence of the document, for each block cut, was quadratic
+    fences = fences_opening(doc.fences, *src.lines_starting_in(span))
     reserve = 0
     reopeners: dict[int, str] = {}  # by a fence's first line
     for fence in fences:
@@ -380,19 +389,16 @@ def _balanced(src: SourceText, piece: Span) -> Span:
     return piece
 
 
-def _fence_around(fences: list[Block], line: int, reopen: bool) -> Block | None:
+def _fence_around(fences: Sequence[Block], line: int, reopen: bool) -> Block | None:
     """The fence a piece must reopen (its first line is a body or closing line) or close (its
     last line is the opener or a body line; a fence without a closing line, which runs to the
-    end of its container, counts its last line as a body line)."""
-    for fence in fences:
-        inside = (
-            fence.start_line < line <= fence.end_line
-            if reopen
-            else (fence.start_line <= line < fence.end_line + (not fence.closed))
-        )
-        if inside:
-            return fence
-    return None
+    end of its container, counts its last line as a body line). A bisect: walking the block's
+    fences for each piece was quadratic."""
+    fence = last_fence_opened(fences, line - 1 if reopen else line)
+    if fence is None:
+        return None
+    inside = line <= fence.end_line if reopen else line < fence.end_line + (not fence.closed)
+    return fence if inside else None
 
 
 def table_pieces(
