@@ -16,6 +16,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from typing import BinaryIO
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+IDLE_TIMEOUT_S = 60
 
 
 def parse_range(header: str, size: int) -> tuple[int, int] | None:
@@ -105,6 +106,9 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
     """A static file handler with CORS headers, OPTIONS preflight, validators (ETag,
     Last-Modified, 304) and HTTP Range (206, If-Range); every directory is 404."""
 
+    # A client's socket stays idle at most this long (a request sent half, a download not read):
+    # without it each such client held a thread for ever (50 half requests: 50 more threads).
+    timeout = IDLE_TIMEOUT_S
     extensions_map = {
         **SimpleHTTPRequestHandler.extensions_map,
         ".md": "text/markdown; charset=utf-8",
@@ -135,8 +139,9 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
 
         404 for anything that is not a regular file inside the served directory (symbolic links
         resolved; a directory, a NUL byte in the path, a file that cannot be opened or went
-        away since it was listed); 304 when the request's validators still match; 206 for a
-        single byte range (unless an If-Range no longer matches: 200), 416 for one past the end.
+        away since it was listed) or is in a hidden folder of it (`_in_hidden_folder`); 304 when
+        the request's validators still match; 206 for a single byte range (unless an If-Range no
+        longer matches: 200), 416 for one past the end.
         """
         path = self.translate_path(self.path)
         handle = _open_inside(self.directory, path)
@@ -201,13 +206,30 @@ def _inside(directory: str, path: str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _in_hidden_folder(directory: str, path: str) -> bool:
+    """Whether `path`, as asked or with its links resolved, lies in a folder below `directory`
+    whose name starts with "." (`.git`, `.venv`, the build's `.embedding-cache`): no index file
+    is ever there (a build reads no source in one), while a file's own name may start with "."
+    (the chunk files of tldr-pages' `..md`)."""
+    asked = os.path.relpath(path, directory)
+    real = os.path.relpath(os.path.realpath(path), os.path.realpath(directory))
+    return any(
+        folder.startswith(".") for each in (asked, real) for folder in each.split(os.sep)[:-1]
+    )
+
+
 def _open_inside(directory: str, path: str) -> BinaryIO | None:
     """`path` opened to read when it is a regular file inside `directory` (symbolic links
-    resolved), else None: a directory, a path no file can have (a NUL byte; a lone surrogate,
-    which `%ED%A0%80` decodes to), one outside, one that cannot be opened (no permission; deleted
-    or replaced by a directory since it was listed)."""
+    resolved) and in no hidden folder of it, else None: a directory, a path no file can have (a
+    NUL byte; a lone surrogate, which `%ED%A0%80` decodes to), one outside or in a hidden folder,
+    one that cannot be opened (no permission; deleted or replaced by a directory since it was
+    listed)."""
     try:
-        if not _inside(directory, path) or not os.path.isfile(path):
+        if (
+            not _inside(directory, path)
+            or _in_hidden_folder(directory, path)
+            or not os.path.isfile(path)
+        ):
             return None
         return open(path, "rb")  # the handler closes it once the body is sent
     except (OSError, ValueError):  # ValueError: the NUL byte, the surrogate

@@ -4,6 +4,7 @@ fails loudly on a missing chunk, and `mdindex serve` stays inside its directory 
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 import requests
@@ -11,6 +12,7 @@ from indexing_support import ranked_vectors, run_cli, serving, source, topic_inp
 
 from indexing import IndexSettings, build_topic
 from indexing.paths import chunk_file
+from indexing.server import IndexRequestHandler
 
 TOPIC = "odd names/t#1"
 NAMES = ["50% off", "what?", "c#", "a b", "指南", "new\nline"]
@@ -95,6 +97,44 @@ def test_serve_never_leaves_its_directory_nor_lists_one(tmp_path):
             assert reply.status_code == 404 and "index.json" not in reply.text, path
         assert requests.get(base + "/inside.json", timeout=10).text == "{}"
         assert requests.get(base + "/t/index.json", timeout=10).text == "{}"
+
+
+def test_serve_answers_404_in_hidden_folders_but_serves_a_file_named_with_a_dot(tmp_path):
+    """An in-place build of a checkout, served: `.git/config` (a remote's credentials), the
+    build's `.embedding-cache` and a `.venv` were served to anyone, also through a link named
+    like an index file. A dot-named file is served: tldr-pages' `..md` has chunk files named
+    `.-{digest}-0.md`."""
+    root = tmp_path / "site"
+    for folder in (".git", ".embedding-cache/minilm", "t/_chunks", "t/.private"):
+        (root / folder).mkdir(parents=True)
+    (root / ".git" / "config").write_text("url = https://user:TOKEN@example.com/repo")
+    (root / ".embedding-cache" / "minilm" / "ab.bin").write_bytes(b"TOKEN")
+    (root / "t" / ".private" / "notes.md").write_text("TOKEN")
+    (root / "t" / "_chunks" / ".-0123abcd-0.md").write_text("a dot-named source's chunk")
+    (root / "t" / "looks-fine.md").symlink_to(root / ".git" / "config")
+    with serving(root) as base:
+        for path in ("/.git/config", "/.embedding-cache/minilm/ab.bin", "/t/.private/notes.md",
+                     "/t/looks-fine.md", "/%2Egit/config"):  # fmt: skip
+            for method in ("GET", "HEAD"):
+                reply = requests.request(method, base + path, timeout=10)
+                assert reply.status_code == 404 and "TOKEN" not in reply.text, (method, path)
+        reply = requests.get(base + "/t/_chunks/.-0123abcd-0.md", timeout=10)
+        assert reply.status_code == 200 and reply.text == "a dot-named source's chunk"
+
+
+def test_serve_closes_a_connection_left_idle(tmp_path, monkeypatch):
+    """A client that sends half a request line and waits held a handler thread for ever (50 such
+    clients: 50 more threads); its connection is closed once idle `timeout` seconds (60 in
+    `mdindex serve`, 1 here), and the server goes on answering."""
+    (tmp_path / "index.json").write_text("{}")
+    assert IndexRequestHandler.timeout is not None and 0 < IndexRequestHandler.timeout <= 120
+    monkeypatch.setattr(IndexRequestHandler, "timeout", 1)
+    with serving(tmp_path) as base:
+        port = int(base.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as idle:
+            idle.sendall(b"GET /index.js")
+            assert idle.recv(1024) == b""  # closed by the server, long before our 30 s
+        assert requests.get(base + "/index.json", timeout=10).text == "{}"
 
 
 def test_serve_answers_404_for_a_nul_byte_and_for_every_directory(tmp_path):
