@@ -12,6 +12,8 @@ import webbrowser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from indexing.cli import json_object
+
 if TYPE_CHECKING:
     from jobs.storage import Storage
 
@@ -34,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"local file for a remote output's report.html (default: ./{DEFAULT_HTML})",
     )
     parser.add_argument(
-        "--storage-options", type=json.loads, default=None, help="fsspec options as a JSON object"
+        "--storage-options", type=json_object, default=None, help="fsspec options as a JSON object"
     )
     parser.set_defaults(run=run_report)
 

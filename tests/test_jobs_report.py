@@ -211,6 +211,16 @@ def test_report_command_on_a_file_or_an_unreachable_store_is_one_line(tmp_path, 
     assert not (tmp_path / "page.html").exists()
 
 
+def test_report_storage_options_that_are_no_json_object_are_bad_usage(tmp_path, capsys):
+    """`--storage-options '"x"'` was a TypeError traceback (exit 1) and `'[]'` was taken as no
+    options; both are bad usage (exit 2), as for `query`."""
+    for text in ('"x"', "[]", "{"):
+        with pytest.raises(SystemExit) as stopped:
+            mdindex(["report", str(tmp_path), "--storage-options", text])
+        assert stopped.value.code == 2, text
+        assert "--storage-options" in capsys.readouterr().err
+
+
 def test_report_command_into_a_closed_pipe_ends_quietly_with_its_code(tmp_path):
     """`mdindex report OUT | head -1` where head has gone: the summary met a closed pipe at the
     program's last flush ("Exception ignored ... BrokenPipeError", exit 120)."""
