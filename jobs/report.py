@@ -29,7 +29,7 @@ from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
 from jobs.config import JobConfig
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.plan import distinct_failures
-from jobs.report_html import render_html
+from jobs.report_html import printable, render_html
 from jobs.stats import RunStats, StageStats
 from jobs.storage import Storage
 
@@ -193,7 +193,8 @@ def write_failed_report(
 
 
 def summary(report: dict[str, Any]) -> str:
-    """A few lines for a person: what changed, what was embedded, what failed, how long it took."""
+    """A few lines for a person: what changed, what was embedded, what failed, how long it took
+    (a path's control characters escaped: `printable`)."""
     s, c, t = report["sources"], report["chunks"], report["topics"]
     unread = s.get("failed_unchanged")  # absent from reports before it was counted
     settled = f" ({unread} unchanged, not read again)" if unread else ""
@@ -209,4 +210,4 @@ def summary(report: dict[str, Any]) -> str:
     ]
     for failure in report["failures"]:
         lines.append(f"  FAILED {failure['path']}: {failure['code']}: {failure['message']}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)

@@ -81,6 +81,13 @@ def _number(value: Any) -> str:
     return "n/a" if value is None else str(value)
 
 
+def printable(text: str) -> str:
+    """`text` with what a terminal or a page would act on or hide written as Python escapes
+    (`\\x1b`, `\\n`, `\\u202e`): a file name cannot move the cursor, start a line of its own
+    or reverse the text after it."""
+    return "".join(c if c.isprintable() or c == " " else ascii(c)[1:-1] for c in text)
+
+
 def _none(text: str) -> str:
     return f'<p class="none">{escape(text)}</p>'
 
@@ -261,7 +268,8 @@ def _failures(report: dict[str, Any]) -> str:
     html = f"<h2>Failures ({len(failures)})</h2>"
     for code in sorted(groups, key=lambda c: (-len(groups[c]), c)):
         rows = "".join(
-            f"<tr><td><code>{escape(f['path'])}</code></td><td>{escape(f['message'])}</td></tr>"
+            f"<tr><td><code>{escape(printable(f['path']))}</code></td>"
+            f"<td>{escape(printable(f['message']))}</td></tr>"
             for f in sorted(groups[code], key=lambda f: f["path"])
         )
         html += (
@@ -277,8 +285,9 @@ def _slowest(report: dict[str, Any]) -> str:
         return "<h2>Slowest sources</h2>" + _none("no source was chunked in this run")
     top = slowest[0]["seconds"] or 1
     rows = "".join(
-        f'<tr><td><code>{escape(s["path"])}</code></td><td class="n">{s["seconds"] * 1000:.1f}'
-        f'</td><td class="n">{s["bytes"]:,}</td><td class="n">{s["chunks"]:,}</td>'
+        f"<tr><td><code>{escape(printable(s['path']))}</code></td>"
+        f'<td class="n">{s["seconds"] * 1000:.1f}</td><td class="n">{s["bytes"]:,}</td>'
+        f'<td class="n">{s["chunks"]:,}</td>'
         f'<td style="width:180px"><div class="bar" style="width:{100 * s["seconds"] / top:.0f}%">'
         "</div></td></tr>"
         for s in slowest

@@ -288,3 +288,27 @@ def test_report_html_renders_in_headless_chromium(built, tmp_path):
         assert chart["width"] > 300 and chart["height"] > 20 and chart["marks"] >= 1, chart
     assert measured["width"] <= 1100
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_control_characters_in_a_path_are_escaped_in_the_summary_and_the_page(
+    tmp_path, capsys, ray_session
+):
+    """A file name holding a terminal escape, a newline or a right-to-left override: the summary
+    printed a FAILED line that cleared the terminal, split in two and reversed its end."""
+    corpus, output = tmp_path / "docs", tmp_path / "out"
+    (corpus / "t").mkdir(parents=True)
+    name = "\x1b[2J\u202eevil\nFAILED none.md"
+    (corpus / "t" / name).write_bytes(b"# T\n\ncaf\xe9\n")  # CHUNKING_FAILED
+    (corpus / "t" / f"ok-{name}").write_text("# Title\n\nSome text about a client.\n")
+    assert main(["--config", CONFIG, "--input", str(corpus), "--output", str(output)]) == 3
+    escaped = "\\x1b[2J\\u202eevil\\nFAILED none.md"
+    for argv in ([], ["report", str(output)]):
+        if argv:
+            assert mdindex(argv) == 0
+        text = capsys.readouterr().out
+        assert not any(c in text for c in "\x1b\u202e") and "\nFAILED" not in text
+        [failed] = [line for line in text.splitlines() if "FAILED" in line]
+        assert failed.startswith(f"  FAILED t/{escaped}: CHUNKING_FAILED: ")
+    _, page = report_and_page(output)
+    assert not any(c in page for c in "\x1b\u202e")
+    assert f"<code>t/{escaped}</code>" in page and f"<code>t/ok-{escaped}</code>" in page
