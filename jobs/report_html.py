@@ -27,7 +27,8 @@ STAGE_COLORS = {
 }  # fmt: skip
 
 STYLE = """
-body { font-family: sans-serif; margin: 2em auto; max-width: 980px; color: #222; }
+body { font-family: sans-serif; margin: 2em auto; max-width: 980px; color: #222;
+       overflow-wrap: anywhere; }  /* a long path wraps, the page keeps its width */
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid #ddd; }
 .status { display: inline-block; padding: .2em .7em; border-radius: 4px; color: #fff; }
 .ok { background: #54a24b; } .warn { background: #f58518; } .bad { background: #e45756; }

@@ -270,19 +270,25 @@ window.addEventListener("load", () => {
 </script></body>"""
 
 
+def measure(page: str, folder: Path, shot: Path | None = None) -> dict:
+    """What Chromium lays out for `page` (`MEASURE`, added to a copy), taking a screenshot."""
+    probe = folder / "probe.html"
+    probe.write_text(page.replace("</body>", MEASURE))
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,2400"]
+    shots = [f"--screenshot={shot}"] if shot else []
+    dom = subprocess.run([*flags, "--dump-dom", *shots, probe.as_uri()],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    return json.loads(re.search(r'<pre id="measured">(.*?)</pre>', dom.stdout).group(1))
+
+
 @pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian package chromium)")
 def test_report_html_renders_in_headless_chromium(built, tmp_path):
     """Chromium lays out every chart with marks of non-zero size, the page fits its width, and
     it takes a screenshot of it, in one start (a measuring script is added to a copy, not to the
     report)."""
-    page = (built / "_reindex" / "report.html").read_text()
-    probe, shot = tmp_path / "probe.html", tmp_path / "report.png"
-    probe.write_text(page.replace("</body>", MEASURE))
-    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,2400"]
-    dom = subprocess.run([*flags, "--dump-dom", f"--screenshot={shot}", probe.as_uri()],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    measured = json.loads(re.search(r'<pre id="measured">(.*?)</pre>', dom.stdout).group(1))
+    shot = tmp_path / "report.png"
+    measured = measure((built / "_reindex" / "report.html").read_text(), tmp_path, shot)
     assert len(measured["charts"]) == 5
     for chart in measured["charts"]:
         assert chart["width"] > 300 and chart["height"] > 20 and chart["marks"] >= 1, chart
@@ -312,3 +318,15 @@ def test_control_characters_in_a_path_are_escaped_in_the_summary_and_the_page(
     _, page = report_and_page(output)
     assert not any(c in page for c in "\x1b\u202e")
     assert f"<code>t/{escaped}</code>" in page and f"<code>t/ok-{escaped}</code>" in page
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian package chromium)")
+def test_report_html_of_long_paths_fits_its_width_in_headless_chromium(built, tmp_path):
+    """A 250-character file name (and an output path as long) made the page 1,968 px wide."""
+    report, _ = report_and_page(built)
+    long = "topic/" + "L" * 250 + ".md"
+    report["output"] = "/" + "O" * 250
+    report["failures"][0]["path"] = report["slowest_sources"][0]["path"] = long
+    measured = measure(render_html(report), tmp_path)
+    assert measured["width"] <= 1100
