@@ -236,6 +236,8 @@ def build_topics(
                 work = prepare_work(
                     config, work_rows(again, plan, previous, sizes, carry=False), cpus
                 )
+                # their sources are read again: the line counts them on top of the first pass's
+                goal = Goal(goal.sources + work.sources, goal.bytes + work.bytes, goal.topics)
         stats = ray.get(collector.total.remote())
     finally:
         ray.kill(collector)

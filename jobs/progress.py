@@ -116,11 +116,12 @@ def _bytes_done(stats: RunStats) -> int:
 
 
 class Heartbeat:
-    """A daemon thread that logs `status()` every `interval` seconds until stopped."""
+    """A daemon thread that logs `status()` every `interval` seconds (default: HEARTBEAT_SECONDS,
+    as it is when the heartbeat starts) until stopped."""
 
-    def __init__(self, status: Callable[[float], str], interval: float = HEARTBEAT_SECONDS):
+    def __init__(self, status: Callable[[float], str], interval: float | None = None):
         self._status = status
-        self._interval = interval
+        self._interval = interval or HEARTBEAT_SECONDS
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mdindex-heartbeat", daemon=True)
         self._started = time.monotonic()

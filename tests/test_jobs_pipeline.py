@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -36,7 +37,7 @@ from indexing import (
     document_table_path,
     stripe_factor,
 )
-from jobs import lock
+from jobs import lock, progress
 from jobs.cli import main as mdindex
 from jobs.previous import Expected, carried_document, read_previous
 from jobs.records import document_from_json, document_to_json
@@ -714,6 +715,25 @@ def test_links_follow_their_targets_into_and_out_of_the_corpus(small_vectors, tm
     assert build("--input", str(docs), "--output", str(out), *cache) == 0
     assert report_of(out)["topics"]["rebuilt"] == 4
     assert outputs(out) == outputs(tmp_path / "fresh")  # the same corpus as then
+
+
+def test_a_topic_read_again_for_its_damaged_tables_stays_within_the_progress_goal(
+    small_vectors, tmp_path, caplog, monkeypatch
+):
+    """A rebuilt topic whose previous tables cannot be read has its sources read in a second
+    pass: the progress line counted them past the first pass's goal ("5/1 sources chunked")."""
+    docs, out, cache = tmp_path / "docs", tmp_path / "out", cache_copy(small_vectors, tmp_path)
+    write_pages(docs, {f"t/{name}.md": retry_page(name) for name in ("a", "b", "c", "d")})
+    assert build("--input", str(docs), "--output", str(out), *cache) == 0
+    (docs / "t" / "a.md").write_text(retry_page("a") + "\nAnd how it gives up.\n")
+    (out / chunk_table_path("t")).write_bytes(b"not a parquet file")
+    monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.05)
+    with caplog.at_level(logging.INFO, logger="mdindex.build"):
+        assert build("--input", str(docs), "--output", str(out), *cache) == 0
+    assert "1 topics could not carry their unchanged sources" in caplog.text
+    lines = re.findall(r"(\d+)/(\d+) sources chunked", caplog.text)
+    assert lines and all(int(done) <= int(goal) for done, goal in lines), lines
+    assert ("5", "5") in lines  # the second pass's: 1 source, then all 4 again
 
 
 def built_one_source(tmp_path: Path, vectors: Path) -> tuple[Path, Path]:
