@@ -80,9 +80,12 @@ class Goal:
 
 
 def progress_line(stats: RunStats, goal: Goal, elapsed: float) -> str:
-    """One line: sources chunked, MB and MB/s, chunks embedded and from cache, topics, ETA."""
+    """One line: sources chunked, MB and MB/s, chunks embedded and from cache, topics, ETA. The
+    MB/s are over the read-and-chunk tasks' window, from the first one's start to the last
+    one's end, not over the time elapsed (which goes on once every source is chunked)."""
     mb = _bytes_done(stats) / 1e6
-    rate = mb / elapsed if elapsed > 0 else 0.0
+    window = (stats.read.window + stats.chunk.window).seconds
+    rate = mb / window if window else 0.0
     done = stats.chunk.sources + stats.chunk.failed + stats.read.failed_sources
     line = (
         f"{done}/{goal.sources} sources chunked "

@@ -92,7 +92,7 @@ def test_a_source_that_cannot_be_read_is_done_for_the_progress_line():
 
 def test_progress_line_names_every_counter_and_an_eta():
     stats = RunStats(
-        chunk=ChunkStats(sources=50, bytes=1_000_000, chunks=100),
+        chunk=ChunkStats(sources=50, bytes=1_000_000, chunks=100, window=Window(100.0, 110.0)),
         embed=EmbedStats(embedded=40, cache_hits=10),
         index=IndexStats(topics=1),
     )
@@ -105,6 +105,18 @@ def test_progress_line_names_every_counter_and_an_eta():
     # every source chunked, no batch embedded yet: no rate to go by, so no ETA (it said "ETA 0 s")
     chunked = RunStats(chunk=ChunkStats(sources=100, bytes=2_000_000, chunks=200))
     assert "ETA" not in progress_line(chunked, Goal(100, 2_000_000, 4), elapsed=10.0)
+
+
+def test_progress_mb_per_second_are_over_the_chunk_tasks_window_not_the_time_elapsed():
+    """Every source chunked in the first 10 s, then minutes of embedding: the line's MB/s fell
+    with the time elapsed (0.05 MB/s at 5 s, 0.03 at 9 s on 502 tldr pages), towards zero."""
+    read = ReadStats(bytes=2_000_000, window=Window(1000.0, 1009.0))
+    chunk = ChunkStats(sources=100, bytes=2_000_000, chunks=200, window=Window(1000.5, 1010.0))
+    stats = RunStats(read=read, chunk=chunk, embed=EmbedStats(embedded=20))
+    for elapsed in (15.0, 600.0):
+        line = progress_line(stats, Goal(100, 2_000_000, 4), elapsed)
+        assert line.startswith("100/100 sources chunked (2.0 of 2.0 MB, 0.20 MB/s)"), line
+    assert "0.00 MB/s" in progress_line(RunStats(), Goal(100, 2_000_000, 4), elapsed=5.0)
 
 
 def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_to_the_gpus():
