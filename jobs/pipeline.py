@@ -34,6 +34,7 @@ from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
 from jobs.reduce import reduce_topics
 from jobs.report import build_report, key_settings, write_report
+from jobs.report_html import printable
 from jobs.resources import (
     EmbedPool,
     actor_env,
@@ -98,10 +99,11 @@ def _run_locked(
         len(plan.deleted),
         len(rebuilt),
     )
-    for failure in plan.skipped:
-        log.warning("%s skipped: %s", failure["path"], failure["message"])
+    for failure in plan.skipped:  # names escaped: a newline in one would forge a log line
+        log.warning("%s skipped: %s", printable(failure["path"]), printable(failure["message"]))
     for failure in plan.settled:
-        log.warning("%s still fails, unchanged since (not read again): %s: %s", *failure.values())
+        facts = map(printable, failure.values())
+        log.warning("%s still fails, unchanged since (not read again): %s: %s", *facts)
     # Under `abort`, a failure known from the last run stops the job as the chunk stage would
     # (a source's or a qa-pairs.md's; a keywords file's failure never stops one).
     stops = [f for f in plan.settled if f["code"] != KEYWORDS_FAILED]

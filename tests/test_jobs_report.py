@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -296,11 +297,12 @@ def test_report_html_renders_in_headless_chromium(built, tmp_path):
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
 
-def test_control_characters_in_a_path_are_escaped_in_the_summary_and_the_page(
-    tmp_path, capsys, ray_session
+def test_control_characters_in_a_path_are_escaped_in_the_summary_the_page_and_the_log(
+    tmp_path, capsys, caplog, ray_session
 ):
     """A file name holding a terminal escape, a newline or a right-to-left override: the summary
-    printed a FAILED line that cleared the terminal, split in two and reversed its end."""
+    printed a FAILED line that cleared the terminal, split in two and reversed its end, and the
+    next run's warning about the settled failure forged a log line of its own."""
     corpus, output = tmp_path / "docs", tmp_path / "out"
     (corpus / "t").mkdir(parents=True)
     name = "\x1b[2J\u202eevil\nFAILED none.md"
@@ -318,6 +320,10 @@ def test_control_characters_in_a_path_are_escaped_in_the_summary_and_the_page(
     _, page = report_and_page(output)
     assert not any(c in page for c in "\x1b\u202e")
     assert f"<code>t/{escaped}</code>" in page and f"<code>t/ok-{escaped}</code>" in page
+    with caplog.at_level(logging.WARNING, logger="mdindex.build"):  # the failure, settled
+        assert main(["--config", CONFIG, "--input", str(corpus), "--output", str(output)]) == 3
+    [settled] = [r.getMessage() for r in caplog.records if "still fails" in r.getMessage()]
+    assert settled.startswith(f"t/{escaped} still fails") and "\n" not in settled
 
 
 @pytest.mark.browser
