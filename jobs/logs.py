@@ -16,6 +16,10 @@ What Ray prints on a healthy run that we cannot avoid is filtered here, and only
 - Ray Data's console lines below WARNING, and its "Progress bars disabled" warning (we disable the
   bars ourselves outside a terminal, and log our own progress line instead). Ray Data still writes
   everything to `ray-data.log` in the Ray session's log folder.
+
+Outside a terminal (a log file, `ray job submit`'s job log) the prefix Ray gives a worker's
+forwarded lines ("(_reduce_topic pid=…)") comes without colour codes, unless `RAY_COLOR_PREFIX`
+is set: escape codes made a log read days later hard to read and to grep.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator
+
+from jobs.progress import interactive
 
 DEPRECATED_REMOTE_ARGS = r"`ray_remote_args(_fn)?` is deprecated"
 HARMLESS_STDERR = (re.compile(rb"core_worker\.cc.*constructor arguments in the object store"),)
@@ -56,6 +62,9 @@ def clean_logs() -> Iterator[None]:
     console_filter = RayDataConsoleFilter()
     for handler in consoles:
         handler.addFilter(console_filter)
+    plain = "RAY_COLOR_PREFIX" not in os.environ and not interactive()
+    if plain:
+        os.environ["RAY_COLOR_PREFIX"] = "0"  # read by the driver as it prints each line
     try:
         with warnings.catch_warnings(), StderrFilter(HARMLESS_STDERR):
             warnings.filterwarnings(
@@ -68,6 +77,8 @@ def clean_logs() -> Iterator[None]:
     finally:
         for handler in consoles:
             handler.removeFilter(console_filter)
+        if plain:
+            del os.environ["RAY_COLOR_PREFIX"]
 
 
 def _ray_data_consoles() -> list[logging.Handler]:

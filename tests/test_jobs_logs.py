@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import sys
 import time
 
 from jobs.logs import (
@@ -74,3 +75,21 @@ def test_stderr_filter_ends_at_once_after_a_line_without_its_newline(capfd):
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "first line\nprogress 50%\rafter\n"
     assert took < 2
+
+
+def test_worker_lines_come_without_colour_codes_outside_a_terminal(monkeypatch, capsys):
+    """A worker's line forwarded by Ray (printed by Ray's own `print_worker_logs`) had its
+    "(pid=…)" prefix in colour escape codes in a log file; during a build outside a terminal it
+    comes plain, and a person's own RAY_COLOR_PREFIX is left as it is."""
+    from ray._private.worker import print_worker_logs
+
+    line = {"pid": 4242, "ip": "10.0.0.1", "localhost": "10.0.0.1", "lines": ["a worker line"]}
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    with clean_logs():  # pytest's stderr is no terminal
+        print_worker_logs(line, sys.stderr)
+    assert capsys.readouterr().err == "(pid=4242) a worker line\n"
+    assert "RAY_COLOR_PREFIX" not in os.environ  # as it was
+    monkeypatch.setenv("RAY_COLOR_PREFIX", "1")
+    with clean_logs():
+        print_worker_logs(line, sys.stderr)
+    assert "\x1b[" in capsys.readouterr().err and os.environ["RAY_COLOR_PREFIX"] == "1"
