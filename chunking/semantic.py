@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import accumulate
 from types import MappingProxyType
 
@@ -421,9 +422,18 @@ class _Window:
         return chunk
 
     def fence_room(self, first: int, last: int) -> int:
-        """Units of the longest fence-like line (`_OPENS_FENCE`) among lines first..last."""
-        markers = (_OPENS_FENCE.match(line) for line in self.doc.lines[first - 1 : last])
-        return max((self.counter.units(m.group(0)) for m in markers if m), default=0)
+        """Units of the longest fence-like line (`_OPENS_FENCE`) among lines first..last (bisects
+        and a table lookup: matching every line of the range per call was quadratic, 3.9 s for a
+        list of 10,000 items)."""
+        lines, table = self.fence_like
+        return _range_max(table, bisect_left(lines, first), bisect_right(lines, last))
+
+    @cached_property
+    def fence_like(self) -> tuple[list[int], list[list[int]]]:
+        """The fence-like lines, in order, and the `_max_table` of their units (on first use)."""
+        lines = enumerate(self.doc.lines, 1)
+        markers = [(n, m.group(0)) for n, line in lines if (m := _OPENS_FENCE.match(line))]
+        return [n for n, _ in markers], _max_table([self.counter.units(m) for _, m in markers])
 
     def leave_container(self, last: int) -> None:
         """Before the chunk takes lines up to `last`: when a chunk read alone goes past the end
@@ -582,6 +592,23 @@ def _fence_end(doc: ParsedDocument, fence: Block) -> int:
     return next(
         n for n in range(fence.end_line, fence.start_line - 1, -1) if doc.lines[n - 1].strip()
     )
+
+
+def _max_table(values: list[int]) -> list[list[int]]:
+    """A sparse table of `values`: row k holds the max of each run of 2**k of them."""
+    table = [values]
+    while 2 ** len(table) <= len(values):
+        row, half = table[-1], 2 ** (len(table) - 1)
+        table.append(list(map(max, row, row[half:])))
+    return table
+
+
+def _range_max(table: list[list[int]], low: int, high: int) -> int:
+    """The max of values[low:high] (0 when empty), from their `_max_table`."""
+    if low >= high:
+        return 0
+    k = (high - low).bit_length() - 1
+    return max(table[k][low], table[k][high - 2**k])
 
 
 def _drop_openers(texts: list[str], kinds: bytearray, inserted: list[int]) -> bool:
