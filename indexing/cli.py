@@ -183,12 +183,15 @@ def _print_text(result: dict[str, Any]) -> None:
 
 def _message(error: Exception, root: str) -> str:
     """What `mdindex query` prints for an error that ends it: its text, naming the file or URL
-    (an HTTP client error names only the host, so the root is put before it)."""
+    (an HTTP client error names only the host, so the root is put before it), on one line (a
+    file's name may hold a line break: it is written as `\\n`)."""
     import aiohttp  # the HTTP client's errors: imported for `query` alone, not every command
 
     if isinstance(error, aiohttp.ClientError):
-        return f"{root}: {type(error).__name__}: {error}"
-    return str(error) or type(error).__name__
+        text = f"{root}: {type(error).__name__}: {error}"
+    else:
+        text = str(error) or type(error).__name__
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def run_query(args: argparse.Namespace) -> int:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractFileSystem
 
@@ -17,7 +19,73 @@ from indexing.hal import NOT_AN_INDEX, is_index_document
 from indexing.paths import INDEX, chunk_table_path, href_of, href_path, in_topic, source_stem
 from indexing.simhash import simhash64
 from indexing.simhash_tables import SimhashMatch, lookup_simhash
+from indexing.tables import chunk_table_schema
 from indexing.vectors import unit_rows
+
+# The kind of each field the reader takes from a JSON document, as the build writes it; a name
+# ending in "?" is of a field that may be absent.
+KINDS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "int": lambda v: isinstance(v, int),
+    "bool": lambda v: isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict),
+    "list": lambda v: isinstance(v, list),
+    "list of ints": lambda v: isinstance(v, list) and all(isinstance(i, int) for i in v),
+}
+INDEX_FIELDS = {"id": "string", "title": "string"}
+EMBEDDED_FIELDS = {"topics": "list", "chunks?": "object"}
+LINK_FIELDS = {"id": "string"}
+ENTRY_FIELDS = {
+    "stripe_order": "list of ints",
+    "stripe_order_technical?": "list of ints",
+    "baseline_conceptual": "int",
+    "baseline_technical?": "int",
+    "items": "list",
+}
+ITEM_FIELDS = {
+    "index": "int",
+    "href": "string",
+    "title": "string",
+    "prompt_hashes?": "list of ints",
+}
+
+
+def bad_field(where: str, value: Any, fields: dict[str, str]) -> str | None:
+    """Why `value` (`where` in its document) is not an object with `fields` of their `KINDS`, or
+    None when it is."""
+    if not isinstance(value, dict):
+        return f"{where} is not an object"
+    for name, kind in fields.items():
+        key = name.removesuffix("?")
+        if (key in value or key == name) and not KINDS[kind](value.get(key)):
+            return f"{where} has no {kind} {key!r}"
+    return None
+
+
+def index_problem(doc: dict[str, Any]) -> str | None:
+    """The first field of an index document (an object with an `_embedded` object) that the reader
+    cannot take for what the build writes there, or a stripe order naming a chunk that its
+    items lack; None when there is none."""
+    return next(filter(None, _index_checks(doc)), None)
+
+
+def _index_checks(doc: dict[str, Any]) -> Iterable[str | None]:
+    """`index_problem`'s checks in order; each runs once those before it have passed (it reads
+    what they vouched for)."""
+    embedded = doc["_embedded"]
+    yield bad_field("the document", doc, INDEX_FIELDS)
+    yield bad_field("_embedded", embedded, EMBEDDED_FIELDS)
+    for i, link in enumerate(embedded["topics"]):
+        yield bad_field(f"_embedded.topics[{i}]", link, LINK_FIELDS)
+    for stem, entry in embedded.get("chunks", {}).items():
+        where = f"_embedded.chunks[{stem!r}]"
+        yield bad_field(where, entry, ENTRY_FIELDS)
+        for i, item in enumerate(entry["items"]):
+            yield bad_field(f"{where}.items[{i}]", item, ITEM_FIELDS)
+        listed = {item["index"] for item in entry["items"]}
+        for key in ("stripe_order", "stripe_order_technical"):
+            unknown = sorted(set(entry.get(key, ())) - listed)
+            yield f"{where}.{key} names chunks {unknown} that its items lack" if unknown else None
 
 
 class NotInIndex(KeyError):
@@ -69,7 +137,8 @@ class IndexReader:
 
     def index(self, topic: str) -> dict[str, Any]:
         """The parsed index.json of a topic or directory; FileNotFoundError naming it if absent,
-        ValueError naming it when it is not an index (not JSON; `[]`, say)."""
+        ValueError naming it when it is not an index (not JSON; `[]`, say) or is damaged (naming
+        the field: `index_problem`)."""
         relpath = in_topic(topic, INDEX)
         data = self.read(relpath)
         if data is None:
@@ -77,6 +146,9 @@ class IndexReader:
         doc = self.parsed(relpath, data)
         if not is_index_document(doc):
             raise ValueError(f"{self.location(relpath)} is {NOT_AN_INDEX}")
+        problem = index_problem(doc)
+        if problem:
+            raise ValueError(f"{self.location(relpath)} is damaged: {problem}")
         return doc
 
     def topic(self, topic: str) -> dict[str, Any]:
@@ -93,11 +165,12 @@ class IndexReader:
         (each topic once, however many links lead to it: a damaged index can link in a cycle)."""
         found, pending, seen = [], [""], {""}
         while pending:
-            doc = self.index(pending.pop())
+            topic = pending.pop()
+            doc = self.index(topic)
             if "chunks" in doc["_embedded"]:
-                found.append(doc["id"])
+                found.append(topic)
             links = [link["id"] for link in doc["_embedded"]["topics"]]
-            pending += [topic for topic in links if topic not in seen]
+            pending += [child for child in links if child not in seen]
             seen.update(links)
         return sorted(found)
 
@@ -118,7 +191,7 @@ def select_chunks(
 
     `technical` uses `stripe_order_technical` where a source has one, else the conceptual order.
     Stripe orders leave the baselines out; they follow the stripe order, so a source of one
-    chunk still gives its chunk.
+    chunk still gives its chunk. `index` is of the shape `IndexReader.index` checks.
     """
     chunks = index["_embedded"].get("chunks", {})
     if source is not None and source not in chunks:
@@ -132,12 +205,6 @@ def select_chunks(
         items = {item["index"]: item for item in entry["items"]}
         baselines = (entry["baseline_conceptual"], entry.get("baseline_technical"))
         order = order + [i for i in baselines if i in items and i not in order]
-        unknown = sorted(set(order) - set(items))
-        if unknown:
-            raise ValueError(
-                f"topic {index['id']!r}: the stripe order of {stem!r} names chunks {unknown} "
-                "that its items lack (a damaged index.json)"
-            )
         picked = [items[i] for i in order[:n]]
         selected.append(Selection(stem, "technical" if use_technical else "conceptual", picked))
     return selected
@@ -181,6 +248,16 @@ EMBEDDING_SETTINGS = "_index/model.json"
 # but trust_remote_code: an index never makes its reader run a model's own code.
 VECTOR_OPTIONS = ("dtype", "pooling", "normalize", "max_length", "query_prefix", "revision")
 RECORDED_OPTIONS = (*VECTOR_OPTIONS, "trust_remote_code")
+SETTINGS_FIELDS = {"model": "string", "options": "object"}
+OPTION_FIELDS = {
+    "dtype?": "string",
+    "pooling?": "string",
+    "normalize?": "bool",
+    "max_length?": "int",
+    "query_prefix?": "string",
+    "revision?": "string",
+    "trust_remote_code?": "bool",
+}
 
 
 def embedding_settings(model: str, options: dict[str, Any]) -> bytes:
@@ -194,11 +271,18 @@ def embedding_settings(model: str, options: dict[str, Any]) -> bytes:
 def query_embedder(reader: IndexReader) -> EmbedQuery:
     """Embeds a question the way the index was built: with `_index/model.json`'s options when it
     names the model asked for, else with the model's defaults. Each model is loaded once, on
-    its first question, and kept for the questions after it."""
+    its first question, and kept for the questions after it. ValueError naming the file when it
+    is damaged (a field of another kind than the build writes) or loading the model with its
+    options fails (the loader refuses a value)."""
+    where = reader.location(EMBEDDING_SETTINGS)
     data = reader.read(EMBEDDING_SETTINGS)
     recorded = {} if data is None else reader.parsed(EMBEDDING_SETTINGS, data)
-    if not isinstance(recorded, dict):
-        raise ValueError(f"{reader.location(EMBEDDING_SETTINGS)} is not a JSON object")
+    if data is not None:
+        problem = bad_field("the document", recorded, SETTINGS_FIELDS) or bad_field(
+            "options", recorded["options"], OPTION_FIELDS
+        )
+        if problem:
+            raise ValueError(f"{where} is damaged: {problem}")
     loaded: dict[str, Any] = {}
 
     def embed(model: str, question: str) -> np.ndarray:
@@ -210,28 +294,67 @@ def query_embedder(reader: IndexReader) -> EmbedQuery:
             options = {k: v for k, v in options.items() if k in VECTOR_OPTIONS}
             if options.get("dtype") == "fp16" and resolve_device("auto") == "cpu":
                 options["dtype"] = "auto"  # a GPU's fp16: under autocast on a CPU, 3.8x fp32's time
-            loaded[model] = load_embedder(model, **options)
+            try:
+                loaded[model] = load_embedder(model, **options)
+            except ValueError as error:  # a recorded option's value (a dtype of "x"), say
+                if not options:
+                    raise
+                raise ValueError(
+                    f"{error} (loading {model!r} with the options of {where})"
+                ) from error
         return loaded[model].embed([question], query=True)[0]
 
     return embed
 
 
+CHUNK_COLUMNS = ("topic", "source", "ordinal", "title", "href", "model", "embedding")  # searched
+
+
+def searched_columns(data: bytes) -> pa.Table:
+    """`CHUNK_COLUMNS` of a chunk-table shard's bytes; ValueError (or an Arrow error) when they
+    are not a chunk table's: a column missing, of another type than the build writes (vectors of
+    any width), or holding a null."""
+    parquet = pq.ParquetFile(pa.BufferReader(data))
+    missing = [name for name in CHUNK_COLUMNS if name not in parquet.schema_arrow.names]
+    if missing:
+        raise ValueError(f"no column {missing[0]!r}")
+    table = parquet.read(columns=list(CHUNK_COLUMNS))
+    vectors = table.schema.field("embedding").type
+    written = chunk_table_schema(vectors.list_size if pa.types.is_fixed_size_list(vectors) else 1)
+    for name in CHUNK_COLUMNS:
+        column = table.column(name)
+        if column.type != written.field(name).type:
+            raise ValueError(f"column {name!r} is of type {column.type}")
+        if column.null_count or (name == "embedding" and pc.list_flatten(column).null_count):
+            raise ValueError(f"column {name!r} holds a null")
+    return table
+
+
+def _vectors(table: pa.Table) -> str:
+    """What a chunk table's vectors are, as an error names them: their width and model."""
+    width = table.schema.field("embedding").type.list_size
+    return f"{width}-dimensional vectors of {table['model'][0].as_py()!r}"
+
+
 def chunk_tables(reader: IndexReader, topics: list[str]) -> pa.Table | None:
     """The chunk-table shards of `topics` (those that exist) as one table, or None; ValueError
-    naming a shard that is not a chunk table (truncated, damaged)."""
-    columns = ["topic", "source", "ordinal", "title", "href", "model", "embedding"]
-    tables = []
+    naming a shard that is not a chunk table (truncated, damaged: `searched_columns`) or whose
+    vectors are of another width than those of the shard before it (another model's)."""
+    tables: dict[str, pa.Table] = {}
     for topic in topics:
         data = reader.read(chunk_table_path(topic))
         if data is None:
             continue
+        where = reader.location(chunk_table_path(topic))
         try:
-            tables.append(pq.read_table(pa.BufferReader(data), columns=columns))
-        except pa.ArrowException as error:
-            where = reader.location(chunk_table_path(topic))
+            tables[where] = searched_columns(data)
+        except (ValueError, pa.ArrowException) as error:
             raise ValueError(f"{where} is not a chunk table: {error}") from error
-    tables = [t for t in tables if t.num_rows]
-    return pa.concat_tables(tables) if tables else None
+    tables = {where: table for where, table in tables.items() if table.num_rows}
+    for (previous, before), (where, table) in pairwise(tables.items()):
+        if table.schema != before.schema:  # the columns' types are the build's: the widths differ
+            raise ValueError(f"{where} holds {_vectors(table)}, {previous} {_vectors(before)}")
+    return pa.concat_tables(tables.values()) if tables else None
 
 
 def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) -> list[ChunkHit]:

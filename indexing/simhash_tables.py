@@ -138,10 +138,13 @@ def _member(data: bytes, key: str, kind: type) -> Any:
     return value
 
 
+_ENTRY_TYPES = [str, str, str, int]  # of a shard's entry: hex hash, topic, source stem, index
+
+
 def _entries(shard: bytes) -> list[list]:
     """A shard's entries, each `[hex hash, topic, source, index]`; ValueError when it is damaged."""
     rows = _member(shard, "entries", list)
-    if not all(isinstance(row, list) and len(row) == 4 and isinstance(row[0], str) for row in rows):
+    if not all(isinstance(row, list) and list(map(type, row)) == _ENTRY_TYPES for row in rows):
         raise ValueError("not a SimHash table: an entry is not [hash, topic, source, index]")
     return rows
 

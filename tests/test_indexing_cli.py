@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import requests
 import s3fs
@@ -501,18 +503,17 @@ def test_query_names_what_is_damaged_or_unreachable_in_one_line(index_root, tmp_
     naming the file or URL, exit 1."""
     entry = index_json(index_root)["_embedded"]["chunks"]["faq"]
     chunk = f"{TOPIC}/{entry['items'][0]['href']}"
-    stripes = json.dumps({**index_json(index_root), "_embedded": {"topics": [], "chunks": {
-        "faq": {**entry, "stripe_order": [99]}}}})  # fmt: skip
     show = ["--topic", TOPIC, "--show"]
     question = ["--question", "zebra migration patterns"]  # no stored prompt near it
     manifest, k = "_index/simhash/manifest.json", 3  # write_index's k
     shard = shard_path(k, 0, blocks(k)[0], simhash64(question[1]))  # the first one it reads
+    # the question's own hash, so that it matches: a source that is a list was a TypeError
+    unhashable = json.dumps({"entries": [[f"{simhash64(question[1]):016x}", TOPIC, [], 0]]})
     cases = [
         (f"{TOPIC}/index.json", "[]", show, f"{TOPIC}/index.json is not an mdindex index"),
         (f"{TOPIC}/index.json", "null", show, f"{TOPIC}/index.json is not an mdindex index"),
         (f"{TOPIC}/index.json", "truncate", show, f"{TOPIC}/index.json is not JSON: "),
         (f"{TOPIC}/index.json", "dir", show, f"Is a directory: '{tmp_path}"),
-        (f"{TOPIC}/index.json", stripes, show, "stripe order of 'faq' names chunks [99]"),
         (chunk, "\xff\xfe bad", show, f"chunk file file://{tmp_path}"),
         (chunk, "dir", show, f"Is a directory: '{tmp_path}"),
         ("_index/simhash/manifest.json", "truncate", question, "simhash/manifest.json: "),
@@ -522,7 +523,7 @@ def test_query_names_what_is_damaged_or_unreachable_in_one_line(index_root, tmp_
         ],
         *[
             (shard, how, question, f"{shard}: not a SimHash table: ")
-            for how in ("[]", '{"entries": [[1]]}', '{"entries": [["ab", "t"]]}')
+            for how in ("[]", '{"entries": [[1]]}', '{"entries": [["ab", "t"]]}', unhashable)
         ],
         ("_index/chunks/guides~sintro.parquet", "truncate", question, "is not a chunk table"),
     ]
@@ -539,6 +540,141 @@ def test_query_names_what_is_damaged_or_unreachable_in_one_line(index_root, tmp_
     down = f"http://127.0.0.1:{free_port()}"
     code, _, err = run_cli(["query", down, *show], capsys)
     assert code == 1 and err.startswith(f"mdindex query: {down}: ClientConnectorError: ")
+
+
+DELETE = object()
+INDEX = f"{TOPIC}/index.json"
+AT_TOPIC = ["--topic", TOPIC]
+FAQ = ("_embedded", "chunks", "faq")
+ZEBRA = ["--question", "zebra migration patterns"]  # no stored prompt near it: embedding search
+MODEL = "sentence-transformers/all-MiniLM-L6-v2"  # the fixture's chunk tables name it
+
+
+def edited(doc, path: tuple, value):
+    """`doc` with the member at `path` (keys and list indexes) set to `value`, or deleted when
+    `value` is DELETE; `value` itself for an empty path."""
+    if not path:
+        return value
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    if value is DELETE:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    "relpath, path, value, options, expected",
+    [
+        ("index.json", (), {"_embedded": {}}, ZEBRA, "index.json is damaged: the document has no"),
+        ("index.json", ("_embedded", "topics", 0, "id"), DELETE, ZEBRA,
+         "index.json is damaged: _embedded.topics[0] has no string 'id'"),
+        (INDEX, ("title",), DELETE, AT_TOPIC,
+         f"{INDEX} is damaged: the document has no string 'title'"),
+        (INDEX, ("_embedded", "chunks"), [], AT_TOPIC,
+         "is damaged: _embedded has no object 'chunks'"),
+        (INDEX, (*FAQ, "stripe_order"), DELETE, AT_TOPIC,
+         "is damaged: _embedded.chunks['faq'] has no list of ints 'stripe_order'"),
+        (INDEX, (*FAQ, "stripe_order"), [99], AT_TOPIC,
+         "is damaged: _embedded.chunks['faq'].stripe_order names chunks [99] that its items lack"),
+        (INDEX, (*FAQ, "baseline_conceptual"), None, AT_TOPIC,
+         "is damaged: _embedded.chunks['faq'] has no int 'baseline_conceptual'"),
+        (INDEX, (*FAQ, "items", 0, "href"), DELETE, AT_TOPIC,
+         "is damaged: _embedded.chunks['faq'].items[0] has no string 'href'"),
+        (INDEX, (*FAQ, "items", 0, "index"), "x", AT_TOPIC,
+         "is damaged: _embedded.chunks['faq'].items[0] has no int 'index'"),
+        (INDEX, (*FAQ, "items", 0, "prompt_hashes"), "x", ["--question", QUESTIONS[0]],
+         "is damaged: _embedded.chunks['faq'].items[0] has no list of ints 'prompt_hashes'"),
+        (INDEX, (*FAQ, "items", 0, "href"), "_chunks/new%0Aline-0.md", [*AT_TOPIC, "--show"],
+         f"{TOPIC}/_chunks/new\\nline-0.md is missing"),
+        ("_index/model.json", (), {"model": MODEL, "options": []}, ZEBRA,
+         "_index/model.json is damaged: the document has no object 'options'"),
+        ("_index/model.json", (), {"model": MODEL, "options": {"query_prefix": 5}}, ZEBRA,
+         "_index/model.json is damaged: options has no string 'query_prefix'"),
+    ],
+)  # fmt: skip
+def test_query_names_the_field_of_a_document_of_another_shape_in_one_line(
+    index_root, tmp_path, capsys, relpath, path, value, options, expected
+):
+    """A JSON document the reader uses of a shape the build never writes ended in a traceback
+    (KeyError, TypeError, AttributeError: a topic link without `id`, a topic without `title`, a
+    source without `stripe_order`, model.json's `options` a list) or a line naming no file (a
+    stripe order naming a chunk its items lack; a recorded dtype of "x"), and a file named with a
+    line break took two lines: now one line naming the file and the field, exit 1."""
+    root = tmp_path / "index"
+    shutil.copytree(index_root, root)
+    document = root / relpath
+    doc = edited(json.loads(document.read_bytes()) if path else None, path, value)
+    document.write_text(json.dumps(doc))
+    code, out, err = run_cli(["query", str(root), *options], capsys)
+    assert (code, out) == (1, ""), err
+    assert err.startswith("mdindex query: ") and err.count("\n") == 1, err
+    assert f"{root}/" in err and expected in err, err
+
+
+def test_a_recorded_option_the_loader_refuses_is_named_with_its_file(index_root, tmp_path):
+    """model.json's `"dtype": "x"` ended `mdindex query` with "dtype must be one of fp32, bf16,
+    fp16; got 'x'", naming no file."""
+    root = tmp_path / "index"
+    shutil.copytree(index_root, root)
+    settings = root / "_index/model.json"
+    settings.write_text(json.dumps({"model": "minilm", "options": {"dtype": "x"}}))
+    with pytest.raises(ValueError) as raised:
+        query_embedder(IndexReader.open(str(root)))("minilm", "How do I install the tool?")
+    assert str(raised.value) == (
+        "dtype must be one of fp32, bf16, fp16; got 'x' "
+        f"(loading 'minilm' with the options of file://{settings})"
+    )
+
+
+@pytest.mark.parametrize(
+    "damage_table, expected",
+    [
+        (lambda t: t.drop_columns(["href"]), "no column 'href'"),
+        (lambda t: t.set_column(t.schema.get_field_index("href"), "href",
+                                pa.nulls(len(t), pa.string())), "column 'href' holds a null"),
+        (lambda t: t.set_column(t.schema.get_field_index("embedding"), "embedding",
+                                t["embedding"].cast(pa.list_(pa.float32()))),
+         "column 'embedding' is of type list<element: float>"),
+    ],
+)  # fmt: skip
+def test_query_names_a_chunk_table_of_another_shape_in_one_line(
+    index_root, tmp_path, capsys, damage_table, expected
+):
+    """A chunk table without a column a search reads gave Arrow's error over many lines (the
+    schema); a null href or source, or vectors in lists of no fixed width, a traceback (TypeError,
+    AttributeError): now one line naming the shard, exit 1."""
+    root = tmp_path / "index"
+    shutil.copytree(index_root, root)
+    shard = root / "_index/chunks/guides~sintro.parquet"
+    pq.write_table(damage_table(pq.read_table(shard)), shard)
+    code, out, err = run_cli(["query", str(root), *ZEBRA], capsys)
+    assert (code, out) == (1, ""), err
+    assert err == f"mdindex query: file://{shard} is not a chunk table: {expected}\n"
+
+
+def test_chunk_tables_of_two_widths_are_named_not_joined(index_root, tmp_path):
+    """Two topics' shards of other vector widths (built with other models) ended in Arrow's
+    "Schema at index 1 was different" and both schemas over many lines, naming no file."""
+    from indexing.client import chunk_tables
+    from indexing.paths import chunk_table_path
+
+    root = tmp_path / "index"
+    shutil.copytree(index_root, root)
+    table = pq.read_table(root / chunk_table_path(TOPIC))
+    width = table["embedding"].type.list_size
+    wider = pa.array([[1.0] * (width + 1)] * len(table), pa.list_(pa.float32(), width + 1))
+    other = root / chunk_table_path("other")
+    pq.write_table(table.set_column(table.schema.get_field_index("embedding"), "embedding", wider),
+                   other)  # fmt: skip
+    with pytest.raises(ValueError) as raised:
+        chunk_tables(IndexReader.open(str(root)), [TOPIC, "other"])
+    assert str(raised.value) == (
+        f"file://{other} holds {width + 1}-dimensional vectors of {MODEL!r}, "
+        f"file://{root / chunk_table_path(TOPIC)} {width}-dimensional vectors of {MODEL!r}"
+    )
 
 
 @pytest.mark.timeout(120)
