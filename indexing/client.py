@@ -313,7 +313,8 @@ CHUNK_COLUMNS = ("topic", "source", "ordinal", "title", "href", "model", "embedd
 def searched_columns(data: bytes) -> pa.Table:
     """`CHUNK_COLUMNS` of a chunk-table shard's bytes; ValueError (or an Arrow error) when they
     are not a chunk table's: a column missing, of another type than the build writes (vectors of
-    any width), or holding a null."""
+    any width), holding a null, or vectors holding a NaN or an infinity (the build refuses
+    those)."""
     parquet = pq.ParquetFile(pa.BufferReader(data))
     missing = [name for name in CHUNK_COLUMNS if name not in parquet.schema_arrow.names]
     if missing:
@@ -327,6 +328,8 @@ def searched_columns(data: bytes) -> pa.Table:
             raise ValueError(f"column {name!r} is of type {column.type}")
         if column.null_count or (name == "embedding" and pc.list_flatten(column).null_count):
             raise ValueError(f"column {name!r} holds a null")
+    if pc.any(pc.invert(pc.is_finite(pc.list_flatten(table.column("embedding"))))).as_py():
+        raise ValueError("column 'embedding' holds a NaN or an infinity")
     return table
 
 

@@ -629,6 +629,13 @@ def test_a_recorded_option_the_loader_refuses_is_named_with_its_file(index_root,
     )
 
 
+def _nan_vectors(table: pa.Table) -> pa.Table:
+    """`table` with every vector NaN (a model that overflowed, written by something else)."""
+    vectors = table["embedding"].type
+    nans = pa.array([[float("nan")] * vectors.list_size] * len(table), vectors)
+    return table.set_column(table.schema.get_field_index("embedding"), "embedding", nans)
+
+
 @pytest.mark.parametrize(
     "damage_table, expected",
     [
@@ -638,6 +645,7 @@ def test_a_recorded_option_the_loader_refuses_is_named_with_its_file(index_root,
         (lambda t: t.set_column(t.schema.get_field_index("embedding"), "embedding",
                                 t["embedding"].cast(pa.list_(pa.float32()))),
          "column 'embedding' is of type list<element: float>"),
+        (_nan_vectors, "column 'embedding' holds a NaN or an infinity"),
     ],
 )  # fmt: skip
 def test_query_names_a_chunk_table_of_another_shape_in_one_line(
@@ -645,7 +653,8 @@ def test_query_names_a_chunk_table_of_another_shape_in_one_line(
 ):
     """A chunk table without a column a search reads gave Arrow's error over many lines (the
     schema); a null href or source, or vectors in lists of no fixed width, a traceback (TypeError,
-    AttributeError): now one line naming the shard, exit 1."""
+    AttributeError); NaN vectors exit 0 with `"score": NaN` (not JSON): now one line naming the
+    shard, exit 1."""
     root = tmp_path / "index"
     shutil.copytree(index_root, root)
     shard = root / "_index/chunks/guides~sintro.parquet"
