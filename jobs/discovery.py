@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from chunking import REVISION, strategy_key
 from embedding.models import check_model, model_digest
 from jobs.config import JobConfig
+from jobs.logs import printable
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import KEEP, RELINK, Plan, keep_directory, make_plan, rebuilding, settings_digest
 from jobs.storage import FileInfo, SkippedLink, Storage
@@ -138,7 +139,7 @@ def topics_missing_files(output: Storage, plan: Plan, previous: Manifest) -> lis
         gone = [path for path in standing[topic] if path not in there]
         log.warning(
             "topic %r: %s (%d file(s) in all) gone from the output: rebuilding it",
-            topic, gone[0], len(gone),
+            topic, printable(gone[0]), len(gone),
         )  # fmt: skip
     return missing
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from chunking import strategy_key
 from jobs.config import JobConfig
 from jobs.discovery import discover, list_input
+from jobs.logs import printable
 from jobs.manifest import REPORT_PATH
 from jobs.plan import KEEP, REBUILD, RELINK
 from jobs.records import QUESTIONS, SOURCE, TOPIC
@@ -162,4 +163,4 @@ def describe(plan: DryRun) -> str:
     lines += [f"  carry {path}" for path in plan.carried]
     lines += [f"  delete {path}" for path in plan.deleted]
     lines += [f"  still failing {path}" for path in plan.still_failing]
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # a name cannot start a line of its own

@@ -27,6 +27,7 @@ from jobs.finish import finish, index_settings
 from jobs.landmarks import Landmark, landmarks
 from jobs.local_ray import node_gpu_counts, start_ray
 from jobs.lock import Check, output_lock
+from jobs.logs import printable
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.path_set import PathSet
 from jobs.plan import KEEP, REBUILD, RELINK, Plan, interim_manifest
@@ -34,7 +35,6 @@ from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
 from jobs.reduce import reduce_topics
 from jobs.report import build_report, key_settings, write_report
-from jobs.report_html import printable
 from jobs.resources import (
     EmbedPool,
     actor_env,

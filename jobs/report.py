@@ -27,9 +27,10 @@ from typing import Any
 
 from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
 from jobs.config import JobConfig
+from jobs.logs import printable
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.plan import distinct_failures
-from jobs.report_html import printable, render_html
+from jobs.report_html import render_html
 from jobs.stats import RunStats, StageStats
 from jobs.storage import Storage
 

@@ -15,6 +15,7 @@ from collections import defaultdict
 from html import escape
 from typing import Any
 
+from jobs.logs import printable
 from jobs.svg import Bar, Bin, bar_chart, histogram, stacked_bar
 
 BINS = 24  # about this many bars in the token histogram
@@ -80,13 +81,6 @@ def _number(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return "n/a" if value is None else str(value)
-
-
-def printable(text: str) -> str:
-    """`text` with what a terminal or a page would act on or hide written as Python escapes
-    (`\\x1b`, `\\n`, `\\u202e`): a file name cannot move the cursor, start a line of its own
-    or reverse the text after it."""
-    return "".join(c if c.isprintable() or c == " " else ascii(c)[1:-1] for c in text)
 
 
 def _none(text: str) -> str:

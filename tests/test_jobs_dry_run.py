@@ -226,3 +226,15 @@ def test_a_dry_run_into_grep_m1_ends_quietly_with_0(tmp_path):
         "",
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_dry_runs_action_lines_escape_control_characters_in_names(tmp_path, capsys):
+    """A source named with a newline printed "  read t/a" and a line of its own ("FAKE.md"), which
+    a script reading the actions took for a second file; a terminal escape reached the terminal."""
+    corpus = tmp_path / "docs" / "t"
+    corpus.mkdir(parents=True)
+    (corpus / "a\nFAKE.md").write_text("# A\n\ntext\n")
+    (corpus / "\x1b[2Jb.md").write_text("# B\n\ntext\n")
+    _, actions = dry(capsys, "--input", str(tmp_path / "docs"), "--output", str(tmp_path / "o"))
+    assert "read t/a\\nFAKE.md" in actions and "read t/\\x1b[2Jb.md" in actions
+    assert not any("\x1b" in line or line == "FAKE.md" for line in actions)

@@ -42,6 +42,7 @@ from indexing.paths import (
 )
 from indexing.sources import is_source
 from jobs.landmarks import Landmark
+from jobs.logs import printable
 from jobs.previous import (
     Expected,
     PreviousTables,
@@ -323,10 +324,10 @@ def _carried(
     try:
         found = carried_document(previous, path, sha256, expected)
     except (KeyError, TypeError, ValueError) as exc:
-        log.warning("%s: previous rows unusable (%s)", path, exc)
+        log.warning("%s: previous rows unusable (%s)", printable(path), exc)
         return None
     if found is None:
-        log.info("%s: not in the previous tables as it is now; reading it", path)
+        log.info("%s: not in the previous tables as it is now; reading it", printable(path))
     return found
 
 
