@@ -163,14 +163,15 @@ def _print_text(result: dict[str, Any]) -> None:
     if "sources" in result:
         print(f"{result['title']} ({result['topic'] or '/'})")
         for source in result["sources"]:
-            count = len(source["chunks"])
-            print(f"{source['source']}: {source['order']} stripe order, {count} chunks")
+            count = _counted(len(source["chunks"]), "chunk")
+            print(f"{source['source']}: {source['order']} stripe order, {count}")
             for item in source["chunks"]:
                 print(f"  [{item['index']}] {item['title']}\n      {item['href']}")
                 if "text" in item:
                     print("      " + item["text"].replace("\n", "\n      "))
         return
-    print(f"simhash {result['simhash']}: {result['method']}, {len(result['matches'])} matches")
+    matches = _counted(len(result["matches"]), "match", "matches")
+    print(f"simhash {result['simhash']}: {result['method']}, {matches}")
     for match in result["matches"]:
         how = f"distance {match['distance']}" if "distance" in match else f"score {match['score']}"
         print(
@@ -179,6 +180,11 @@ def _print_text(result: dict[str, Any]) -> None:
         )
         if "text" in match:
             print("      " + match["text"].replace("\n", "\n      "))
+
+
+def _counted(count: int, one: str, many: str | None = None) -> str:
+    """`count` and the noun it takes: "1 chunk", "2 chunks", "0 matches"."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
 
 
 def _message(error: Exception, root: str) -> str:

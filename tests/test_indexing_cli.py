@@ -131,6 +131,10 @@ def test_query_reads_an_index_in_a_folder_named_with_two_colons(index_root, tmp_
 def test_query_text_output_and_errors(index_root, capsys):
     code, out, _ = run_cli(["query", str(index_root), "--topic", TOPIC, "--n", "2"], capsys)
     assert code == 0 and "golden-reference: conceptual stripe order, 2 chunks" in out
+    code, out, _ = run_cli(["query", str(index_root), "--topic", TOPIC, "--n", "1"], capsys)
+    assert (
+        code == 0 and "golden-reference: conceptual stripe order, 1 chunk\n" in out
+    )  # not "1 chunks"
     code, _, err = run_cli(["query", str(index_root), "--topic", TOPIC, "--source", "nope"], capsys)
     assert code == 1 and "has no source 'nope'" in err
     code, _, err = run_cli(["query", str(index_root), "--topic", "missing/topic"], capsys)
