@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -29,6 +29,7 @@ MANIFEST = f"{ROOT}/manifest.json"
 SHARD_BITS = 8
 
 PromptEntry = tuple[int, str, str, int]  # (simhash, topic, source stem, chunk index)
+Hashes = TypeVar("Hashes", int, np.ndarray)  # one hash, or a uint64 array of them
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,11 @@ class Block:
     start: int
     width: int
 
-    def value(self, h: int) -> int:
-        """This block's bits of `h` as an int."""
+    def value(self, h: Hashes) -> Hashes:
+        """This block's bits of `h` as an int (of each hash of a uint64 array)."""
         return (h >> self.start) & ((1 << self.width) - 1)
 
-    def prefix(self, h: int) -> int:
+    def prefix(self, h: Hashes) -> Hashes:
         """The top SHARD_BITS bits of this block's value (the whole value for narrow blocks)."""
         return self.value(h) >> max(0, self.width - SHARD_BITS)
 
@@ -102,10 +103,9 @@ def build_simhash_tables(entries: Iterable[PromptEntry], *, k: int) -> dict[str,
     hashes = np.fromiter((h for h, *_ in unique), dtype=np.uint64, count=len(unique))
     shards: dict[str, list[list]] = {}
     for number, block in enumerate(layout):
-        values = (hashes >> np.uint64(block.start)) & np.uint64((1 << block.width) - 1)
         # a stable sort keeps `unique`'s order among equal values: (value, entry) order
-        order = np.argsort(values, kind="stable")
-        prefixes = values[order] >> np.uint64(max(0, block.width - SHARD_BITS))
+        order = np.argsort(block.value(hashes), kind="stable")
+        prefixes = block.prefix(hashes[order])
         found, firsts = np.unique(prefixes, return_index=True)
         bounds = pairwise([*firsts.tolist(), len(order)])
         for prefix, (start, end) in zip(found.tolist(), bounds, strict=True):

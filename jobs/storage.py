@@ -165,10 +165,10 @@ class Storage:
         than each path asked about: a topic's thousands of chunk files cost a few LISTs on object
         stores (concurrent), not a HEAD each, and one directory read on local disk, not a stat
         each (a round trip each on a network filesystem)."""
-        if self.is_local:
-            return _local_existing({self.full_path(relpath): relpath for relpath in relpaths})
-        fs = self.filesystem()
         full = {self.full_path(relpath): relpath for relpath in relpaths}
+        if self.is_local:
+            return _local_existing(full)
+        fs = self.filesystem()
         listed = listed_many(fs, sorted({posixpath.dirname(path) for path in full}))
         listed = {fs._strip_protocol(path).rstrip("/") for path in listed}
         return {relpath for path, relpath in full.items() if path in listed}
