@@ -206,8 +206,8 @@ def build_topics(
     summaries: dict[str, dict[str, Any]] = {}
     first_pool = None
 
-    def status(elapsed: float) -> str:
-        return progress_line(ray.get(collector.total.remote()), goal, elapsed)
+    def status() -> str:
+        return progress_line(ray.get(collector.total.remote()), goal, time.time())
 
     try:
         with Heartbeat(status):

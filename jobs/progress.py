@@ -79,10 +79,11 @@ class Goal:
     topics: int
 
 
-def progress_line(stats: RunStats, goal: Goal, elapsed: float) -> str:
+def progress_line(stats: RunStats, goal: Goal, now: float) -> str:
     """One line: sources chunked, MB and MB/s, chunks embedded and from cache, topics, ETA. The
     MB/s are over the read-and-chunk tasks' window, from the first one's start to the last
-    one's end, not over the time elapsed (which goes on once every source is chunked)."""
+    one's end, not over the time elapsed (which goes on once every source is chunked). `now` is
+    the epoch time, as the stages' windows are."""
     mb = _bytes_done(stats) / 1e6
     window = (stats.read.window + stats.chunk.window).seconds
     rate = mb / window if window else 0.0
@@ -93,23 +94,37 @@ def progress_line(stats: RunStats, goal: Goal, elapsed: float) -> str:
         f"{stats.embed.embedded} chunks embedded, {stats.embed.cache_hits} from cache; "
         f"{stats.index.topics}/{goal.topics} topics written"
     )
-    eta = _eta(stats, goal, elapsed)
+    eta = _eta(stats, goal, now)
     return line + (f"; ETA {eta:.0f} s" if eta is not None else "")
 
 
-def _eta(stats: RunStats, goal: Goal, elapsed: float) -> float | None:
-    """Seconds left: the slower of chunking (by bytes) and embedding (by expected chunks); None
-    before there is a rate to go by (nothing chunked, or all chunked and nothing embedded yet)."""
-    done_bytes = _bytes_done(stats)
-    if stats.chunk.bytes <= 0 or elapsed <= 0:
+def _eta(stats: RunStats, goal: Goal, now: float) -> float | None:
+    """Seconds left: the slowest stage's, each at its own pace since its first call started
+    (chunking by bytes, embedding by the chunks expected, the reduce by topics), so a stage
+    that started late (an embedding actor loading its model) is not judged by the time before.
+
+    A stage with work left and nothing done yet has no pace: while a stage before it still has
+    work, the wait is that one's; once those are done, there is nothing to go by (None)."""
+    if stats.chunk.bytes <= 0:
         return None
-    chunk_left = elapsed * (goal.bytes - done_bytes) / done_bytes
     readable = goal.bytes - stats.read.failed_source_bytes  # chunks come from these bytes alone
-    expected_chunks = stats.chunk.chunks * readable / stats.chunk.bytes
-    done = stats.embed.embedded + stats.embed.cache_hits
-    if not done:
-        return chunk_left if chunk_left > 0 else None
-    return max(0.0, chunk_left, elapsed * (expected_chunks - done) / done)
+    stages = (
+        (stats.read.window + stats.chunk.window, _bytes_done(stats), goal.bytes),
+        (
+            stats.embed.window,
+            stats.embed.embedded + stats.embed.cache_hits,
+            stats.chunk.chunks * readable / stats.chunk.bytes,
+        ),
+        (stats.index.window, stats.index.topics, goal.topics),
+    )
+    eta = 0.0
+    for window, done, total in stages:
+        if done >= total:
+            continue
+        if not done or window.start is None:
+            return eta or None
+        eta = max(eta, (total - done) * max(now - window.start, 0.0) / done)
+    return eta
 
 
 def _bytes_done(stats: RunStats) -> int:
@@ -122,7 +137,7 @@ class Heartbeat:
     """A daemon thread that logs `status()` every `interval` seconds (default: HEARTBEAT_SECONDS,
     as it is when the heartbeat starts) until stopped."""
 
-    def __init__(self, status: Callable[[float], str], interval: float | None = None):
+    def __init__(self, status: Callable[[], str], interval: float | None = None):
         self._status = status
         self._interval = interval or HEARTBEAT_SECONDS
         self._stop = threading.Event()
@@ -141,6 +156,6 @@ class Heartbeat:
         while not self._stop.wait(self._interval):
             elapsed = time.monotonic() - self._started
             try:
-                log.info("progress after %.0f s: %s", elapsed, self._status(elapsed))
+                log.info("progress after %.0f s: %s", elapsed, self._status())
             except Exception as exc:  # noqa: BLE001 - a progress line must never stop the build
                 log.info("progress after %.0f s: unavailable (%s)", elapsed, exc)

@@ -82,29 +82,57 @@ def test_a_source_that_cannot_be_read_is_done_for_the_progress_line():
     grew with the time elapsed once everything else was done."""
     stats = RunStats(
         read=ReadStats(failed=1, failed_sources=1, failed_source_bytes=200_000),
-        chunk=ChunkStats(sources=9, bytes=1_800_000, chunks=90),
-        embed=EmbedStats(embedded=90),
+        chunk=ChunkStats(sources=9, bytes=1_800_000, chunks=90, window=Window(0.0, 5.0)),
+        embed=EmbedStats(embedded=90, window=Window(4.0, 9.0)),
+        index=IndexStats(topics=4, window=Window(8.0, 10.0)),
     )
-    for elapsed in (60.0, 600.0):
-        line = progress_line(stats, Goal(sources=10, bytes=2_000_000, topics=4), elapsed)
+    for now in (60.0, 600.0):
+        line = progress_line(stats, Goal(sources=10, bytes=2_000_000, topics=4), now)
         assert line.startswith("10/10 sources chunked (2.0 of 2.0 MB") and line.endswith("ETA 0 s")
 
 
 def test_progress_line_names_every_counter_and_an_eta():
     stats = RunStats(
         chunk=ChunkStats(sources=50, bytes=1_000_000, chunks=100, window=Window(100.0, 110.0)),
-        embed=EmbedStats(embedded=40, cache_hits=10),
-        index=IndexStats(topics=1),
+        embed=EmbedStats(embedded=40, cache_hits=10, window=Window(105.0, 110.0)),
+        index=IndexStats(topics=1, window=Window(108.0, 110.0)),
     )
-    line = progress_line(stats, Goal(sources=100, bytes=2_000_000, topics=4), elapsed=10.0)
+    line = progress_line(stats, Goal(sources=100, bytes=2_000_000, topics=4), now=110.0)
     assert line.startswith("50/100 sources chunked (1.0 of 2.0 MB, 0.10 MB/s)")
     assert "40 chunks embedded, 10 from cache" in line and "1/4 topics written" in line
-    # chunking needs 10 s more; embedding has done 50 of an expected 200 chunks: 30 s more
-    assert line.endswith("ETA 30 s")
-    assert "ETA" not in progress_line(RunStats(), Goal(1, 1, 1), elapsed=1.0)
-    # every source chunked, no batch embedded yet: no rate to go by, so no ETA (it said "ETA 0 s")
-    chunked = RunStats(chunk=ChunkStats(sources=100, bytes=2_000_000, chunks=200))
-    assert "ETA" not in progress_line(chunked, Goal(100, 2_000_000, 4), elapsed=10.0)
+    # chunking needs 10 s more; embedding has done 50 of an expected 200 chunks in its 5 s: 15 s
+    # more; the reduce wrote 1 topic of 4 in its 2 s: 6 s more. The slowest stage's is the ETA.
+    assert line.endswith("ETA 15 s")
+    assert "ETA" not in progress_line(RunStats(), Goal(1, 1, 1), now=1.0)
+    # every source chunked, no batch embedded yet: no pace to go by, so no ETA (it said "ETA 0 s")
+    chunked = RunStats(
+        chunk=ChunkStats(sources=100, bytes=2_000_000, chunks=200, window=Window(0.0, 9.0))
+    )
+    assert "ETA" not in progress_line(chunked, Goal(100, 2_000_000, 4), now=10.0)
+    # half chunked, nothing embedded yet (an actor loading its model): chunking's wait
+    half = RunStats(chunk=ChunkStats(sources=50, bytes=1_000_000, chunks=100, window=Window(0, 8)))
+    assert progress_line(half, Goal(100, 2_000_000, 4), now=10.0).endswith("ETA 10 s")
+
+
+def test_progress_eta_goes_by_each_stages_own_pace():
+    """The ETA was the time elapsed since the build began times the work left over the work done:
+    an embed stage that began late (after Ray's start, the actors' model load and the first
+    chunks) was judged by all that time (56 chunks embedded 16 s into a 40 s build: "ETA 160 s",
+    392 s at 38 s), and once every chunk was embedded the line said "ETA 0 s" while topics were
+    still being written."""
+    goal = Goal(sources=100, bytes=2_000_000, topics=4)
+    chunked = ChunkStats(sources=100, bytes=2_000_000, chunks=600, window=Window(1000.0, 1010.0))
+    # the actors began embedding at 1014 s: 56 of 600 chunks in 2 s
+    early = RunStats(chunk=chunked, embed=EmbedStats(embedded=56, window=Window(1014.0, 1016.0)))
+    assert progress_line(early, goal, now=1016.0).endswith("ETA 19 s")
+    # every chunk embedded, 1 topic of 4 written in the reduce's 10 s: 30 s more, not 0
+    embedded = EmbedStats(embedded=600, window=Window(1014.0, 1030.0))
+    writing = RunStats(
+        chunk=chunked, embed=embedded, index=IndexStats(topics=1, window=Window(1025.0, 1035.0))
+    )
+    assert progress_line(writing, goal, now=1035.0).endswith("ETA 30 s")
+    # no topic written yet: nothing to go by
+    assert "ETA" not in progress_line(RunStats(chunk=chunked, embed=embedded), goal, now=1035.0)
 
 
 def test_progress_mb_per_second_are_over_the_chunk_tasks_window_not_the_time_elapsed():
@@ -113,10 +141,10 @@ def test_progress_mb_per_second_are_over_the_chunk_tasks_window_not_the_time_ela
     read = ReadStats(bytes=2_000_000, window=Window(1000.0, 1009.0))
     chunk = ChunkStats(sources=100, bytes=2_000_000, chunks=200, window=Window(1000.5, 1010.0))
     stats = RunStats(read=read, chunk=chunk, embed=EmbedStats(embedded=20))
-    for elapsed in (15.0, 600.0):
-        line = progress_line(stats, Goal(100, 2_000_000, 4), elapsed)
+    for now in (1015.0, 1600.0):
+        line = progress_line(stats, Goal(100, 2_000_000, 4), now)
         assert line.startswith("100/100 sources chunked (2.0 of 2.0 MB, 0.20 MB/s)"), line
-    assert "0.00 MB/s" in progress_line(RunStats(), Goal(100, 2_000_000, 4), elapsed=5.0)
+    assert "0.00 MB/s" in progress_line(RunStats(), Goal(100, 2_000_000, 4), now=5.0)
 
 
 def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_to_the_gpus():
