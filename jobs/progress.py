@@ -18,7 +18,7 @@ import pyarrow as pa
 import ray
 
 from jobs.blocks import Span, topic_counts
-from jobs.stats import RunStats
+from jobs.stats import RunStats, Window
 
 log = logging.getLogger("mdindex.build")
 HEARTBEAT_SECONDS = 30.0
@@ -99,32 +99,34 @@ def progress_line(stats: RunStats, goal: Goal, now: float) -> str:
 
 
 def _eta(stats: RunStats, goal: Goal, now: float) -> float | None:
-    """Seconds left: the slowest stage's, each at its own pace since its first call started
-    (chunking by bytes, embedding by the chunks expected, the reduce by topics), so a stage
-    that started late (an embedding actor loading its model) is not judged by the time before.
-
-    A stage with work left and nothing done yet has no pace: while a stage before it still has
-    work, the wait is that one's; once those are done, there is nothing to go by (None)."""
+    """Seconds left: the slower of chunking (by bytes) and embedding (by the chunks expected),
+    each at its own pace since its first call began, so a stage that began late (the actors
+    loading their model) is not judged by the time before it; then the topics' reduce at its
+    pace. A topic is written once its every chunk is embedded, so until then the topics' wait
+    is the embedding's. None while there is no pace to go by (nothing chunked; every source
+    chunked and nothing embedded; every chunk embedded and no topic written)."""
     if stats.chunk.bytes <= 0:
         return None
     readable = goal.bytes - stats.read.failed_source_bytes  # chunks come from these bytes alone
-    stages = (
-        (stats.read.window + stats.chunk.window, _bytes_done(stats), goal.bytes),
-        (
-            stats.embed.window,
-            stats.embed.embedded + stats.embed.cache_hits,
-            stats.chunk.chunks * readable / stats.chunk.bytes,
-        ),
-        (stats.index.window, stats.index.topics, goal.topics),
-    )
-    eta = 0.0
-    for window, done, total in stages:
-        if done >= total:
-            continue
-        if not done or window.start is None:
-            return eta or None
-        eta = max(eta, (total - done) * max(now - window.start, 0.0) / done)
-    return eta
+    expected_chunks = stats.chunk.chunks * readable / stats.chunk.bytes
+    chunking = _left(stats.read.window + stats.chunk.window, _bytes_done(stats), goal.bytes, now)
+    embedded = stats.embed.embedded + stats.embed.cache_hits
+    embedding = _left(stats.embed.window, embedded, expected_chunks, now)
+    if embedding is None:
+        return chunking or None
+    if chunking or embedding:
+        return max(chunking or 0.0, embedding)
+    return _left(stats.index.window, stats.index.topics, goal.topics, now)
+
+
+def _left(window: Window, done: float, total: float, now: float) -> float | None:
+    """A stage's seconds left at its pace since its window began; 0 once done, None before it
+    has done anything."""
+    if done >= total:
+        return 0.0
+    if not done or window.start is None:
+        return None
+    return (total - done) * max(now - window.start, 0.0) / done
 
 
 def _bytes_done(stats: RunStats) -> int:

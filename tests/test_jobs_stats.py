@@ -131,6 +131,13 @@ def test_progress_eta_goes_by_each_stages_own_pace():
         chunk=chunked, embed=embedded, index=IndexStats(topics=1, window=Window(1025.0, 1035.0))
     )
     assert progress_line(writing, goal, now=1035.0).endswith("ETA 30 s")
+    # chunks still being embedded: a topic is written once its every chunk is, so the topics'
+    # pace so far (1 of 4 in 10 s) is the embedding's order, and the wait is the embedding's
+    embedding = EmbedStats(embedded=500, window=Window(1014.0, 1030.0))
+    waiting = RunStats(
+        chunk=chunked, embed=embedding, index=IndexStats(topics=1, window=Window(1020.0, 1030.0))
+    )
+    assert progress_line(waiting, goal, now=1030.0).endswith("ETA 3 s")
     # no topic written yet: nothing to go by
     assert "ETA" not in progress_line(RunStats(chunk=chunked, embed=embedded), goal, now=1035.0)
 
