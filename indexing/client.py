@@ -22,15 +22,21 @@ from indexing.simhash_tables import SimhashMatch, lookup_simhash
 from indexing.tables import chunk_table_schema
 from indexing.vectors import unit_rows
 
+
 # The kind of each field the reader takes from a JSON document, as the build writes it; a name
 # ending in "?" is of a field that may be absent.
+def _is_int(value: Any) -> bool:
+    """An integer, not a boolean (JSON's `true` is Python's `1`)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 KINDS: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
-    "int": lambda v: isinstance(v, int),
+    "int": _is_int,
     "bool": lambda v: isinstance(v, bool),
     "object": lambda v: isinstance(v, dict),
     "list": lambda v: isinstance(v, list),
-    "list of ints": lambda v: isinstance(v, list) and all(isinstance(i, int) for i in v),
+    "list of ints": lambda v: isinstance(v, list) and all(map(_is_int, v)),
 }
 INDEX_FIELDS = {"id": "string", "title": "string"}
 EMBEDDED_FIELDS = {"topics": "list", "chunks?": "object"}

@@ -589,6 +589,10 @@ def edited(doc, path: tuple, value):
          "is damaged: _embedded.chunks['faq'].items[0] has no string 'href'"),
         (INDEX, (*FAQ, "items", 0, "index"), "x", AT_TOPIC,
          "is damaged: _embedded.chunks['faq'].items[0] has no int 'index'"),
+        (INDEX, (*FAQ, "items", 0, "index"), True, AT_TOPIC,
+         "is damaged: _embedded.chunks['faq'].items[0] has no int 'index'"),
+        (INDEX, (*FAQ, "stripe_order"), [False], AT_TOPIC,
+         "is damaged: _embedded.chunks['faq'] has no list of ints 'stripe_order'"),
         (INDEX, (*FAQ, "items", 0, "prompt_hashes"), "x", ["--question", QUESTIONS[0]],
          "is damaged: _embedded.chunks['faq'].items[0] has no list of ints 'prompt_hashes'"),
         (INDEX, (*FAQ, "items", 0, "href"), "_chunks/new%0Aline-0.md", [*AT_TOPIC, "--show"],
@@ -606,7 +610,8 @@ def test_query_names_the_field_of_a_document_of_another_shape_in_one_line(
     (KeyError, TypeError, AttributeError: a topic link without `id`, a topic without `title`, a
     source without `stripe_order`, model.json's `options` a list) or a line naming no file (a
     stripe order naming a chunk its items lack; a recorded dtype of "x"), and a file named with a
-    line break took two lines: now one line naming the file and the field, exit 1."""
+    line break took two lines; JSON's `true` passed for an int (Python's 1): now one line naming
+    the file and the field, exit 1."""
     root = tmp_path / "index"
     shutil.copytree(index_root, root)
     document = root / relpath
