@@ -202,7 +202,7 @@ def build_topics(
     node_gpus = node_gpu_counts() if config.resources.embed.num_gpus else ()
     topics = [t for t in plan.topics if t.action == REBUILD]
     work = prepare_work(config, work_rows(topics, plan, previous, sizes, carry=True), cpus)
-    goal = Goal(sources=work.sources, bytes=work.bytes, topics=len(topics))
+    goal = Goal(sources=work.counted_sources, bytes=work.counted_bytes, topics=len(topics))
     summaries: dict[str, dict[str, Any]] = {}
     first_pool = None
 
@@ -238,8 +238,12 @@ def build_topics(
                 work = prepare_work(
                     config, work_rows(again, plan, previous, sizes, carry=False), cpus
                 )
-                # their sources are read again: the line counts them on top of the first pass's
-                goal = Goal(goal.sources + work.sources, goal.bytes + work.bytes, goal.topics)
+                # their sources are read again, those the first pass read counted once
+                goal = Goal(
+                    goal.sources + work.counted_sources,
+                    goal.bytes + work.counted_bytes,
+                    goal.topics,
+                )
         stats = ray.get(collector.total.remote())
     finally:
         ray.kill(collector)

@@ -34,20 +34,22 @@ def work_rows(
 
     A source unchanged since a run in which it succeeded gets no row when `carry`: the topic row
     names it, and the reduce takes it from the previous tables. One that failed is read again
-    (with a settled failure, to fail the same way: the reduce keeps its previous rows)."""
+    (with a settled failure, to fail the same way: the reduce keeps its previous rows). Without
+    `carry` (the second pass of topics whose previous tables turned out unusable) every source
+    gets a row, and the rows that the first pass had too are `repeated`: counted there."""
     rows = []
     for topic in topics:
         carried = {}
         sources = []
         for path in topic.sources:
             before = previous.sources.get(path)
-            if (
-                carry
-                and path not in plan.changed
+            carriable = (
+                path not in plan.changed
                 and before is not None
-                and before.sha256
+                and bool(before.sha256)
                 and not before.failed
-            ):
+            )
+            if carry and carriable:
                 carried[path] = before.sha256
                 continue
             sources.append(
@@ -57,14 +59,16 @@ def work_rows(
                     path,
                     size=sizes[path],
                     previous_hash=before.sha256 if before else None,
+                    repeated=not carry and not carriable,
                 )
             )
         facts = {"children": list(topic.children), "keywords": topic.keywords, "carried": carried}
         rows.append(new_row(topic.topic, TOPIC, "", size=0, payload=json.dumps(facts).encode()))
         rows.extend(sources)
         if topic.questions:
+            size = sizes[topic.questions]
             rows.append(
-                new_row(topic.topic, QUESTIONS, topic.questions, size=sizes[topic.questions])
+                new_row(topic.topic, QUESTIONS, topic.questions, size=size, repeated=not carry)
             )
     return rows
 
@@ -108,13 +112,16 @@ def batch_bytes(config: JobConfig, total: int, cpus: float) -> float:
 @dataclass(frozen=True)
 class Work:
     """The pipeline's input: work rows packed into Arrow batches, the rows each topic expects,
-    the sources (and their bytes) among them, and the rows per embedding call (None: one call per
-    chunk task). The rows themselves are not kept."""
+    the sources (and their bytes) among them, of those the ones the stages count (not
+    `repeated`), and the rows per embedding call (None: one call per chunk task). The rows
+    themselves are not kept."""
 
     batches: list[pa.Table]
     expected: Counter
     sources: int
     bytes: int
+    counted_sources: int
+    counted_bytes: int
     questions: int = 0  # topics whose qa-pairs.md are embedded (as queries, mostly from the cache)
     call_rows: int | None = None
 
@@ -140,6 +147,7 @@ def prepare_work(config: JobConfig, rows: list[dict[str, Any]], cpus: float) -> 
     the same number of rows instead (the last fewer), aligned with it (`aligned_rows`)."""
     sources = [row for row in rows if row["kind"] == SOURCE]
     source_bytes = sum(row["size"] for row in sources)
+    counted = [row for row in sources if not row.get("repeated")]
     batches = pack_batches(rows, batch_bytes(config, sum(row["size"] for row in rows), cpus))
     calls = call_rows(config.resources.embed, source_bytes / max(1, len(sources)))
     if calls is not None and batches:
@@ -150,6 +158,8 @@ def prepare_work(config: JobConfig, rows: list[dict[str, Any]], cpus: float) -> 
         expected=Counter(row["topic"] for row in rows),
         sources=len(sources),
         bytes=source_bytes,
+        counted_sources=len(counted),
+        counted_bytes=sum(row["size"] for row in counted),
         questions=sum(1 for row in rows if row["kind"] == QUESTIONS),
         call_rows=calls,
     )
