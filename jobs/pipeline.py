@@ -151,7 +151,7 @@ def _run_locked(
             "deleted": len(plan.deleted),
             "failed": sum(1 for o in outcomes if o.failed) + settled_sources,
             "failed_unchanged": settled_sources,
-            "chunked": sum(1 for o in outcomes if not o.carried),
+            "chunked": sum(1 for o in outcomes if not o.carried and not o.failed),
             "carried": sum(1 for o in outcomes if o.carried),
         },
         topics={

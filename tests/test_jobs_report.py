@@ -93,6 +93,23 @@ def test_report_html_shows_every_section_from_the_report_data(built):
     assert [s["seconds"] for s in slowest] == sorted((s["seconds"] for s in slowest), reverse=True)
 
 
+def test_chunked_counts_the_sources_chunked_and_failures_apart_everywhere(built, capsys):
+    """`sources.chunked` counted the source that failed to chunk (7 of the corpus's 7, 1 of them
+    failed), the stage's counter and the page's bar did not (6): every 'chunked' is now 6."""
+    report, page = report_and_page(built)
+    sources = report["sources"]
+    assert (sources["seen"], sources["failed"], sources["carried"]) == (7, 1, 0)
+    assert sources["chunked"] == report["counters"]["chunk"]["sources"] == 6
+    assert report["counters"]["chunk"]["failed"] == 1
+    found = re.findall(r'<div class="figure"><b>([^<]*)</b>([^<]*)</div>', page)
+    figures = {label: value for value, label in found}
+    assert (figures["chunked"], figures["failed"]) == ("6", "1")
+    legend = re.findall(r">(chunked|carried|failed|untouched) (\d+)<", page)
+    assert legend == [("chunked", "6"), ("carried", "0"), ("failed", "1"), ("untouched", "0")]
+    assert mdindex(["report", str(built)]) == 0
+    assert "1 failed; 6 chunked, 0 carried" in capsys.readouterr().out
+
+
 def test_token_bins_cover_min_to_max_and_keep_every_count():
     histogram = {"bucket": 10, "buckets": [[30, 2], [40, 1], [250, 5], [990, 1]], "min": 31,
                  "max": 997, "count": 9}  # fmt: skip
