@@ -117,7 +117,9 @@ def render(report: dict[str, Any]) -> tuple[str, str]:
     from jobs.report import summary
     from jobs.report_html import render_html
 
-    status = f"{report.get('status')} (exit code {report.get('exit_code')})"
+    code = report.get("exit_code")  # not in the reports of versions before it
+    code = "unknown" if code is None else code
+    status = f"{report.get('status', 'unknown')} (exit code {code})"
     try:
         # a failed run's report may hold no counts, only what went wrong
         counts = summary(report) if "sources" in report else f"  {report.get('error', 'no counts')}"

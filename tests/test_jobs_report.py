@@ -162,6 +162,26 @@ def test_report_command_prints_the_last_runs_summary(built, capsys):
     assert mdindex(["report", str(built / "nothing")]) == 2
 
 
+def test_report_command_on_a_report_without_an_exit_code_says_it_is_unknown(
+    built, tmp_path, capsys
+):
+    """A report of a version that did not record the exit code: 'exit code None' it said."""
+    report = json.loads((built / "_reindex" / "report.json").read_text())
+    del report["exit_code"]
+    (tmp_path / "_reindex").mkdir()
+    (tmp_path / "_reindex" / "report.json").write_text(json.dumps(report))
+    assert mdindex(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("last run: sources_failed (exit code unknown), finished ")
+    assert "None" not in out
+    page = (tmp_path / "_reindex" / "report.html").read_text()
+    assert "exit code <b>n/a</b>" in page and "None" not in page
+    report["exit_code"] = None  # as damaged
+    (tmp_path / "_reindex" / "report.json").write_text(json.dumps(report))
+    assert mdindex(["report", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("last run: sources_failed (exit code unknown)")
+
+
 def test_report_command_reads_an_s3_output_and_writes_the_page_locally(
     built, s3_server, tmp_path, capsys
 ):
