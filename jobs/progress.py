@@ -6,6 +6,8 @@ terminal (under `ray job submit` they would spam the job log)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import sys
@@ -47,9 +49,15 @@ class StatsCollector:
 
     def __init__(self) -> None:
         self._total = RunStats()
+        self._keys: set[str] = set()
 
-    def add(self, stats: RunStats) -> None:
-        """Fold one batch's record into the total."""
+    def add(self, stats: RunStats, key: str | None = None) -> None:
+        """Fold one batch's record into the total, once per `key` (`rows_key`): a call Ray tries
+        again (its worker died after it reported) reports the same key, not counted twice."""
+        if key is not None:
+            if key in self._keys:
+                return
+            self._keys.add(key)
         self._total += stats
 
     def total(self) -> RunStats:
@@ -62,12 +70,20 @@ class StatsCollector:
         return topic_counts(block, span)
 
 
-def report_stats(collector, stats: RunStats) -> None:
-    """Send one batch's record to the run's collector (None: nothing collects, e.g. in tests).
+def report_stats(collector, stats: RunStats, key: str | None = None) -> None:
+    """Send one batch's record to the run's collector (None: nothing collects, e.g. in tests),
+    counted once per `key` (None: every time, e.g. a model loaded again by a restarted actor).
 
     The call waits for the actor, so a finished task's counts are in before the driver reads."""
     if collector is not None:
-        ray.get(collector.add.remote(stats))
+        ray.get(collector.add.remote(stats, key))
+
+
+def rows_key(stage: str, batch: pa.Table) -> str:
+    """The key of one stage's call on a batch of work rows: the same when Ray tries the call
+    again, different for any other rows (a row read again in a second pass is `repeated`)."""
+    columns = [batch.column(name).to_pylist() for name in ("topic", "kind", "path", "repeated")]
+    return hashlib.sha256(json.dumps([stage, *columns]).encode()).hexdigest()
 
 
 @dataclass(frozen=True)

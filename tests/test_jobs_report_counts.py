@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from jobs_support import fault_environment
 
 from indexing import chunk_table_path
 from jobs.reindex import main
@@ -65,3 +69,30 @@ def test_a_topic_read_again_for_its_damaged_tables_counts_each_source_once(tmp_p
     files = sorted(p for p in (docs / "t").iterdir())
     assert counters["read"]["files"] == len(files)  # 4 pages and qa-pairs.md, each once
     assert report["bytes_read"] == sum(p.stat().st_size for p in files)
+
+
+def test_a_call_ray_tries_again_after_its_worker_died_is_counted_once(tmp_path):
+    """A worker that dies after its record reached the collector (a chunk task, the embedding
+    actor, a topic's reduce) has its call tried again, which reported it again: 12 sources
+    chunked of 6, 12 chunks embedded of 6, 2 topics written of 1. Each call's record is now
+    counted once (its key: the stage and its rows)."""
+    docs, out = tmp_path / "docs", tmp_path / "out"
+    (docs / "t").mkdir(parents=True)
+    for name in "abcdef":
+        (docs / "t" / f"{name}.md").write_text(page(name))
+    killed = ("chunk.sources", "embed.chunks", "index.topics")
+    env = fault_environment("crash-after-report", str(out), match=os.pathsep.join(killed))
+    child = subprocess.run(
+        [sys.executable, "-m", "jobs.reindex", "--config", CONFIG,
+         "--input", str(docs), "--output", str(out)],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert all(Path(f"{out}.crashed-{counter}").exists() for counter in killed)
+
+    report = report_of(out)
+    counters, chunks = report["counters"], report["chunks"]
+    assert report["sources"]["chunked"] == counters["chunk"]["sources"] == 6
+    assert counters["read"]["files"] == 6 and len(report["slowest_sources"]) == 6
+    assert chunks["total"] == counters["embed"]["chunks"] == chunks["embedded"] == 6
+    assert counters["index"]["topics"] == report["topics"]["rebuilt"] == 1

@@ -23,7 +23,7 @@ from chunking import ChunkedDocument, ChunkingError, chunk_source, token_counter
 from indexing import parse_questions
 from jobs.gc_pause import gc_paused
 from jobs.landmarks import Landmark, check_landmarks
-from jobs.progress import report_stats
+from jobs.progress import report_stats, rows_key
 from jobs.records import (
     QUESTIONS,
     SOURCE,
@@ -81,7 +81,8 @@ def read_and_chunk(
         batch, chunked, documents = chunk_sources(batch, settings, output)
         counter = token_counter(settings.strategy, **settings.options)
         batch, tokenized = tokenize_sources(batch, documents, settings.encoder, counter)
-    report_stats(collector, RunStats(read=read, chunk=chunked, tokenize=tokenized))
+    stats = RunStats(read=read, chunk=chunked, tokenize=tokenized)
+    report_stats(collector, stats, rows_key("chunk", batch))
     return batch
 
 

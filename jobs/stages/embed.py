@@ -39,7 +39,7 @@ from embedding.documents import (
     truncated_rows,
 )
 from jobs.gc_pause import gc_paused
-from jobs.progress import report_stats
+from jobs.progress import report_stats, rows_key
 from jobs.records import (
     QUESTIONS,
     SOURCE,
@@ -143,7 +143,8 @@ class EmbedActor:
                 table, stats = self.embed(batch)
         finally:
             spent = self.clock.spent()
-        report_stats(self.collector, RunStats(embed=stats + EmbedStats(**spent)))
+        stats = RunStats(embed=stats + EmbedStats(**spent))
+        report_stats(self.collector, stats, rows_key("embed", batch))
         return table
 
     def embed(self, batch: pa.Table) -> tuple[pa.Table, EmbedStats]:

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from embedding.cache import EmbeddingCache
-from jobs.progress import report_stats
+from jobs.progress import report_stats, rows_key
 from jobs.records import entry_from_json, vectors_from_bytes, with_columns
 from jobs.stats import Clock, Notes, RunStats, StoreStats
 
@@ -46,5 +46,5 @@ def store_entries(
         warnings=Notes(tuple(warnings.values())),
         **clock.spent(),
     )
-    report_stats(collector, RunStats(store=stats))
+    report_stats(collector, RunStats(store=stats), rows_key("store", batch))
     return with_columns(batch, {"cache_entry": [None] * batch.num_rows})

@@ -50,7 +50,7 @@ from jobs.previous import (
     read_previous,
     retained_rows,
 )
-from jobs.progress import report_stats
+from jobs.progress import report_stats, rows_key
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
 from jobs.stages.chunk import QUESTIONS_FAILED
 from jobs.stages.read import READ_FAILED
@@ -170,6 +170,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
                 **clock.spent(),
             )
         ),
+        rows_key("index", group),
     )
     outcomes = {r["path"]: Outcome(r["sha256"], r["error_code"] is not None) for r in source_rows}
     outcomes.update({path: Outcome(unchanged[path], carried=True) for path in carried})

@@ -17,6 +17,10 @@ sees each file operation before the system call and fails or kills it:
 - MDINDEX_FAULT=vanish: opening a path that contains MDINDEX_FAULT_MATCH to read removes it
   first, so the open fails (a file deleted just after it was seen: a build removing a stale
   chunk file as `mdindex serve` answers for it).
+- MDINDEX_FAULT=crash-after-report: the first process whose stage record (`jobs.stats.RunStats`)
+  counts MDINDEX_FAULT_MATCH (a `stage.counter`, such as `chunk.sources`) is killed with SIGKILL
+  just after the run's collector took it, so Ray tries its call again; once in the build for each
+  counter named (a marker file beside the root, `ROOT.crashed-<counter>`, says it happened).
 
 MDINDEX_FAULT_MATCH may name several strings, separated by `os.pathsep`: a path matches if it
 contains one of them.
@@ -107,5 +111,47 @@ _HOOKS = {
     "vanish": _vanish,
 }
 
+
+def _killing_after(report):
+    """`jobs.progress.report_stats` that kills its process after a record counting a matched
+    counter is reported, the first time in the build for each counter."""
+
+    def report_stats(collector, stats, *key):
+        report(collector, stats, *key)
+        for counter in _MATCHES:
+            stage, name = counter.split(".")
+            if getattr(getattr(stats, stage), name):
+                try:
+                    os.close(os.open(f"{_ROOT}.crashed-{counter}", os.O_CREAT | os.O_EXCL))
+                except FileExistsError:
+                    continue
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return report_stats
+
+
+class _ProgressFinder:
+    """A meta path finder that has `jobs.progress` imported as usual, then wraps its
+    `report_stats` before any stage imports the name."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "jobs.progress":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module.report_stats = _killing_after(module.report_stats)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 if _FAULT in _HOOKS and _ROOT:
     sys.addaudithook(_HOOKS[_FAULT])
+elif _FAULT == "crash-after-report" and _ROOT:
+    sys.meta_path.insert(0, _ProgressFinder())
