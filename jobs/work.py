@@ -112,14 +112,13 @@ def batch_bytes(config: JobConfig, total: int, cpus: float) -> float:
 @dataclass(frozen=True)
 class Work:
     """The pipeline's input: work rows packed into Arrow batches, the rows each topic expects,
-    the sources (and their bytes) among them, of those the ones the stages count (not
-    `repeated`), and the rows per embedding call (None: one call per chunk task). The rows
-    themselves are not kept."""
+    the sources among them, of those the ones the stages count (not `repeated`) and their
+    bytes, and the rows per embedding call (None: one call per chunk task). The rows themselves
+    are not kept."""
 
     batches: list[pa.Table]
     expected: Counter
     sources: int
-    bytes: int
     counted_sources: int
     counted_bytes: int
     questions: int = 0  # topics whose qa-pairs.md are embedded (as queries, mostly from the cache)
@@ -157,7 +156,6 @@ def prepare_work(config: JobConfig, rows: list[dict[str, Any]], cpus: float) -> 
         batches=[to_table(batch) for batch in batches],
         expected=Counter(row["topic"] for row in rows),
         sources=len(sources),
-        bytes=source_bytes,
         counted_sources=len(counted),
         counted_bytes=sum(row["size"] for row in counted),
         questions=sum(1 for row in rows if row["kind"] == QUESTIONS),
