@@ -120,7 +120,7 @@ def _run_locked(
         start_ray(config, marks)
         wall["ray_start"] = time.perf_counter() - mark
     # The manifest in the output while this run goes on: what a run stopped from here leaves.
-    stored = interim_manifest(found.previous, plan)
+    stored = interim_manifest(found.previous, plan, found.config_key)
     if stored != found.previous:  # the run changes something
         check()
         output.write_bytes(MANIFEST_PATH, stored.to_json())

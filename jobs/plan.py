@@ -216,14 +216,19 @@ def rebuilding(plan: Plan, topics: Iterable[str], previous: Manifest) -> Plan:
     return replace(plan, topics=tuple(rebuilt), settled=settled_failures(rebuilt, previous))
 
 
-def interim_manifest(previous: Manifest, plan: Plan) -> Manifest:
+def interim_manifest(previous: Manifest, plan: Plan, settings: str) -> Manifest:
     """The manifest to store while `plan` runs, before its first write into the output: the
     previous one, with each topic the run rebuilds (new ones too), relinks or removes marked
     failed, each source it reads or deletes given a fingerprint no file has (`NOT_BUILT`), and
     its directories added. A run that stops before its own manifest (a crash, a kill, a failure)
     leaves this one, so the next run rebuilds those topics and reads those sources again
     whatever the input holds by then (an input put back as it was included), and removes those
-    of them and the directory indexes that are no longer in it."""
+    of them and the directory indexes that are no longer in it.
+
+    It names the run's settings key `settings` (where the previous one had another, the run
+    rebuilds every topic and reads every source, so each entry is marked): a first run's had
+    none, the mark of a manifest this version cannot read, and the next run warned that it was
+    damaged."""
     touched = plan.changed | set(plan.deleted)
     sources = {
         path: replace(entry, fingerprint=NOT_BUILT) if path in touched else entry
@@ -234,7 +239,13 @@ def interim_manifest(previous: Manifest, plan: Plan) -> Manifest:
     for topic in changing:
         topics[topic] = replace(topics.get(topic) or TopicEntry(NOT_BUILT, (), ()), failed=True)
     directories = tuple(sorted({*previous.directories, *plan.directories}))
-    return replace(previous, sources=sources, topics=topics, directories=directories)
+    return replace(
+        previous,
+        config_key=settings,
+        sources=sources,
+        topics=topics,
+        directories=directories,
+    )
 
 
 def links_moved(

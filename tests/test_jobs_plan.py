@@ -321,7 +321,7 @@ def test_a_run_stopped_before_its_manifest_is_redone_whatever_the_input_then_hol
     run = make_plan(edited, before, "s1", GLOBS)
     assert actions(run) == {"a": REBUILD, "d": REBUILD} and run.deleted_topics == ("b/c",)
 
-    stopped = interim_manifest(before, run)
+    stopped = interim_manifest(before, run, "s1")
 
     assert make_plan(FILES, stopped, "s1", GLOBS).deleted_topics == ("d",)
     again = make_plan(FILES, stopped, "s1", GLOBS)  # the input put back as it was
@@ -330,6 +330,6 @@ def test_a_run_stopped_before_its_manifest_is_redone_whatever_the_input_then_hol
     assert set(stopped.directories) == {"", "b"}  # `d` is a topic: no directory index of its own
     relinked = make_plan(FILES + [FileInfo("b/c/e/x.md", 7, "v7")], before, "s1", GLOBS)
     assert actions(relinked) == {"a": KEEP, "b/c": RELINK, "b/c/e": REBUILD}
-    assert interim_manifest(before, relinked).sources == before.sources
-    back = make_plan(FILES, interim_manifest(before, relinked), "s1", GLOBS)
+    assert interim_manifest(before, relinked, "s1").sources == before.sources
+    back = make_plan(FILES, interim_manifest(before, relinked, "s1"), "s1", GLOBS)
     assert actions(back) == {"a": KEEP, "b/c": REBUILD} and back.deleted_topics == ("b/c/e",)
