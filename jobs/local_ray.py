@@ -3,11 +3,14 @@ instance started for the build."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+from collections.abc import Iterator
 
 import ray
+from ray._private import services
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -86,6 +89,36 @@ class FoldersNotShared(ValueError):
     output, found before any work (a config error for this cluster: exit code 2)."""
 
 
+class _OwnGroupPopen(services.ConsolePopen):
+    """Ray's `ConsolePopen` for a process that leads a process group of its own."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, process_group=0, **kwargs)
+
+
+@contextlib.contextmanager
+def process_groups_of_their_own() -> Iterator[None]:
+    """While a private local Ray instance starts: each process `ray.init` starts (the GCS, the
+    raylet, whose worker processes join its group, the log monitor, ...) leads a process group
+    of its own, outside the driver's.
+
+    A signal sent to the driver's process group then reaches the driver alone: coreutils'
+    `timeout` (`timeout 4h mdindex build ...` in a crontab) sends its SIGTERM to its whole group,
+    as does `kill -- -PGID`. It used to stop Ray's processes at the same moment as the driver, which
+    then, before it could report the run, was ended by Ray's core worker with exit 1 (its object
+    store's connection lost), aborted in `ray.init` (134), or hung 60 s for its GCS and exited
+    1, its report unwritten; or it reported, 7-27 s later. Ray's processes still end with the
+    driver: the kernel's fate sharing (`PR_SET_PDEATHSIG`) kills them when it dies, and Ray's
+    shutdown stops them by pid. On Windows Ray gives them groups of their own itself. (SIGINT
+    from a terminal's Ctrl-C never reached them: Ray blocks it in its processes.)"""
+    popen = services.ConsolePopen
+    services.ConsolePopen = _OwnGroupPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
+
+
 def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
     """Join this process's Ray (a test's) or the cluster RAY_ADDRESS names (`ray job submit` sets
     it), whose live nodes must see the driver's local folders (`landmarks`; else
@@ -112,13 +145,14 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
         return
     # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
     # runtime_env to forward it would cost every new worker process about a second.
-    context = ray.init(
-        address="local",
-        num_cpus=config.resources.num_cpus,
-        include_dashboard=False,
-        logging_level=logging.WARNING,
-        _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS},
-    )
+    with process_groups_of_their_own():
+        context = ray.init(
+            address="local",
+            num_cpus=config.resources.num_cpus,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS},
+        )
     exit_on_sigterm()
     log.info("started a local Ray instance (logs in %s)", context.address_info["session_dir"])
     totals = [node["Resources"] for node in _live_nodes()]

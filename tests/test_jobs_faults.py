@@ -301,6 +301,57 @@ def test_a_build_stopped_by_sigterm_mid_build_reports_it_and_exits_143(tmp_path)
     assert_every_index_names_files_that_exist(output)
 
 
+def process_group(pgid: int) -> set[int]:
+    """The pids of the live processes of process group `pgid`."""
+    members = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    members.add(int(entry.name))
+            except ProcessLookupError:  # ended meanwhile
+                continue
+    return members
+
+
+def test_a_sigterm_to_the_builds_process_group_reaches_the_driver_alone(tmp_path):
+    """`timeout 4h mdindex build ...` (coreutils) sends its SIGTERM to its whole process group,
+    as does `kill -- -PGID`. The processes of the build's private Ray instance were in that group
+    too, and stopped with the driver, which then now and then could not report the run: Ray's
+    core worker ended it with exit 1 (its object store's connection lost), it aborted in
+    `ray.init` (134) or hung 60 s for its GCS, the previous report left as it was; otherwise it
+    reported 7-27 s later. They lead process groups of their own now: the driver is the group's
+    only member, and the group's SIGTERM stops the build as one sent to the driver does (143, a
+    failed report that says so, every index.json valid)."""
+    docs, output = tmp_path / "docs", tmp_path / "out"
+    topics_corpus(docs, "v1")
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
+    driver = subprocess.Popen(
+        [*command, "--input", str(docs), "--output", str(output)],
+        env={**own_ray_environment(), "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    seen = []
+    try:
+        for line in driver.stdout:
+            seen.append(line)
+            if "embedding pool:" in line:  # logged once the local Ray instance is up
+                break
+        assert process_group(driver.pid) == {driver.pid}, "".join(seen)[-3000:]
+        os.killpg(driver.pid, signal.SIGTERM)
+        rest = driver.communicate(timeout=60)[0]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert driver.returncode == 143, rest[-3000:]
+    assert "mdindex build: stopped by SIGTERM" in rest
+    report = report_of(output)
+    assert (report["status"], report["exit_code"]) == ("failed", 143)
+    assert report["error"] == "Interrupted: stopped by SIGTERM"
+    assert_every_index_names_files_that_exist(output)
+
+
 def test_a_sigterm_once_the_build_is_reported_ends_it_with_its_code_and_only_it(tmp_path, vectors):
     """Once a build is reported, SIGTERM ends a `python -m jobs.reindex` at once with the build's
     code, and no traceback. What is left then is Ray's shutdown at exit, an atexit hook that
