@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -259,13 +260,17 @@ def test_a_driver_killed_mid_build_leaves_a_valid_output_and_a_rerun_converges(t
     assert outputs(killed) == outputs(clean)
 
 
-def sigterm_at(
-    docs: Path, output: Path, marker: str, options: list[str] | None = None
+def signal_at(
+    docs: Path,
+    output: Path,
+    marker: str,
+    options: list[str] | None = None,
+    signum: signal.Signals = signal.SIGTERM,
 ) -> tuple[int, str]:
-    """`python -m jobs.reindex` (with `options`) joined to this session's Ray, sent SIGTERM at the
-    first line of its output (stdout and stderr as one, unbuffered) that holds `marker`: its exit
-    code and the output after that line, or all of it when no line held the marker (no SIGTERM
-    sent: a build that failed before it, whose output a failure message then shows)."""
+    """`python -m jobs.reindex` (with `options`) joined to this session's Ray, sent `signum` at
+    the first line of its output (stdout and stderr as one, unbuffered) that holds `marker`: its
+    exit code and the output after that line, or all of it when no line held the marker (no
+    signal sent: a build that failed before it, whose output a failure message then shows)."""
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
     driver = subprocess.Popen(
@@ -277,7 +282,7 @@ def sigterm_at(
     for line in driver.stdout:
         seen.append(line)
         if marker in line:
-            driver.send_signal(signal.SIGTERM)
+            driver.send_signal(signum)
             break
     else:
         return driver.wait(timeout=60), "".join(seen)
@@ -292,13 +297,44 @@ def test_a_build_stopped_by_sigterm_mid_build_reports_it_and_exits_143(tmp_path)
     report in about 1 run of 10: the driver puts Python's handler back after `ray.init`."""
     docs, output = tmp_path / "docs", tmp_path / "out"
     topics_corpus(docs, "v1")
-    code, rest = sigterm_at(docs, output, "embedding pool:")  # logged as its actors start
+    code, rest = signal_at(docs, output, "embedding pool:")  # logged as its actors start
     assert code == 143, rest[-3000:]
     assert "mdindex build: stopped by SIGTERM" in rest and "SIGTERM received" not in rest
     report = report_of(output)
     assert (report["status"], report["exit_code"]) == ("failed", 143)
     assert report["error"] == "Interrupted: stopped by SIGTERM"
     assert_every_index_names_files_that_exist(output)
+
+
+def test_a_build_killed_where_it_cannot_report_leaves_a_report_that_says_it_did_not_finish(
+    tmp_path, vectors
+):
+    """A run killed where no handler runs (kill -9, the kernel's out-of-memory killer, a
+    container or machine gone) left the last run's report, which said "ok": a person reading it
+    days later could not tell that the last run never finished. With its interim manifest, before
+    any other write, a run now writes a failed report naming itself as unfinished, which its own
+    report replaces at its end; the next run redoes what it changed and reports "ok"."""
+    docs, output = tmp_path / "docs", tmp_path / "out"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "alpha.md").write_text(TEXT.format("Alpha"))
+    assert build("--input", str(docs), "--output", str(output), *vectors) == 0
+    assert report_of(output)["status"] == "ok"
+    (docs / "t" / "gamma.md").write_text(TEXT.format("Gamma"))  # not cached: a model to load
+
+    code, rest = signal_at(docs, output, "embedding pool:", vectors, signal.SIGKILL)
+    assert code == -signal.SIGKILL, rest[-3000:]
+    report = report_of(output)
+    assert (report["status"], report["exit_code"]) == ("failed", None)
+    assert re.fullmatch(
+        rf"Unfinished: the build of pid \d+ on {re.escape(socket.gethostname())}, since \S+, has "
+        r"not reported its end: it is still running, or it was stopped where it could not "
+        r"\(kill -9, out of memory, its machine or container gone\); the next build redoes what "
+        r"it changed",
+        report["error"],
+    )
+
+    assert build("--input", str(docs), "--output", str(output), *vectors) == 0
+    assert (report_of(output)["status"], report_of(output)["sources"]["changed"]) == ("ok", 1)
 
 
 def process_group(pgid: int) -> set[int]:
@@ -373,7 +409,7 @@ def test_a_sigterm_once_the_build_is_reported_ends_it_with_its_code_and_only_it(
     finally:
         signal.signal(signal.SIGTERM, before)
 
-    code, rest = sigterm_at(docs, output, "mdindex build: 1 sources", vectors)  # the summary
+    code, rest = signal_at(docs, output, "mdindex build: 1 sources", vectors)  # the summary
     assert code == 0, rest[-3000:]
     assert "Traceback" not in rest and "SIGTERM" not in rest
     assert (report_of(output)["status"], report_of(output)["exit_code"]) == ("ok", 0)

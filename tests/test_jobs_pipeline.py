@@ -866,9 +866,10 @@ def test_a_build_whose_s3_lock_is_taken_over_stops_before_its_first_switch_with_
     local_output, s3_server, tmp_path, monkeypatch, capsys
 ):
     """A build on S3 whose lock object another build takes over (here: overwritten as soon as it
-    appears) stops at its next check, before any topic's reduce: exit 75, no index.json or
-    report, no manifest but the interim one (every topic still to build), and the other build's
-    lock left as it is. Once that one is gone, a re-run
+    appears) stops at its next check, before any topic's reduce: exit 75, no index.json, no
+    manifest but the interim one (every topic still to build) and no report but the one written
+    with it (the run unfinished), and the other build's lock left as it is. Once that one is
+    gone, a re-run
     builds everything. (Both builds read the module build's vectors from a copy of its cache:
     they load no model.)"""
     monkeypatch.setattr(lock, "RENEW_S", 0.05)
@@ -901,10 +902,14 @@ def test_a_build_whose_s3_lock_is_taken_over_stops_before_its_first_switch_with_
     assert f"this build lost its lock on the output {out}" in err
     assert "another build has taken it over" in err
     written = fs.find(out)
-    assert not [p for p in written if p.endswith(("/index.json", "report.json"))]
+    assert not [p for p in written if p.endswith("/index.json")]
     if fs.exists(f"{out}/_reindex/manifest.json"):  # the interim one, stored before the takeover
         manifest = json.loads(fs.cat_file(f"{out}/_reindex/manifest.json"))
         assert all(entry["failed"] for entry in manifest["topics"].values())
+        unfinished = json.loads(fs.cat_file(f"{out}/_reindex/report.json"))
+        assert unfinished["error"].startswith("Unfinished: the build of pid ")
+    else:
+        assert not [p for p in written if p.endswith("report.json")]
     assert fs.cat_file(path) == other
 
     fs.rm_file(path)
