@@ -139,11 +139,11 @@ def _run_locked(
         wall["ray_start"] = time.perf_counter() - mark
     # The manifest in the output while this run goes on: what a run stopped from here leaves.
     stored = interim_manifest(found.previous, plan, found.config_key)
+    check()
     if stored != found.previous:  # the run changes something
-        check()
         output.write_bytes(MANIFEST_PATH, stored.to_json())
-        began = time.time() - (time.perf_counter() - started)
-        write_failed_report(config, unfinished(began), exit_code=None)  # until the run's own
+    began = time.time() - (time.perf_counter() - started)
+    write_failed_report(config, unfinished(began), exit_code=None)  # until the run's own
     if rebuilt:
         mark = time.perf_counter()
         built = build_topics(

@@ -313,7 +313,8 @@ def test_a_build_killed_where_it_cannot_report_leaves_a_report_that_says_it_did_
     container or machine gone) left the last run's report, which said "ok": a person reading it
     days later could not tell that the last run never finished. With its interim manifest, before
     any other write, a run now writes a failed report naming itself as unfinished, which its own
-    report replaces at its end; the next run redoes what it changed and reports "ok"."""
+    report replaces at its end; so does a run killed after such a run, whose interim manifest is
+    already there; the next run redoes what they changed and reports "ok"."""
     docs, output = tmp_path / "docs", tmp_path / "out"
     (docs / "t").mkdir(parents=True)
     (docs / "t" / "alpha.md").write_text(TEXT.format("Alpha"))
@@ -332,6 +333,10 @@ def test_a_build_killed_where_it_cannot_report_leaves_a_report_that_says_it_did_
         r"it changed",
         report["error"],
     )
+    code, rest = signal_at(docs, output, "embedding pool:", vectors, signal.SIGKILL)
+    assert code == -signal.SIGKILL, rest[-3000:]
+    again = report_of(output)
+    assert again["error"].startswith("Unfinished: ") and again["error"] != report["error"]
 
     assert build("--input", str(docs), "--output", str(output), *vectors) == 0
     assert (report_of(output)["status"], report_of(output)["sources"]["changed"]) == ("ok", 1)
