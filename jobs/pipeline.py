@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from jobs.discovery import discover, list_input, output_storage
 from jobs.finish import finish, index_settings
 from jobs.landmarks import Landmark, landmarks
 from jobs.local_ray import node_gpu_counts, start_ray
-from jobs.lock import Check, describe_holder, output_lock
+from jobs.lock import Check, output_lock
 from jobs.logs import printable
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.path_set import PathSet
@@ -35,7 +34,7 @@ from jobs.plan import KEEP, REBUILD, RELINK, Plan, interim_manifest
 from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
 from jobs.reduce import reduce_topics
-from jobs.report import build_report, key_settings, write_failed_report, write_report
+from jobs.report import build_report, key_settings, write_report, write_unfinished_report
 from jobs.resources import (
     EmbedPool,
     actor_env,
@@ -56,23 +55,6 @@ from jobs.work import Work, embedding_batches, prepare_work, work_rows
 log = logging.getLogger("mdindex.build")
 
 NO_POOL = "none (nothing to embed: every source of the rebuilt topics is carried)"
-
-
-class Unfinished(Exception):
-    """What a run's report says from its first write into the output until it reports its end
-    (`unfinished`)."""
-
-
-def unfinished(started: float) -> Unfinished:
-    """The report's error for this process's run, begun at `started` (epoch seconds), while it
-    has not reported its end: still running, or stopped where it could not report. Its report
-    used to be the last run's until then, so a run killed that way left one that said "ok"."""
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
-    return Unfinished(
-        f"{describe_holder(me)}, has not reported its end: it is still running, or it was "
-        "stopped where it could not (kill -9, out of memory, its machine or container gone); "
-        "the next build redoes what it changed"
-    )
 
 
 @dataclass(frozen=True)
@@ -143,7 +125,7 @@ def _run_locked(
     if stored != found.previous:  # the run changes something
         output.write_bytes(MANIFEST_PATH, stored.to_json())
     began = time.time() - (time.perf_counter() - started)
-    write_failed_report(config, unfinished(began), exit_code=None)  # until the run's own
+    write_unfinished_report(config, began)  # until the run's own
     if rebuilt:
         mark = time.perf_counter()
         built = build_topics(

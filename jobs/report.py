@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import socket
 from datetime import UTC, datetime
 from typing import Any
 
 from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
 from jobs.config import JobConfig
+from jobs.lock import describe_holder, utc
 from jobs.logs import printable
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.plan import distinct_failures
@@ -176,21 +179,53 @@ def write_failed_report(
     config: JobConfig, error: BaseException, exit_code: int = EXIT_JOB_FAILED
 ) -> None:
     """Write the report of a run that failed (exit code 1, or a signal's): what went wrong, no
-    counts. Where the output cannot take even that (a full or read-only disk), the failure is
+    counts."""
+    _write_without_counts(
+        config,
+        {
+            "status": "failed",
+            "exit_code": exit_code,
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "error": error_text(error),
+        },
+    )
+
+
+def write_unfinished_report(config: JobConfig, started: float) -> None:
+    """Write the report that stands while this process's run (begun at `started`, epoch
+    seconds) goes on, until its own replaces it at its end: status "unfinished", no exit code.
+    A run killed where it could not report (kill -9, out of memory, its machine gone) left the
+    last run's report, which said "ok"; now it leaves one that says it never finished."""
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
+    _write_without_counts(
+        config,
+        {
+            "status": "unfinished",
+            "exit_code": None,
+            "started_at": utc(started),
+            "error": (
+                f"{describe_holder(me)}, has not reported its end: it is still running, or it "
+                "was stopped where it could not (kill -9, out of memory, its machine or "
+                "container gone); the next build redoes what it changed"
+            ),
+        },
+    )
+
+
+def _write_without_counts(config: JobConfig, outcome: dict[str, Any]) -> None:
+    """Write a report of `outcome` (status, exit code, time, error) and the run's input, output
+    and settings. Where the output cannot take even that (a full or read-only disk), it is
     only logged."""
     report = {
-        "status": "failed",
-        "exit_code": exit_code,
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        **outcome,
         "input": config.input,
         "output": config.output,
-        "error": error_text(error),
         "settings": key_settings(config),
     }
     try:
         write_report(Storage(config.output, config.storage_options), report)
     except OSError as exc:
-        log.warning("the failed run's report could not be written: %s", exc)
+        log.warning("the run's %s report could not be written: %s", outcome["status"], exc)
 
 
 def summary(report: dict[str, Any]) -> str:

@@ -128,5 +128,9 @@ def render(report: dict[str, Any]) -> tuple[str, str]:
         raise DamagedReport(f"no {exc.args[0]!r}") from exc
     except (LookupError, TypeError, AttributeError, ValueError, ArithmeticError) as exc:
         raise DamagedReport(f"{type(exc).__name__}: {exc}") from exc
-    finished = report.get("finished_at", "at an unknown time")
-    return f"last run: {status}, finished {finished}\n{counts}", page
+    when = (
+        f"started {report['started_at']}"  # an unfinished run's
+        if "started_at" in report
+        else f"finished {report.get('finished_at', 'at an unknown time')}"
+    )
+    return f"last run: {status}, {when}\n{counts}", page

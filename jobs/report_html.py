@@ -94,6 +94,7 @@ def _outcome(report: dict[str, Any]) -> str:
     rows = [(k, report[k]) for k in facts if k in report]
     keys = report.get("counters", {}).get("embed", {}).get("model_keys")
     rows += [("model keys", ", ".join(keys))] if keys else []
+    rows += [("started", report["started_at"])] if "started_at" in report else []
     rows += [("finished", report["finished_at"])] if "finished_at" in report else []
     rows += _flatten(report.get("settings", {}))
     if "error" in report:

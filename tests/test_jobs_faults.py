@@ -20,6 +20,7 @@ import pytest
 import ray
 from jobs_support import cache_copy, gone_endpoint, outputs, own_ray_environment, s3_options
 
+from jobs.cli import main as mdindex
 from jobs.config import load_config
 from jobs.discovery import discover, list_input
 from jobs.records import SOURCE, new_row, to_table
@@ -307,12 +308,12 @@ def test_a_build_stopped_by_sigterm_mid_build_reports_it_and_exits_143(tmp_path)
 
 
 def test_a_build_killed_where_it_cannot_report_leaves_a_report_that_says_it_did_not_finish(
-    tmp_path, vectors
+    tmp_path, vectors, capsys
 ):
     """A run killed where no handler runs (kill -9, the kernel's out-of-memory killer, a
     container or machine gone) left the last run's report, which said "ok": a person reading it
     days later could not tell that the last run never finished. With its interim manifest, before
-    any other write, a run now writes a failed report naming itself as unfinished, which its own
+    any other write, a run now writes a report saying it is unfinished, which its own
     report replaces at its end; so does a run killed after such a run, whose interim manifest is
     already there; the next run redoes what they changed and reports "ok"."""
     docs, output = tmp_path / "docs", tmp_path / "out"
@@ -325,9 +326,10 @@ def test_a_build_killed_where_it_cannot_report_leaves_a_report_that_says_it_did_
     code, rest = signal_at(docs, output, "embedding pool:", vectors, signal.SIGKILL)
     assert code == -signal.SIGKILL, rest[-3000:]
     report = report_of(output)
-    assert (report["status"], report["exit_code"]) == ("failed", None)
+    assert (report["status"], report["exit_code"]) == ("unfinished", None)
+    assert "finished_at" not in report and report["started_at"] in report["error"]
     assert re.fullmatch(
-        rf"Unfinished: the build of pid \d+ on {re.escape(socket.gethostname())}, since \S+, has "
+        rf"the build of pid \d+ on {re.escape(socket.gethostname())}, since \S+, has "
         r"not reported its end: it is still running, or it was stopped where it could not "
         r"\(kill -9, out of memory, its machine or container gone\); the next build redoes what "
         r"it changed",
@@ -336,7 +338,13 @@ def test_a_build_killed_where_it_cannot_report_leaves_a_report_that_says_it_did_
     code, rest = signal_at(docs, output, "embedding pool:", vectors, signal.SIGKILL)
     assert code == -signal.SIGKILL, rest[-3000:]
     again = report_of(output)
-    assert again["error"].startswith("Unfinished: ") and again["error"] != report["error"]
+    assert again["status"] == "unfinished" and again["error"] != report["error"]
+    capsys.readouterr()  # the first build's summary
+    assert mdindex(["report", str(output)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(
+        f"last run: unfinished (exit code unknown), started {again['started_at']}\n  the build of"
+    ), text
 
     assert build("--input", str(docs), "--output", str(output), *vectors) == 0
     assert (report_of(output)["status"], report_of(output)["sources"]["changed"]) == ("ok", 1)
