@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 import ray
-from jobs_support import cache_copy, gone_endpoint, outputs, own_ray_environment, s3_options
+from jobs_support import (
+    cache_copy,
+    fault_environment,
+    gone_endpoint,
+    outputs,
+    own_ray_environment,
+    s3_options,
+)
 
 from jobs.cli import main as mdindex
 from jobs.config import load_config
@@ -524,3 +531,30 @@ def test_an_exception_the_chunker_did_not_raise_on_purpose_is_a_chunker_error(tm
         read_sources(to_table(rows), storage)[0], ChunkSettings("semantic"), storage
     )
     assert batch.column("error_code").to_pylist() == [None, "CHUNKING_FAILED"]
+
+
+def test_a_call_ray_tries_again_after_its_worker_died_is_counted_once(tmp_path, vectors):
+    """A worker that dies after its record reached the collector (a chunk task, the embedding
+    actor, a topic's reduce) has its call tried again, which reported it again: 4 sources
+    chunked of 2, 4 chunks embedded or from the cache of 2, 2 topics written of 1. Each call's
+    record is now counted once (its key: the stage and its rows)."""
+    docs, out = tmp_path / "docs", tmp_path / "out"
+    (docs / "t").mkdir(parents=True)
+    for name in ("Alpha", "Beta"):
+        (docs / "t" / f"{name.lower()}.md").write_text(TEXT.format(name))
+    killed = ("chunk.sources", "embed.chunks", "index.topics")
+    env = fault_environment("crash-after-report", str(out), match=os.pathsep.join(killed))
+    child = subprocess.run(
+        [sys.executable, "-m", "jobs.reindex", "--config", CONFIG,
+         "--input", str(docs), "--output", str(out), *vectors],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert all(Path(f"{out}.crashed-{counter}").exists() for counter in killed)
+
+    report = report_of(out)
+    counters, chunks = report["counters"], report["chunks"]
+    assert report["sources"]["chunked"] == counters["chunk"]["sources"] == 2
+    assert counters["read"]["files"] == 2 and len(report["slowest_sources"]) == 2
+    assert chunks["total"] == counters["embed"]["chunks"] == chunks["cache_hits"] == 2
+    assert counters["index"]["topics"] == report["topics"]["rebuilt"] == 1

@@ -722,7 +722,8 @@ def test_a_topic_read_again_for_its_damaged_tables_stays_within_the_progress_goa
 ):
     """A rebuilt topic whose previous tables cannot be read has its sources read in a second
     pass: the progress line counted them past the first pass's goal ("5/1 sources chunked"), and
-    then the edited source, read in both passes, twice ("5/5")."""
+    then the edited source, read in both passes, twice ("5/5"); so did the report (5 sources
+    chunked of 4, "1 embedded, 4 from cache" of 4 chunks, twice among the slowest)."""
     docs, out, cache = tmp_path / "docs", tmp_path / "out", cache_copy(small_vectors, tmp_path)
     write_pages(docs, {f"t/{name}.md": retry_page(name) for name in ("a", "b", "c", "d")})
     assert build("--input", str(docs), "--output", str(out), *cache) == 0
@@ -735,6 +736,19 @@ def test_a_topic_read_again_for_its_damaged_tables_stays_within_the_progress_goa
     lines = re.findall(r"(\d+)/(\d+) sources chunked", caplog.text)
     assert lines and all(int(done) <= int(goal) for done, goal in lines), lines
     assert ("4", "4") in lines  # the second pass's: 1 source, then the 3 others
+    report = report_of(out)
+    sources, chunks, counters = report["sources"], report["chunks"], report["counters"]
+    assert (sources["carried"], sources["chunked"], chunks["reused"]) == (0, 4, 0)
+    assert counters["chunk"]["sources"] == counters["embed"]["documents"] == 4
+    assert chunks["embedded"] == 1  # the edited page's new text, in the first pass
+    assert chunks["embedded"] + chunks["cache_hits"] == chunks["total"]
+    assert counters["chunk"]["chunks"] == counters["embed"]["chunks"] == chunks["total"]
+    tokens = chunks["tokens"]["semantic"]["count"]
+    assert counters["tokenize"]["chunks"] == tokens == chunks["total"]
+    assert sorted(s["path"] for s in report["slowest_sources"]) == [f"t/{n}.md" for n in "abcd"]
+    files = sorted((docs / "t").iterdir())
+    assert counters["read"]["files"] == len(files)
+    assert report["bytes_read"] == sum(p.stat().st_size for p in files)
 
 
 def built_one_source(tmp_path: Path, vectors: Path) -> tuple[Path, Path]:
