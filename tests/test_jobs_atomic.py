@@ -13,7 +13,6 @@ server refusing the PUT."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import posixpath
 import shutil
@@ -182,29 +181,6 @@ def test_a_failure_before_the_switch_leaves_the_previous_output_whole_and_a_reru
     assert len(temporaries(after)) == temporaries_left  # resources.retries=1: two tries
 
     assert build("--input", str(v2), "--output", str(output)) == 0
-    assert stored(LOCAL, str(output)) == stored(LOCAL, str(clean))
-
-
-def test_a_first_build_stopped_before_its_manifest_is_redone_without_a_word_of_damage(
-    versions, tmp_path, caplog
-):
-    """A first build into an empty output, its reduces killed (SIGKILL) as they rename their
-    index.json in: exit 1, leaving its interim manifest. That manifest had no settings key (there
-    was no previous one to take it from), the mark of one this version cannot read, so the next
-    run warned "manifest.json is of another format, or damaged". It now names the run's key: the
-    next run says nothing of damage and gives a clean build's bytes."""
-    _, v2, clean = versions
-    output = tmp_path / "out"
-    with_clean_vectors(clean, LOCAL, str(output))
-
-    code, stderr = faulty_build(v2, output, "crash", "/index.json")
-    assert code == 1, stderr[-3000:]
-    assert (output / "_reindex" / "manifest.json").is_file()
-
-    with caplog.at_level(logging.INFO, logger="mdindex.build"):
-        assert build("--input", str(v2), "--output", str(output)) == 0
-    assert "2 topics to rebuild" in caplog.text
-    assert "damaged" not in caplog.text
     assert stored(LOCAL, str(output)) == stored(LOCAL, str(clean))
 
 

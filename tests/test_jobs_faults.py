@@ -315,23 +315,24 @@ def test_a_build_stopped_by_sigterm_mid_build_reports_it_and_exits_143(tmp_path)
 
 
 def test_a_build_killed_where_it_cannot_report_leaves_a_report_that_says_it_did_not_finish(
-    tmp_path, vectors, capsys
+    tmp_path, vectors, capsys, caplog
 ):
     """A run killed where no handler runs (kill -9, the kernel's out-of-memory killer, a
-    container or machine gone) left the last run's report, which said "ok": a person reading it
-    days later could not tell that the last run never finished. With its interim manifest, before
-    any other write, a run now writes a report saying it is unfinished, which its own
-    report replaces at its end; so does a run killed after such a run, whose interim manifest is
-    already there; the next run redoes what they changed and reports "ok"."""
+    container or machine gone) left the last run's report, which said "ok", or none: a person
+    reading it days later could not tell that the last run never finished. Once it holds the
+    lock, before its first write into the index, a run now writes a report saying it is
+    unfinished, which its own replaces at its end; so does a run killed after such a run, whose
+    interim manifest is already there. A first build's interim manifest had no settings key, the
+    mark of one this version cannot read, so the next run warned "manifest.json is of another
+    format, or damaged": it names the run's key now, and the next run says nothing of damage."""
     docs, output = tmp_path / "docs", tmp_path / "out"
     (docs / "t").mkdir(parents=True)
     (docs / "t" / "alpha.md").write_text(TEXT.format("Alpha"))
-    assert build("--input", str(docs), "--output", str(output), *vectors) == 0
-    assert report_of(output)["status"] == "ok"
     (docs / "t" / "gamma.md").write_text(TEXT.format("Gamma"))  # not cached: a model to load
 
     code, rest = signal_at(docs, output, "embedding pool:", vectors, signal.SIGKILL)
     assert code == -signal.SIGKILL, rest[-3000:]
+    assert (output / "_reindex" / "manifest.json").is_file()  # the interim one
     report = report_of(output)
     assert (report["status"], report["exit_code"]) == ("unfinished", None)
     assert "finished_at" not in report and report["started_at"] in report["error"]
@@ -346,15 +347,17 @@ def test_a_build_killed_where_it_cannot_report_leaves_a_report_that_says_it_did_
     assert code == -signal.SIGKILL, rest[-3000:]
     again = report_of(output)
     assert again["status"] == "unfinished" and again["error"] != report["error"]
-    capsys.readouterr()  # the first build's summary
     assert mdindex(["report", str(output)]) == 0
     text = capsys.readouterr().out
     assert text.startswith(
         f"last run: unfinished (exit code unknown), started {again['started_at']}\n  the build of"
     ), text
 
-    assert build("--input", str(docs), "--output", str(output), *vectors) == 0
-    assert (report_of(output)["status"], report_of(output)["sources"]["changed"]) == ("ok", 1)
+    with caplog.at_level(logging.INFO, logger="mdindex.build"):
+        assert build("--input", str(docs), "--output", str(output), *vectors) == 0
+    assert "damaged" not in caplog.text
+    assert (report_of(output)["status"], report_of(output)["sources"]["chunked"]) == ("ok", 2)
+    assert_every_index_names_files_that_exist(output)
 
 
 def process_group(pgid: int) -> set[int]:
