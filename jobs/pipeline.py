@@ -176,7 +176,8 @@ def _run_locked(
             "settings": key_settings(config),
         },
     )
-    output.write_bytes(MANIFEST_PATH, manifest.to_json())
+    if manifest != stored:  # an unchanged run writes its report alone
+        output.write_bytes(MANIFEST_PATH, manifest.to_json())
     write_report(output, report)
     return report
 

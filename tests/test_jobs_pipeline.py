@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -392,15 +393,16 @@ def test_s3_keys_with_an_empty_folder_name_are_reported(small_vectors, s3_server
     INVALID_FILE_NAME (exit 3); the other sources are built as before."""
     s3_server.make_bucket("jobs-slashes")
     fs = s3_server.filesystem()
+    fs.make_bucket_versioned("jobs-slashes")
     pages = {path: text for path, text in GLOB_PAGES.items() if path.startswith("t/")}
     odd = {"t//dup.md": pages["t/a1.md"], "/lead.md": pages["t/a1.md"], "t//img.png": "png"}
     fs.pipe({f"jobs-slashes/docs/{path}": text.encode() for path, text in {**pages, **odd}.items()})
-    code = build(
+    command = (
         "--input", "s3://jobs-slashes/docs", "--output", "s3://jobs-slashes/out",
         "--set", f"storage_options={s3_options(s3_server.endpoint_url)}",
         *cache_copy(small_vectors, tmp_path),
     )  # fmt: skip
-    assert code == 3
+    assert build(*command) == 3
     report = json.loads(fs.cat_file("jobs-slashes/out/_reindex/report.json"))
     message = (
         "the path has an empty folder name (a `//` in the object's key, or a key starting with "
@@ -414,6 +416,25 @@ def test_s3_keys_with_an_empty_folder_name_are_reported(small_vectors, s3_server
     manifest = json.loads(fs.cat_file("jobs-slashes/out/_reindex/manifest.json"))
     assert sorted(manifest["sources"]) == sorted(pages) and list(manifest["topics"]) == ["t"]
     assert fs.find("jobs-slashes/out", prefix="/") == []  # nothing written under an empty name
+    # Run again unchanged (a nightly schedule): it writes its report alone (it wrote the
+    # manifest again too). The bucket keeps every version of an object.
+    written = versions(fs, "jobs-slashes", "out/")
+    assert build(*command) == 3
+    now = versions(fs, "jobs-slashes", "out/")
+    assert sorted(key for key in now if now[key] != written.get(key)) == [
+        "out/_reindex/build.lock",  # taken and released: its versions and delete markers
+        "out/_reindex/report.html",
+        "out/_reindex/report.json",
+    ]
+
+
+def versions(fs, bucket: str, prefix: str) -> Counter[str]:
+    """How many versions (delete markers too) each key under `prefix` of a versioned bucket
+    has, the lock's probes left out."""
+    found = fs.call_s3("list_object_versions", Bucket=bucket, Prefix=prefix)
+    assert not found["IsTruncated"]
+    entries = [*found.get("Versions", []), *found.get("DeleteMarkers", [])]
+    return Counter(e["Key"] for e in entries if ".probe-" not in e["Key"])
 
 
 SHARD = "libraries~sjson-source-generation.parquet"
