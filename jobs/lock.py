@@ -140,6 +140,8 @@ def refused(output: Storage, header: str) -> Iterator[None]:
     fails other than by its condition (HTTP 412: `FileExistsError` or `not_ours`)."""
     try:
         yield
+    except PermissionError as error:  # refused before any condition: no header's fault
+        raise unwritable(output, error) from error
     except OSError as error:
         if isinstance(error, FileExistsError) or not_ours(error):
             raise
@@ -147,6 +149,17 @@ def refused(output: Storage, header: str) -> Iterator[None]:
             f"the store of {output.uri()} refused a conditional write ({header}), which the "
             f"build lock needs: {error}"
         ) from error
+
+
+def unwritable(output: Storage, error: PermissionError) -> PermissionError:
+    """The error of an output this build may not write (HTTP 403: credentials the store refuses,
+    or none with the right to write there), named with the store's own code."""
+    response = getattr(error.__cause__, "response", None) or {}
+    code = response.get("Error", {}).get("Code", "AccessDenied")
+    return PermissionError(
+        f"the output {output.uri()} cannot be written ({code}: {error}): check the credentials "
+        "and their permission to write under it"
+    )
 
 
 def held() -> None:

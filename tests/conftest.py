@@ -165,6 +165,22 @@ class RefusesListings:
         return [b"<Error><Code>AccessDenied</Code><Message>denied</Message></Error>"]
 
 
+class _Denies:
+    """A WSGI layer that answers 403 with the error `code` to each request on an object (its
+    bucket is made) whose method is in `methods`, as a store does to credentials it refuses, or
+    to a write under a prefix that they may only read."""
+
+    def __init__(self, app, code: str, methods: tuple[str, ...]):
+        self.app, self.code, self.methods = app, code, methods
+
+    def __call__(self, environ, start_response):
+        on_object = "/" in environ.get("PATH_INFO", "").strip("/")
+        if not on_object or environ["REQUEST_METHOD"] not in self.methods:
+            return self.app(environ, start_response)
+        start_response("403 Forbidden", [("Content-Type", "application/xml")])
+        return [f"<Error><Code>{self.code}</Code><Message>denied</Message></Error>".encode()]
+
+
 # The WSGI layers an `s3_behind` server may stand behind, by name.
 S3_LAYERS = {
     "ignores conditional writes": partial(
@@ -175,6 +191,10 @@ S3_LAYERS = {
     "refuses If-Match": partial(_RefusesHeader, header="HTTP_IF_MATCH"),
     "loses answers": LosesAnswers,
     "refuses listings": RefusesListings,
+    "refuses the credentials": partial(
+        _Denies, code="InvalidAccessKeyId", methods=("GET", "HEAD", "PUT", "POST", "DELETE")
+    ),
+    "denies writes": partial(_Denies, code="AccessDenied", methods=("PUT", "POST", "DELETE")),
 }
 
 

@@ -230,6 +230,19 @@ def test_a_store_that_refuses_a_conditional_write_fails_the_build_at_its_lock(be
     assert fs.find(output.full_path("")) == []
 
 
+@pytest.mark.parametrize("s3_behind", ["refuses the credentials", "denies writes"], indirect=True)
+def test_an_output_the_credentials_may_not_write_is_named_so_at_the_lock(behind):
+    """A 403 at the lock's first write (wrong keys, or keys that may only read there) was named
+    "the store of … refused a conditional write (If-None-Match), which the build lock needs": a
+    scheduled build's log sent its reader after the store's conditional writes. It names the
+    output, the store's code and what to check."""
+    output, layer = behind
+    needs = f"^the output {output.uri()} cannot be written \\({layer.code}: denied\\): "
+    with pytest.raises(PermissionError, match=needs + "check the credentials and their permission"):
+        with output_lock(output):
+            pass
+
+
 @pytest.mark.parametrize("s3_behind", ["refuses If-Match"], indirect=True)
 def test_a_build_on_a_store_that_refuses_if_match_exits_1_with_a_report_that_says_why(
     behind, s3_behind, tmp_path, capsys
