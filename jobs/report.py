@@ -214,8 +214,8 @@ def write_unfinished_report(config: JobConfig, started: float) -> None:
 
 def _write_without_counts(config: JobConfig, outcome: dict[str, Any]) -> None:
     """Write a report of `outcome` (status, exit code, time, error) and the run's input, output
-    and settings. Where the output cannot take even that (a full or read-only disk), it is
-    only logged."""
+    and settings. Where the output cannot take even that (a full or read-only disk, an S3 store
+    without credentials: botocore's `NoCredentialsError` is no `OSError`), it is only logged."""
     report = {
         **outcome,
         "input": config.input,
@@ -224,7 +224,7 @@ def _write_without_counts(config: JobConfig, outcome: dict[str, Any]) -> None:
     }
     try:
         write_report(Storage(config.output, config.storage_options), report)
-    except OSError as exc:
+    except Exception as exc:  # noqa: BLE001 - the run's own error, not this one, is its outcome
         log.warning("the run's %s report could not be written: %s", outcome["status"], exc)
 
 

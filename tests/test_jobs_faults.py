@@ -222,6 +222,31 @@ def test_an_s3_endpoint_gone_fails_the_build_naming_it(tmp_path):
     assert report["status"] == "failed" and gone in report["error"]
 
 
+def test_an_s3_output_without_credentials_fails_the_build_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """No credentials anywhere (a cron line without the AWS environment): botocore's
+    NoCredentialsError is no OSError, so the failed report's write raised it again from the
+    build's error handler: exit 1 with three tracebacks and no line of ours. Now the build's
+    error is printed, and the report that could not be written is a warning."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    nowhere = str(tmp_path / "no-aws-files")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", nowhere)
+    monkeypatch.setenv("AWS_CONFIG_FILE", nowhere)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    (tmp_path / "docs" / "t").mkdir(parents=True)
+    (tmp_path / "docs" / "t" / "a.md").write_text("# a\n\nHow a signs a request.\n")
+    options = json.dumps({"client_kwargs": {"endpoint_url": gone_endpoint()}})
+    code = build(
+        "--input", str(tmp_path / "docs"), "--output", "s3://no-credentials/out",
+        "--set", f"storage_options={options}", "--cache", str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert code == 1
+    needs = "mdindex build: the job failed: NoCredentialsError: Unable to locate credentials"
+    assert needs in capsys.readouterr().err
+
+
 def topics_corpus(docs: Path, version: str) -> None:
     for t in range(6):
         for name in ("a", "b", "c"):
