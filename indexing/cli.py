@@ -189,11 +189,12 @@ def _counted(count: int, one: str, many: str | None = None) -> str:
 
 def _message(error: Exception, root: str) -> str:
     """What `mdindex query` prints for an error that ends it: its text, naming the file or URL
-    (an HTTP client error names only the host, so the root is put before it), on one line (a
-    file's name may hold a line break: it is written as `\\n`)."""
+    (an HTTP or S3 client's error names only the host, or nothing, so the root is put before
+    it), on one line (a file's name may hold a line break: it is written as `\\n`)."""
     import aiohttp  # the HTTP client's errors: imported for `query` alone, not every command
+    from botocore.exceptions import BotoCoreError
 
-    if isinstance(error, aiohttp.ClientError):
+    if isinstance(error, (aiohttp.ClientError, BotoCoreError)):
         text = f"{root}: {type(error).__name__}: {error}"
     else:
         text = str(error) or type(error).__name__
@@ -207,11 +208,12 @@ def run_query(args: argparse.Namespace) -> int:
         print("mdindex query: give --topic, --question or both", file=sys.stderr)
         return 2
     import aiohttp
+    from botocore.exceptions import BotoCoreError  # an S3 endpoint unreachable, no credentials
 
     try:
         reader = IndexReader.open(args.root, args.storage_options)
         result = question_result(reader, args) if args.question else topic_result(reader, args)
-    except (OSError, NotInIndex, ValueError, aiohttp.ClientError) as error:
+    except (OSError, NotInIndex, ValueError, aiohttp.ClientError, BotoCoreError) as error:
         print(f"mdindex query: {_message(error, args.root)}", file=sys.stderr)
         return 1
     if args.json:

@@ -64,6 +64,17 @@ def gone_endpoint() -> str:
         return f"http://127.0.0.1:{closed.getsockname()[1]}"
 
 
+def without_aws_credentials(monkeypatch, folder: Path) -> None:
+    """No AWS credentials anywhere for this test (a cron line without the AWS environment): none
+    in the environment, no shared files (paths under `folder` that do not exist), no instance
+    metadata to ask."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(folder / "no-aws-files"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(folder / "no-aws-files"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
 # Stand-in stages for scheduling tests: importable here by Ray's workers (a test module is not).
 HOLD_SECONDS = 0.5
 

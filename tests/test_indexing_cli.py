@@ -31,7 +31,7 @@ from indexing_support import (
     write_index,
     write_topic,
 )
-from jobs_support import fault_environment
+from jobs_support import fault_environment, without_aws_credentials
 
 from indexing import IndexSettings, build_topic, simhash64
 from indexing.client import IndexReader, query_embedder
@@ -500,7 +500,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_query_names_what_is_damaged_or_unreachable_in_one_line(index_root, tmp_path, capsys):
+def test_query_names_what_is_damaged_or_unreachable_in_one_line(
+    index_root, tmp_path, capsys, monkeypatch
+):
     """Each case ended in a raw traceback (NotADirectoryError, IsADirectoryError, TypeError,
     aiohttp's ClientConnectorError; a SimHash manifest or shard of JSON in another shape: KeyError,
     TypeError) or a line that named nothing ("utf-8", "7", a JSON parser's position): now one line
@@ -544,6 +546,21 @@ def test_query_names_what_is_damaged_or_unreachable_in_one_line(index_root, tmp_
     down = f"http://127.0.0.1:{free_port()}"
     code, _, err = run_cli(["query", down, *show], capsys)
     assert code == 1 and err.startswith(f"mdindex query: {down}: ClientConnectorError: ")
+    # An S3 endpoint gone, and no credentials: botocore's errors were tracebacks.
+    without_aws_credentials(monkeypatch, tmp_path)
+    retries = {"retries": {"max_attempts": 1}}
+    options = {"client_kwargs": {"endpoint_url": down}, "config_kwargs": retries}
+    keys = {"key": "testing", "secret": "testing"}
+    for given, error in [(keys, "EndpointConnectionError: "), ({}, "NoCredentialsError: ")]:
+        s3 = [
+            "query",
+            "s3://gone/out",
+            *show,
+            "--storage-options",
+            json.dumps({**options, **given}),
+        ]
+        code, _, err = run_cli(s3, capsys)
+        assert code == 1 and err.startswith(f"mdindex query: s3://gone/out: {error}"), err
 
 
 DELETE = object()

@@ -25,6 +25,7 @@ from jobs_support import (
     outputs,
     own_ray_environment,
     s3_options,
+    without_aws_credentials,
 )
 
 from jobs.cli import main as mdindex
@@ -229,12 +230,7 @@ def test_an_s3_output_without_credentials_fails_the_build_in_one_line(
     NoCredentialsError is no OSError, so the failed report's write raised it again from the
     build's error handler: exit 1 with three tracebacks and no line of ours. Now the build's
     error is printed, and the report that could not be written is a warning."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    nowhere = str(tmp_path / "no-aws-files")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", nowhere)
-    monkeypatch.setenv("AWS_CONFIG_FILE", nowhere)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    without_aws_credentials(monkeypatch, tmp_path)
     (tmp_path / "docs" / "t").mkdir(parents=True)
     (tmp_path / "docs" / "t" / "a.md").write_text("# a\n\nHow a signs a request.\n")
     options = json.dumps({"client_kwargs": {"endpoint_url": gone_endpoint()}})
