@@ -107,7 +107,8 @@ def ignored_condition(output: Storage) -> str | None:
     """The conditional-write header the store ignores, writing all the same ("If-None-Match" or
     "If-Match"; some S3-compatible stores do), or None when it keeps both: an object of this
     build's own is created twice with `If-None-Match: *`, written over with an `If-Match` that no
-    ETag matches, then deleted. A store that refuses either header fails the build here."""
+    ETag matches, then deleted. A store that refuses either header, or lets this build write
+    there but not delete (`remove_probe`), fails the build here."""
     fs = output.filesystem()
     name = f"{LOCK_PATH}.probe-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
     path = output.full_path(name)
@@ -130,8 +131,20 @@ def ignored_condition(output: Storage) -> str | None:
             raise
         return "If-Match"
     finally:
-        with contextlib.suppress(Exception):  # an endpoint gone: botocore raises no OSError
-            fs.rm_file(path)
+        remove_probe(output, path)
+
+
+def remove_probe(output: Storage, path: str) -> None:
+    """Delete the probe's object at `path`. A store that refuses it (HTTP 403: keys that may
+    write under the output but not delete) is `unwritable`: each build would leave its lock to
+    block the next for 5 minutes, and its probe, and no replaced file could go. Any other
+    failure is let be (an endpoint gone: botocore raises no OSError)."""
+    try:
+        output.filesystem().rm_file(path)
+    except PermissionError as error:
+        raise unwritable(output, error) from error
+    except Exception:  # noqa: BLE001, S110 - the lock's own writes will say what is wrong
+        pass
 
 
 @contextlib.contextmanager
@@ -158,7 +171,7 @@ def unwritable(output: Storage, error: PermissionError) -> PermissionError:
     code = response.get("Error", {}).get("Code", "AccessDenied")
     return PermissionError(
         f"the output {output.uri()} cannot be written ({code}: {error}): check the credentials "
-        "and their permission to write under it"
+        "and their permission to write and delete under it"
     )
 
 

@@ -195,6 +195,7 @@ S3_LAYERS = {
         _Denies, code="InvalidAccessKeyId", methods=("GET", "HEAD", "PUT", "POST", "DELETE")
     ),
     "denies writes": partial(_Denies, code="AccessDenied", methods=("PUT", "POST", "DELETE")),
+    "denies deletes": partial(_Denies, code="AccessDenied", methods=("DELETE",)),
 }
 
 
