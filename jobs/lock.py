@@ -265,9 +265,14 @@ def missing_folders(folder: str) -> list[str]:
     return missing
 
 
+def holder(started: float) -> dict:
+    """This process as a build begun at `started` (epoch seconds): its host, pid and start."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": started}
+
+
 def holder_record(started: float, expires: float | None = None) -> bytes:
     """A lock's body: who holds it, since when, and (an S3 lock's) until when unless renewed."""
-    record = {"host": socket.gethostname(), "pid": os.getpid(), "started": started}
+    record = holder(started)
     if expires is not None:
         record["expires"] = expires
     return json.dumps(record, sort_keys=True).encode()
@@ -437,9 +442,8 @@ class Lease:
 
     def _ours(self, body: bytes) -> bool:
         """Whether a lock record is one this build made (its host, process and start)."""
-        mine = json.loads(holder_record(self.started))
         record = _json_record(body)
-        return all(record.get(key) == value for key, value in mine.items())
+        return all(record.get(key) == value for key, value in holder(self.started).items())
 
     def check(self) -> None:
         """`LockLost` once the object is no longer ours, or its last renewal is so old that it

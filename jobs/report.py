@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import socket
 from datetime import UTC, datetime
 from typing import Any
 
 from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
 from jobs.config import JobConfig
-from jobs.lock import describe_holder, utc
+from jobs.lock import describe_holder, holder, utc
 from jobs.logs import printable
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.plan import distinct_failures
@@ -196,7 +194,6 @@ def write_unfinished_report(config: JobConfig, started: float) -> None:
     seconds) goes on, until its own replaces it at its end: status "unfinished", no exit code.
     A run killed where it could not report (kill -9, out of memory, its machine gone) left the
     last run's report, which said "ok"; now it leaves one that says it never finished."""
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
     _write_without_counts(
         config,
         {
@@ -204,9 +201,9 @@ def write_unfinished_report(config: JobConfig, started: float) -> None:
             "exit_code": None,
             "started_at": utc(started),
             "error": (
-                f"{describe_holder(me)}, has not reported its end: it is still running, or it "
-                "was stopped where it could not (kill -9, out of memory, its machine or "
-                "container gone); the next build redoes what it changed"
+                f"{describe_holder(holder(started))}, has not reported its end: it is still "
+                "running, or it was stopped where it could not (kill -9, out of memory, its "
+                "machine or container gone); the next build redoes what it changed"
             ),
         },
     )
