@@ -57,7 +57,7 @@ def dry_run(config: JobConfig) -> DryRun:
     for topic in plan.topics:
         actions[topic.action].append(topic.topic)
     rebuilt = [t for t in plan.topics if t.action == REBUILD]
-    rows = work_rows(rebuilt, plan, previous, found.sizes, carry=True)
+    rows = work_rows(rebuilt, plan, previous, found.sizes)
     read = [row for row in rows if row["kind"] in (SOURCE, QUESTIONS)]
     chunk = [row for row in rows if row["kind"] == SOURCE]
     topic_facts = [json.loads(row["payload"]) for row in rows if row["kind"] == TOPIC]

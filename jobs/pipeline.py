@@ -33,7 +33,7 @@ from jobs.path_set import PathSet
 from jobs.plan import KEEP, REBUILD, RELINK, Plan, interim_manifest
 from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
-from jobs.reduce import reduce_topics
+from jobs.reduce import Piece, reduce_topics
 from jobs.report import build_report, key_settings, write_report, write_unfinished_report
 from jobs.resources import (
     EmbedPool,
@@ -50,7 +50,7 @@ from jobs.stages.store import store_entries
 from jobs.stages.topic import KEYWORDS_FAILED, TopicContext
 from jobs.stats import RunStats
 from jobs.storage import FileInfo, SkippedLink, Storage
-from jobs.work import Work, embedding_batches, prepare_work, work_rows
+from jobs.work import Work, embedding_batches, prepare_work, recarry_rows, work_rows
 
 log = logging.getLogger("mdindex.build")
 
@@ -196,17 +196,19 @@ def build_topics(
     `check` is called before each topic's reduce starts (`jobs.lock`); `marks` are what the
     driver's local folders hold, for the tasks to check (`jobs.landmarks`).
 
-    A topic whose carried sources turn out unusable (previous tables missing or damaged) is run
-    once more with every source through the pipeline."""
+    A topic some of whose unchanged sources cannot be carried (previous tables missing or
+    damaged) has those read, chunked and embedded in another pass, then is reduced again from the
+    rows of both passes."""
     configure_progress()
     collector = StatsCollector.remote()
     cluster = ray.cluster_resources()  # one round trip to Ray's control store
     cpus = float(cluster.get("CPU", 1))
     node_gpus = node_gpu_counts() if config.resources.embed.num_gpus else ()
     topics = [t for t in plan.topics if t.action == REBUILD]
-    work = prepare_work(config, work_rows(topics, plan, previous, sizes, carry=True), cpus)
-    goal = Goal(sources=work.counted_sources, bytes=work.counted_bytes, topics=len(topics))
+    work = prepare_work(config, work_rows(topics, plan, previous, sizes), cpus)
+    goal = Goal(sources=work.sources, bytes=work.bytes, topics=len(topics))
     summaries: dict[str, dict[str, Any]] = {}
+    kept: dict[str, list[Piece]] = {}
     first_pool = None
 
     def status() -> str:
@@ -214,39 +216,36 @@ def build_topics(
 
     try:
         with Heartbeat(status):
-            for carry in (True, False):
-                recarry = set()
+            while True:
                 pool = None
                 if work.embeds:
                     batches = embedding_batches(work)
                     pool = embed_pool(config.resources.embed, cpus, batches, node_gpus)
                     first_pool = first_pool or pool
                 log.info("embedding pool: %s", pool.label() if pool else NO_POOL)
-                for summary in topic_summaries(
-                    config, plan, work, source, output, collector, cpus, pool, check, marks
+                recarry: dict[str, list[str]] = {}  # topic -> the sources it could not carry
+                pieces_of: dict[str, list[Piece]] = {}  # their topics' rows of this pass
+                for summary, pieces in topic_summaries(
+                    config, plan, work, source, output, collector, cpus, pool, check, marks, kept
                 ):
                     if "recarry" in summary:
-                        recarry.add(summary["topic"])
+                        recarry[summary["topic"]] = summary["recarry"]
+                        pieces_of[summary["topic"]] = pieces
                         continue
                     summaries[summary["topic"]] = summary
                     log.info(
                         "topic %r written (%d/%d)", summary["topic"], len(summaries), len(topics)
                     )
-                if not recarry or not carry:
+                if not recarry:
                     break
                 log.info(
-                    "%d topics could not carry their unchanged sources; reading them", len(recarry)
+                    "%d topics could not carry %d unchanged sources; reading them",
+                    len(recarry),
+                    sum(map(len, recarry.values())),
                 )
-                again = [t for t in topics if t.topic in recarry]
-                work = prepare_work(
-                    config, work_rows(again, plan, previous, sizes, carry=False), cpus
-                )
-                # their sources are read again, those the first pass read counted once
-                goal = Goal(
-                    goal.sources + work.counted_sources,
-                    goal.bytes + work.counted_bytes,
-                    goal.topics,
-                )
+                work = prepare_work(config, recarry_rows(recarry, previous, sizes), cpus)
+                kept = pieces_of
+                goal = Goal(goal.sources + work.sources, goal.bytes + work.bytes, goal.topics)
         stats = ray.get(collector.total.remote())
     finally:
         ray.kill(collector)
@@ -264,8 +263,11 @@ def topic_summaries(
     pool: EmbedPool | None,
     check: Check,
     marks: tuple[Landmark, ...],
-) -> Iterator[dict]:
-    """Run the Ray Data pipeline over `work`; yield one summary per rebuilt topic as it finishes.
+    kept: dict[str, list[Piece]],
+) -> Iterator[tuple[dict[str, Any], list[Piece]]]:
+    """Run the Ray Data pipeline over `work`; yield one summary per rebuilt topic as it finishes,
+    with the pieces of blocks its rows were in (`kept`: a last pass's, reduced again with the
+    topic's rows of this pass).
 
     Stages: read and chunk (CPU tasks, batches packed by size, or by rows aligned with the
     embedding calls: `jobs.work.prepare_work`), embed (actor `pool`), write the
@@ -324,7 +326,9 @@ def topic_summaries(
             **store_stage_args(cpus, resources.retries),
         )
     reduce_options = reduce_task_options(resources.index, resources.retries)
-    yield from reduce_topics(dataset, work.expected, context, reduce_options, collector, check)
+    yield from reduce_topics(
+        dataset, work.expected, context, reduce_options, collector, check, kept
+    )
 
 
 def chunk_settings(

@@ -81,8 +81,8 @@ def report_stats(collector, stats: RunStats, key: str | None = None) -> None:
 
 def rows_key(stage: str, batch: pa.Table) -> str:
     """The key of one stage's call on a batch of work rows: the same when Ray tries the call
-    again, different for any other rows (a row read again in a second pass is `repeated`)."""
-    columns = [batch.column(name).to_pylist() for name in ("topic", "kind", "path", "repeated")]
+    again, different for any other rows."""
+    columns = [batch.column(name).to_pylist() for name in ("topic", "kind", "path")]
     return hashlib.sha256(json.dumps([stage, *columns]).encode()).hexdigest()
 
 

@@ -11,9 +11,6 @@ Each chunk's embedding text travels from the chunk task to the embedding actor a
 (the actor does not decode the document for it), and the chunk tasks' token ids as nested int32
 lists.
 A cache entry the embedding actor computed but did not write travels as JSON beside its vectors.
-A row that the run's first pass read already (its topic could not carry its unchanged sources and
-is read again whole, `jobs.pipeline.build_topics`) is `repeated`: the stages do its work again but
-count it once, in the first pass (`counted_rows`).
 """
 
 from __future__ import annotations
@@ -43,7 +40,6 @@ ROW_SCHEMA = pa.schema(
         ("path", pa.string()),
         ("size", pa.int64()),  # the listing's size (batches are packed by it)
         ("previous_hash", pa.string()),  # sha256 of the source in the previous run, if any
-        ("repeated", pa.bool_()),  # read in the run's first pass too, and counted there
         ("payload", pa.large_binary()),  # raw bytes once read; the topic facts for kind "topic"
         ("sha256", pa.string()),
         ("document", pa.large_string()),  # ChunkedDocument JSON; the question list for "questions"
@@ -79,12 +75,6 @@ def with_columns(batch: pa.Table, columns: dict[str, list[Any]]) -> pa.Table:
             batch.schema.get_field_index(name), field, pa.array(values, type=field.type)
         )
     return batch
-
-
-def counted_rows(batch: pa.Table) -> list[bool]:
-    """Per row, whether a stage counts its work: every row but a `repeated` one, which the run's
-    first pass counted."""
-    return [not repeated for repeated in pc.fill_null(batch.column("repeated"), False).to_pylist()]
 
 
 def document_to_json(document: ChunkedDocument) -> str:

@@ -40,6 +40,9 @@ def _reduce_topic(
         return build_and_write(rows, context=context)
 
 
+Piece = tuple[Any, Span]  # a block's object reference and the span of it that holds the rows
+
+
 def reduce_topics(
     dataset: Dataset,
     expected: Counter,
@@ -47,18 +50,22 @@ def reduce_topics(
     options: dict[str, Any],
     collector,
     check: Check,
-) -> Iterator[dict[str, Any]]:
+    kept: dict[str, list[Piece]],
+) -> Iterator[tuple[dict[str, Any], list[Piece]]]:
     """Run `dataset` (rows of the pipeline schema) and yield each topic's summary as its reduce
-    finishes; `expected` is the number of rows of each topic, `options` the reduce tasks' Ray
-    options, `collector` the run's `StatsCollector` (it counts the rows), `check` the build
-    lock's, called before each reduce starts (`jobs.lock.LockLost` stops the run there)."""
+    finishes, with the pieces of blocks its rows were in; `expected` is the number of rows of
+    each topic, `options` the reduce tasks' Ray options, `collector` the run's `StatsCollector`
+    (it counts the rows), `check` the build lock's, called before each reduce starts
+    (`jobs.lock.LockLost` stops the run there). A topic in `kept` (a last pass's pieces of it)
+    is reduced from those pieces and its rows in `dataset`."""
     reduce = ray.remote(_reduce_topic).options(**options)
     # Stored once: passed by value, the context (which names every source of the corpus) was
     # copied into each topic's task, driver memory growing with topics x sources.
     shared = ray.put(context)
     remaining = Counter(expected)
-    pending: dict[str, list[tuple[Any, Span]]] = {}  # a topic's pieces until it has them all
-    running: list = []
+    # a topic's pieces until it has them all
+    pending: dict[str, list[Piece]] = {topic: list(pieces) for topic, pieces in kept.items()}
+    running: dict[Any, list[Piece]] = {}  # each running reduce's pieces
     try:
         for bundle in dataset.iter_internal_ref_bundles():
             pieces = [
@@ -71,18 +78,27 @@ def reduce_topics(
                     pending.setdefault(topic, []).append(piece)
                     remaining[topic] -= count
                     if remaining[topic] == 0:
-                        refs, spans = zip(*pending.pop(topic), strict=True)
+                        ready = pending.pop(topic)
+                        refs, spans = zip(*ready, strict=True)
                         check()
-                        running.append(reduce.remote(topic, list(spans), *refs, context=shared))
+                        running[reduce.remote(topic, list(spans), *refs, context=shared)] = ready
             if running:
-                done, running = ray.wait(running, num_returns=len(running), timeout=0)
-                yield from ray.get(done)
+                done, _ = ray.wait(list(running), num_returns=len(running), timeout=0)
+                yield from _finished(done, running)
         if pending:
             raise RuntimeError(f"rows missing for topics {sorted(pending)}: {dict(remaining)}")
         while running:
-            done, running = ray.wait(running, num_returns=1)
-            yield from ray.get(done)
+            done, _ = ray.wait(list(running), num_returns=1)
+            yield from _finished(done, running)
     except BaseException:
         if running:  # a failed job returns only once none of its topics is still being written
-            ray.wait(running, num_returns=len(running))
+            ray.wait(list(running), num_returns=len(running))
         raise
+
+
+def _finished(
+    done: list, running: dict[Any, list[Piece]]
+) -> Iterator[tuple[dict[str, Any], list[Piece]]]:
+    """The summaries of the `done` reduces, each with its pieces, taken out of `running`."""
+    for ref, summary in zip(done, ray.get(done), strict=True):
+        yield summary, running.pop(ref)

@@ -22,55 +22,58 @@ MIN_BATCH_BYTES, MAX_BATCH_BYTES = 250_000, 16_000_000
 
 
 def work_rows(
-    topics: list[TopicPlan],
-    plan: Plan,
-    previous: Manifest,
-    sizes: dict[str, int],
-    *,
-    carry: bool,
+    topics: list[TopicPlan], plan: Plan, previous: Manifest, sizes: dict[str, int]
 ) -> list[dict[str, Any]]:
     """The pipeline's input rows: per rebuilt topic a topic row, its changed sources and its
     questions, in topic order.
 
-    A source unchanged since a run in which it succeeded gets no row when `carry`: the topic row
-    names it, and the reduce takes it from the previous tables. One that failed is read again
-    (with a settled failure, to fail the same way: the reduce keeps its previous rows). Without
-    `carry` (the second pass of topics whose previous tables turned out unusable) every source
-    gets a row, and the rows that the first pass had too are `repeated`: counted there."""
+    A source unchanged since a run in which it succeeded gets no row: the topic row names it, and
+    the reduce takes it from the previous tables. One that failed is read again (with a settled
+    failure, to fail the same way: the reduce keeps its previous rows)."""
     rows = []
     for topic in topics:
         carried = {}
         sources = []
         for path in topic.sources:
             before = previous.sources.get(path)
-            carriable = (
+            if (
                 path not in plan.changed
                 and before is not None
-                and bool(before.sha256)
+                and before.sha256
                 and not before.failed
-            )
-            if carry and carriable:
+            ):
                 carried[path] = before.sha256
                 continue
-            sources.append(
-                new_row(
-                    topic.topic,
-                    SOURCE,
-                    path,
-                    size=sizes[path],
-                    previous_hash=before.sha256 if before else None,
-                    repeated=not carry and not carriable,
-                )
-            )
+            sources.append(source_row(topic.topic, path, sizes, previous))
         facts = {"children": list(topic.children), "keywords": topic.keywords, "carried": carried}
         rows.append(new_row(topic.topic, TOPIC, "", size=0, payload=json.dumps(facts).encode()))
         rows.extend(sources)
         if topic.questions:
-            size = sizes[topic.questions]
             rows.append(
-                new_row(topic.topic, QUESTIONS, topic.questions, size=size, repeated=not carry)
+                new_row(topic.topic, QUESTIONS, topic.questions, size=sizes[topic.questions])
             )
     return rows
+
+
+def recarry_rows(
+    recarry: dict[str, list[str]], previous: Manifest, sizes: dict[str, int]
+) -> list[dict[str, Any]]:
+    """The rows of a run's next pass: one per unchanged source that its topic's reduce could not
+    carry (`recarry`: topic -> paths; the previous tables missing, damaged or without it). The
+    topic's other rows are the last pass's, which its next reduce takes again
+    (`jobs.reduce.reduce_topics`), and a source with a row of its own is not carried."""
+    return [
+        source_row(topic, path, sizes, previous)
+        for topic, paths in recarry.items()
+        for path in paths
+    ]
+
+
+def source_row(topic: str, path: str, sizes: dict[str, int], previous: Manifest) -> dict[str, Any]:
+    """The work row of one source to read, chunk and embed."""
+    before = previous.sources.get(path)
+    previous_hash = before.sha256 if before else None
+    return new_row(topic, SOURCE, path, size=sizes[path], previous_hash=previous_hash)
 
 
 def pack_batches(rows: list[dict[str, Any]], target_bytes: float) -> list[list[dict[str, Any]]]:
@@ -112,15 +115,13 @@ def batch_bytes(config: JobConfig, total: int, cpus: float) -> float:
 @dataclass(frozen=True)
 class Work:
     """The pipeline's input: work rows packed into Arrow batches, the rows each topic expects,
-    the sources among them, of those the ones the stages count (not `repeated`) and their
-    bytes, and the rows per embedding call (None: one call per chunk task). The rows themselves
-    are not kept."""
+    the sources (and their bytes) among them, and the rows per embedding call (None: one call per
+    chunk task). The rows themselves are not kept."""
 
     batches: list[pa.Table]
     expected: Counter
     sources: int
-    counted_sources: int
-    counted_bytes: int
+    bytes: int
     questions: int = 0  # topics whose qa-pairs.md are embedded (as queries, mostly from the cache)
     call_rows: int | None = None
 
@@ -146,7 +147,6 @@ def prepare_work(config: JobConfig, rows: list[dict[str, Any]], cpus: float) -> 
     the same number of rows instead (the last fewer), aligned with it (`aligned_rows`)."""
     sources = [row for row in rows if row["kind"] == SOURCE]
     source_bytes = sum(row["size"] for row in sources)
-    counted = [row for row in sources if not row.get("repeated")]
     batches = pack_batches(rows, batch_bytes(config, sum(row["size"] for row in rows), cpus))
     calls = call_rows(config.resources.embed, source_bytes / max(1, len(sources)))
     if calls is not None and batches:
@@ -156,8 +156,7 @@ def prepare_work(config: JobConfig, rows: list[dict[str, Any]], cpus: float) -> 
         batches=[to_table(batch) for batch in batches],
         expected=Counter(row["topic"] for row in rows),
         sources=len(sources),
-        counted_sources=len(counted),
-        counted_bytes=sum(row["size"] for row in counted),
+        bytes=source_bytes,
         questions=sum(1 for row in rows if row["kind"] == QUESTIONS),
         call_rows=calls,
     )

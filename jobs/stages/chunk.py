@@ -24,14 +24,7 @@ from indexing import parse_questions
 from jobs.gc_pause import gc_paused
 from jobs.landmarks import Landmark, check_landmarks
 from jobs.progress import report_stats, rows_key
-from jobs.records import (
-    QUESTIONS,
-    SOURCE,
-    TOPIC,
-    counted_rows,
-    document_to_json,
-    with_columns,
-)
+from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, with_columns
 from jobs.stages.chunk_files import write_chunk_files
 from jobs.stages.read import read_sources
 from jobs.stages.tokenize import tokenize_sources
@@ -91,9 +84,8 @@ def chunk_sources(
 ) -> tuple[pa.Table, ChunkStats, list[ChunkedDocument | None]]:
     """The batch with every readable source chunked and every readable questions row parsed
     (`document`), the chunk files of new topics written (`chunk_files`,
-    `jobs.stages.chunk_files`), and the bytes dropped but a topic row's facts; the counts (not
-    those of `repeated` rows); and the chunked documents in row order (None for the other
-    rows). Works on whole columns."""
+    `jobs.stages.chunk_files`), and the bytes dropped but a topic row's facts; the counts; and
+    the chunked documents in row order (None for the other rows). Works on whole columns."""
     clock = Clock()
     timed: list[tuple[float, str, int, int]] = []  # (seconds, path, bytes, chunks) per source
     failed = failed_bytes = 0
@@ -101,16 +93,15 @@ def chunk_sources(
         batch.column(name).to_pylist()
         for name in ("topic", "kind", "path", "payload", "error_code", "error_message")
     )
-    counted = counted_rows(batch)
     chunked: list[ChunkedDocument | None] = [None] * batch.num_rows
     questions: list[str | None] = [None] * batch.num_rows
     for i, (kind, path, data) in enumerate(zip(kinds, paths, payloads, strict=True)):
         failure = None
         if codes[i] is None and kind == SOURCE:
             chunked[i], failure, seconds = _chunk_source(data, path, settings)
-            if counted[i] and chunked[i] is None:
+            if chunked[i] is None:
                 failed, failed_bytes = failed + 1, failed_bytes + len(data)
-            elif counted[i]:
+            else:
                 timed.append((seconds, path, len(data), len(chunked[i].chunks)))
         elif codes[i] is None and kind == QUESTIONS:
             questions[i], failure = _questions(data)
@@ -129,9 +120,7 @@ def chunk_sources(
         "error_message": messages,
         "payload": [d if k == TOPIC else None for k, d in zip(kinds, payloads, strict=True)],
     }
-    documents = [
-        doc for doc, count in zip(chunked, counted, strict=True) if doc is not None and count
-    ]
+    documents = [doc for doc in chunked if doc is not None]
     stats = ChunkStats(
         sources=len(documents),
         bytes=sum(size for _, _, size, _ in timed) + failed_bytes,
@@ -139,9 +128,7 @@ def chunk_sources(
         failed=failed,
         skipped_tail=sum(1 for doc in documents if doc.skipped_tail_tokens),
         skipped_tokens=sum(doc.skipped_tail_tokens for doc in documents),
-        files=sum(
-            len(names) for names, count in zip(written, counted, strict=True) if names and count
-        ),
+        files=sum(len(names) for names in written if names),
         tokens=Histogram.of(chunk.token_count for doc in documents for chunk in doc.chunks),
         slowest=Slowest.of(timed),
         **clock.spent(),

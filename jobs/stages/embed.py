@@ -40,14 +40,7 @@ from embedding.documents import (
 )
 from jobs.gc_pause import gc_paused
 from jobs.progress import report_stats, rows_key
-from jobs.records import (
-    QUESTIONS,
-    SOURCE,
-    chunk_tokens,
-    counted_rows,
-    entry_to_json,
-    with_columns,
-)
+from jobs.records import QUESTIONS, SOURCE, chunk_tokens, entry_to_json, with_columns
 from jobs.stats import EmbedStats, Names, RunStats, SharedClock
 
 # Cache namespace (the strategy-key level of seed 000's layout) of qa-pairs.md questions, which
@@ -165,9 +158,7 @@ class EmbedActor:
                 written["vectors"][i] = vectors
                 written["dim"][i] = self.embedder.dim
                 written["cache_entry"][i] = entry
-        counted = np.array(counted_rows(batch), dtype=bool)
-        masks = [counted[np.array(indices, dtype=np.int64)] for indices in rows]
-        stats = _counts(groups, done, masks, self.embedder.key, self.pretokenized)
+        stats = _counts(groups, done, self.embedder.key, self.pretokenized)
         return with_columns(batch, written), stats
 
     def _sources(self, batch: pa.Table, rows: list[int], hashes: list[str | None]) -> Documents:
@@ -225,32 +216,22 @@ def _questions(questions: list[tuple[int, list[str]]], hashes: list[str | None])
 
 
 def _counts(
-    groups: list[Documents],
-    done: Embeddings,
-    counted: list[np.ndarray],
-    model_key: str,
-    pretokenized: bool,
+    groups: list[Documents], done: Embeddings, model_key: str, pretokenized: bool
 ) -> EmbedStats:
-    """The stage's counts of one batch (summed over whole arrays) of the documents it counts
-    (`counted`, per group a mask of its documents: not those of `repeated` rows), and the key of
-    the model that embedded it; `pretokenized`: the chunk tasks' ids are the model's. The
-    model's work (tokens, seconds) is the whole batch's."""
-    passages, found, mask = groups[0], done.results[0], counted[0]
-    lengths = np.diff(passages.offsets)
-    chunks = int(lengths[mask].sum())
-    embedded = int(found.embedded[mask].sum())
+    """The stage's counts of one batch (summed over whole arrays), and the key of the model
+    that embedded it; `pretokenized`: the chunk tasks' ids are the model's."""
+    passages, found = groups[0], done.results[0]
+    chunks = len(passages.texts)
+    embedded = int(found.embedded.sum())
     return EmbedStats(
-        documents=int(mask.sum()),
+        documents=len(passages.source_hashes),
         chunks=chunks,
         embedded=embedded,
         cache_hits=chunks - embedded,
-        cache_reused=int(found.reused[mask].sum()),
-        truncated=int(found.cut[np.repeat(mask, lengths)].sum()),
+        cache_reused=int(found.reused.sum()),
+        truncated=int(found.cut.sum()),
         pretokenized=embedded if pretokenized and passages.tokens is not None else 0,
-        questions=sum(
-            int(np.diff(group.offsets)[mask].sum())
-            for group, mask in zip(groups[1:], counted[1:], strict=True)
-        ),
+        questions=sum(len(group.texts) for group in groups[1:]),
         tokens=done.tokens,
         padded_tokens=done.padded_tokens,
         model_seconds=done.model_seconds,

@@ -11,7 +11,7 @@ import hashlib
 
 import pyarrow as pa
 
-from jobs.records import SOURCE, TOPIC, counted_rows, with_columns
+from jobs.records import SOURCE, TOPIC, with_columns
 from jobs.stats import Clock, ReadStats
 from jobs.storage import Storage
 
@@ -20,8 +20,7 @@ READ_FAILED = "READ_FAILED"
 
 def read_sources(batch: pa.Table, source: Storage) -> tuple[pa.Table, ReadStats]:
     """The batch with `payload` and `sha256` filled for every row that names a file (a topic row
-    keeps its facts), and the files and bytes counted (not those of `repeated` rows). Works on
-    whole columns (no row dicts)."""
+    keeps its facts), and the bytes counted. Works on whole columns (no row dicts)."""
     clock = Clock()
     kinds, paths, sizes = (batch.column(name).to_pylist() for name in ("kind", "path", "size"))
     columns = {
@@ -30,27 +29,23 @@ def read_sources(batch: pa.Table, source: Storage) -> tuple[pa.Table, ReadStats]
     }
     wanted = [i for i, kind in enumerate(kinds) if kind != TOPIC]
     found = source.read_many([paths[i] for i in wanted])
-    counted = counted_rows(batch)
-    files = total = failed = failed_sources = failed_source_bytes = 0
+    total = failed = failed_sources = failed_source_bytes = 0
     for i in wanted:
         data = found.get(paths[i])
         if isinstance(data, bytes):
             columns["payload"][i] = data
             columns["sha256"][i] = hashlib.sha256(data).hexdigest()
-            if counted[i]:
-                files, total = files + 1, total + len(data)
-            continue
-        reason = data if data is not None else FileNotFoundError(paths[i])
-        columns["error_code"][i] = READ_FAILED
-        columns["error_message"][i] = f"cannot read {source.uri(paths[i])}: {reason}"
-        if not counted[i]:
-            continue
-        failed += 1
-        if kinds[i] == SOURCE:
-            failed_sources += 1
-            failed_source_bytes += sizes[i] or 0
+            total += len(data)
+        else:
+            reason = data if data is not None else FileNotFoundError(paths[i])
+            columns["error_code"][i] = READ_FAILED
+            columns["error_message"][i] = f"cannot read {source.uri(paths[i])}: {reason}"
+            failed += 1
+            if kinds[i] == SOURCE:
+                failed_sources += 1
+                failed_source_bytes += sizes[i] or 0
     stats = ReadStats(
-        files=files,
+        files=len(wanted) - failed,
         bytes=total,
         failed=failed,
         failed_sources=failed_sources,

@@ -25,7 +25,7 @@ import tokenizers
 
 from chunking import ChunkedDocument, TokenCounter
 from embedding.encoder import Encoded, Window, encode, encoder_window
-from jobs.records import counted_rows, text_columns, token_columns, with_columns
+from jobs.records import text_columns, token_columns, with_columns
 from jobs.stats import Clock, TokenizeStats
 
 
@@ -36,8 +36,7 @@ def tokenize_sources(
     counter: TokenCounter | None = None,
 ) -> tuple[pa.Table, TokenizeStats]:
     """The batch with each chunked source's embedding texts and token ids (`documents` in row
-    order; null for rows without one), and the counts (not those of `repeated` rows); without
-    an encoder, the texts only.
+    order; null for rows without one), and the counts; without an encoder, the texts only.
     `counter` is the one the chunker counted with."""
     texts_by_row = text_columns(documents)
     if encoder is None:
@@ -50,17 +49,16 @@ def tokenize_sources(
     else:
         every = encode(_window_encoder(encoder), texts, parallel=False)  # a task holds one CPU
     encoded: list[Encoded | None] = []
-    start = chunks = tokens = 0
-    for doc, count in zip(documents, counted_rows(batch), strict=True):
+    start = 0
+    for doc in documents:
         if doc is None:
             encoded.append(None)
             continue
         end = start + len(doc.chunks)
         encoded.append(Encoded(every.ids[start:end], every.cut[start:end]))
-        if count:
-            chunks, tokens = chunks + end - start, tokens + sum(map(len, every.ids[start:end]))
         start = end
-    stats = TokenizeStats(chunks=chunks, tokens=tokens, **clock.spent())
+    tokens = sum(len(ids) for ids in every.ids)
+    stats = TokenizeStats(chunks=len(texts), tokens=tokens, **clock.spent())
     return with_columns(batch, {**texts_by_row, **token_columns(encoded)}), stats
 
 

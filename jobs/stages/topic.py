@@ -93,15 +93,18 @@ class TopicContext:
 def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]:
     """Build and write one topic from all its rows; return its summary for the driver.
 
-    Unchanged sources named in the topic row are carried from the previous tables. When one cannot
-    be (tables missing or unusable), nothing is written and the summary lists it under `recarry`,
-    for the driver to run it through the pipeline."""
+    Unchanged sources named in the topic row are carried from the previous tables, but those with
+    a row of their own. When one cannot be (tables missing or unusable), nothing is written and
+    the summary lists those under `recarry`, for the driver to run them through the pipeline and
+    reduce the topic again with their rows."""
     clock = Clock()
     rows = group.to_pylist()
     facts = json.loads(next(r for r in rows if r["kind"] == TOPIC)["payload"])
     topic = rows[0]["topic"]
+    source_rows = [r for r in rows if r["kind"] == SOURCE]
+    read = {r["path"] for r in source_rows}
     source_rows, unchanged = _stem_conflicts(
-        [r for r in rows if r["kind"] == SOURCE], facts["carried"]
+        source_rows, {p: sha256 for p, sha256 in facts["carried"].items() if p not in read}
     )
     rows = sorted(
         source_rows + [r for r in rows if r["kind"] != SOURCE], key=lambda r: (r["kind"], r["path"])
