@@ -1,7 +1,7 @@
 """Progress while a build runs: stage counters collected in a small Ray actor (which also counts
-the topics' rows for the reduce loop, `jobs.reduce`), and a heartbeat
-line a person can read (sources chunked, chunks embedded and from cache, topics written, MB/s, ETA),
-in a terminal and under `ray job submit` alike. Ray Data's own progress bars are drawn only in a
+the topics' rows for the reduce loop, `jobs.reduce`), and a heartbeat line a person can read
+(sources done and failed, chunks embedded and from cache, topics written, MB/s, ETA), in a
+terminal and under `ray job submit` alike. Ray Data's own progress bars are drawn only in a
 terminal (under `ray job submit` they would spam the job log)."""
 
 from __future__ import annotations
@@ -96,16 +96,17 @@ class Goal:
 
 
 def progress_line(stats: RunStats, goal: Goal, now: float) -> str:
-    """One line: sources chunked, MB and MB/s, chunks embedded and from cache, topics, ETA. The
-    MB/s are over the read-and-chunk tasks' window, from the first one's start to the last
-    one's end, not over the time elapsed (which goes on once every source is chunked). `now` is
-    the epoch time, as the stages' windows are."""
+    """One line: sources done (chunked, or failed: the report's `chunked` leaves those out) and
+    failed, MB and MB/s, chunks embedded and from cache, topics, ETA. The MB/s are over the
+    read-and-chunk tasks' window, from the first one's start to the last one's end, not over the
+    time elapsed (which goes on once every source is chunked). `now` is the epoch time, as the
+    stages' windows are."""
     mb = _bytes_done(stats) / 1e6
     window = (stats.read.window + stats.chunk.window).seconds
     rate = mb / window if window else 0.0
-    done = stats.chunk.sources + stats.chunk.failed + stats.read.failed_sources
+    failed = stats.chunk.failed + stats.read.failed_sources
     line = (
-        f"{done}/{goal.sources} sources chunked "
+        f"{stats.chunk.sources + failed}/{goal.sources} sources done, {failed} failed "
         f"({mb:.1f} of {goal.bytes / 1e6:.1f} MB, {rate:.2f} MB/s); "
         f"{stats.embed.embedded} chunks embedded, {stats.embed.cache_hits} from cache; "
         f"{stats.index.topics}/{goal.topics} topics written"

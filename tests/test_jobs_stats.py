@@ -88,7 +88,8 @@ def test_a_source_that_cannot_be_read_is_done_for_the_progress_line():
     )
     for now in (60.0, 600.0):
         line = progress_line(stats, Goal(sources=10, bytes=2_000_000, topics=4), now)
-        assert line.startswith("10/10 sources chunked (2.0 of 2.0 MB") and line.endswith("ETA 0 s")
+        assert line.startswith("10/10 sources done, 1 failed (2.0 of 2.0 MB"), line
+        assert line.endswith("ETA 0 s")
 
 
 def test_progress_line_names_every_counter_and_an_eta():
@@ -98,7 +99,7 @@ def test_progress_line_names_every_counter_and_an_eta():
         index=IndexStats(topics=1, window=Window(108.0, 110.0)),
     )
     line = progress_line(stats, Goal(sources=100, bytes=2_000_000, topics=4), now=110.0)
-    assert line.startswith("50/100 sources chunked (1.0 of 2.0 MB, 0.10 MB/s)")
+    assert line.startswith("50/100 sources done, 0 failed (1.0 of 2.0 MB, 0.10 MB/s)")
     assert "40 chunks embedded, 10 from cache" in line and "1/4 topics written" in line
     # chunking needs 10 s more; embedding has done 50 of an expected 200 chunks in its 5 s: 15 s
     # more; the reduce wrote 1 topic of 4 in its 2 s: 6 s more. The slowest stage's is the ETA.
@@ -150,7 +151,7 @@ def test_progress_mb_per_second_are_over_the_chunk_tasks_window_not_the_time_ela
     stats = RunStats(read=read, chunk=chunk, embed=EmbedStats(embedded=20))
     for now in (1015.0, 1600.0):
         line = progress_line(stats, Goal(100, 2_000_000, 4), now)
-        assert line.startswith("100/100 sources chunked (2.0 of 2.0 MB, 0.20 MB/s)"), line
+        assert line.startswith("100/100 sources done, 0 failed (2.0 of 2.0 MB, 0.20 MB/s)"), line
     assert "0.00 MB/s" in progress_line(RunStats(), Goal(100, 2_000_000, 4), now=5.0)
 
 
