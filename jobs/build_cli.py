@@ -115,7 +115,7 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
     from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
     from jobs.local_ray import ClusterUnreachable, FoldersNotShared, InfeasibleResources
-    from jobs.lock import OutputBusy
+    from jobs.lock import OutputBusy, OutputNotFound
     from jobs.logs import clean_logs
     from jobs.pipeline import run_job
     from jobs.report import error_text, write_failed_report
@@ -129,6 +129,7 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
         ModelNotFound,
         FoldersNotShared,
         ClusterUnreachable,
+        OutputNotFound,
     ) as exc:
         print(f"mdindex build: {exc}", file=sys.stderr)
         return EXIT_USAGE, None

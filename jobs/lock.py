@@ -71,6 +71,10 @@ class LockLost(OutputBusy):
     """This build no longer holds its output's lock: it stops before its next write (exit 75)."""
 
 
+class OutputNotFound(FileNotFoundError):
+    """The output's bucket does not exist (exit code 2: nothing was written)."""
+
+
 @contextlib.contextmanager
 def output_lock(output: Storage) -> Iterator[Check]:
     """Hold the output's build lock meanwhile, and yield the check to call before each write that
@@ -108,13 +112,17 @@ def ignored_condition(output: Storage) -> str | None:
     "If-Match"; some S3-compatible stores do), or None when it keeps both: an object of this
     build's own is created twice with `If-None-Match: *`, written over with an `If-Match` that no
     ETag matches, then deleted. A store that refuses either header, or lets this build write
-    there but not delete (`remove_probe`), fails the build here."""
+    there but not delete (`remove_probe`), fails the build here; a bucket that does not exist is
+    `OutputNotFound`."""
     fs = output.filesystem()
     name = f"{LOCK_PATH}.probe-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
     path = output.full_path(name)
-    with contextlib.suppress(FileExistsError):  # our own first try, its answer lost on the way
-        with refused(output, "If-None-Match"):
-            fs.pipe_file(path, b"", mode="create")
+    try:
+        with contextlib.suppress(FileExistsError):  # our own first try, its answer lost on the way
+            with refused(output, "If-None-Match"):
+                fs.pipe_file(path, b"", mode="create")
+    except FileNotFoundError as error:  # a new object's only 404 (NoSuchBucket)
+        raise OutputNotFound(f"output {output.uri()}: no such bucket ({error})") from error
     try:
         try:
             fs.pipe_file(path, b"", mode="create")

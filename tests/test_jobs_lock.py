@@ -478,3 +478,23 @@ def test_a_build_on_an_s3_output_another_build_holds_exits_75_and_writes_nothing
             sorted(fs.find(s3_output.full_path(""))) == before == [s3_output.full_path(LOCK_PATH)]
         )
     assert "another build is running on the output s3://" in capsys.readouterr().err
+
+
+def test_an_output_in_a_bucket_that_does_not_exist_is_a_usage_error_named_so(
+    s3_server, tmp_path, capsys
+):
+    """A bucket name mistyped (or not made yet) failed the build at its lock with exit 1, a
+    traceback, "the job failed: FileNotFoundError: The specified bucket does not exist" naming
+    no output, and a warning that its report could not be written: now exit 2 and one line
+    naming the output, before any work."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# a\n\nA page for no bucket.\n")
+    output = "s3://no-such-bucket-here/out"
+    command = ["--config", "configs/local.yaml", "--input", str(docs), "--output", output]
+    command += ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert f"mdindex build: output {output}: no such bucket (" in err
+    assert "Traceback" not in err and "report could not be written" not in err
+    assert not s3_server.filesystem().exists("no-such-bucket-here")
