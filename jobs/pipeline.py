@@ -119,13 +119,13 @@ def _run_locked(
         marks = landmarks(source, output)
         start_ray(config, marks)
         wall["ray_start"] = time.perf_counter() - mark
+    check()
+    began = time.time() - (time.perf_counter() - started)
+    write_unfinished_report(config, began)  # until the run's own, before any other write
     # The manifest in the output while this run goes on: what a run stopped from here leaves.
     stored = interim_manifest(found.previous, plan, found.config_key)
-    check()
     if stored != found.previous:  # the run changes something
         output.write_bytes(MANIFEST_PATH, stored.to_json())
-    began = time.time() - (time.perf_counter() - started)
-    write_unfinished_report(config, began)  # until the run's own
     if rebuilt:
         mark = time.perf_counter()
         built = build_topics(

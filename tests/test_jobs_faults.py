@@ -351,6 +351,17 @@ def test_a_build_killed_where_it_cannot_report_leaves_a_report_that_says_it_did_
     (docs / "t" / "alpha.md").write_text(TEXT.format("Alpha"))
     (docs / "t" / "gamma.md").write_text(TEXT.format("Gamma"))  # not cached: a model to load
 
+    # Killed at the interim manifest's rename, its first write after the lock's and the report's
+    # (the report came after it: a kill there left the last run's report, or none).
+    env = fault_environment("crash", str(output), match="_reindex/manifest.json")
+    env["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, *vectors]
+    command += ["--input", str(docs), "--output", str(output)]
+    child = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-3000:]
+    assert not (output / "_reindex" / "manifest.json").exists()
+    assert report_of(output)["status"] == "unfinished"
+
     code, rest = signal_at(docs, output, "embedding pool:", vectors, signal.SIGKILL)
     assert code == -signal.SIGKILL, rest[-3000:]
     assert (output / "_reindex" / "manifest.json").is_file()  # the interim one
