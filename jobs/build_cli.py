@@ -76,6 +76,7 @@ def run_build(args: argparse.Namespace) -> int:
     from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
     from jobs.dry_run import describe, dry_run
+    from jobs.lock import OutputNotFound
     from jobs.report import summary
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -91,7 +92,7 @@ def run_build(args: argparse.Namespace) -> int:
     if args.dry_run:  # writes nothing, not even a failed run's report
         try:
             plan = describe(dry_run(config))
-        except (InputNotFound, ModelNotFound) as exc:
+        except (InputNotFound, ModelNotFound, OutputNotFound) as exc:
             print(f"mdindex build: {exc}", file=sys.stderr)
             return EXIT_USAGE
         except Exception:  # noqa: BLE001 - e.g. an unreadable output: exit code 1

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from chunking import strategy_key
 from jobs.config import JobConfig
 from jobs.discovery import discover, list_input
+from jobs.lock import check_bucket
 from jobs.logs import printable
-from jobs.manifest import REPORT_PATH
+from jobs.manifest import REPORT_PATH, Manifest
 from jobs.plan import KEEP, REBUILD, RELINK
 from jobs.records import QUESTIONS, SOURCE, TOPIC
 from jobs.report import error_text
@@ -53,6 +54,8 @@ def dry_run(config: JobConfig) -> DryRun:
     """Plan the build `config` describes, without doing any of it."""
     found = discover(config, list_input(config))
     plan, previous = found.plan, found.previous
+    if previous == Manifest():  # a first run, or an output whose bucket is missing
+        check_bucket(found.output)
     actions = {REBUILD: [], RELINK: [], KEEP: []}
     for topic in plan.topics:
         actions[topic.action].append(topic.topic)

@@ -75,6 +75,15 @@ class OutputNotFound(FileNotFoundError):
     """The output's bucket does not exist (exit code 2: nothing was written)."""
 
 
+def check_bucket(output: Storage) -> None:
+    """`OutputNotFound` when `output` lies in an S3 bucket that does not exist (what the build's
+    lock finds by its first write), for a dry run, which writes nothing."""
+    if output.protocol in ("s3", "s3a"):
+        bucket = output.full_path("").split("/", 1)[0]
+        if not output.filesystem().exists(bucket):
+            raise OutputNotFound(f"output {output.uri()}: no such bucket")
+
+
 @contextlib.contextmanager
 def output_lock(output: Storage) -> Iterator[Check]:
     """Hold the output's build lock meanwhile, and yield the check to call before each write that

@@ -486,7 +486,7 @@ def test_an_output_in_a_bucket_that_does_not_exist_is_a_usage_error_named_so(
     """A bucket name mistyped (or not made yet) failed the build at its lock with exit 1, a
     traceback, "the job failed: FileNotFoundError: The specified bucket does not exist" naming
     no output, and a warning that its report could not be written: now exit 2 and one line
-    naming the output, before any work."""
+    naming the output, before any work; in a dry run too, which planned the build as a first one."""
     docs = tmp_path / "docs"
     (docs / "t").mkdir(parents=True)
     (docs / "t" / "a.md").write_text("# a\n\nA page for no bucket.\n")
@@ -498,3 +498,6 @@ def test_an_output_in_a_bucket_that_does_not_exist_is_a_usage_error_named_so(
     assert f"mdindex build: output {output}: no such bucket (" in err
     assert "Traceback" not in err and "report could not be written" not in err
     assert not s3_server.filesystem().exists("no-such-bucket-here")
+    # a dry run said the build would rebuild every topic
+    assert main([*command, "--dry-run"]) == 2
+    assert capsys.readouterr().err.endswith(f"mdindex build: output {output}: no such bucket\n")
