@@ -5,7 +5,8 @@ One row per work item, all with the same Arrow schema so blocks always concatena
 - kind "questions": a topic's qa-pairs.md (read, parsed, embedded as queries);
 - kind "topic": a rebuilt topic's facts for its reduce (child topics, keywords file, and the
   unchanged sources it carries from the previous tables), as JSON in `payload`.
-Unchanged sources of a rebuilt topic have no row: the reduce takes them from the previous tables.
+Unchanged sources of a rebuilt topic have no row: the reduce takes them from the previous tables
+(those it cannot take get a row in a second pass, `jobs.work.recarry_rows`).
 Documents travel as JSON text and vectors as raw little-endian float32 bytes: plain Arrow columns.
 Each chunk's embedding text travels from the chunk task to the embedding actor as a string list
 (the actor does not decode the document for it), and the chunk tasks' token ids as nested int32
