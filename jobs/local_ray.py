@@ -119,14 +119,18 @@ def process_groups_of_their_own() -> Iterator[None]:
         services.ConsolePopen = popen
 
 
-def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
+def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
     """Join this process's Ray (a test's) or the cluster RAY_ADDRESS names (`ray job submit` sets
     it), whose live nodes must see the driver's local folders (`landmarks`; else
     `FoldersNotShared`); otherwise start a private local instance, never one that `ray start`
     left running here, which keeps idle worker processes `IDLE_WORKER_KEEP_MS` and has up to
-    `READY_WORKERS` of them ready, our modules imported, before the build's first task."""
+    `READY_WORKERS` of them ready, our modules imported, before the build's first task.
+
+    True when it joined the cluster RAY_ADDRESS names, whose autoscaler may add nodes during the
+    build (`jobs.resources.embed_pool`); a local instance never grows, and this process's own Ray
+    is taken as it is."""
     if ray.is_initialized():
-        return
+        return False
     # Ray's own INFO lines stay out of the log (ours say what happened; jobs.logs).
     if address := os.environ.get("RAY_ADDRESS"):
         check_reachable(address)
@@ -142,7 +146,7 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
                 "; ".join(missing),
             )
         check_nodes(landmarks, [node["NodeID"] for node in nodes])
-        return
+        return True
     # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
     # runtime_env to forward it would cost every new worker process about a second.
     with process_groups_of_their_own():
@@ -177,6 +181,7 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> None:
     # with them, 7.9-8.7 s without; cold 12.3-12.9 s and 12.2-13.2 s).
     for _ in range(min(int(ray.cluster_resources().get("CPU", 0)), READY_WORKERS)):
         _import_task_modules.remote()
+    return False
 
 
 def node_gpu_counts() -> tuple[float, ...]:

@@ -114,10 +114,11 @@ def _run_locked(
         )
 
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
+    grows = False  # whether the Ray cluster may add nodes during the build
     if rebuilt:
         mark = time.perf_counter()
         marks = landmarks(source, output)
-        start_ray(config, marks)
+        grows = start_ray(config, marks)
         wall["ray_start"] = time.perf_counter() - mark
     check()
     began = time.time() - (time.perf_counter() - started)
@@ -129,7 +130,7 @@ def _run_locked(
     if rebuilt:
         mark = time.perf_counter()
         built = build_topics(
-            config, plan, found.previous, found.sizes, source, output, check, marks
+            config, plan, found.previous, found.sizes, source, output, check, marks, grows
         )
         wall["pipeline"] = time.perf_counter() - mark
 
@@ -191,10 +192,12 @@ def build_topics(
     output: Storage,
     check: Check,
     marks: tuple[Landmark, ...],
+    grows: bool = False,
 ) -> Built:
     """Rebuild every topic the plan says to, with a heartbeat; collect summaries and counters.
     `check` is called before each topic's reduce starts (`jobs.lock`); `marks` are what the
-    driver's local folders hold, for the tasks to check (`jobs.landmarks`).
+    driver's local folders hold, for the tasks to check (`jobs.landmarks`); `grows`: the cluster
+    may add nodes meanwhile (a GPU pool then grows as GPU nodes join, `embed_pool`).
 
     A topic some of whose unchanged sources cannot be carried (previous tables missing or
     damaged) has those read, chunked and embedded in another pass, then is reduced again from the
@@ -220,7 +223,7 @@ def build_topics(
                 pool = None
                 if work.embeds:
                     batches = embedding_batches(work)
-                    pool = embed_pool(config.resources.embed, cpus, batches, node_gpus)
+                    pool = embed_pool(config.resources.embed, cpus, batches, node_gpus, grows)
                     first_pool = first_pool or pool
                 log.info("embedding pool: %s", pool.label() if pool else NO_POOL)
                 recarry: dict[str, list[str]] = {}  # topic -> the sources it could not carry

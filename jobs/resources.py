@@ -61,24 +61,29 @@ class EmbedPool:
 
 
 def embed_pool(
-    resources: EmbedResources, cpus: float, batches: int, node_gpus: tuple[float, ...] = ()
+    resources: EmbedResources,
+    cpus: float,
+    batches: int,
+    node_gpus: tuple[float, ...] = (),
+    grows: bool = False,
 ) -> EmbedPool:
     """The pool the config asks for; `actors`/`num_cpus` left null are sized to the machine.
 
     A GPU pool's actors take one CPU each unless the config says; their count, when null, is
-    `gpu_actors`. A CPU pool runs `auto_threads` torch threads per actor and as many actors as
-    `cpus` holds, but no more than there are `batches` (2 CPUs: two actors with one thread each).
-    Fewer actors than that, whether `batches` or the config sets their count (its largest, if it
-    autoscales), share the CPUs: one actor on 2 CPUs runs two threads. Its actors reserve no
-    logical CPU, so chunk tasks run on every CPU while there is chunking to do (then the two share
-    the cores), and the actors' threads have the whole machine after."""
+    `gpu_actors`, and on a cluster that `grows` (one joined through RAY_ADDRESS, whose autoscaler
+    may add GPU nodes during the build) the pool autoscales from there to `gpu_max_actors`. A CPU
+    pool runs `auto_threads` torch threads per actor and as many actors as `cpus` holds, but no
+    more than there are `batches` (2 CPUs: two actors with one thread each). Fewer actors than
+    that, whether `batches` or the config sets their count (its largest, if it autoscales), share
+    the CPUs: one actor on 2 CPUs runs two threads. Its actors reserve no logical CPU, so chunk
+    tasks run on every CPU while there is chunking to do (then the two share the cores), and the
+    actors' threads have the whole machine after."""
     if resources.num_gpus > 0:
         num_cpus = resources.num_cpus if resources.num_cpus is not None else 1.0
         slots = gpu_slots(node_gpus, resources.num_gpus)
         actors = resources.actors or gpu_actors(resources, slots, num_cpus, cpus, batches)
-        return EmbedPool(
-            actors, resources.max_actors, num_cpus, resources.num_gpus, _threads(num_cpus)
-        )
+        most = gpu_max_actors(resources, batches) if grows else resources.max_actors
+        return EmbedPool(actors, most, num_cpus, resources.num_gpus, _threads(num_cpus))
     if resources.num_cpus is not None:
         threads = _threads(resources.num_cpus)
         actors = resources.actors or max(1, int(cpus // threads))
@@ -128,12 +133,35 @@ def gpu_actors(
     (`slots`, `gpu_slots`: `num_gpus: 0.25` on one GPU: four), so no GPU present at the start
     idles, but no more than `max_actors`, than there are `batches`, or than leave one of the
     `cpus` to the chunk tasks at `num_cpus` each; at least one (an autoscaling cluster may have no
-    GPU yet). Measured on an H200, MiniLM on all of tldr: four actors sharing the GPU embedded 1.9x
-    as fast as one, until the actor worked on whole columns; since then one keeps it 65-86% busy
-    (README, Benchmarks, "GPU")."""
+    GPU yet: its pool's actor waits for the GPU node its demand brings, and the pool grows to
+    `gpu_max_actors` as more join). Measured on an H200, MiniLM on all of tldr: four actors
+    sharing the GPU embedded 1.9x as fast as one, until the actor worked on whole columns; since
+    then one keeps it 65-86% busy (README, Benchmarks, "GPU")."""
     fill = slots
     spare_cpus = int((cpus - 1) / num_cpus)
     return max(1, min(fill, batches, resources.max_actors or fill, spare_cpus))
+
+
+def gpu_max_actors(resources: EmbedResources, batches: int) -> int | None:
+    """The most actors a GPU pool grows to on a cluster that may add GPU nodes during the build:
+    `max_actors`; when both counts are null, one per embedding call that can run at once
+    (`batches`), so GPU nodes the autoscaler adds join the build, not only those up at its start.
+
+    A fixed pool (one actor where GPU workers scale from zero) kept the whole build on one GPU:
+    Ray Data's cluster autoscaler asks for no more actors' resources than the pool's largest size
+    (`RateBasedClusterAutoscaler`, the pool's concurrency limit), so no other GPU node came, and
+    its actor autoscaler adds actors only within the resources of the nodes present
+    (`DefaultActorAutoscaler`, Ray 2.60). Growing to `batches` starts no actor without a call to
+    run. The CPUs present do not bound it, unlike `gpu_actors`: GPU nodes bring their own, and Ray
+    Data adds an actor only within its budget of the nodes present, after the resources it
+    reserves for each stage (the chunk tasks' first). Set `max_actors` to cap the GPUs a build
+    takes; `actors` set with `max_actors` null keeps a fixed pool. On Ray's fake autoscaling
+    cluster (head of 2 CPUs, GPU workers 0-3 of 1 GPU each; 80 calls of 1.5 s), the fixed pool
+    ran on one GPU node, 67.3 s; this one brought the cluster to 3 GPUs and ran two actors,
+    52.7 s."""
+    if resources.actors is not None:
+        return resources.max_actors
+    return resources.max_actors or max(1, batches)
 
 
 def _threads(num_cpus: float) -> int:

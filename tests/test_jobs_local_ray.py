@@ -142,7 +142,8 @@ from jobs.config import load_config
 from jobs.local_ray import start_ray
 
 logging.basicConfig(level=logging.INFO)
-start_ray(load_config(sys.argv[1], overrides={"input": "."}, settings=sys.argv[2:]))
+joined = start_ray(load_config(sys.argv[1], overrides={"input": "."}, settings=sys.argv[2:]))
+sys.exit(0 if joined else 5)  # a joined cluster may grow: a GPU pool then grows with it
 """
 
 

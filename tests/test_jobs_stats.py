@@ -14,7 +14,7 @@ from embedding.keys import DEFAULT_TOKEN_BUDGET
 from jobs.config import EmbedResources, IndexResources, JobConfig, ResourcesConfig, TaskResources
 from jobs.progress import Goal, StatsCollector, progress_line
 from jobs.records import SOURCE, entry_to_json, new_row, to_table
-from jobs.resources import GPU_CALL_BYTES, call_rows, embed_pool, infeasible
+from jobs.resources import GPU_CALL_BYTES, actor_stage_args, call_rows, embed_pool, infeasible
 from jobs.stages.store import store_entries
 from jobs.stats import (
     SLOWEST,
@@ -201,6 +201,35 @@ def test_a_gpu_pool_whose_actor_count_is_null_fills_the_gpus_present_at_the_star
     assert actors(0.4, gpus=(1, 1), cpus=64) == 4
     assert actors(0.75, gpus=(4,), cpus=64) == 4
     assert actors(0.6, gpus=(8,), cpus=64) == 8
+
+
+def test_a_gpu_pool_whose_actor_count_is_null_grows_as_gpu_nodes_join_a_cluster_that_grows():
+    """A cluster whose GPU workers scale from zero has no GPU at the start: the pool was one fixed
+    actor, so Ray Data asked for no second GPU node and the whole build ran on one GPU. It now
+    starts what the GPUs present hold (at least one) and autoscales up to one actor per
+    embedding call, or to max_actors; a local instance, which never grows, keeps it fixed."""
+
+    def pool(gpus, batches=64, cpus=2, grows=True, **config):
+        resources = EmbedResources(num_gpus=config.pop("num_gpus", 1), **config)
+        return embed_pool(resources, cpus, batches, gpus, grows)
+
+    def sizes(pool):
+        compute = actor_stage_args(pool, 64, 3)["compute"]
+        return compute.min_size, compute.max_size
+
+    none_yet = pool(gpus=())  # the head alone: 2 CPUs, no GPU
+    assert (none_yet.actors, none_yet.max_actors) == (1, 64) and sizes(none_yet) == (1, 64)
+    assert none_yet.label() == "1-64 actors × 1 torch thread, 1 GPU each"
+    # the GPUs present fill at once (the CPUs present bound only that), the rest as nodes join
+    assert sizes(pool(gpus=(0, 1), cpus=16, num_gpus=0.25)) == (4, 64)
+    assert sizes(pool(gpus=(1,), batches=10)) == (1, 10)  # no actor without a call to run
+    assert sizes(pool(gpus=(), max_actors=8)) == (1, 8)  # max_actors caps the GPUs it takes
+    assert sizes(pool(gpus=(), batches=1)) == (1, 1)  # one call: one actor
+    assert sizes(pool(gpus=(), actors=2)) == (2, 2)  # a set count, max_actors null: fixed
+    assert sizes(pool(gpus=(), actors=2, max_actors=6)) == (2, 6)
+    assert sizes(pool(gpus=(), grows=False)) == (1, 1)  # a local instance never grows
+    assert sizes(pool(gpus=(), num_gpus=0)) == (2, 2)  # CPU pools as before: one per CPU
+    assert pool(gpus=(), num_gpus=0) == pool(gpus=(), num_gpus=0, grows=False)
 
 
 def _work(embed: EmbedResources, sources: int, size: int, batch_mb: float | None = None):
