@@ -7,7 +7,7 @@ per document, for callers that have documents one by one, and go through it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -209,6 +209,7 @@ def embed_documents(
     cache: EmbeddingCache | None,
     groups: Sequence[Documents],
     tokens_digest: str | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> Embeddings:
     """Vectors for every chunk of every group, computing only what the cache lacks.
 
@@ -223,7 +224,8 @@ def embed_documents(
     `tokens_digest` is the `encoder_digest` of the encoder that made the groups' token ids: they
     are used only where it is the embedder's own (asked once a text is missing: a
     `LazyEmbedder` loads then), else the texts are tokenized again; None: they are the
-    embedder's ids."""
+    embedder's ids. `progress` is called with the texts of each micro-batch as it is embedded
+    (`Embedder.embed_encoded`)."""
     known = [_known(embedder, cache, group) for group in groups]
     tokens = padded_tokens = 0
     model_seconds = 0.0
@@ -237,7 +239,7 @@ def embed_documents(
             continue
         own_ids = tokens_digest is None or tokens_digest == embedder.encoder_digest
         encoded = _encoded(embedder, list(firsts.values()), query, own_ids)
-        fresh = embedder.embed_encoded(encoded, query=query)
+        fresh = embedder.embed_encoded(encoded, query=query, progress=progress)
         tokens, padded_tokens = tokens + fresh.tokens, padded_tokens + fresh.padded_tokens
         model_seconds += fresh.model_seconds
         row = {text_hash: i for i, text_hash in enumerate(firsts)}

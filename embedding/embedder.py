@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -134,9 +134,16 @@ class Embedder:
         with self._tokenizer_lock:
             return encode(self._encoder, texts)
 
-    def embed_encoded(self, encoded: Encoded, *, query: bool = False) -> Embedded:
+    def embed_encoded(
+        self,
+        encoded: Encoded,
+        *,
+        query: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> Embedded:
         """The vectors of texts this embedder's `encode` tokenized, or an encoder with the same
-        `encoder_digest` (a build's chunk tasks); `query=True` for texts encoded as queries.
+        `encoder_digest` (a build's chunk tasks); `query=True` for texts encoded as queries;
+        `progress` is called with the rows of each micro-batch once it is launched.
 
         Rows run in fixed-shape micro-batches (`embedding.batching`) of the token budget, or of
         `QUERY_TOKEN_BUDGET` for queries, so a text's vector is the same bits whatever else is
@@ -155,6 +162,8 @@ class Embedder:
                 parts.append(vectors[: len(batch.rows)])
                 order.extend(batch.rows)
                 padded += vectors.shape[0] * batch.length
+                if progress is not None:
+                    progress(len(batch.rows))
             # One copy to the host after the last micro-batch: on an accelerator the only wait for
             # the device in this loop (a per-batch copy of row indices to the device waited for
             # each batch to finish before the next one's inputs were even built).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # only for annotations: this module works without importing torch
     from embedding.embedder import Embedded, Embedder
@@ -50,6 +50,6 @@ class LazyEmbedder:
         """`Embedder.encode`, the model loaded first."""
         return self.loaded().encode(texts, query=query)
 
-    def embed_encoded(self, encoded: Encoded, *, query: bool = False) -> Embedded:
-        """`Embedder.embed_encoded`, the model loaded first."""
-        return self.loaded().embed_encoded(encoded, query=query)
+    def embed_encoded(self, encoded: Encoded, **options: Any) -> Embedded:
+        """`Embedder.embed_encoded` (`query`, `progress`), the model loaded first."""
+        return self.loaded().embed_encoded(encoded, **options)

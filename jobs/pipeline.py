@@ -215,7 +215,7 @@ def build_topics(
     first_pool = None
 
     def status() -> str:
-        return progress_line(ray.get(collector.total.remote()), goal, time.time())
+        return progress_line(ray.get(collector.progress.remote()), goal, time.time())
 
     try:
         with Heartbeat(status):

@@ -20,10 +20,11 @@ import pyarrow as pa
 import ray
 
 from jobs.blocks import Span, topic_counts
-from jobs.stats import RunStats, Window
+from jobs.stats import EmbedStats, RunStats, Window
 
 log = logging.getLogger("mdindex.build")
 HEARTBEAT_SECONDS = 30.0
+EMBEDDING_PROGRESS_SECONDS = 5.0  # how often a running embedding call tells its progress
 
 
 def interactive() -> bool:
@@ -50,19 +51,32 @@ class StatsCollector:
     def __init__(self) -> None:
         self._total = RunStats()
         self._keys: set[str] = set()
+        self._running: dict[str, RunStats] = {}  # what each running embedding call has done
 
     def add(self, stats: RunStats, key: str | None = None) -> None:
         """Fold one batch's record into the total, once per `key` (`rows_key`): a call Ray tries
         again (its worker died after it reported) reports the same key, not counted twice."""
         if key is not None:
+            self._running.pop(key, None)  # its own record counts it now
             if key in self._keys:
                 return
             self._keys.add(key)
         self._total += stats
 
+    def embedding(self, key: str, done: RunStats) -> None:
+        """What the running embedding call `key` has done so far (`embedding_progress`); ignored
+        for a call tried again after it reported."""
+        if key not in self._keys:
+            self._running[key] = done
+
     def total(self) -> RunStats:
         """The sum so far."""
         return self._total
+
+    def progress(self) -> RunStats:
+        """The sum so far, with what the embedding calls still running have done: for the
+        progress line, not the report."""
+        return sum(self._running.values(), self._total)
 
     @ray.method(concurrency_group="counts")
     def count_topics(self, block: pa.Table, span: Span) -> dict[str, int]:
@@ -77,6 +91,28 @@ def report_stats(collector, stats: RunStats, key: str | None = None) -> None:
     The call waits for the actor, so a finished task's counts are in before the driver reads."""
     if collector is not None:
         ray.get(collector.add.remote(stats, key))
+
+
+def embedding_progress(
+    collector, key: str, every: float = EMBEDDING_PROGRESS_SECONDS
+) -> Callable[[int], None] | None:
+    """The `progress` of an embedding call (`key`: its `rows_key`), which tells the run's
+    collector the texts it has embedded since it began, at most once every `every` seconds,
+    without waiting (a call on a CPU can take minutes: the line said "0 chunks embedded", and gave
+    no ETA, all that time); None when nothing collects."""
+    if collector is None:
+        return None
+    began, told, done = time.time(), time.monotonic(), 0
+
+    def progress(texts: int) -> None:
+        nonlocal told, done
+        done += texts
+        if time.monotonic() - told >= every:
+            told = time.monotonic()
+            record = RunStats(embed=EmbedStats(embedded=done, window=Window(began)))
+            collector.embedding.remote(key, record)
+
+    return progress
 
 
 def rows_key(stage: str, batch: pa.Table) -> str:

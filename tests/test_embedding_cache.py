@@ -18,7 +18,10 @@ from embedding import (
     CacheEntry,
     CacheKey,
     DocRequest,
+    Documents,
     EmbeddingCache,
+    chunk_offsets,
+    embed_documents,
     embed_uncached,
     embed_with_cache,
     text_hashes,
@@ -202,9 +205,9 @@ def test_a_batch_is_embedded_in_one_call_in_request_order(cache, monkeypatch):
     calls: list[int] = []
     real = model.embed_encoded
 
-    def counting(encoded, *, query=False):
+    def counting(encoded, **options):
         calls.append(len(encoded))
-        return real(encoded, query=query)
+        return real(encoded, **options)
 
     monkeypatch.setattr(model, "embed_encoded", counting)
     requests = [
@@ -447,3 +450,15 @@ def test_an_entry_folder_that_is_a_link_is_resolved_on_its_own(tmp_path):
     assert (kept / "metadata.json").is_file()
     [hit] = embed_with_cache(model, cache, [request(source="doc-in")])
     assert hit.cache_hit
+
+
+
+def test_embed_documents_tells_its_progress_per_micro_batch():
+    """`progress` hears each micro-batch's texts as it is embedded (a build's progress line counts
+    a long call's chunks as they go); a text twice in the call is embedded, and told, once."""
+    texts = [" ".join(["word"] * n) for n in (3, 40, 120, 300)] + [TEXTS[0], TEXTS[0]]
+    docs = Documents(STRATEGY, [sha("progress")], [None], texts, chunk_offsets([len(texts)]))
+    told: list[int] = []
+    [found] = embed_documents(embedder(dtype="fp32"), None, [docs], progress=told.append).results
+    assert len(told) > 1 and sum(told) == len(set(texts)) == len(texts) - 1
+    assert int(found.embedded.sum()) == len(texts)

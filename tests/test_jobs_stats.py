@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 
 import numpy as np
@@ -12,7 +13,13 @@ import ray
 from embedding.batching import padding_waste, plan_batches
 from embedding.keys import DEFAULT_TOKEN_BUDGET
 from jobs.config import EmbedResources, IndexResources, JobConfig, ResourcesConfig, TaskResources
-from jobs.progress import Goal, StatsCollector, progress_line
+from jobs.progress import (
+    Goal,
+    StatsCollector,
+    embedding_progress,
+    progress_line,
+    report_stats,
+)
 from jobs.records import SOURCE, entry_to_json, new_row, to_table
 from jobs.resources import GPU_CALL_BYTES, actor_stage_args, call_rows, embed_pool, infeasible
 from jobs.stages.store import store_entries
@@ -377,3 +384,28 @@ def test_a_cache_entry_two_rows_carry_is_written_and_counted_once(tmp_path):
         "chunk-1.bin",
         "metadata.json",
     ]
+
+
+def test_a_long_embedding_call_is_counted_as_it_goes(ray_session):
+    """An embedding call on a CPU can take minutes (one 400 KB source: 900 chunks in one call,
+    45 s with MiniLM): the line said "0 chunks embedded", with no ETA, until it ended. The call
+    tells the run's collector what it has embedded as it goes; its own record replaces that."""
+    collector = StatsCollector.remote()
+    goal = Goal(sources=1, bytes=1_000, topics=1)
+    chunked = RunStats(chunk=ChunkStats(sources=1, bytes=1_000, chunks=100, window=Window(0, 1)))
+    report_stats(collector, chunked)
+    progress = embedding_progress(collector, "call", every=0)
+    progress(15)
+    progress(10)
+    running = ray.get(collector.progress.remote())
+    assert running.embed.embedded == 25 and ray.get(collector.total.remote()) == chunked
+    line = progress_line(running, goal, time.time() + 10)
+    assert "25 chunks embedded" in line and re.search(r"ETA (29|30|31) s$", line), line
+    report_stats(collector, RunStats(embed=EmbedStats(embedded=100)), "call")
+    assert ray.get(collector.progress.remote()).embed.embedded == 100
+    progress(5)  # the call tried again after it reported (its worker died): counted already
+    assert ray.get(collector.progress.remote()).embed.embedded == 100
+    quiet = embedding_progress(collector, "another call")  # told every few seconds, not yet
+    quiet(7)
+    assert ray.get(collector.progress.remote()).embed.embedded == 100
+    ray.kill(collector)

@@ -21,6 +21,7 @@ import gc
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,7 @@ from embedding.documents import (
     truncated_rows,
 )
 from jobs.gc_pause import gc_paused
-from jobs.progress import report_stats, rows_key
+from jobs.progress import embedding_progress, report_stats, rows_key
 from jobs.records import QUESTIONS, SOURCE, chunk_tokens, entry_to_json, with_columns
 from jobs.stats import EmbedStats, Names, RunStats, SharedClock
 
@@ -131,18 +132,22 @@ class EmbedActor:
         questions; report the counts and the time (counted once where two calls overlap). Python's
         collector is paused meanwhile (`jobs.gc_pause`)."""
         self.clock.start()
+        key = rows_key("embed", batch)
         try:
             with gc_paused():
-                table, stats = self.embed(batch)
+                table, stats = self.embed(batch, embedding_progress(self.collector, key))
         finally:
             spent = self.clock.spent()
         stats = RunStats(embed=stats + EmbedStats(**spent))
-        report_stats(self.collector, stats, rows_key("embed", batch))
+        report_stats(self.collector, stats, key)
         return table
 
-    def embed(self, batch: pa.Table) -> tuple[pa.Table, EmbedStats]:
-        """The batch with its vectors, and the counts. Works on whole Arrow columns: the sources'
-        chunks go to the embedder as one `Documents`, their vectors come back as one matrix."""
+    def embed(
+        self, batch: pa.Table, progress: Callable[[int], None] | None = None
+    ) -> tuple[pa.Table, EmbedStats]:
+        """The batch with its vectors, and the counts; `progress` is told the texts of each
+        micro-batch embedded. Works on whole Arrow columns: the sources' chunks go to the
+        embedder as one `Documents`, their vectors come back as one matrix."""
         sources, asked = _rows_of(batch, SOURCE), _rows_of(batch, QUESTIONS)
         hashes = batch.column("sha256").to_pylist()
         groups, rows = [self._sources(batch, sources, hashes)], [sources]
@@ -151,7 +156,9 @@ class EmbedActor:
         if questions:
             groups.append(_questions(questions, hashes))
             rows.append([i for i, _ in questions])
-        done = embed_documents(self.embedder, self.cache, groups, self.settings.encoder_digest)
+        done = embed_documents(
+            self.embedder, self.cache, groups, self.settings.encoder_digest, progress
+        )
         written: dict[str, list[Any]] = {name: [None] * batch.num_rows for name in WRITES}
         for group, found, indices in zip(groups, done.results, rows, strict=True):
             for i, vectors, entry in self._rows(group, found, indices):
