@@ -76,12 +76,18 @@ class OutputNotFound(FileNotFoundError):
 
 
 def check_bucket(output: Storage) -> None:
-    """`OutputNotFound` when `output` lies in an S3 bucket that does not exist (what the build's
-    lock finds by its first write), for a dry run, which writes nothing."""
+    """`OutputNotFound` when `output` lies in an S3 bucket that the store says does not exist
+    (404 to a HEAD of it: what the build's lock finds by its first write), for a dry run, which
+    writes nothing. Any other answer (a 403 to credentials for one prefix of it) is left to the
+    build: fsspec's `exists` took every failure for a missing bucket."""
     if output.protocol in ("s3", "s3a"):
         bucket = output.full_path("").split("/", 1)[0]
-        if not output.filesystem().exists(bucket):
-            raise OutputNotFound(f"output {output.uri()}: no such bucket")
+        try:
+            output.filesystem().call_s3("head_bucket", Bucket=bucket)
+        except FileNotFoundError as error:
+            raise OutputNotFound(f"output {output.uri()}: no such bucket ({error})") from error
+        except OSError:
+            pass
 
 
 @contextlib.contextmanager

@@ -181,6 +181,23 @@ class _Denies:
         return [f"<Error><Code>{self.code}</Code><Message>denied</Message></Error>".encode()]
 
 
+class _DeniesBucketProbes:
+    """A WSGI layer that answers 403 to a HEAD of a bucket and to a request for its location, as a
+    store does to credentials for one prefix of it (an IAM policy that grants `s3:ListBucket` only
+    under that prefix, and no `s3:GetBucketLocation`), and lets every other request through."""
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        on_bucket = "/" not in environ.get("PATH_INFO", "").strip("/")
+        method, query = environ["REQUEST_METHOD"], environ.get("QUERY_STRING", "")
+        if not on_bucket or not (method == "HEAD" or "location" in parse_qs(query, True)):
+            return self.app(environ, start_response)
+        start_response("403 Forbidden", [("Content-Type", "application/xml")])
+        return [b""]
+
+
 # The WSGI layers an `s3_behind` server may stand behind, by name.
 S3_LAYERS = {
     "ignores conditional writes": partial(
@@ -196,6 +213,7 @@ S3_LAYERS = {
     ),
     "denies writes": partial(_Denies, code="AccessDenied", methods=("PUT", "POST", "DELETE")),
     "denies deletes": partial(_Denies, code="AccessDenied", methods=("DELETE",)),
+    "denies bucket probes": _DeniesBucketProbes,
 }
 
 

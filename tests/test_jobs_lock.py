@@ -500,4 +500,21 @@ def test_an_output_in_a_bucket_that_does_not_exist_is_a_usage_error_named_so(
     assert not s3_server.filesystem().exists("no-such-bucket-here")
     # a dry run said the build would rebuild every topic
     assert main([*command, "--dry-run"]) == 2
-    assert capsys.readouterr().err.endswith(f"mdindex build: output {output}: no such bucket\n")
+    assert f"mdindex build: output {output}: no such bucket (" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("s3_behind", ["denies bucket probes"], indirect=True)
+def test_a_dry_run_into_an_empty_bucket_it_may_not_probe_plans_a_first_build(
+    behind, s3_behind, tmp_path, capsys
+):
+    """Credentials for one prefix (HeadBucket and GetBucketLocation answer 403) and an empty
+    output: the bucket is there, and the dry run plans the build instead of calling it missing
+    (it did: fsspec's `exists` takes any failure for "no bucket")."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# a\n\nA page for an empty bucket.\n")
+    command = ["--config", "configs/local.yaml", "--input", str(docs), "--dry-run"]
+    command += ["--output", behind[0].uri()]
+    command += ["--set", f"storage_options={s3_options(s3_behind[0].endpoint_url)}"]
+    assert main(command) == 0
+    assert "rebuild topic t" in capsys.readouterr().out
