@@ -224,8 +224,8 @@ def embed_documents(
     `tokens_digest` is the `encoder_digest` of the encoder that made the groups' token ids: they
     are used only where it is the embedder's own (asked once a text is missing: a
     `LazyEmbedder` loads then), else the texts are tokenized again; None: they are the
-    embedder's ids. `progress` is called with the texts of each micro-batch as it is embedded
-    (`Embedder.embed_encoded`)."""
+    embedder's ids. `progress` is called with the passages of each micro-batch as it is
+    embedded (`Embedder.embed_encoded`)."""
     known = [_known(embedder, cache, group) for group in groups]
     tokens = padded_tokens = 0
     model_seconds = 0.0
@@ -239,7 +239,8 @@ def embed_documents(
             continue
         own_ids = tokens_digest is None or tokens_digest == embedder.encoder_digest
         encoded = _encoded(embedder, list(firsts.values()), query, own_ids)
-        fresh = embedder.embed_encoded(encoded, query=query, progress=progress)
+        told = None if query else progress  # questions are no chunks
+        fresh = embedder.embed_encoded(encoded, query=query, progress=told)
         tokens, padded_tokens = tokens + fresh.tokens, padded_tokens + fresh.padded_tokens
         model_seconds += fresh.model_seconds
         row = {text_hash: i for i, text_hash in enumerate(firsts)}

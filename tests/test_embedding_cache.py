@@ -452,13 +452,15 @@ def test_an_entry_folder_that_is_a_link_is_resolved_on_its_own(tmp_path):
     assert hit.cache_hit
 
 
-
 def test_embed_documents_tells_its_progress_per_micro_batch():
-    """`progress` hears each micro-batch's texts as it is embedded (a build's progress line counts
-    a long call's chunks as they go); a text twice in the call is embedded, and told, once."""
+    """`progress` hears each micro-batch's passages as it is embedded (a build's progress line
+    counts a long call's chunks as they go); a text twice in the call is embedded, and told,
+    once; questions, embedded as queries, are no chunks: not told."""
     texts = [" ".join(["word"] * n) for n in (3, 40, 120, 300)] + [TEXTS[0], TEXTS[0]]
     docs = Documents(STRATEGY, [sha("progress")], [None], texts, chunk_offsets([len(texts)]))
+    asked = Documents(STRATEGY, [sha("qa")], [None], ["Why?"], chunk_offsets([1]), query=True)
     told: list[int] = []
-    [found] = embed_documents(embedder(dtype="fp32"), None, [docs], progress=told.append).results
+    model = embedder(dtype="fp32")
+    found, _ = embed_documents(model, None, [docs, asked], progress=told.append).results
     assert len(told) > 1 and sum(told) == len(set(texts)) == len(texts) - 1
     assert int(found.embedded.sum()) == len(texts)

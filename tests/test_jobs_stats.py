@@ -399,8 +399,10 @@ def test_a_long_embedding_call_is_counted_as_it_goes(ray_session):
     progress(10)
     running = ray.get(collector.progress.remote())
     assert running.embed.embedded == 25 and ray.get(collector.total.remote()) == chunked
+    # 25 of 100 chunks in the call's first 10 s (and the moments since it began): 30 s more
     line = progress_line(running, goal, time.time() + 10)
-    assert "25 chunks embedded" in line and re.search(r"ETA (29|30|31) s$", line), line
+    eta = re.search(r"ETA (\d+) s$", line)
+    assert "25 chunks embedded" in line and eta and 30 <= int(eta[1]) <= 36, line
     report_stats(collector, RunStats(embed=EmbedStats(embedded=100)), "call")
     assert ray.get(collector.progress.remote()).embed.embedded == 100
     progress(5)  # the call tried again after it reported (its worker died): counted already
