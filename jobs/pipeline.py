@@ -200,8 +200,9 @@ def build_topics(
     may add nodes meanwhile (a GPU pool then grows as GPU nodes join, `embed_pool`).
 
     A topic some of whose unchanged sources cannot be carried (previous tables missing or
-    damaged) has those read, chunked and embedded in another pass, then is reduced again from the
-    rows of both passes."""
+    damaged, or without a source's rows) has those read, chunked and embedded in another pass,
+    then is reduced again from the rows of both passes. The passes end: a source with a row is
+    never carried, so none is sent twice."""
     configure_progress()
     collector = StatsCollector.remote()
     cluster = ray.cluster_resources()  # one round trip to Ray's control store

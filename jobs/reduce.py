@@ -4,7 +4,8 @@ Ray Data's group-by waits for every row of the corpus before the first group is 
 shuffle of all chunks and vectors). Here the driver follows the embedding stage's output block by
 block (references only, never the data): the run's collector actor counts each block's rows per
 topic (`jobs.progress.StatsCollector.count_topics`), and once a topic has all the rows its plan
-expects, one Ray task reduces it from the blocks that hold them
+expects (in a second pass, those of its sources the first could not carry, beside the first
+pass's blocks), one Ray task reduces it from the blocks that hold them
 (`jobs.stages.topic.build_and_write`). Topics are written while later ones are still being
 embedded, and nothing is shuffled.
 """

@@ -20,7 +20,7 @@ READ_FAILED = "READ_FAILED"
 
 def read_sources(batch: pa.Table, source: Storage) -> tuple[pa.Table, ReadStats]:
     """The batch with `payload` and `sha256` filled for every row that names a file (a topic row
-    keeps its facts), and the bytes counted. Works on whole columns (no row dicts)."""
+    keeps its facts), and the files and bytes counted. Works on whole columns (no row dicts)."""
     clock = Clock()
     kinds, paths, sizes = (batch.column(name).to_pylist() for name in ("kind", "path", "size"))
     columns = {
