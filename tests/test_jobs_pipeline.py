@@ -89,6 +89,7 @@ def retry_page(name: str) -> str:
 # The small corpora's pages, the links test's first version and the S3 glob test's pages:
 # `small_vectors` embeds them once.
 RETRY_PAGES = ["a", "b", "c", "d", "t/a.md", "t/b.md", "u/c.md", "u/d.md"]
+QA_PAGE = "# Questions\n\n## How does it give up?\n\nAfter five tries.\n"  # a topic's qa-pairs.md
 LINKED = {
     "t/page.md": "# Page\n\nSee [the target](../u/target.md) for retries.\n",
     "t/other.md": "# Other\n\nHow other pages retry a request.\n",
@@ -113,11 +114,12 @@ def write_pages(docs: Path, pages: dict[str, str]) -> None:
 @pytest.fixture(scope="module")
 def small_vectors(tmp_path_factory) -> Path:
     """The cache of one build of every page of the small corpora (`RETRY_PAGES`, `LINKED`,
-    `GLOB_PAGES`): the tests about what a build keeps, deletes, links, refuses or reads read their
-    vectors from a copy and load no model."""
+    `GLOB_PAGES`, `QA_PAGE`'s questions): the tests about what a build keeps, deletes, links,
+    refuses or reads read their vectors from a copy and load no model."""
     base = tmp_path_factory.mktemp("small")
     pages = {f"r{i}/page.md": retry_page(name) for i, name in enumerate(RETRY_PAGES)}
-    write_pages(base / "docs", {**pages, **LINKED, **{f"g/{p}": t for p, t in GLOB_PAGES.items()}})
+    globbed = {f"g/{p}": t for p, t in GLOB_PAGES.items()}
+    write_pages(base / "docs", {**pages, **LINKED, **globbed, "r0/qa-pairs.md": QA_PAGE})
     assert build("--input", str(base / "docs"), "--output", str(base / "out")) == 0
     return base / "out" / ".embedding-cache"
 
@@ -744,11 +746,13 @@ def test_a_source_missing_from_its_topics_previous_tables_is_read_alone_and_coun
 ):
     """A rebuilt topic whose previous tables lack one unchanged source (its chunk rows gone) reads,
     chunks and embeds that one in a second pass, and its reduce takes the first pass's rows
-    again: the other unchanged sources are still carried, and no source is done or counted twice.
-    The second pass read every source of the topic again, the first pass's too, and the progress
-    line counted them past its goal ("5/1 sources chunked"), the report twice."""
+    again (its questions too): the other unchanged sources are still carried, no source is done or
+    counted twice, and the output is a fresh build's. The second pass read every source of the
+    topic again, the first pass's too, and the progress line counted them past its goal ("5/1
+    sources chunked"), the report twice."""
     docs, out, cache = tmp_path / "docs", tmp_path / "out", cache_copy(small_vectors, tmp_path)
     write_pages(docs, {f"t/{name}.md": retry_page(name) for name in ("a", "b", "c", "d")})
+    write_pages(docs, {"t/qa-pairs.md": QA_PAGE})
     assert build("--input", str(docs), "--output", str(out), *cache) == 0
     before = pq.read_table(out / chunk_table_path("t"))
     (docs / "t" / "a.md").write_text(retry_page("a") + "\nAnd how it gives up.\n")
@@ -770,13 +774,14 @@ def test_a_source_missing_from_its_topics_previous_tables_is_read_alone_and_coun
     assert counters["chunk"]["chunks"] == counters["embed"]["chunks"] == chunks["cache_hits"] + 1
     assert counters["tokenize"]["chunks"] == counters["chunk"]["chunks"]
     assert sorted(s["path"] for s in report["slowest_sources"]) == ["t/a.md", "t/b.md"]
-    read = [docs / "t" / "a.md", docs / "t" / "b.md"]
-    assert counters["read"]["files"] == 2
+    read = [docs / "t" / name for name in ("a.md", "b.md", "qa-pairs.md")]
+    assert counters["read"]["files"] == 3 and counters["embed"]["questions"] == 1
     assert report["bytes_read"] == sum(p.stat().st_size for p in read)
-    # b.md chunked again gives the rows it had; c.md and d.md carried, theirs
-    after = pq.read_table(out / chunk_table_path("t"))
-    unedited = pc.field("source") != "t/a.md"
-    assert after.filter(unedited).equals(before.filter(unedited))
+    # b.md chunked again, c.md and d.md carried, the questions from the first pass's rows: the
+    # bytes of a fresh build
+    assert build("--input", str(docs), "--output", str(tmp_path / "fresh"), *cache) == 0
+    assert report_of(tmp_path / "fresh")["counters"]["embed"]["models_loaded"] == 0
+    assert generated_files(out) == generated_files(tmp_path / "fresh")
 
 
 def built_one_source(tmp_path: Path, vectors: Path) -> tuple[Path, Path]:
