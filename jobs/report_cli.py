@@ -85,13 +85,16 @@ def read_report(output: Storage) -> bytes | None:
 
 
 def parse_report(data: bytes) -> dict[str, Any]:
-    """The run report in report.json's bytes; DamagedReport where they hold no JSON object."""
+    """The run report in report.json's bytes; DamagedReport where they hold no JSON object, or
+    one without a `status` (every version's report has one: `{}` is no run's report)."""
     try:
         report = json.loads(data)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, nesting
         raise DamagedReport(str(exc) or type(exc).__name__) from exc
     if not isinstance(report, dict):
         raise DamagedReport(f"a JSON {type(report).__name__}, not an object")
+    if not isinstance(report.get("status"), str):  # every version's report has one
+        raise DamagedReport("no 'status'" if "status" not in report else "'status' is no string")
     return report
 
 
@@ -128,9 +131,11 @@ def render(report: dict[str, Any]) -> tuple[str, str]:
         raise DamagedReport(f"no {exc.args[0]!r}") from exc
     except (LookupError, TypeError, AttributeError, ValueError, ArithmeticError) as exc:
         raise DamagedReport(f"{type(exc).__name__}: {exc}") from exc
-    when = (
-        f"started {report['started_at']}"  # an unfinished run's
-        if "started_at" in report
-        else f"finished {report.get('finished_at', 'at an unknown time')}"
-    )
+    started, finished = report.get("started_at"), report.get("finished_at")
+    if started is not None and finished is not None:  # a finished run's (since 2026-11-29)
+        when = f"started {started}, finished {finished}"
+    elif started is not None:  # an unfinished run's
+        when = f"started {started}"
+    else:  # a failed run's, or one of a version before started_at
+        when = f"finished {finished if finished is not None else 'at an unknown time'}"
     return f"last run: {status}, {when}\n{counts}", page

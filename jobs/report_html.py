@@ -253,7 +253,9 @@ def _cache(report: dict[str, Any]) -> str:
 
 
 def _failures(report: dict[str, Any]) -> str:
-    failures = report.get("failures", [])
+    if "failures" not in report:  # a failed or unfinished run's: not "none", not known
+        return "<h2>Failures</h2>" + _none("not known: the run did not finish (see its error)")
+    failures = report["failures"]
     if not failures:
         return "<h2>Failures</h2>" + _none("none")
     groups: dict[str, list[dict[str, str]]] = defaultdict(list)
@@ -274,7 +276,9 @@ def _failures(report: dict[str, Any]) -> str:
 
 
 def _slowest(report: dict[str, Any]) -> str:
-    slowest = report.get("slowest_sources", [])
+    if "slowest_sources" not in report:  # a failed or unfinished run's
+        return "<h2>Slowest sources</h2>" + _none("no chunking times in this report")
+    slowest = report["slowest_sources"]
     if not slowest:
         return "<h2>Slowest sources</h2>" + _none("no source was chunked in this run")
     top = slowest[0]["seconds"] or 1

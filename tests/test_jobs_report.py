@@ -13,6 +13,7 @@ import subprocess
 import sys
 import traceback
 import xml.etree.ElementTree as ET
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,10 @@ def test_a_failed_runs_report_renders_what_it_has(tmp_path, capsys):
     page = render_html(failed)
     assert "exit code <b>1</b>" in page and "RuntimeError: worker died" in page
     assert "no timings in this report" in page and "<svg" not in page
+    # it did not report its sources: its failures are not known, not "none" (as it said)
+    assert '<h2>Failures</h2><p class="none">not known: the run did not finish' in page
+    assert ">none<" not in page and "no source was chunked in this run" not in page
+    assert '<h2>Slowest sources</h2><p class="none">no chunking times in this report' in page
     (tmp_path / "_reindex").mkdir()
     (tmp_path / "_reindex" / "report.json").write_text(json.dumps(failed))
     assert mdindex(["report", str(tmp_path)]) == 0
@@ -154,7 +159,15 @@ def test_report_command_prints_the_last_runs_summary(built, capsys):
     (built / "_reindex" / "report.html").unlink()  # e.g. written by an older version
     assert mdindex(["report", str(built)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("last run: sources_failed (exit code 3), finished ")
+    report = json.loads((built / "_reindex" / "report.json").read_text())
+    # when it began, not only when it ended (the unfinished report's start was lost at the end)
+    started, finished = (datetime.fromisoformat(report[k]) for k in ("started_at", "finished_at"))
+    total = report["timings"]["wall_seconds"]["total"]
+    assert abs((finished - started).total_seconds() - total) <= 1
+    assert out.startswith(
+        f"last run: sources_failed (exit code 3), started {report['started_at']}, "
+        f"finished {report['finished_at']}\n"
+    )
     assert "mdindex build: 7 sources in 4 topics" in out and f"FAILED {BROKEN}" in out
     assert out.rstrip().endswith(f"report: {built / '_reindex' / 'report.html'}")
     report, page = report_and_page(built)
@@ -172,7 +185,7 @@ def test_report_command_on_a_report_without_an_exit_code_says_it_is_unknown(
     (tmp_path / "_reindex" / "report.json").write_text(json.dumps(report))
     assert mdindex(["report", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("last run: sources_failed (exit code unknown), finished ")
+    assert out.startswith("last run: sources_failed (exit code unknown), started ")
     assert "None" not in out
     page = (tmp_path / "_reindex" / "report.html").read_text()
     assert "exit code <b>n/a</b>" in page and "None" not in page
@@ -201,6 +214,8 @@ DAMAGED = {
     "empty": (b"", "Expecting value: line 1 column 1 (char 0)"),
     "not-utf8": (b'{"status": "\xff"}', "'utf-8' codec can't decode byte 0xff"),
     "list": (b"[1, 2]", "a JSON list, not an object"),
+    "no-status": (b"{}", "no 'status'"),  # was "last run: unknown (exit code unknown)", exit 0
+    "status-null": (b'{"status": null, "error": null}', "'status' is no string"),
     "no-chunks": (json.dumps({"status": "ok", "sources": {"seen": 1}}).encode(), "no 'chunks'"),
     "failures-str": (
         json.dumps({"status": "failed", "failures": "boom"}).encode(),
