@@ -243,6 +243,21 @@ def summary(report: dict[str, Any]) -> str:
         f"{c['reused']} reused, {c['truncated']} truncated",
         f"  time:    {report['timings']['wall_seconds']['total']:.1f} s",
     ]
+    lines += cache_warnings(report)
     for failure in report["failures"]:
         lines.append(f"  FAILED {failure['path']}: {failure['code']}: {failure['message']}")
     return "\n".join(printable(line) for line in lines)
+
+
+def cache_warnings(report: dict[str, Any]) -> list[str]:
+    """Lines for the embedding cache entries the run could not write (none: no line): a run
+    whose cache cannot be written still exits 0 (the vectors are in the index), and a later
+    build that needs those entries embeds their sources again."""
+    store = report.get("counters", {}).get("store", {})
+    failed = store.get("failures", 0)
+    if not failed:
+        return []
+    kept = store.get("warnings", [])
+    more = f" ({len(kept)} shown)" if len(kept) < failed else ""
+    lines = [f"  cache:   {failed} entries could not be written{more}"]
+    return lines + [f"  WARNING {warning}" for warning in kept]

@@ -249,6 +249,16 @@ def _cache(report: dict[str, Any]) -> str:
         html += stacked_bar(parts, "where each chunk's vector came from")
     else:
         html += _none("no chunk needed a vector in this run")
+    store = report.get("counters", {}).get("store", {})
+    if failed := store.get("failures", 0):  # the run is "ok": this is the only place it shows
+        kept = store.get("warnings", [])
+        more = f", the first {len(kept)} of them" if len(kept) < failed else ""
+        items = "".join(f"<li><code>{escape(printable(w))}</code></li>" for w in kept)
+        html += (
+            f'<p><span class="status warn">{_number(failed)} cache entries not written</span> '
+            f"(their vectors are in the index; a later build that needs them embeds them again)"
+            f"{escape(more)}:</p><ul>{items}</ul>"
+        )
     return html
 
 

@@ -22,7 +22,7 @@ from embedding.keys import resolve_dtype
 from jobs.cli import main as mdindex
 from jobs.config import load_config
 from jobs.reindex import main
-from jobs.report import error_text, write_failed_report
+from jobs.report import error_text, summary, write_failed_report
 from jobs.report_html import render_html, token_bins
 from tests.embedding_support import embedder
 from tests.jobs_support import gone_endpoint, s3_options
@@ -109,6 +109,23 @@ def test_chunked_counts_the_sources_chunked_and_failures_apart_everywhere(built,
     assert legend == [("chunked", "6"), ("carried", "0"), ("failed", "1"), ("untouched", "0")]
     assert mdindex(["report", str(built)]) == 0
     assert "1 failed; 6 chunked, 0 carried" in capsys.readouterr().out
+
+
+def test_cache_entries_not_written_show_in_the_summary_and_the_page(built):
+    """A run whose embedding cache cannot be written (a full disk) is 'ok', exit 0: its warnings
+    were only in `counters.store`, which neither the summary nor the page showed."""
+    report, page = report_and_page(built)
+    assert "not written" not in summary(report) and "cache entries not written" not in page
+    kept = ["cache entry c/<a>&b/metadata.json not written: No space left on device (c/<a>)"]
+    report["counters"]["store"].update(failures=3, warnings=kept)
+    text = summary(report).splitlines()
+    assert text[5:7] == [
+        "  cache:   3 entries could not be written (1 shown)",
+        f"  WARNING {kept[0]}",
+    ]
+    page = render_html(report)
+    assert '<span class="status warn">3 cache entries not written</span>' in page
+    assert "<code>cache entry c/&lt;a&gt;&amp;b/metadata.json not written: No space" in page
 
 
 def test_token_bins_cover_min_to_max_and_keep_every_count():
