@@ -19,6 +19,8 @@ from jobs.logs import printable
 from jobs.svg import Bar, Bin, bar_chart, histogram, stacked_bar
 
 BINS = 24  # about this many bars in the token histogram
+# lower is better: 1.0 is every CPU busy with stage work all along (the label said only the ratio)
+EFFICIENCY = "efficiency: wall time / (worker-seconds / CPUs); 1 = every CPU busy, more = idle CPUs"
 GREEN, BLUE, GREY, RED, ORANGE, TEAL, YELLOW, PURPLE = (
     "#54a24b", "#4c78a8", "#bab0ac", "#e45756", "#f58518", "#72b7b2", "#eeca3b", "#b279a2",
 )  # fmt: skip
@@ -81,6 +83,11 @@ def _number(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return "n/a" if value is None else str(value)
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    """A rate in other units; None (a run of no wall time) stays "n/a", not 0."""
+    return None if value is None else value * factor
 
 
 def _none(text: str) -> str:
@@ -180,11 +187,11 @@ def _stages(report: dict[str, Any]) -> str:
         "<h2>Stages</h2>"
         + _figures(
             [
-                ("efficiency (wall time / worker-seconds per CPU)", timings.get("efficiency")),
+                (EFFICIENCY, timings.get("efficiency")),
                 ("CPUs", timings.get("cpus")),
                 ("embedding pool", (timings.get("embed_pool") or {}).get("label")),
                 ("wall seconds", wall.get("total")),
-                ("MB/s overall", (throughput.get("bytes_per_second") or 0) / 1e6),
+                ("MB/s overall", _scaled(throughput.get("bytes_per_second"), 1e-6)),
                 ("chunks/s overall", throughput.get("chunks_per_second")),
             ]
         )

@@ -128,6 +128,17 @@ def test_cache_entries_not_written_show_in_the_summary_and_the_page(built):
     assert "<code>cache entry c/&lt;a&gt;&amp;b/metadata.json not written: No space" in page
 
 
+def test_the_stages_figures_say_which_way_efficiency_goes_and_an_unknown_rate_is_na(built):
+    """'efficiency 18.8' read as good; it is wall time over busy time, 1 the best. A run of no
+    wall time has no overall rate (None): the page said '0 MB/s overall'."""
+    report, page = report_and_page(built)
+    label = "efficiency: wall time / (worker-seconds / CPUs); 1 = every CPU busy, more = idle CPUs"
+    assert re.search(rf"<b>[0-9.,]+</b>{re.escape(label)}</div>", page)
+    report["timings"]["throughput"] = {"bytes_per_second": None, "chunks_per_second": None}
+    page = render_html(report)
+    assert "<b>n/a</b>MB/s overall" in page and "<b>n/a</b>chunks/s overall" in page
+
+
 def test_token_bins_cover_min_to_max_and_keep_every_count():
     histogram = {"bucket": 10, "buckets": [[30, 2], [40, 1], [250, 5], [990, 1]], "min": 31,
                  "max": 997, "count": 9}  # fmt: skip
