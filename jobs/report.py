@@ -31,7 +31,7 @@ from jobs.lock import describe_holder, holder, utc
 from jobs.logs import printable
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.plan import distinct_failures
-from jobs.report_html import render_html
+from jobs.report_html import failed_non_sources, render_html
 from jobs.stats import RunStats, StageStats
 from jobs.storage import Storage
 
@@ -244,6 +244,11 @@ def summary(report: dict[str, Any]) -> str:
         f"  time:    {report['timings']['wall_seconds']['total']:.1f} s",
     ]
     lines += cache_warnings(report)
+    if others := failed_non_sources(report):
+        lines.append(
+            f"  other:   {others} failed or skipped, not sources (links not followed, "
+            "qa-pairs.md, keywords or topic files)"
+        )
     for failure in report["failures"]:
         lines.append(f"  FAILED {failure['path']}: {failure['code']}: {failure['message']}")
     return "\n".join(printable(line) for line in lines)

@@ -144,7 +144,10 @@ def _sources(report: dict[str, Any]) -> str:
         "chunked",
         "carried",
     )
-    html = "<h2>Sources</h2>" + _figures([(k, s.get(k)) for k in keys])
+    figures = [(k, s.get(k)) for k in keys]
+    if others := failed_non_sources(report):  # "0 failed" beside "Failures (1)" otherwise
+        figures.append(("other files failed or skipped (links, qa-pairs, keywords)", others))
+    html = "<h2>Sources</h2>" + _figures(figures)
     untouched = max(0, s["seen"] - s["chunked"] - s["carried"] - s["failed"])
     parts = [
         Bar("chunked", s["chunked"], _number(s["chunked"]), GREEN),
@@ -157,6 +160,13 @@ def _sources(report: dict[str, Any]) -> str:
     if t:
         html += _figures([(f"topics {k}", v) for k, v in t.items()])
     return html
+
+
+def failed_non_sources(report: dict[str, Any]) -> int:
+    """How many of the paths in `failures` are no source (`sources.failed` counts sources only:
+    a skipped link, a qa-pairs.md, a keywords or topic file fails the run, exit 3, too)."""
+    paths = {failure["path"] for failure in report.get("failures", [])}
+    return max(0, len(paths) - report.get("sources", {}).get("failed", 0))
 
 
 def _stages(report: dict[str, Any]) -> str:

@@ -139,6 +139,23 @@ def test_the_stages_figures_say_which_way_efficiency_goes_and_an_unknown_rate_is
     assert "<b>n/a</b>MB/s overall" in page and "<b>n/a</b>chunks/s overall" in page
 
 
+def test_failures_of_files_that_are_no_source_are_counted_apart(built):
+    """A skipped link (or a qa-pairs.md, keywords or topic file) fails the run, exit 3, but is no
+    source: the summary said '0 failed' above its FAILED line, the page '0 failed' beside
+    'Failures (1)'. They are counted apart; a run whose failures are all sources says nothing."""
+    report, page = report_and_page(built)
+    assert "other:" not in summary(report) and "other files failed" not in page
+    report["failures"].append(
+        {"path": "t/link.md", "code": "SYMLINK_SKIPPED", "message": "symbolic link, not followed"}
+    )
+    assert summary(report).splitlines()[5] == (
+        "  other:   1 failed or skipped, not sources (links not followed, qa-pairs.md, keywords "
+        "or topic files)"
+    )
+    page = render_html(report)
+    assert "<b>1</b>other files failed or skipped (links, qa-pairs, keywords)</div>" in page
+
+
 def test_token_bins_cover_min_to_max_and_keep_every_count():
     histogram = {"bucket": 10, "buckets": [[30, 2], [40, 1], [250, 5], [990, 1]], "min": 31,
                  "max": 997, "count": 9}  # fmt: skip
