@@ -16,6 +16,7 @@ import contextlib
 import logging
 import signal
 import sys
+import time
 
 from jobs.config import ConfigError, JobConfig, load_config
 from jobs.signals import callers_handler, exit_at_once_on_sigterm, exit_on_sigterm
@@ -121,6 +122,7 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
     from jobs.pipeline import run_job
     from jobs.report import error_text, write_failed_report
 
+    started = time.time()
     try:
         with clean_logs():
             report = run_job(config)
@@ -138,29 +140,30 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
         print(f"mdindex build: {exc}", file=sys.stderr)
         return EXIT_BUSY, None
     except KeyboardInterrupt:
-        return stopped(config, signal.SIGINT), None
+        return stopped(config, signal.SIGINT, started), None
     except SystemExit as exc:  # SIGTERM's handler (ours, then ray.init's) exits with its number
         if exc.code != signal.SIGTERM:
             raise
-        return stopped(config, signal.SIGTERM), None
+        return stopped(config, signal.SIGTERM, started), None
     except Exception as exc:  # noqa: BLE001 - any failure of the job itself maps to exit code 1
         log.exception("the job failed")
         cause = root_cause(exc)
-        write_failed_report(config, cause)
+        write_failed_report(config, cause, started=started)
         print(f"mdindex build: the job failed: {error_text(cause)}", file=sys.stderr)
         return EXIT_JOB_FAILED, None
     return (EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK), report
 
 
-def stopped(config: JobConfig, signum: signal.Signals) -> int:
+def stopped(config: JobConfig, signum: signal.Signals, started: float) -> int:
     """Report a build that a signal stopped (the output stays valid: each topic is switched
-    atomically, and a re-run converges) and return the shell's exit code for it."""
+    atomically, and a re-run converges) and return the shell's exit code for it; `started`: when
+    it began (epoch seconds)."""
     from jobs.report import write_failed_report
 
     code = 128 + signum
     name = signal.Signals(signum).name
     log.error("stopped by %s before the build finished", name)
-    write_failed_report(config, Interrupted(f"stopped by {name}"), exit_code=code)
+    write_failed_report(config, Interrupted(f"stopped by {name}"), exit_code=code, started=started)
     print(f"mdindex build: stopped by {name}; a re-run converges", file=sys.stderr)
     return code
 

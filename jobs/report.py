@@ -37,10 +37,6 @@ from jobs.storage import Storage
 
 log = logging.getLogger("mdindex.build")
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # ANSI SGR codes
-# The start (epoch seconds) of this process's run on an output (keyed by its root as configured:
-# no I/O, nothing to fail on a failure's path) from its unfinished report on, for its failed
-# report to say when it began; the write of the run's final report drops it.
-_STARTED: dict[str, float] = {}
 
 
 def key_settings(config: JobConfig) -> dict[str, Any]:
@@ -168,8 +164,6 @@ def report_bytes(report: dict[str, Any]) -> bytes:
 def write_report(output: Storage, report: dict[str, Any]) -> None:
     """Write `_reindex/report.json` and, from the same dict, `_reindex/report.html` (a failed
     run's report too: the page renders whatever sections the report has)."""
-    if report.get("status") != "unfinished":  # the run's own report: its start is told
-        _STARTED.pop(output.root, None)
     output.write_many(
         {REPORT_PATH: report_bytes(report), REPORT_HTML_PATH: render_html(report).encode()}
     )
@@ -182,11 +176,13 @@ def error_text(error: BaseException) -> str:
 
 
 def write_failed_report(
-    config: JobConfig, error: BaseException, exit_code: int = EXIT_JOB_FAILED
+    config: JobConfig,
+    error: BaseException,
+    exit_code: int = EXIT_JOB_FAILED,
+    started: float | None = None,
 ) -> None:
     """Write the report of a run that failed (exit code 1, or a signal's): what went wrong, no
-    counts; and when it began (`started_at`), where its unfinished report was written."""
-    started = _STARTED.get(config.output)
+    counts, and when it began (`started`: epoch seconds) if told."""
     _write_without_counts(
         config,
         {
@@ -204,7 +200,6 @@ def write_unfinished_report(config: JobConfig, started: float) -> None:
     seconds) goes on, until its own replaces it at its end: status "unfinished", no exit code.
     A run killed where it could not report (kill -9, out of memory, its machine gone) left the
     last run's report, which said "ok"; now it leaves one that says it never finished."""
-    _STARTED[config.output] = started
     _write_without_counts(
         config,
         {

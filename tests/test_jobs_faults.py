@@ -546,6 +546,7 @@ def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path):
     report = report_of(output)
     assert (report["status"], report["exit_code"]) == ("failed", 143)
     assert report["error"] == "Interrupted: stopped by SIGTERM"
+    assert report["started_at"] <= report["finished_at"]  # said, where no unfinished report was
     assert "started a local Ray instance" not in rest
 
 

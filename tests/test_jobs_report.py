@@ -23,7 +23,7 @@ from jobs.build_cli import Interrupted
 from jobs.cli import main as mdindex
 from jobs.config import load_config
 from jobs.reindex import main
-from jobs.report import error_text, summary, write_failed_report, write_unfinished_report
+from jobs.report import error_text, summary, write_failed_report
 from jobs.report_html import render_html, token_bins
 from tests.embedding_support import embedder
 from tests.jobs_support import gone_endpoint, s3_options
@@ -185,11 +185,11 @@ def test_a_failed_runs_report_renders_what_it_has(tmp_path, capsys):
 
 
 def test_a_failed_runs_report_says_when_it_began(tmp_path, capsys):
-    """A run that failed or was stopped after its unfinished report (which had `started_at`) said
-    only when it ended: its failed report keeps the start. One stopped before that has none."""
+    """A run that failed or was stopped said only when it ended (its unfinished report, which had
+    `started_at`, replaced): its failed report says when it began."""
     config = load_config(CONFIG, overrides={"input": str(tmp_path), "output": str(tmp_path)})
-    write_unfinished_report(config, 1_790_000_000.0)
-    write_failed_report(config, Interrupted("stopped by SIGTERM"), exit_code=143)
+    stop = Interrupted("stopped by SIGTERM")
+    write_failed_report(config, stop, exit_code=143, started=1_790_000_000.0)
     report = json.loads((tmp_path / "_reindex" / "report.json").read_text())
     assert (report["status"], report["started_at"]) == ("failed", "2026-09-21T14:13:20+00:00")
     assert mdindex(["report", str(tmp_path)]) == 0
@@ -198,8 +198,6 @@ def test_a_failed_runs_report_says_when_it_began(tmp_path, capsys):
         f"{report['finished_at']}\n  Interrupted: stopped by SIGTERM\n"
     )
     assert "<th>started</th><td><code>2026-09-21T14:13:20+00:00" in report_and_page(tmp_path)[1]
-    write_failed_report(config, Interrupted("stopped by SIGTERM"), exit_code=143)  # a next run's
-    assert "started_at" not in json.loads((tmp_path / "_reindex" / "report.json").read_text())
 
 
 def test_a_failed_runs_error_is_plain_text_when_an_actor_died_in_its_init(tmp_path):
