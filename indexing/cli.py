@@ -30,6 +30,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    """A TCP port (0 picks a free one): one outside 0-65535 is bad usage (exit 2), not a port
+    the system wraps it to (99999 served on 34463)."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 65535, got {value}")
+    return value
+
+
 def _question(text: str) -> str:
     """A `--question` with words to look up: an empty or blank one is bad usage (exit 2)."""
     if not text.strip():
@@ -76,7 +85,7 @@ def register(subparsers) -> None:
         description="Static HTTP server for a local index directory (CORS, HTTP Range).",
     )
     serve.add_argument("directory", help="local output root to serve")
-    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks one)")
+    serve.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks one)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.set_defaults(run=run_serve)
 

@@ -255,7 +255,10 @@ class IndexServer(ThreadingHTTPServer):
 
 
 def make_server(directory: str, host: str = "127.0.0.1", port: int = 8000, quiet: bool = False):
-    """An IndexServer serving `directory` (call serve_forever; port 0 picks a free one)."""
+    """An IndexServer serving `directory` (call serve_forever; port 0 picks a free one).
+    ValueError for a port outside 0-65535 (`getaddrinfo` wraps one above it: 99999 is 34463)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be an int from 0 to 65535, got {port!r}")
     if not os.path.isdir(directory):
         raise NotADirectoryError(f"not a directory: {directory}")
     return IndexServer(host, port, partial(IndexRequestHandler, directory=directory), quiet)

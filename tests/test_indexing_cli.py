@@ -35,7 +35,7 @@ from jobs_support import fault_environment, without_aws_credentials
 
 from indexing import IndexSettings, build_topic, simhash64
 from indexing.client import IndexReader, query_embedder
-from indexing.server import parse_range
+from indexing.server import make_server, parse_range
 from indexing.simhash_tables import blocks, shard_path
 
 TOPIC = "guides/intro"
@@ -811,3 +811,14 @@ def test_storage_options_that_are_no_json_object_are_bad_usage(index_root, capsy
                     capsys)  # fmt: skip
         assert stop.value.code == 2, options
         assert f"must be a JSON object, got {options!r}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("port", ["65536", "99999", "-1"])
+def test_mdindex_serve_refuses_a_port_outside_0_to_65535(tmp_path, capsys, port):
+    # 99999 was served on 34463 (getaddrinfo wraps it), -1 failed as "Servname not supported".
+    with pytest.raises(ValueError, match="port must be an int from 0 to 65535"):
+        make_server(str(tmp_path), "127.0.0.1", int(port)).server_close()  # (closed if made)
+    with pytest.raises(SystemExit) as exit_:
+        run_cli(["serve", str(tmp_path), "--port", port], capsys)
+    assert exit_.value.code == 2
+    assert f"argument --port: must be from 0 to 65535, got {port}" in capsys.readouterr().err
