@@ -267,6 +267,7 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
     )
     if not tokenizer.is_fast:
         raise ValueError(f"model {model!r}: a fast (Rust) tokenizer is required")
+    _check_vocabulary(tokenizer, model, files.directory)
     tokenizer.padding_side = "right"
     with no_progress_bars():
         loaded = AutoModel.from_pretrained(
@@ -289,6 +290,17 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
         ),
         device=torch_device,
     )
+
+
+def _check_vocabulary(tokenizer, model: str, directory) -> None:
+    """ValueError when the tokenizer knows no token but its special ones: transformers makes
+    such a tokenizer for a folder without tokenizer.json or vocabulary file (vocab.txt, ...),
+    and it turned every word into [UNK], so that every text got the same vector."""
+    if set(tokenizer.get_vocab()) <= set(tokenizer.all_special_tokens):
+        raise ValueError(
+            f"model {model!r}: its tokenizer has no vocabulary beyond its special tokens: no "
+            f"tokenizer.json or vocabulary file (vocab.txt, vocab.json, ...) in {directory}?"
+        )
 
 
 def _check_finite(vectors: np.ndarray, model: str) -> None:

@@ -935,3 +935,15 @@ def test_a_copy_in_a_read_only_folder_is_used_as_it_is(tmp_path):
         [*command, sys.executable, READ_ONLY_COPIES], cwd=ROOT, capture_output=True, text=True
     )
     assert (done.returncode, done.stdout) == (0, "True\n"), done.stderr[-3000:]
+
+
+def test_a_model_folder_without_tokenizer_files_is_refused(tmp_path):
+    # transformers made a tokenizer of the special tokens alone, which turned every word into
+    # [UNK]: the model loaded and gave every text the same vector.
+    model_dir = tmp_path / "no-tokenizer"
+    model_dir.mkdir()
+    for file in Path(get_model_path()).iterdir():
+        if not file.name.startswith(("tokenizer", "vocab")):
+            (model_dir / file.name).symlink_to(file)
+    with pytest.raises(ValueError, match="its tokenizer has no vocabulary beyond its special"):
+        load_embedder(str(model_dir), device="cpu")
