@@ -16,6 +16,7 @@ from chunking.record import CHUNKING_TIMEOUT, ChunkingError
 
 T = TypeVar("T")
 _REPEAT = 0.05  # seconds between further signals once the budget is spent
+MAX_BUDGET = 365 * 86_400  # seconds; the interval timer overflows past about 1e9
 
 
 class _Expired(BaseException):
@@ -36,7 +37,18 @@ def _dropping_expired(hook: Callable) -> Callable:
 
 def within_budget(seconds: float | None, call: Callable[[], T]) -> T:
     """`call()`, stopped with ChunkingError(CHUNKING_TIMEOUT) after `seconds` (None or 0: no
-    budget; outside a main thread neither)."""
+    budget; outside a main thread neither). ValueError for anything else than a number of
+    seconds from 0 to `MAX_BUDGET`: a negative one was the timer's "[Errno 22] Invalid argument",
+    NaN or one past it another error of the timer's, "5" a TypeError."""
+    if seconds is not None and (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 <= seconds <= MAX_BUDGET  # False for NaN
+    ):
+        raise ValueError(
+            f"time_budget must be a number of seconds from 0 to {MAX_BUDGET} (None or 0: no "
+            f"budget), got {seconds!r}"
+        )
     if not seconds or threading.current_thread() is not threading.main_thread():
         return call()
     armed = [True]

@@ -182,6 +182,14 @@ def test_a_time_budget_stops_a_20_mb_line_counted_in_minilm_tokens(data):
     assert time.perf_counter() - started < 10
 
 
+@pytest.mark.parametrize("budget", [-1, float("nan"), float("inf"), 1e12, "5", True])
+def test_a_time_budget_that_is_no_number_of_seconds_is_named(budget):
+    # -1 was the interval timer's "[Errno 22] Invalid argument", inf and 1e12 its OverflowError,
+    # "5" a TypeError, and True a budget of one second.
+    with pytest.raises(ValueError, match=r"time_budget must be a number of seconds from 0 to "):
+        chunk_source(b"# a\n\ntext", time_budget=budget)
+
+
 def test_a_budget_spent_inside_a_destructor_still_stops_the_call_and_reports_nothing(monkeypatch):
     """The timer's first signal lands in a `__del__`, where Python drops exceptions and hands them
     to `sys.unraisablehook` (pytest's, which failed a run when the next signal landed inside it):
