@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -37,9 +38,11 @@ def _dropping_expired(hook: Callable) -> Callable:
 
 def within_budget(seconds: float | None, call: Callable[[], T]) -> T:
     """`call()`, stopped with ChunkingError(CHUNKING_TIMEOUT) after `seconds` (None or 0: no
-    budget; outside a main thread neither). ValueError for anything else than a number of
-    seconds from 0 to `MAX_BUDGET`: a negative one was the timer's "[Errno 22] Invalid argument",
-    NaN or one past it another error of the timer's, "5" a TypeError."""
+    budget; outside a main thread neither). An interval timer set before the call (a caller's
+    alarm, pytest-timeout's) is set again after it with the time it had left. ValueError for
+    anything else than a number of seconds from 0 to `MAX_BUDGET`: a negative one was the
+    timer's "[Errno 22] Invalid argument", NaN or one past it another error of the timer's, "5"
+    a TypeError."""
     if seconds is not None and (
         isinstance(seconds, bool)
         or not isinstance(seconds, int | float)
@@ -57,6 +60,7 @@ def within_budget(seconds: float | None, call: Callable[[], T]) -> T:
         if armed[0]:
             raise _Expired
 
+    outer, started = signal.getitimer(signal.ITIMER_REAL), time.monotonic()  # a caller's timer
     previous = signal.signal(signal.SIGALRM, expire)
     previous_hook = sys.unraisablehook
     sys.unraisablehook = _dropping_expired(previous_hook)
@@ -80,3 +84,6 @@ def within_budget(seconds: float | None, call: Callable[[], T]) -> T:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         sys.unraisablehook = previous_hook
+        if outer[0]:  # the caller's timer goes on (past its time during the call: at once)
+            left = max(outer[0] - (time.monotonic() - started), 1e-6)
+            signal.setitimer(signal.ITIMER_REAL, left, outer[1])

@@ -149,19 +149,20 @@ def test_crlf_and_cr_chunk_like_lf():
 # The timer's exception can land in a gc callback (hypothesis installs one), where Python drops
 # it; the budget keeps it from the unraisable hook (next test), so no warning is expected here.
 def test_a_source_past_its_time_budget_fails_with_chunking_timeout():
-    handler = signal.getsignal(signal.SIGALRM)
+    handler, timer = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)
     started = time.perf_counter()
     with pytest.raises(ChunkingError) as caught:
         chunk_source(normal(4_000_000), strategy="structural", tokenizer="minilm", time_budget=0.2)
     assert caught.value.code == CHUNKING_TIMEOUT
     assert "time budget of 0.2 s" in caught.value.message
     assert time.perf_counter() - started < 5
-    # The timer is gone and the handler restored: the next source has all the time it needs.
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    assert signal.getsignal(signal.SIGALRM) == handler
-    assert chunk_source(normal(2_000), time_budget=60).chunks
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    assert signal.getsignal(signal.SIGALRM) == handler
+    # The budget's timer is gone (pytest-timeout's, if any, goes on) and the handler restored:
+    # the next source has all the time it needs.
+    for _ in range(2):
+        remaining, interval = signal.getitimer(signal.ITIMER_REAL)
+        assert remaining <= timer[0] and interval == timer[1]
+        assert signal.getsignal(signal.SIGALRM) == handler
+        assert chunk_source(normal(2_000), time_budget=60).chunks
 
 
 @pytest.mark.parametrize(
@@ -188,6 +189,27 @@ def test_a_time_budget_that_is_no_number_of_seconds_is_named(budget):
     # "5" a TypeError, and True a budget of one second.
     with pytest.raises(ValueError, match=r"time_budget must be a number of seconds from 0 to "):
         chunk_source(b"# a\n\ntext", time_budget=budget)
+
+
+def test_a_budget_leaves_a_callers_interval_timer_running():
+    # It was stopped for good (pytest-timeout's own timer too): a caller's alarm never came.
+    handler, timer = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)
+    fired = []
+    signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30)
+        assert chunk_source(normal(2_000), time_budget=60).chunks
+        assert 25 < signal.getitimer(signal.ITIMER_REAL)[0] <= 30
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(ChunkingError):  # the caller's timer due during the call: at once
+            chunk_source(normal(4_000_000), strategy="structural", time_budget=0.5)
+        deadline = time.perf_counter() + 5
+        while not fired and time.perf_counter() < deadline:
+            time.sleep(0.01)
+        assert fired == [1]
+    finally:
+        signal.signal(signal.SIGALRM, handler)
+        signal.setitimer(signal.ITIMER_REAL, *timer)
 
 
 def test_a_budget_spent_inside_a_destructor_still_stops_the_call_and_reports_nothing(monkeypatch):
