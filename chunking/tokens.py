@@ -305,7 +305,10 @@ def _hf_counter(spec: str, label: str) -> HFCounter:
 
             tokenizer = AutoTokenizer.from_pretrained(spec).backend_tokenizer
     except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot load tokenizer {spec!r}: {exc}") from None
+        raise ValueError(
+            f"cannot load tokenizer {spec!r} (a tokenizer is 'heuristic', 'minilm', a folder "
+            f"holding tokenizer.json or a Hugging Face model id): {exc}"
+        ) from None
     tokenizer.no_truncation()
     tokenizer.no_padding()
     config = tokenizer.to_str()

@@ -62,6 +62,10 @@ def test_minilm_counter_uses_the_embedded_models_tokenizer():
 def test_unknown_tokenizer_is_a_clear_error():
     with pytest.raises(ValueError, match="cannot load tokenizer"):
         get_counter("/no/such/tokenizer-dir")
+    # A misspelt name was "cannot load tokenizer 'minlm': We couldn't connect to
+    # 'https://huggingface.co'...", which did not say what a tokenizer may be.
+    with pytest.raises(ValueError, match=r"'minlm' \(a tokenizer is 'heuristic', 'minilm', a"):
+        get_counter("minlm")
 
 
 # Text where a count taken from pieces could drift from tokenizing the whole: CJK (Han split
