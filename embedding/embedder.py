@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from embedding.attention_mask import model_mask, probe_batch, takes_broadcast_mask
 from embedding.batching import (
@@ -262,14 +263,15 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
 
     from transformers import AutoModel, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(
-        files.directory, trust_remote_code=trust, use_fast=True
-    )
+    with _loading(model, "tokenizer", files.directory):
+        tokenizer = AutoTokenizer.from_pretrained(
+            files.directory, trust_remote_code=trust, use_fast=True
+        )
     if not tokenizer.is_fast:
         raise ValueError(f"model {model!r}: a fast (Rust) tokenizer is required")
     _check_vocabulary(tokenizer, model, files.directory)
     tokenizer.padding_side = "right"
-    with no_progress_bars():
+    with no_progress_bars(), _loading(model, "weights", files.directory):
         loaded = AutoModel.from_pretrained(
             files.directory,
             trust_remote_code=trust,
@@ -290,6 +292,20 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
         ),
         device=torch_device,
     )
+
+
+@contextlib.contextmanager
+def _loading(model: str, what: str, directory) -> Iterator[None]:
+    """A model's files that transformers cannot load are a ValueError naming the model and its
+    folder: a truncated model.safetensors was "SafetensorError: Error while deserializing header:
+    invalid header length", a config.json of another size a RuntimeError, neither naming either."""
+    try:
+        yield
+    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
+        raise ValueError(
+            f"model {model!r}: cannot load its {what} from {directory}: "
+            f"{type(error).__name__}: {error}"
+        ) from error
 
 
 def _check_vocabulary(tokenizer, model: str, directory) -> None:

@@ -947,3 +947,20 @@ def test_a_model_folder_without_tokenizer_files_is_refused(tmp_path):
             (model_dir / file.name).symlink_to(file)
     with pytest.raises(ValueError, match="its tokenizer has no vocabulary beyond its special"):
         load_embedder(str(model_dir), device="cpu")
+
+
+def test_model_files_transformers_cannot_load_are_named_with_the_model(tmp_path):
+    # A cut-short model.safetensors was "SafetensorError: Error while deserializing header",
+    # a broken config.json an OSError of transformers: neither named the model (`mdindex query
+    # --question` printed the first as a traceback).
+    source = Path(get_model_path())
+    for name, damage in {"config.json": b"{not json", "model.safetensors": b"\x10"}.items():
+        model_dir = tmp_path / name
+        model_dir.mkdir()
+        for file in source.iterdir():
+            if file.name != name:
+                (model_dir / file.name).symlink_to(file)
+        (model_dir / name).write_bytes(damage)
+        what = "tokenizer" if name == "config.json" else "weights"
+        with pytest.raises(ValueError, match=f"model '{model_dir}': cannot load its {what} from"):
+            load_embedder(str(model_dir), device="cpu")
