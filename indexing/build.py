@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from chunking.blocks import heading_title, parse_tokens
 from chunking.record import ChunkedDocument
-from indexing.hal import directory_title, dump_json, index_document
+from indexing.hal import directory_title, dump_json, index_document, not_an_index
 from indexing.keywords import Keyword, KeywordMatcher, keyword_matcher, keywords_in
 from indexing.lifecycle import entry_files, named_files
 from indexing.paths import (
@@ -274,7 +274,7 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
     A failed source keeps its previous `_embedded.chunks` entry (the one of its file name) and
     chunk files (listed in `retained`); a source with zero chunks gets no entry. Raises ValueError
     for inconsistent input (a chunked source whose stem another source shares, vectors that do not
-    match the chunks).
+    match the chunks, a `previous_index` that is no index.json of this topic).
     """
     sources = sorted(inp.sources, key=lambda s: source_stem(s.path))
     stems = [source_stem(s.path) for s in sources]
@@ -283,6 +283,8 @@ def build_topic(inp: TopicInput, settings: IndexSettings) -> TopicOutput:
         {source_stem(s.path) for s in sources if s.document and s.path in shared}
     ):
         raise ValueError(f"topic {inp.topic!r}: several sources share the stem(s) {duplicates}")
+    if inp.previous_index and (problem := not_an_index(inp.previous_index, inp.topic)):
+        raise ValueError(f"topic {inp.topic!r}: its previous_index is {problem}")
     previous = json.loads(inp.previous_index) if inp.previous_index else None
     previous_chunks = previous["_embedded"].get("chunks", {}) if previous else {}
     question_hashes = _question_hashes(inp)

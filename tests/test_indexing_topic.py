@@ -160,6 +160,22 @@ def test_single_baseline_omits_technical_fields(second):
     assert entry["stripe_order"] == [1, 4, 7, 2, 5, 8, 3, 6]  # 9 chunks: factor 3
 
 
+def test_a_previous_index_that_is_no_index_of_the_topic_is_named():
+    # It was a bare JSONDecodeError, a KeyError '_embedded' or a TypeError from the inside.
+    vectors = ranked_vectors([1.0, 0.9])
+    sources = [source(SOURCE, sections(2, "Installation"), vectors)]
+    good = build_topic(topic_input(TOPIC, sources), IndexSettings()).files[f"{TOPIC}/index.json"]
+    assert build_topic(topic_input(TOPIC, sources, previous=good), IndexSettings())
+    for previous, problem in [
+        (b"{not json", "not JSON"),
+        (b'{"title": "x"}', r"not an mdindex index \(no _embedded object\)"),
+        (b"[1]", "not an mdindex index"),
+        (good.replace(f'"id": "{TOPIC}"'.encode(), b'"id": "other"'), "the index of 'other'"),
+    ]:
+        with pytest.raises(ValueError, match=f"topic '{TOPIC}': its previous_index is {problem}"):
+            build_topic(topic_input(TOPIC, sources, previous=previous), IndexSettings())
+
+
 @pytest.mark.parametrize(
     "second",
     ["API Reference", "quick reference card", "Cheat sheet", "Quick-Reference", "API: reference"],
