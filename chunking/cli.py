@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         with fsspec.open(args.file, "rb") as handle:
             data = handle.read()
     except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"mdindex chunk: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         document = chunk_source(
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{exc.code}: {args.file}: {exc.message}", file=sys.stderr)
         return EXIT_FAILED_DOCUMENT
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"mdindex chunk: {exc}", file=sys.stderr)
         return EXIT_USAGE
     for record in document.chunk_records():
         sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")

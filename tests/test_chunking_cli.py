@@ -79,8 +79,12 @@ def test_failed_document_prints_code_and_exits_3(tmp_path):
 
 
 def test_bad_usage_exits_2(tmp_path):
-    assert mdindex(str(FIXTURES / "guide.md"), "--set", "no_such_option=1").returncode == 2
+    """Each in one line that names the command, as the other commands' do ("error: …" before)."""
+    option = mdindex(str(FIXTURES / "guide.md"), "--set", "no_such_option=1")
+    assert option.returncode == 2 and option.stderr.startswith("mdindex chunk: ")
+    assert "no_such_option" in option.stderr
     assert mdindex(str(FIXTURES / "guide.md"), "--strategy", "nope").returncode == 2
     assert mdindex(str(FIXTURES / "guide.md"), "--set", "novalue").returncode == 2
     missing = mdindex(str(tmp_path / "missing.md"))
-    assert missing.returncode == 2 and "missing.md" in missing.stderr
+    assert missing.returncode == 2 and missing.stderr.startswith("mdindex chunk: ")
+    assert "missing.md" in missing.stderr
