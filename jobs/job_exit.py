@@ -44,7 +44,8 @@ def wait_for_exit_code(address: str, submission_id: str, poll_s: float = POLL_S)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and wait; a job server that cannot answer is exit 2, one line."""
+    """Parse the command line and wait; a job server that cannot answer (at the start or while
+    we wait), or refuses us, is exit 2, one line."""
     parser = argparse.ArgumentParser(
         prog="python -m jobs.job_exit",
         description=__doc__,
@@ -55,10 +56,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("submission_id", help="the id given to `ray job submit --submission-id`")
     args = parser.parse_args(argv)
+    from ray.exceptions import RayError
+
     try:
         return wait_for_exit_code(args.address, args.submission_id)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        print(f"job_exit: {args.submission_id} at {args.address}: {exc}", file=sys.stderr)
+    # OSError: the job server gone while we wait (requests' errors are OSErrors); RayError: an
+    # address without http:// read as a GCS address that does not answer (RpcError, after
+    # Ray's own 30 s wait), or a server that wants a token this client lacks (AuthenticationError).
+    # Exit 1 would read as the build's own failure.
+    except (OSError, RuntimeError, ValueError, RayError) as exc:
+        message = " ".join(str(exc).split())  # one line (an AuthenticationError has several)
+        print(f"job_exit: {args.submission_id} at {args.address}: {message}", file=sys.stderr)
         return EXIT_USAGE
 
 

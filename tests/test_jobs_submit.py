@@ -224,6 +224,41 @@ def test_a_job_ray_job_stop_stopped_exits_143_from_job_exit_where_ray_job_submit
     assert unknown.stderr.count("\n") == 1 and "no-such-job" in unknown.stderr
 
 
+@pytest.mark.parametrize("where", ["start", "wait"])
+def test_job_exit_says_2_in_one_line_for_a_job_server_lost_or_refusing_never_1(
+    monkeypatch, capsys, where
+):
+    """A server gone while job_exit waits (requests' ConnectionError, an OSError), an address
+    without http:// that no GCS answers (RpcError) and a token the server wants
+    (AuthenticationError, several lines) were a traceback and exit 1, the build's own "failed"."""
+    import ray.job_submission
+    import requests
+    from ray.exceptions import AuthenticationError, RpcError
+
+    from jobs import job_exit as module
+
+    errors = [
+        requests.exceptions.ConnectionError("Connection refused"),
+        RpcError("Timed out while waiting for GCS to become available."),
+        AuthenticationError("Authentication required: ...\n\nset RAY_AUTH_TOKEN"),
+    ]
+    for error in errors:
+
+        class Client:
+            def __init__(self, address, error=error):
+                self.error = error
+                if where == "start":
+                    raise error
+
+            def get_job_info(self, submission_id):
+                raise self.error
+
+        monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", Client)
+        assert module.main(["--address", "127.0.0.1:8265", "job-1"]) == 2, error
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "job-1" in err, err
+
+
 def test_a_local_build_starts_its_own_ray_beside_a_running_head_and_prints_only_our_lines(
     ray_head, tmp_path
 ):
