@@ -30,6 +30,9 @@ from jobs import storage
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", *DTYPE_NAMES)
 FAILURE_POLICIES = ("continue", "abort")
+# Where Ray unpacks the working directory of a job (`ray job submit --working-dir`), and later
+# deletes it: a build's relative paths resolve in there.
+RAY_JOB_COPY = f"{os.sep}runtime_resources{os.sep}working_dir_files{os.sep}"
 
 
 # Keys earlier versions accepted, with what replaced them (named in the unknown-key error).
@@ -378,6 +381,12 @@ def _resolve(config: JobConfig) -> JobConfig:
                 "default" + ("" if key != "input" else ", or name the corpus")
             )
     source = _absolute(config.input, "input")
+    if config.output is None and RAY_JOB_COPY in source:
+        raise ConfigError(
+            f"output: not set, so the build would write into its input {source}, which lies in "
+            "Ray's copy of the job's working directory, which Ray deletes: give an absolute "
+            "output or an s3:// URI"
+        )
     output = _absolute(config.output, "output") if config.output is not None else source
     cache = _absolute(config.cache, "cache") if config.cache is not None else _default_cache(output)
     device = config.embedding.device
@@ -423,16 +432,26 @@ def _client_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _absolute(uri: str, key: str) -> str:
-    """Local paths become absolute (Ray workers may run elsewhere); memory:// is refused."""
+    """Local paths become absolute (Ray workers may run elsewhere); memory:// is refused, and so is
+    a relative output or cache where the build runs in Ray's copy of a job's working directory
+    (`ray job submit --working-dir`): it went there, exit 0, and was lost when Ray deleted it."""
     protocol = storage.protocol_of(uri)
     if protocol == "memory":
         raise ConfigError(
             f"{key}: memory:// lives in one process and Ray workers cannot see it; "
             f"use a local path, file:// or s3://"
         )
-    if protocol in storage.LOCAL_PROTOCOLS:
-        return str(Path(storage.strip_protocol(uri)).expanduser().resolve())
-    return uri
+    if protocol not in storage.LOCAL_PROTOCOLS:
+        return uri
+    path = Path(storage.strip_protocol(uri)).expanduser()
+    absolute = str(path.resolve())
+    if key != "input" and not path.is_absolute() and RAY_JOB_COPY in absolute:
+        raise ConfigError(
+            f"{key}: {uri} is a relative path, and this build runs in Ray's copy of the job's "
+            f"working directory ({os.getcwd()}), which Ray deletes: give an absolute path or an "
+            "s3:// URI"
+        )
+    return absolute
 
 
 def _default_cache(output: str) -> str:

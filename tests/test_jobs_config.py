@@ -296,3 +296,27 @@ def test_options_the_build_sets_per_source_are_no_chunking_options(tmp_path):
     for name, value in (("document_path", "x.md"), ("corpus_paths", ["a.md"])):
         with pytest.raises(ConfigError, match=rf"chunking\.options\.{name}: the build sets it"):
             config_from_dict({"input": str(tmp_path), "chunking": {"options": {name: value}}})
+
+
+def test_a_relative_output_in_rays_copy_of_a_jobs_working_directory_is_refused(
+    tmp_path, monkeypatch
+):
+    """Under `ray job submit --working-dir .` the build runs in Ray's unpacked copy of that
+    folder: `--output out/x` was written in there, exit 0 with no warning, and lost when Ray
+    deleted the copy. A relative input (uploaded with the code) is fine there, and anywhere
+    else a relative output is."""
+    copy = tmp_path / "session" / "runtime_resources" / "working_dir_files" / "_ray_pkg_1f2e"
+    (copy / "docs").mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    config = str(ROOT / "configs" / "local.yaml")
+    for key in ("output", "cache"):
+        paths = {"input": "docs", "output": str(tmp_path / "out"), key: "out/x"}
+        with pytest.raises(ConfigError, match=f"^{key}: out/x is a relative path, and this build"):
+            load_config(config, overrides=paths)
+    with pytest.raises(ConfigError, match="^output: not set, so the build would write into"):
+        load_config(config, overrides={"input": "docs"})  # in place, in the copy
+    absolute = load_config(config, overrides={"input": "docs", "output": str(tmp_path / "out")})
+    assert absolute.input == str(copy / "docs") and absolute.output == str(tmp_path / "out")
+    monkeypatch.chdir(tmp_path)
+    elsewhere = load_config(config, overrides={"input": "x", "output": "y"})
+    assert elsewhere.output == str(tmp_path / "y")
