@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from datetime import UTC, datetime, timedelta
+import time
 from typing import Any
 
 from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
@@ -77,7 +77,7 @@ def build_report(
     seconds in the finish (its worker-seconds; its wall time is `wall["finish"]`)."""
     failures = distinct_failures(failures)
     total = wall["total"]
-    finished = datetime.now(UTC)
+    finished = time.time()
 
     finish = StageStats(seconds=wall["finish"], cpu_seconds=finish_cpu)
 
@@ -110,8 +110,8 @@ def build_report(
     return {
         "status": "sources_failed" if failures else "ok",
         "exit_code": EXIT_SOURCES_FAILED if failures else EXIT_OK,
-        "started_at": (finished - timedelta(seconds=total)).isoformat(timespec="seconds"),
-        "finished_at": finished.isoformat(timespec="seconds"),
+        "started_at": utc(finished - total),
+        "finished_at": utc(finished),
         **facts,
         "sources": sources,
         "topics": topics,
@@ -189,7 +189,7 @@ def write_failed_report(
             "status": "failed",
             "exit_code": exit_code,
             **({} if started is None else {"started_at": utc(started)}),
-            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "finished_at": utc(time.time()),
             "error": error_text(error),
         },
     )
