@@ -75,6 +75,11 @@ class OutputNotFound(FileNotFoundError):
     """The output's bucket does not exist (exit code 2: nothing was written)."""
 
 
+def no_bucket(output: Storage, error: FileNotFoundError) -> OutputNotFound:
+    """The error of an output whose bucket the store says does not exist (`error`: its 404)."""
+    return OutputNotFound(f"output {output.uri()}: no such bucket ({error})")
+
+
 def check_bucket(output: Storage) -> None:
     """`OutputNotFound` when `output` lies in an S3 bucket that the store says does not exist
     (404 to a HEAD of it: what the build's lock finds by its first write), for a dry run, which
@@ -85,7 +90,7 @@ def check_bucket(output: Storage) -> None:
         try:
             output.filesystem().call_s3("head_bucket", Bucket=bucket)
         except FileNotFoundError as error:
-            raise OutputNotFound(f"output {output.uri()}: no such bucket ({error})") from error
+            raise no_bucket(output, error) from error
         except OSError:
             pass
 
@@ -137,7 +142,7 @@ def ignored_condition(output: Storage) -> str | None:
             with refused(output, "If-None-Match"):
                 fs.pipe_file(path, b"", mode="create")
     except FileNotFoundError as error:  # a new object's only 404 (NoSuchBucket)
-        raise OutputNotFound(f"output {output.uri()}: no such bucket ({error})") from error
+        raise no_bucket(output, error) from error
     try:
         try:
             fs.pipe_file(path, b"", mode="create")
