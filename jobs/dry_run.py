@@ -45,6 +45,7 @@ class DryRun:
     carried: list[str]  # unchanged sources of rebuilt topics, taken from the previous tables
     deleted: list[str]  # sources gone since the last run
     still_failing: list[str]  # files with a settled failure, unchanged: reported, not read
+    conflicts: list[str]  # sources sharing a stem in their topic: failed, not read
     bytes_to_read: int
     cached: int  # sources to chunk whose vectors the cache holds already
     chunks_to_embed: int  # estimate
@@ -88,6 +89,7 @@ def dry_run(config: JobConfig) -> DryRun:
         carried=carried,
         deleted=list(plan.deleted),
         still_failing=[failure["path"] for failure in plan.settled],
+        conflicts=[failure["path"] for failure in plan.conflicts],
         bytes_to_read=sum(row["size"] for row in read),
         cached=len(cached),
         chunks_to_embed=to_embed,
@@ -156,6 +158,7 @@ def describe(plan: DryRun) -> str:
         f"sources to carry: {len(plan.carried)}",
         f"sources to delete: {len(plan.deleted)}",
         f"files still failing, not read: {len(plan.still_failing)}",
+        f"sources sharing a stem, not read: {len(plan.conflicts)}",
         f"sources expected from the cache: {plan.cached}",
         f"chunks to embed (estimate): {plan.chunks_to_embed}",
     ]
@@ -166,4 +169,5 @@ def describe(plan: DryRun) -> str:
     lines += [f"  carry {path}" for path in plan.carried]
     lines += [f"  delete {path}" for path in plan.deleted]
     lines += [f"  still failing {path}" for path in plan.still_failing]
+    lines += [f"  stem shared {path}" for path in plan.conflicts]
     return "\n".join(printable(line) for line in lines)  # a name cannot start a line of its own

@@ -24,9 +24,15 @@ from indexing.paths import CHUNK_TABLES, CHUNKS_DIR, DOCUMENT_TABLES, INDEX, TOP
 from indexing.simhash_tables import ROOT as SIMHASH_ROOT
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, Manifest, SourceEntry, TopicEntry
-from jobs.plan import REBUILD, RELINK, Plan
+from jobs.plan import REBUILD, RELINK, Plan, TopicPlan
 from jobs.stages.topic import SETTLED_FAILURES, existing_index_of, index_left
 from jobs.storage import Storage, SymlinkRefused
+
+
+def _conflicts(topic: TopicPlan, plan: Plan) -> dict[str, SourceEntry]:
+    """The manifest entries of a topic's sources that share a stem: failed, never read (so no
+    content hash), and read again once the listing no longer fails them (`jobs.plan`)."""
+    return {path: SourceEntry(plan.fingerprints[path], None, True) for path, _ in topic.conflicts}
 
 
 def index_settings(config: JobConfig) -> IndexSettings:
@@ -79,6 +85,7 @@ def finish(
                 sources[path] = SourceEntry(
                     plan.fingerprints[path], outcome.sha256, outcome.failed, settled.get(path)
                 )
+            sources.update(_conflicts(topic, plan))
             continue
         entry = previous.topics[topic.topic]
         if topic.action == RELINK:
@@ -94,6 +101,7 @@ def finish(
             entry = replace(entry, children=topic.children)
         topics[topic.topic] = entry
         sources.update({p: previous.sources[p] for p in topic.sources})
+        sources.update(_conflicts(topic, plan))
 
     # Every link to what goes is gone first (relinks above, directory indexes here), so a finish
     # stopped on the way leaves no index.json linking a removed one.

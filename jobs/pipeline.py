@@ -101,17 +101,22 @@ def _run_locked(
     )
     for failure in plan.skipped:  # names escaped: a newline in one would forge a log line
         log.warning("%s skipped: %s", printable(failure["path"]), printable(failure["message"]))
+    for failure in plan.conflicts:
+        facts = map(printable, (failure["path"], failure["message"]))
+        log.warning("%s not indexed: %s", *facts)
     for failure in plan.settled:
         facts = map(printable, failure.values())
         log.warning("%s still fails, unchanged since (not read again): %s: %s", *facts)
-    # Under `abort`, a failure known from the last run stops the job as the chunk stage would
-    # (a source's or a qa-pairs.md's; a keywords file's failure never stops one).
-    stops = [f for f in plan.settled if f["code"] != KEYWORDS_FAILED]
+    # Under `abort`, a source the listing fails (a shared stem) or a failure known from the last
+    # run stops the job as the chunk stage would (a source's or a qa-pairs.md's; a keywords
+    # file's failure never stops one).
+    stops = [f"{f['path']}: {f['code']}: {f['message']}" for f in plan.conflicts] + [
+        f"{f['path']}: {f['code']}: {f['message']} (unchanged since it failed)"
+        for f in plan.settled
+        if f["code"] != KEYWORDS_FAILED
+    ]
     if stops and config.failure_policy == "abort":
-        stop = stops[0]
-        raise SourceFailed(
-            f"{stop['path']}: {stop['code']}: {stop['message']} (unchanged since it failed)"
-        )
+        raise SourceFailed(stops[0])
 
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
     grows = False  # whether the Ray cluster may add nodes during the build
@@ -146,13 +151,13 @@ def _run_locked(
     rebuilt_failures = (f for s in built.summaries.values() for f in s["failures"])
     report = build_report(
         built.stats,
-        failures=[*plan.skipped, *plan.settled, *rebuilt_failures, *left],
+        failures=[*plan.skipped, *plan.conflicts, *plan.settled, *rebuilt_failures, *left],
         sources={
             "seen": len(plan.fingerprints),
             "changed": len(plan.changed),
             "unchanged": len(plan.fingerprints) - len(plan.changed),
             "deleted": len(plan.deleted),
-            "failed": sum(1 for o in outcomes if o.failed) + settled_sources,
+            "failed": sum(1 for o in outcomes if o.failed) + settled_sources + len(plan.conflicts),
             "failed_unchanged": settled_sources,
             "chunked": sum(1 for o in outcomes if not o.carried and not o.failed),
             "carried": sum(1 for o in outcomes if o.carried),

@@ -7,9 +7,10 @@ its links name is a source) or when it had a failure to retry last time; it is r
 without reading anything. A source, qa-pairs.md or keywords file whose failure its bytes and the
 settings decide (a settled failure: invalid UTF-8, bad front matter, a malformed keywords table)
 is not retried while both stay the same; the run reports it again. Read failures, timeouts and
-unexpected errors are retried. Symbolic links the listing did not follow, and files whose path is
-not UTF-8 or has an empty folder name (`a//b.md`), are not part of the corpus; those that would
-have mattered are reported.
+unexpected errors are retried. Sources of a topic that share a stem (`intro.md` beside
+`intro.mdx`) fail here, from the listing: none of them is read, and no run rebuilds the topic for
+them. Symbolic links the listing did not follow, and files whose path is not UTF-8 or has an empty
+folder name (`a//b.md`), are not part of the corpus; those that would have mattered are reported.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from indexing import group_sources, nearest_keywords_path
-from indexing.paths import TOPIC_SPEC
+from indexing.paths import TOPIC_SPEC, shared_stems, source_stem
 from indexing.sources import KEYWORDS_FILE, QA_PAIRS, TOPIC_FILES, index_tree, is_source
 from jobs.manifest import Manifest, TopicEntry
 from jobs.storage import FileInfo, SkippedLink
@@ -32,6 +33,7 @@ RELINK = "relink"
 KEEP = "keep"
 SYMLINK_SKIPPED = "SYMLINK_SKIPPED"
 INVALID_FILE_NAME = "INVALID_FILE_NAME"
+STEM_CONFLICT = "STEM_CONFLICT"
 
 
 @dataclass(frozen=True)
@@ -39,12 +41,13 @@ class TopicPlan:
     """One topic of this run and what to do with it."""
 
     topic: str
-    sources: tuple[str, ...]
+    sources: tuple[str, ...]  # those to index: all but `conflicts`
     questions: str | None  # the topic's qa-pairs.md, if any
     keywords: str | None  # the nearest _keywords/words.md, if any
     children: tuple[str, ...]
     inputs: str  # fingerprint of everything the index depends on except the children
     action: str
+    conflicts: tuple[tuple[str, str], ...] = ()  # (path, message) of sources sharing a stem
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class Plan:
     # report failures for files left out of the corpus: links not followed, unusable names
     skipped: tuple[dict[str, str], ...] = ()
     settled: tuple[dict[str, str], ...] = ()  # report failures of files not read again
+    conflicts: tuple[dict[str, str], ...] = ()  # report failures (STEM_CONFLICT), never read
 
 
 def keep_directory(name: str) -> bool:
@@ -148,10 +152,12 @@ def make_plan(
     tree = index_tree(topics)
     settings_changed = previous.config_key != settings
     fingerprints = {p: by_path[p].fingerprint for paths in topics.values() for p in paths}
+    conflicts = {topic: stem_conflicts(sources) for topic, sources in topics.items()}
+    unread = {path for found in conflicts.values() for path, _ in found}
 
     def changed(path: str) -> bool:
         entry = previous.sources.get(path)
-        return (
+        return path not in unread and (
             settings_changed
             or entry is None
             or (entry.failed and entry.settled_failure is None)
@@ -159,7 +165,8 @@ def make_plan(
         )
 
     plans = []
-    for topic, sources in topics.items():
+    for topic, listed in topics.items():
+        sources = [path for path in listed if path not in unread]
         qa = posixpath.join(topic, QA_PAIRS) if topic else QA_PAIRS
         questions = qa if qa in by_path else None
         keywords = nearest_keywords_path(topic, keyword_files)
@@ -169,6 +176,8 @@ def make_plan(
             "questions": questions and by_path[questions].fingerprint,
             "keywords": keywords and [keywords, by_path[keywords].fingerprint],
         }
+        if conflicts[topic]:  # their failed rows are in its tables: only then, as topic_spec
+            facts["conflicts"] = [path for path, _ in conflicts[topic]]
         spec = posixpath.join(topic, TOPIC_SPEC) if topic else TOPIC_SPEC
         if separate and spec in by_path:  # only then: a topic without one keeps its digest
             facts["topic_spec"] = by_path[spec].fingerprint
@@ -188,11 +197,24 @@ def make_plan(
         else:
             action = KEEP
         plans.append(
-            TopicPlan(topic, tuple(sources), questions, keywords, children, inputs, action)
+            TopicPlan(
+                topic,
+                tuple(sources),
+                questions,
+                keywords,
+                children,
+                inputs,
+                action,
+                conflicts=conflicts[topic],
+            )
         )
     return Plan(
         topics=tuple(plans),
         settled=settled_failures(plans, previous),
+        conflicts=tuple(
+            {"path": path, "code": STEM_CONFLICT, "message": message}
+            for path, message in sorted(c for found in conflicts.values() for c in found)
+        ),
         directories={d: c for d, c in tree.items() if d not in topics},
         fingerprints=fingerprints,
         changed=frozenset(p for p in fingerprints if changed(p)),
@@ -200,6 +222,22 @@ def make_plan(
         deleted_topics=tuple(sorted(set(previous.topics) - set(topics))),
         skipped=skipped_links([f for f in listing if isinstance(f, SkippedLink)], globs)
         + invalid_names(misnamed, globs),
+    )
+
+
+def stem_conflicts(sources: list[str]) -> tuple[tuple[str, str], ...]:
+    """The (path, message) of each of a topic's `sources` whose stem another one shares
+    (`intro.md` beside `intro.mdx`, which `sources.globs` can both match), sorted: a stem names one
+    source's index.json entry and chunk files, so none of them is indexed. The listing decides
+    it, so no run reads them; one indexed before keeps its entry, as a failed source does."""
+    return tuple(
+        (
+            path,
+            f"{posixpath.basename(path)} shares its stem {source_stem(path)!r} with "
+            f"{', '.join(others)} in this topic; a stem names one source's index.json entry and "
+            "chunk files, so none of them is indexed: rename all but one",
+        )
+        for path, others in sorted(shared_stems(sources).items())
     )
 
 

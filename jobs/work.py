@@ -45,7 +45,12 @@ def work_rows(
                 carried[path] = before.sha256
                 continue
             sources.append(source_row(topic.topic, path, sizes, previous))
-        facts = {"children": list(topic.children), "keywords": topic.keywords, "carried": carried}
+        facts = {
+            "children": list(topic.children),
+            "keywords": topic.keywords,
+            "carried": carried,
+            "conflicts": dict(topic.conflicts),  # failed, not read (`jobs.plan.stem_conflicts`)
+        }
         rows.append(new_row(topic.topic, TOPIC, "", size=0, payload=json.dumps(facts).encode()))
         rows.extend(sources)
         if topic.questions:

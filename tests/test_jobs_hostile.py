@@ -258,12 +258,12 @@ def test_a_rerun_converges_byte_for_byte(built):
     # The hostile sources and keywords files failed for their bytes: the re-run reports them again
     # without reading them and keeps their topics. Only the topic whose topic-spec.md is left
     # untouched (TOPIC_SPEC_FAILED: the output's own file, which the plan does not compare) and
-    # the two whose index.json is a person's or a link (INDEX_JSON_FAILED, left as they are) and
-    # the one whose sources share a stem (STEM_CONFLICT: another file decides it) are rebuilt.
+    # the two whose index.json is a person's or a link (INDEX_JSON_FAILED, left as they are) are
+    # rebuilt. The one whose sources share a stem is kept: the listing decides that, unchanged.
     second = json.loads((docs / "_reindex" / "report.json").read_text())
     assert second["failures"] == report["failures"]
     assert second["sources"]["failed_unchanged"] == len(FAILS)
-    assert second["topics"]["rebuilt"] == 4
+    assert second["topics"]["rebuilt"] == 3
     assert (docs / "own" / "index.json").read_bytes() == OWN_INDEX
     assert (docs / "plain" / "index.json").read_bytes() == OWN_INDEX
     assert (docs / "linked" / "index.json").is_symlink()
@@ -285,3 +285,46 @@ def test_a_rerun_converges_byte_for_byte(built):
         if path.endswith(".parquet")
     }
     assert changed == [], rows
+
+
+def test_sources_sharing_a_stem_are_never_read_and_their_topic_is_kept(tmp_path, capsys):
+    """The listing decides a shared stem: its sources fail without being read, chunked or
+    embedded, the one indexed before keeps its entry, and an unchanged re-run keeps the topic (it
+    read, chunked and embedded both files and rebuilt the topic on every run)."""
+    docs, output = tmp_path / "docs", tmp_path / "out"
+    (docs / "stems").mkdir(parents=True)
+    for name in ("intro.md", "other.md"):
+        (docs / "stems" / name).write_text(NORMAL.format(name))
+    args = ["--config", CONFIG, "--input", str(docs), "--output", str(output)]
+    args += ["--set", 'sources.globs=["*.md", "*.mdx"]', "--set", "resources.embed.actors=1"]
+    assert main(args) == 0
+    first = outputs(output)
+
+    def run(code: int) -> dict:
+        assert main(args) == code
+        return json.loads((output / "_reindex" / "report.json").read_text())
+
+    (docs / "stems" / "intro.mdx").write_text(NORMAL.format("intro.mdx"))
+    report = run(3)
+    assert [(f["path"], f["code"]) for f in report["failures"]] == [
+        ("stems/intro.md", "STEM_CONFLICT"),
+        ("stems/intro.mdx", "STEM_CONFLICT"),
+    ]
+    assert report["sources"]["failed"] == 2 and report["sources"]["changed"] == 0
+    assert report["bytes_read"] == 0 and report["counters"]["chunk"]["sources"] == 0
+    index = json.loads((output / "stems" / "index.json").read_text())["_embedded"]["chunks"]
+    before = json.loads(first["stems/index.json"])["_embedded"]["chunks"]
+    assert index["intro"] == before["intro"]  # kept, as a failed source's entry is
+
+    again = run(3)
+    assert again["failures"] == report["failures"] and again["topics"]["kept"] == 1
+    assert "ray_start" not in again["timings"]["wall_seconds"]
+    assert main([*args, "--dry-run"]) == 0
+    assert "sources sharing a stem, not read: 2" in capsys.readouterr().out.splitlines()
+    (docs / "stems" / "intro.mdx").write_text("# Edited\n\nNot indexed either way.\n")
+    assert run(3)["topics"]["kept"] == 1
+
+    (docs / "stems" / "intro.mdx").unlink()
+    report = run(0)
+    assert report["sources"]["changed"] == 1 and report["failures"] == []
+    assert outputs(output) == first

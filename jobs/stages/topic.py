@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import posixpath
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -37,12 +36,11 @@ from indexing.paths import (
     TOPIC_SPEC,
     in_topic,
     is_chunk_file,
-    shared_stems,
-    source_stem,
 )
 from indexing.sources import is_source
 from jobs.landmarks import Landmark
 from jobs.logs import printable
+from jobs.plan import STEM_CONFLICT
 from jobs.previous import (
     Expected,
     PreviousTables,
@@ -61,7 +59,6 @@ log = logging.getLogger("mdindex.build")
 
 INDEX_JSON_FAILED = "INDEX_JSON_FAILED"
 KEYWORDS_FAILED = "KEYWORDS_FAILED"
-STEM_CONFLICT = "STEM_CONFLICT"
 TOPIC_SPEC_FAILED = "TOPIC_SPEC_FAILED"
 # Failures that a file's bytes and the settings decide, for files whose fingerprint the plan
 # compares (sources, qa-pairs.md, keywords files): settled, not retried until one changes
@@ -103,16 +100,13 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     topic = rows[0]["topic"]
     source_rows = [r for r in rows if r["kind"] == SOURCE]
     read = {r["path"] for r in source_rows}
-    source_rows, unchanged = _stem_conflicts(
-        source_rows, {p: sha256 for p, sha256 in facts["carried"].items() if p not in read}
-    )
-    rows = sorted(
-        source_rows + [r for r in rows if r["kind"] != SOURCE], key=lambda r: (r["kind"], r["path"])
-    )
+    unchanged = {p: sha256 for p, sha256 in facts["carried"].items() if p not in read}
+    conflicts = facts["conflicts"]  # reported by the plan: failed rows here, nothing else
+    rows = sorted(rows, key=lambda r: (r["kind"], r["path"]))
     existing_index, problem = existing_index_of(context.output, topic)
     if problem:
         return _not_written(topic, problem, source_rows, unchanged)
-    failed = any(r["error_code"] is not None for r in source_rows)
+    failed = conflicts or any(r["error_code"] is not None for r in source_rows)
     previous = (  # read before writing
         read_previous(context.output, topic) if failed or unchanged else None
     )
@@ -130,7 +124,11 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     questions, question_vectors = _questions(rows)
     sources = sorted(
         [_source_input(r, previous, context.expected) for r in source_rows]
-        + [SourceInput(path, *found) for path, found in carried.items()],
+        + [SourceInput(path, *found) for path, found in carried.items()]
+        + [
+            _conflict_input(path, message, previous, context.expected)
+            for path, message in conflicts.items()
+        ],
         key=lambda source: source.path,
     )
     output = build_topic(
@@ -281,39 +279,6 @@ def _summary(topic: str, facts: dict[str, Any]) -> dict[str, Any]:
     return {"topic": topic, **facts}
 
 
-def _stem_conflicts(
-    source_rows: list[dict[str, Any]], carried: dict[str, str]
-) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """The topic's source rows with every source whose stem another one shares failed
-    (STEM_CONFLICT: `intro.md` beside `intro.mdx`, which `sources.globs` can both match), the
-    carried ones among them made such rows; and the `carried` sources (path -> content hash) left.
-    A source that failed on its own keeps its own error."""
-    shared = shared_stems([r["path"] for r in source_rows] + list(carried))
-    if not shared:
-        return source_rows, carried
-
-    def conflict(path: str) -> dict[str, str]:
-        message = (
-            f"{posixpath.basename(path)} shares its stem {source_stem(path)!r} with "
-            f"{', '.join(shared[path])} in this topic; a stem names one source's index.json entry "
-            "and chunk files, so none of them is indexed: rename all but one"
-        )
-        return {"error_code": STEM_CONFLICT, "error_message": message}
-
-    rows = [
-        {**row, **conflict(row["path"])}
-        if row["path"] in shared and row["error_code"] is None
-        else row
-        for row in source_rows
-    ]
-    rows += [
-        {"kind": SOURCE, "path": path, "sha256": sha256, "chunk_files": None, **conflict(path)}
-        for path, sha256 in carried.items()
-        if path in shared
-    ]
-    return rows, {path: sha256 for path, sha256 in carried.items() if path not in shared}
-
-
 def _failure(row: dict[str, Any]) -> dict[str, str]:
     return {"path": row["path"], "code": row["error_code"], "message": row["error_message"]}
 
@@ -351,6 +316,20 @@ def _source_input(
         path=row["path"],
         document=document_from_json(row["document"]),
         vectors=vectors_from_bytes(row["vectors"], row["dim"]),
+    )
+
+
+def _conflict_input(
+    path: str, message: str, previous: PreviousTables | None, expected: Expected
+) -> SourceInput:
+    """A source the plan failed for the stem it shares (`jobs.plan.stem_conflicts`), not read:
+    it keeps its previous rows, index entry and chunk files, as a failed source does."""
+    return SourceInput(
+        path=path,
+        document=None,
+        vectors=None,
+        error=(STEM_CONFLICT, message),
+        retained=retained_rows(previous, path, expected),
     )
 
 
