@@ -38,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """`key=value` pairs as a dict, each value parsed as YAML (numbers and booleans typed)."""
+    """`key=value` pairs as a dict, each value parsed as YAML (numbers and booleans typed); a
+    value that is not YAML is a ValueError naming its key."""
     import yaml
 
     options: dict[str, Any] = {}
@@ -46,7 +47,11 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise ValueError(f"--set expects KEY=VALUE, got {pair!r}")
-        options[key.strip()] = yaml.safe_load(value) if value else ""
+        try:
+            options[key.strip()] = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or type(exc).__name__
+            raise ValueError(f"--set {key}: {value!r} is not valid YAML ({problem})") from None
     return options
 
 

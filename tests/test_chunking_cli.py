@@ -88,3 +88,11 @@ def test_bad_usage_exits_2(tmp_path):
     missing = mdindex(str(tmp_path / "missing.md"))
     assert missing.returncode == 2 and missing.stderr.startswith("mdindex chunk: ")
     assert "missing.md" in missing.stderr
+
+
+def test_a_set_value_that_is_not_yaml_is_bad_usage_in_one_line():
+    """`--set max_tokens=[1` was a yaml.ParserError traceback and exit 1."""
+    result = mdindex(str(FIXTURES / "guide.md"), "--set", "max_tokens=[1")
+    assert result.returncode == 2
+    assert result.stderr.startswith("mdindex chunk: --set max_tokens: '[1' is not valid YAML")
+    assert len(result.stderr.splitlines()) == 1
