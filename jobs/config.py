@@ -250,6 +250,7 @@ def config_from_dict(raw: dict[str, Any]) -> JobConfig:
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
+    _protocol(path, "--config")
     try:
         with fsspec.open(path, "rt", encoding="utf-8") as handle:
             data = yaml.safe_load(handle)
@@ -431,20 +432,45 @@ def _client_options(options: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in options.items() if not (k in sections and v is None)}
 
 
-def _absolute(uri: str, key: str) -> str:
-    """Local paths become absolute (Ray workers may run elsewhere); memory:// is refused, and so is
-    a relative output or cache where the build runs in Ray's copy of a job's working directory
-    (`ray job submit --working-dir`): it went there, exit 0, and was lost when Ray deleted it."""
+def _protocol(uri: str, key: str) -> str:
+    """`uri`'s fsspec protocol, refused where fsspec has no filesystem for it (`s4://`, `S3://`, a
+    package not installed) or where a plain path starts with one and a colon (`s3:/bucket`, a
+    slash missing, is a local folder `s3:`)."""
     protocol = storage.protocol_of(uri)
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ValueError, ImportError) as exc:
+        raise ConfigError(f"{key}: {uri}: {exc}") from exc
+    typo = re.match(r"([A-Za-z][\w+.-]*):/*", uri) if "://" not in uri else None
+    if typo and typo[1].lower() in fsspec.available_protocols():
+        scheme, rest = typo[1].lower(), uri[typo.end() :]
+        meant = f"/{rest}" if scheme in storage.LOCAL_PROTOCOLS else f"{scheme}://{rest}"
+        raise ConfigError(f"{key}: {uri} reads as a local folder {typo[1]}:; did you mean {meant}?")
+    return protocol
+
+
+def _absolute(uri: str, key: str) -> str:
+    """Local paths become absolute (Ray workers may run elsewhere); memory:// is refused, http(s)://
+    (read-only) for an output or cache, and so is a local output or cache that is a file, or a
+    relative one where the build runs in Ray's copy of a job's working directory (`ray job
+    submit --working-dir`): it went there, exit 0, and was lost when Ray deleted it."""
+    protocol = _protocol(uri, key)
     if protocol == "memory":
         raise ConfigError(
             f"{key}: memory:// lives in one process and Ray workers cannot see it; "
             f"use a local path, file:// or s3://"
         )
+    if key != "input" and protocol in ("http", "https"):
+        raise ConfigError(f"{key}: {uri}: http(s):// is read-only; use a local path or s3://")
     if protocol not in storage.LOCAL_PROTOCOLS:
         return uri
-    path = Path(storage.strip_protocol(uri)).expanduser()
+    try:
+        path = Path(storage.strip_protocol(uri)).expanduser()
+    except RuntimeError as exc:  # ~name of no user
+        raise ConfigError(f"{key}: {uri}: no such user's home folder") from exc
     absolute = str(path.resolve())
+    if key != "input" and path.exists() and not path.is_dir():
+        raise ConfigError(f"{key}: {absolute} is a file; name a folder")
     if key != "input" and not path.is_absolute() and RAY_JOB_COPY in absolute:
         raise ConfigError(
             f"{key}: {uri} is a relative path, and this build runs in Ray's copy of the job's "

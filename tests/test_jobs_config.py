@@ -151,6 +151,28 @@ def test_bad_values_are_rejected_with_their_dotted_key(raw, message):
     assert message in str(caught.value)
 
 
+def test_uris_that_name_no_filesystem_or_no_folder_are_refused(tmp_path):
+    """These were exit 1 with a traceback (s4://, S3://, ~nobody, a file as the output or cache,
+    an http output), or, for s3:/bucket (a slash missing), a build into a local folder `s3:`."""
+    notes = tmp_path / "notes.md"
+    notes.write_text("# a file\n")
+    for raw, message in [
+        ({"input": "s4://bucket/docs"}, "input: s4://bucket/docs: Protocol not known: s4"),
+        ({"output": "S3://bucket/out"}, "output: S3://bucket/out: Protocol not known: S3"),
+        ({"output": "s3:/b/out"}, "output: s3:/b/out reads as a local folder s3:; did you mean s3"),
+        ({"cache": "file:/tmp/c"}, "cache: file:/tmp/c reads as a local folder file:; did you me"),
+        ({"input": "~no-such-user/docs"}, "input: ~no-such-user/docs: no such user's home folder"),
+        ({"output": str(notes)}, f"output: {notes} is a file; name a folder"),
+        ({"cache": str(notes)}, f"cache: {notes} is a file; name a folder"),
+        ({"output": "https://example.com/out"}, "output: https://example.com/out: http(s):// is"),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            config_from_dict({"input": str(tmp_path), **raw})
+        assert message in str(caught.value)
+    with pytest.raises(ConfigError, match="--config: s4://b/c.yaml: Protocol not known: s4"):
+        load_config("s4://b/c.yaml")
+
+
 def test_input_is_required():
     with pytest.raises(ConfigError, match="input: required"):
         config_from_dict({})
