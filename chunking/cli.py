@@ -60,9 +60,12 @@ def run(args: argparse.Namespace) -> int:
     import fsspec
 
     from chunking import ChunkingError, chunk_source
+    from chunking.strategy import get_strategy
 
     try:
         options = parse_options(args.options)
+        # strategy options only: `--set document_id=x` is an unknown option, not a TypeError
+        get_strategy(args.strategy, **options)
         with fsspec.open(args.file, "rb") as handle:
             data = handle.read()
     except (ValueError, OSError) as exc:

@@ -96,3 +96,12 @@ def test_a_set_value_that_is_not_yaml_is_bad_usage_in_one_line():
     assert result.returncode == 2
     assert result.stderr.startswith("mdindex chunk: --set max_tokens: '[1' is not valid YAML")
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_set_takes_strategy_options_only():
+    """`--set document_id=x` (or `strategy`, `tenant_id`) was a TypeError traceback and exit 1:
+    chunk_source got the argument twice."""
+    for key in ("document_id", "strategy", "tenant_id"):
+        result = mdindex(str(FIXTURES / "guide.md"), "--set", f"{key}=x")
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"mdindex chunk: unknown option '{key}' ")
