@@ -125,7 +125,7 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
     started = time.time()
     try:
         with clean_logs():
-            report = run_job(config)
+            report = run_job(config, began=started)
     except (
         InputNotFound,
         InfeasibleResources,

@@ -67,25 +67,34 @@ class Built:
     pool: EmbedPool | None = None  # the embedding pool of the run's (first) pipeline
 
 
-def run_job(config: JobConfig) -> dict[str, Any]:
+def run_job(config: JobConfig, *, began: float | None = None) -> dict[str, Any]:
     """Run one build and return its report (also written to `{output}/_reindex/report.json`).
 
     The input is listed first (a missing one touches nothing), then the output's build lock is
-    held throughout (`jobs.lock`: a second build on the output fails at once)."""
+    held throughout (`jobs.lock`: a second build on the output fails at once). `began`: when the
+    run began (epoch seconds; now if not given), which its reports name: a caller that reports
+    the run's failure itself passes its own."""
     started = time.perf_counter()
+    began = time.time() if began is None else began
     if note := config.s3_note():
         log.info("%s", note)
     listing = list_input(config)
     with output_lock(output_storage(config)) as check:
-        return _run_locked(config, listing, started, check)
+        return _run_locked(config, listing, check, began=began, started=started)
 
 
 def _run_locked(
-    config: JobConfig, listing: list[FileInfo | SkippedLink], started: float, check: Check
+    config: JobConfig,
+    listing: list[FileInfo | SkippedLink],
+    check: Check,
+    *,
+    began: float,
+    started: float,
 ) -> dict[str, Any]:
-    """`run_job`'s build from the input's `listing`, once the lock is held (`started`: when the
-    run began, by `time.perf_counter`; `check`: raises `LockLost` once it is no longer held,
-    called before each topic's reduce and before the finish)."""
+    """`run_job`'s build from the input's `listing`, once the lock is held (`check`: raises
+    `LockLost` once it is no longer held, called before each topic's reduce and before the
+    finish; `began`, `started`: when the run began, in epoch seconds and by
+    `time.perf_counter`)."""
     wall: dict[str, float] = {}
     found = discover(config, listing)
     source, output, plan = found.source, found.output, found.plan
@@ -126,7 +135,6 @@ def _run_locked(
         grows = start_ray(config, marks)
         wall["ray_start"] = time.perf_counter() - mark
     check()
-    began = time.time() - (time.perf_counter() - started)
     write_unfinished_report(config, began)  # until the run's own, before any other write
     # The manifest in the output while this run goes on: what a run stopped from here leaves.
     stored = interim_manifest(found.previous, plan, found.config_key)
@@ -169,6 +177,7 @@ def _run_locked(
             "kept": actions.count(KEEP),
             "deleted": len(plan.deleted_topics),
         },
+        began=began,
         wall=wall,
         finish_cpu=finish_cpu,
         cpus=built.cpus,

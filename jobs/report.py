@@ -66,6 +66,7 @@ def build_report(
     failures: list[dict[str, str]],
     sources: dict[str, int],
     topics: dict[str, int],
+    began: float,
     wall: dict[str, float],
     finish_cpu: float,
     cpus: float,
@@ -73,8 +74,9 @@ def build_report(
     pool: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The report document: counts, timings with throughput and the embedding `pool` that ran
-    (None: no pipeline ran), failures once each, sorted by path. `finish_cpu`: the driver's CPU
-    seconds in the finish (its worker-seconds; its wall time is `wall["finish"]`)."""
+    (None: no pipeline ran), failures once each, sorted by path. `began`: when the run began
+    (epoch seconds); `finish_cpu`: the driver's CPU seconds in the finish (its worker-seconds; its
+    wall time is `wall["finish"]`)."""
     failures = distinct_failures(failures)
     total = wall["total"]
     finished = time.time()
@@ -110,7 +112,7 @@ def build_report(
     return {
         "status": "sources_failed" if failures else "ok",
         "exit_code": EXIT_SOURCES_FAILED if failures else EXIT_OK,
-        "started_at": utc(finished - total),
+        "started_at": utc(began),
         "finished_at": utc(finished),
         **facts,
         "sources": sources,

@@ -22,6 +22,8 @@ from embedding.keys import resolve_dtype
 from jobs.build_cli import Interrupted
 from jobs.cli import main as mdindex
 from jobs.config import load_config
+from jobs.lock import utc
+from jobs.pipeline import run_job
 from jobs.reindex import main
 from jobs.report import error_text, summary, write_failed_report
 from jobs.report_html import render_html, token_bins
@@ -450,3 +452,15 @@ def test_report_html_of_long_paths_fits_its_width_in_headless_chromium(built, tm
     report["failures"][0]["path"] = report["slowest_sources"][0]["path"] = long
     measured = measure(render_html(report), tmp_path)
     assert measured["width"] <= 1100
+
+
+def test_a_runs_reports_name_the_start_its_caller_gives(built, tmp_path):
+    """`run_job(began=)`: the CLI's clock, which its failed report names, is the one every report
+    of the run names (the finished one derived its own from the run's total, the unfinished one
+    another from the driver's counter). An unchanged run: no Ray."""
+    output = tmp_path / "out"
+    shutil.copytree(built, output)
+    config = load_config(CONFIG, overrides={"input": str(CORPUS), "output": str(output)})
+    report = run_job(config, began=1_800_000_000.0)
+    assert report["topics"]["rebuilt"] == 0
+    assert report["started_at"] == utc(1_800_000_000) == "2027-01-15T08:00:00+00:00"
