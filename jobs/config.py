@@ -257,7 +257,7 @@ def _read_yaml(path: str) -> dict[str, Any]:
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: config file not found") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}); save it as UTF-8") from exc
     except OSError as exc:  # a directory, no permission
@@ -269,6 +269,14 @@ def _read_yaml(path: str) -> dict[str, Any]:
     return data
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error on one line: what went wrong where (its message takes three or four)."""
+    what = "; ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)]))
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"{what or ' '.join(str(exc).split())}{where}"
+
+
 def _apply_setting(raw: dict[str, Any], item: str) -> None:
     """Apply one `dotted.key=value` override; the value is parsed as a YAML scalar or flow value."""
     key, sep, text = item.partition("=")
@@ -277,7 +285,10 @@ def _apply_setting(raw: dict[str, Any], item: str) -> None:
     try:
         value = yaml.safe_load(text) if text.strip() else None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {key}: value {text!r} is not valid YAML: {exc}") from exc
+        raise ConfigError(
+            f"--set {key}: value {text!r} is not valid YAML: {_yaml_problem(exc)}; quote it for "
+            f"text: --set '{key}=\"{text}\"'"
+        ) from exc
     parts = key.strip().split(".")
     node = raw
     for depth, part in enumerate(parts[:-1]):

@@ -218,6 +218,23 @@ def test_cli_exits_2_on_missing_config_file_and_bad_yaml(tmp_path, capsys):
     assert "not valid YAML" in capsys.readouterr().err
 
 
+def test_yaml_errors_are_one_line_naming_where(tmp_path, capsys):
+    """PyYAML's own message took four lines; `*.md` unquoted (a YAML alias) is the common one."""
+    bad, empty = tmp_path / "bad.yaml", tmp_path / "empty.yaml"
+    bad.write_text("sources:\n  globs: [*.md]\n")
+    empty.write_text("")
+    for argv, message in [
+        (["--config", str(bad)], "bad.yaml: not valid YAML: while scanning an alias; expected"),
+        (
+            ["--config", str(empty), "--set", "sources.globs=*.md"],
+            "at line 1, column 2; quote it for text: --set 'sources.globs=\"*.md\"'",
+        ),
+    ]:
+        assert main([*argv, "--input", str(tmp_path), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+
+
 def test_cli_exits_2_on_a_config_path_that_is_empty_a_folder_or_not_utf8(tmp_path, capsys):
     """These were a traceback and exit 1, or (an empty path) no config at all."""
     latin1 = tmp_path / "latin1.yaml"
