@@ -249,11 +249,31 @@ def config_from_dict(raw: dict[str, Any]) -> JobConfig:
     return _resolve(_build(JobConfig, raw, ""))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last,
+    so a second `resources:` section silently dropped the whole first one."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and not key_node.tag.endswith(":merge"):
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found {key!r} a second time",
+                        key_node.start_mark,
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: str) -> dict[str, Any]:
     _protocol(path, "--config")
     try:
         with fsspec.open(path, "rt", encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            data = yaml.load(handle, Loader=_UniqueKeyLoader)
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: config file not found") from exc
     except yaml.YAMLError as exc:

@@ -235,6 +235,17 @@ def test_yaml_errors_are_one_line_naming_where(tmp_path, capsys):
         assert message in err and err.count("\n") == 1, err
 
 
+def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path):
+    """PyYAML kept the last: a second `resources:` section dropped the first's retries unsaid."""
+    path = tmp_path / "c.yaml"
+    path.write_text("resources:\n  retries: 1\ntenant: t\nresources:\n  num_cpus: 2\n")
+    with pytest.raises(ConfigError, match="found 'resources' a second time at line 4, column 1"):
+        load_config(str(path), overrides={"input": str(tmp_path)})
+    path.write_text("base: &b {a: 1}\nx:\n  <<: *b\n  a: 2\n")  # a merge key's override is no twin
+    with pytest.raises(ConfigError, match="base: unknown key"):
+        load_config(str(path), overrides={"input": str(tmp_path)})
+
+
 def test_cli_exits_2_on_a_config_path_that_is_empty_a_folder_or_not_utf8(tmp_path, capsys):
     """These were a traceback and exit 1, or (an empty path) no config at all."""
     latin1 = tmp_path / "latin1.yaml"
