@@ -293,9 +293,14 @@ def missing_folders(folder: str) -> list[str]:
     return missing
 
 
+def this_process() -> dict:
+    """This process: its host and pid."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
 def holder(started: float) -> dict:
     """This process as a build begun at `started` (epoch seconds): its host, pid and start."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "started": started}
+    return {**this_process(), "started": started}
 
 
 def holder_record(started: float, expires: float | None = None) -> bytes:

@@ -34,7 +34,13 @@ from jobs.plan import KEEP, REBUILD, RELINK, Plan, interim_manifest
 from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
 from jobs.reduce import Piece, reduce_topics
-from jobs.report import build_report, key_settings, write_report, write_unfinished_report
+from jobs.report import (
+    build_report,
+    key_settings,
+    run_facts,
+    write_report,
+    write_unfinished_report,
+)
 from jobs.resources import (
     EmbedPool,
     actor_env,
@@ -183,6 +189,7 @@ def _run_locked(
         cpus=built.cpus,
         pool=built.pool.to_dict() if built.pool else None,
         facts={
+            **run_facts(),
             "input": source.uri(),
             "output": output.uri(),
             "cache": config.cache,

@@ -23,11 +23,12 @@ import json
 import logging
 import re
 import time
+from importlib.metadata import version
 from typing import Any
 
 from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
 from jobs.config import JobConfig
-from jobs.lock import describe_holder, holder, utc
+from jobs.lock import describe_holder, holder, this_process, utc
 from jobs.logs import printable
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.plan import distinct_failures
@@ -158,6 +159,12 @@ def build_report(
     }
 
 
+def run_facts() -> dict[str, Any]:
+    """What a report says of the process that ran the build: its host, pid and mdindex version
+    (a scheduled run's report read days later names the machine whose logs to look at)."""
+    return {**this_process(), "mdindex_version": version("mdindex")}
+
+
 def report_bytes(report: dict[str, Any]) -> bytes:
     """The report as indented JSON bytes."""
     return (json.dumps(report, indent=2) + "\n").encode()
@@ -223,6 +230,7 @@ def _write_without_counts(config: JobConfig, outcome: dict[str, Any]) -> None:
     without credentials: botocore's `NoCredentialsError` is no `OSError`), it is only logged."""
     report = {
         **outcome,
+        **run_facts(),
         "input": config.input,
         "output": config.output,
         "settings": key_settings(config),

@@ -38,6 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--storage-options", type=json_object, default=None, help="fsspec options as a JSON object"
     )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit with the last run's exit code (0 ok, 3 sources failed, 1 failed, 130/143 "
+        "stopped; 75 unfinished: still running, or killed where it could not report)",
+    )
     parser.set_defaults(run=run_report)
 
 
@@ -53,15 +59,21 @@ def run_report(args: argparse.Namespace) -> int:
 
     from jobs.manifest import REPORT_PATH
     from jobs.report import error_text
-    from jobs.storage import Storage
+    from jobs.storage import Storage, UnknownProtocol, known_protocol
 
+    try:
+        known_protocol(args.output)
+    except UnknownProtocol as exc:  # s4://, S3://: a traceback and exit 1
+        print(f"mdindex report: {exc}", file=sys.stderr)
+        return 2
     output = Storage(args.output, args.storage_options or {})
     try:
         data = read_report(output)
         if data is None:
             print(f"mdindex report: no {output.uri(REPORT_PATH)}", file=sys.stderr)
             return 2
-        text, page = show(output, parse_report(data), args.html)
+        report = parse_report(data)
+        text, page = show(output, report, args.html)
     except DamagedReport as exc:
         print(f"mdindex report: {output.uri(REPORT_PATH)} is damaged: {exc}", file=sys.stderr)
         return 2
@@ -71,7 +83,20 @@ def run_report(args: argparse.Namespace) -> int:
     print(f"{text}\nreport: {page.resolve()}")
     if args.open:
         webbrowser.open(page.resolve().as_uri())
-    return 0
+    return outcome_code(report) if args.check else 0
+
+
+def outcome_code(report: dict[str, Any]) -> int:
+    """The exit code `--check` gives for a report: its run's own, else its status's (reports
+    before `exit_code`): 0 ok, 3 sources failed, 75 unfinished (EX_TEMPFAIL, as a build that
+    finds the output busy), 1 otherwise."""
+    from jobs.build_cli import EXIT_BUSY, EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
+
+    code = report.get("exit_code")
+    if isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
+        return code
+    by_status = {"ok": EXIT_OK, "sources_failed": EXIT_SOURCES_FAILED, "unfinished": EXIT_BUSY}
+    return by_status.get(report["status"], EXIT_JOB_FAILED)
 
 
 def read_report(output: Storage) -> bytes | None:
@@ -117,6 +142,7 @@ def show(output: Storage, report: dict[str, Any], html: str) -> tuple[str, Path]
 def render(report: dict[str, Any]) -> tuple[str, str]:
     """The summary lines and the page of a report; DamagedReport where a field is missing or of
     the wrong type (a run's own report always renders: its fields are the build's)."""
+    from jobs.logs import printable
     from jobs.report import summary
     from jobs.report_html import render_html
 
@@ -138,4 +164,6 @@ def render(report: dict[str, Any]) -> tuple[str, str]:
         when = f"started {started}"
     else:  # a failed run's, or one of a version before started_at
         when = f"finished {finished if finished is not None else 'at an unknown time'}"
-    return f"last run: {status}, {when}\n{counts}", page
+    if "host" in report:  # since 2026-11-29
+        when += f", pid {report.get('pid')} on {report['host']}"
+    return f"{printable(f'last run: {status}, {when}')}\n{counts}", page

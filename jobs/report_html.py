@@ -19,6 +19,7 @@ from jobs.logs import printable
 from jobs.svg import Bar, Bin, bar_chart, histogram, stacked_bar
 
 BINS = 24  # about this many bars in the token histogram
+RUN_FACTS = ("host", "pid", "mdindex_version")  # `jobs.report.run_facts`: reports since 2026-11-29
 # lower is better: 1.0 is every CPU busy with stage work all along (the label said only the ratio)
 EFFICIENCY = "efficiency: wall time / (worker-seconds / CPUs); 1 = every CPU busy, more = idle CPUs"
 GREEN, BLUE, GREY, RED, ORANGE, TEAL, YELLOW, PURPLE = (
@@ -103,6 +104,7 @@ def _outcome(report: dict[str, Any]) -> str:
     rows += [("model keys", ", ".join(keys))] if keys else []
     rows += [("started", report["started_at"])] if "started_at" in report else []
     rows += [("finished", report["finished_at"])] if "finished_at" in report else []
+    rows += [(k.replace("_", " "), report[k]) for k in RUN_FACTS if k in report]
     rows += _flatten(report.get("settings", {}))
     if "error" in report:
         rows.append(("error", report["error"]))

@@ -382,7 +382,8 @@ def test_a_build_killed_where_it_cannot_report_leaves_a_report_that_says_it_did_
     assert mdindex(["report", str(output)]) == 0
     text = capsys.readouterr().out
     assert text.startswith(
-        f"last run: unfinished (exit code unknown), started {again['started_at']}\n  the build of"
+        f"last run: unfinished (exit code unknown), started {again['started_at']}, pid "
+        f"{again['pid']} on {socket.gethostname()}\n  the build of pid {again['pid']} on"
     ), text
 
     with caplog.at_level(logging.INFO, logger="mdindex.build"):

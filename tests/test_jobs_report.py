@@ -9,11 +9,13 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import traceback
 import xml.etree.ElementTree as ET
 from datetime import datetime
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -197,8 +199,10 @@ def test_a_failed_runs_report_says_when_it_began(tmp_path, capsys):
     assert mdindex(["report", str(tmp_path)]) == 0
     assert capsys.readouterr().out.startswith(
         f"last run: failed (exit code 143), started 2026-09-21T14:13:20+00:00, finished "
-        f"{report['finished_at']}\n  Interrupted: stopped by SIGTERM\n"
+        f"{report['finished_at']}, pid {os.getpid()} on {socket.gethostname()}\n"
+        "  Interrupted: stopped by SIGTERM\n"
     )
+    assert mdindex(["report", "--check", str(tmp_path)]) == 143
     assert "<th>started</th><td><code>2026-09-21T14:13:20+00:00" in report_and_page(tmp_path)[1]
 
 
@@ -228,9 +232,12 @@ def test_report_command_prints_the_last_runs_summary(built, capsys):
     started, finished = (datetime.fromisoformat(report[k]) for k in ("started_at", "finished_at"))
     total = report["timings"]["wall_seconds"]["total"]
     assert abs((finished - started).total_seconds() - total) <= 1
+    # and where: a scheduled run's report read days later names the machine to look at
+    assert (report["host"], report["pid"]) == (socket.gethostname(), os.getpid())
+    assert report["mdindex_version"] == version("mdindex")
     assert out.startswith(
         f"last run: sources_failed (exit code 3), started {report['started_at']}, "
-        f"finished {report['finished_at']}\n"
+        f"finished {report['finished_at']}, pid {os.getpid()} on {socket.gethostname()}\n"
     )
     assert "mdindex build: 7 sources in 4 topics" in out and f"FAILED {BROKEN}" in out
     assert out.rstrip().endswith(f"report: {built / '_reindex' / 'report.html'}")
@@ -464,3 +471,24 @@ def test_a_runs_reports_name_the_start_its_caller_gives(built, tmp_path):
     report = run_job(config, began=1_800_000_000.0)
     assert report["topics"]["rebuilt"] == 0
     assert report["started_at"] == utc(1_800_000_000) == "2027-01-15T08:00:00+00:00"
+
+
+def test_report_check_exits_with_the_last_runs_code(built, tmp_path, capsys):
+    """`mdindex report --check` for a scheduler's health check: the last run's exit code (it
+    exited 0 for any report), its status's for reports before `exit_code`; 75 for a run that
+    has not reported its end."""
+    assert mdindex(["report", "--check", str(built)]) == 3
+    assert mdindex(["report", str(built)]) == 0
+    report = json.loads((built / "_reindex" / "report.json").read_text())
+    (tmp_path / "_reindex").mkdir()
+    for changes, code in (
+        ({"status": "ok", "exit_code": 0}, 0),
+        ({"status": "ok", "exit_code": None}, 0),
+        ({"exit_code": None}, 3),
+        ({"status": "unfinished", "exit_code": None}, 75),
+        ({"status": "failed", "exit_code": True}, 1),
+    ):
+        (tmp_path / "_reindex" / "report.json").write_text(json.dumps({**report, **changes}))
+        assert mdindex(["report", "--check", str(tmp_path)]) == code, changes
+    assert mdindex(["report", "--check", str(tmp_path / "nothing")]) == 2
+    capsys.readouterr()
