@@ -464,20 +464,11 @@ def _client_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _protocol(uri: str, key: str) -> str:
-    """`uri`'s fsspec protocol, refused where fsspec has no filesystem for it (`s4://`, `S3://`, a
-    package not installed) or where a plain path starts with one and a colon (`s3:/bucket`, a
-    slash missing, is a local folder `s3:`)."""
-    protocol = storage.protocol_of(uri)
+    """`uri`'s fsspec protocol, where fsspec knows it (`storage.known_protocol`)."""
     try:
-        fsspec.get_filesystem_class(protocol)
-    except (ValueError, ImportError) as exc:
-        raise ConfigError(f"{key}: {uri}: {exc}") from exc
-    typo = re.match(r"([A-Za-z][\w+.-]*):/*", uri) if "://" not in uri else None
-    if typo and typo[1].lower() in fsspec.available_protocols():
-        scheme, rest = typo[1].lower(), uri[typo.end() :]
-        meant = f"/{rest}" if scheme in storage.LOCAL_PROTOCOLS else f"{scheme}://{rest}"
-        raise ConfigError(f"{key}: {uri} reads as a local folder {typo[1]}:; did you mean {meant}?")
-    return protocol
+        return storage.known_protocol(uri)
+    except storage.UnknownProtocol as exc:
+        raise ConfigError(f"{key}: {exc}") from exc
 
 
 def _absolute(uri: str, key: str) -> str:
