@@ -14,7 +14,8 @@ written), finish (the driver's relinks, deletions, directory indexes and SimHash
 worker-seconds are the driver process's CPU seconds then, its busy-seconds its wall time).
 `throughput` is per wall-clock second of the whole run, and `efficiency` is the wall time over the
 worker-seconds spread on the run's CPUs (1.0: every CPU busy with stage work all the time; more:
-CPUs idle, or busy with work outside the stages, such as starting workers).
+CPUs idle, or busy with work outside the stages, such as starting workers); null for a run whose
+pipeline did not run (no topic rebuilt).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def build_report(
             finish,
         )
     )
+    ran = "pipeline" in wall and worker_seconds > 0
     return {
         "status": "sources_failed" if failures else "ok",
         "exit_code": EXIT_SOURCES_FAILED if failures else EXIT_OK,
@@ -152,7 +154,8 @@ def build_report(
             },
             "cpus": cpus,
             "embed_pool": pool,
-            "efficiency": round(total / (worker_seconds / cpus), 3) if worker_seconds else None,
+            # of the pipeline: none ran for a run that rebuilt no topic (its finish alone said 83)
+            "efficiency": round(total / (worker_seconds / cpus), 3) if ran else None,
         },
         "counters": stats.to_dict(),
         "failures": failures,
