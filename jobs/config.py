@@ -140,8 +140,9 @@ class ResourcesConfig:
 
     num_cpus: int | None = _min(1, None)  # CPUs of a Ray instance started locally; None: all cores
     # Tries again of a task whose worker process died, and restarts of an embedding actor whose
-    # process died (its batches then run again); a crash loop ends with exit 1, not a hang.
-    retries: int = _min(0, 3)
+    # process died (its batches then run again); a crash loop ends with exit 1, not a hang. At most
+    # 1,000: Ray's limit is 2**31 - 1, past which the first task failed after Ray had started.
+    retries: int = field(default=3, metadata={"min": 0, "max": 1000})
     chunk: TaskResources = field(default_factory=TaskResources)
     embed: EmbedResources = field(default_factory=EmbedResources)
     index: IndexResources = field(default_factory=IndexResources)

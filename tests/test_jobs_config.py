@@ -92,6 +92,8 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"embedding": {"batch_sizee": 3}}, "embedding.batch_sizee: unknown key; expected one of"),
         ({"resources": {"embed": {"actors": 0}}}, "resources.embed.actors: must be >= 1"),
         ({"resources": {"retries": -1}}, "resources.retries: must be >= 0"),
+        # Ray's task and actor options are C ints: exit 1 with an OverflowError after Ray started.
+        ({"resources": {"retries": 2**31}}, "resources.retries: must be <= 1000"),
         ({"resources": {"embed": {"num_gpus": "1"}}}, "resources.embed.num_gpus: expected a"),
         ({"resources": {"chunk": {"batch_mb": "big"}}}, "resources.chunk.batch_mb: expected a num"),
         (
