@@ -303,8 +303,10 @@ def _apply_setting(raw: dict[str, Any], item: str) -> None:
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {item!r}: expected key=value, e.g. embedding.device=cpu")
+    if not text.strip():  # `--set output=$OUT`, OUT unset: null was an in-place build
+        raise ConfigError(f"--set {key}: no value (an unset variable?); write {key}=null for null")
     try:
-        value = yaml.safe_load(text) if text.strip() else None
+        value = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(
             f"--set {key}: value {text!r} is not valid YAML: {_yaml_problem(exc)}; quote it for "

@@ -198,6 +198,9 @@ def test_set_overrides_parse_yaml_scalars(tmp_path):
     assert config.prompts.top_k is None
     with pytest.raises(ConfigError, match="expected key=value"):
         load_config(str(path), settings=["resources.embed.actors"])
+    # an unset shell variable: `--set output=` read as null was an in-place build into the corpus
+    with pytest.raises(ConfigError, match=r"--set output: no value \(an unset variable\?\); write"):
+        load_config(str(path), settings=["output= "])
     with pytest.raises(ConfigError, match="resources.embed.actorz: unknown key"):
         load_config(str(path), settings=["resources.embed.actorz=2"])
 
