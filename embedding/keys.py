@@ -75,6 +75,8 @@ class ResolvedOptions:
         """The embedder's settings, given the tokenizer's model_max_length, the model's positions
         and its parameter count (the CUDA budget's default depends on it)."""
         opt = self.options
+        if "pooling" not in opt and self.st.pooling_problem:
+            raise ValueError(self.st.pooling_problem)
         return EmbedderSettings(
             pooling=_choice("pooling", opt.get("pooling", self.st.pooling or "mean"), POOLINGS),
             normalize=bool(opt.get("normalize", True)),

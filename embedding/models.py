@@ -51,6 +51,15 @@ SETTINGS_FILES = (
     "sentencepiece.bpe.model",
     "spiece.model",
 )
+# A tokenizer's vocabulary: one of them, or every word is [UNK] (`embedding.embedder`).
+VOCABULARY_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+    "tokenizer.model",
+)
 _HUB_PATTERNS = ["*.json", "*.txt", "*.model", "model.safetensors", "1_Pooling/*"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -100,6 +109,9 @@ class SentenceTransformersSettings:
     normalize: bool | None
     max_length: int | None
     query_prefix: str | None
+    # why the pooling the files name cannot be followed (a mode other than mean or cls, or the
+    # Pooling module's config missing): an error unless the caller sets `pooling` itself
+    pooling_problem: str | None = None
 
 
 @contextlib.contextmanager
@@ -153,17 +165,33 @@ def resolve_model(
 
 
 def check_model(
-    model: str, *, revision: str | None = None, storage_options: dict[str, Any] | None = None
+    model: str,
+    *,
+    revision: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    pooling: str | None = None,
 ) -> None:
-    """Raise ModelNotFound when `model` cannot load: its name is none of the forms above, or its
-    folder has no config.json (a hub id offline: not in the hub cache). Reads config.json alone,
-    never the weights."""
+    """Raise ModelNotFound when `model` cannot load, known from its small files: its name is none
+    of the forms above, its folder has no config.json (a hub id offline: not in the hub cache) or
+    no tokenizer vocabulary, or its sentence-transformers files name what the embedder cannot
+    follow (a Dense module; a pooling other than mean or cls, unless `pooling` is set). Never
+    reads the weights."""
     folder = model_folder(model, revision=revision, storage_options=storage_options)
     if folder is None:
         raise ModelNotFound(_unnamed(model))
+    where = _hub_place() if folder.hub else f"in {folder.where}"
     if folder.read("config.json") is None:
-        where = _hub_place() if folder.hub else f"in {folder.where}"
         raise ModelNotFound(f"model {model!r}: no config.json {where}")
+    if not any(folder.read(name) is not None for name in VOCABULARY_FILES):
+        raise ModelNotFound(
+            f"model {model!r}: no tokenizer vocabulary ({', '.join(VOCABULARY_FILES)}) {where}"
+        )
+    try:
+        problem = read_sentence_transformers(folder).pooling_problem
+    except ValueError as exc:
+        raise ModelNotFound(f"model {model!r}: {exc}") from exc
+    if problem and pooling is None:
+        raise ModelNotFound(f"model {model!r}: {problem}")
 
 
 def _hub_place() -> str:
@@ -455,7 +483,7 @@ def _unused(place: Path, now: float) -> bool:
 def read_sentence_transformers(folder: ModelFolder) -> SentenceTransformersSettings:
     """Pooling, normalisation, max length and query prompt from the sentence-transformers files."""
     modules = folder.json("modules.json") or []
-    pooling = normalize = None
+    pooling = normalize = problem = None
     if modules:
         types = {module.get("type", "").rsplit(".", 1)[-1]: module for module in modules}
         normalize = "Normalize" in types
@@ -465,7 +493,14 @@ def read_sentence_transformers(folder: ModelFolder) -> SentenceTransformersSetti
             )
         if "Pooling" in types:
             path = posixpath.join(types["Pooling"].get("path", ""), "config.json")
-            pooling = _pooling_mode(folder.json(path) or {}, folder.where)
+            config = folder.json(path)
+            pooling = _pooling_mode(config or {})
+            if pooling is None:
+                found = "not there" if config is None else config
+                problem = (
+                    f"{folder.where}: the pooling mode of {path} ({found}) is not supported; "
+                    "set pooling to 'mean' or 'cls'"
+                )
     bert = folder.json("sentence_bert_config.json") or {}
     prompts = (folder.json("config_sentence_transformers.json") or {}).get("prompts")
     return SentenceTransformersSettings(
@@ -473,17 +508,17 @@ def read_sentence_transformers(folder: ModelFolder) -> SentenceTransformersSetti
         normalize=normalize,
         max_length=bert.get("max_seq_length"),
         query_prefix=(prompts or {}).get("query") or None,
+        pooling_problem=problem,
     )
 
 
-def _pooling_mode(config: dict, where: str) -> str:
+def _pooling_mode(config: dict) -> str | None:
+    """The pooling a sentence-transformers Pooling config names, if it is one of ours."""
     if config.get("pooling_mode_cls_token"):
         return "cls"
     if config.get("pooling_mode_mean_tokens"):
         return "mean"
-    raise ValueError(
-        f"{where}: pooling mode {config} is not supported; set pooling to 'mean' or 'cls'"
-    )
+    return None
 
 
 def fingerprint(files: ModelFiles) -> str:

@@ -39,11 +39,16 @@ log = logging.getLogger(__name__)
 
 def model_version(config: JobConfig) -> str:
     """What names the version of the embedding model's files (`model_digest`), once the model
-    is known to load from its name and config.json (else `ModelNotFound`, a config error: exit
+    is known to load from its name and small files (else `ModelNotFound`, a config error: exit
     code 2). A model whose files cannot be read here (the network) fails the run: the settings
     key, and so what the run rebuilds, depends on them."""
     embedding, options = config.embedding, dict(config.storage_options)
-    check_model(embedding.model, revision=embedding.revision, storage_options=options)
+    check_model(
+        embedding.model,
+        revision=embedding.revision,
+        storage_options=options,
+        pooling=embedding.pooling,
+    )
     return model_digest(embedding.model, revision=embedding.revision, storage_options=options)
 
 

@@ -443,11 +443,17 @@ def test_empty_uri_and_bad_names_raise_clear_errors(tmp_path):
 def test_a_model_that_cannot_load_is_named_from_its_small_files_alone(tmp_path):
     check_model("minilm")
     check_model(str(get_model_path()))
-    with fsspec.open("memory://models/configured/config.json", "w") as file:
-        file.write("{}")  # config.json alone: the check reads nothing else
+    for name in ("config.json", "vocab.txt"):  # the check reads nothing else
+        with fsspec.open(f"memory://models/configured/{name}", "w") as file:
+            file.write("{}")
     check_model("memory://models/configured")
+    with fsspec.open("memory://models/no-vocabulary/config.json", "w") as file:
+        file.write("{}")  # every word would be [UNK]: the actor refused it after Ray started
     cases = {
         str(tmp_path): f"no config.json in {tmp_path}",
+        "memory://models/no-vocabulary": "model 'memory://models/no-vocabulary': no tokenizer "
+        "vocabulary (tokenizer.json, vocab.txt, vocab.json, sentencepiece.bpe.model, "
+        "spiece.model, tokenizer.model) in memory://models/no-vocabulary",
         "memory://models/nothing-here": "no config.json in memory://models/nothing-here",
         f"file://{tmp_path}/absent": f"no config.json in {tmp_path}/absent",
         "nobody/no-such-model-offline": "no config.json in the Hugging Face hub's cache",
@@ -964,3 +970,35 @@ def test_model_files_transformers_cannot_load_are_named_with_the_model(tmp_path)
         what = "tokenizer" if name == "config.json" else "weights"
         with pytest.raises(ValueError, match=f"model '{model_dir}': cannot load its {what} from"):
             load_embedder(str(model_dir), device="cpu")
+
+
+def test_a_pooling_the_files_name_wrongly_is_refused_before_loading_unless_pooling_is_set(
+    tmp_path,
+):
+    """A model folder whose modules.json names a Pooling module without its config (or with a
+    mode other than mean or cls): refused from its small files (a build refused it in the
+    embedding actor, 360 lines of tracebacks, exit 1), and loaded where `pooling` is set, as the
+    message says to (it failed the same way with pooling set)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    for path in Path(get_model_path()).iterdir():
+        if path.is_file():
+            (model / path.name).symlink_to(path)  # all but 1_Pooling/
+    message = "1_Pooling/config.json (not there) is not supported; set pooling to 'mean' or 'cls'"
+    with pytest.raises(ModelNotFound, match=re.escape(message)):
+        check_model(str(model))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_embedder(str(model), device="cpu")
+    check_model(str(model), pooling="mean")
+    chosen = load_embedder(str(model), device="cpu", dtype="fp32", pooling="mean")
+    assert chosen.settings.pooling == "mean" and chosen.embed(["a text"]).shape == (1, 384)
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text('{"pooling_mode_max_tokens": true}')
+    with pytest.raises(ModelNotFound, match=r"pooling_mode_max_tokens.*set pooling to"):
+        check_model(str(model))
+    dense = tmp_path / "dense"
+    shutil.copytree(model, dense, symlinks=True)
+    (dense / "modules.json").unlink()
+    (dense / "modules.json").write_text('[{"path": "2_Dense", "type": "x.models.Dense"}]')
+    with pytest.raises(ModelNotFound, match="Dense modules are not supported"):
+        check_model(str(dense), pooling="mean")

