@@ -520,15 +520,25 @@ def _default_cache(output: str) -> str:
 
 
 def _check_chunking(chunking: ChunkingConfig) -> None:
+    """The strategy and its options, an error named by its dotted key (`chunking.options.x`)."""
     from chunking import strategy_key
-    from chunking.strategy import PER_SOURCE_OPTIONS
+    from chunking.strategy import PER_SOURCE_OPTIONS, strategy_class
 
-    if given := sorted(PER_SOURCE_OPTIONS & set(chunking.options)):
-        raise ConfigError(
-            f"chunking.options.{given[0]}: the build sets it for each source; it is no config "
-            "option"
-        )
+    try:
+        known = set(strategy_class(chunking.strategy)().options) - PER_SOURCE_OPTIONS
+    except ValueError as exc:
+        raise ConfigError(f"chunking.strategy: {exc}") from exc
+    for key in chunking.options:
+        if key in PER_SOURCE_OPTIONS:
+            raise ConfigError(
+                f"chunking.options.{key}: the build sets it for each source; it is no config option"
+            )
+        if key not in known:
+            raise ConfigError(
+                f"chunking.options.{key}: unknown option of strategy {chunking.strategy}; "
+                f"expected one of: {', '.join(sorted(known))}"
+            )
     try:
         strategy_key(chunking.strategy, **chunking.options)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"chunking: {exc}") from exc
+        raise ConfigError(f"chunking.options: {exc}") from exc

@@ -114,8 +114,15 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
             "sources.max_deleted_fraction: must be <= 1.0",
         ),
         ({"sources": {"globs": []}}, "sources.globs: expected a non-empty list of strings"),
-        ({"chunking": {"strategy": "nope"}}, "chunking: unknown chunking strategy 'nope'"),
-        ({"chunking": {"options": {"no_such_option": 1}}}, "no_such_option"),
+        ({"chunking": {"strategy": "nope"}}, "chunking.strategy: unknown chunking strategy"),
+        # named "chunking: unknown option 'min_tokenz'", no dotted key, and the options listed as
+        # known the build sets per source (document_path), which the config refuses
+        (
+            {"chunking": {"options": {"min_tokenz": 1}}},
+            "chunking.options.min_tokenz: unknown option of strategy semantic; expected one of: "
+            "embed_context, keep_short_tail, max_tokens, min_tokens, min_tokens_deeper, tokenizer",
+        ),
+        ({"chunking": {"options": {"max_tokens": "x"}}}, "chunking.options: option 'max_tokens'"),
         ({"embedding": []}, "embedding: expected a mapping"),
         ({"output": "memory://x"}, "output: memory:// lives in one process"),
         ({"resources": {"embed": {"actors": 3, "max_actors": 2}}}, "resources.embed.max_actors"),
