@@ -335,6 +335,15 @@ def test_report_command_on_a_file_or_an_unreachable_store_is_one_line(tmp_path, 
     assert not (tmp_path / "page.html").exists()
 
 
+def test_report_command_on_a_uri_of_no_known_protocol_is_bad_usage(capsys):
+    """`s4://` and `S3://` were a ValueError traceback and exit 1."""
+    for uri in ("s4://reports/out", "S3://reports/out", "s3:/reports/out"):
+        assert mdindex(["report", uri]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and err.startswith(f"mdindex report: {uri}")
+    assert "did you mean s3://reports/out?" in err
+
+
 def test_report_storage_options_that_are_no_json_object_are_bad_usage(tmp_path, capsys):
     """`--storage-options '"x"'` was a TypeError traceback (exit 1) and `'[]'` was taken as no
     options; both are bad usage (exit 2), as for `query`."""
