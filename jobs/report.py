@@ -33,7 +33,7 @@ from jobs.lock import describe_holder, holder, this_process, utc
 from jobs.logs import printable
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.plan import distinct_failures
-from jobs.report_html import failed_non_sources, render_html
+from jobs.report_html import failed_non_sources, render_html, unwritten_cache_entries
 from jobs.stats import RunStats, StageStats
 from jobs.storage import Storage
 
@@ -275,11 +275,9 @@ def cache_warnings(report: dict[str, Any]) -> list[str]:
     """Lines for the embedding cache entries the run could not write (none: no line): a run
     whose cache cannot be written still exits 0 (the vectors are in the index), and a later
     build that needs those entries embeds their sources again."""
-    store = report.get("counters", {}).get("store", {})
-    failed = store.get("failures", 0)
+    failed, kept = unwritten_cache_entries(report)
     if not failed:
         return []
-    kept = store.get("warnings", [])
     more = f" ({len(kept)} shown)" if len(kept) < failed else ""
     lines = [f"  cache:   {failed} entries could not be written{more}"]
     return lines + [f"  WARNING {warning}" for warning in kept]

@@ -171,6 +171,13 @@ def failed_non_sources(report: dict[str, Any]) -> int:
     return max(0, len(paths) - report.get("sources", {}).get("failed", 0))
 
 
+def unwritten_cache_entries(report: dict[str, Any]) -> tuple[int, list[str]]:
+    """How many embedding cache entries the run could not write, and the warnings kept for the
+    first of them (the run is "ok": its vectors are in the index)."""
+    store = report.get("counters", {}).get("store", {})
+    return store.get("failures", 0), store.get("warnings", [])
+
+
 def _stages(report: dict[str, Any]) -> str:
     timings = report.get("timings")
     if not timings:
@@ -268,9 +275,8 @@ def _cache(report: dict[str, Any]) -> str:
         html += stacked_bar(parts, "where each chunk's vector came from")
     else:
         html += _none("no chunk needed a vector in this run")
-    store = report.get("counters", {}).get("store", {})
-    if failed := store.get("failures", 0):  # the run is "ok": this is the only place it shows
-        kept = store.get("warnings", [])
+    failed, kept = unwritten_cache_entries(report)
+    if failed:  # the run is "ok": this is the only place it shows
         more = f", the first {len(kept)} of them" if len(kept) < failed else ""
         items = "".join(f"<li><code>{escape(printable(w))}</code></li>" for w in kept)
         html += (
