@@ -184,4 +184,5 @@ def resolve_path(url: str, document_path: str) -> str | None:
     else:
         joined = posixpath.join(posixpath.dirname(document_path), path)
     normal = posixpath.normpath(joined)
-    return None if normal.startswith("..") or normal == "." else normal
+    # outside the corpus root; a name that starts with dots (tldr-pages' `..md`) is inside it
+    return None if normal in ("..", ".") or normal.startswith("../") else normal

@@ -259,3 +259,16 @@ def test_hierarchical_embeds_seed_004_enhanced_content_by_default():
     assert strategy_key("hierarchical") == "hierarchical-1000-200-4000"
     assert strategy_key("hierarchical", embed_context=False) != strategy_key("hierarchical")
     assert strategy_key("semantic") == "semantic-250-750"
+
+
+def test_a_link_to_a_root_file_named_with_two_dots_resolves():
+    """`[a](..md)` from a root document (tldr-pages has a `..md`) had no target_document: the
+    path `..md` was taken for one outside the corpus root."""
+    corpus = frozenset({"..md", "..notes/a.md"})
+    (chunk,) = chunk_document(
+        "# T\n\n[a](..md), [b](/..notes/a.md) and [c](../up.md)\n",
+        document_path="index.md",
+        corpus_paths=corpus,
+    )
+    targets = [link.target_document for link in chunk.links]
+    assert targets == ["..md", "..notes/a.md", None]
