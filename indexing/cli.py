@@ -19,7 +19,7 @@ from indexing.client import (
     select_chunks,
 )
 from indexing.paths import href_path, in_topic, topic_id
-from indexing.server import make_server
+from indexing.server import checked_port, make_server
 from indexing.simhash import simhash64
 
 
@@ -34,9 +34,10 @@ def _port(text: str) -> int:
     """A TCP port (0 picks a free one): one outside 0-65535 is bad usage (exit 2), not a port
     the system wraps it to (99999 served on 34463)."""
     value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 65535, got {value}")
-    return value
+    try:
+        return checked_port(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _question(text: str) -> str:

@@ -254,11 +254,18 @@ class IndexServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-def make_server(directory: str, host: str = "127.0.0.1", port: int = 8000, quiet: bool = False):
-    """An IndexServer serving `directory` (call serve_forever; port 0 picks a free one).
-    ValueError for a port outside 0-65535 (`getaddrinfo` wraps one above it: 99999 is 34463)."""
+def checked_port(port: object) -> int:
+    """`port` when it is a TCP port (0 picks a free one); ValueError for anything else, a port
+    outside 0-65535 included (`getaddrinfo` wraps one above it: 99999 is 34463)."""
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"port must be an int from 0 to 65535, got {port!r}")
+    return port
+
+
+def make_server(directory: str, host: str = "127.0.0.1", port: int = 8000, quiet: bool = False):
+    """An IndexServer serving `directory` (call serve_forever; port 0 picks a free one).
+    ValueError for a port that is none (`checked_port`)."""
+    checked_port(port)
     if not os.path.isdir(directory):
         raise NotADirectoryError(f"not a directory: {directory}")
     return IndexServer(host, port, partial(IndexRequestHandler, directory=directory), quiet)

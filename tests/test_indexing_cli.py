@@ -821,4 +821,5 @@ def test_mdindex_serve_refuses_a_port_outside_0_to_65535(tmp_path, capsys, port)
     with pytest.raises(SystemExit) as exit_:
         run_cli(["serve", str(tmp_path), "--port", port], capsys)
     assert exit_.value.code == 2
-    assert f"argument --port: must be from 0 to 65535, got {port}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"argument --port: port must be an int from 0 to 65535, got {port}" in err
