@@ -21,7 +21,8 @@ def render_section(title: str, chunks: dict[str, Any]) -> str:
     for entry in chunks.values():
         technical = "baseline_technical" in entry
         lines += [f"### {entry['source']}", ""]
-        lines += [f"{entry['count']} chunks; stripe order: {entry['stripe_order']}"]
+        count = f"{entry['count']} chunk{'' if entry['count'] == 1 else 's'}"
+        lines += [f"{count}; stripe order: {entry['stripe_order']}"]
         if technical:
             lines += [f"technical stripe order: {entry['stripe_order_technical']}"]
         lines += [

@@ -17,6 +17,7 @@ from indexing import (
     topic_spec_without_section,
 )
 from indexing.paths import chunk_file, topic_slug
+from indexing.topic_spec import render_section
 
 TOPIC = "guides/intro"
 
@@ -148,3 +149,11 @@ def test_names_made_from_long_stems_and_topics_fit_a_file_name():
     slugs = {topic_slug(deep), topic_slug(deep + "x"), topic_slug(deep[:-1] + "x")}
     assert len(slugs) == 3 and all(len(f"{s}.parquet".encode()) <= 255 for s in slugs)
     assert topic_slug("a/b~c") == "a~sb~~c"
+
+
+def test_topic_spec_counts_one_chunk_in_the_singular():
+    entry = {"source": "t/a.md", "stripe_order": [0], "items": []}
+    one = render_section("T", {"a": {**entry, "count": 1}})
+    two = render_section("T", {"a": {**entry, "count": 2, "stripe_order": [1, 0]}})
+    assert "\n1 chunk; stripe order: [0]\n" in one  # "1 chunks" it said
+    assert "\n2 chunks; stripe order: [1, 0]\n" in two
