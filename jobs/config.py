@@ -475,10 +475,11 @@ def _protocol(uri: str, key: str) -> str:
 
 
 def _absolute(uri: str, key: str) -> str:
-    """Local paths become absolute (Ray workers may run elsewhere); memory:// is refused, http(s)://
-    (read-only) for an output or cache, and so is a local output or cache that is a file, or a
-    relative one where the build runs in Ray's copy of a job's working directory (`ray job
-    submit --working-dir`): it went there, exit 0, and was lost when Ray deleted it."""
+    """Local paths become absolute (Ray workers may run elsewhere). Refused: memory://; http(s)://
+    (read-only) for an output or cache; a local path holding a `$VARIABLE`, which YAML leaves as
+    it is; a local output or cache that is a file, or a relative one where the build runs in Ray's
+    copy of a job's working directory (`ray job submit --working-dir`): it went there, exit 0, and
+    was lost when Ray deleted it."""
     protocol = _protocol(uri, key)
     if protocol == "memory":
         raise ConfigError(
@@ -489,6 +490,11 @@ def _absolute(uri: str, key: str) -> str:
         raise ConfigError(f"{key}: {uri}: http(s):// is read-only; use a local path or s3://")
     if protocol not in storage.LOCAL_PROTOCOLS:
         return uri
+    if variable := re.search(r"\$\{?\w+\}?", uri):  # a local folder named `${OUT}` otherwise
+        raise ConfigError(
+            f"{key}: {uri}: the config expands no variables ({variable[0]}); give the path, or "
+            f'--{key} "{variable[0]}" for the shell to expand'
+        )
     try:
         path = Path(storage.strip_protocol(uri)).expanduser()
     except RuntimeError as exc:  # ~name of no user

@@ -174,6 +174,9 @@ def test_uris_that_name_no_filesystem_or_no_folder_are_refused(tmp_path):
         ({"output": str(notes)}, f"output: {notes} is a file; name a folder"),
         ({"cache": str(notes)}, f"cache: {notes} is a file; name a folder"),
         ({"output": "https://example.com/out"}, "output: https://example.com/out: http(s):// is"),
+        # a build into a local folder named `${OUT}` (YAML expands no variables), exit 0
+        ({"output": "${OUT}/docs"}, "output: ${OUT}/docs: the config expands no variables (${O"),
+        ({"cache": "/srv/$USER/cache"}, 'no variables ($USER); give the path, or --cache "$USER"'),
     ]:
         with pytest.raises(ConfigError) as caught:
             config_from_dict({"input": str(tmp_path), **raw})
