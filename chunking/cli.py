@@ -66,10 +66,14 @@ def run(args: argparse.Namespace) -> int:
         options = parse_options(args.options)
         # strategy options only: `--set document_id=x` is an unknown option, not a TypeError
         get_strategy(args.strategy, **options)
+    except ValueError as exc:
+        print(f"mdindex chunk: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         with fsspec.open(args.file, "rb") as handle:
             data = handle.read()
-    except (ValueError, OSError) as exc:
-        print(f"mdindex chunk: {exc}", file=sys.stderr)
+    except Exception as exc:  # fsspec's backends raise their own: botocore's, aiohttp's
+        print(f"mdindex chunk: {args.file}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         document = chunk_source(

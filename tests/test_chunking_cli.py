@@ -105,3 +105,17 @@ def test_set_takes_strategy_options_only():
         result = mdindex(str(FIXTURES / "guide.md"), "--set", f"{key}=x")
         assert result.returncode == 2, result.stderr
         assert result.stderr.startswith(f"mdindex chunk: unknown option '{key}' ")
+
+
+def test_a_file_its_store_cannot_read_is_named_in_one_line(monkeypatch, tmp_path):
+    """An s3:// file without AWS credentials was a botocore NoCredentialsError traceback and
+    exit 1 (fsspec's backends raise their own errors, no OSError)."""
+    from tests.jobs_support import without_aws_credentials
+
+    without_aws_credentials(monkeypatch, tmp_path)
+    result = mdindex("s3://no-such-bucket/guide.md")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "mdindex chunk: s3://no-such-bucket/guide.md: NoCredentialsError: "
+        "Unable to locate credentials\n"
+    )
