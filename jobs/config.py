@@ -306,7 +306,9 @@ def _apply_setting(raw: dict[str, Any], item: str) -> None:
     if not text.strip():  # `--set output=$OUT`, OUT unset: null was an in-place build
         raise ConfigError(f"--set {key}: no value (an unset variable?); write {key}=null for null")
     try:
-        value = yaml.safe_load(text)
+        value = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.constructor.ConstructorError as exc:  # a key twice, a tag of no type
+        raise ConfigError(f"--set {key}: value {text!r}: {_yaml_problem(exc)}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(
             f"--set {key}: value {text!r} is not valid YAML: {_yaml_problem(exc)}; quote it for "

@@ -256,6 +256,8 @@ def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path):
     path.write_text("resources:\n  retries: 1\ntenant: t\nresources:\n  num_cpus: 2\n")
     with pytest.raises(ConfigError, match="found 'resources' a second time at line 4, column 1"):
         load_config(str(path), overrides={"input": str(tmp_path)})
+    with pytest.raises(ConfigError, match="found 'retries' a second time at line 1, column 14$"):
+        load_config(None, settings=["resources={retries: 1, retries: 2}"])
     path.write_text("base: &b {a: 1}\nx:\n  <<: *b\n  a: 2\n")  # a merge key's override is no twin
     with pytest.raises(ConfigError, match="base: unknown key"):
         load_config(str(path), overrides={"input": str(tmp_path)})
