@@ -339,6 +339,10 @@ def _build(cls: type, raw: Any, path: str) -> Any:
         if key not in fields:
             where = f"{path}.{key}" if path else str(key)
             hint = f" ({RETIRED_KEYS[where]})" if where in RETIRED_KEYS else ""
+            if isinstance(key, str) and "." in key:  # resources.embed.actors read as a valid key
+                *heads, last = key.split(".")
+                nested = "".join(f"{head}: {{" for head in heads) + f"{last}: …" + "}" * len(heads)
+                hint = f" (one key with dots; YAML nests it: {nested})"
             raise ConfigError(f"{where}: unknown key{hint}; expected one of: {', '.join(fields)}")
     values = {}
     for name, value in raw.items():

@@ -124,6 +124,12 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ),
         ({"chunking": {"options": {"max_tokens": "x"}}}, "chunking.options: option 'max_tokens'"),
         ({"embedding": []}, "embedding: expected a mapping"),
+        # YAML's dotted key was "resources.embed.actors: unknown key", the key the README lists
+        (
+            {"resources": {"embed.actors": 2}},
+            "resources.embed.actors: unknown key (one key with dots; YAML nests it: "
+            "embed: {actors: …}); expected one of: num_cpus,",
+        ),
         ({"output": "memory://x"}, "output: memory:// lives in one process"),
         ({"resources": {"embed": {"actors": 3, "max_actors": 2}}}, "resources.embed.max_actors"),
         # Non-finite numbers passed (NaN fails no comparison) and failed later: a budget of .inf
