@@ -386,6 +386,7 @@ def _check(hint: Any, value: Any, where: str, meta: Any) -> Any:
         if isinstance(value, bool) or not ok:
             raise ConfigError(
                 f"{where}: expected {'an integer' if hint is int else 'a number'}, got {value!r}"
+                + _exponent_note(value, hint)
             )
         try:
             typed = hint(value)
@@ -405,6 +406,20 @@ def _check(hint: Any, value: Any, where: str, meta: Any) -> Any:
             raise ConfigError(f"{where}: {value!r} is not one of: {', '.join(meta['choices'])}")
         return value
     raise TypeError(f"{where}: unsupported config type {hint!r}")  # a bug in this module
+
+
+def _exponent_note(value: Any, hint: type) -> str:
+    """What to write for a number such as 1e3, which PyYAML (YAML 1.1) reads as text."""
+    number = re.fullmatch(r"([-+]?[0-9]+)(\.[0-9]*)?[eE]([-+]?)([0-9]+)", str(value))
+    if not isinstance(value, str) or not number:
+        return ""
+    whole, fraction, sign, exponent = number.groups()
+    written = f"{whole}{fraction or '.0'}e{sign or '+'}{exponent}"
+    if hint is int:
+        if not float(value).is_integer():
+            return ""
+        written = str(int(float(value)))
+    return f" (text to YAML, which reads {written} as a number)"
 
 
 def _kind(value: Any) -> str:

@@ -96,6 +96,12 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"resources": {"retries": 2**31}}, "resources.retries: must be <= 1000"),
         ({"resources": {"embed": {"num_gpus": "1"}}}, "resources.embed.num_gpus: expected a"),
         ({"resources": {"chunk": {"batch_mb": "big"}}}, "resources.chunk.batch_mb: expected a num"),
+        # PyYAML reads 1e3 as text (YAML 1.1 floats need a dot and a signed exponent)
+        (
+            {"resources": {"chunk": {"batch_mb": "5e-1"}}},
+            "expected a number, got '5e-1' (text to YAML, which reads 5.0e-1 as a number)",
+        ),
+        ({"resources": {"embed": {"batch_size": "1e3"}}}, "'1e3' (text to YAML, which reads 1000 "),
         (
             {"resources": {"embed": {"mix_documents": True}}},
             "resources.embed.mix_documents: unknown key (removed: chunks of many documents",
