@@ -183,7 +183,9 @@ class Measure:
 
     def cuts(self, start: int, end: int, budget: int) -> list[int]:
         """Offsets that cut `[start, end)` into pieces of at most `budget` (in units or
-        characters; a character cut moves back to a space when there is one)."""
+        characters; a character cut moves back to the space before the word it would cut when
+        that word fits in a piece: a word longer than that is cut where the piece is full, not
+        after a space at its start, such as the one after a heading's `#`)."""
         if self.counter is not None:
             per_piece = max(1, self.counter.max_units(budget))
             first = bisect_left(self.starts, start)
@@ -191,8 +193,11 @@ class Measure:
             return list(self.starts[first + per_piece : last : per_piece])
         cuts, position, budget = [], start, max(1, budget)
         while end - position > budget:
-            space = self.text.rfind(" ", position + 1, position + budget + 1)
-            position = space if space > position else position + budget
+            full = position + budget
+            space = self.text.rfind(" ", position + 1, full + 1)
+            reach = space + budget  # where a piece from that space ends at the latest
+            fits = space > position and (end <= reach or self.text.find(" ", full, reach + 1) >= 0)
+            position = space if fits else full
             cuts.append(position)
         return cuts
 

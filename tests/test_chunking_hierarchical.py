@@ -207,6 +207,15 @@ def test_a_line_longer_than_a_chunk_is_cut_between_words(intro):
     assert set().union(*pieces) == set(words)
 
 
+@pytest.mark.parametrize("run", ["A" * 9000, "这是没有空格的中文" * 1000])
+def test_a_word_longer_than_a_chunk_under_a_heading_keeps_the_heading_whole(run):
+    """A run without spaces (a base64 data URI, CJK text) right under a heading was cut after
+    the space of `# `: a chunk of `#` alone, the title moved to the next chunk's first line."""
+    doc = hierarchical(f"# Title\n\n![img](data:image/png;base64,{run})\n")
+    assert doc.chunks[0].text.startswith("# Title\n\n![img](data:image/png;base64,")
+    assert [len(c.text) for c in doc.chunks][:2] == [4000, 4000]
+
+
 def test_headings_without_a_title_are_left_out_of_paths_and_title_groups():
     doc = hierarchical("# A\n\n##\n\ntext\n\n# B\n\n##\n\nmore\n")
     for chunk, title in zip(doc.chunks, "AB", strict=True):
