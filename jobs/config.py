@@ -277,12 +277,15 @@ def _read_yaml(path: str) -> dict[str, Any]:
             data = yaml.load(handle, Loader=_UniqueKeyLoader)
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: config file not found") from exc
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:
         raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 (byte {exc.start}); save it as UTF-8") from exc
     except OSError as exc:  # a directory, no permission
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from exc
+    except Exception as exc:  # fsspec's backends raise their own: botocore's NoCredentialsError
+        problem = f"{type(exc).__name__}: {exc}"
+        raise ConfigError(f"{path}: cannot read the config file: {problem}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -290,8 +293,10 @@ def _read_yaml(path: str) -> dict[str, Any]:
     return data
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+def _yaml_problem(exc: yaml.YAMLError | RecursionError) -> str:
     """PyYAML's error on one line: what went wrong where (its message takes three or four)."""
+    if isinstance(exc, RecursionError):  # PyYAML's parser recurses: [[[… 500 deep
+        return "nested too deep"
     what = "; ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)]))
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -309,7 +314,7 @@ def _apply_setting(raw: dict[str, Any], item: str) -> None:
         value = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.constructor.ConstructorError as exc:  # a key twice, a tag of no type
         raise ConfigError(f"--set {key}: value {text!r}: {_yaml_problem(exc)}") from exc
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:
         raise ConfigError(
             f"--set {key}: value {text!r} is not valid YAML: {_yaml_problem(exc)}; quote it for "
             f"text: --set '{key}=\"{text}\"'"

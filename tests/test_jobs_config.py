@@ -275,14 +275,25 @@ def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path):
         load_config(str(path), overrides={"input": str(tmp_path)})
 
 
-def test_cli_exits_2_on_a_config_path_that_is_empty_a_folder_or_not_utf8(tmp_path, capsys):
-    """These were a traceback and exit 1, or (an empty path) no config at all."""
-    latin1 = tmp_path / "latin1.yaml"
+def test_cli_exits_2_on_a_config_path_that_is_empty_a_folder_or_not_utf8(
+    tmp_path, capsys, monkeypatch
+):
+    """These were a traceback and exit 1, or (an empty path) no config at all; so were a config on
+    S3 without credentials and lists nested 500 deep (PyYAML's parser recurses)."""
+    latin1, deep = tmp_path / "latin1.yaml", tmp_path / "deep.yaml"
     latin1.write_bytes("tenant: caf\xe9\n".encode("latin-1"))
+    deep.write_text("tenant: " + "[" * 500 + "]" * 500 + "\n")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     for path, message in [
         ("", "--config: an empty path"),
         (str(tmp_path), "cannot read the config file: Is a directory"),
         (str(latin1), "latin1.yaml: not UTF-8 (byte 11); save it as UTF-8"),
+        (str(deep), "deep.yaml: not valid YAML: nested too deep"),
+        ("s3://bucket/c.yaml", "c.yaml: cannot read the config file: NoCredentialsError: Unable"),
     ]:
         assert main(["--config", path, "--input", str(tmp_path), "--dry-run"]) == 2
         assert message in capsys.readouterr().err
