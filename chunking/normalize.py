@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,7 +142,7 @@ def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
     _check_expansion(data)
     try:
         # JSON-ready and deterministic: dates become ISO strings, tuples lists.
-        text = json.dumps(data, default=str, ensure_ascii=False)
+        text = json.dumps(_json_ready(data), default=str, ensure_ascii=False)
         text.encode("utf-8")  # a lone surrogate ("\ud800" escaped in YAML) is no character
     except UnicodeEncodeError as exc:
         found = exc.object[exc.start : exc.end]
@@ -152,6 +153,22 @@ def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
         raise ChunkingError(INVALID_FRONT_MATTER, f"YAML front matter: {exc}") from None
     plain = json.loads(text)
     return plain, close + 1
+
+
+def _json_ready(value: Any) -> Any:
+    """`value` with what JSON cannot hold and `json.dumps` would not turn into text as text: a
+    mapping key of another type than a string, number, boolean or null (a date: `2024-01-01:`),
+    a float NaN or infinity (`.nan`, `.inf`: `NaN` is no JSON)."""
+    if isinstance(value, dict):
+        return {
+            key if isinstance(key, str | int | float | bool | None) else str(key): _json_ready(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_json_ready(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
 
 
 def _check_expansion(data: Any) -> None:

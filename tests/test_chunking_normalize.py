@@ -126,6 +126,13 @@ def test_a_lone_surrogate_in_front_matter_is_refused_and_escapes_of_characters_a
     assert kept.front_matter == {"title": "café \U0001f600"}
 
 
+def test_front_matter_dates_as_keys_and_nan_or_infinity_are_made_json_text():
+    """A date as a key (`2024-01-01: released`) failed the document (json.dumps takes no date
+    key); `.nan` and `.inf` stayed floats, written as `NaN` and `Infinity`, which are no JSON."""
+    document = chunk_source("---\n2024-01-01: released\nscore: .nan\nmax: [-.inf]\n---\nBody.\n")
+    assert document.front_matter == {"2024-01-01": "released", "score": "nan", "max": ["-inf"]}
+
+
 def test_python_object_tags_are_refused():
     with pytest.raises(ChunkingError) as caught:
         chunk_source("---\nx: !!python/object/apply:os.system ['true']\n---\nBody.\n")
