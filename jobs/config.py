@@ -306,7 +306,8 @@ def _yaml_problem(exc: yaml.YAMLError | RecursionError) -> str:
 def _apply_setting(raw: dict[str, Any], item: str) -> None:
     """Apply one `dotted.key=value` override; the value is parsed as a YAML scalar or flow value."""
     key, sep, text = item.partition("=")
-    if not sep or not key.strip():
+    parts = [part.strip() for part in key.split(".")]
+    if not sep or not all(parts):  # `=cpu`, or `.embedding.device=cpu`: ": unknown key"
         raise ConfigError(f"--set {item!r}: expected key=value, e.g. embedding.device=cpu")
     if not text.strip():  # `--set output=$OUT`, OUT unset: null was an in-place build
         raise ConfigError(f"--set {key}: no value (an unset variable?); write {key}=null for null")
@@ -319,7 +320,6 @@ def _apply_setting(raw: dict[str, Any], item: str) -> None:
             f"--set {key}: value {text!r} is not valid YAML: {_yaml_problem(exc)}; quote it for "
             f"text: --set '{key}=\"{text}\"'"
         ) from exc
-    parts = key.strip().split(".")
     node = raw
     for depth, part in enumerate(parts[:-1]):
         if node.get(part) is None:  # absent, or a section whose keys are all commented out

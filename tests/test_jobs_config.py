@@ -218,8 +218,9 @@ def test_set_overrides_parse_yaml_scalars(tmp_path):
     assert config.embedding.device == "cpu"
     assert config.sources.globs == ("a.md", "b.md")
     assert config.prompts.top_k is None
-    with pytest.raises(ConfigError, match="expected key=value"):
-        load_config(str(path), settings=["resources.embed.actors"])
+    for item in ("resources.embed.actors", ".embedding.device=cpu", "embedding..device=cpu"):
+        with pytest.raises(ConfigError, match="expected key=value"):  # was ": unknown key"
+            load_config(str(path), settings=[item])
     # an unset shell variable: `--set output=` read as null was an in-place build into the corpus
     with pytest.raises(ConfigError, match=r"--set output: no value \(an unset variable\?\); write"):
         load_config(str(path), settings=["output= "])
