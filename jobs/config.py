@@ -502,10 +502,11 @@ def _protocol(uri: str, key: str) -> str:
 
 def _absolute(uri: str, key: str) -> str:
     """Local paths become absolute (Ray workers may run elsewhere). Refused: memory://; http(s)://
-    (read-only) for an output or cache; a local path holding a `$VARIABLE`, which YAML leaves as
-    it is; a local output or cache that is a file, or a relative one where the build runs in Ray's
-    copy of a job's working directory (`ray job submit --working-dir`): it went there, exit 0, and
-    was lost when Ray deleted it."""
+    (read-only) for an output or cache; a URI with an empty path or no bucket (`file://$DOCS`, the
+    working directory, or `s3:///docs`, the bucket `docs`, with DOCS or a bucket unset); a local
+    path holding a `$VARIABLE`, which YAML leaves as it is; a local output or cache that is a
+    file, or a relative one where the build runs in Ray's copy of a job's working directory (`ray
+    job submit --working-dir`): it went there, exit 0, and was lost when Ray deleted it."""
     protocol = _protocol(uri, key)
     if protocol == "memory":
         raise ConfigError(
@@ -514,7 +515,11 @@ def _absolute(uri: str, key: str) -> str:
         )
     if key != "input" and protocol in ("http", "https"):
         raise ConfigError(f"{key}: {uri}: http(s):// is read-only; use a local path or s3://")
-    if protocol not in storage.LOCAL_PROTOCOLS:
+    local, rest = protocol in storage.LOCAL_PROTOCOLS, storage.strip_protocol(uri)
+    if not rest.strip() or (not local and rest.startswith("/")):  # file://$DOCS: the cwd
+        missing = "an empty path" if local else "no bucket or host"
+        raise ConfigError(f"{key}: {uri}: {missing} (an unset variable?)")
+    if not local:
         return uri
     if variable := re.search(r"\$\{?\w+\}?", uri):  # a local folder named `${OUT}` otherwise
         raise ConfigError(
@@ -522,7 +527,7 @@ def _absolute(uri: str, key: str) -> str:
             f'--{key} "{variable[0]}" for the shell to expand'
         )
     try:
-        path = Path(storage.strip_protocol(uri)).expanduser()
+        path = Path(rest).expanduser()
     except RuntimeError as exc:  # ~name of no user
         raise ConfigError(f"{key}: {uri}: no such user's home folder") from exc
     absolute = str(path.resolve())

@@ -189,6 +189,11 @@ def test_uris_that_name_no_filesystem_or_no_folder_are_refused(tmp_path):
         # a build into a local folder named `${OUT}` (YAML expands no variables), exit 0
         ({"output": "${OUT}/docs"}, "output: ${OUT}/docs: the config expands no variables (${O"),
         ({"cache": "/srv/$USER/cache"}, 'no variables ($USER); give the path, or --cache "$USER"'),
+        # file://$DOCS, DOCS unset: the working directory as the corpus, exit 0; s3://$BUCKET/out:
+        # the bucket `out`
+        ({"input": "file://"}, "input: file://: an empty path (an unset variable?)"),
+        ({"output": "s3:///out"}, "output: s3:///out: no bucket or host (an unset variable?)"),
+        ({"cache": "s3://"}, "cache: s3://: no bucket or host"),
     ]:
         with pytest.raises(ConfigError) as caught:
             config_from_dict({"input": str(tmp_path), **raw})
