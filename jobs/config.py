@@ -415,8 +415,8 @@ def _check(hint: Any, value: Any, where: str, meta: Any) -> Any:
 
 def _exponent_note(value: Any, hint: type) -> str:
     """What to write for a number such as 1e3, which PyYAML (YAML 1.1) reads as text."""
-    number = re.fullmatch(r"([-+]?[0-9]+)(\.[0-9]*)?[eE]([-+]?)([0-9]+)", str(value))
-    if not isinstance(value, str) or not number:
+    pattern = r"([-+]?[0-9]+)(\.[0-9]*)?[eE]([-+]?)([0-9]+)"
+    if not (isinstance(value, str) and (number := re.fullmatch(pattern, value))):
         return ""
     whole, fraction, sign, exponent = number.groups()
     written = f"{whole}{fraction or '.0'}e{sign or '+'}{exponent}"
