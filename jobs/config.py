@@ -405,8 +405,10 @@ def _check(hint: Any, value: Any, where: str, meta: Any) -> Any:
             raise ConfigError(f"{where}: must be <= {meta['max']}, got {value!r}")
         return typed
     if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        if not isinstance(value, str):  # tenant: no (Norway) reads as false, a revision as a number
+            scalar = not isinstance(value, (list, dict))
+            read = f" (YAML read it as {type(value).__name__}: quote it)" if scalar else ""
+            raise ConfigError(f"{where}: expected a string, got {value!r}{read}")
         if "choices" in meta and value not in meta["choices"]:
             raise ConfigError(f"{where}: {value!r} is not one of: {', '.join(meta['choices'])}")
         return value

@@ -114,6 +114,10 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"embedding": {"device": "tpu"}}, "embedding.device: 'tpu' is not one of"),
         ({"embedding": {"normalize": "yes"}}, "embedding.normalize: expected true or false"),
         ({"failure_policy": "ignore"}, "failure_policy: 'ignore' is not one of: continue, abort"),
+        # YAML 1.1 reads `tenant: no` as false and a digits-only revision as a number
+        ({"tenant": False}, "tenant: expected a string, got False (YAML read it as bool: quote"),
+        ({"embedding": {"revision": 1234567}}, "got 1234567 (YAML read it as int: quote it)"),
+        ({"tenant": ["a"]}, "tenant: expected a string, got ['a']"),
         ({"prompts": {"threshold": 1.5}}, "prompts.threshold: must be <= 1.0"),
         (
             {"sources": {"max_deleted_fraction": 2}},
