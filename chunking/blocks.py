@@ -195,6 +195,9 @@ def parse(source: NormalizedDocument) -> ParsedDocument:
         if token.level == 0 and token.nesting != -1:
             start, end = token.map[0] + offset, token.map[1] + offset
             if has_text(source.lines[start:end]):
+                # a paragraph's first lines may hold only U+00A0 and such: blank to chunking
+                while not has_text(source.lines[start : start + 1]):
+                    start += 1
                 blocks.append(_block(token, tokens, index, start, end))
     return ParsedDocument(
         source=source,

@@ -139,6 +139,17 @@ def test_a_line_of_unicode_whitespace_is_blank_to_every_strategy(blank, strategy
     ]
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("blank", UNICODE_BLANKS, ids=["nbsp", "ideographic-space", "form-feed"])
+def test_a_paragraph_that_starts_with_such_a_line_starts_at_its_text(blank, strategy):
+    """A paragraph's first line of U+00A0 (CommonMark's paragraph goes on to the next line) was
+    the first line of its chunk in `headers`, `structural` and `hierarchical`: a chunk that
+    started with a blank line, and start_line on it."""
+    document = chunk_source(f"{blank}\nfirst words\n\n# T\n\nx\n".encode(), strategy=strategy)
+    assert document.chunks[0].text.startswith("first words")
+    assert document.chunks[0].start_line == 2
+
+
 def test_crlf_and_cr_chunk_like_lf():
     lf = chunk_source(normal(20_000), strategy="semantic")
     for ending in (b"\r\n", b"\r"):
