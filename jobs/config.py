@@ -521,8 +521,8 @@ def _absolute(uri: str, key: str) -> str:
     if not rest.strip() or (not local and rest.startswith("/")):  # file://$DOCS: the cwd
         missing = "an empty path" if local else "no bucket or host"
         raise ConfigError(f"{key}: {uri}: {missing} (an unset variable?)")
-    if not local:
-        return uri
+    if not local:  # s3://b/docs/ is s3://b/docs, as an in-place build compares them (not a URL)
+        return uri if protocol in ("http", "https") else uri.rstrip("/")
     if variable := re.search(r"\$\{?\w+\}?", uri):  # a local folder named `${OUT}` otherwise
         raise ConfigError(
             f"{key}: {uri}: the config expands no variables ({variable[0]}); give the path, or "

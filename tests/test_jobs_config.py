@@ -51,6 +51,10 @@ def test_defaults_output_in_place_and_cache_under_output(tmp_path):
     assert config.cache == f"{tmp_path}/.embedding-cache"
     s3 = config_from_dict({"input": "s3://b/docs", "output": "s3://b/out"})
     assert s3.cache == "s3://b/out/.embedding-cache"
+    # in place whatever the trailing slashes: a build took s3://b/docs/ for a separate output of
+    # s3://b/docs, and deleted a deleted topic's topic-spec.md whole, the person's part too
+    same = config_from_dict({"input": "s3://b/docs/", "output": "s3://b/docs"})
+    assert same.input == same.output == "s3://b/docs"
 
 
 def test_symbolic_links_are_not_followed_unless_the_config_says_so(tmp_path):
