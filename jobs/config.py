@@ -454,9 +454,7 @@ def _resolve(config: JobConfig) -> JobConfig:
     cache = _absolute(config.cache, "cache") if config.cache is not None else _default_cache(output)
     device = config.embedding.device
     if device not in DEVICES and not re.fullmatch(r"cuda:[0-9]+", device):
-        raise ConfigError(
-            f"embedding.device: {device!r} is not one of: {', '.join(DEVICES)}, cuda:N"
-        )
+        raise ConfigError(f"embedding.device: {device!r} is not one of: {', '.join(DEVICES)}")
     embed = config.resources.embed
     if device.startswith("cuda") and not embed.num_gpus:
         raise ConfigError(

@@ -210,6 +210,13 @@ def test_uris_that_name_no_filesystem_or_no_folder_are_refused(tmp_path):
         load_config("s4://b/c.yaml")
 
 
+def test_a_bad_device_is_told_the_devices_that_run():
+    """It ended "…, mps, cuda:N", which is refused whatever resources.embed.num_gpus says."""
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict({"input": "/tmp/docs", "embedding": {"device": "gpu"}})
+    assert str(caught.value) == "embedding.device: 'gpu' is not one of: auto, cpu, cuda, mps"
+
+
 def test_input_is_required():
     with pytest.raises(ConfigError, match="input: required"):
         config_from_dict({})
