@@ -217,6 +217,10 @@ def run_query(args: argparse.Namespace) -> int:
     if args.topic is None and args.question is None:
         print("mdindex query: give --topic, --question or both", file=sys.stderr)
         return 2
+    if args.question and (args.source or args.technical):  # they were left out, unsaid
+        message = "--source and --technical pick a topic's chunks, not a question's"
+        print(f"mdindex query: {message}", file=sys.stderr)
+        return 2
     import aiohttp
     from botocore.exceptions import BotoCoreError  # an S3 endpoint unreachable, no credentials
 

@@ -802,6 +802,18 @@ def test_an_empty_question_is_bad_usage(index_root, capsys):
             assert "argument --question: must not be empty" in capsys.readouterr().err
 
 
+def test_a_question_with_source_or_technical_is_bad_usage(index_root, capsys):
+    """A question's matches come from every source, in score order: `--source` and `--technical`
+    were left out without a word (exit 0), as if they had narrowed the answer."""
+    for flags in (["--source", "faq"], ["--technical"]):
+        code, out, err = run_cli(
+            ["query", str(index_root), "--topic", TOPIC, "--question", "install", *flags], capsys
+        )
+        assert (code, out) == (2, ""), flags
+        assert err.startswith("mdindex query: --source and --technical pick a topic's chunks")
+        assert err.count("\n") == 1
+
+
 def test_storage_options_that_are_no_json_object_are_bad_usage(index_root, capsys):
     """`--storage-options '"x"'` ended in a TypeError traceback (fsspec's `**` of a string), and
     `'[]'` was taken as no options; both are now exit 2, as JSON that does not parse was."""
