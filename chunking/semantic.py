@@ -61,6 +61,11 @@ from chunking.tokens import TokenCounter
 # markers or list markers. The whole match measures at least the line that would close it.
 _OPENS_FENCE = re.compile(r"(?:[ \t>]*(?:[-+*]|\d{1,9}[.)])(?=[ \t]))*[ \t>]*(`{3,}|~{3,})")
 _CONTAINERS = frozenset({"bullet_list", "ordered_list", "blockquote", "html_block"})
+# Runs of words that can be such markers, one after another (possessive: linear on any line);
+# those holding a fence marker are what `pieces` may move to the end of the piece before a cut.
+_MARKER_RUN = re.compile(
+    r"(?:[->+*]+|\d{1,9}[.)]|`{3,}|~{3,})(?:[ \t]*(?:[->+*]+|\d{1,9}[.)]|`{3,}|~{3,}))*+"
+)
 
 
 @register
@@ -312,7 +317,9 @@ class _Window:
         """`text` cut into pieces of at most `budget` units, none starting like a fence line
         (a fence marker at a cut, with the quote or list markers before it, goes to the end of
         the piece before, which has room)."""
-        room = self.counter.units("`" * 16)
+        runs = (run.group() for run in _MARKER_RUN.finditer(text))
+        moved = [self.counter.units(run) for run in runs if "```" in run or "~~~" in run]
+        room = min(max([self.counter.units("`" * 16), *moved]), budget // 2)
         pieces: list[str] = []
         for piece in self.counter.split(text, max(budget - room, 1)):
             while pieces and (marker := _OPENS_FENCE.match(piece)):

@@ -290,3 +290,14 @@ def test_minilm_token_counts_are_what_the_tokenizer_says(name, sizes):
     tokenizer = get_counter("minilm").tokenizer
     for chunk in document.chunks:
         assert chunk.token_count == len(tokenizer.encode(chunk.text, add_special_tokens=False).ids)
+
+
+@pytest.mark.parametrize("marker", ["- ~~~", "> ```", "1. ```", "``` ```"])
+def test_a_long_line_is_never_cut_before_a_fence_marker_with_markers_before_it(marker):
+    """A cut of a line over the maximum right before "- ~~~" (default options: 573 words in)
+    started a piece with it, a fence opener: the chunk left a fence open. The room kept for
+    moving a marker to the piece before was one word, "- ~~~" is two."""
+    for before in range(566, 580):
+        line = " ".join(["w"] * before + [marker, "tail"] + ["x"] * 700)
+        document = chunk_source(f"# T\n\n{line}\n", strategy="semantic")
+        assert all(unclosed_fences(chunk.text) == [] for chunk in document.chunks), before
