@@ -67,7 +67,12 @@ def register(subparsers) -> None:
     query.add_argument(
         "--topic", type=topic_id, help='topic id, e.g. "libraries/stj" ("" for the root)'
     )
-    query.add_argument("--n", type=_positive_int, default=5, help="chunks per source (default 5)")
+    query.add_argument(
+        "--n",
+        type=_positive_int,
+        default=5,
+        help="chunks per source, or a --question's matches (default 5)",
+    )
     query.add_argument("--source", help="only this source (file stem)")
     query.add_argument("--technical", action="store_true", help="use the technical stripe order")
     query.add_argument("--show", action="store_true", help="include the chunk text")
