@@ -56,7 +56,14 @@ from jobs.stages.store import store_entries
 from jobs.stages.topic import KEYWORDS_FAILED, TopicContext
 from jobs.stats import RunStats
 from jobs.storage import FileInfo, SkippedLink, Storage
-from jobs.work import Work, embedding_batches, prepare_work, recarry_rows, work_rows
+from jobs.work import (
+    Work,
+    embedding_batches,
+    new_content,
+    prepare_work,
+    recarry_rows,
+    work_rows,
+)
 
 log = logging.getLogger("mdindex.build")
 
@@ -230,7 +237,10 @@ def build_topics(
     cpus = float(cluster.get("CPU", 1))
     node_gpus = node_gpu_counts() if config.resources.embed.num_gpus else ()
     topics = [t for t in plan.topics if t.action == REBUILD]
-    work = prepare_work(config, work_rows(topics, plan, previous, sizes), cpus)
+    rows = work_rows(topics, plan, previous, sizes)
+    fresh = new_content(rows, plan, previous, cache_in_use(config))
+    work = prepare_work(config, rows, cpus, new_content=fresh)
+    del rows  # the batches hold them
     goal = Goal(sources=work.sources, bytes=work.bytes, topics=len(topics))
     summaries: dict[str, dict[str, Any]] = {}
     kept: dict[str, list[Piece]] = {}
@@ -336,7 +346,9 @@ def topic_summaries(
         dataset = dataset.map_batches(
             EmbedActor,
             batch_format="pyarrow",
-            fn_constructor_kwargs={"settings": embed_settings(config, pool, encoder, collector)},
+            fn_constructor_kwargs={
+                "settings": embed_settings(config, pool, encoder, collector, work.new_content)
+            },
             **actor_stage_args(pool, work.call_rows, resources.retries),
         )
     if pool and config.cache:
@@ -372,10 +384,14 @@ def chunk_settings(
 
 
 def embed_settings(
-    config: JobConfig, pool: EmbedPool, encoder: tokenizers.Tokenizer | None, collector=None
+    config: JobConfig,
+    pool: EmbedPool,
+    encoder: tokenizers.Tokenizer | None,
+    collector=None,
+    new_content: bool = False,
 ) -> EmbedSettings:
     """What an embedding actor of `pool` needs from the config, the chunk tasks' encoder and the
-    run's collector."""
+    run's collector (`new_content`: chunks are expected to miss the cache, `jobs.work.Work`)."""
     return EmbedSettings(
         model=config.embedding.model,
         options=embedder_options(config, pool),
@@ -385,7 +401,20 @@ def embed_settings(
         collector=collector,
         encoder_digest=encoder_digest(encoder) if encoder else None,
         env=actor_env(pool),
+        load_at_start=new_content,
     )
+
+
+def cache_in_use(config: JobConfig) -> bool:
+    """Whether the embedding cache holds entries of this run's chunking (its strategy key's
+    folder is there); True where that cannot be told (the cache's own reads report it)."""
+    if not config.cache:
+        return False
+    key = strategy_key(config.chunking.strategy, **config.chunking.options)
+    try:
+        return Storage(config.cache, config.storage_options).exists(key)
+    except Exception:  # noqa: BLE001 - a guess: as before, the model loads at a miss
+        return True
 
 
 def chunk_encoder(config: JobConfig) -> tokenizers.Tokenizer | None:

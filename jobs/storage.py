@@ -97,6 +97,11 @@ class FileInfo:
         return f"{self.size}:{self.version}"
 
 
+def fingerprint_size(fingerprint: str) -> str:
+    """The size a `FileInfo.fingerprint` records (as text; "" for one that records none)."""
+    return fingerprint.partition(":")[0]
+
+
 @dataclass(frozen=True)
 class SkippedLink:
     """A symbolic link the listing did not follow: its root-relative path, why, and whether it

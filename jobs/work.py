@@ -13,9 +13,10 @@ import pyarrow as pa
 
 from jobs.config import JobConfig
 from jobs.manifest import Manifest
-from jobs.plan import Plan, TopicPlan
+from jobs.plan import NOT_BUILT, Plan, TopicPlan
 from jobs.records import QUESTIONS, SOURCE, TOPIC, new_row, to_table
 from jobs.resources import call_rows
+from jobs.storage import fingerprint_size
 
 BATCHES_PER_CPU = 4  # automatic batch size: the corpus cut into about this many batches per CPU
 MIN_BATCH_BYTES, MAX_BATCH_BYTES = 250_000, 16_000_000
@@ -129,6 +130,7 @@ class Work:
     bytes: int
     questions: int = 0  # topics whose qa-pairs.md are embedded (as queries, mostly from the cache)
     call_rows: int | None = None
+    new_content: bool = False  # some source holds bytes no run embedded yet (`new_content`)
 
     @property
     def embeds(self) -> bool:
@@ -146,10 +148,13 @@ def embedding_batches(work: Work) -> int:
     return max(1, min(len(work.batches), math.ceil(work.sources / work.call_rows)))
 
 
-def prepare_work(config: JobConfig, rows: list[dict[str, Any]], cpus: float) -> Work:
+def prepare_work(
+    config: JobConfig, rows: list[dict[str, Any]], cpus: float, *, new_content: bool = False
+) -> Work:
     """`rows` packed into Arrow batches of about `batch_bytes` each, with what the driver keeps
     of them. Where embedding calls have a row count (`jobs.resources.call_rows`), every batch has
-    the same number of rows instead (the last fewer), aligned with it (`aligned_rows`)."""
+    the same number of rows instead (the last fewer), aligned with it (`aligned_rows`).
+    `new_content`: see `Work`."""
     sources = [row for row in rows if row["kind"] == SOURCE]
     source_bytes = sum(row["size"] for row in sources)
     batches = pack_batches(rows, batch_bytes(config, sum(row["size"] for row in rows), cpus))
@@ -164,4 +169,31 @@ def prepare_work(config: JobConfig, rows: list[dict[str, Any]], cpus: float) -> 
         bytes=source_bytes,
         questions=sum(1 for row in rows if row["kind"] == QUESTIONS),
         call_rows=calls,
+        new_content=new_content,
     )
+
+
+def new_content(
+    rows: list[dict[str, Any]], plan: Plan, previous: Manifest, cache_in_use: bool
+) -> bool:
+    """Whether a source among the work `rows` holds bytes that no run embedded yet, as far as
+    the listing tells: one whose size changed since the last run (an edit; a file only touched
+    keeps its size, and one marked by a stopped run, `NOT_BUILT`, is not known to have changed),
+    or one new since then where the cache holds nothing of this chunking (`cache_in_use`: an
+    output built afresh beside a kept cache may find them there). Its chunks are expected to
+    miss the embedding cache, so the embedding actors load their model at their start, while
+    the chunk tasks run, rather than at their first miss; a guess either way costs time only. A
+    run that chunks sources again whose bytes are those of the last (new settings, a re-run
+    after a failed build, files touched) loads it only at a miss."""
+    for row in rows:
+        if row["kind"] != SOURCE:
+            continue
+        before = previous.sources.get(row["path"])
+        if before is None:
+            if not cache_in_use:
+                return True
+            continue
+        size = fingerprint_size(plan.fingerprints[row["path"]])
+        if before.fingerprint != NOT_BUILT and fingerprint_size(before.fingerprint) != size:
+            return True
+    return False

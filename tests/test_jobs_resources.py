@@ -7,13 +7,17 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 import ray
 
+from embedding import LazyEmbedder
 from jobs.config import EmbedResources, JobConfig, ResourcesConfig, TaskResources
+from jobs.manifest import Manifest, SourceEntry
+from jobs.plan import NOT_BUILT, REBUILD, make_plan
 from jobs.records import SOURCE, new_row, to_table
 from jobs.resources import (
     actor_env,
@@ -22,7 +26,9 @@ from jobs.resources import (
     store_stage_args,
     task_stage_args,
 )
-from jobs.work import embedding_batches, pack_batches, prepare_work
+from jobs.stages.embed import EmbedActor, EmbedSettings
+from jobs.storage import FileInfo
+from jobs.work import embedding_batches, new_content, pack_batches, prepare_work, work_rows
 from tests.jobs_support import CallSizes, PassingActor, passing, timed_chunking
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -150,3 +156,33 @@ def test_the_embedding_actor_sets_its_environment_before_torch_loads_and_freezes
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["True", "True", "True", "[2]", "True"]
+
+
+def test_an_embedding_actor_loads_its_model_at_its_start_where_the_run_has_new_content(tmp_path):
+    """On a CPU an actor loads its model at its first cache miss (a run whose chunks are all
+    cached never loads it), so an edit's actor waited for its first batch, then for torch and
+    transformers. Where the listing says some source holds new bytes (an edit that changed its
+    size; a first build with an empty cache) it loads at its start, while the chunk tasks run."""
+    files = [FileInfo("t/a.md", 10, "a1"), FileInfo("t/b.md", 10, "b1")]
+
+    def guess(listing, previous, cache_in_use=False, settings="s1"):
+        plan = make_plan(listing, previous, settings, ("*.md",))
+        rebuilt = [replace(t, action=REBUILD) for t in plan.topics]
+        sizes = {f.path: f.size for f in listing}
+        return new_content(work_rows(rebuilt, plan, previous, sizes), plan, previous, cache_in_use)
+
+    assert guess(files, Manifest())  # a first build
+    assert not guess(files, Manifest(), cache_in_use=True)  # beside a kept cache: maybe there
+    built = Manifest("s1", {f.path: SourceEntry(f.fingerprint, f"sha-{f.path}") for f in files})
+    edited = [files[0], FileInfo("t/b.md", 11, "b2")]
+    assert guess(edited, built, cache_in_use=True)
+    assert not guess([files[0], FileInfo("t/b.md", 10, "b2")], built)  # touched: its size kept
+    assert not guess(files, built, settings="s2")  # new settings, the same bytes
+    stopped = replace(built, sources={**built.sources, "t/b.md": SourceEntry(NOT_BUILT, "sha")})
+    assert not guess(files, stopped)  # a re-run after a stopped one
+
+    options = {"device": "cpu", "dtype": "fp32"}
+    settings = EmbedSettings("minilm", options, cache_uri=str(tmp_path / "cache"))
+    assert isinstance(EmbedActor(settings).embedder, LazyEmbedder)
+    loaded = EmbedActor(replace(settings, load_at_start=True)).embedder
+    assert not isinstance(loaded, LazyEmbedder) and loaded.embed(["a text"]).shape == (1, 384)

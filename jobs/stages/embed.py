@@ -63,6 +63,9 @@ class EmbedSettings:
     collector: Any = None  # the run's StatsCollector actor, if any
     encoder_digest: str | None = None  # of the chunk tasks' encoder (None: they tokenize nothing)
     env: dict[str, str] = field(default_factory=dict)  # set before torch loads (`actor_env`)
+    # load the model at the actor's start even where its cache keys need no model (a CPU): the
+    # run's chunks are expected to miss the cache (`jobs.work.new_content`)
+    load_at_start: bool = False
 
 
 class EmbedActor:
@@ -91,9 +94,11 @@ class EmbedActor:
                 else None
             )
             # On a CPU the cache keys come from the model's files, and the model loads at the
-            # first miss (a build whose chunks are all cached never loads it); elsewhere now,
-            # while the chunk tasks run.
-            keys = model_keys(settings.model, **settings.options) if self.cache else None
+            # first miss (a build whose chunks are all cached never loads it); elsewhere, or
+            # where misses are expected, now, while the chunk tasks run (an edit's actor waited
+            # for its first batch, then for its imports).
+            lazy = self.cache and not settings.load_at_start
+            keys = model_keys(settings.model, **settings.options) if lazy else None
             self.embedder = LazyEmbedder(keys, self._load) if keys else self._load()
 
     def _load(self):
