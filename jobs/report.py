@@ -24,7 +24,7 @@ import json
 import logging
 import re
 import time
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
@@ -165,7 +165,11 @@ def build_report(
 def run_facts() -> dict[str, Any]:
     """What a report says of the process that ran the build: its host, pid and mdindex version
     (a scheduled run's report read days later names the machine whose logs to look at)."""
-    return {**this_process(), "mdindex_version": version("mdindex")}
+    try:
+        installed = version("mdindex")
+    except PackageNotFoundError:  # run from a checkout on PYTHONPATH, not installed
+        installed = None
+    return {**this_process(), "mdindex_version": installed}
 
 
 def report_bytes(report: dict[str, Any]) -> bytes:

@@ -165,5 +165,6 @@ def render(report: dict[str, Any]) -> tuple[str, str]:
     else:  # a failed run's, or one of a version before started_at
         when = f"finished {finished if finished is not None else 'at an unknown time'}"
     if "host" in report:  # since 2026-11-29
-        when += f", pid {report.get('pid')} on {report['host']}"
+        pid = f", pid {report['pid']}" if report.get("pid") is not None else ","
+        when += f"{pid} on {report['host']}"
     return f"{printable(f'last run: {status}, {when}')}\n{counts}", page

@@ -15,11 +15,12 @@ import sys
 import traceback
 import xml.etree.ElementTree as ET
 from datetime import datetime
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
 
+import jobs.report
 from embedding.keys import resolve_dtype
 from jobs.build_cli import Interrupted
 from jobs.cli import main as mdindex
@@ -27,7 +28,7 @@ from jobs.config import load_config
 from jobs.lock import utc
 from jobs.pipeline import run_job
 from jobs.reindex import main
-from jobs.report import error_text, summary, write_failed_report
+from jobs.report import error_text, run_facts, summary, write_failed_report
 from jobs.report_html import render_html, token_bins
 from tests.embedding_support import embedder
 from tests.jobs_support import gone_endpoint, s3_options
@@ -502,3 +503,16 @@ def test_report_check_exits_with_the_last_runs_code(built, tmp_path, capsys):
         assert mdindex(["report", "--check", str(tmp_path)]) == code, changes
     assert mdindex(["report", "--check", str(tmp_path / "nothing")]) == 2
     capsys.readouterr()
+
+
+def test_a_report_names_no_version_where_mdindex_is_not_installed(monkeypatch):
+    """Run from a checkout on PYTHONPATH the package has no metadata: every report's facts (the
+    unfinished report's first, before any other write) raised PackageNotFoundError, so every
+    build failed, and its failed report too."""
+
+    def not_installed(name):
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr(jobs.report, "version", not_installed)
+    facts = {"host": socket.gethostname(), "pid": os.getpid(), "mdindex_version": None}
+    assert run_facts() == facts
