@@ -81,6 +81,13 @@ class ChunkingConfig:
     # source; null is no budget.
     timeout_seconds: float | None = field(default=120.0, metadata={"min": 0.001, "max": 86400.0})
 
+    @property
+    def key(self) -> str:
+        """The strategy key (`chunking.strategy_key`), which names the cache's chunk entries."""
+        from chunking import strategy_key
+
+        return strategy_key(self.strategy, **self.options)
+
 
 @dataclass(frozen=True)
 class EmbeddingConfig:

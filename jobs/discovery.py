@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from chunking import REVISION, strategy_key
+from chunking import REVISION
 from embedding.models import check_model, model_digest
 from jobs.config import JobConfig
 from jobs.logs import printable
@@ -89,7 +89,7 @@ def settings_key(config: JobConfig, model_files: str) -> str:
     }
     return settings_digest(
         {
-            "strategy": strategy_key(config.chunking.strategy, **config.chunking.options),
+            "strategy": config.chunking.key,
             "chunking_revision": REVISION,
             "embedding": embedding,
             "model_files": model_files,

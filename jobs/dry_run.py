@@ -17,7 +17,6 @@ import math
 import posixpath
 from dataclasses import dataclass
 
-from chunking import strategy_key
 from jobs.config import JobConfig
 from jobs.discovery import discover, list_input
 from jobs.lock import check_bucket
@@ -66,7 +65,7 @@ def dry_run(config: JobConfig) -> DryRun:
     chunk = [row for row in rows if row["kind"] == SOURCE]
     topic_facts = [json.loads(row["payload"]) for row in rows if row["kind"] == TOPIC]
     carried = sorted(path for facts in topic_facts for path in facts["carried"])
-    key = strategy_key(config.chunking.strategy, **config.chunking.options)
+    key = config.chunking.key
     in_cache = cached_sources(Storage(config.cache, config.storage_options), key)
     cached = [
         row

@@ -19,7 +19,6 @@ from typing import Any
 import ray
 import tokenizers
 
-from chunking import strategy_key
 from embedding.encoder import encoder_digest, model_encoder
 from jobs.config import JobConfig
 from jobs.discovery import discover, list_input, output_storage
@@ -310,7 +309,7 @@ def topic_summaries(
     embedded (`jobs.reduce`). Without a `pool` (nothing to embed) the rows go from the chunk
     tasks to the reduces, and no actor starts."""
     resources = config.resources
-    key = strategy_key(config.chunking.strategy, **config.chunking.options)
+    key = config.chunking.key
     corpus = PathSet.of(plan.fingerprints)
     encoder = chunk_encoder(config) if pool else None
     expected = Expected(
@@ -397,7 +396,7 @@ def embed_settings(
         options=embedder_options(config, pool),
         cache_uri=config.cache,
         storage_options=dict(config.storage_options),
-        strategy_key=strategy_key(config.chunking.strategy, **config.chunking.options),
+        strategy_key=config.chunking.key,
         collector=collector,
         encoder_digest=encoder_digest(encoder) if encoder else None,
         env=actor_env(pool),
@@ -410,9 +409,8 @@ def cache_in_use(config: JobConfig) -> bool:
     folder is there); True where that cannot be told (the cache's own reads report it)."""
     if not config.cache:
         return False
-    key = strategy_key(config.chunking.strategy, **config.chunking.options)
     try:
-        return Storage(config.cache, config.storage_options).exists(key)
+        return Storage(config.cache, config.storage_options).exists(config.chunking.key)
     except Exception:  # noqa: BLE001 - a guess: as before, the model loads at a miss
         return True
 
