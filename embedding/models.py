@@ -50,14 +50,19 @@ SETTINGS_FILES = (
     "merges.txt",
     "sentencepiece.bpe.model",
     "spiece.model",
+    "spm.model",
+    "tokenizer.model",
 )
-# A tokenizer's vocabulary: one of them, or every word is [UNK] (`embedding.embedder`).
-VOCABULARY_FILES = (
+# A saved tokenizer's files, the most common first: a model folder with none of them has no
+# tokenizer (every word [UNK]; what one holds is checked when it loads, `embedding.embedder`).
+TOKENIZER_FILES = (
+    "tokenizer_config.json",
     "tokenizer.json",
     "vocab.txt",
     "vocab.json",
     "sentencepiece.bpe.model",
     "spiece.model",
+    "spm.model",
     "tokenizer.model",
 )
 _HUB_PATTERNS = ["*.json", "*.txt", "*.model", "model.safetensors", "1_Pooling/*"]
@@ -173,7 +178,7 @@ def check_model(
 ) -> None:
     """Raise ModelNotFound when `model` cannot load, known from its small files: its name is none
     of the forms above, its folder has no config.json (a hub id offline: not in the hub cache) or
-    no tokenizer vocabulary, or its sentence-transformers files name what the embedder cannot
+    no tokenizer files, or its sentence-transformers files name what the embedder cannot
     follow (a Dense module; a pooling other than mean or cls, unless `pooling` is set). Never
     reads the weights."""
     folder = model_folder(model, revision=revision, storage_options=storage_options)
@@ -182,9 +187,9 @@ def check_model(
     where = _hub_place() if folder.hub else f"in {folder.where}"
     if folder.read("config.json") is None:
         raise ModelNotFound(f"model {model!r}: no config.json {where}")
-    if not any(folder.read(name) is not None for name in VOCABULARY_FILES):
+    if not any(folder.read(name) is not None for name in TOKENIZER_FILES):
         raise ModelNotFound(
-            f"model {model!r}: no tokenizer vocabulary ({', '.join(VOCABULARY_FILES)}) {where}"
+            f"model {model!r}: no tokenizer files ({', '.join(TOKENIZER_FILES)}) {where}"
         )
     try:
         problem = read_sentence_transformers(folder).pooling_problem

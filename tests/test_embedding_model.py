@@ -452,8 +452,9 @@ def test_a_model_that_cannot_load_is_named_from_its_small_files_alone(tmp_path):
     cases = {
         str(tmp_path): f"no config.json in {tmp_path}",
         "memory://models/no-vocabulary": "model 'memory://models/no-vocabulary': no tokenizer "
-        "vocabulary (tokenizer.json, vocab.txt, vocab.json, sentencepiece.bpe.model, "
-        "spiece.model, tokenizer.model) in memory://models/no-vocabulary",
+        "files (tokenizer_config.json, tokenizer.json, vocab.txt, vocab.json, "
+        "sentencepiece.bpe.model, spiece.model, spm.model, tokenizer.model) in "
+        "memory://models/no-vocabulary",
         "memory://models/nothing-here": "no config.json in memory://models/nothing-here",
         f"file://{tmp_path}/absent": f"no config.json in {tmp_path}/absent",
         "nobody/no-such-model-offline": "no config.json in the Hugging Face hub's cache",

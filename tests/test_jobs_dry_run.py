@@ -127,7 +127,7 @@ def test_a_model_that_cannot_load_is_a_config_error_before_ray_starts(tmp_path, 
     assert "ray initialised: False codes: [2, 2, 2, 2]" in done.stdout, done.stderr
     message = f"model '{tmp_path / 'gone'}' is not 'minilm', an existing directory"
     assert done.stderr.count(message) == 2
-    assert done.stderr.count(f"model '{untokenized}': no tokenizer vocabulary") == 2
+    assert done.stderr.count(f"model '{untokenized}': no tokenizer files") == 2
     assert not output.exists()
 
 
