@@ -42,6 +42,11 @@ class LazyEmbedder:
             return self._embedder
 
     @property
+    def is_loaded(self) -> bool:
+        """Whether the model has loaded."""
+        return self._embedder is not None
+
+    @property
     def encoder_digest(self) -> str:
         """`Embedder.encoder_digest`, the model loaded first."""
         return self.loaded().encoder_digest

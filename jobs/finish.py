@@ -29,10 +29,15 @@ from jobs.stages.topic import SETTLED_FAILURES, existing_index_of, index_left
 from jobs.storage import Storage, SymlinkRefused
 
 
-def _conflicts(topic: TopicPlan, plan: Plan) -> dict[str, SourceEntry]:
-    """The manifest entries of a topic's sources that share a stem: failed, never read (so no
-    content hash), and read again once the listing no longer fails them (`jobs.plan`)."""
-    return {path: SourceEntry(plan.fingerprints[path], None, True) for path, _ in topic.conflicts}
+def _conflicts(topic: TopicPlan, plan: Plan, previous: Manifest) -> dict[str, SourceEntry]:
+    """The manifest entries of a topic's sources that share a stem: failed, never read (their
+    content hash, if any, is that of the bytes last indexed), and read again once the listing no
+    longer fails them (`jobs.plan`)."""
+    entries = {}
+    for path, _ in topic.conflicts:
+        before = previous.sources.get(path)
+        entries[path] = SourceEntry(plan.fingerprints[path], before and before.sha256, True)
+    return entries
 
 
 def index_settings(config: JobConfig) -> IndexSettings:
@@ -85,7 +90,7 @@ def finish(
                 sources[path] = SourceEntry(
                     plan.fingerprints[path], outcome.sha256, outcome.failed, settled.get(path)
                 )
-            sources.update(_conflicts(topic, plan))
+            sources.update(_conflicts(topic, plan, previous))
             continue
         entry = previous.topics[topic.topic]
         if topic.action == RELINK:
@@ -101,7 +106,7 @@ def finish(
             entry = replace(entry, children=topic.children)
         topics[topic.topic] = entry
         sources.update({p: previous.sources[p] for p in topic.sources})
-        sources.update(_conflicts(topic, plan))
+        sources.update(_conflicts(topic, plan, previous))
 
     # Every link to what goes is gone first (relinks above, directory indexes here), so a finish
     # stopped on the way leaves no index.json linking a removed one.

@@ -299,6 +299,8 @@ def test_sources_sharing_a_stem_are_never_read_and_their_topic_is_kept(tmp_path,
     args += ["--set", 'sources.globs=["*.md", "*.mdx"]', "--set", "resources.embed.actors=1"]
     assert main(args) == 0
     first = outputs(output)
+    manifest = json.loads((output / "_reindex" / "manifest.json").read_text())["sources"]
+    first_sha256 = manifest["stems/intro.md"]["sha256"]
 
     def run(code: int) -> dict:
         assert main(args) == code
@@ -315,6 +317,9 @@ def test_sources_sharing_a_stem_are_never_read_and_their_topic_is_kept(tmp_path,
     index = json.loads((output / "stems" / "index.json").read_text())["_embedded"]["chunks"]
     before = json.loads(first["stems/index.json"])["_embedded"]["chunks"]
     assert index["intro"] == before["intro"]  # kept, as a failed source's entry is
+    manifest = json.loads((output / "_reindex" / "manifest.json").read_text())["sources"]
+    assert manifest["stems/intro.md"]["sha256"] == first_sha256  # the bytes last indexed
+    assert manifest["stems/intro.mdx"]["sha256"] is None and manifest["stems/intro.md"]["failed"]
 
     again = run(3)
     assert again["failures"] == report["failures"] and again["topics"]["kept"] == 1

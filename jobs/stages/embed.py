@@ -94,12 +94,13 @@ class EmbedActor:
                 else None
             )
             # On a CPU the cache keys come from the model's files, and the model loads at the
-            # first miss (a build whose chunks are all cached never loads it); elsewhere, or
-            # where misses are expected, now, while the chunk tasks run (an edit's actor waited
-            # for its first batch, then for its imports).
-            lazy = self.cache and not settings.load_at_start
-            keys = model_keys(settings.model, **settings.options) if lazy else None
+            # first miss (a build whose chunks are all cached never loads it), or now where
+            # misses are expected (an edit's actor waited for its first batch, then for its
+            # imports); elsewhere now. Now is while the chunk tasks run.
+            keys = model_keys(settings.model, **settings.options) if self.cache else None
             self.embedder = LazyEmbedder(keys, self._load) if keys else self._load()
+            if keys and settings.load_at_start:
+                self.embedder.loaded()  # and its keys checked against its files', as at a miss
 
     def _load(self):
         """Load the model (in a block with the collector paused), prepare its shapes, and say
