@@ -31,6 +31,7 @@ TABLE = 4
 LITERAL_KINDS = frozenset((FENCE_MARK, FENCE_BODY, INDENTED_CODE, TABLE))
 _LITERAL_TOKENS = frozenset(("fence", "code_block", "table_open"))  # tokens of literal lines
 NOT_SPACE = re.compile(r"\S")  # what `str.strip` keeps (both read `str.isspace`)
+_QUOTE_BEFORE_LIST = re.compile(r">(?=[^\s>])")  # a quote marker with no space after it
 _START_LINE = attrgetter("start_line")
 
 
@@ -293,9 +294,11 @@ def _opener_parts(doc: ParsedDocument, fence: Block) -> tuple[str, str]:
 
 def _split_opener(opener: str, markup: str) -> tuple[str, str]:
     """(container prefix, opener from its marker on): list markers in the prefix become blanks,
-    block quote `>` are kept, so the prefix puts a line at the fence's indentation."""
+    block quote `>` are kept, so the prefix puts a line at the fence's indentation. A `>` right
+    before a list marker (`>- `, `>1. `) gets the space a quote takes from the lines after it."""
     cut = opener.index(markup)
-    prefix = "".join(char if char in "> \t" else " " for char in opener[:cut])
+    spaced = _QUOTE_BEFORE_LIST.sub("> ", opener[:cut])
+    prefix = "".join(char if char in "> \t" else " " for char in spaced)
     return prefix, opener[cut:]
 
 

@@ -301,3 +301,12 @@ def test_a_long_line_is_never_cut_before_a_fence_marker_with_markers_before_it(m
         line = " ".join(["w"] * before + [marker, "tail"] + ["x"] * 700)
         document = chunk_source(f"# T\n\n{line}\n", strategy="semantic")
         assert all(unclosed_fences(chunk.text) == [] for chunk in document.chunks), before
+
+
+def test_a_fence_in_a_list_item_right_after_a_quote_marker_is_closed_inside_the_item():
+    """`>1. ```` (no space after `>`; `>   code` is out of the item, which ends the fence): the
+    closing line `>   ```` left the item too (the quote takes a space from the lines after its
+    first), so it opened a fence that made `code` code."""
+    (chunk,) = chunk_source(">1. ```\n>   code\n").chunks
+    assert chunk.text == ">1. ```\n>    ```\n>   code"
+    assert unclosed_fences(chunk.text) == []
