@@ -160,8 +160,8 @@ def test_the_embedding_actor_sets_its_environment_before_torch_loads_and_freezes
 
 def test_an_embedding_actor_loads_its_model_at_its_start_where_the_run_has_new_content(tmp_path):
     """On a CPU an actor loads its model at its first cache miss (a run whose chunks are all
-    cached never loads it), so an edit's actor waited for its first batch, then for torch and
-    transformers. Where the listing says some source holds new bytes (an edit that changed its
+    cached never loads it), so a cold build's actor waited for its first batch, then for torch
+    and transformers. Where the listing says some source holds new bytes (an edit that changed its
     size; a first build with an empty cache) it loads at its start, while the chunk tasks run."""
     files = [FileInfo("t/a.md", 10, "a1"), FileInfo("t/b.md", 10, "b1")]
 

@@ -95,8 +95,8 @@ class EmbedActor:
             )
             # On a CPU the cache keys come from the model's files, and the model loads at the
             # first miss (a build whose chunks are all cached never loads it), or now where
-            # misses are expected (an edit's actor waited for its first batch, then for its
-            # imports); elsewhere now. Now is while the chunk tasks run.
+            # misses are expected (a cold build's actor waited for its first batch, then for
+            # its imports); elsewhere now. Now is while the chunk tasks run.
             keys = model_keys(settings.model, **settings.options) if self.cache else None
             self.embedder = LazyEmbedder(keys, self._load) if keys else self._load()
             if keys and settings.load_at_start:
