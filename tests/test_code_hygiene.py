@@ -10,11 +10,13 @@ import inspect
 from pathlib import Path
 
 import pytest
+import yaml
 
 from embedding import keys
 from indexing import client
 from indexing.cli import register
 from indexing.server import make_server
+from jobs import config
 from jobs.config import EmbeddingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,13 +60,19 @@ def test_no_pickle():
 
 
 def test_yaml_is_read_with_safe_load_only():
+    """`yaml.safe_load`, or `yaml.load` with the config's loader, a `yaml.SafeLoader` that
+    refuses a key given twice (`jobs.config`)."""
     used = {
-        (path, dotted(call.func))
+        (path, dotted(call.func), loader)
         for path, tree in trees()
         for call in calls(tree)
         if dotted(call.func).startswith("yaml.")
+        for loader in [next((dotted(k.value) for k in call.keywords if k.arg == "Loader"), None)]
     }
-    assert used and {name for _, name in used} <= {"yaml.safe_load", "yaml.safe_dump"}, used
+    safe = {"yaml.safe_load", "yaml.safe_dump", "yaml.constructor.ConstructorError"}
+    unsafe = {u for u in used if u[1] not in safe and u[1:] != ("yaml.load", "_UniqueKeyLoader")}
+    assert used and not unsafe, unsafe
+    assert issubclass(config._UniqueKeyLoader, yaml.SafeLoader)
 
 
 def test_no_eval_or_exec():
