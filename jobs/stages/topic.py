@@ -126,7 +126,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
         [_source_input(r, previous, context.expected) for r in source_rows]
         + [SourceInput(path, *found) for path, found in carried.items()]
         + [
-            _conflict_input(path, message, previous, context.expected)
+            _failed_input(path, (STEM_CONFLICT, message), previous, context.expected)
             for path, message in conflicts.items()
         ],
         key=lambda source: source.path,
@@ -304,14 +304,8 @@ def _source_input(
     row: dict[str, Any], previous: PreviousTables | None, expected: Expected
 ) -> SourceInput:
     if row["error_code"] is not None:
-        return SourceInput(
-            path=row["path"],
-            document=None,
-            vectors=None,
-            error=(row["error_code"], row["error_message"]),
-            source_version_id=row["sha256"],
-            retained=retained_rows(previous, row["path"], expected),
-        )
+        error = (row["error_code"], row["error_message"])
+        return _failed_input(row["path"], error, previous, expected, row["sha256"])
     return SourceInput(
         path=row["path"],
         document=document_from_json(row["document"]),
@@ -319,16 +313,22 @@ def _source_input(
     )
 
 
-def _conflict_input(
-    path: str, message: str, previous: PreviousTables | None, expected: Expected
+def _failed_input(
+    path: str,
+    error: tuple[str, str],
+    previous: PreviousTables | None,
+    expected: Expected,
+    version: str | None = None,
 ) -> SourceInput:
-    """A source the plan failed for the stem it shares (`jobs.plan.stem_conflicts`), not read:
-    it keeps its previous rows, index entry and chunk files, as a failed source does."""
+    """A source that failed (`error`: code and message; `version`: its content hash, if it was
+    read): it keeps its previous rows, index entry and chunk files. Those the plan failed for
+    the stem they share (`jobs.plan.stem_conflicts`) are never read."""
     return SourceInput(
         path=path,
         document=None,
         vectors=None,
-        error=(STEM_CONFLICT, message),
+        error=error,
+        source_version_id=version,
         retained=retained_rows(previous, path, expected),
     )
 
