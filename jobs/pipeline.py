@@ -237,7 +237,7 @@ def build_topics(
     node_gpus = node_gpu_counts() if config.resources.embed.num_gpus else ()
     topics = [t for t in plan.topics if t.action == REBUILD]
     rows = work_rows(topics, plan, previous, sizes)
-    fresh = new_content(rows, plan, previous, cache_in_use(config))
+    fresh = new_content(rows, plan, previous, lambda: cache_in_use(config))
     work = prepare_work(config, rows, cpus, new_content=fresh)
     del rows  # the batches hold them
     goal = Goal(sources=work.sources, bytes=work.bytes, topics=len(topics))

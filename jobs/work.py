@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,26 +175,26 @@ def prepare_work(
 
 
 def new_content(
-    rows: list[dict[str, Any]], plan: Plan, previous: Manifest, cache_in_use: bool
+    rows: list[dict[str, Any]], plan: Plan, previous: Manifest, cache_in_use: Callable[[], bool]
 ) -> bool:
     """Whether a source among the work `rows` holds bytes that no run embedded yet, as far as
     the listing tells: one whose size changed since the last run (an edit; a file only touched
     keeps its size, and one marked by a stopped run, `NOT_BUILT`, is not known to have changed),
-    or one new since then where the cache holds nothing of this chunking (`cache_in_use`: an
-    output built afresh beside a kept cache may find them there). Its chunks are expected to
-    miss the embedding cache, so the embedding actors load their model at their start, while
-    the chunk tasks run, rather than at their first miss; a guess either way costs time only. A
-    run that chunks sources again whose bytes are those of the last (new settings, a re-run
-    after a failed build, files touched) loads it only at a miss."""
+    or one new since then where the cache holds nothing of this chunking (`cache_in_use`, asked
+    only then: an output built afresh beside a kept cache may find them there). Its chunks are
+    expected to miss the embedding cache, so the embedding actors load their model at their
+    start, while the chunk tasks run, rather than at their first miss; a guess either way costs
+    time only. A run that chunks sources again whose bytes are those of the last (new settings,
+    a re-run after a failed build, files touched) loads it only at a miss."""
+    new = False
     for row in rows:
         if row["kind"] != SOURCE:
             continue
         before = previous.sources.get(row["path"])
         if before is None:
-            if not cache_in_use:
-                return True
+            new = True
             continue
         size = fingerprint_size(plan.fingerprints[row["path"]])
         if before.fingerprint != NOT_BUILT and fingerprint_size(before.fingerprint) != size:
             return True
-    return False
+    return new and not cache_in_use()

@@ -164,18 +164,21 @@ def test_an_embedding_actor_loads_its_model_at_its_start_where_the_run_has_new_c
     and transformers. Where the listing says some source holds new bytes (an edit that changed its
     size; a first build with an empty cache) it loads at its start, while the chunk tasks run."""
     files = [FileInfo("t/a.md", 10, "a1"), FileInfo("t/b.md", 10, "b1")]
+    probes = []  # the cache is asked only where a source is new and no edit decided it
 
     def guess(listing, previous, cache_in_use=False, settings="s1"):
         plan = make_plan(listing, previous, settings, ("*.md",))
         rebuilt = [replace(t, action=REBUILD) for t in plan.topics]
         sizes = {f.path: f.size for f in listing}
-        return new_content(work_rows(rebuilt, plan, previous, sizes), plan, previous, cache_in_use)
+        rows = work_rows(rebuilt, plan, previous, sizes)
+        return new_content(rows, plan, previous, lambda: probes.append(1) or cache_in_use)
 
     assert guess(files, Manifest())  # a first build
     assert not guess(files, Manifest(), cache_in_use=True)  # beside a kept cache: maybe there
     built = Manifest("s1", {f.path: SourceEntry(f.fingerprint, f"sha-{f.path}") for f in files})
     edited = [files[0], FileInfo("t/b.md", 11, "b2")]
-    assert guess(edited, built, cache_in_use=True)
+    probes.clear()
+    assert guess(edited, built, cache_in_use=True) and not probes
     assert not guess([files[0], FileInfo("t/b.md", 10, "b2")], built)  # touched: its size kept
     assert not guess(files, built, settings="s2")  # new settings, the same bytes
     stopped = replace(built, sources={**built.sources, "t/b.md": SourceEntry(NOT_BUILT, "sha")})
