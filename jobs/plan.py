@@ -64,7 +64,13 @@ class Plan:
     # report failures for files left out of the corpus: links not followed, unusable names
     skipped: tuple[dict[str, str], ...] = ()
     settled: tuple[dict[str, str], ...] = ()  # report failures of files not read again
-    conflicts: tuple[dict[str, str], ...] = ()  # report failures (STEM_CONFLICT), never read
+
+    @property
+    def conflicts(self) -> tuple[dict[str, str], ...]:
+        """Report failures (STEM_CONFLICT) of the sources that share a stem in their topic, never
+        read; sorted by path."""
+        found = sorted(c for topic in self.topics for c in topic.conflicts)
+        return tuple({"path": path, "code": STEM_CONFLICT, "message": m} for path, m in found)
 
 
 def keep_directory(name: str) -> bool:
@@ -211,10 +217,6 @@ def make_plan(
     return Plan(
         topics=tuple(plans),
         settled=settled_failures(plans, previous),
-        conflicts=tuple(
-            {"path": path, "code": STEM_CONFLICT, "message": message}
-            for path, message in sorted(c for found in conflicts.values() for c in found)
-        ),
         directories={d: c for d, c in tree.items() if d not in topics},
         fingerprints=fingerprints,
         changed=frozenset(p for p in fingerprints if changed(p)),
