@@ -36,7 +36,12 @@ class Interrupted(Exception):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The build arguments: a config file, URI overrides and dotted `--set` overrides."""
-    parser.add_argument("--config", required=True, help="YAML config file (path or fsspec URI)")
+    parser.add_argument(
+        "--config",
+        required=True,
+        action="append",  # kept whole: a second one is refused (`one_config`), not a silent last
+        help="YAML config file (path or fsspec URI)",
+    )
     parser.add_argument("--input", help="corpus root URI (overrides `input`)")
     parser.add_argument("--output", help="output root URI (overrides `output`; default: in place)")
     parser.add_argument("--cache", help="embedding cache URI (default: {output}/.embedding-cache)")
@@ -70,6 +75,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run_build)
 
 
+def one_config(paths: list[str]) -> str:
+    """The one `--config` given; ConfigError for more (argparse kept the last, unsaid)."""
+    if len(paths) > 1:
+        raise ConfigError(
+            f"--config: given {len(paths)} times ({', '.join(paths)}); a build reads one file: "
+            "give one, with --set for the values to change"
+        )
+    return paths[0]
+
+
 def run_build(args: argparse.Namespace) -> int:
     """Load and validate the config, run the job, print the summary; returns the exit code. Once
     the run is reported, a SIGTERM exits at once with that code (`exit_at_once_on_sigterm`, then
@@ -83,7 +98,7 @@ def run_build(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         config = load_config(
-            args.config,
+            one_config(args.config),
             overrides={"input": args.input, "output": args.output, "cache": args.cache},
             settings=args.settings,
         )

@@ -341,6 +341,18 @@ def test_cli_exits_2_on_bad_usage(capsys):
     assert caught.value.code == 2
 
 
+def test_a_second_config_on_the_command_line_is_refused(tmp_path, capsys):
+    """argparse kept the last `--config`: the first file's settings were dropped unsaid."""
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("embedding:\n  device: cpu\n")
+    second.write_text("tenant: t\n")
+    argv = ["--config", str(first), "--config", str(second), "--input", str(tmp_path), "--dry-run"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--config: given 2 times ({first}, {second}); a build reads one file" in err
+    assert err.count("\n") == 1, err
+
+
 def test_cli_exits_2_when_the_input_does_not_exist(tmp_path, capsys):
     path = tmp_path / "c.yaml"
     path.write_text("embedding:\n  device: cpu\n")
