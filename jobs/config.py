@@ -30,6 +30,10 @@ from jobs import storage
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", *DTYPE_NAMES)
 FAILURE_POLICIES = ("continue", "abort")
+# The smallest share of a resource Ray takes (ray_constants.MIN_RESOURCE_GRANULARITY): Ray refuses
+# a GPU share below it, which failed after Ray had started.
+RAY_SMALLEST_SHARE = 0.0001
+MAX_LOCAL_CPUS = 1_000_000
 # Where Ray unpacks the working directory of a job (`ray job submit --working-dir`), and later
 # deletes it: a build's relative paths resolve in there.
 RAY_JOB_COPY = f"{os.sep}runtime_resources{os.sep}working_dir_files{os.sep}"
@@ -145,7 +149,10 @@ class IndexResources:
 class ResourcesConfig:
     """Resources per stage, declared as data; `jobs.resources` maps them onto Ray arguments."""
 
-    num_cpus: int | None = _min(1, None)  # CPUs of a Ray instance started locally; None: all cores
+    # CPUs of a Ray instance started locally; None: all cores. At most a million: Ray passes the
+    # count to its raylet as the workers to prestart, and from 2**31 (1e12 too) the raylet did not
+    # start; a Ray instance's start took 26 s at 1e8 against 9 s at 1e6.
+    num_cpus: int | None = field(default=None, metadata={"min": 1, "max": MAX_LOCAL_CPUS})
     # Tries again of a task whose worker process died, and restarts of an embedding actor whose
     # process died (its batches then run again); a crash loop ends with exit 1, not a hang. At most
     # 1,000: Ray's limit is 2**31 - 1, past which the first task failed after Ray had started.
@@ -473,6 +480,11 @@ def _resolve(config: JobConfig) -> JobConfig:
         raise ConfigError(
             f"embedding.device: {device} picks no GPU in a Ray actor: each sees the GPU of its "
             "share as cuda:0 (CUDA_VISIBLE_DEVICES); use cuda"
+        )
+    if 0 < embed.num_gpus < RAY_SMALLEST_SHARE:
+        raise ConfigError(
+            f"resources.embed.num_gpus: {embed.num_gpus:g} is below Ray's smallest share "
+            f"({RAY_SMALLEST_SHARE}); give 0 (no GPU) or at least {RAY_SMALLEST_SHARE}"
         )
     if embed.max_actors is not None and embed.max_actors < (embed.actors or 1):
         raise ConfigError(

@@ -172,6 +172,13 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
             "embedding.device: cuda:1 picks no GPU in a Ray actor",
         ),
         ({"resources": {"embed": {"num_gpus": 2}}}, "resources.embed.num_gpus: must be <= 1.0"),
+        # Ray refused both after it had started (a share finer than 0.0001; a raylet given 1e12
+        # CPUs, or 2**31, never started)
+        (
+            {"resources": {"embed": {"num_gpus": 0.00005}}},
+            "resources.embed.num_gpus: 5e-05 is below Ray's smallest share (0.0001); give 0",
+        ),
+        ({"resources": {"num_cpus": 10**12}}, "resources.num_cpus: must be <= 1000000, got 1"),
     ],
 )
 def test_bad_values_are_rejected_with_their_dotted_key(raw, message):
