@@ -465,6 +465,7 @@ def _resolve(config: JobConfig) -> JobConfig:
             "output or an s3:// URI"
         )
     output = _absolute(config.output, "output") if config.output is not None else source
+    _check_nesting(source, output)
     cache = _absolute(config.cache, "cache") if config.cache is not None else _default_cache(output)
     device = config.embedding.device
     if device not in DEVICES and not re.fullmatch(r"cuda:[0-9]+", device):
@@ -559,6 +560,25 @@ def _absolute(uri: str, key: str) -> str:
             "s3:// URI"
         )
     return absolute
+
+
+def _check_nesting(source: str, output: str) -> None:
+    """Refuse an output inside the input, or an input inside the output (both resolved; the same
+    folder is an in-place build): the output's files of one topic land in another's folder of the
+    input, so its `topic-spec.md` was overwritten (and a deleted topic's deleted whole)."""
+    if source == output or storage.protocol_of(source) != storage.protocol_of(output):
+        return
+    inner, outer = storage.strip_protocol(output), storage.strip_protocol(source)
+    if storage.is_within(inner, outer):
+        where = f"{output} lies inside the input {source}"
+    elif storage.is_within(outer, inner):
+        where = f"{output} holds the input {source}"
+    else:
+        return
+    raise ConfigError(
+        f"output: {where}: its topics' files would land in the input's folders (a topic-spec.md "
+        "overwritten); give an output outside the input, or leave it out to build in place"
+    )
 
 
 def _default_cache(output: str) -> str:

@@ -217,6 +217,34 @@ def test_uris_that_name_no_filesystem_or_no_folder_are_refused(tmp_path):
         load_config("s4://b/c.yaml")
 
 
+def test_an_output_inside_the_input_or_holding_it_is_refused(tmp_path, capsys):
+    """Output `docs/guides` of input `docs` wrote its root topic's topic-spec.md over the input's
+    `guides/topic-spec.md` (a person's notes lost); an input inside the output is the same."""
+    docs, real = tmp_path / "docs", tmp_path / "real"
+    docs.mkdir()
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    inside, holds = "lies inside the input", "holds the input"
+    for source, output, message in [
+        (f"{docs}/", f"{docs}/guides/", f"output: {docs}/guides {inside} {docs}: its topics' f"),
+        (str(docs), f"{tmp_path}/x/../docs/out", f"output: {docs}/out {inside} {docs}:"),
+        (f"{tmp_path}/link", f"{real}/out", f"output: {real}/out {inside} {real}:"),
+        (str(docs), str(tmp_path), f"output: {tmp_path} {holds} {docs}:"),
+        ("s3://b/docs/", "s3://b/docs/out", "output: s3://b/docs/out lies inside the input s3:"),
+        ("s3://b/docs", "s3://b", "output: s3://b holds the input s3://b/docs:"),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            config_from_dict({"input": source, "output": output})
+        assert message in str(caught.value)
+    for source, output in [(docs, f"{docs}/"), (docs, f"{docs}2"), ("s3://b/docs", "s3://b/docs2")]:
+        config_from_dict({"input": str(source), "output": output})  # in place; a sibling
+    config = str(ROOT / "configs" / "local.yaml")
+    argv = ["--config", config, "--input", str(docs), "--output", f"{docs}/out", "--dry-run"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "out lies inside the input" in err and err.count("\n") == 1, err
+
+
 def test_a_bad_device_is_told_the_devices_that_run():
     """It ended "…, mps, cuda:N", which is refused whatever resources.embed.num_gpus says."""
     with pytest.raises(ConfigError) as caught:
