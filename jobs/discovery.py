@@ -1,8 +1,8 @@
 """What the driver knows before any work: the input's listing, the previous manifest, the
 settings key and the plan (`jobs.plan`), and whether the embedding model can load. Reads the
-listing, the manifest, the model's config.json and what names the version of its files
-(`embedding.models.model_digest`: a local model's files hashed, a remote one's listing), nothing
-else."""
+listing, the manifest, the model's config.json (its tokenizer.json too, given a max_length) and
+what names the version of its files (`embedding.models.model_digest`: a local model's files
+hashed, a remote one's listing), nothing else."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import logging
 from dataclasses import dataclass
 
 from chunking import REVISION
-from embedding.models import check_model, model_digest
+from embedding.encoder import model_encoder
+from embedding.models import ModelNotFound, check_model, model_digest
 from jobs.config import JobConfig
 from jobs.logs import printable
 from jobs.manifest import MANIFEST_PATH, Manifest
@@ -49,7 +50,34 @@ def model_version(config: JobConfig) -> str:
         storage_options=options,
         pooling=embedding.pooling,
     )
+    check_window(config)
     return model_digest(embedding.model, revision=embedding.revision, storage_options=options)
+
+
+def check_window(config: JobConfig) -> None:
+    """`ModelNotFound` when `embedding.max_length` leaves a text no token beside the special
+    tokens the model's tokenizer adds, or passes the model's positions (each embedding actor
+    refused it at its start, after Ray had started); known from the model's tokenizer.json (a
+    model without one is left to the actors)."""
+    embedding = config.embedding
+    if embedding.max_length is None:
+        return
+    try:
+        encoder = model_encoder(
+            embedding.model,
+            embedding.max_length,
+            revision=embedding.revision,
+            storage_options=dict(config.storage_options),
+        )
+    except ValueError as exc:
+        raise ModelNotFound(f"embedding.max_length: {exc}") from exc
+    specials = len(encoder.encode("").ids) if encoder else 0
+    if specials >= embedding.max_length:
+        raise ModelNotFound(
+            f"embedding.max_length: {embedding.max_length} leaves no room for a text's tokens "
+            f"beside the {specials} special tokens of model {embedding.model!r}; give at least "
+            f"{specials + 1}, or leave it out for the model's window"
+        )
 
 
 def check_deletions(config: JobConfig, plan: Plan, previous: Manifest) -> None:

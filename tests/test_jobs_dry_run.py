@@ -131,6 +131,35 @@ def test_a_model_that_cannot_load_is_a_config_error_before_ray_starts(tmp_path, 
     assert not output.exists()
 
 
+def test_a_window_with_no_room_beside_the_special_tokens_is_refused_before_ray_starts(tmp_path):
+    """`embedding.max_length: 2` (MiniLM adds [CLS] and [SEP]) was accepted, and each embedding
+    actor refused it at its start, after Ray had started: now exit 2 naming the key and the least
+    window, build and dry run, nothing written; 3 plans a build."""
+    output = tmp_path / "out"
+    script = (
+        "import sys, ray; from jobs.reindex import main\n"
+        "code = [main(['--config', sys.argv[1], '--input', sys.argv[2], '--output', sys.argv[3],"
+        " '--set', 'embedding.max_length=' + n, *extra]) for n, extra in"
+        " (('2', ['--dry-run']), ('2', []), ('3', ['--dry-run']))]\n"
+        "print('ray initialised:', ray.is_initialized(), 'codes:', code)\n"
+    )
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
+    done = subprocess.run(
+        [sys.executable, "-c", script, CONFIG, str(CORPUS), str(output)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert "ray initialised: False codes: [2, 2, 0]" in done.stdout, done.stderr
+    message = (
+        "mdindex build: embedding.max_length: 2 leaves no room for a text's tokens beside the 2 "
+        "special tokens of model 'minilm'; give at least 3"
+    )
+    assert done.stderr.count(message) == 2, done.stderr
+    assert not output.exists()
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
     corpus, output = tmp_path / "docs", tmp_path / "out"
