@@ -482,6 +482,7 @@ def _resolve(config: JobConfig) -> JobConfig:
             f"embedding.device: {device} picks no GPU in a Ray actor: each sees the GPU of its "
             "share as cuda:0 (CUDA_VISIBLE_DEVICES); use cuda"
         )
+    _check_gpu_used(device, embed.num_gpus)
     if 0 < embed.num_gpus < RAY_SMALLEST_SHARE:
         raise ConfigError(
             f"resources.embed.num_gpus: {embed.num_gpus:g} is below Ray's smallest share "
@@ -499,6 +500,16 @@ def _resolve(config: JobConfig) -> JobConfig:
     return dataclasses.replace(
         config, input=source, output=output, cache=cache, storage_options=options
     )
+
+
+def _check_gpu_used(device: str, num_gpus: float) -> None:
+    """Refuse a GPU share per embedding actor that embeds on the CPU (the share held, unused)."""
+    if device == "cpu" and num_gpus:
+        raise ConfigError(
+            f"embedding.device: cpu with resources.embed.num_gpus {num_gpus:g} holds a GPU share "
+            "per embedding actor that it never uses; set resources.embed.num_gpus: 0, or "
+            "embedding.device: cuda"
+        )
 
 
 def _client_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -172,6 +172,11 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
             "embedding.device: cuda:1 picks no GPU in a Ray actor",
         ),
         ({"resources": {"embed": {"num_gpus": 2}}}, "resources.embed.num_gpus: must be <= 1.0"),
+        # a GPU share per actor held and never used
+        (
+            {"embedding": {"device": "cpu"}, "resources": {"embed": {"num_gpus": 0.5}}},
+            "embedding.device: cpu with resources.embed.num_gpus 0.5 holds a GPU share per emb",
+        ),
         # Ray refused both after it had started (a share finer than 0.0001; a raylet given 1e12
         # CPUs, or 2**31, never started)
         (
