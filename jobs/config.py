@@ -26,6 +26,7 @@ from embedding.keys import DTYPE_NAMES, POOLINGS
 from indexing.build import DEFAULT_SIMHASH_K, DEFAULT_TECHNICAL_TITLES
 from indexing.sources import DEFAULT_GLOBS
 from jobs import storage
+from jobs.plan import keep_directory
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", *DTYPE_NAMES)
@@ -575,12 +576,15 @@ def _absolute(uri: str, key: str) -> str:
 
 def _check_nesting(source: str, output: str) -> None:
     """Refuse an output inside the input, or an input inside the output (both resolved; the same
-    folder is an in-place build): the output's files of one topic land in another's folder of the
+    folder is an in-place build, and an output in a folder the listing skips, `_site` or `.out`,
+    is kept apart): the output's files of one topic land in another's folder of the
     input, so its `topic-spec.md` was overwritten (and a deleted topic's deleted whole)."""
     if source == output or storage.protocol_of(source) != storage.protocol_of(output):
         return
     inner, outer = storage.strip_protocol(output), storage.strip_protocol(source)
     if storage.is_within(inner, outer):
+        if not all(map(keep_directory, posixpath.relpath(inner, outer).split("/"))):
+            return  # under a folder the listing skips (`docs/_site`): no topic lands there
         where = f"{output} lies inside the input {source}"
     elif storage.is_within(outer, inner):
         where = f"{output} holds the input {source}"

@@ -224,7 +224,8 @@ def test_uris_that_name_no_filesystem_or_no_folder_are_refused(tmp_path):
 
 def test_an_output_inside_the_input_or_holding_it_is_refused(tmp_path, capsys):
     """Output `docs/guides` of input `docs` wrote its root topic's topic-spec.md over the input's
-    `guides/topic-spec.md` (a person's notes lost); an input inside the output is the same."""
+    `guides/topic-spec.md` (a person's notes lost); an input inside the output is the same. An
+    output under a folder the listing skips (`_site`) holds no topic's folder: it is kept."""
     docs, real = tmp_path / "docs", tmp_path / "real"
     docs.mkdir()
     real.mkdir()
@@ -241,8 +242,14 @@ def test_an_output_inside_the_input_or_holding_it_is_refused(tmp_path, capsys):
         with pytest.raises(ConfigError) as caught:
             config_from_dict({"input": source, "output": output})
         assert message in str(caught.value)
-    for source, output in [(docs, f"{docs}/"), (docs, f"{docs}2"), ("s3://b/docs", "s3://b/docs2")]:
-        config_from_dict({"input": str(source), "output": output})  # in place; a sibling
+    for source, output in [
+        (docs, f"{docs}/"),  # in place
+        (docs, f"{docs}2"),  # a sibling
+        ("s3://b/docs", "s3://b/docs2"),
+        (docs, f"{docs}/_site/html"),  # a folder the listing skips
+        ("s3://b/docs", "s3://b/docs/.out"),
+    ]:
+        config_from_dict({"input": str(source), "output": output})
     config = str(ROOT / "configs" / "local.yaml")
     argv = ["--config", config, "--input", str(docs), "--output", f"{docs}/out", "--dry-run"]
     assert main(argv) == 2
