@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
@@ -184,7 +184,10 @@ class HierarchicalStrategy(Strategy):
         pieces = self._cut(doc, src, measure, section, limit, unclosed)
         return [pieces[0]] + [
             Span(
-                self._overlap_start(doc, src, before, piece), piece.end, piece.prefix, piece.suffix
+                self._overlap_start(doc, src, before, piece, unclosed),
+                piece.end,
+                piece.prefix,
+                piece.suffix,
             )
             for before, piece in zip(pieces, pieces[1:], strict=False)
         ]
@@ -213,31 +216,37 @@ class HierarchicalStrategy(Strategy):
             elif block.kind == "paragraph":
                 parts = sentences(src, span)
                 parts[0] = Span(start, parts[0].end)
-                units += [Span(g[0].start, g[-1].end) for g in pack(parts, measure, limit)]
+                units += _packed(src, measure, parts, limit, unclosed)
             else:
                 units += line_pieces(doc, src, span, measure, limit, start)
         out: list[Span] = []
         plain: list[Span] = []
         for unit in units:
             if unit.prefix or unit.suffix:
-                out += [Span(g[0].start, g[-1].end) for g in pack(plain, measure, limit)]
+                out += _packed(src, measure, plain, limit, unclosed)
                 out.append(unit)
                 plain = []
             else:
                 plain.append(unit)
-        out += [Span(g[0].start, g[-1].end) for g in pack(plain, measure, limit)]
-        return [piece for unit in out for piece in _fit(src, measure, unit, limit)]
+        out += _packed(src, measure, plain, limit, unclosed)
+        return [piece for unit in out for piece in _fit(src, measure, unit, limit, unclosed)]
 
     def _overlap_start(
-        self, doc: ParsedDocument, src: SourceText, before: Span, piece: Span
+        self,
+        doc: ParsedDocument,
+        src: SourceText,
+        before: Span,
+        piece: Span,
+        unclosed: UnclosedFences,
     ) -> int:
         """Where `piece` starts once the end of `before` is repeated: its last whole sentences
         within `overlap_size` characters, else its last whole words within them, the piece
-        staying within `max_chunk_size`; never from code or table lines, nor from a run of
-        backticks or tildes (the chunk would open a fence). `piece.start` when nothing fits."""
+        staying within `max_chunk_size` (with the line that closes a fence it opens, such as a
+        quote's `> ~~~`); never from code or table lines, nor from a run of backticks or tildes
+        (the chunk would open a fence). `piece.start` when nothing fits."""
         if piece.prefix or before.suffix or not self.options["overlap_size"]:
             return piece.start
-        room = self.options["max_chunk_size"] - (piece.end - piece.start) - len(piece.suffix)
+        room = self.options["max_chunk_size"] - (piece.end - before.end) - len(piece.suffix)
         earliest = max(before.start, before.end - min(self.options["overlap_size"], room))
         if earliest >= before.end:
             return piece.start
@@ -247,18 +256,63 @@ class HierarchicalStrategy(Strategy):
         first, last = src.line_of(start), src.line_of(piece.start)
         if any(doc.line_kinds[n - 1] in LITERAL_KINDS for n in range(first, last + 1)):
             return piece.start
-        return piece.start if FENCE_RUN.match(src.text, start) else start
+        if FENCE_RUN.match(src.text, start):
+            return piece.start
+        overlapped = Span(start, piece.end, piece.prefix, piece.suffix)
+        fits = _rendered_size(src, overlapped, unclosed) <= self.options["max_chunk_size"]
+        return start if fits else piece.start
 
 
-def _fit(src: SourceText, measure: Measure, span: Span, limit: int) -> list[Span]:
+def _packed(
+    src: SourceText, measure: Measure, parts: list[Span], limit: int, unclosed: UnclosedFences
+) -> list[Span]:
+    """`parts` packed into spans of at most `limit` characters, the line that closes a fence a
+    span opens counted (`spans.balanced`: a span that starts or ends inside a line can open
+    one); a group that its closing line takes past `limit` is halved."""
+    spans: list[Span] = []
+    groups = deque(pack(parts, measure, limit))
+    while groups:
+        group = groups.popleft()
+        span = Span(group[0].start, group[-1].end)
+        if len(group) > 1 and _rendered_size(src, span, unclosed) > limit:
+            half = len(group) // 2
+            groups.extendleft((group[half:], group[:half]))
+        else:
+            spans.append(span)
+    return spans
+
+
+def _fit(
+    src: SourceText,
+    measure: Measure,
+    span: Span,
+    limit: int,
+    unclosed: UnclosedFences,
+    room: int | None = None,
+) -> list[Span]:
     """`span` as is, or cut at spaces into pieces of at most `limit` characters when a single
-    sentence or line is longer (only plain spans are ever that long); with room for the line
-    that closes a fence a piece of backticks or tildes can open (`spans.balanced`)."""
-    if span.end - span.start + len(span.prefix) + len(span.suffix) <= limit:
+    sentence or line is longer, or the line that closes a fence it opens takes it past `limit`
+    (only plain spans are ever that long); with `room` for the line that closes a fence a piece
+    of backticks or tildes can open (`spans.balanced`), and a piece whose closing line is longer
+    (container markers before it: `   >   ~~~`) cut again with room for that line."""
+    size = _rendered_size(src, span, unclosed)
+    if size <= limit or room is not None and room >= limit - 1:
         return [span]
-    runs = FENCE_RUN.findall(src.text, span.start, span.end)
-    room = 4 + max(map(len, runs)) if runs else 0  # a newline, an indentation, the marker
-    return cut(src, measure, span, max(1, limit - room))
+    if room is None:
+        runs = FENCE_RUN.findall(src.text, span.start, span.end)
+        room = 4 + max(map(len, runs)) if runs else 0  # a newline, an indentation, the marker
+    else:
+        room = max(room + 1, size - (span.end - span.start))
+    return [
+        piece
+        for part in cut(src, measure, span, max(1, limit - room))
+        for piece in _fit(src, measure, part, limit, unclosed, room)
+    ]
+
+
+def _rendered_size(src: SourceText, span: Span, unclosed: UnclosedFences) -> int:
+    """Characters of `span`'s chunk text, with the line that closes a fence it opens."""
+    return len(src.render(balanced(src, span, unclosed)))
 
 
 def _start(src: SourceText, section: Section) -> int:

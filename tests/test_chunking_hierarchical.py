@@ -254,3 +254,31 @@ def test_chunk_over_the_character_hard_maximum_fails_the_checklist():
     with pytest.raises(ChunkingError) as caught:
         strategy.validate(doc, chunks)
     assert caught.value.code == CHUNKING_FAILED and "4001 characters" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "piece"),
+    [
+        # a sentence that, cut out of its line, opens a fence
+        ("One. ~~~ two three four five six seven eight", "~~~ two three four five six seven\n~~~"),
+        # two sentences that do: halved between them, not cut between words
+        (
+            "Zero one two three four five six seven. ~~~ a. Eight nine ten eleven twelve!!",
+            "Eight nine ten eleven twelve!!",
+        ),
+        # a closing line with container markers, longer than the room kept for a marker
+        ("a" * 31 + " 1) > - ~~~ word word word word", "1) > - ~~~ word word word\n   >   ~~~"),
+        # an overlap that opens a fence in a quote
+        ("x\n\n## B\n\nOne. > ~~~ two three. Four five six seven eight.", None),
+        # an overlap whose room left out the spaces before its piece
+        ("x\n\n## B\n\n" + "a" * 13 + ".   " + "b" * 19 + ".", None),
+    ],
+)
+def test_a_chunk_stays_within_a_small_limit_with_the_line_that_closes_its_fence(text, piece):
+    """A piece cut inside a line can open a fence, and gets a closing line (`spans.balanced`)
+    that packing, cutting and the overlap did not count; the overlap's room also left out the
+    spaces before its piece. With max_chunk_size = hard_max_size each failed the document with
+    CHUNKING_FAILED (found by a random-markdown hunt)."""
+    doc = hierarchical(text, max_chunk_size=40, overlap_size=20, hard_max_size=40)
+    assert all(len(c.text) <= 40 and not unclosed_fences(c.text) for c in doc.chunks)
+    assert piece is None or piece in [c.text for c in doc.chunks]
