@@ -1,7 +1,8 @@
 """`mdindex chunk FILE`: chunk one markdown file and print its chunks as JSON Lines.
 
-Exit codes: 0 chunks printed; 2 bad usage (unknown strategy or option, unreadable file);
-3 the document failed (its error code and message go to stderr).
+Exit codes: 0 chunks printed; 1 they could not be written (standard output on a full disk:
+ENOSPC, or failing); 2 bad usage (unknown strategy or option, unreadable file); 3 the document
+failed (its error code and message go to stderr).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import sys
 from typing import Any
 
+EXIT_OUTPUT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_FAILED_DOCUMENT = 3
 
@@ -89,8 +91,15 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mdindex chunk: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    for record in document.chunk_records():
-        sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
+    try:
+        for record in document.chunk_records():
+            sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
+        sys.stdout.flush()  # a full disk fails here, not in the interpreter's exit
+    except BrokenPipeError:
+        raise  # a reader that stopped early: jobs.signals.run_program ends the output quietly
+    except OSError as exc:
+        print(f"mdindex chunk: cannot write the chunks: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_OUTPUT_FAILED
     if document.skipped_tail_tokens:
         print(
             f"note: {args.file}: a final chunk of {document.skipped_tail_tokens} tokens was "

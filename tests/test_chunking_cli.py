@@ -6,6 +6,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
 FIELDS = {
@@ -15,10 +18,11 @@ FIELDS = {
 }  # fmt: skip
 
 
-def mdindex(*args: str) -> subprocess.CompletedProcess:
+def mdindex(*args: str, stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "jobs.cli", "chunk", *args],
-        capture_output=True,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
         text=True,
         timeout=120,
         cwd=Path(__file__).parent.parent,
@@ -119,3 +123,12 @@ def test_a_file_its_store_cannot_read_is_named_in_one_line(monkeypatch, tmp_path
         "mdindex chunk: s3://no-such-bucket/guide.md: NoCredentialsError: "
         "Unable to locate credentials\n"
     )
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_standard_output_on_a_full_disk_is_one_line_and_exit_1():
+    """`mdindex chunk FILE > /dev/full` was an OSError (ENOSPC) traceback."""
+    with open("/dev/full", "w") as full:
+        result = mdindex(str(FIXTURES / "guide.md"), stdout=full)
+    assert result.returncode == 1
+    assert result.stderr == "mdindex chunk: cannot write the chunks: No space left on device\n"
