@@ -298,7 +298,9 @@ def test_end_to_end_report(local_output):
             "1 actor × 1 torch thread, 0.5 GPU each",
         ),
         # the actor count left null and batches to share: two actors of half a GPU fill it
-        (
+        # (slow: two actors' bytes are 2-actors-batch-1's, a GPU pool's gpu-pool's, and its size
+        # `test_jobs_stats`' without Ray)
+        pytest.param(
             [
                 "resources.embed.num_gpus=0.5",
                 "resources.embed.num_cpus=0.5",
@@ -307,6 +309,7 @@ def test_end_to_end_report(local_output):
                 "resources.chunk.batch_mb=0.01",
             ],
             "2 actors × 1 torch thread, 0.5 GPU each",
+            marks=pytest.mark.slow,
         ),
     ],
     ids=["2-actors-batch-1", "batch-7", "batch-64", "gpu-pool", "gpu-pool-shared"],
@@ -1229,6 +1232,8 @@ def test_an_actor_whose_model_tokenizes_otherwise_ignores_the_chunk_tasks_ids(tm
     assert np.abs(got - with_file_ids).max() > 1e-2
 
 
+@pytest.mark.slow  # its parts without Ray: model_digest (test_embedding_model), settings_key
+# (test_jobs_config) and a new settings key rebuilding every topic (test_jobs_plan)
 def test_new_weights_under_the_same_model_name_rebuild_every_topic(tmp_path):
     """A model folder whose weights were replaced (fine-tuned again, say) under the same name:
     the next build embedded nothing and kept every vector of the old weights for good ("0
