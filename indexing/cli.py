@@ -116,7 +116,7 @@ def topic_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any
         chunks = []
         for item in selection.items:
             relpath = in_topic(args.topic, href_path(item["href"]))
-            record = {**item, "href": reader.location(relpath)}
+            record = {**item, "href": reader.href(relpath)}
             if args.show:
                 record["text"] = _text(reader, relpath)
             chunks.append(record)
@@ -163,7 +163,7 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
                 )
     for match in matches:
         relpath = match.pop("path")
-        match["href"] = reader.location(relpath)
+        match["href"] = reader.href(relpath)
         if args.show:
             match["text"] = _text(reader, relpath)
     return {

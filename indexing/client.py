@@ -6,12 +6,14 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
 from embedding.files import root_filesystem
@@ -123,8 +125,15 @@ class IndexReader:
         return f"{self.root}/{href_of(relpath) if web else relpath}"
 
     def location(self, relpath: str) -> str:
-        """The full path or URL of an output-root-relative path, as a client would fetch it."""
+        """The full path or URL of an output-root-relative path, as a message names it."""
         return self.fs.unstrip_protocol(self._path(relpath))
+
+    def href(self, relpath: str) -> str:
+        """The URL of an output-root-relative file, as a client would fetch it: `location`, but a
+        local file's is a percent-encoded file: URI (a `#`, `?` or `%` of a name is the path's)."""
+        if isinstance(self.fs, LocalFileSystem):
+            return Path(self._path(relpath)).as_uri()
+        return self.location(relpath)
 
     def read(self, relpath: str) -> bytes | None:
         """The bytes of an output-root-relative file, or None when it does not exist."""

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -125,7 +127,24 @@ def test_query_reads_an_index_in_a_folder_named_with_two_colons(index_root, tmp_
     assert code == 0
     (tmp_path / "out").mkdir()  # where the chain led
     code, found, _ = run_cli([argv[0], str(named), *argv[1:]], capsys)
-    assert code == 0 and found == expected.replace(str(index_root), str(named))
+    assert code == 0 and found == expected.replace(index_root.as_uri(), named.as_uri())
+
+
+def test_a_local_indexs_hrefs_are_file_uris_a_client_can_fetch(index_root, tmp_path, capsys):
+    """A local index's hrefs were `file://` and the path as it is: in a folder named `out #2?%`,
+    a URL reader took `#2?%/...` for a fragment and fetched `out ` (a space, ambiguous too)."""
+    named = tmp_path / "out #2?%"
+    shutil.copytree(index_root, named)
+    for asked in (["--topic", TOPIC, "--n", "2"], ["--question", QUESTIONS[0]]):
+        code, out, _ = run_cli(["query", str(named), *asked, "--json"], capsys)
+        result = json.loads(out)
+        hrefs = [c["href"] for s in result.get("sources", []) for c in s["chunks"]]
+        hrefs += [m["href"] for m in result.get("matches", [])]
+        assert code == 0 and hrefs, asked
+        for href in hrefs:
+            url = urllib.parse.urlsplit(href)
+            assert (url.scheme, url.query, url.fragment) == ("file", "", ""), href
+            assert Path(urllib.request.url2pathname(url.path)).is_relative_to(named), href
 
 
 def test_query_text_output_and_errors(index_root, capsys):
