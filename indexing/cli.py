@@ -41,9 +41,15 @@ def _port(text: str) -> int:
 
 
 def _question(text: str) -> str:
-    """A `--question` with words to look up: an empty or blank one is bad usage (exit 2)."""
+    """A `--question` with words to look up: an empty or blank one is bad usage (exit 2), and so
+    is one holding bytes that are not UTF-8 (Python's surrogate escapes of them, which the
+    embedding refused: exit 1, "embed: item 0 is not valid Unicode")."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise argparse.ArgumentTypeError("is not UTF-8 text") from error
     return text
 
 

@@ -821,6 +821,16 @@ def test_an_empty_question_is_bad_usage(index_root, capsys):
             assert "argument --question: must not be empty" in capsys.readouterr().err
 
 
+def test_a_question_that_is_not_utf8_is_bad_usage(index_root, capsys):
+    """A question holding a byte that is not UTF-8 (`caf\\xe9` from a Latin-1 terminal, which
+    Python's argv holds as a surrogate escape) went to the embedding, which refused it: exit 1,
+    "embed: item 0 is not valid Unicode". It is bad usage (exit 2), naming --question."""
+    with pytest.raises(SystemExit) as stop:
+        run_cli(["query", str(index_root), "--question", "caf\udce9 au lait"], capsys)
+    assert stop.value.code == 2
+    assert "argument --question: is not UTF-8 text" in capsys.readouterr().err
+
+
 def test_a_question_with_source_or_technical_is_bad_usage(index_root, capsys):
     """A question's matches come from every source, in score order: `--source` and `--technical`
     were left out without a word (exit 0), as if they had narrowed the answer."""
