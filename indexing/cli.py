@@ -214,9 +214,10 @@ def _message(error: Exception, root: str) -> str:
     it), on one line (a file's name may hold a line break: it is written as `\\n`)."""
     import aiohttp  # the HTTP client's errors: imported for `query` alone, not every command
     from botocore.exceptions import BotoCoreError
+    from fsspec.exceptions import FSTimeoutError  # a request that stalled (no text of its own)
 
-    if isinstance(error, (aiohttp.ClientError, BotoCoreError)):
-        text = f"{root}: {type(error).__name__}: {error}"
+    if isinstance(error, (aiohttp.ClientError, BotoCoreError, FSTimeoutError)):
+        text = f"{root}: {type(error).__name__}" + (f": {error}" if str(error) else "")
     else:
         text = str(error) or type(error).__name__
     return text.replace("\r", "\\r").replace("\n", "\\n")

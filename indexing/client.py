@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
@@ -96,6 +97,24 @@ def _index_checks(doc: dict[str, Any]) -> Iterable[str | None]:
             yield f"{where}.{key} names chunks {unknown} that its items lack" if unknown else None
 
 
+# Seconds an http(s) index may keep a request waiting with nothing sent (to connect, or between
+# bytes of an answer), as `mdindex serve` waits for a client: aiohttp's default waited 5 minutes
+# a request, then a TimeoutError naming nothing.
+HTTP_STALL_S = 60
+
+
+def web_options(uri: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """fsspec options for the root `uri`: `options`, and for an http(s) root without its own
+    `client_kwargs` a stall limit (`HTTP_STALL_S`), not a limit on a whole download."""
+    options = dict(options or {})
+    if split_protocol(uri)[0] in ("http", "https") and "client_kwargs" not in options:
+        import aiohttp
+
+        stall = aiohttp.ClientTimeout(total=None, sock_connect=HTTP_STALL_S, sock_read=HTTP_STALL_S)
+        options["client_kwargs"] = {"timeout": stall}
+    return options
+
+
 class NotInIndex(KeyError):
     """What was asked of an index (a source, a chunk) is not in it: a KeyError whose str() is its
     message (a KeyError's own str() quotes it)."""
@@ -114,7 +133,7 @@ class IndexReader:
     @classmethod
     def open(cls, uri: str, storage_options: dict | None = None) -> IndexReader:
         """A reader for the index rooted at `uri`."""
-        fs, root = root_filesystem(uri, storage_options)
+        fs, root = root_filesystem(uri, web_options(uri, storage_options))
         return cls(fs=fs, root=root)
 
     def _path(self, relpath: str) -> str:

@@ -35,7 +35,7 @@ from indexing_support import (
 )
 from jobs_support import fault_environment, without_aws_credentials
 
-from indexing import IndexSettings, build_topic, simhash64
+from indexing import IndexSettings, build_topic, client, simhash64
 from indexing.client import IndexReader, query_embedder
 from indexing.server import make_server, parse_range
 from indexing.simhash_tables import blocks, shard_path
@@ -517,6 +517,27 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def test_a_query_to_a_server_that_never_answers_ends_naming_it(tmp_path, capsys, monkeypatch):
+    """A server that took the connection and sent nothing held `mdindex query` 5 minutes a
+    request (aiohttp's default), then ended it with a TimeoutError naming nothing. A stall of
+    `HTTP_STALL_S` now ends it, exit 1, naming the root."""
+    monkeypatch.setattr(client, "HTTP_STALL_S", 1)
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen()
+        root = f"http://127.0.0.1:{mute.getsockname()[1]}"
+        done = []
+        asking = threading.Thread(
+            target=lambda: done.append(run_cli(["query", root, "--topic", TOPIC], capsys)),
+            daemon=True,
+        )
+        asking.start()
+        asking.join(timeout=20)
+    assert done, "the query still waits"
+    code, out, err = done[0]
+    assert (code, out) == (1, "") and err.startswith(f"mdindex query: {root}: "), err
 
 
 def test_query_names_what_is_damaged_or_unreachable_in_one_line(
