@@ -225,7 +225,8 @@ def _message(error: Exception, root: str) -> str:
 
 def run_query(args: argparse.Namespace) -> int:
     """`mdindex query`: 0 on success, 1 when the index lacks what was asked or is damaged or
-    unreachable (one line naming the file or URL), 2 on bad usage."""
+    unreachable (one line naming the file or URL), 2 on bad usage (a root of no protocol fsspec
+    knows included, as for `mdindex report`)."""
     if args.topic is None and args.question is None:
         print("mdindex query: give --topic, --question or both", file=sys.stderr)
         return 2
@@ -236,6 +237,13 @@ def run_query(args: argparse.Namespace) -> int:
     import aiohttp
     from botocore.exceptions import BotoCoreError  # an S3 endpoint unreachable, no credentials
 
+    from jobs.storage import UnknownProtocol, known_protocol
+
+    try:
+        known_protocol(args.root)  # s4://, S3://; s3:/bucket read a local folder `s3:`
+    except UnknownProtocol as error:
+        print(f"mdindex query: {error}", file=sys.stderr)
+        return 2
     try:
         reader = IndexReader.open(args.root, args.storage_options)
         result = question_result(reader, args) if args.question else topic_result(reader, args)

@@ -852,6 +852,18 @@ def test_a_question_that_is_not_utf8_is_bad_usage(index_root, capsys):
     assert "argument --question: is not UTF-8 text" in capsys.readouterr().err
 
 
+def test_a_root_of_no_known_protocol_is_bad_usage(capsys):
+    """`s4://` and `S3://` were exit 1, and `s3:/b/out` (a slash missing) read a local folder
+    `s3:` and found no index there (exit 1); `mdindex report` calls each bad usage (exit 2)."""
+    for root, expected in [
+        ("s4://b/out", "s4://b/out: Protocol not known: s4"),
+        ("S3://b/out", "S3://b/out: Protocol not known: S3"),
+        ("s3:/b/out", "s3:/b/out reads as a local folder s3:; did you mean s3://b/out?"),
+    ]:
+        code, out, err = run_cli(["query", root, "--topic", TOPIC], capsys)
+        assert (code, out, err) == (2, "", f"mdindex query: {expected}\n"), root
+
+
 def test_a_question_with_source_or_technical_is_bad_usage(index_root, capsys):
     """A question's matches come from every source, in score order: `--source` and `--technical`
     were left out without a word (exit 0), as if they had narrowed the answer."""
