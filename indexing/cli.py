@@ -258,11 +258,18 @@ def run_query(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """`mdindex serve`: serve until interrupted; 2 when the directory does not exist."""
+    """`mdindex serve`: serve until interrupted; 2 when the directory does not exist or its address
+    cannot be listened on (one line naming it)."""
     try:
         server = make_server(args.directory, args.host, args.port)
-    except OSError as error:
+    except NotADirectoryError as error:
         print(f"mdindex serve: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # the address: in use, not this machine's, a host name unknown
+        print(
+            f"mdindex serve: cannot listen on {args.host} port {args.port}: {error}",
+            file=sys.stderr,
+        )
         return 2
     host, port = server.server_address[:2]
     host = f"[{host}]" if ":" in host else host

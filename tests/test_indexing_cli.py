@@ -407,6 +407,20 @@ def test_mdindex_serve_rejects_a_missing_directory(tmp_path, capsys):
     assert code == 2 and "not a directory" in err
 
 
+def test_mdindex_serve_names_an_address_it_cannot_listen_on(tmp_path, capsys):
+    """A port in use was "[Errno 98] Address already in use" and a mistyped host "[Errno -2] Name
+    or service not known", naming neither."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for host, error in [("127.0.0.1", "Address already in use"), ("nohost.invalid", "")]:
+            code, _, err = run_cli(["serve", str(tmp_path), "--host", host, "--port", port], capsys)
+            assert code == 2 and err.count("\n") == 1, err
+            assert err.startswith(f"mdindex serve: cannot listen on {host} port {port}: "), err
+            assert error in err
+
+
 def test_query_an_index_on_s3(index_root, s3_server, capsys):
     # conftest's make_bucket sends LocationConstraint us-east-1, which moto rejects: no region here.
     fs = s3fs.S3FileSystem(skip_instance_cache=True, key="testing", secret="testing",
