@@ -33,8 +33,20 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_text(value: Any) -> bool:
+    """A string that UTF-8 can hold: JSON's escape of a lone surrogate (`"\\ud800"`) parses to
+    one that no output can print (the query ended in a UnicodeEncodeError traceback)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 KINDS: dict[str, Callable[[Any], bool]] = {
-    "string": lambda v: isinstance(v, str),
+    "string": _is_text,
     "int": _is_int,
     "bool": lambda v: isinstance(v, bool),
     "object": lambda v: isinstance(v, dict),

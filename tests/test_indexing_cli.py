@@ -648,6 +648,10 @@ def edited(doc, path: tuple, value):
          "index.json is damaged: _embedded.topics[0] has no string 'id'"),
         (INDEX, ("title",), DELETE, AT_TOPIC,
          f"{INDEX} is damaged: the document has no string 'title'"),
+        (INDEX, ("title",), "Guides \ud800", AT_TOPIC,
+         f"{INDEX} is damaged: the document has no string 'title'"),
+        (INDEX, (*FAQ, "items", 0, "title"), "\udfff", ["--question", QUESTIONS[0], "--json"],
+         "is damaged: _embedded.chunks['faq'].items[0] has no string 'title'"),
         (INDEX, ("_embedded", "chunks"), [], AT_TOPIC,
          "is damaged: _embedded has no object 'chunks'"),
         (INDEX, (*FAQ, "stripe_order"), DELETE, AT_TOPIC,
@@ -681,8 +685,9 @@ def test_query_names_the_field_of_a_document_of_another_shape_in_one_line(
     (KeyError, TypeError, AttributeError: a topic link without `id`, a topic without `title`, a
     source without `stripe_order`, model.json's `options` a list) or a line naming no file (a
     stripe order naming a chunk its items lack; a recorded dtype of "x"), and a file named with a
-    line break took two lines; JSON's `true` passed for an int (Python's 1): now one line naming
-    the file and the field, exit 1."""
+    line break took two lines; JSON's `true` passed for an int (Python's 1), and a title of a
+    lone surrogate's escape ("\\ud800") printed a UnicodeEncodeError traceback: now one line
+    naming the file and the field, exit 1."""
     root = tmp_path / "index"
     shutil.copytree(index_root, root)
     document = root / relpath
