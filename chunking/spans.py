@@ -48,10 +48,12 @@ class Span:
 
 @dataclass(frozen=True)
 class SourceText:
-    """The whole file as one string with the offset where each line starts."""
+    """The whole file as one string with the offset where each line starts, and the lines
+    where its top-level blocks start."""
 
     text: str
     line_starts: tuple[int, ...]
+    block_lines: frozenset[int]
 
     @classmethod
     def of(cls, doc: ParsedDocument) -> SourceText:
@@ -60,7 +62,8 @@ class SourceText:
         for line in doc.lines:
             starts.append(offset)
             offset += len(line) + 1
-        return cls("\n".join(doc.lines), tuple(starts))
+        blocks = frozenset(block.start_line for block in doc.blocks)
+        return cls("\n".join(doc.lines), tuple(starts), blocks)
 
     def line_of(self, offset: int) -> int:
         """1-based line number of the character at `offset`."""
@@ -369,15 +372,17 @@ def line_pieces(
 
 
 def balanced(src: SourceText, span: Span, unclosed: UnclosedFences) -> Span:
-    """`span`, closed by a marker line if it holds a fence that never closes, or starts or ends
-    inside a line and holds a fence marker (a line cut in two can open a fence when read alone,
-    such as "``` a ```" cut after its "a"); only such a span is parsed again."""
+    """`span`, closed by a marker line if it holds a fence that never closes, or holds a fence
+    marker and starts or ends inside a line (a line cut in two can open a fence when read alone,
+    such as "``` a ```" cut after its "a") or starts partway into a block (lines of an HTML
+    block or a list item, read alone, are markdown of their own); only such a span is parsed
+    again."""
     first, last = src.first_line(span), src.last_line(span)
     if unclosed.between(first, last):
         return _balanced(src, span)
     lines = src.lines_span(first, last)  # its whole lines
     cut = src.has_text(lines.start, span.start) or src.has_text(span.end, lines.end)
-    if cut and FENCE_RUN.search(src.render(span)):
+    if (cut or first not in src.block_lines) and FENCE_RUN.search(src.render(span)):
         return _balanced(src, span)
     return span
 

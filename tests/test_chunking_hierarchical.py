@@ -282,3 +282,15 @@ def test_a_chunk_stays_within_a_small_limit_with_the_line_that_closes_its_fence(
     doc = hierarchical(text, max_chunk_size=40, overlap_size=20, hard_max_size=40)
     assert all(len(c.text) <= 40 and not unclosed_fences(c.text) for c in doc.chunks)
     assert piece is None or piece in [c.text for c in doc.chunks]
+
+
+def test_lines_packed_again_inside_an_html_block_are_read_alone():
+    """Lines of an HTML block read alone are markdown: "- a" then "    ~~~ b..." is a list item
+    that opens a fence, though neither line alone opens one. Line cutting kept them apart (the
+    closing line took them past the limit); block packing joined them again, as
+    `spans.balanced` parsed again only a span cut inside a line (found by a random-markdown
+    hunt, 10 documents)."""
+    text = "<pre>\n" + "c" * 36 + "\n\n- a\n    ~~~ " + "b" * 25
+    doc = hierarchical(text, max_chunk_size=40, overlap_size=20, hard_max_size=40)
+    assert all(len(c.text) <= 40 and not unclosed_fences(c.text) for c in doc.chunks)
+    assert [c.text for c in doc.chunks][-2:] == ["- a", "    ~~~ " + "b" * 25]
