@@ -110,14 +110,19 @@ def read_report(output: Storage) -> bytes | None:
 
 
 def parse_report(data: bytes) -> dict[str, Any]:
-    """The run report in report.json's bytes; DamagedReport where they hold no JSON object, or
-    one without a `status` (every version's report has one: `{}` is no run's report)."""
+    """The run report in report.json's bytes; DamagedReport where they hold no JSON object, one
+    holding a lone surrogate, or one without a `status` (every version's report has one: `{}` is
+    no run's report)."""
     try:
         report = json.loads(data)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, nesting
         raise DamagedReport(str(exc) or type(exc).__name__) from exc
     if not isinstance(report, dict):
         raise DamagedReport(f"a JSON {type(report).__name__}, not an object")
+    try:  # JSON's escape of a lone surrogate ("\\ud800") parses to a string no page can hold
+        json.dumps(report, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DamagedReport(f"{ascii(exc.object[exc.start])} is no character") from exc
     if not isinstance(report.get("status"), str):  # every version's report has one
         raise DamagedReport("no 'status'" if "status" not in report else "'status' is no string")
     return report

@@ -298,6 +298,10 @@ DAMAGED = {
         "TypeError: ",
     ),
     "deep": (b"[" * 100_000 + b"]" * 100_000, "maximum recursion depth exceeded"),
+    "lone-surrogate": (  # printed: a UnicodeEncodeError traceback, exit 1
+        b'{"status": "failed", "error": "RuntimeError: \\ud800"}',
+        "'\\ud800' is no character",
+    ),
 }
 
 
