@@ -100,6 +100,7 @@ def _index_checks(doc: dict[str, Any]) -> Iterable[str | None]:
         yield bad_field(f"_embedded.topics[{i}]", link, LINK_FIELDS)
     for stem, entry in embedded.get("chunks", {}).items():
         where = f"_embedded.chunks[{stem!r}]"
+        yield None if _is_text(stem) else f"{where} is named with no text"
         yield bad_field(where, entry, ENTRY_FIELDS)
         for i, item in enumerate(entry["items"]):
             yield bad_field(f"{where}.items[{i}]", item, ITEM_FIELDS)
