@@ -181,13 +181,20 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
 
 
 def _print_text(result: dict[str, Any]) -> None:
+    """`result` for a person. Names, titles and hrefs come from the index (a remote one
+    included), so each line of them is `printable`: a title or file name holding an escape
+    sequence or a line break cannot act on the terminal or pass for a line of its own; a
+    chunk's text (`--show`) is printed as it is, as `cat` would."""
+    from jobs.logs import printable
+
     if "sources" in result:
-        print(f"{result['title']} ({result['topic'] or '/'})")
+        print(printable(f"{result['title']} ({result['topic'] or '/'})"))
         for source in result["sources"]:
             count = _counted(len(source["chunks"]), "chunk")
-            print(f"{source['source']}: {source['order']} stripe order, {count}")
+            print(printable(f"{source['source']}: {source['order']} stripe order, {count}"))
             for item in source["chunks"]:
-                print(f"  [{item['index']}] {item['title']}\n      {item['href']}")
+                print(printable(f"  [{item['index']}] {item['title']}"))
+                print(printable(f"      {item['href']}"))
                 if "text" in item:
                     print("      " + item["text"].replace("\n", "\n      "))
         return
@@ -195,10 +202,9 @@ def _print_text(result: dict[str, Any]) -> None:
     print(f"simhash {result['simhash']}: {result['method']}, {matches}")
     for match in result["matches"]:
         how = f"distance {match['distance']}" if "distance" in match else f"score {match['score']}"
-        print(
-            f"  {match['topic'] or '/'} {match['source']} [{match['index']}] {match['title']} "
-            f"({how})\n      {match['href']}"
-        )
+        where = f"{match['topic'] or '/'} {match['source']} [{match['index']}] {match['title']}"
+        print(printable(f"  {where} ({how})"))
+        print(printable(f"      {match['href']}"))
         if "text" in match:
             print("      " + match["text"].replace("\n", "\n      "))
 

@@ -874,6 +874,28 @@ def test_a_question_that_is_not_utf8_is_bad_usage(index_root, capsys):
     assert "argument --question: is not UTF-8 text" in capsys.readouterr().err
 
 
+def test_query_text_output_writes_what_a_terminal_acts_on_as_escapes(index_root, tmp_path, capsys):
+    """Titles and names come from the index (a remote one too): a title holding an ESC sequence
+    (one clears the screen) or a line break reached the terminal as it was."""
+    question = ["--question", QUESTIONS[0]]
+    code, out, _ = run_cli(["query", str(index_root), *question, "--json"], capsys)
+    match = json.loads(out)["matches"][0]
+    root = tmp_path / "index"
+    shutil.copytree(index_root, root)
+    doc = json.loads((root / INDEX).read_bytes())
+    doc["title"] = "Intro\x1b[2J"
+    for name, index in [("faq", 0), (match["source"], match["index"])]:
+        items = doc["_embedded"]["chunks"][name]["items"]
+        next(i for i in items if i["index"] == index)["title"] = "T\nfake: line"
+    (root / INDEX).write_text(json.dumps(doc))
+    for asked in ([*AT_TOPIC, "--source", "faq", "--n", "2"], question):
+        code, out, _ = run_cli(["query", str(root), *asked], capsys)
+        assert code == 0 and "\x1b" not in out, asked
+        assert "T\\nfake: line" in out and "\nfake" not in out, out
+    code, out, _ = run_cli(["query", str(root), *AT_TOPIC, "--n", "1"], capsys)
+    assert out.startswith(f"Intro\\x1b[2J ({TOPIC})\n"), out
+
+
 def test_a_root_of_no_known_protocol_is_bad_usage(capsys):
     """`s4://` and `S3://` were exit 1, and `s3:/b/out` (a slash missing) read a local folder
     `s3:` and found no index there (exit 1); `mdindex report` calls each bad usage (exit 2)."""
