@@ -6,6 +6,7 @@ page in the default browser."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import webbrowser
@@ -80,7 +81,11 @@ def run_report(args: argparse.Namespace) -> int:
     except (OSError, BotoCoreError) as exc:
         print(f"mdindex report: {error_text(exc)}", file=sys.stderr)
         return 1
-    print(f"{text}\nreport: {page.resolve()}")
+    # A reader that stopped (`| head -1`) must not turn --check's code into 0: the print meets
+    # the closed pipe at once where output is unbuffered (PYTHONUNBUFFERED=1, as under many
+    # schedulers), and run_program gives 0 for a BrokenPipeError raised in the command.
+    with contextlib.suppress(BrokenPipeError):
+        print(f"{text}\nreport: {page.resolve()}")
     if args.open:
         webbrowser.open(page.resolve().as_uri())
     return outcome_code(report) if args.check else 0

@@ -378,6 +378,27 @@ def test_report_command_into_a_closed_pipe_ends_quietly_with_its_code(tmp_path):
     assert (tmp_path / "_reindex" / "report.html").is_file()
 
 
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_report_check_into_a_closed_pipe_keeps_the_last_runs_code(tmp_path, unbuffered):
+    """`mdindex report --check OUT | head -1` where head has gone: with PYTHONUNBUFFERED=1 (this
+    project's machines, many schedulers) the summary's print met the closed pipe in the command,
+    and the program exited 0 for a run that failed: a health check that never fires."""
+    (tmp_path / "_reindex").mkdir()
+    failed = {"status": "failed", "exit_code": 1, "error": "RuntimeError: worker died"}
+    (tmp_path / "_reindex" / "report.json").write_text(json.dumps(failed))
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "report", "--check", str(tmp_path)],
+            cwd=ROOT, stdout=write, stderr=subprocess.PIPE, text=True, timeout=60,
+            env={**os.environ, "PYTHONUNBUFFERED": unbuffered},
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (1, "")
+
+
 def test_a_builds_summary_into_a_closed_pipe_keeps_the_builds_exit_code(
     built, tmp_path, monkeypatch
 ):
