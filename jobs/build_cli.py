@@ -111,8 +111,13 @@ def run_build(args: argparse.Namespace) -> int:
         except (InputNotFound, ModelNotFound, OutputNotFound) as exc:
             print(f"mdindex build: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        except Exception:  # noqa: BLE001 - e.g. an unreadable output: exit code 1
+        except Exception as exc:  # noqa: BLE001 - e.g. an unreadable output: exit code 1
+            from jobs.report import error_text
+
             log.exception("the dry run failed")
+            # the traceback's last line, as the build's: "NoCredentialsError: Unable to locate
+            # credentials" at the end of 60 lines of s3fs frames said no more
+            print(f"mdindex build: the dry run failed: {error_text(exc)}", file=sys.stderr)
             return EXIT_JOB_FAILED
         print(plan)
         return EXIT_OK

@@ -66,6 +66,18 @@ def test_a_dry_run_starts_no_ray_and_writes_nothing(tmp_path):
     assert not any((output / "_reindex" / "manifest.json").iterdir())
 
 
+def test_a_dry_run_that_fails_says_why_in_one_line(tmp_path, capsys):
+    """A dry run that could not read the output or input (an S3 store without credentials:
+    `configs/cluster-gpu.yaml --dry-run` on a laptop) ended in a traceback alone, its last line
+    the error; the build says "mdindex build: the job failed: ...", the dry run now too."""
+    output = tmp_path / "out"
+    (output / "_reindex" / "manifest.json").mkdir(parents=True)  # a manifest it cannot read
+    args = ["--config", CONFIG, "--input", str(CORPUS), "--output", str(output), "--dry-run"]
+    assert main(args) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("mdindex build: the dry run failed: IsADirectoryError: "), last
+
+
 OLDER_MANIFEST = {  # a manifest of format 2, as a build of 2026-11-25 left it (fields elided)
     "format": 2,
     "config_key": "0123456789abcdef",
