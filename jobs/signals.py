@@ -99,7 +99,9 @@ def run_program(main: Callable[[], int]) -> NoReturn:
     outcome: its exit code is the code `main` returned (the pipe closed at the last flush), or 0
     where it closed while `main` printed (each command prints once its work is done; a build keeps
     its code itself). Standard output then points at os.devnull, so that the flush at the
-    interpreter's exit finds no closed pipe (the Python docs' "Note on SIGPIPE")."""
+    interpreter's exit finds no closed pipe (the Python docs' "Note on SIGPIPE"). Ctrl-C that
+    `main` leaves to Python (`mdindex query` waiting on a server or loading a model) exits 130
+    quietly, as a build stopped by it does."""
     program_start()
     code = 0
     try:
@@ -107,6 +109,8 @@ def run_program(main: Callable[[], int]) -> NoReturn:
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except KeyboardInterrupt:  # Ctrl-C in a command without its own handling (query, report)
+        code = 128 + signal.SIGINT  # as a shell gives it, without a 40-line traceback
     except SystemExit as exc:  # a second SIGTERM while a stopped or failed build wrote its report
         if exc.code != signal.SIGTERM:
             raise

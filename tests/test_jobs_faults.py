@@ -521,6 +521,27 @@ def test_a_second_sigterm_while_a_stopped_build_writes_its_report_exits_143():
     assert (done.returncode, done.stderr) == (143, b"")
 
 
+# A command that leaves Ctrl-C to Python (`mdindex query` waiting on a server, loading a model).
+CTRL_C = """
+import os, signal
+from jobs.signals import run_program
+
+def main():
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's Ctrl-C finds it
+    os.kill(os.getpid(), signal.SIGINT)
+    return 0
+
+run_program(main)
+"""
+
+
+def test_ctrl_c_in_a_command_without_its_own_handling_exits_130_quietly():
+    """`mdindex query` or `report` stopped by Ctrl-C printed a KeyboardInterrupt traceback of
+    some 40 lines (from fsspec's event loop, transformers' imports)."""
+    done = subprocess.run([sys.executable, "-c", CTRL_C], capture_output=True, timeout=60)
+    assert (done.returncode, done.stderr) == (130, b"")
+
+
 def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path):
     """SIGTERM while the build lists an input on a hung S3 endpoint (before Ray starts): exit 143,
     as a shell gives it, and a failed report that says what stopped it, within about a second."""
