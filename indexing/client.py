@@ -183,11 +183,14 @@ class IndexReader:
             raise ValueError(f"{self.location(relpath)} is not JSON: {error}") from error
 
     def index(self, topic: str) -> dict[str, Any]:
-        """The parsed index.json of a topic or directory; FileNotFoundError naming it if absent,
+        """The parsed index.json of a topic or directory; FileNotFoundError naming it if absent
+        (naming the root instead when the root has no index.json either),
         ValueError naming it when it is not an index (not JSON; `[]`, say) or is damaged (naming
         the field: `index_problem`)."""
         relpath = in_topic(topic, INDEX)
         data = self.read(relpath)
+        if data is None and topic and self.read(INDEX) is None:  # a root mistyped, say
+            raise FileNotFoundError(f"{self.location('')} holds no index: it has no index.json")
         if data is None:
             raise FileNotFoundError(f"no index.json for topic {topic!r} under {self.location('')}")
         doc = self.parsed(relpath, data)

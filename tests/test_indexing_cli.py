@@ -896,6 +896,17 @@ def test_query_text_output_writes_what_a_terminal_acts_on_as_escapes(index_root,
     assert out.startswith(f"Intro\\x1b[2J ({TOPIC})\n"), out
 
 
+def test_a_root_that_holds_no_index_is_named_as_such(index_root, tmp_path, capsys):
+    """A mistyped root was "no index.json for topic 'guides/intro' under file:///…/absent", as
+    if the topic alone were missing."""
+    for root in (tmp_path / "absent", tmp_path):
+        code, out, err = run_cli(["query", str(root), *AT_TOPIC], capsys)
+        assert (code, out) == (1, "")
+        assert err == f"mdindex query: {root.as_uri()} holds no index: it has no index.json\n"
+    code, _, err = run_cli(["query", str(index_root), "--topic", "guides/intr0"], capsys)
+    assert code == 1 and "no index.json for topic 'guides/intr0' under " in err
+
+
 def test_a_root_of_no_known_protocol_is_bad_usage(capsys):
     """`s4://` and `S3://` were exit 1, and `s3:/b/out` (a slash missing) read a local folder
     `s3:` and found no index there (exit 1); `mdindex report` calls each bad usage (exit 2)."""
