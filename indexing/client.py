@@ -189,7 +189,7 @@ class IndexReader:
         the field: `index_problem`)."""
         relpath = in_topic(topic, INDEX)
         data = self.read(relpath)
-        if data is None and topic and self.read(INDEX) is None:  # a root mistyped, say
+        if data is None and (not topic or self.read(INDEX) is None):  # a root mistyped, say
             raise FileNotFoundError(f"{self.location('')} holds no index: it has no index.json")
         if data is None:
             raise FileNotFoundError(f"no index.json for topic {topic!r} under {self.location('')}")

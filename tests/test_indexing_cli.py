@@ -898,10 +898,10 @@ def test_query_text_output_writes_what_a_terminal_acts_on_as_escapes(index_root,
 
 def test_a_root_that_holds_no_index_is_named_as_such(index_root, tmp_path, capsys):
     """A mistyped root was "no index.json for topic 'guides/intro' under file:///…/absent", as
-    if the topic alone were missing."""
-    for root in (tmp_path / "absent", tmp_path):
-        code, out, err = run_cli(["query", str(root), *AT_TOPIC], capsys)
-        assert (code, out) == (1, "")
+    if the topic alone were missing (a question: "for topic ''")."""
+    for root, asked in [(tmp_path / "absent", AT_TOPIC), (tmp_path, AT_TOPIC), (tmp_path, ZEBRA)]:
+        code, out, err = run_cli(["query", str(root), *asked], capsys)
+        assert (code, out) == (1, ""), asked
         assert err == f"mdindex query: {root.as_uri()} holds no index: it has no index.json\n"
     code, _, err = run_cli(["query", str(index_root), "--topic", "guides/intr0"], capsys)
     assert code == 1 and "no index.json for topic 'guides/intr0' under " in err
