@@ -28,6 +28,7 @@ EXIT_SOURCES_FAILED = 3
 EXIT_BUSY = 75  # sysexits' EX_TEMPFAIL: a scheduler may try again later
 
 log = logging.getLogger("mdindex.build")
+BOTO_LOGGERS = ("botocore", "aiobotocore")  # their INFO lines stay out of a build's log
 
 
 class Interrupted(Exception):
@@ -96,6 +97,10 @@ def run_build(args: argparse.Namespace) -> int:
     from jobs.report import summary
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    # Not the build's lines: an S3 build (and its dry run) printed botocore's "Found credentials
+    # in environment variables." and "Found endpoint for s3 via: ..." two to four times each
+    for name in BOTO_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         config = load_config(
             one_config(args.config),

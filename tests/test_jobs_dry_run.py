@@ -78,6 +78,29 @@ def test_a_dry_run_that_fails_says_why_in_one_line(tmp_path, capsys):
     assert last.startswith("mdindex build: the dry run failed: IsADirectoryError: "), last
 
 
+def test_a_build_logs_no_info_lines_of_botocore(tmp_path):
+    """An S3 build's log (a dry run's too) held botocore's "Found credentials in environment
+    variables." and "Found endpoint for s3 via: environment_global." two to four times: the
+    root logger at INFO let them through. Its warnings still pass. In a fresh process, whose
+    root logger the command configures."""
+    script = (
+        "import logging; from jobs.reindex import main\n"
+        f"code = main(['--config', {CONFIG!r}, '--input', {str(CORPUS)!r}, "
+        f"'--output', {str(tmp_path)!r}, '--dry-run'])\n"
+        "for name in ('botocore.credentials', 'aiobotocore.credentials'):\n"
+        "    logging.getLogger(name).info('Found credentials in environment variables.')\n"
+        "    logging.getLogger(name).warning('a warning of %s', name)\n"
+    )
+    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Found credentials" not in done.stderr
+    assert "a warning of botocore.credentials" in done.stderr
+    assert "a warning of aiobotocore.credentials" in done.stderr
+
+
 OLDER_MANIFEST = {  # a manifest of format 2, as a build of 2026-11-25 left it (fields elided)
     "format": 2,
     "config_key": "0123456789abcdef",
