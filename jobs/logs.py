@@ -13,6 +13,10 @@ What Ray prints on a healthy run that we cannot avoid is filtered here, and only
 - Ray Data's warning that the store stage received fewer batches than its bound on tasks at once
   (`jobs.resources.store_stage_args`: one per CPU): a bound above the work is harmless, and the
   number of embedded blocks is not known before the run.
+- Ray Data's warning that the embedding pool's fixed number of actors is above the batches it
+  received ("The minimum number of concurrent actors for 'MapBatches(EmbedActor)' is set to 2,
+  but the operator only received 1 input(s)"): `resources.embed.actors` set on a small corpus or
+  edit; the extra actors idle, and the pool's size is logged as "embedding pool: ...".
 - Ray Data's console lines below WARNING, and its "Progress bars disabled" warning (we disable the
   bars ourselves outside a terminal, and log our own progress line instead). Ray Data still writes
   everything to `ray-data.log` in the Ray session's log folder.
@@ -40,6 +44,10 @@ HARMLESS_STDERR = (re.compile(rb"core_worker\.cc.*constructor arguments in the o
 PROGRESS_BARS_DISABLED = "Progress bars disabled"
 STORE_BOUND_ABOVE_INPUTS = (
     r"The maximum number of concurrent tasks for 'MapBatches\(store_entries\)"
+)
+
+EMBED_ACTORS_ABOVE_INPUTS = (
+    r"The minimum number of concurrent actors for 'MapBatches\(EmbedActor\)'"
 )
 
 
@@ -79,6 +87,9 @@ def clean_logs() -> Iterator[None]:
             )
             warnings.filterwarnings(
                 "ignore", message=STORE_BOUND_ABOVE_INPUTS, category=UserWarning
+            )
+            warnings.filterwarnings(
+                "ignore", message=EMBED_ACTORS_ABOVE_INPUTS, category=UserWarning
             )
             yield
     finally:

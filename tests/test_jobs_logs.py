@@ -65,6 +65,24 @@ def test_clean_logs_quiets_ray_datas_own_console_only():
         logger.removeHandler(mine)
 
 
+def test_clean_logs_drops_ray_datas_warnings_of_stage_bounds_above_the_work():
+    """`--set resources.embed.actors=2` (README's example) on a corpus of one batch printed Ray
+    Data's UserWarning "The minimum number of concurrent actors for 'MapBatches(EmbedActor)' is
+    set to 2, but the operator only received 1 input(s)" with its `warnings.warn(` line; other
+    UserWarnings pass."""
+    import warnings
+
+    embed = (
+        "The minimum number of concurrent actors for 'MapBatches(EmbedActor)' is set to 2, but "
+        "the operator only received 1 input(s)."
+    )
+    store = "The maximum number of concurrent tasks for 'MapBatches(store_entries)' is set to 2"
+    with clean_logs(), warnings.catch_warnings(record=True) as shown:
+        for message in (embed, store, "another warning"):
+            warnings.warn(message, UserWarning, stacklevel=1)
+    assert [str(w.message) for w in shown] == ["another warning"]
+
+
 def test_stderr_filter_ends_at_once_after_a_line_without_its_newline(capfd):
     """A progress bar's last refresh ends in "\\r", not "\\n": the end marker was written onto
     that line, never matched, leaked to stderr, and the exit waited its whole 5 s timeout."""
