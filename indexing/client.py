@@ -168,7 +168,11 @@ class IndexReader:
         return self.location(relpath)
 
     def read(self, relpath: str) -> bytes | None:
-        """The bytes of an output-root-relative file, or None when it does not exist."""
+        """The bytes of an output-root-relative file, or None when it does not exist; ValueError
+        naming a path that leads out of the root (a damaged index's `../` href, which
+        `--show` printed: any file of a local root's machine)."""
+        if relpath.startswith("/") or ".." in relpath.split("/"):
+            raise ValueError(f"{self.location(relpath)} leads out of the index: it is damaged")
         try:
             return self.fs.cat_file(self._path(relpath))
         except FileNotFoundError:

@@ -675,6 +675,8 @@ def edited(doc, path: tuple, value):
          "is damaged: _embedded.chunks['faq'].items[0] has no list of ints 'prompt_hashes'"),
         (INDEX, (*FAQ, "items", 0, "href"), "_chunks/new%0Aline-0.md", [*AT_TOPIC, "--show"],
          f"{TOPIC}/_chunks/new\\nline-0.md is missing"),
+        (INDEX, (*FAQ, "items", 0, "href"), "../../../hosts", [*AT_TOPIC, "--show"],
+         f"{TOPIC}/../../../hosts leads out of the index: it is damaged"),
         ("_index/model.json", (), {"model": MODEL, "options": []}, ZEBRA,
          "_index/model.json is damaged: the document has no object 'options'"),
         ("_index/model.json", (), {"model": MODEL, "options": {"query_prefix": 5}}, ZEBRA,
