@@ -86,8 +86,10 @@ def run_report(args: argparse.Namespace) -> int:
     # schedulers), and run_program gives 0 for a BrokenPipeError raised in the command.
     with contextlib.suppress(BrokenPipeError):
         print(f"{text}\nreport: {page.resolve()}")
-    if args.open:
-        webbrowser.open(page.resolve().as_uri())
+    if args.open and not webbrowser.open(page.resolve().as_uri()):
+        # no browser here (a server, an SSH session): it returned False, and --open said nothing
+        print("mdindex report: no browser found to open the page: open it from the path above",
+              file=sys.stderr)  # fmt: skip
     return outcome_code(report) if args.check else 0
 
 

@@ -359,6 +359,26 @@ def test_report_storage_options_that_are_no_json_object_are_bad_usage(tmp_path, 
         assert "--storage-options" in capsys.readouterr().err
 
 
+def test_report_open_without_a_browser_says_so(tmp_path, capsys, monkeypatch):
+    """`mdindex report OUT --open` where no browser can be found (a server, an SSH session)
+    printed the summary and exited 0 without a word that nothing opened."""
+    import webbrowser
+
+    (tmp_path / "_reindex").mkdir()
+    failed = {"status": "failed", "exit_code": 1, "error": "RuntimeError: worker died"}
+    (tmp_path / "_reindex" / "report.json").write_text(json.dumps(failed))
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", lambda url: opened.append(url) or False)
+    assert mdindex(["report", str(tmp_path), "--open"]) == 0
+    assert opened == [(tmp_path / "_reindex" / "report.html").resolve().as_uri()]
+    assert capsys.readouterr().err == (
+        "mdindex report: no browser found to open the page: open it from the path above\n"
+    )
+    monkeypatch.setattr(webbrowser, "open", lambda url: True)
+    assert mdindex(["report", str(tmp_path), "--open"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_report_command_into_a_closed_pipe_ends_quietly_with_its_code(tmp_path):
     """`mdindex report OUT | head -1` where head has gone: the summary met a closed pipe at the
     program's last flush ("Exception ignored ... BrokenPipeError", exit 120)."""
