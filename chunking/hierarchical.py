@@ -243,10 +243,13 @@ class HierarchicalStrategy(Strategy):
         within `overlap_size` characters, else its last whole words within them, the piece
         staying within `max_chunk_size` (with the line that closes a fence it opens, such as a
         quote's `> ~~~`); never from code or table lines, nor from a run of backticks or tildes
-        (the chunk would open a fence). `piece.start` when nothing fits."""
-        if piece.prefix or before.suffix or not self.options["overlap_size"]:
+        (the chunk would open a fence), nor into a piece with context: a reopened fence, or a
+        closing line (a piece cut before a line's `~~~` opens a fence alone, and its closing
+        line would open one once the overlap brings back the start of that line).
+        `piece.start` when nothing fits."""
+        if piece.prefix or piece.suffix or before.suffix or not self.options["overlap_size"]:
             return piece.start
-        room = self.options["max_chunk_size"] - (piece.end - before.end) - len(piece.suffix)
+        room = self.options["max_chunk_size"] - (piece.end - before.end)
         earliest = max(before.start, before.end - min(self.options["overlap_size"], room))
         if earliest >= before.end:
             return piece.start

@@ -294,3 +294,13 @@ def test_lines_packed_again_inside_an_html_block_are_read_alone():
     doc = hierarchical(text, max_chunk_size=40, overlap_size=20, hard_max_size=40)
     assert all(len(c.text) <= 40 and not unclosed_fences(c.text) for c in doc.chunks)
     assert [c.text for c in doc.chunks][-2:] == ["- a", "    ~~~ " + "b" * 25]
+
+
+def test_the_overlap_never_comes_before_a_piece_with_a_closing_line():
+    """A piece cut before a line's `~~~` opens a fence alone and gets a closing line; an
+    overlap that brought back the line's start ("- one two") kept that closing line, which
+    then closed nothing and opened a fence (found by a random-markdown hunt)."""
+    doc = hierarchical(
+        "## Title\n- one two ~~~ three four", max_chunk_size=30, overlap_size=10, hard_max_size=30
+    )
+    assert [c.text for c in doc.chunks] == ["## Title\n- one two", "~~~ three four\n~~~"]
