@@ -86,7 +86,7 @@ def embed_pool(
         return EmbedPool(actors, most, num_cpus, resources.num_gpus, _threads(num_cpus))
     if resources.num_cpus is not None:
         threads = _threads(resources.num_cpus)
-        actors = resources.actors or max(1, int(cpus // threads))
+        actors = resources.actors or max(1, spare_actors(cpus, resources.num_cpus))
         return EmbedPool(actors, resources.max_actors, resources.num_cpus, 0.0, threads)
     actors = resources.actors or max(1, min(batches, int(cpus // auto_threads(cpus))))
     threads = max(1, int(cpus // max(actors, resources.max_actors or 0)))
@@ -105,17 +105,59 @@ def infeasible(resources: ResourcesConfig, nodes: list[dict[str, float]]) -> lis
         "an embedding actor (resources.embed)": (actor.num_cpus, actor.num_gpus),
         "a topic's reduce (resources.index)": (resources.index.num_cpus, 0.0),
     }
-    return [
+    missing = [
         f"{stage} asks for {describe_resources(cpus, gpus)}"
         for stage, (cpus, gpus) in asks.items()
         if not any(cpus <= n.get("CPU", 0.0) and gpus <= n.get("GPU", 0.0) for n in nodes)
+    ]
+    return missing or _crowded_out(resources, nodes)
+
+
+def _crowded_out(resources: ResourcesConfig, nodes: list[dict[str, float]]) -> list[str]:
+    """The chunk tasks and reduces that no node has a CPU for once the embedding pool's actors
+    are placed (as many on each node as it holds, in turn): the actors hold theirs for the whole
+    build, so the tasks waited for ever (2 CPUs, `resources.embed.num_cpus: 1`, `actors: 2`)."""
+    cpus = sum(node.get("CPU", 0.0) for node in nodes)
+    node_gpus = tuple(node.get("GPU", 0.0) for node in nodes)
+    pool = embed_pool(resources.embed, cpus, 1, node_gpus)  # the fewest actors it starts with
+    if not pool.num_cpus:
+        return []
+    left, to_place = [], pool.actors
+    for node in nodes:
+        held = min(to_place, int(node.get("CPU", 0.0) / pool.num_cpus + 1e-9))
+        if pool.num_gpus:
+            held = min(held, int(node.get("GPU", 0.0) / pool.num_gpus + 1e-9))
+        to_place -= held
+        left.append(node.get("CPU", 0.0) - held * pool.num_cpus)
+    asks = {
+        "a read-and-chunk task (resources.chunk)": resources.chunk.num_cpus,
+        "a topic's reduce (resources.index)": resources.index.num_cpus,
+    }
+    starved = [
+        f"the {_cpus(needed)} of {stage}"
+        for stage, needed in asks.items()
+        if not any(needed <= free + 1e-9 for free in left)
+    ]
+    if not starved:
+        return []
+    many = pool.actors > 1
+    actors = f"{pool.actors} embedding actors" if many else "an embedding actor"
+    hold = f"hold {_cpus(pool.num_cpus)} each" if many else f"holds {_cpus(pool.num_cpus)}"
+    return [
+        f"{actors} (resources.embed) {hold} for the whole build, leaving no node "
+        f"{' or '.join(starved)}"
     ]
 
 
 def describe_resources(cpus: float, gpus: float) -> str:
     """CPUs and GPUs in words: "2 CPUs and 0.5 GPU", "1 CPU and no GPU"."""
     gpu = f"{gpus:g} GPU" + ("s" if gpus > 1 else "") if gpus else "no GPU"
-    return f"{cpus:g} CPU" + ("s" if cpus != 1 else "") + f" and {gpu}"
+    return f"{_cpus(cpus)} and {gpu}"
+
+
+def _cpus(count: float) -> str:
+    """A CPU count in words: "1 CPU", "0.5 CPUs"."""
+    return f"{count:g} CPU" + ("s" if count != 1 else "")
 
 
 def gpu_slots(node_gpus: tuple[float, ...], num_gpus: float) -> int:
@@ -138,8 +180,13 @@ def gpu_actors(
     sharing the GPU embedded 1.9x as fast as one, until the actor worked on whole columns; since
     then one keeps it 65-86% busy (README, Benchmarks, "GPU")."""
     fill = slots
-    spare_cpus = int((cpus - 1) / num_cpus)
-    return max(1, min(fill, batches, resources.max_actors or fill, spare_cpus))
+    return max(1, min(fill, batches, resources.max_actors or fill, spare_actors(cpus, num_cpus)))
+
+
+def spare_actors(cpus: float, num_cpus: float) -> int:
+    """Actors of `num_cpus` each that leave one of the `cpus` to the chunk tasks (actors that
+    reserved every CPU left the chunk tasks waiting for ever: 2 CPUs, `num_cpus: 1`)."""
+    return int((cpus - 1) / num_cpus)
 
 
 def gpu_max_actors(resources: EmbedResources, batches: int) -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -172,6 +173,11 @@ def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_to_the_gpus():
     assert (few.actors, few.threads) == (3, 5)
     tiny = embed_pool(EmbedResources(), 2, batches=1)
     assert (tiny.actors, tiny.threads) == (1, 2)
+    # actors that reserve CPUs leave one to the chunk tasks (two of one CPU on 2 CPUs left them
+    # none: the build waited for ever)
+    reserving = embed_pool(EmbedResources(num_cpus=1), 2, batches=8)
+    assert (reserving.actors, reserving.threads, reserving.num_cpus) == (1, 1, 1)
+    assert embed_pool(EmbedResources(num_cpus=2), 16, batches=8).actors == 7
     explicit = embed_pool(EmbedResources(actors=2, num_cpus=0.5), 16, batches=1)
     assert (explicit.actors, explicit.threads, explicit.num_cpus) == (2, 1, 0.5)
     # a set actor count shares the CPUs between its actors' threads (its largest, if it scales)
@@ -285,7 +291,7 @@ def test_a_stage_that_no_node_can_hold_is_named_with_what_one_task_or_actor_asks
     gpu = ResourcesConfig(embed=EmbedResources(actors=2, num_cpus=2, num_gpus=0.5))
     actor = "an embedding actor (resources.embed) asks for 2 CPUs and 0.5 GPU"
     assert infeasible(gpu, [{"CPU": 2.0}]) == [actor]
-    assert infeasible(gpu, [{"CPU": 2.0, "GPU": 1.0}]) == []
+    assert infeasible(gpu, [{"CPU": 5.0, "GPU": 1.0}]) == []
     assert infeasible(gpu, [{"CPU": 16.0}, {"CPU": 8.0, "GPU": 1.0}]) == []  # on the GPU node
     assert infeasible(gpu, [{"CPU": 1.0, "GPU": 8.0}, {"CPU": 64.0}]) == [actor]  # on neither
     assert infeasible(ResourcesConfig(), [{"CPU": 1.0}]) == []  # a CPU actor reserves no CPU
@@ -293,6 +299,36 @@ def test_a_stage_that_no_node_can_hold_is_named_with_what_one_task_or_actor_asks
     reduce = "a topic's reduce (resources.index) asks for 4 CPUs and no GPU"
     assert infeasible(big, [{"CPU": 2.0, "GPU": 1.0}]) == [reduce]
     assert infeasible(big, [{"CPU": 2.0}, {"CPU": 4.0}]) == []
+
+
+def test_embedding_actors_that_hold_every_cpu_a_chunk_task_could_take_are_named():
+    """Two actors of one CPU on 2 CPUs (or `configs/cluster-gpu.yaml`'s two of 2 CPUs beside a
+    GPU on a 2-CPU machine) each fit, but together held every CPU for the whole build: the chunk
+    tasks and reduces waited for ever, "0/6 sources done" every 30 s."""
+    crowded = ResourcesConfig(embed=EmbedResources(actors=2, num_cpus=1))
+    assert infeasible(crowded, [{"CPU": 2.0}]) == [
+        "2 embedding actors (resources.embed) hold 1 CPU each for the whole build, leaving no "
+        "node the 1 CPU of a read-and-chunk task (resources.chunk) or the 1 CPU of a topic's "
+        "reduce (resources.index)"
+    ]
+    assert infeasible(crowded, [{"CPU": 3.0}]) == []
+    assert infeasible(crowded, [{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}]) == []  # the third
+    whole = ResourcesConfig(embed=EmbedResources(num_cpus=2))  # the one actor it sizes to
+    assert infeasible(whole, [{"CPU": 2.0}]) == [
+        "an embedding actor (resources.embed) holds 2 CPUs for the whole build, leaving no node "
+        "the 1 CPU of a read-and-chunk task (resources.chunk) or the 1 CPU of a topic's reduce "
+        "(resources.index)"
+    ]
+    big_reduce = replace(crowded, index=IndexResources(num_cpus=2))
+    assert infeasible(big_reduce, [{"CPU": 3.0}]) == [
+        "2 embedding actors (resources.embed) hold 1 CPU each for the whole build, leaving no "
+        "node the 2 CPUs of a topic's reduce (resources.index)"
+    ]
+    gpu = ResourcesConfig(embed=EmbedResources(actors=2, num_cpus=2, num_gpus=0.5))
+    assert (
+        "leaving no node the 1 CPU of a read-and-chunk task"
+        in infeasible(gpu, [{"CPU": 2.0, "GPU": 1.0}])[0]
+    )
 
 
 def test_a_gpu_pool_embeds_calls_of_sources_that_fill_its_fixed_shape_micro_batches():
