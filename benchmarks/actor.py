@@ -55,7 +55,7 @@ def chunked_calls(config, cpus: int) -> tuple[list[pa.Table], list, object]:
     """The corpus's embedding calls as a build cuts them, the pool and the chunk tasks' encoder."""
     found = discover(config, list_input(config))
     topics = [t for t in found.plan.topics if t.action == REBUILD]
-    rows = work_rows(topics, found.plan, found.previous, found.sizes, carry=True)
+    rows = work_rows(topics, found.plan, found.previous, found.sizes)
     work = prepare_work(config, rows, cpus)
     encoder = chunk_encoder(config)
     settings = chunk_settings(config, frozenset(found.plan.fingerprints), encoder)
@@ -65,8 +65,8 @@ def chunked_calls(config, cpus: int) -> tuple[list[pa.Table], list, object]:
     if work.call_rows is not None:
         table = pa.concat_tables(chunked)
         chunked = [table.slice(i, work.call_rows) for i in range(0, table.num_rows, work.call_rows)]
-    gpus = 1.0 if config.resources.embed.num_gpus else 0.0
-    return chunked, embed_pool(config.resources.embed, cpus, len(chunked), gpus), encoder
+    node_gpus = (1.0,) if config.resources.embed.num_gpus else ()  # the one GPU an actor uses
+    return chunked, embed_pool(config.resources.embed, cpus, len(chunked), node_gpus), encoder
 
 
 def timed(actor: EmbedActor, call: pa.Table) -> tuple[int, float]:
