@@ -105,10 +105,16 @@ def main() -> int:
     parser.add_argument("--corpora-dir", type=Path, default=REPO.parent / "shared" / "corpora")
     parser.add_argument("--cache-dir", type=Path, default=REPO / ".bench")
     args = parser.parse_args()
-    model = args.model or ("minilm" if args.device == "cuda" else "standin")
     print("machine:", machine(args.device))
     root = unpack(args.corpora_dir, args.cache_dir, CORPORA[args.corpus])
-    scratch = Path(tempfile.mkdtemp(prefix="mdindex-actor-"))
+    with tempfile.TemporaryDirectory(prefix="mdindex-actor-") as scratch:
+        return measure(args, root, Path(scratch))
+
+
+def measure(args: argparse.Namespace, root: Path, scratch: Path) -> int:
+    """Chunk the corpus at `root`, start one actor and print its passes (output and cache in
+    `scratch`)."""
+    model = args.model or ("minilm" if args.device == "cuda" else "standin")
     settings = [f"input={root}", f"output={scratch / 'out'}", f"cache={scratch / 'cache'}"]
     settings += model_settings(args.cache_dir, model, args.device)
     config = load_config(str(JOB_CONFIG), settings=settings)
