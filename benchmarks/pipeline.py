@@ -1123,10 +1123,13 @@ def main(argv: list[str] | None = None) -> int:
 
     facts = machine(args.device)
     print("machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
-    cache = args.cache_dir.resolve()
-    s3 = S3() if "s3" in args.storage else None
     results: list[BuildResult] = []
     serial: dict[tuple[str, str], SerialResult] = {}
+    if args.json:  # a path that cannot be written fails now, not after the builds
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        save_json(args.json, facts, results, serial)
+    cache = args.cache_dir.resolve()
+    s3 = S3() if "s3" in args.storage else None
     try:
         for name in args.corpus:
             corpus = name if args.copies == 1 else f"{name}-x{args.copies}"
@@ -1146,6 +1149,8 @@ def main(argv: list[str] | None = None) -> int:
                         corpus, model, storage, original, settings, remote, args
                     ):
                         results.append(result)
+                        if args.json:
+                            save_json(args.json, facts, results, serial)
                         loop = serial.get((corpus, model))
                         print_build(result, loop)
                         if loop and result.spec.run == "cold":
@@ -1154,17 +1159,27 @@ def main(argv: list[str] | None = None) -> int:
         if s3:
             s3.stop()
         empty_trash(cache / TRASH)
-    found = targets(results, serial)
-    print_targets(found)
-    if args.json:
-        document = {
-            "machine": facts,
-            "builds": [dataclasses.asdict(r) for r in results],
-            "serial": [dataclasses.asdict(s) for s in serial.values()],
-            "targets": [{**dataclasses.asdict(t), "passed": t.passed} for t in found],
-        }
-        args.json.write_text(json.dumps(document, indent=2) + "\n")
+    print_targets(targets(results, serial))
     return 0
+
+
+def save_json(
+    path: Path,
+    facts: dict[str, Any],
+    results: list[BuildResult],
+    serial: dict[tuple[str, str], SerialResult],
+) -> None:
+    """The machine, the builds and serial loops so far and their targets, as JSON in `path`
+    (written after each build, so a run stopped midway keeps what it measured)."""
+    document = {
+        "machine": facts,
+        "builds": [dataclasses.asdict(r) for r in results],
+        "serial": [dataclasses.asdict(s) for s in serial.values()],
+        "targets": [
+            {**dataclasses.asdict(t), "passed": t.passed} for t in targets(results, serial)
+        ],
+    }
+    path.write_text(json.dumps(document, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,20 @@
+"""benchmarks/pipeline.py's --json: its path is made and written before any build, so a path
+that cannot be written fails at once, and a run that stops midway leaves valid JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.pipeline import main
+
+
+def test_json_is_written_before_the_first_build(tmp_path: Path):
+    saved = tmp_path / "out" / "bench.json"  # its folder not there yet
+    missing = tmp_path / "no-corpora"
+    with pytest.raises(FileNotFoundError, match="no-corpora"):
+        main(["--json", str(saved), "--corpora-dir", str(missing), "--cache-dir", str(tmp_path)])
+    document = json.loads(saved.read_text())
+    assert document["builds"] == [] and document["serial"] == [] and document["machine"]["cpu"]
