@@ -35,6 +35,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.pipeline import machine  # noqa: E402
 from chunking import chunk_document  # noqa: E402
 from embedding import (  # noqa: E402
     CacheEntry,
@@ -236,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
             model_name, device=args.device, dtype=args.dtype, token_budget=args.token_budget
         )
         device = torch.device(ours.device)
+        facts = machine(device.type)
+        print("machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
         print(f"{len(texts)} chunks from {len(documents)} files of {args.corpus.name}")
         line("chunking options", ", ".join(f"{k}={v}" for k, v in sorted(options.items())))
         line("model", f"{args.model} ({ours.key}) on {ours.device}")
