@@ -164,8 +164,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def report(label: str, rate: float, lang_rate: float, detail: str) -> None:
-    """One line: MB/s, the ratio to LangChain and a detail."""
-    print(f"{label:<14} {rate:6.2f} MB/s  {rate / lang_rate:.2f}x  {detail}")
+    """One line: MB/s, the ratio to LangChain's MB/s and a detail."""
+    print(f"{label:<14} {rate:6.2f} MB/s  {rate / lang_rate:.2f}x LangChain's  {detail}")
 
 
 if __name__ == "__main__":
