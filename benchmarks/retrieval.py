@@ -18,6 +18,7 @@ import argparse
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -107,9 +108,12 @@ def load_questions(path: Path, first: int = 0) -> list[Question]:
 
 
 def unpack(work: Path) -> Path:
-    """tutorial/ and advanced/ of the English docs under `work/input` (once)."""
+    """tutorial/ and advanced/ of the English docs under `work/input` (once: unpacked beside it,
+    then renamed, so a run stopped while unpacking leaves no partial input to reuse)."""
     target = work / "input"
     if not target.is_dir():
+        scratch = target.with_name(target.name + ".partial")
+        shutil.rmtree(scratch, ignore_errors=True)
         with tarfile.open(TARBALL) as tar:
             members = [
                 m for m in tar.getmembers()
@@ -117,7 +121,8 @@ def unpack(work: Path) -> Path:
             ]  # fmt: skip
             for member in members:
                 member.name = member.name[len(DOCS) :]
-                tar.extract(member, target, filter="data")
+                tar.extract(member, scratch, filter="data")
+        scratch.rename(target)
     return target
 
 
