@@ -36,6 +36,7 @@ from benchmarks.pipeline import (  # noqa: E402
     JOB_CONFIG,
     GpuSampler,
     machine,
+    machine_line,
     model_settings,
     unpack,
 )
@@ -105,7 +106,7 @@ def main() -> int:
     parser.add_argument("--corpora-dir", type=Path, default=REPO.parent / "shared" / "corpora")
     parser.add_argument("--cache-dir", type=Path, default=REPO / ".bench")
     args = parser.parse_args()
-    print("machine:", machine(args.device))
+    print(machine_line(machine(args.device)))
     root = unpack(args.corpora_dir, args.cache_dir, CORPORA[args.corpus])
     with tempfile.TemporaryDirectory(prefix="mdindex-actor-") as scratch:
         return measure(args, root, Path(scratch))

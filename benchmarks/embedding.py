@@ -35,7 +35,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.pipeline import machine  # noqa: E402
+from benchmarks.pipeline import machine, machine_line  # noqa: E402
 from chunking import chunk_document  # noqa: E402
 from embedding import (  # noqa: E402
     CacheEntry,
@@ -237,8 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             model_name, device=args.device, dtype=args.dtype, token_budget=args.token_budget
         )
         device = torch.device(ours.device)
-        facts = machine(device.type)
-        print("machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
+        print(machine_line(machine(device.type)))
         print(f"{len(texts)} chunks from {len(documents)} files of {args.corpus.name}")
         line("chunking options", ", ".join(f"{k}={v}" for k, v in sorted(options.items())))
         line("model", f"{args.model} ({ours.key}) on {ours.device}")

@@ -841,6 +841,11 @@ def machine(device: str) -> dict[str, Any]:
     return facts
 
 
+def machine_line(facts: dict[str, Any]) -> str:
+    """The facts of `machine` on one line: 'machine: cpu ..., cores 2, ...'."""
+    return "machine: " + ", ".join(f"{k} {v}" for k, v in facts.items())
+
+
 def vector_flags(flags: set[str]) -> list[str]:
     """Which of `CPU_FLAGS` the CPU has ("amx": any of Linux's amx_* flags)."""
     return [
@@ -1122,7 +1127,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     facts = machine(args.device)
-    print("machine: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
+    print(machine_line(facts))
     results: list[BuildResult] = []
     serial: dict[tuple[str, str], SerialResult] = {}
     if args.json:  # a path that cannot be written fails now, not after the builds
