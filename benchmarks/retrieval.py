@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -34,6 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.pipeline import machine, machine_line  # noqa: E402
 from chunking import chunk_source  # noqa: E402
 from chunking.tokens import get_counter  # noqa: E402
 from indexing import simhash64  # noqa: E402
@@ -408,8 +408,8 @@ def main(argv: list[str] | None = None) -> None:
     questions = [q for found in authors.values() for q in found]
     corpus = unpack(args.work)
     write_questions(corpus, questions)
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
-          f"{len(questions)} questions, {sum(1 for _ in corpus.rglob('*.md'))} files")  # fmt: skip
+    print(machine_line(machine("cpu")))
+    print(f"{len(questions)} questions, {sum(1 for _ in corpus.rglob('*.md'))} files")
 
     from embedding import load_embedder
 
