@@ -1130,9 +1130,11 @@ def main(argv: list[str] | None = None) -> int:
     print(machine_line(facts))
     results: list[BuildResult] = []
     serial: dict[tuple[str, str], SerialResult] = {}
+    # what every build ran under: the machine, and the options (--set ...) as given
+    header = {"machine": facts, "command": sys.argv[1:] if argv is None else argv}
     if args.json:  # a path that cannot be written fails now, not after the builds
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        save_json(args.json, facts, results, serial)
+        save_json(args.json, header, results, serial)
     cache = args.cache_dir.resolve()
     s3 = S3() if "s3" in args.storage else None
     try:
@@ -1155,7 +1157,7 @@ def main(argv: list[str] | None = None) -> int:
                     ):
                         results.append(result)
                         if args.json:
-                            save_json(args.json, facts, results, serial)
+                            save_json(args.json, header, results, serial)
                         loop = serial.get((corpus, model))
                         print_build(result, loop)
                         if loop and result.spec.run == "cold":
@@ -1170,14 +1172,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def save_json(
     path: Path,
-    facts: dict[str, Any],
+    header: dict[str, Any],
     results: list[BuildResult],
     serial: dict[tuple[str, str], SerialResult],
 ) -> None:
-    """The machine, the builds and serial loops so far and their targets, as JSON in `path`
-    (written after each build, so a run stopped midway keeps what it measured)."""
+    """`header` (the machine, the command line), the builds and serial loops so far and their
+    targets, as JSON in `path` (written after each build, so a run stopped midway keeps what it
+    measured)."""
     document = {
-        "machine": facts,
+        **header,
         "builds": [dataclasses.asdict(r) for r in results],
         "serial": [dataclasses.asdict(s) for s in serial.values()],
         "targets": [

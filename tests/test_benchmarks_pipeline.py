@@ -18,3 +18,4 @@ def test_json_is_written_before_the_first_build(tmp_path: Path):
         main(["--json", str(saved), "--corpora-dir", str(missing), "--cache-dir", str(tmp_path)])
     document = json.loads(saved.read_text())
     assert document["builds"] == [] and document["serial"] == [] and document["machine"]["cpu"]
+    assert document["command"][:2] == ["--json", str(saved)]
