@@ -130,7 +130,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--corpora", type=Path, default=DEFAULT_CORPORA)
     parser.add_argument("--corpus", default="fastapi-docs")
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--strategy", action="append", help="only these strategies (repeatable)")
+    parser.add_argument(
+        "--strategy",
+        action="append",
+        choices=sorted(list_strategies()),
+        help="only these strategies (repeatable)",
+    )
     args = parser.parse_args(argv)
     strategies = args.strategy or sorted(list_strategies())
     with tempfile.TemporaryDirectory() as tmp:
