@@ -13,6 +13,7 @@ from chunking import REVISION
 from embedding.encoder import model_encoder
 from embedding.models import ModelNotFound, check_model, model_digest
 from jobs.config import JobConfig
+from jobs.lock import bucket, check_bucket
 from jobs.logs import printable
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import KEEP, RELINK, Plan, keep_directory, make_plan, rebuilding, settings_digest
@@ -152,6 +153,17 @@ def output_storage(config: JobConfig) -> Storage:
     """The output root's storage."""
     follow = config.sources.follow_symlinks
     return Storage(config.output, config.storage_options, follow_symlinks=follow)
+
+
+def check_cache_bucket(config: JobConfig) -> None:
+    """`OutputNotFound` when the cache lies in an S3 bucket that does not exist: each of its
+    entries would fail to be written, a warning apiece, and every run embed every chunk again.
+    A cache in the output's bucket is left to the output's own check, which names the output."""
+    if not config.cache:
+        return
+    cache, output = Storage(config.cache, config.storage_options), output_storage(config)
+    if (cache.protocol, bucket(cache)) != (output.protocol, bucket(output)):
+        check_bucket(cache, "cache")
 
 
 def topics_missing_files(output: Storage, plan: Plan, previous: Manifest) -> list[str]:

@@ -18,7 +18,7 @@ import posixpath
 from dataclasses import dataclass
 
 from jobs.config import JobConfig
-from jobs.discovery import discover, list_input
+from jobs.discovery import check_cache_bucket, discover, list_input
 from jobs.lock import check_bucket
 from jobs.logs import printable
 from jobs.manifest import REPORT_PATH, Manifest
@@ -53,6 +53,7 @@ class DryRun:
 def dry_run(config: JobConfig) -> DryRun:
     """Plan the build `config` describes, without doing any of it."""
     found = discover(config, list_input(config))
+    check_cache_bucket(config)
     plan, previous = found.plan, found.previous
     if previous == Manifest():  # a first run, or an output whose bucket is missing
         check_bucket(found.output)

@@ -72,25 +72,31 @@ class LockLost(OutputBusy):
 
 
 class OutputNotFound(FileNotFoundError):
-    """The output's bucket does not exist (exit code 2: nothing was written)."""
+    """The output's or the cache's bucket does not exist (exit code 2: nothing was written)."""
 
 
-def no_bucket(output: Storage, error: FileNotFoundError) -> OutputNotFound:
-    """The error of an output whose bucket the store says does not exist (`error`: its 404)."""
-    return OutputNotFound(f"output {output.uri()}: no such bucket ({error})")
+def no_bucket(output: Storage, error: FileNotFoundError, role: str = "output") -> OutputNotFound:
+    """The error of an output (or the `role` named) whose bucket the store says does not exist
+    (`error`: its 404)."""
+    return OutputNotFound(f"{role} {output.uri()}: no such bucket ({error})")
 
 
-def check_bucket(output: Storage) -> None:
-    """`OutputNotFound` when `output` lies in an S3 bucket that the store says does not exist
-    (404 to a HEAD of it: what the build's lock finds by its first write), for a dry run, which
-    writes nothing. Any other answer (a 403 to credentials for one prefix of it) is left to the
-    build: fsspec's `exists` took every failure for a missing bucket."""
+def bucket(storage: Storage) -> str:
+    """The bucket of an object-store root (a local root's first folder)."""
+    return storage.full_path("").split("/", 1)[0]
+
+
+def check_bucket(output: Storage, role: str = "output") -> None:
+    """`OutputNotFound` when `output` (or the `role` named: the cache) lies in an S3 bucket that
+    the store says does not exist (404 to a HEAD of it: what the build's lock finds by its first
+    write), for a dry run, which writes nothing, and for a cache, whose entries would each fail.
+    Any other answer (a 403 to credentials for one prefix of it) is left to the build: fsspec's
+    `exists` took every failure for a missing bucket."""
     if output.protocol in ("s3", "s3a"):
-        bucket = output.full_path("").split("/", 1)[0]
         try:
-            output.filesystem().call_s3("head_bucket", Bucket=bucket)
+            output.filesystem().call_s3("head_bucket", Bucket=bucket(output))
         except FileNotFoundError as error:
-            raise no_bucket(output, error) from error
+            raise no_bucket(output, error, role) from error
         except OSError:
             pass
 

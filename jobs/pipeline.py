@@ -21,7 +21,7 @@ import tokenizers
 
 from embedding.encoder import encoder_digest, model_encoder
 from jobs.config import JobConfig
-from jobs.discovery import discover, list_input, output_storage
+from jobs.discovery import check_cache_bucket, discover, list_input, output_storage
 from jobs.finish import finish, index_settings
 from jobs.landmarks import Landmark, landmarks
 from jobs.local_ray import node_gpu_counts, start_ray
@@ -91,6 +91,7 @@ def run_job(config: JobConfig, *, began: float | None = None) -> dict[str, Any]:
     if note := config.s3_note():
         log.info("%s", note)
     listing = list_input(config)
+    check_cache_bucket(config)
     with output_lock(output_storage(config)) as check:
         return _run_locked(config, listing, check, began=began, started=started)
 

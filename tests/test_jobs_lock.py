@@ -503,6 +503,26 @@ def test_an_output_in_a_bucket_that_does_not_exist_is_a_usage_error_named_so(
     assert f"mdindex build: output {output}: no such bucket (" in capsys.readouterr().err
 
 
+def test_a_cache_in_a_bucket_that_does_not_exist_is_a_usage_error_named_so(
+    s3_server, tmp_path, capsys
+):
+    """A cache bucket mistyped was a warning per cache entry ("cache entry … not written: The
+    specified bucket does not exist") and exit 0: every scheduled run embedded every chunk again.
+    Now exit 2 and one line naming the cache, before anything is written; in a dry run too."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# a\n\nA page for no cache bucket.\n")
+    output = s3_server.make_bucket("cache-bucket-missing") + "/out"
+    cache = "s3://no-such-cache-bucket/cache"
+    command = ["--config", "configs/local.yaml", "--input", str(docs), "--output", output]
+    command += ["--cache", cache, "--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
+    assert main(command) == 2
+    assert f"mdindex build: cache {cache}: no such bucket (" in capsys.readouterr().err
+    assert s3_server.filesystem().find("cache-bucket-missing") == []
+    assert main([*command, "--dry-run"]) == 2
+    assert f"mdindex build: cache {cache}: no such bucket (" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("s3_behind", ["denies bucket probes"], indirect=True)
 def test_a_dry_run_into_an_empty_bucket_it_may_not_probe_plans_a_first_build(
     behind, s3_behind, tmp_path, capsys
