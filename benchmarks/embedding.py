@@ -217,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         help="a semantic strategy option, e.g. max_tokens=256 or tokenizer=minilm (repeatable)",
     )
     args = parser.parse_args(argv)
-
+    if bad := [item for item in args.chunk_option if "=" not in item]:
+        parser.error(f"--chunk-option: KEY=VALUE expected, got {', '.join(bad)}")
     if args.threads:
         torch.set_num_threads(args.threads)
     overrides = dict(item.split("=", 1) for item in args.chunk_option)
