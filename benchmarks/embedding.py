@@ -72,7 +72,7 @@ def corpus_documents(
             except ValueError as error:  # a source the chunker rejects is skipped, as in a build
                 print(f"  skipped {member.name}: {error}", file=sys.stderr)
                 continue
-            texts = tuple(chunk.text for chunk in chunks)[: limit - total]
+            texts = tuple(chunk.embedding_text for chunk in chunks)[: limit - total]
             if texts:
                 documents.append((hashlib.sha256(data).hexdigest(), texts))
                 total += len(texts)
