@@ -9,9 +9,10 @@ with the chunking options of configs/local.yaml (what the job embeds: 150-250 Mi
 --chunk-option overrides them. Printed: the naive loop (input order, fixed batches of 32, padded
 to the longest in the batch, fp32), our embedder, their ratio, the share of padded token slots in
 each, the speed-up that dropping every padded token would give at the naive loop's FLOP rate (the
-most that batching alone can win), tokens/s, the measured fp32 matmul rate, our model-FLOP
-utilisation against it, and the cache-hit path's chunks/s. On a shared machine use --repeat: the
-two loops run interleaved and the best time of each counts.
+most that batching alone can win), tokens/s, the measured fp32 matmul rate (and that of our
+embedder's dtype, where not fp32), our model-FLOP utilisation against the latter, and the
+cache-hit path's chunks/s. On a shared machine use --repeat: the two loops run interleaved and
+the best time of each counts.
 
 Model FLOPs count useful work only (real tokens, no padding):
     per text of L tokens: 2 * P * L  +  4 * layers * hidden * L^2
@@ -47,6 +48,7 @@ from embedding import (  # noqa: E402
     text_hashes,
 )
 from embedding.batching import MicroBatch, padding_waste, plan_batches  # noqa: E402
+from embedding.embedder import DTYPES  # noqa: E402
 from jobs.config import load_config  # noqa: E402
 
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpora" / "fastapi-docs.tar.gz"
@@ -267,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         lengths = [len(ids) for ids in encoded["input_ids"]]
         tokens = sum(lengths)
         flops = model_flops(ours.model, lengths)
-        peak = matmul_gflops(device, torch.float32)
+        dtype = ours.settings.dtype  # the model-FLOP utilisation is against its matmul rate
+        fp32 = matmul_gflops(device, torch.float32)
+        peak = fp32 if dtype == "fp32" else matmul_gflops(device, DTYPES[dtype])
         achieved = flops / ours_s / 1e9
         cosine = (naive_vectors * result.vectors).sum(axis=1)
         line(f"naive loop (fp32, batches of {NAIVE_BATCH})", rate(naive_s, len(texts)))
@@ -282,13 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         line("naive without its padding", f"{ceiling:.2f}x as fast, at its FLOP rate")
         line("tokens/s (ours)", f"{tokens / ours_s:.0f} ({tokens} tokens, {result.truncated} cut)")
         line("cosine to naive fp32 (min)", f"{cosine.min():.6f}")
-        line("fp32 matmul rate (2048^3)", f"{peak:.1f} GFLOP/s")
-        if device.type == "cuda":
-            line(
-                "bf16 matmul rate (2048^3)", f"{matmul_gflops(device, torch.bfloat16):.1f} GFLOP/s"
-            )
+        line("fp32 matmul rate (2048^3)", f"{fp32:.1f} GFLOP/s")
+        if dtype != "fp32":
+            line(f"{dtype} matmul rate (2048^3)", f"{peak:.1f} GFLOP/s")
         line("model FLOPs", f"{flops / 1e12:.3f} TFLOP, {achieved:.1f} GFLOP/s")
-        line("model-FLOP utilisation (vs fp32 mm)", f"{100 * achieved / peak:.0f}%")
+        line(f"model-FLOP utilisation (vs {dtype} mm)", f"{100 * achieved / peak:.0f}%")
 
         hit_s = cache_hit_seconds(ours, documents, result.vectors, scratch / "cache")
         line(
