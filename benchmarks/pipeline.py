@@ -677,16 +677,17 @@ class S3:
 
 class GpuSampler(Sampler):
     """Samples `nvidia-smi` GPU utilisation (the share of its last sample period in which a
-    kernel ran) every 0.25 s in a thread, between enter and exit, each with its epoch time."""
+    kernel ran; the mean over the machine's GPUs, where the pool fills them all) every 0.25 s in
+    a thread, between enter and exit, each with its epoch time."""
 
     def __init__(self):
         super().__init__()
         self.samples: list[tuple[float, float]] = []
 
     def sample(self) -> None:
-        out = subprocess.run(GPU_QUERY, capture_output=True, text=True).stdout.split()
-        if out:
-            self.samples.append((time.time(), float(out[0])))  # the first GPU
+        out = subprocess.run(GPU_QUERY, capture_output=True, text=True).stdout
+        if (busy := mean_utilisation(out)) is not None:
+            self.samples.append((time.time(), busy))
 
     def summary(self, window: dict[str, float | None]) -> dict[str, float]:
         """Mean utilisation over the whole build, and over the embed stage's window (from its
@@ -703,6 +704,12 @@ class GpuSampler(Sampler):
             "embed_busy_percent": mean(inside),
             "embed_samples": len(inside),
         }
+
+
+def mean_utilisation(query_output: str) -> float | None:
+    """The mean of `GPU_QUERY`'s lines, one per GPU; None where it gave none."""
+    values = [float(value) for value in query_output.split()]
+    return sum(values) / len(values) if values else None
 
 
 def child_env(s3: S3 | None) -> dict[str, str]:
@@ -835,7 +842,8 @@ def machine(device: str) -> dict[str, Any]:
     if device == "cuda":
         query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
         try:
-            facts["gpu"] = subprocess.run(query, capture_output=True, text=True).stdout.strip()
+            names = subprocess.run(query, capture_output=True, text=True).stdout.splitlines()
+            facts["gpu"] = "; ".join(name.strip() for name in names)  # one line per GPU
         except FileNotFoundError:
             sys.exit("--device cuda: no nvidia-smi here (it names the GPU and samples its use)")
     return facts

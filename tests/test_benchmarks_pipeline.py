@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.pipeline import main
+from benchmarks.pipeline import main, mean_utilisation
 
 
 def test_json_is_written_before_the_first_build(tmp_path: Path):
@@ -19,3 +19,9 @@ def test_json_is_written_before_the_first_build(tmp_path: Path):
     document = json.loads(saved.read_text())
     assert document["builds"] == [] and document["serial"] == [] and document["machine"]["cpu"]
     assert document["command"][:2] == ["--json", str(saved)]
+
+
+def test_gpu_utilisation_is_the_mean_over_every_gpu_listed():
+    assert mean_utilisation("100\n0\n50\n50\n") == 50.0
+    assert mean_utilisation("37\n") == 37.0
+    assert mean_utilisation("") is None
