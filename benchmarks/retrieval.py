@@ -398,12 +398,14 @@ def tail_counts(name: str, corpus: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
     parser.add_argument(
         "--questions", type=int, default=0, help="first N questions of each set (0: all)"
     )
     parser.add_argument("--work", type=Path, default=WORK)
     args = parser.parse_args(argv)
+    if unknown := sorted(set(args.variants.split(",")) - set(VARIANTS)):
+        parser.error(f"--variants: unknown {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
     authors = {name: load_questions(path, args.questions) for name, path in QUESTION_SETS.items()}
     questions = [q for found in authors.values() for q in found]
     corpus = unpack(args.work)
