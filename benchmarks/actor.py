@@ -106,6 +106,8 @@ def main() -> int:
     parser.add_argument("--corpora-dir", type=Path, default=REPO.parent / "shared" / "corpora")
     parser.add_argument("--cache-dir", type=Path, default=REPO / ".bench")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat: at least 1")
     print(machine_line(machine(args.device)))
     root = unpack(args.corpora_dir, args.cache_dir, CORPORA[args.corpus])
     with tempfile.TemporaryDirectory(prefix="mdindex-actor-") as scratch:

@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> None:
         help="only these strategies (repeatable)",
     )
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat: at least 1")
     strategies = args.strategy or sorted(list_strategies())
     with tempfile.TemporaryDirectory() as tmp:
         files = load_corpus(args.corpora / f"{args.corpus}.tar.gz", Path(tmp))

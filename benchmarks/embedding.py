@@ -219,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         help="a semantic strategy option, e.g. max_tokens=256 or tokenizer=minilm (repeatable)",
     )
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat: at least 1")
     if bad := [item for item in args.chunk_option if "=" not in item]:
         parser.error(f"--chunk-option: KEY=VALUE expected, got {', '.join(bad)}")
     if args.threads:
