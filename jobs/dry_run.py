@@ -45,6 +45,7 @@ class DryRun:
     deleted: list[str]  # sources gone since the last run
     still_failing: list[str]  # files with a settled failure, unchanged: reported, not read
     conflicts: list[str]  # sources sharing a stem in their topic: failed, not read
+    skipped: list[str]  # links not followed and names no index can name: failed, not read
     bytes_to_read: int
     cached: int  # sources to chunk whose vectors the cache holds already
     chunks_to_embed: int  # estimate
@@ -90,6 +91,7 @@ def dry_run(config: JobConfig) -> DryRun:
         deleted=list(plan.deleted),
         still_failing=[failure["path"] for failure in plan.settled],
         conflicts=[failure["path"] for failure in plan.conflicts],
+        skipped=[failure["path"] for failure in plan.skipped],
         bytes_to_read=sum(row["size"] for row in read),
         cached=len(cached),
         chunks_to_embed=to_embed,
@@ -159,6 +161,7 @@ def describe(plan: DryRun) -> str:
         f"sources to delete: {len(plan.deleted)}",
         f"files still failing, not read: {len(plan.still_failing)}",
         f"sources sharing a stem, not read: {len(plan.conflicts)}",
+        f"files skipped, not read: {len(plan.skipped)}",
         f"sources expected from the cache: {plan.cached}",
         f"chunks to embed (estimate): {plan.chunks_to_embed}",
     ]
@@ -170,4 +173,5 @@ def describe(plan: DryRun) -> str:
     lines += [f"  delete {path}" for path in plan.deleted]
     lines += [f"  still failing {path}" for path in plan.still_failing]
     lines += [f"  stem shared {path}" for path in plan.conflicts]
+    lines += [f"  skip {path}" for path in plan.skipped]
     return "\n".join(printable(line) for line in lines)  # a name cannot start a line of its own

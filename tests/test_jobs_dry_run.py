@@ -310,3 +310,16 @@ def test_a_dry_runs_action_lines_escape_control_characters_in_names(tmp_path, ca
     _, actions = dry(capsys, "--input", str(tmp_path / "docs"), "--output", str(tmp_path / "o"))
     assert "read t/a\\nFAKE.md" in actions and "read t/\\x1b[2Jb.md" in actions
     assert not any("\x1b" in line or line == "FAKE.md" for line in actions)
+
+
+def test_a_dry_run_names_the_files_the_build_skips_and_reports(tmp_path, capsys):
+    """Links not followed and names no index can name (`a//b.md` on S3, a Latin-1 file name) are
+    failures the build reports (exit 3): the dry run said nothing of them."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# a\n\nA page.\n")
+    (docs / "t" / "link.md").symlink_to(docs / "t" / "a.md")
+    (docs / "t").joinpath(os.fsdecode(b"caf\xe9.md")).write_text("# b\n\nLatin-1 name.\n")
+    summary, actions = dry(capsys, "--input", str(docs), "--output", str(tmp_path / "out"))
+    assert summary["files skipped, not read"] == "2"
+    assert "skip t/link.md" in actions and "skip t/caf\\xe9.md" in actions
