@@ -13,15 +13,14 @@ The line "(block parse)" times markdown-it-py's block parse alone, which every s
 first: no strategy can be faster than it.
 
 Last, it times the job's chunk stage as configs/local.yaml sets it (`semantic`, 150-250 MiniLM
-tokens) in MB per worker-second (CPU seconds of this one process) against the 1.5 MB/s target,
-and names the CPU. Every timed run starts with fresh token counters, so no run reuses the words
-an earlier one tokenized.
+tokens) in MB per worker-second (CPU seconds of this one process) against the 1.5 MB/s target.
+The first line names the machine (CPU, vector flags, library versions, commit). Every timed run
+starts with fresh token counters, so no run reuses the words an earlier one tokenized.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tarfile
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 if not __package__:  # run as a script, this file's folder would shadow the `chunking` package
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
+from benchmarks.pipeline import machine, machine_line  # noqa: E402
 from chunking import ChunkingError, chunk_source, list_strategies  # noqa: E402
 from chunking.tokens import get_counter  # noqa: E402
 
@@ -67,14 +67,6 @@ def job_chunking(config: Path) -> tuple[str, dict[str, object]]:
 
     chunking = yaml.safe_load(config.read_text())["chunking"]
     return chunking["strategy"], dict(chunking.get("options") or {})
-
-
-def cpu_description(cpuinfo: str) -> str:
-    """The CPU model of a /proc/cpuinfo text and whether it has AVX-512 BF16."""
-    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
-    flags = re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
-    bf16 = "yes" if flags and "avx512_bf16" in flags.group(1).split() else "no"
-    return f"{model.group(1).strip() if model else 'unknown'}, avx512_bf16: {bf16}"
 
 
 def langchain_runner(files: list[bytes]) -> Callable[[], int]:
@@ -139,6 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat: at least 1")
+    print(machine_line(machine("cpu")))
     strategies = args.strategy or sorted(list_strategies())
     with tempfile.TemporaryDirectory() as tmp:
         files = load_corpus(args.corpora / f"{args.corpus}.tar.gz", Path(tmp))
@@ -166,8 +159,6 @@ def main(argv: list[str] | None = None) -> None:
         f"  {rate:.2f} MB per worker-second, target >= {JOB_TARGET}: {rate / JOB_TARGET:.2f}x "
         f"({'met' if rate >= JOB_TARGET else 'not met'})"
     )
-    cpuinfo = Path("/proc/cpuinfo")
-    print(f"  CPU: {cpu_description(cpuinfo.read_text() if cpuinfo.exists() else '')}")
 
 
 def report(label: str, rate: float, lang_rate: float, detail: str) -> None:
