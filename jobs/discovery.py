@@ -13,7 +13,7 @@ from chunking import REVISION
 from embedding.encoder import model_encoder
 from embedding.models import ModelNotFound, check_model, model_digest
 from jobs.config import JobConfig
-from jobs.lock import bucket, check_bucket
+from jobs.lock import bucket, check_bucket, refusal_code
 from jobs.logs import printable
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import KEEP, RELINK, Plan, keep_directory, make_plan, rebuilding, settings_digest
@@ -190,11 +190,20 @@ def topics_missing_files(output: Storage, plan: Plan, previous: Manifest) -> lis
 
 
 def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
-    """The input's listing (`InputNotFound` when its root does not exist)."""
+    """The input's listing (`InputNotFound` when its root does not exist, a `PermissionError`
+    naming it where an object store refuses a listing: a local one names its folder)."""
+    storage = input_storage(config)
     try:
-        return list(input_storage(config).walk(keep_directory))
+        return list(storage.walk(keep_directory))
     except FileNotFoundError as exc:
         raise InputNotFound(f"input {config.input}: no such directory") from exc
+    except PermissionError as exc:  # a 403: credentials the store refuses, a policy's prefixes
+        if storage.is_local:
+            raise
+        raise PermissionError(
+            f"the input {config.input} cannot be listed ({refusal_code(exc)}: {exc}): check the "
+            "credentials and their permission to list and read under it"
+        ) from exc
 
 
 def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discovery:

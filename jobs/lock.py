@@ -198,14 +198,18 @@ def refused(output: Storage, header: str) -> Iterator[None]:
         ) from error
 
 
+def refusal_code(error: PermissionError) -> str:
+    """The store's own code for a 403 (`InvalidAccessKeyId`, `AccessDenied`, the default)."""
+    response = getattr(error.__cause__, "response", None) or {}
+    return response.get("Error", {}).get("Code", "AccessDenied")
+
+
 def unwritable(output: Storage, error: PermissionError) -> PermissionError:
     """The error of an output this build may not write (HTTP 403: credentials the store refuses,
     or none with the right to write there), named with the store's own code."""
-    response = getattr(error.__cause__, "response", None) or {}
-    code = response.get("Error", {}).get("Code", "AccessDenied")
     return PermissionError(
-        f"the output {output.uri()} cannot be written ({code}: {error}): check the credentials "
-        "and their permission to write and delete under it"
+        f"the output {output.uri()} cannot be written ({refusal_code(error)}: {error}): check the "
+        "credentials and their permission to write and delete under it"
     )
 
 

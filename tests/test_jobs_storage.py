@@ -12,8 +12,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from jobs_support import s3_options
 
 from jobs.plan import keep_directory
+from jobs.reindex import main
 from jobs.storage import FileInfo, OutsideRoot, SkippedLink, Storage, SymlinkRefused
 
 
@@ -401,3 +403,21 @@ def test_local_existing_reads_each_folder_once_and_asks_only_about_what_it_lacks
     monkeypatch.setattr(os.path, "lexists", lambda path: checks.append(path) or lexists(path))
     assert store.existing(asked + gone) == set(asked)
     assert checks == [str(tmp_path / "t/_chunks/c-999.md")]  # folders that are none: not asked
+
+
+@pytest.mark.parametrize("s3_behind", ["refuses listings"], indirect=True)
+def test_an_s3_input_whose_listing_is_refused_is_named(s3_behind, tmp_path, capsys):
+    """Credentials the store refuses for the input (revoked keys, a policy without its prefix)
+    failed the build with "PermissionError: denied", naming no input: the output's and the
+    cache's errors name theirs. The input is named now, in a dry run too (exit 1 both)."""
+    server, layer = s3_behind
+    bucket = server.make_bucket("refused-input")
+    server.filesystem().pipe({f"{bucket[5:]}/docs/t/a.md": b"# a\n\ntext\n"})
+    layer.refused = ["docs/"]
+    command = ["--config", "configs/local.yaml", "--input", f"{bucket}/docs"]
+    command += ["--output", str(tmp_path / "out")]
+    command += ["--set", f"storage_options={s3_options(server.endpoint_url)}"]
+    for extra in ([], ["--dry-run"]):
+        assert main([*command, *extra]) == 1
+        last = capsys.readouterr().err.splitlines()[-1]
+        assert f"the input {bucket}/docs cannot be listed (AccessDenied: denied)" in last
