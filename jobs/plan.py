@@ -104,7 +104,8 @@ def skipped_links(links: list[SkippedLink], globs: tuple[str, ...]) -> tuple[dic
 def name_problem(path: str) -> str | None:
     """Why no index can name a listed path, or None: a path that is not UTF-8 (a local file or
     folder name in Latin-1, say, which Python lists with surrogate escapes; chunk files, hrefs,
-    tables and report are UTF-8), or one with an empty folder name (an object key with `//`, or
+    tables and report are UTF-8), an object key ending in `/` that holds bytes, or one with an
+    empty folder name (an object key with `//`, or
     starting with `/`: on disk `a//b.md` is `a/b.md`, and the folder `/` of `/b.md` is its own
     parent, no path below the output)."""
     try:
@@ -113,6 +114,11 @@ def name_problem(path: str) -> str | None:
         return (
             f"the path is not UTF-8 (byte 0x{exc.object[exc.start]:02X} at offset {exc.start}), "
             "so no index can name it: rename the file or its folder"
+        )
+    if path.endswith("/"):
+        return (
+            "the object's key ends in `/`, as a folder's does, but it holds bytes, so no index can "
+            "name it: rename the object"
         )
     if "" in path.split("/"):
         return (
@@ -133,7 +139,7 @@ def invalid_names(files: list[FileInfo], globs: tuple[str, ...]) -> tuple[dict[s
     failures = [
         {"path": shown(file.path), "code": INVALID_FILE_NAME, "message": problem}
         for file in files
-        if (problem := name_problem(file.path)) and _would_be_read(file.path, globs)
+        if (problem := name_problem(file.path)) and _would_be_read(file.path.rstrip("/"), globs)
     ]
     return tuple(sorted(failures, key=lambda failure: failure["path"]))
 

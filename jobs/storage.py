@@ -398,7 +398,9 @@ def _walk_store(
     (fsspec's walk leaves such a folder out, below the top, so the build deleted its topics as if
     their sources were gone: a 403 or a 503 on one prefix). A folder gone since its parent was
     listed has nothing; a folder marker (an empty object `name/`, as the S3 console makes) is no
-    file. Keys with an empty folder name (`a//b.md`) are listed as they are (`_after_slashes`)."""
+    file, but an object `name/` with content is listed as `name/`, for the plan to report (it was
+    dropped unsaid). Keys with an empty folder name (`a//b.md`) are listed as they are
+    (`_after_slashes`)."""
     pending = [root]
     while pending:
         folder = pending.pop()
@@ -411,7 +413,8 @@ def _walk_store(
             if name == folder and info["type"] == "directory":  # the prefix `folder//`
                 yield from _after_slashes(fs, root, folder, keep_dir)
             elif name == folder or info["name"].endswith("/"):
-                continue  # the folder's marker
+                if info["type"] != "directory" and info.get("size"):  # no marker: it holds bytes
+                    yield _stored_file(_below(root, name) + "/", info)
             elif info["type"] == "directory":
                 if keep_dir(posixpath.basename(name)):
                     pending.append(name)
@@ -428,12 +431,13 @@ def _after_slashes(
     unreported. The plan leaves them out of the corpus, reported (`jobs.plan.name_problem`)."""
     for name, info in sorted(fs.find(folder, prefix="/", detail=True).items()):
         relpath = _relative(fs, root, name)
+        marker = name.endswith("/")  # a folder marker, unless it holds bytes
         if (
             name.startswith(f"{folder}//")
-            and not name.endswith("/")  # a folder marker
+            and (not marker or info.get("size"))
             and all(keep_dir(part) for part in relpath.split("/")[:-1])
         ):
-            yield _stored_file(relpath, info)
+            yield _stored_file(relpath + "/" * marker, info)
 
 
 def _stored_file(relpath: str, info: dict) -> FileInfo:

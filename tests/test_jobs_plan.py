@@ -284,6 +284,16 @@ def test_files_with_an_empty_folder_name_are_left_out_and_reported_when_they_wou
     assert "empty folder name" in plan.skipped[0]["message"]
 
 
+def test_an_object_whose_key_ends_in_a_slash_and_holds_bytes_is_left_out_and_reported():
+    """`notes.md/` with content (an S3 key, listed as it is): it was dropped unsaid; a `.png/`
+    would not have been read, so it goes unreported as the `.png` would."""
+    odd = [FileInfo("a/notes.md/", 9, "v9"), FileInfo("a/logo.png/", 9, "v9")]
+    plan = make_plan([*FILES, *odd], Manifest(), "s1", GLOBS)
+    assert plan.fingerprints == make_plan(FILES, Manifest(), "s1", GLOBS).fingerprints
+    assert [(f["path"], f["code"]) for f in plan.skipped] == [("a/notes.md/", INVALID_FILE_NAME)]
+    assert "key ends in `/`" in plan.skipped[0]["message"]
+
+
 def test_generated_and_hidden_directories_are_not_listed():
     assert keep_directory("guides") and keep_directory("_keywords")
     assert not keep_directory("_chunks") and not keep_directory("_index")

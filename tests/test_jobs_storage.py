@@ -146,13 +146,16 @@ def test_an_s3_folder_whose_listing_fails_fails_the_walk(s3_behind, request):
 
 def test_s3_folder_markers_are_no_files(s3_server):
     """The S3 console's "Create folder" leaves an empty object `name/`: it was listed as a file
-    named like the folder (`guide.md`: a source that always failed READ_FAILED)."""
+    named like the folder (`guide.md`: a source that always failed READ_FAILED). An object
+    `name/` that holds bytes is no marker: listed as `name/` (it was dropped unsaid), for the plan
+    to report."""
     bucket = s3_server.make_bucket("jobs-storage-markers")
     fs = s3_server.filesystem()
     fs.pipe({f"{bucket}/docs/guide.md/": b"", f"{bucket}/docs/guide.md/intro.md": b"intro"})
     fs.pipe({f"{bucket}/docs/t/": b"", f"{bucket}/docs/t/a.md": b"a"})
+    fs.pipe({f"{bucket}/docs/t/notes.md/": b"notes", f"{bucket}/docs/a//n.md/": b"n"})
     listed = [f.path for f in Storage(f"{bucket}/docs", s3_server.storage_options).walk()]
-    assert sorted(listed) == ["guide.md/intro.md", "t/a.md"]
+    assert sorted(listed) == ["a//n.md/", "guide.md/intro.md", "t/a.md", "t/notes.md/"]
 
 
 def test_s3_keys_with_an_empty_folder_name_are_listed_as_they_are(s3_server):
@@ -165,6 +168,7 @@ def test_s3_keys_with_an_empty_folder_name_are_listed_as_they_are(s3_server):
     fs = s3_server.filesystem()
     keys = ["t/a.md", "a//b.md", "/lead.md", "t//x/y.md", "z///q.md", "a//_chunks/c.md", "a//m/"]
     fs.pipe({f"{bucket}/docs/{key}": b"x" for key in keys} | {f"{bucket}//top.md": b"top"})
+    fs.pipe(f"{bucket}/docs/a//m/", b"")  # a folder marker
     options = s3_server.storage_options
     listed = [f.path for f in Storage(f"{bucket}/docs", options).walk(keep_directory)]
     assert sorted(listed) == ["/lead.md", "a//b.md", "t//x/y.md", "t/a.md", "z///q.md"]
