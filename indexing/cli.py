@@ -14,6 +14,7 @@ from indexing.client import (
     chunk_tables,
     current_matches,
     embedding_search,
+    is_text,
     query_embedder,
     question_matches,
     select_chunks,
@@ -46,10 +47,8 @@ def _question(text: str) -> str:
     embedding refused: exit 1, "embed: item 0 is not valid Unicode")."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise argparse.ArgumentTypeError("is not UTF-8 text") from error
+    if not is_text(text):
+        raise argparse.ArgumentTypeError("is not UTF-8 text")
     return text
 
 

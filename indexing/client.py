@@ -33,7 +33,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_text(value: Any) -> bool:
+def is_text(value: Any) -> bool:
     """A string that UTF-8 can hold: JSON's escape of a lone surrogate (`"\\ud800"`) parses to
     one that no output can print (the query ended in a UnicodeEncodeError traceback)."""
     if not isinstance(value, str):
@@ -46,7 +46,7 @@ def _is_text(value: Any) -> bool:
 
 
 KINDS: dict[str, Callable[[Any], bool]] = {
-    "string": _is_text,
+    "string": is_text,
     "int": _is_int,
     "bool": lambda v: isinstance(v, bool),
     "object": lambda v: isinstance(v, dict),
@@ -100,7 +100,7 @@ def _index_checks(doc: dict[str, Any]) -> Iterable[str | None]:
         yield bad_field(f"_embedded.topics[{i}]", link, LINK_FIELDS)
     for stem, entry in embedded.get("chunks", {}).items():
         where = f"_embedded.chunks[{stem!r}]"
-        yield None if _is_text(stem) else f"{where} is named with no text"
+        yield None if is_text(stem) else f"{where} is named with no text"
         yield bad_field(where, entry, ENTRY_FIELDS)
         for i, item in enumerate(entry["items"]):
             yield bad_field(f"{where}.items[{i}]", item, ITEM_FIELDS)
