@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
@@ -40,7 +40,7 @@ from chunking.spans import (
     cut,
     line_kinds,
     line_pieces,
-    pack,
+    packed_pieces,
     sentences,
     table_pieces,
 )
@@ -272,17 +272,13 @@ def _packed(
     """`parts` packed into spans of at most `limit` characters, the line that closes a fence a
     span opens counted (`spans.balanced`: a span that starts or ends inside a line can open
     one); a group that its closing line takes past `limit` is halved."""
-    spans: list[Span] = []
-    groups = deque(pack(parts, measure, limit))
-    while groups:
-        group = groups.popleft()
-        span = Span(group[0].start, group[-1].end)
-        if len(group) > 1 and _rendered_size(src, span, unclosed) > limit:
-            half = len(group) // 2
-            groups.extendleft((group[half:], group[:half]))
-        else:
-            spans.append(span)
-    return spans
+    return packed_pieces(
+        parts,
+        measure,
+        limit,
+        lambda group: Span(group[0].start, group[-1].end),
+        lambda span: _rendered_size(src, span, unclosed) > limit,
+    )
 
 
 def _fit(

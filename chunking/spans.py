@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -292,6 +292,29 @@ def pack(parts: list[Span], measure: Measure, budget: int) -> list[list[Span]]:
     return groups
 
 
+def packed_pieces(
+    parts: list[Span],
+    measure: Measure,
+    budget: int,
+    piece_of: Callable[[list[Span]], Span],
+    too_big: Callable[[Span], bool],
+) -> list[Span]:
+    """`pack`'s groups of `parts`, each made a piece (`piece_of`); a group of several parts whose
+    piece is `too_big` (the context or closing line it got did not fit) is halved, and each half
+    tried again in turn."""
+    pieces: list[Span] = []
+    groups = deque(pack(parts, measure, budget))
+    while groups:
+        group = groups.popleft()
+        piece = piece_of(group)
+        if len(group) > 1 and too_big(piece):
+            half = len(group) // 2
+            groups.extendleft((group[half:], group[:half]))
+        else:
+            pieces.append(piece)
+    return pieces
+
+
 def cut(src: SourceText, measure: Measure, span: Span, budget: int) -> list[Span]:
     """`span` cut where `Measure.cuts` says into pieces of at most `budget`, each trimmed, blank
     ones dropped."""
@@ -346,14 +369,12 @@ def line_pieces(
             parts.append(line)
         else:
             parts += cut(src, measure, line, budget)
-    pieces: list[Span] = []
-    groups = deque(pack(parts, measure, budget))
-    while groups:
-        group = groups.popleft()
+
+    def piece_of(group: list[Span]) -> Span:
         start, end = group[0].start, group[-1].end
         reopen = _fence_around(fences, src.line_of(start), reopen=True)
         close = _fence_around(fences, src.line_of(max(start, end - 1)), reopen=False)
-        piece = _balanced(
+        return _balanced(
             src,
             Span(
                 start,
@@ -362,13 +383,12 @@ def line_pieces(
                 suffix="\n" + fence_closer(doc, close) if close else "",
             ),
         )
-        size = measure.size(start, end) + measure.size_of(piece.prefix + piece.suffix)
-        if size > limit and len(group) > 1:  # its fence context did not fit: halve the group
-            half = len(group) // 2
-            groups.extendleft((group[half:], group[:half]))
-            continue
-        pieces.append(piece)
-    return pieces
+
+    def too_big(piece: Span) -> bool:  # its fence context did not fit
+        size = measure.size(piece.start, piece.end)
+        return size + measure.size_of(piece.prefix + piece.suffix) > limit
+
+    return packed_pieces(parts, measure, budget, piece_of, too_big)
 
 
 def balanced(src: SourceText, span: Span, unclosed: UnclosedFences) -> Span:
