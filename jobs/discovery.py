@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import tokenizers
+
 from chunking import REVISION
 from embedding.encoder import model_encoder
 from embedding.models import ModelNotFound, check_model, model_digest
@@ -55,6 +57,17 @@ def model_version(config: JobConfig) -> str:
     return model_digest(embedding.model, revision=embedding.revision, storage_options=options)
 
 
+def window_encoder(config: JobConfig) -> tokenizers.Tokenizer | None:
+    """`embedding.encoder.model_encoder` of the config's model and window."""
+    embedding = config.embedding
+    return model_encoder(
+        embedding.model,
+        embedding.max_length,
+        revision=embedding.revision,
+        storage_options=dict(config.storage_options),
+    )
+
+
 def check_window(config: JobConfig) -> None:
     """`ModelNotFound` when `embedding.max_length` leaves a text no token beside the special
     tokens the model's tokenizer adds, or passes the model's positions (each embedding actor
@@ -64,12 +77,7 @@ def check_window(config: JobConfig) -> None:
     if embedding.max_length is None:
         return
     try:
-        encoder = model_encoder(
-            embedding.model,
-            embedding.max_length,
-            revision=embedding.revision,
-            storage_options=dict(config.storage_options),
-        )
+        encoder = window_encoder(config)
     except ValueError as exc:
         raise ModelNotFound(f"embedding.max_length: {exc}") from exc
     specials = len(encoder.encode("").ids) if encoder else 0

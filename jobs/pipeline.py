@@ -19,9 +19,15 @@ from typing import Any
 import ray
 import tokenizers
 
-from embedding.encoder import encoder_digest, model_encoder
+from embedding.encoder import encoder_digest
 from jobs.config import JobConfig
-from jobs.discovery import check_cache_bucket, discover, list_input, output_storage
+from jobs.discovery import (
+    check_cache_bucket,
+    discover,
+    list_input,
+    output_storage,
+    window_encoder,
+)
 from jobs.finish import finish, index_settings
 from jobs.landmarks import Landmark, landmarks
 from jobs.local_ray import node_gpu_counts, start_ray
@@ -420,14 +426,8 @@ def chunk_encoder(config: JobConfig) -> tokenizers.Tokenizer | None:
     """The model's window encoder for the chunk tasks (`jobs.stages.tokenize`), read from its
     small files; None leaves the tokenizing to the embedding actors, which is also what happens
     when those files cannot be read here (the actors then report the model's problem)."""
-    embedding = config.embedding
     try:
-        return model_encoder(
-            embedding.model,
-            embedding.max_length,
-            revision=embedding.revision,
-            storage_options=dict(config.storage_options),
-        )
+        return window_encoder(config)
     except Exception as error:  # noqa: BLE001 - any failure only means the actors tokenize
         log.warning("the embedding actors tokenize: %s (%s)", error, type(error).__name__)
         return None
