@@ -1,10 +1,11 @@
 """Whole-file writes that no reader can see half done, and batched reads, on any fsspec
-filesystem."""
+filesystem; the protocol of a root URI, and a typo in one refused."""
 
 from __future__ import annotations
 
 import inspect
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -15,6 +16,7 @@ from fsspec.asyn import AsyncFileSystem, _run_coros_in_chunks, sync
 from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 
+LOCAL_PROTOCOLS = ("file", "local")
 # Requests an async filesystem (s3fs) runs at once in a batched `pipe` or `cat`. fsspec's default,
 # 1,280, made each completion cost a scan of every pending request (asyncio.wait): 30% of the
 # client's CPU per small object, while s3fs's connection pool (10 by default) sends no more at once.
@@ -224,3 +226,35 @@ def read_existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, 
         for path, data in cat_many(fs, paths).items()
         if isinstance(data, bytes)
     }
+
+
+class UnknownProtocol(ValueError):
+    """A URI fsspec has no filesystem for, or a plain path that reads as a URI with a typo."""
+
+
+def known_protocol(uri: str) -> str:
+    """`uri`'s fsspec protocol; UnknownProtocol where fsspec has no filesystem for it (`s4://`,
+    `S3://`, a package not installed) or where a plain path starts with one and a colon
+    (`s3:/bucket`, a slash missing, is a local folder `s3:`)."""
+    protocol = protocol_of(uri)
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ValueError, ImportError) as exc:
+        raise UnknownProtocol(f"{uri}: {exc}") from exc
+    typo = re.match(r"([A-Za-z][\w+.-]*):/*", uri) if "://" not in uri else None
+    if typo and typo[1].lower() in fsspec.available_protocols():
+        scheme, rest = typo[1].lower(), uri[typo.end() :]
+        meant = f"/{rest}" if scheme in LOCAL_PROTOCOLS else f"{scheme}://{rest}"
+        raise UnknownProtocol(f"{uri} reads as a local folder {typo[1]}:; did you mean {meant}?")
+    return protocol
+
+
+def protocol_of(uri: str) -> str:
+    """The fsspec protocol of a URI ("file" for plain paths)."""
+    protocol, _ = split_protocol(uri)
+    return protocol or "file"
+
+
+def strip_protocol(uri: str) -> str:
+    """The URI without its scheme (a plain path stays as it is)."""
+    return split_protocol(uri)[1]

@@ -184,7 +184,7 @@ def _print_text(result: dict[str, Any]) -> None:
     included), so each line of them is `printable`: a title or file name holding an escape
     sequence or a line break cannot act on the terminal or pass for a line of its own; a
     chunk's text (`--show`) is printed as it is, as `cat` would."""
-    from jobs.logs import printable
+    from indexing.terminal import printable
 
     if "sources" in result:
         print(printable(f"{result['title']} ({result['topic'] or '/'})"))
@@ -242,7 +242,7 @@ def run_query(args: argparse.Namespace) -> int:
     import aiohttp
     from botocore.exceptions import BotoCoreError  # an S3 endpoint unreachable, no credentials
 
-    from jobs.storage import UnknownProtocol, known_protocol
+    from embedding.files import UnknownProtocol, known_protocol
 
     try:
         known_protocol(args.root)  # s4://, S3://; s3:/bucket read a local folder `s3:`

@@ -22,10 +22,17 @@ from typing import Any
 import fsspec
 import yaml
 
+from embedding.files import (
+    LOCAL_PROTOCOLS,
+    UnknownProtocol,
+    is_within,
+    known_protocol,
+    protocol_of,
+    strip_protocol,
+)
 from embedding.keys import DTYPE_NAMES, POOLINGS
 from indexing.build import DEFAULT_SIMHASH_K, DEFAULT_TECHNICAL_TITLES
 from indexing.sources import DEFAULT_GLOBS
-from jobs import storage
 from jobs.plan import keep_directory
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -221,9 +228,7 @@ class JobConfig:
 
     def s3_note(self) -> str | None:
         """A log line saying how S3 requests are bounded (None when no URI is on S3)."""
-        if not any(
-            storage.protocol_of(uri or "") == "s3" for uri in (self.input, self.output, self.cache)
-        ):
+        if not any(protocol_of(uri or "") == "s3" for uri in (self.input, self.output, self.cache)):
             return None
         kwargs = self.storage_options.get("config_kwargs", {})
         endpoint = self.storage_options.get("client_kwargs", {}).get(
@@ -496,7 +501,7 @@ def _resolve(config: JobConfig) -> JobConfig:
         )
     _check_chunking(config.chunking)
     options = _client_options(config.storage_options)
-    if any(storage.protocol_of(uri) == "s3" for uri in (source, output, cache)):
+    if any(protocol_of(uri) == "s3" for uri in (source, output, cache)):
         options = config.s3.with_timeouts(options)
     return dataclasses.replace(
         config, input=source, output=output, cache=cache, storage_options=options
@@ -525,10 +530,10 @@ def _client_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _protocol(uri: str, key: str) -> str:
-    """`uri`'s fsspec protocol, where fsspec knows it (`storage.known_protocol`)."""
+    """`uri`'s fsspec protocol, where fsspec knows it (`known_protocol`)."""
     try:
-        return storage.known_protocol(uri)
-    except storage.UnknownProtocol as exc:
+        return known_protocol(uri)
+    except UnknownProtocol as exc:
         raise ConfigError(f"{key}: {exc}") from exc
 
 
@@ -547,7 +552,7 @@ def _absolute(uri: str, key: str) -> str:
         )
     if key != "input" and protocol in ("http", "https"):
         raise ConfigError(f"{key}: {uri}: http(s):// is read-only; use a local path or s3://")
-    local, rest = protocol in storage.LOCAL_PROTOCOLS, storage.strip_protocol(uri)
+    local, rest = protocol in LOCAL_PROTOCOLS, strip_protocol(uri)
     if not rest.strip() or (not local and rest.startswith("/")):  # file://$DOCS: the cwd
         missing = "an empty path" if local else "no bucket or host"
         raise ConfigError(f"{key}: {uri}: {missing} (an unset variable?)")
@@ -579,14 +584,14 @@ def _check_nesting(source: str, output: str) -> None:
     folder is an in-place build, and an output in a folder the listing skips, `_site` or `.out`,
     is kept apart): the output's files of one topic land in another's folder of the
     input, so its `topic-spec.md` was overwritten (and a deleted topic's deleted whole)."""
-    if source == output or storage.protocol_of(source) != storage.protocol_of(output):
+    if source == output or protocol_of(source) != protocol_of(output):
         return
-    inner, outer = storage.strip_protocol(output), storage.strip_protocol(source)
-    if storage.is_within(inner, outer):
+    inner, outer = strip_protocol(output), strip_protocol(source)
+    if is_within(inner, outer):
         if not all(map(keep_directory, posixpath.relpath(inner, outer).split("/"))):
             return  # under a folder the listing skips (`docs/_site`): no topic lands there
         where = f"{output} lies inside the input {source}"
-    elif storage.is_within(outer, inner):
+    elif is_within(outer, inner):
         where = f"{output} holds the input {source}"
     else:
         return
@@ -600,9 +605,9 @@ def _default_cache(output: str) -> str:
     """`{output}/.embedding-cache`, refused when it is a local symbolic link leading out of the
     output root (an in-place corpus must not send the cache's writes elsewhere)."""
     cache = posixpath.join(output.rstrip("/"), ".embedding-cache")
-    if storage.protocol_of(cache) in storage.LOCAL_PROTOCOLS:
+    if protocol_of(cache) in LOCAL_PROTOCOLS:
         real, root = os.path.realpath(cache), os.path.realpath(output)
-        if not storage.is_within(real, root):
+        if not is_within(real, root):
             raise ConfigError(
                 f"cache: the default {cache} resolves to {real}, outside the output root {root} "
                 f"(a symbolic link); remove the link or set `cache`"

@@ -14,9 +14,9 @@ import tokenizers
 from chunking import REVISION
 from embedding.encoder import model_encoder
 from embedding.models import ModelNotFound, check_model, model_digest
+from indexing.terminal import printable
 from jobs.config import JobConfig
 from jobs.lock import bucket, check_bucket, refusal_code
-from jobs.logs import printable
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import KEEP, RELINK, Plan, keep_directory, make_plan, rebuilding, settings_digest
 from jobs.storage import FileInfo, SkippedLink, Storage

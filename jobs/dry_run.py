@@ -17,10 +17,10 @@ import math
 import posixpath
 from dataclasses import dataclass
 
+from indexing.terminal import printable
 from jobs.config import JobConfig
 from jobs.discovery import check_cache_bucket, discover, list_input
 from jobs.lock import check_bucket
-from jobs.logs import printable
 from jobs.manifest import REPORT_PATH, Manifest
 from jobs.plan import KEEP, REBUILD, RELINK
 from jobs.records import QUESTIONS, SOURCE, TOPIC

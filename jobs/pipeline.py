@@ -20,6 +20,7 @@ import ray
 import tokenizers
 
 from embedding.encoder import encoder_digest
+from indexing.terminal import printable
 from jobs.config import JobConfig
 from jobs.discovery import (
     check_cache_bucket,
@@ -32,7 +33,6 @@ from jobs.finish import finish, index_settings
 from jobs.landmarks import Landmark, landmarks
 from jobs.local_ray import node_gpu_counts, start_ray
 from jobs.lock import Check, output_lock
-from jobs.logs import printable
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.path_set import PathSet
 from jobs.plan import KEEP, REBUILD, RELINK, Plan, interim_manifest

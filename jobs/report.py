@@ -27,10 +27,10 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from indexing.terminal import printable
 from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
 from jobs.config import JobConfig
 from jobs.lock import describe_holder, holder, this_process, utc
-from jobs.logs import printable
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.plan import distinct_failures
 from jobs.report_html import failed_non_sources, render_html, unwritten_cache_entries

@@ -58,9 +58,10 @@ def run_report(args: argparse.Namespace) -> int:
     it is damaged (2), or why the output could not be read or the page written (1)."""
     from botocore.exceptions import BotoCoreError  # an S3 endpoint that cannot be reached
 
+    from embedding.files import UnknownProtocol, known_protocol
     from jobs.manifest import REPORT_PATH
     from jobs.report import error_text
-    from jobs.storage import Storage, UnknownProtocol, known_protocol
+    from jobs.storage import Storage
 
     try:
         known_protocol(args.output)
@@ -154,7 +155,7 @@ def show(output: Storage, report: dict[str, Any], html: str) -> tuple[str, Path]
 def render(report: dict[str, Any]) -> tuple[str, str]:
     """The summary lines and the page of a report; DamagedReport where a field is missing or of
     the wrong type (a run's own report always renders: its fields are the build's)."""
-    from jobs.logs import printable
+    from indexing.terminal import printable
     from jobs.report import summary
     from jobs.report_html import render_html
 

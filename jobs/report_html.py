@@ -15,7 +15,7 @@ from collections import defaultdict
 from html import escape
 from typing import Any
 
-from jobs.logs import printable
+from indexing.terminal import printable
 from jobs.svg import Bar, Bin, bar_chart, histogram, stacked_bar
 
 BINS = 24  # about this many bars in the token histogram

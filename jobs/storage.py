@@ -25,18 +25,18 @@ from stat import S_ISREG
 from typing import Any
 
 import fsspec
-from fsspec.core import split_protocol
 
 from embedding.files import (
+    LOCAL_PROTOCOLS,
     cat_many,
     change_tag,
     fresh_listings,
     is_within,
     listed_many,
+    protocol_of,
     write_atomically,
 )
 
-LOCAL_PROTOCOLS = ("file", "local")
 # What `embedding.files.write_atomically` names its temporary files on local disk (mkstemp with
 # the prefix ".tmp-": eight characters of [a-z0-9_]); a process killed mid-write leaves one.
 _TEMPORARY = re.compile(r"^\.tmp-[a-z0-9_]{8}$")
@@ -49,38 +49,6 @@ class OutsideRoot(PermissionError):
 
 class SymlinkRefused(OSError):
     """A read of a symbolic link on a storage that does not follow them."""
-
-
-class UnknownProtocol(ValueError):
-    """A URI fsspec has no filesystem for, or a plain path that reads as a URI with a typo."""
-
-
-def known_protocol(uri: str) -> str:
-    """`uri`'s fsspec protocol; UnknownProtocol where fsspec has no filesystem for it (`s4://`,
-    `S3://`, a package not installed) or where a plain path starts with one and a colon
-    (`s3:/bucket`, a slash missing, is a local folder `s3:`)."""
-    protocol = protocol_of(uri)
-    try:
-        fsspec.get_filesystem_class(protocol)
-    except (ValueError, ImportError) as exc:
-        raise UnknownProtocol(f"{uri}: {exc}") from exc
-    typo = re.match(r"([A-Za-z][\w+.-]*):/*", uri) if "://" not in uri else None
-    if typo and typo[1].lower() in fsspec.available_protocols():
-        scheme, rest = typo[1].lower(), uri[typo.end() :]
-        meant = f"/{rest}" if scheme in LOCAL_PROTOCOLS else f"{scheme}://{rest}"
-        raise UnknownProtocol(f"{uri} reads as a local folder {typo[1]}:; did you mean {meant}?")
-    return protocol
-
-
-def protocol_of(uri: str) -> str:
-    """The fsspec protocol of a URI ("file" for plain paths)."""
-    protocol, _ = split_protocol(uri)
-    return protocol or "file"
-
-
-def strip_protocol(uri: str) -> str:
-    """The URI without its scheme (a plain path stays as it is)."""
-    return split_protocol(uri)[1]
 
 
 @dataclass(frozen=True)

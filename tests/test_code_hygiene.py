@@ -46,17 +46,29 @@ def test_the_sources_are_found():
     assert len(SOURCES) > 50 and any(p.name == "normalize.py" for p in SOURCES)
 
 
+def imported(tree: ast.AST) -> list[str]:
+    """Every module `tree` imports, at its top or inside a function."""
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names.append(node.module or "")
+    return names
+
+
 def test_no_pickle():
     for path, tree in trees():
-        for node in ast.walk(tree):
-            names = (
-                [alias.name for alias in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else []
-            )
-            assert not any("pickle" in name for name in names), path
+        assert not any("pickle" in name for name in imported(tree)), path
+
+
+def test_the_libraries_import_neither_ray_nor_the_job():
+    """chunking, embedding and indexing are plain libraries: `mdindex query` printed its
+    results with `jobs.logs.printable`, and importing `jobs.logs` started Ray's import."""
+    for path, tree in trees():
+        if path.split("/")[0] in ("chunking", "embedding", "indexing"):
+            roots = {name.split(".")[0] for name in imported(tree)}
+            assert not roots & {"ray", "jobs"}, path
 
 
 def test_yaml_is_read_with_safe_load_only():

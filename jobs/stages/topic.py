@@ -38,8 +38,8 @@ from indexing.paths import (
     is_chunk_file,
 )
 from indexing.sources import is_source
+from indexing.terminal import printable
 from jobs.landmarks import Landmark
-from jobs.logs import printable
 from jobs.plan import STEM_CONFLICT
 from jobs.previous import (
     Expected,
