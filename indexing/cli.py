@@ -22,6 +22,7 @@ from indexing.client import (
 from indexing.paths import href_path, in_topic, topic_id
 from indexing.server import checked_port, make_server
 from indexing.simhash import simhash64
+from indexing.terminal import printable, write_out
 
 
 def _positive_int(text: str) -> int:
@@ -179,33 +180,33 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
     }
 
 
-def _print_text(result: dict[str, Any]) -> None:
+def _result_text(result: dict[str, Any]) -> str:
     """`result` for a person. Names, titles and hrefs come from the index (a remote one
     included), so each line of them is `printable`: a title or file name holding an escape
     sequence or a line break cannot act on the terminal or pass for a line of its own; a
     chunk's text (`--show`) is printed as it is, as `cat` would."""
-    from indexing.terminal import printable
-
+    lines = []
     if "sources" in result:
-        print(printable(f"{result['title']} ({result['topic'] or '/'})"))
+        lines.append(printable(f"{result['title']} ({result['topic'] or '/'})"))
         for source in result["sources"]:
             count = _counted(len(source["chunks"]), "chunk")
-            print(printable(f"{source['source']}: {source['order']} stripe order, {count}"))
+            lines.append(printable(f"{source['source']}: {source['order']} stripe order, {count}"))
             for item in source["chunks"]:
-                print(printable(f"  [{item['index']}] {item['title']}"))
-                print(printable(f"      {item['href']}"))
+                lines.append(printable(f"  [{item['index']}] {item['title']}"))
+                lines.append(printable(f"      {item['href']}"))
                 if "text" in item:
-                    print("      " + item["text"].replace("\n", "\n      "))
-        return
+                    lines.append("      " + item["text"].replace("\n", "\n      "))
+        return "".join(line + "\n" for line in lines)
     matches = _counted(len(result["matches"]), "match", "matches")
-    print(f"simhash {result['simhash']}: {result['method']}, {matches}")
+    lines.append(f"simhash {result['simhash']}: {result['method']}, {matches}")
     for match in result["matches"]:
         how = f"distance {match['distance']}" if "distance" in match else f"score {match['score']}"
         where = f"{match['topic'] or '/'} {match['source']} [{match['index']}] {match['title']}"
-        print(printable(f"  {where} ({how})"))
-        print(printable(f"      {match['href']}"))
+        lines.append(printable(f"  {where} ({how})"))
+        lines.append(printable(f"      {match['href']}"))
         if "text" in match:
-            print("      " + match["text"].replace("\n", "\n      "))
+            lines.append("      " + match["text"].replace("\n", "\n      "))
+    return "".join(line + "\n" for line in lines)
 
 
 def _counted(count: int, one: str, many: str | None = None) -> str:
@@ -256,10 +257,10 @@ def run_query(args: argparse.Namespace) -> int:
         print(f"mdindex query: {_message(error, args.root)}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=2))
+        text = json.dumps(result, ensure_ascii=False, indent=2) + "\n"
     else:
-        _print_text(result)
-    return 0
+        text = _result_text(result)
+    return 0 if write_out(text, "mdindex query") else 1
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -55,10 +55,12 @@ class DamagedReport(ValueError):
 
 def run_report(args: argparse.Namespace) -> int:
     """Print the summary and the page's path (0); say in one line that there is no report or that
-    it is damaged (2), or why the output could not be read or the page written (1)."""
+    it is damaged (2), or why the output could not be read, the page written or the summary
+    printed (1)."""
     from botocore.exceptions import BotoCoreError  # an S3 endpoint that cannot be reached
 
     from embedding.files import UnknownProtocol, known_protocol
+    from indexing.terminal import write_out
     from jobs.manifest import REPORT_PATH
     from jobs.report import error_text
     from jobs.storage import Storage
@@ -86,7 +88,8 @@ def run_report(args: argparse.Namespace) -> int:
     # the closed pipe at once where output is unbuffered (PYTHONUNBUFFERED=1, as under many
     # schedulers), and run_program gives 0 for a BrokenPipeError raised in the command.
     with contextlib.suppress(BrokenPipeError):
-        print(f"{text}\nreport: {page.resolve()}")
+        if not write_out(f"{text}\nreport: {page.resolve()}\n", "mdindex report"):
+            return 1  # standard output on a full disk
     if args.open and not webbrowser.open(page.resolve().as_uri()):
         # no browser here (a server, an SSH session): it returned False, and --open said nothing
         print("mdindex report: no browser found to open the page: open it from the path above",

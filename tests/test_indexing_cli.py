@@ -162,6 +162,21 @@ def test_query_text_output_and_errors(index_root, capsys):
     assert code == 2 and "--topic, --question" in err
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("form", [[], ["--json"]])
+def test_query_onto_a_full_disk_says_so_in_one_line_and_exits_1(index_root, form):
+    """`mdindex query ... > /dev/full` was an OSError (ENOSPC) traceback."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "query", str(index_root), "--topic", TOPIC, *form],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+        )  # fmt: skip
+    assert (done.returncode, done.stderr) == (
+        1,
+        "mdindex query: cannot write to standard output: No space left on device\n",
+    )
+
+
 def test_question_found_by_simhash_with_exact_uint64(index_root, capsys):
     question = big_question()
     code, out, _ = run_cli(

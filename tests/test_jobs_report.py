@@ -398,6 +398,23 @@ def test_report_command_into_a_closed_pipe_ends_quietly_with_its_code(tmp_path):
     assert (tmp_path / "_reindex" / "report.html").is_file()
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_report_onto_a_full_disk_says_so_in_one_line_and_exits_1(tmp_path):
+    """`mdindex report OUT > /dev/full` was an OSError (ENOSPC) traceback."""
+    (tmp_path / "_reindex").mkdir()
+    failed = {"status": "failed", "exit_code": 1, "error": "RuntimeError: worker died"}
+    (tmp_path / "_reindex" / "report.json").write_text(json.dumps(failed))
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "report", str(tmp_path)],
+            cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+        )  # fmt: skip
+    assert (done.returncode, done.stderr) == (
+        1,
+        "mdindex report: cannot write to standard output: No space left on device\n",
+    )
+
+
 @pytest.mark.parametrize("unbuffered", ["1", ""])
 def test_report_check_into_a_closed_pipe_keeps_the_last_runs_code(tmp_path, unbuffered):
     """`mdindex report --check OUT | head -1` where head has gone: with PYTHONUNBUFFERED=1 (this
