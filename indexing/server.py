@@ -22,13 +22,14 @@ IDLE_TIMEOUT_S = 60
 def parse_range(header: str, size: int) -> tuple[int, int] | None:
     """The inclusive byte span a single `bytes=` range asks of a `size`-byte file.
 
-    Returns None for a header this server ignores (not a single byte range: the whole file is
-    sent); raises ValueError when the range cannot be satisfied (416).
+    Returns None for a header this server ignores (not a single valid byte range, `bytes=5-2`
+    included, whose last byte comes before its first: RFC 9110 14.2 ignores an invalid range;
+    the whole file is sent); raises ValueError when the range cannot be satisfied (416).
     """
     match = _RANGE.match(header.strip())
-    if not match or match.group(1) == match.group(2) == "":
+    first, last = match.groups() if match else ("", "")
+    if first == last == "" or (first != "" and last != "" and int(last) < int(first)):
         return None
-    first, last = match.group(1), match.group(2)
     if first == "":
         length = int(last)
         if length == 0 or size == 0:
@@ -36,7 +37,7 @@ def parse_range(header: str, size: int) -> tuple[int, int] | None:
         return max(0, size - length), size - 1
     start = int(first)
     end = size - 1 if last == "" else min(int(last), size - 1)
-    if start >= size or (last != "" and int(last) < start):
+    if start >= size:
         raise ValueError(f"range {header!r} outside a {size}-byte file")
     return start, end
 
