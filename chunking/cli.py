@@ -34,7 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="strategy option, value read as YAML, e.g. max_tokens=500 (repeatable)",
     )
-    parser.add_argument("--document-id", default="", help="document id used in chunk ids")
+    parser.add_argument(
+        "--document-id",
+        help="document id used in chunk ids (default: FILE as given; a build uses the path "
+        "relative to its input, so run from the input folder for the build's ids)",
+    )
     parser.add_argument("--tenant-id", default="default", help="tenant id used in chunk ids")
     parser.set_defaults(run=run)
 
@@ -81,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         document = chunk_source(
             data,
             strategy=args.strategy,
-            document_id=args.document_id,
+            document_id=args.file if args.document_id is None else args.document_id,
             tenant_id=args.tenant_id,
             **options,
         )

@@ -39,7 +39,10 @@ def test_chunk_prints_one_json_object_per_chunk():
     assert [row["ordinal"] for row in rows] == list(range(len(rows)))
     assert all(set(row) == FIELDS for row in rows)
     assert all(row["token_count"] <= 120 for row in rows)
-    assert {(row["document_id"], row["tenant_id"]) for row in rows} == {("", "default")}
+    # the file as given (was "": two files' chunks shared their ids' document part)
+    assert {(row["document_id"], row["tenant_id"]) for row in rows} == {
+        (str(FIXTURES / "guide.md"), "default")
+    }
     links = [link for row in rows for link in row["links"]]
     assert {"url": "../overview.md", "text": "the overview", "link_type": "internal",
             "target_document": None} in links  # fmt: skip
