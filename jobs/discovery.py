@@ -16,7 +16,7 @@ from embedding.encoder import model_encoder
 from embedding.models import ModelNotFound, check_model, model_digest
 from indexing.terminal import printable
 from jobs.config import JobConfig
-from jobs.lock import bucket, check_bucket, refusal_code
+from jobs.lock import bucket, check_bucket, missing_bucket, refusal_code
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import KEEP, RELINK, Plan, keep_directory, make_plan, rebuilding, settings_digest
 from jobs.storage import FileInfo, SkippedLink, Storage
@@ -198,13 +198,15 @@ def topics_missing_files(output: Storage, plan: Plan, previous: Manifest) -> lis
 
 
 def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
-    """The input's listing (`InputNotFound` when its root does not exist, a `PermissionError`
-    naming it where an object store refuses a listing: a local one names its folder)."""
+    """The input's listing (`InputNotFound` when its root or its bucket does not exist, a
+    `PermissionError` naming it where an object store refuses a listing: a local one names its
+    folder)."""
     storage = input_storage(config)
     try:
         return list(storage.walk(keep_directory))
     except FileNotFoundError as exc:
-        raise InputNotFound(f"input {config.input}: no such directory") from exc
+        missing = "no such bucket" if missing_bucket(storage) else "no such directory"
+        raise InputNotFound(f"input {config.input}: {missing}") from exc
     except PermissionError as exc:  # a 403: credentials the store refuses, a policy's prefixes
         if storage.is_local:
             raise

@@ -88,17 +88,25 @@ def bucket(storage: Storage) -> str:
 
 def check_bucket(output: Storage, role: str = "output") -> None:
     """`OutputNotFound` when `output` (or the `role` named: the cache) lies in an S3 bucket that
-    the store says does not exist (404 to a HEAD of it: what the build's lock finds by its first
-    write), for a dry run, which writes nothing, and for a cache, whose entries would each fail.
-    Any other answer (a 403 to credentials for one prefix of it) is left to the build: fsspec's
-    `exists` took every failure for a missing bucket."""
-    if output.protocol in ("s3", "s3a"):
+    the store says does not exist (what the build's lock finds by its first write), for a dry
+    run, which writes nothing, and for a cache, whose entries would each fail."""
+    error = missing_bucket(output)
+    if error is not None:
+        raise no_bucket(output, error, role) from error
+
+
+def missing_bucket(store: Storage) -> FileNotFoundError | None:
+    """The store's 404 to a HEAD of the bucket `store` lies in, where it is an S3 bucket that
+    does not exist; None otherwise. Any other answer (a 403 to credentials for one prefix of it)
+    is left to the caller: fsspec's `exists` took every failure for a missing bucket."""
+    if store.protocol in ("s3", "s3a"):
         try:
-            output.filesystem().call_s3("head_bucket", Bucket=bucket(output))
+            store.filesystem().call_s3("head_bucket", Bucket=bucket(store))
         except FileNotFoundError as error:
-            raise no_bucket(output, error, role) from error
+            return error
         except OSError:
             pass
+    return None
 
 
 @contextlib.contextmanager

@@ -523,6 +523,22 @@ def test_a_cache_in_a_bucket_that_does_not_exist_is_a_usage_error_named_so(
     assert f"mdindex build: cache {cache}: no such bucket (" in capsys.readouterr().err
 
 
+def test_an_input_in_a_bucket_that_does_not_exist_is_named_so(s3_server, tmp_path, capsys):
+    """An input bucket mistyped said "no such directory", as an empty prefix does, while an
+    output or cache bucket said "no such bucket": now the input's does too; exit 2 both."""
+    output = tmp_path / "out"
+    options = ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
+    for source, missing in (
+        ("s3://no-such-input-bucket/docs", "no such bucket"),
+        (s3_server.make_bucket("input-bucket-here") + "/docs", "no such directory"),
+    ):
+        command = ["--config", "configs/local.yaml", "--input", source, "--output", str(output)]
+        for dry in ([], ["--dry-run"]):
+            assert main([*command, *options, *dry]) == 2
+            assert f"mdindex build: input {source}: {missing}\n" in capsys.readouterr().err
+    assert not output.exists()
+
+
 @pytest.mark.parametrize("s3_behind", ["denies bucket probes"], indirect=True)
 def test_a_dry_run_into_an_empty_bucket_it_may_not_probe_plans_a_first_build(
     behind, s3_behind, tmp_path, capsys
