@@ -38,9 +38,12 @@ def fresh_listings(options: dict[str, Any] | None) -> dict[str, Any]:
 def root_filesystem(uri: str, options: dict[str, Any] | None = None) -> tuple[Any, str]:
     """The fsspec filesystem of `uri` and its path there (no scheme, no trailing slash), `uri`
     taken as one location, as the build's storage takes it: fsspec's `url_to_fs` reads `::` as a
-    chain of filesystems, so an output folder named `docs::v2` had its cache in `docs`."""
-    protocol, _ = split_protocol(uri)
-    fs = fsspec.filesystem(protocol or "file", **(options or {}))
+    chain of filesystems, so an output folder named `docs::v2` had its cache in `docs`. What
+    the URI itself says (an FTP or SFTP host and port) is passed as `url_to_fs` passes it, below
+    `options` (without it, `ftp://host/x` was a TypeError: no host)."""
+    protocol = protocol_of(uri)
+    from_url = fsspec.get_filesystem_class(protocol)._get_kwargs_from_urls(uri)
+    fs = fsspec.filesystem(protocol, **{**from_url, **(options or {})})
     return fs, fs._strip_protocol(uri).rstrip("/")
 
 

@@ -82,7 +82,8 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"mdindex report: {output.uri(REPORT_PATH)} is damaged: {exc}", file=sys.stderr)
         return 2
     except (OSError, BotoCoreError) as exc:
-        print(f"mdindex report: {error_text(exc)}", file=sys.stderr)
+        where = f"{args.output}: " if isinstance(exc, ConnectionError) else ""  # it names none
+        print(f"mdindex report: {where}{error_text(exc)}", file=sys.stderr)
         return 1
     # A reader that stopped (`| head -1`) must not turn --check's code into 0: the print meets
     # the closed pipe at once where output is unbuffered (PYTHONUNBUFFERED=1, as under many

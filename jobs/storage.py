@@ -34,6 +34,7 @@ from embedding.files import (
     is_within,
     listed_many,
     protocol_of,
+    root_filesystem,
     write_atomically,
 )
 
@@ -100,7 +101,7 @@ class Storage:
         """The fsspec filesystem for this root (fsspec caches instances); on an object store its
         listings are never cached (`embedding.files.fresh_listings`)."""
         options = {} if self.is_local else fresh_listings(self.options)
-        return fsspec.filesystem(self.protocol, **options)
+        return root_filesystem(self.root, options)[0]
 
     @cached_property
     def _root_path(self) -> str:

@@ -551,6 +551,22 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.parametrize("command", [["query", "--topic", TOPIC], ["report"]])
+def test_an_ftp_root_reaches_its_host_and_a_refusal_names_it(command):
+    """`ftp://HOST:PORT/x` lost its host on the way to fsspec (which takes it from the URL only
+    in `url_to_fs`): a TypeError traceback ("missing 1 required positional argument: 'host'").
+    Now the client connects to the URL's host and port; nothing listens there: one line."""
+    root = f"ftp://127.0.0.1:{free_port()}/index"
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", command[0], root, *command[1:]],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"mdindex {command[0]}: {root}: ConnectionRefusedError: [Errno 111] Connection refused\n"
+    )
+
+
 def test_a_query_to_a_server_that_never_answers_ends_naming_it(tmp_path, capsys, monkeypatch):
     """A server that took the connection and sent nothing held `mdindex query` 5 minutes a
     request (aiohttp's default), then ended it with a TimeoutError naming nothing. A stall of
