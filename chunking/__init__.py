@@ -56,12 +56,16 @@ def chunk_source(
     **options: Any,
 ) -> ChunkedDocument:
     """Chunk one markdown source (bytes or text) with the named strategy and its options;
-    past `time_budget` seconds it fails with CHUNKING_TIMEOUT (see `chunking.budget`)."""
+    past `time_budget` seconds it fails with CHUNKING_TIMEOUT (see `chunking.budget`).
+    TypeError for a source that is neither, or a `document_id` or `tenant_id` that is no str."""
     from chunking.blocks import parse
     from chunking.budget import within_budget
     from chunking.normalize import normalize
     from chunking.strategy import get_strategy
 
+    for name, value in (("document_id", document_id), ("tenant_id", tenant_id)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be str, got {type(value).__name__}")
     chunker = get_strategy(strategy, **options)
     return within_budget(
         time_budget,

@@ -89,8 +89,18 @@ def split_lines(text: str) -> tuple[str, ...]:
 
 
 def normalize(data: bytes | str) -> NormalizedDocument:
-    """Decode and normalise one source; front matter is parsed with yaml.safe_load."""
-    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    """Decode and normalise one source (text, or bytes-like); front matter is parsed with
+    yaml.safe_load. TypeError for anything else: `bytes()` made an int's NUL bytes of it, and a
+    `Path` its own name."""
+    if isinstance(data, str):
+        raw = data.encode("utf-8", "surrogatepass")
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+    else:
+        raise TypeError(
+            f"a markdown source is str or bytes, got {type(data).__name__} "
+            "(a file is chunked from its bytes: Path(p).read_bytes())"
+        )
     lines = split_lines(decode(raw))
     front_matter, body_start = _front_matter(lines)
     return NormalizedDocument(

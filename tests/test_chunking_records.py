@@ -272,3 +272,23 @@ def test_a_link_to_a_root_file_named_with_two_dots_resolves():
     )
     targets = [link.target_document for link in chunk.links]
     assert targets == ["..md", "..notes/a.md", None]
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"), [(42, "int"), (FIXTURES / "guide.md", "PosixPath"), (None, "NoneType")]
+)
+def test_a_source_that_is_neither_text_nor_bytes_is_a_type_error(data, kind):
+    """`chunk_document(42)` chunked 42 NUL bytes (CHUNKING_FAILED "binary content") and a `Path`
+    chunked its own name as the document's text; bytes-like sources still chunk as bytes."""
+    with pytest.raises(TypeError, match=f"a markdown source is str or bytes, got {kind}"):
+        chunk_document(data)
+    text = (FIXTURES / "guide.md").read_bytes()
+    assert chunk_document(bytearray(text)) == chunk_document(memoryview(text))
+    assert chunk_document(bytearray(text)) == chunk_document(text)
+
+
+@pytest.mark.parametrize("field", ["document_id", "tenant_id"])
+def test_a_document_or_tenant_id_that_is_no_string_is_named(field):
+    """It was "TypeError: sequence item 1: expected str instance, int found" from the chunk id."""
+    with pytest.raises(TypeError, match=f"{field} must be str, got int"):
+        chunk_source("# T\n\nText.\n", **{field: 7})
