@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.pipeline import main, mean_utilisation
+from benchmarks.pipeline import GPU_QUERY, gpu_query, main, mean_utilisation
 
 
 def test_json_is_written_before_the_first_build(tmp_path: Path):
@@ -25,3 +25,11 @@ def test_gpu_utilisation_is_the_mean_over_every_gpu_listed():
     assert mean_utilisation("100\n0\n50\n50\n") == 50.0
     assert mean_utilisation("37\n") == 37.0
     assert mean_utilisation("") is None
+
+
+def test_gpu_utilisation_is_sampled_on_the_gpus_the_build_may_use():
+    """The sampler asked for every GPU on the machine whatever CUDA_VISIBLE_DEVICES said."""
+    assert gpu_query(None) == gpu_query("") == GPU_QUERY
+    assert gpu_query("2") == [*GPU_QUERY, "--id=2"]
+    assert gpu_query("0, 3") == [*GPU_QUERY, "--id=0,3"]
+    assert gpu_query("GPU-8f2a,GPU-11b0") == [*GPU_QUERY, "--id=GPU-8f2a,GPU-11b0"]
