@@ -578,3 +578,12 @@ def test_a_report_names_no_version_where_mdindex_is_not_installed(monkeypatch):
     monkeypatch.setattr(jobs.report, "version", not_installed)
     facts = {"host": socket.gethostname(), "pid": os.getpid(), "mdindex_version": None}
     assert run_facts() == facts
+
+
+def test_the_page_shows_every_fact_of_the_process_that_ran_the_build():
+    """The page names its run facts (`report_html.RUN_FACTS`) apart from `run_facts`, which makes
+    them: a fact added to one and not the other would be in report.json and not on the page."""
+    facts = run_facts()
+    page = render_html({"status": "failed", "error": "RuntimeError: stopped", **facts})
+    for key in facts:
+        assert f"<th>{key.replace('_', ' ')}</th>" in page, key
