@@ -120,6 +120,7 @@ def resolve_options(model: str, device: str, options: dict[str, Any]) -> Resolve
     if unknown:
         raise ValueError(f"load_embedder: unknown option(s) {unknown}; expected {sorted(_OPTIONS)}")
     opt = {key: value for key, value in options.items() if value is not None}
+    _check_flags(opt)
     resolved_device = resolve_device(device)
     files = resolve_model(
         model,
@@ -280,6 +281,14 @@ def torch_has_native_bf16() -> bool:
 
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def _check_flags(options: dict[str, Any]) -> None:
+    """ValueError for a flag option that is not a bool: they were read by truthiness, so
+    `normalize="no"` normalised and `trust_remote_code="false"` ran the model's own code."""
+    for name in ("normalize", "trust_remote_code", "cuda_graphs"):
+        if name in options and not isinstance(options[name], bool):
+            raise ValueError(f"{name} must be True or False, got {options[name]!r}")
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:

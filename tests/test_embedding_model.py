@@ -38,6 +38,7 @@ from embedding.keys import (
     default_token_budget,
     device_type,
     model_key,
+    model_keys,
     resolve_device,
     resolve_dtype,
     torch_has_native_bf16,
@@ -438,6 +439,21 @@ def test_empty_uri_and_bad_names_raise_clear_errors(tmp_path):
     for window in (1, 2):
         with pytest.raises(ValueError, match=f"max_length {window} leaves no room"):
             load_embedder(device="cpu", max_length=window)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("normalize", "no"), ("trust_remote_code", "false"), ("cuda_graphs", 0)],
+)
+def test_a_flag_option_that_is_not_a_bool_is_refused(flag, value):
+    """They were read by truthiness: `normalize="no"` gave unit vectors and
+    `trust_remote_code="false"` trusted the model's code. False itself still holds."""
+    with pytest.raises(ValueError, match=f"{flag} must be True or False, got {value!r}"):
+        load_embedder(device="cpu", **{flag: value})
+    with pytest.raises(ValueError, match=f"{flag} must be True or False"):
+        model_keys(device="cpu", **{flag: value})
+    raw = load_embedder(device="cpu", dtype="fp32", normalize=False).embed(["some chunk text"])
+    assert abs(float(np.linalg.norm(raw[0])) - 1.0) > 1e-3
 
 
 def test_a_model_that_cannot_load_is_named_from_its_small_files_alone(tmp_path):
