@@ -96,7 +96,10 @@ class SourceInput:
 
 @dataclass(frozen=True, eq=False)
 class TopicInput:
-    """Everything one topic's reduce needs; `previous_index` is its index.json from the last run."""
+    """Everything one topic's reduce needs; `previous_index` is its index.json from the last run.
+
+    `tenant_id` is the build's tenant, for the documents rows of failed sources (a chunked
+    document carries its own)."""
 
     topic: str
     sources: list[SourceInput]
@@ -108,6 +111,7 @@ class TopicInput:
     existing_topic_spec: str | None
     model: str
     strategy: str
+    tenant_id: str = "default"
 
 
 @dataclass(frozen=True, eq=False)
@@ -386,7 +390,7 @@ def _failed_row(inp: TopicInput, src: SourceInput, code: str, message: str) -> D
         return DocumentRow(**{**kept, "status": "failed", "error_code": code, "error": message})
     return DocumentRow(
         inp.topic, src.path, src.path, False, 0, src.source_version_id, inp.strategy, "failed",
-        code, message,
+        code, message, tenant_id=inp.tenant_id,
     )  # fmt: skip
 
 

@@ -333,6 +333,7 @@ def topic_summaries(
         expected=expected,
         collector=collector,
         landmarks=marks,
+        tenant=config.tenant,
     )
     # `from_blocks` (a developer API) keeps the batches as they are and reads their metadata here;
     # `from_arrow` ran a remote task per batch for it and waited for them before the pipeline began.

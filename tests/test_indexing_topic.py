@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -440,6 +441,19 @@ def test_failed_source_keeps_its_previous_entry_and_files():
     )
     assert index_of(fifth)["_embedded"]["chunks"] == index_of(second)["_embedded"]["chunks"]
     assert fifth.retained == second.retained
+
+
+def test_a_failed_sources_documents_row_names_the_builds_tenant():
+    """A source that failed with no previous row gets a bare documents row: it names the build's
+    tenant as the chunked sources' rows do (it had a null `tenant_id`, so a tenant's documents
+    left out its failures)."""
+    good = source(SOURCE, sections(2), ranked_vectors([1.0, 0.5]))
+    failed = SourceInput(f"{TOPIC}/extra.md", None, None, error=("CHUNKING_FAILED", "bad"))
+    output = build_topic(topic_input(TOPIC, [good, failed]), IndexSettings())
+    rows = {r["source"]: r["tenant_id"] for r in output.document_rows.to_pylist()}
+    assert rows == {SOURCE: "default", f"{TOPIC}/extra.md": "default"}
+    acme = build_topic(replace(topic_input(TOPIC, [failed]), tenant_id="acme"), IndexSettings())
+    assert acme.document_rows.column("tenant_id").to_pylist() == ["acme"]
 
 
 def test_a_topic_whose_sources_all_fail_keeps_its_title_only_beside_a_kept_entry():

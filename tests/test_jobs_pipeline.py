@@ -668,6 +668,21 @@ def test_an_empty_source_that_turns_bad_fails_alone(small_vectors, tmp_path):
     assert {p for p in ours if ours[p] != fresh[p]} == {"_index/documents/t.parquet"}
 
 
+def test_a_failed_sources_documents_row_names_the_configured_tenant(small_vectors, tmp_path):
+    """Every documents row names the config's `tenant`, a failed source's too: it had a null
+    `tenant_id` beside its topic's chunked sources' (`--set tenant=acme`)."""
+    docs, out = tmp_path / "docs", tmp_path / "out"
+    write_pages(docs, {"t/a.md": retry_page("a")})
+    (docs / "t" / "bad.md").write_bytes(b"# Bad\n\nnot \xff UTF-8\n")
+    cache = cache_copy(small_vectors, tmp_path)
+    assert build("--input", str(docs), "--output", str(out), "--set", "tenant=acme", *cache) == 3
+    rows = shard_rows(out, "documents", "t")
+    assert [(r["source"], r["status"], r["tenant_id"]) for r in rows] == [
+        ("t/a.md", "ok", "acme"),
+        ("t/bad.md", "failed", "acme"),
+    ]
+
+
 def test_a_topic_whose_files_left_the_output_is_written_again(small_vectors, tmp_path):
     """In place, a topic's folder removed (`rm -r`, which takes its index.json and chunk files)
     and its sources put back as they were (modification times kept, as a restore or a sync

@@ -85,6 +85,7 @@ class TopicContext:
     expected: Expected  # the model and strategy of this run, for rows kept from the previous one
     collector: Any = None  # the run's StatsCollector actor, if any
     landmarks: tuple[Landmark, ...] = ()  # what the driver's local folders hold (jobs.landmarks)
+    tenant: str = "default"  # the build's tenant, for the documents rows of failed sources
 
 
 def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]:
@@ -143,6 +144,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
             existing_topic_spec=existing_spec,
             model=context.expected.model,
             strategy=context.expected.strategy_key,
+            tenant_id=context.tenant,
         ),
         context.settings,
     )
