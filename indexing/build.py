@@ -179,10 +179,18 @@ def topic_title(topic: str, documents: dict[str, ChunkedDocument], kept: str | N
 
 
 def _check_vectors(src: SourceInput, count: int) -> np.ndarray:
+    """The source's vectors: ValueError unless one per chunk, each finite (a NaN or inf made
+    null similarities in index.json and a stripe order of its own, as `load_embedder` says)."""
     vectors = np.asarray(src.vectors) if src.vectors is not None else None
     if vectors is None or vectors.ndim != 2 or vectors.shape[0] != count:
         shape = None if vectors is None else vectors.shape
         raise ValueError(f"{src.path}: expected one vector per chunk ({count}), got shape {shape}")
+    bad = ~np.isfinite(vectors).all(axis=1)
+    if bad.any():
+        raise ValueError(
+            f"{src.path}: the vector of chunk {int(np.argmax(bad))} holds NaN or inf "
+            f"({int(bad.sum())} of {count} chunks)"
+        )
     return vectors
 
 

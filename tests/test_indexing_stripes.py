@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from indexing_support import ranked_vectors, source, topic_input
 
+from indexing import IndexSettings, build_topic
 from indexing.stripes import rank, similarities, stripe, stripe_factor, stripe_order
 
 
@@ -65,3 +67,17 @@ def test_similarities_are_cosines_rounded_to_four_decimals():
     vectors = np.array([[2.0, 0.0], [1.0, 1.0], [0.0, 3.0], [-1.0, 0.0], [0.0, 0.0]])
     assert similarities(vectors, 0) == [1.0, 0.7071, 0.0, -1.0, 0.0]
     assert all(str(s) != "-0.0" for s in similarities(vectors, 0))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_topic_build_refuses_a_chunk_vector_that_is_not_finite(bad):
+    """A caller's NaN or inf vector (its own model's, fp16 overflowed) was written as `null`
+    similarities in index.json and put its chunk in a stripe order of its own; now a ValueError
+    names the source and the chunk, as the embedder's own check does."""
+    vectors = ranked_vectors([1.0, 0.9, 0.5])
+    vectors[2, 1] = bad
+    sections = [(f"Part {i}", f"Body {i}.") for i in range(3)]
+    with pytest.raises(ValueError, match=r"docs/t/a\.md: the vector of chunk 2 holds NaN or inf"):
+        build_topic(
+            topic_input("docs/t", [source("docs/t/a.md", sections, vectors)]), IndexSettings()
+        )
