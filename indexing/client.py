@@ -246,7 +246,10 @@ def select_chunks(
     `technical` uses `stripe_order_technical` where a source has one, else the conceptual order.
     Stripe orders leave the baselines out; they follow the stripe order, so a source of one
     chunk still gives its chunk. `index` is of the shape `IndexReader.index` checks.
+    ValueError for a negative `n` (`order[:-1]` gave every chunk but the last).
     """
+    if n < 0:
+        raise ValueError(f"n must be 0 or more chunks per source, got {n}")
     chunks = index["_embedded"].get("chunks", {})
     if source is not None and source not in chunks:
         raise NotInIndex(f"topic {index['id']!r} has no source {source!r}; it has {sorted(chunks)}")

@@ -985,3 +985,15 @@ def test_mdindex_serve_refuses_a_port_outside_0_to_65535(tmp_path, capsys, port)
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"argument --port: port must be an int from 0 to 65535, got {port}" in err
+
+
+def test_select_chunks_refuses_a_negative_number_of_chunks():
+    """`select_chunks(index, -1)` gave every chunk of a source but its last (`order[:-1]`)."""
+    from indexing.client import select_chunks
+
+    items = [{"index": i, "href": f"_chunks/s-{i}.md", "title": f"t{i}"} for i in range(3)]
+    entry = {"baseline_conceptual": 0, "stripe_order": [2, 1], "items": items}
+    index = {"id": "t", "_embedded": {"chunks": {"s": entry}}}
+    with pytest.raises(ValueError, match="n must be 0 or more chunks per source, got -1"):
+        select_chunks(index, -1)
+    assert [selection.items for selection in select_chunks(index, 0)] == [[]]
