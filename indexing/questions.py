@@ -18,7 +18,7 @@ def parse_questions(markdown: str) -> list[str]:
     """Questions in document order, each once: headings ending in "?", lines starting "Q:"/"**Q:**".
 
     Code blocks are skipped; a "Q:" line may sit inside a paragraph (e.g. followed by its "A:" line)
-    or a list item.
+    or a list item, or be a heading ("## Q: How…?"); its marker is never part of the question.
     """
     tokens = MarkdownIt("commonmark").parse(markdown)
     found: list[str] = []
@@ -27,7 +27,10 @@ def parse_questions(markdown: str) -> list[str]:
             continue
         if tokens[i - 1].type == "heading_open":
             text = token.content.strip()
-            if text.endswith("?"):
+            match = _Q_LINE.match(text)
+            if match:
+                found.append(match["question"].strip())
+            elif text.endswith("?"):
                 found.append(text)
             continue
         for line in token.content.splitlines():

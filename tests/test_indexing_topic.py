@@ -291,6 +291,15 @@ def test_questions_are_parsed_from_headings_and_q_lines():
     ]  # fmt: skip
 
 
+def test_a_q_heading_is_its_question_without_the_marker():
+    """A heading "## Q: How…?" is the question "How…?", as a "Q:" line is: it was kept with its
+    marker, whose words moved its SimHash 3 to 8 bits from the question a reader asks (past k=6
+    for "Why does trimming warn?"), and a marked heading without "?" was no question."""
+    text = "## Q: Why does trimming warn?\n\nA: Reflection.\n\n### **Q:** How do I start\n"
+    assert parse_questions(text) == ["Why does trimming warn?", "How do I start"]
+    assert simhash64(parse_questions(text)[0]) == simhash64("Why does trimming warn?")
+
+
 def test_prompt_hashes_threshold_and_top_k():
     vectors = np.eye(4)
     questions = [
