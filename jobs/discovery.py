@@ -1,8 +1,8 @@
 """What the driver knows before any work: the input's listing, the previous manifest, the
 settings key and the plan (`jobs.plan`), and whether the embedding model can load. Reads the
-listing, the manifest, the model's config.json (its tokenizer.json too, given a max_length) and
+listing, the manifest, the model's config.json (its tokenizer.json too, given a max_length),
 what names the version of its files (`embedding.models.model_digest`: a local model's files
-hashed, a remote one's listing), nothing else."""
+hashed, a remote one's listing) and the chunker's tokenizer, nothing else."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import tokenizers
 
-from chunking import REVISION
+from chunking import REVISION, token_counter
 from embedding.encoder import model_encoder
 from embedding.models import ModelNotFound, check_model, model_digest
 from indexing.terminal import printable
@@ -87,6 +87,17 @@ def check_window(config: JobConfig) -> None:
             f"beside the {specials} special tokens of model {embedding.model!r}; give at least "
             f"{specials + 1}, or leave it out for the model's window"
         )
+
+
+def check_tokenizer(config: JobConfig) -> None:
+    """`ModelNotFound` when the chunker's tokenizer (`chunking.options.tokenizer`: a typo such
+    as `minlm`, a folder without tokenizer.json) cannot load: every chunk task failed with it,
+    exit 1, after Ray had started."""
+    chunking = config.chunking
+    try:
+        token_counter(chunking.strategy, **chunking.options)
+    except ValueError as exc:
+        raise ModelNotFound(f"chunking.options.tokenizer: {exc}") from exc
 
 
 def check_deletions(config: JobConfig, plan: Plan, previous: Manifest) -> None:
@@ -231,6 +242,7 @@ def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discov
             "the input no longer has is removed",
             output.uri(MANIFEST_PATH),
         )
+    check_tokenizer(config)
     config_key = settings_key(config, model_version(config))
     separate = config.output != config.input
     plan = make_plan(listing, previous, config_key, config.sources.globs, separate=separate)

@@ -195,6 +195,32 @@ def test_a_window_with_no_room_beside_the_special_tokens_is_refused_before_ray_s
     assert not output.exists()
 
 
+def test_a_chunking_tokenizer_that_cannot_load_is_a_config_error_before_ray_starts(tmp_path):
+    """`chunking.options.tokenizer: minlm` (a typo of minilm) passed the dry run (exit 0), and the
+    build started Ray and failed in every chunk task, exit 1 with a 40-line Ray traceback: now
+    exit 2 naming the key, build and dry run, in a process where Ray never starts, nothing
+    written."""
+    output = tmp_path / "out"
+    script = (
+        "import sys, ray; from jobs.reindex import main\n"
+        "code = [main(['--config', sys.argv[1], '--input', sys.argv[2], '--output', sys.argv[3],"
+        " '--set', 'chunking.options.tokenizer=minlm', *extra]) for extra in ([], ['--dry-run'])]\n"
+        "print('ray initialised:', ray.is_initialized(), 'codes:', code)\n"
+    )
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
+    done = subprocess.run(
+        [sys.executable, "-c", script, CONFIG, str(CORPUS), str(output)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert "ray initialised: False codes: [2, 2]" in done.stdout, done.stderr
+    message = "mdindex build: chunking.options.tokenizer: cannot load tokenizer 'minlm'"
+    assert done.stderr.count(message) == 2, done.stderr
+    assert not output.exists()
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
     corpus, output = tmp_path / "docs", tmp_path / "out"
