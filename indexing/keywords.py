@@ -47,7 +47,7 @@ class KeywordMatcher:
     unindexed: tuple[int, ...]
 
 
-def _plain(inline: Token) -> str:
+def plain_text(inline: Token) -> str:
     """The visible text of an inline token (emphasis and code markers dropped)."""
     parts = [
         " " if child.type in ("softbreak", "hardbreak") else child.content
@@ -79,7 +79,7 @@ def _table_rows(tokens: list[Token], start: int) -> tuple[list[list[str]], int]:
         if tokens[i].type == "tr_open":
             rows.append([])
         elif tokens[i].type == "inline" and rows:
-            rows[-1].append(_plain(tokens[i]))
+            rows[-1].append(plain_text(tokens[i]))
         i += 1
     return rows, i + 1
 
@@ -123,7 +123,7 @@ def parse_keywords(markdown: str) -> list[Keyword]:
             found.extend(_from_table(rows))
             continue
         if token.type == "inline" and i >= 2 and tokens[i - 2].type == "list_item_open":
-            match = _LIST_ITEM.match(_plain(token))
+            match = _LIST_ITEM.match(plain_text(token))
             score = _score(match["score"]) if match else None
             if match and score is not None:
                 found.append(Keyword(name=match["name"], score=score))

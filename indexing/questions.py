@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 from markdown_it import MarkdownIt
 
+from chunking.blocks import heading_title
+from indexing.keywords import plain_text
 from indexing.vectors import unit_rows
 
 _Q_LINE = re.compile(r"^(?:\*\*Q:\*\*|Q:)\s*(?P<question>.+)$")
@@ -18,7 +20,9 @@ def parse_questions(markdown: str) -> list[str]:
     """Questions in document order, each once: headings ending in "?", lines starting "Q:"/"**Q:**".
 
     Code blocks are skipped; a "Q:" line may sit inside a paragraph (e.g. followed by its "A:" line)
-    or a list item, or be a heading ("## Q: How…?"); its marker is never part of the question.
+    or a list item, or be a heading ("## Q: How…?"); its marker is never part of the question. A
+    heading's "?" may sit inside emphasis or code (`## **Why?**`) and before an attribute list
+    (`{ #why }`, dropped as from chunk titles); its inline markdown is kept as written.
     """
     tokens = MarkdownIt("commonmark").parse(markdown)
     found: list[str] = []
@@ -26,11 +30,11 @@ def parse_questions(markdown: str) -> list[str]:
         if token.type != "inline":
             continue
         if tokens[i - 1].type == "heading_open":
-            text = token.content.strip()
+            text = heading_title(token.content.strip())
             match = _Q_LINE.match(text)
             if match:
                 found.append(match["question"].strip())
-            elif text.endswith("?"):
+            elif heading_title(plain_text(token)).endswith("?"):
                 found.append(text)
             continue
         for line in token.content.splitlines():

@@ -300,6 +300,16 @@ def test_a_q_heading_is_its_question_without_the_marker():
     assert simhash64(parse_questions(text)[0]) == simhash64("Why does trimming warn?")
 
 
+def test_a_question_heading_may_end_in_emphasis_code_or_an_attribute_list():
+    """A heading whose visible text ends in "?" is a question whatever inline markdown closes it
+    (`**Why?**`, `` `x?` ``) or attribute list follows (`{ #why }`): each was no question, so its
+    answer's chunk got no prompt hash and `--question` never found it by SimHash."""
+    text = (
+        "## **Why is it slow?**\n\n## What is `x?`\n\n## How do I start? { #start }\n\n## Notes\n"
+    )
+    assert parse_questions(text) == ["**Why is it slow?**", "What is `x?`", "How do I start?"]
+
+
 def test_prompt_hashes_threshold_and_top_k():
     vectors = np.eye(4)
     questions = [
