@@ -101,9 +101,12 @@ def text_hashes(texts: Sequence[str]) -> tuple[str, ...]:
 
 
 class EmbeddingCache:
-    """Get and put document entries under `root_uri` (local path or fsspec URI)."""
+    """Get and put document entries under `root_uri` (local path or fsspec URI); ValueError for
+    an empty one (an unset variable), which was the current directory."""
 
     def __init__(self, root_uri: str, storage_options: dict[str, Any] | None = None):
+        if not isinstance(root_uri, str) or not root_uri:
+            raise ValueError(f"the cache root must be a path or URI, got {root_uri!r}")
         self.root_uri = root_uri
         self.fs, self.root = root_filesystem(root_uri, fresh_listings(storage_options))
         # (strategy key, model key) -> its model folder existed, or was written by us

@@ -277,6 +277,16 @@ def test_bad_keys_are_rejected():
         DocRequest(STRATEGY, sha("x"), ("ok", 3))
 
 
+@pytest.mark.parametrize("root", ["", None])
+def test_an_empty_cache_root_is_refused(root, tmp_path, monkeypatch):
+    """`EmbeddingCache("")` (an unset variable) put its entries in the current directory, and
+    None was "argument of type 'NoneType' is not iterable"."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=f"the cache root must be a path or URI, got {root!r}"):
+        embed_with_cache(embedder(dtype="fp32"), EmbeddingCache(root), [request()])
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_memory_filesystem_cache():
     cache = EmbeddingCache("memory://embedding-cache-test/root")
     [first] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
