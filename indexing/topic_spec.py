@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from markdown_it import MarkdownIt
 
 BEGIN = "<!-- mdindex:begin (generated; edits inside these markers are replaced) -->"
 END = "<!-- mdindex:end -->"
 _BEGIN_PREFIX = "<!-- mdindex:begin"
+_NEWLINE = re.compile(r"\r\n?|\n")  # the line breaks markdown-it counts lines by
 
 
 def _cell(value: Any) -> str:
@@ -49,23 +53,23 @@ def render_section(title: str, chunks: dict[str, Any]) -> str:
 
 def _section_span(text: str) -> tuple[int, int] | None:
     """(start, end) of the generated section: the first end marker with a begin marker before it,
-    and the last such begin, each a line of its own outside fenced code. A marker quoted in a
-    person's code block, or a chunk title holding one (inside a table row), once made a section
-    that grew on every rebuild."""
+    and the last such begin, each a top-level HTML block of its own line (as CommonMark reads the
+    file), so a marker in any code block, quote or list is the person's text. A marker quoted in
+    a person's code block, or a chunk title holding one (inside a table row), once made a section
+    that grew on every rebuild; one quoted in a fence that a shorter fence line does not close
+    (a "````" block holding "```", a "```" block holding "```python") replaced the person's
+    text with the section."""
+    starts = [0, *(m.end() for m in _NEWLINE.finditer(text)), len(text)]
     begin = None
-    fence = ""
-    offset = 0
-    for line in text.split("\n"):
-        stripped = line.strip()
-        if fence:
-            fence = "" if stripped.startswith(fence) else fence
-        elif stripped.startswith(("```", "~~~")):
-            fence = stripped[:3]
-        elif stripped.startswith(_BEGIN_PREFIX):
-            begin = offset
-        elif stripped == END and begin is not None:
-            return begin, min(offset + len(line) + 1, len(text))
-        offset += len(line) + 1
+    for token in MarkdownIt("commonmark").parse(text):
+        if token.type != "html_block" or token.level != 0 or token.map is None:
+            continue
+        first, _ = token.map
+        line = token.content.split("\n", 1)[0].strip()
+        if line.startswith(_BEGIN_PREFIX):
+            begin = starts[first]
+        elif line == END and begin is not None:
+            return begin, starts[first + 1]
     return None
 
 

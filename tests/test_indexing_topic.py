@@ -539,6 +539,30 @@ def test_a_marker_quoted_in_topic_spec_never_makes_it_grow(where):
     assert spec.count("## Chunks of") == 1 and spec.startswith(hand)
 
 
+@pytest.mark.parametrize(
+    "fence",
+    [
+        "````md\nA fence of three:\n```\n{markers}\n````\n",  # a shorter fence line closes none
+        "```text\n```python\n{markers}\n```\n",  # a fence line with an info string neither
+        "    {markers}\n",  # indented code
+    ],
+)
+def test_markers_quoted_in_any_code_block_are_the_persons_text(fence):
+    """Both markers quoted in a person's code block are text like any other: the section goes
+    after it. In a "````" block holding a "```" line, or a "```" block holding "```python", they
+    were taken for the section's, and the person's lines between them replaced by it (and in
+    indented code too)."""
+    begin = "<!-- mdindex:begin (generated; edits inside these markers are replaced) -->"
+    end = "<!-- mdindex:end -->"
+    hand = "# Notes\n\n" + fence.format(markers=f"{begin}\nquoted by hand\n{end}") + "\nMore.\n"
+    inp = topic_input(TOPIC, [source(SOURCE, sections(2), ranked_vectors([1.0, 0.5]))], spec=hand)
+    spec = hand
+    for _ in range(2):
+        built = build_topic(topic_input(TOPIC, inp.sources, spec=spec), IndexSettings())
+        spec = built.files[f"{TOPIC}/topic-spec.md"].decode()
+    assert spec.startswith(hand) and spec.count("## Chunks of") == 1
+
+
 def test_keywords_are_one_per_name_as_their_patterns_match():
     """`foo bar` and `foo  bar` match the same text, and both were kept (a chunk listed the keyword
     twice); `Straße` and `STRASSE` were taken for one (casefold) though neither pattern matches
