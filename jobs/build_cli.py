@@ -91,6 +91,7 @@ def run_build(args: argparse.Namespace) -> int:
     the run is reported, a SIGTERM exits at once with that code (`exit_at_once_on_sigterm`, then
     the program's `exit_with`); run in-process, the caller's handler is put back."""
     from embedding.models import ModelNotFound
+    from indexing.terminal import write_out
     from jobs.discovery import InputNotFound
     from jobs.dry_run import describe, dry_run
     from jobs.lock import OutputNotFound
@@ -130,9 +131,9 @@ def run_build(args: argparse.Namespace) -> int:
         exit_on_sigterm()
         code, report = _build(config)
         exit_at_once_on_sigterm(code)  # reported (a failed run too): the summary is no part of it
-        if report:
-            with contextlib.suppress(BrokenPipeError):  # a reader that stopped: the code stands
-                print(summary(report))
+        if report:  # a reader that stopped, or a full disk (said in one line): the code stands
+            with contextlib.suppress(BrokenPipeError):
+                write_out(f"{summary(report)}\n", "mdindex build")
         return code
 
 

@@ -451,6 +451,29 @@ def test_a_builds_summary_into_a_closed_pipe_keeps_the_builds_exit_code(
     assert json.loads((output / "_reindex" / "report.json").read_text())["exit_code"] == 3
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_builds_summary_onto_a_full_disk_keeps_the_builds_exit_code(tmp_path):
+    """`mdindex build ... >> build.log` on a full disk: the build wrote its index and its report
+    (exit code 3 there), then the summary's print raised ENOSPC, and the program ended in a
+    traceback with exit 1, which the scheduler saw where `mdindex report --check` said 3. Now one
+    line says so, and the build's code stands. A linked source alone: no Ray, exit 3."""
+    corpus, output = tmp_path / "docs", tmp_path / "out"
+    (corpus / "topic").mkdir(parents=True)
+    (corpus / "topic" / "linked.md").symlink_to(CORPUS / "guides" / "installation.md")
+    command = ["build", "--config", CONFIG, "--input", str(corpus), "--output", str(output)]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", *command],
+            cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.endswith(
+        "mdindex build: cannot write to standard output: No space left on device\n"
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+    assert json.loads((output / "_reindex" / "report.json").read_text())["exit_code"] == 3
+
+
 MEASURE = """<script>
 window.addEventListener("load", () => {
   const charts = [...document.querySelectorAll("svg")].map((svg) => {
