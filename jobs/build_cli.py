@@ -125,8 +125,8 @@ def run_build(args: argparse.Namespace) -> int:
             # credentials" at the end of 60 lines of s3fs frames said no more
             print(f"mdindex build: the dry run failed: {error_text(exc)}", file=sys.stderr)
             return EXIT_JOB_FAILED
-        print(plan)
-        return EXIT_OK
+        # the plan is the dry run's answer: one it cannot write (a full disk) fails it
+        return EXIT_OK if write_out(f"{plan}\n", "mdindex build") else EXIT_JOB_FAILED
     with callers_handler():
         exit_on_sigterm()
         code, report = _build(config)

@@ -326,6 +326,23 @@ def test_a_dry_run_into_grep_m1_ends_quietly_with_0(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_dry_run_onto_a_full_disk_says_so_in_one_line_and_exits_1(tmp_path):
+    """`mdindex build --dry-run > plan.txt` on a full disk was an OSError (ENOSPC) traceback: now
+    one line, exit 1 (the plan is the dry run's answer), as `mdindex query` and `report` say it."""
+    command = ["build", "--config", CONFIG, "--input", str(CORPUS), "--output", str(tmp_path)]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", *command, "--dry-run"],
+            cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.endswith(
+        "mdindex build: cannot write to standard output: No space left on device\n"
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_a_dry_runs_action_lines_escape_control_characters_in_names(tmp_path, capsys):
     """A source named with a newline printed "  read t/a" and a line of its own ("FAKE.md"), which
     a script reading the actions took for a second file; a terminal escape reached the terminal."""
