@@ -97,6 +97,8 @@ class Documents:
             raise ValueError("Documents: one source hash, previous hash and offset per document")
         if self.offsets[0] != 0 or self.offsets[-1] != len(self.texts):
             raise ValueError("Documents: offsets must run from 0 to the number of texts")
+        if (np.diff(self.offsets) < 0).any():  # a negative chunk count: an IndexError later
+            raise ValueError("Documents: offsets must not decrease (a chunk count below 0)")
         if self.tokens is not None and (self.query or len(self.tokens) != len(self.texts)):
             raise ValueError("Documents: tokens must be one id row per text, and not for queries")
 

@@ -277,6 +277,17 @@ def test_bad_keys_are_rejected():
         DocRequest(STRATEGY, sha("x"), ("ok", 3))
 
 
+def test_documents_whose_offsets_go_back_are_refused(cache):
+    """A negative chunk count (`chunk_offsets([3, -1])`) passed the check of the first and last
+    offsets, and `embed_documents` ended in "IndexError: index 3 is out of bounds"."""
+    texts = ["one text", "two"]
+    with pytest.raises(ValueError, match="offsets must not decrease"):
+        Documents(STRATEGY, [sha("a"), sha("b")], [None, None], texts, chunk_offsets([3, -1]))
+    good = Documents(STRATEGY, [sha("a"), sha("b")], [None, None], texts, chunk_offsets([2, 0]))
+    [found] = embed_documents(embedder(dtype="fp32"), cache, [good]).results
+    assert found.embedded.tolist() == [2, 0] and found.vectors.shape[0] == 2
+
+
 @pytest.mark.parametrize("root", ["", None])
 def test_an_empty_cache_root_is_refused(root, tmp_path, monkeypatch):
     """`EmbeddingCache("")` (an unset variable) put its entries in the current directory, and
