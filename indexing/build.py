@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunking.blocks import heading_title, parse_tokens
-from chunking.record import ChunkedDocument
+from chunking.record import Chunk, ChunkedDocument
 from indexing.hal import directory_title, dump_json, index_document, not_an_index
 from indexing.keywords import Keyword, KeywordMatcher, keyword_matcher, keywords_in
 from indexing.lifecycle import entry_files, named_files
@@ -151,12 +151,29 @@ def _words(text: str) -> list[str]:
 
 
 def first_h1(document: ChunkedDocument) -> str | None:
-    """The text of the first level-1 heading in the document's chunks, if any."""
+    """The text of the document's first level-1 heading, if any, from its chunks in order: the H1
+    a chunk's header path starts with when its text lacks that heading (a strategy that leaves an
+    empty section out, `headers` and `hierarchical` under `# Title` then `## Part`, keeps it only
+    there), else the first H1 of its text."""
     for chunk in document.chunks:
         tokens = parse_tokens(chunk.text)
-        for i, token in enumerate(tokens):
-            if token.type == "heading_open" and token.tag == "h1" and tokens[i + 1].content.strip():
-                return heading_title(tokens[i + 1].content.strip())
+        own = [
+            heading_title(tokens[i + 1].content.strip())
+            for i, token in enumerate(tokens)
+            if token.type == "heading_open" and token.tag == "h1" and tokens[i + 1].content.strip()
+        ]
+        path = _path_h1(chunk)
+        if path is not None and path not in own:
+            return path
+        if own:
+            return own[0]
+    return None
+
+
+def _path_h1(chunk: Chunk) -> str | None:
+    """The title of the level-1 heading that a chunk's header path starts with, if any."""
+    if chunk.headings_path and chunk.headings_path[0] and chunk.header_path.startswith("# "):
+        return chunk.headings_path[0]
     return None
 
 

@@ -15,6 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from indexing_support import make_document, ranked_vectors, source, topic_input
 
+from chunking import chunk_source
 from indexing import (
     IndexSettings,
     Keyword,
@@ -418,6 +419,19 @@ def test_title_comes_from_golden_reference_before_sources_that_sort_first():
     assert build_topic(topic_input(TOPIC, [converters, plain]), IndexSettings()).title == (
         "Converters"
     )
+
+
+def test_the_topic_title_is_the_first_h1_though_no_chunk_text_holds_it():
+    """`hierarchical` (and `headers` past 500 lines) leave the empty section of "# Title" then
+    "## Part" out of every chunk's text, keeping the H1 in the header paths only: the topic took
+    a later H1 ("Appendix") for its title, or the directory name when there was none."""
+    text = "# Real Title\n\n## Part\n\nText.\n\n## More\n\nMore.\n\n{} Appendix\n\nEnd.\n"
+    for later in ("#", "##"):
+        doc = chunk_source(text.format(later).encode(), strategy="hierarchical")
+        assert all("# Real Title" not in chunk.text for chunk in doc.chunks)
+        vectors = ranked_vectors([1.0] + [0.5] * (len(doc.chunks) - 1))
+        inp = topic_input(TOPIC, [SourceInput(SOURCE, doc, vectors)])
+        assert build_topic(inp, IndexSettings()).title == "Real Title"
 
 
 def test_failed_source_keeps_its_previous_entry_and_files():
