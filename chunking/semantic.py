@@ -5,12 +5,17 @@ Seed 003 rules, applied line by line over the document (headings come from the b
   when the heading is at or above the chunk's start level, or at or above the deepest level seen in
   the chunk, and the chunk has min_tokens (250); else (going deeper) when it has
   min_tokens_deeper (500);
-- before any line that would take the chunk over max_tokens (750): seal;
+- before any line that would take the chunk over max_tokens (750): seal; where that line is the
+  first line of content under a heading the chunk has just taken, the seal comes before the
+  heading instead, so that no chunk ends with a heading whose content is in the next one (the
+  seed's "lookahead optimization", one line ahead; not where the heading and that line would not
+  fit in a chunk of their own either);
 - a sealed chunk gets its parent headings prepended (BuildChunkWithHierarchy);
 - the final chunk is kept only with min_tokens or when it is the only chunk; we apply this rule
   only where it was meant, to a final section under its own heading: the remainder of a section
   that a max-token seal split is always kept (it never fits into the chunk before it, which was
-  sealed because the remainder's first line did not fit).
+  sealed because the remainder's first line did not fit), with its heading where the seal came
+  before it.
 
 Additions (see the README's Decisions): the prepended parents are those active when the chunk
 started; the hard maximum covers the whole emitted text (prepended headings and fence lines
@@ -168,9 +173,10 @@ class _Window:
         self.chunk = _Chunk()
 
     def run(self) -> Split:
-        for heading, blocks in _sections(self.doc):
+        sections = _sections(self.doc)
+        for (heading, blocks), content in zip(sections, self.content_after(sections), strict=True):
             if heading is not None:
-                self.heading(heading)
+                self.heading(heading, content)
                 self.add_range(heading.start_line, heading.end_line)
             if blocks:
                 self.add_blocks(blocks)
@@ -186,13 +192,32 @@ class _Window:
 
     # -- headings ---------------------------------------------------------------------------
 
-    def heading(self, block: Block) -> None:
-        """Seal before the heading if seed 003 says so, then track it in the hierarchy."""
+    def content_after(self, sections: list[tuple[Block | None, list[tuple[int, int]]]]) -> list:
+        """For each section, the first non-blank line of its body, or of the next section's when
+        it has none (a heading right below a heading): the first line a heading's content
+        starts with (None at the end of the file)."""
+        found: list[int | None] = []
+        following = None
+        for _, blocks in reversed(sections):
+            for first, last in blocks:
+                before = self.nonblank_total[first - 1]
+                if self.nonblank_total[last] > before:
+                    following = bisect_right(self.nonblank_total, before, first, last + 1)
+                    break
+            found.append(following)
+        return found[::-1]
+
+    def heading(self, block: Block, content: int | None) -> None:
+        """Seal before the heading if seed 003 says so, or if it would end the chunk (`ends_chunk`),
+        then track it in the hierarchy."""
         heading = block.heading
-        if not self.chunk.has_content or self.seals_at(heading, self.units_of(block)):
+        sealed = not self.chunk.has_content or self.seals_at(heading, self.units_of(block))
+        early = not sealed and self.ends_chunk(block, content)
+        if sealed or early:
             self.seal()
             parents = tuple(self.hierarchy[level] for level in sorted(self.hierarchy))
             self.chunk = self.new_chunk(tuple(h for h in parents if h.level < heading.level))
+            self.chunk.continued = early  # the max-token seal, one heading early: kept when final
         for level in [level for level in self.hierarchy if level >= heading.level]:
             del self.hierarchy[level]
         self.hierarchy[heading.level] = heading
@@ -217,6 +242,22 @@ class _Window:
         if heading.level <= chunk.start_level or heading.level <= chunk.deepest:
             return tokens >= self.min_tokens
         return tokens >= self.min_deeper
+
+    def ends_chunk(self, block: Block, content: int | None) -> bool:
+        """Whether the heading would be the chunk's last content: its first line of content
+        (`content`, after any headings right below it) would not fit after it, so the max-token
+        seal would come between them. Not where the two would not fit in a chunk of their own
+        either: no seal helps there."""
+        if content is None:
+            return False
+        units = self.lines_units(block.start_line, content) + self.closer_units(content)
+        chunk = self.chunk
+        if chunk.overhead + chunk.units + units <= self.limit:
+            return False
+        parents = tuple(
+            h for level, h in sorted(self.hierarchy.items()) if level < block.heading.level
+        )
+        return self.new_chunk(parents).overhead + units <= self.limit
 
     # -- lines ------------------------------------------------------------------------------
 

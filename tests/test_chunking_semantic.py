@@ -130,6 +130,35 @@ def test_a_short_size_split_remainder_is_a_chunk_of_its_own():
         assert document.chunks[1].text == f"## Big\n{words(tail)}"
 
 
+def test_a_heading_whose_first_line_would_not_fit_starts_the_next_chunk():
+    """Seed 003's max seal, applied line by line, left the heading last in its chunk and its
+    content in the next (2,775 of FastAPI's 29,078 chunks with configs/local.yaml): the heading
+    was under min_tokens, so no heading seal came, and its first line did not fit after it."""
+    text = f"# Doc\n{words(100)}\n\n## Next\n\n{words(100)}\n"
+    document = chunk_source(text, min_tokens=150, max_tokens=200)
+    assert spans(document) == [(1, 2), (4, 6)]
+    first, second = document.chunks
+    assert first.text == f"# Doc\n{words(100)}"  # was "...\n\n## Next"
+    assert second.text == f"# Doc\n## Next\n\n{words(100)}" and second.title == "Next"
+    # Headings right below it go with it: none of them ends a chunk.
+    text = f"# Doc\n{words(100)}\n\n## Next\n### Deeper\n{words(100)}\n"
+    assert spans(chunk_source(text, min_tokens=150, max_tokens=200)) == [(1, 2), (4, 6)]
+    # Where heading and line would not fit in a chunk of their own either (a line longer than
+    # the maximum), no seal helps: the heading stays, and the line is cut as before.
+    text = f"# Doc\n{words(100)}\n\n## Next\n{words(400)}\n"
+    assert chunk_source(text, min_tokens=150, max_tokens=200).chunks[0].text.endswith("## Next")
+
+
+def test_a_short_final_section_moved_to_its_own_chunk_by_the_max_seal_is_kept():
+    """The section's content was a remainder of the max seal, kept when final (README: the
+    final-chunk rule); with its heading moved along, it is kept the same, not skipped as a short
+    final section under its own heading would be."""
+    text = f"# Doc\n{words(180)}\n\n## Last\n{words(30)}\n"
+    document = chunk_source(text, min_tokens=100, min_tokens_deeper=200, max_tokens=200)
+    assert spans(document) == [(1, 2), (4, 5)] and document.skipped_tail_tokens == 0
+    assert document.chunks[1].text == f"# Doc\n## Last\n{words(30)}"
+
+
 @pytest.mark.parametrize(
     ("heading", "path"),
     [
