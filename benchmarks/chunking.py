@@ -119,8 +119,11 @@ def strategy_runner(
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print one line per contender."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpora", type=Path, default=DEFAULT_CORPORA)
-    parser.add_argument("--corpus", default="fastapi-docs")
+    parser.add_argument(
+        "--corpora-dir", "--corpora", dest="corpora", type=Path, default=DEFAULT_CORPORA,
+        help="the folder of the corpus archives, as in pipeline.py and actor.py",
+    )  # fmt: skip
+    parser.add_argument("--corpus", default="fastapi-docs", help="an archive's name in it")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument(
         "--strategy",

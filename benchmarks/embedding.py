@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the report."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=2000, help="chunks to embed (default 2000)")
-    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="a corpus archive")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default="auto", help="our embedder's dtype (naive: fp32)")
     parser.add_argument("--model", default="minilm", help="a model name, or bert-large-random")
