@@ -170,7 +170,10 @@ class HFCounter:
     def ids(self, texts: list[str]) -> list[list[int]]:
         """The tokenizer's own ids of each text, without special tokens or a window. Additive:
         those of its words, which the counting has mostly tokenized already (the others are
-        tokenized together in one call); otherwise each text is tokenized whole."""
+        tokenized together in one call); otherwise each text is tokenized whole. TypeError for a
+        single string, whose characters were each taken for a text."""
+        if isinstance(texts, str):
+            raise TypeError("ids expects a list of texts, got a single string")
         if not self.additive:
             return [self.tokenizer.encode(text, add_special_tokens=False).ids for text in texts]
         split = [_words(text) for text in texts]

@@ -22,7 +22,14 @@ from embedding.batching import (
     rows_per_batch,
 )
 from embedding.cuda_graphs import graphed
-from embedding.encoder import Encoded, encode, encoder_digest, positive_int, window_encoder
+from embedding.encoder import (
+    Encoded,
+    encode,
+    encoder_digest,
+    positive_int,
+    text_list,
+    window_encoder,
+)
 from embedding.keys import (
     DTYPE_NAMES,
     QUERY_TOKEN_BUDGET,
@@ -129,7 +136,8 @@ class Embedder:
 
     def encode(self, texts: Sequence[str], *, query: bool = False) -> Encoded:
         """The token ids of `texts` cut to the model window (`query=True`: with the query
-        prefix), as `embed_encoded` takes them."""
+        prefix), as `embed_encoded` takes them; TypeError for a single string."""
+        texts = text_list(texts)
         if query and self.settings.query_prefix:
             texts = [self.settings.query_prefix + text for text in texts]
         with self._tokenizer_lock:
@@ -340,9 +348,8 @@ def _set_threads(num_threads: int | None) -> None:
 
 
 def _checked_texts(texts: Sequence[str]) -> list[str]:
-    if isinstance(texts, str):
-        raise TypeError("embed expects a sequence of strings, got a single string")
-    texts = list(texts)
+    """`texts` as a list of valid Unicode strings; TypeError or ValueError naming the item."""
+    texts = text_list(texts)
     for index, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"embed: item {index} is {type(text).__name__}, expected str")

@@ -65,13 +65,23 @@ def encode(
 
     `parallel=False` keeps the call on this thread: tokenizers otherwise starts a thread per
     core, too many for a worker that a scheduler gave one CPU. Offsets are not computed
-    (`encode_batch_fast`: a fifth less CPU time than `encode_batch`, the same ids)."""
+    (`encode_batch_fast`: a fifth less CPU time than `encode_batch`, the same ids).
+    TypeError for a single string (`text_list`)."""
+    texts = text_list(texts)
     with contextlib.nullcontext() if parallel else _one_thread():
-        encodings = encoder.encode_batch_fast(list(texts)) if texts else []
+        encodings = encoder.encode_batch_fast(texts) if texts else []
     return Encoded(
         tuple(encoding.ids for encoding in encodings),
         tuple(bool(encoding.overflowing) for encoding in encodings),
     )
+
+
+def text_list(texts: Sequence[str]) -> list[str]:
+    """`texts` as a list; TypeError for a single string, whose characters were each taken for a
+    text of their own."""
+    if isinstance(texts, str):
+        raise TypeError("expected a sequence of strings, got a single string")
+    return list(texts)
 
 
 @dataclass(frozen=True)

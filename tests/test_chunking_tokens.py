@@ -166,3 +166,13 @@ def test_only_tokenizers_that_split_at_whitespace_are_additive():
     assert not splits_at_whitespace({**bert, "added_tokens": [mask]})
     spaced = {"content": "New York", "lstrip": False, "rstrip": False}
     assert not splits_at_whitespace({**bert, "added_tokens": [spaced]})
+
+
+def test_ids_of_a_single_string_are_refused():
+    """`counter.ids("abc")` gave one row of ids per character."""
+    counter = get_counter("minilm")
+    with pytest.raises(TypeError, match="got a single string"):
+        counter.ids("some text")
+    assert counter.ids(["some text"]) == [
+        counter.tokenizer.encode("some text", add_special_tokens=False).ids
+    ]

@@ -266,3 +266,14 @@ def test_a_hub_model_gives_its_encoder_from_the_hubs_cache(monkeypatch, tmp_path
     encoder = model_encoder("acme/minilm")
     assert encoder_digest(encoder) == embedder(dtype="fp32").encoder_digest
     assert model_encoder("acme/not-cached") is None
+
+
+def test_a_single_string_is_refused_where_a_list_of_texts_is_asked():
+    """`encode(enc, "abc")` and `Embedder.encode("abc")` took each character for a text of its
+    own (three rows of ids for one text), as `embed` already refused to."""
+    encoder = model_encoder("minilm")
+    with pytest.raises(TypeError, match="got a single string"):
+        encode(encoder, "some text", parallel=False)
+    with pytest.raises(TypeError, match="got a single string"):
+        embedder(dtype="fp32").encode("some text")
+    assert len(encode(encoder, ["some text"], parallel=False)) == 1
