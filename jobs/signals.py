@@ -45,8 +45,29 @@ def program_start() -> None:
     takes SIGTERM over. The build's last handler then stays to the program's end: `callers_handler`
     does not put this one back. (It used to put back the default action, which left a moment
     between the build's return and `exit_with` where a SIGTERM killed a finished build's program
-    without its exit code.)"""
+    without its exit code.) Standard streams closed at the start are opened on os.devnull
+    (`open_closed_streams`)."""
+    open_closed_streams()
     _install(_stop_program)
+
+
+def open_closed_streams() -> None:
+    """Open os.devnull on each standard stream closed at the program's start (`>&-`, `2>&-` in a
+    cron line), and give Python a stream for each it left None. With standard error closed a
+    build failed at its first look at it (`sys.stderr` None: exit 1, a failed report), and with
+    standard output closed the program's last flush failed (exit 1 after a build that reported
+    3); and a file opened later would take a closed descriptor's number, for what writes to that
+    stream (Ray's processes inherit it) to write into."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:  # closed: the next file opened would take its number
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w"))
 
 
 def _stop_program(signum: int, frame) -> None:

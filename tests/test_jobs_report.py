@@ -474,6 +474,26 @@ def test_a_builds_summary_onto_a_full_disk_keeps_the_builds_exit_code(tmp_path):
     assert json.loads((output / "_reindex" / "report.json").read_text())["exit_code"] == 3
 
 
+@pytest.mark.parametrize("closed", ["1", "2"])
+def test_a_build_with_a_standard_stream_closed_keeps_its_exit_code(tmp_path, closed):
+    """`mdindex build ... >&-` or `2>&-` (a cron line closing a stream): Python leaves
+    `sys.stdout` or `sys.stderr` None. With standard error closed the build failed at its first
+    look at it ("AttributeError: 'NoneType' object has no attribute 'isatty'", exit 1 and a
+    failed report); with standard output closed it wrote its report, then the program's last
+    flush failed, exit 1. A linked source alone: no Ray, exit 3, and the report says so."""
+    corpus, output = tmp_path / "docs", tmp_path / "out"
+    (corpus / "topic").mkdir(parents=True)
+    (corpus / "topic" / "linked.md").symlink_to(CORPUS / "guides" / "installation.md")
+    command = ["build", "--config", CONFIG, "--input", str(corpus), "--output", str(output)]
+    done = subprocess.run(
+        ["sh", "-c", f'exec "$@" {closed}>&-', "sh", sys.executable, "-m", "jobs.cli", *command],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert (report["status"], report["exit_code"]) == ("sources_failed", 3)
+
+
 MEASURE = """<script>
 window.addEventListener("load", () => {
   const charts = [...document.querySelectorAll("svg")].map((svg) => {
