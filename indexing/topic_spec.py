@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from markdown_it import MarkdownIt
+from chunking.blocks import closers_for_open_fences, parse_tokens
 
 BEGIN = "<!-- mdindex:begin (generated; edits inside these markers are replaced) -->"
 END = "<!-- mdindex:end -->"
 _BEGIN_PREFIX = "<!-- mdindex:begin"
-_NEWLINE = re.compile(r"\r\n?|\n")  # the line breaks markdown-it counts lines by
 
 
 def _cell(value: Any) -> str:
@@ -53,36 +51,40 @@ def render_section(title: str, chunks: dict[str, Any]) -> str:
 
 def _section_span(text: str) -> tuple[int, int] | None:
     """(start, end) of the generated section: the first end marker with a begin marker before it,
-    and the last such begin, each a top-level HTML block of its own line (as CommonMark reads the
-    file), so a marker in any code block, quote or list is the person's text. A marker quoted in
-    a person's code block, or a chunk title holding one (inside a table row), once made a section
-    that grew on every rebuild; one quoted in a fence that a shorter fence line does not close
-    (a "````" block holding "```", a "```" block holding "```python") replaced the person's
-    text with the section."""
-    starts = [0, *(m.end() for m in _NEWLINE.finditer(text)), len(text)]
+    and the last such begin, each a line of its own outside code blocks as CommonMark reads the
+    file (`parse_tokens`). A marker quoted in a person's code block, or a chunk title holding one
+    (inside a table row), once made a section that grew on every rebuild; one quoted in a fence
+    that a shorter fence line does not close (a "````" block holding "```", a "```" block holding
+    "```python"), or in indented code, replaced the person's lines with the section."""
+    code = {
+        number
+        for token in parse_tokens(text)
+        if token.type in ("fence", "code_block") and token.map
+        for number in range(*token.map)
+    }
     begin = None
-    for token in MarkdownIt("commonmark").parse(text):
-        if token.type != "html_block" or token.level != 0 or token.map is None:
-            continue
-        first, _ = token.map
-        line = token.content.split("\n", 1)[0].strip()
-        if line.startswith(_BEGIN_PREFIX):
-            begin = starts[first]
-        elif line == END and begin is not None:
-            return begin, starts[first + 1]
+    offset = 0
+    for number, line in enumerate(text.split("\n")):
+        stripped = line.strip() if number not in code else ""
+        if stripped.startswith(_BEGIN_PREFIX):
+            begin = offset
+        elif stripped == END and begin is not None:
+            return begin, min(offset + len(line) + 1, len(text))
+        offset += len(line) + 1
     return None
 
 
 def merge_section(existing: str | None, section: str) -> str:
-    """`existing` with its generated section replaced by `section` (appended when it has none)."""
+    """`existing` with its generated section replaced by `section` (appended when it has none,
+    after a line closing each fence the person's text leaves open: in that fence, the section
+    was code, never found again, and one more was appended on every rebuild)."""
     if not existing:
         return section
     span = _section_span(existing)
     if span is None:
-        separator = (
-            "" if existing.endswith("\n\n") else ("\n" if existing.endswith("\n") else "\n\n")
-        )
-        return existing + separator + section
+        body = existing if existing.endswith("\n") else existing + "\n"
+        body += "".join(f"{line}\n" for line in closers_for_open_fences(existing))
+        return body + ("" if body.endswith("\n\n") else "\n") + section
     return existing[: span[0]] + section + existing[span[1] :]
 
 

@@ -577,6 +577,20 @@ def test_markers_quoted_in_any_code_block_are_the_persons_text(fence):
     assert spec.startswith(hand) and spec.count("## Chunks of") == 1
 
 
+def test_a_fence_left_open_in_topic_spec_never_makes_it_grow():
+    """A person's topic-spec.md that leaves a fence open: the appended section was inside it
+    (code), never found again, and each rebuild appended one more. The section now comes after a
+    line closing that fence, and a rebuild replaces it."""
+    hand = "# Notes\n\n````md\nleft open\n"
+    inp = topic_input(TOPIC, [source(SOURCE, sections(2), ranked_vectors([1.0, 0.5]))], spec=hand)
+    specs = [hand]
+    for _ in range(3):
+        built = build_topic(topic_input(TOPIC, inp.sources, spec=specs[-1]), IndexSettings())
+        specs.append(built.files[f"{TOPIC}/topic-spec.md"].decode())
+    assert specs[1] == specs[2] == specs[3] and specs[1].count("## Chunks of") == 1
+    assert specs[1].startswith(hand + "````\n\n<!-- mdindex:begin")
+
+
 def test_keywords_are_one_per_name_as_their_patterns_match():
     """`foo bar` and `foo  bar` match the same text, and both were kept (a chunk listed the keyword
     twice); `Straße` and `STRASSE` were taken for one (casefold) though neither pattern matches
