@@ -25,20 +25,30 @@ def is_source(relpath: str, globs: Iterable[str] = DEFAULT_GLOBS) -> bool:
     """Whether a corpus-relative path is a source: its file name matches a glob, it is not
     qa-pairs.md, topic-spec.md or index.json nor a macOS AppleDouble file (`._name`), and no
     folder on its path starts with "_" or "." (a file name may start with ".": tldr-pages'
-    `..md`)."""
+    `..md`). TypeError for `globs` given as one string (`patterns`)."""
     *folders, name = relpath.split("/")
     if name in NOT_SOURCES or name.startswith(APPLE_DOUBLE):
         return False
     if any(f.startswith(("_", ".")) for f in folders):
         return False
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in globs)
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns(globs))
+
+
+def patterns(globs: Iterable[str]) -> tuple[str, ...]:
+    """`globs` as a tuple of file-name patterns; TypeError for a single string, each of whose
+    characters was taken for a pattern (`"*.md"` held `"*"`: every file was a source)."""
+    if isinstance(globs, str):
+        raise TypeError(
+            f"globs must be a collection of file-name patterns, got the string {globs!r}"
+        )
+    return tuple(globs)
 
 
 def group_sources(
     relpaths: Iterable[str], globs: Iterable[str] = DEFAULT_GLOBS
 ) -> dict[str, list[str]]:
     """Topic id (the directory, "" for the root) -> its sorted source paths, topics sorted."""
-    globs = tuple(globs)
+    globs = patterns(globs)
     topics: dict[str, list[str]] = {}
     for path in relpaths:
         if is_source(path, globs):

@@ -692,6 +692,18 @@ def test_byte_determinism_whatever_the_input_order():
     assert list(json.loads(index)["_embedded"]["chunks"]) == ["api", "golden-reference"]
 
 
+def test_globs_given_as_one_string_are_refused():
+    """`group_sources(paths, globs="*.md")` took each character for a pattern: "*" made every
+    file a source (a .txt, a .png)."""
+    from indexing.sources import is_source
+
+    with pytest.raises(TypeError, match="got the string '\\*.md'"):
+        group_sources(["a/x.txt", "a/y.md", "b/z.png"], globs="*.md")
+    with pytest.raises(TypeError, match="collection of file-name patterns"):
+        is_source("a/x.txt", "*.md")
+    assert group_sources(["a/x.txt", "a/y.md", "b/z.png"], globs=["*.md"]) == {"a": ["a/y.md"]}
+
+
 def test_group_sources_and_keyword_lookup_and_tree():
     paths = [
         "libraries/stj/golden-reference.md", "libraries/stj/qa-pairs.md",
