@@ -154,13 +154,15 @@ def first_h1(document: ChunkedDocument) -> str | None:
     """The text of the document's first level-1 heading, if any, from its chunks in order: the H1
     a chunk's header path starts with when its text lacks that heading (a strategy that leaves an
     empty section out, `headers` and `hierarchical` under `# Title` then `## Part`, keeps it only
-    there), else the first H1 of its text."""
+    there), else the first top-level H1 of its text (`- # x` and `> # x` are no headings of the
+    document, as chunking reads it)."""
     for chunk in document.chunks:
         tokens = parse_tokens(chunk.text)
         own = [
             heading_title(tokens[i + 1].content.strip())
             for i, token in enumerate(tokens)
-            if token.type == "heading_open" and token.tag == "h1" and tokens[i + 1].content.strip()
+            if token.type == "heading_open" and token.tag == "h1" and token.level == 0
+            if tokens[i + 1].content.strip()
         ]
         path = _path_h1(chunk)
         if path is not None and path not in own:

@@ -434,6 +434,17 @@ def test_the_topic_title_is_the_first_h1_though_no_chunk_text_holds_it():
         assert build_topic(inp, IndexSettings()).title == "Real Title"
 
 
+def test_the_topic_title_is_no_heading_inside_a_list_or_quote():
+    """`- # x` and `> # x` belong to their container, as chunking reads them: the topic took
+    such a heading for the document's first H1."""
+    for container in ("- ", "> "):
+        text = f"{container}# Contained\n\nIntro text.\n\n# Real Title\n\nBody text.\n"
+        doc = chunk_source(text.encode(), strategy="semantic", tokenizer="heuristic")
+        vectors = ranked_vectors([1.0] + [0.5] * (len(doc.chunks) - 1))
+        inp = topic_input(TOPIC, [SourceInput(SOURCE, doc, vectors)])
+        assert build_topic(inp, IndexSettings()).title == "Real Title"
+
+
 def test_failed_source_keeps_its_previous_entry_and_files():
     good = source(SOURCE, sections(3), ranked_vectors([1.0, 0.5, 0.2]))
     other = f"{TOPIC}/extra.md"
