@@ -22,6 +22,7 @@ from indexing.paths import (
     href_of,
     href_path,
     in_topic,
+    not_one_string,
     shared_stems,
     source_chunk_files,
     source_stem,
@@ -76,6 +77,8 @@ class IndexSettings:
         if self.prompt_top_k is not None and self.prompt_top_k < 1:
             raise ValueError(f"prompt_top_k must be at least 1 or None, got {self.prompt_top_k}")
         blocks(self.simhash_k)  # validates the range of k
+        # one string's letters were each a phrase: a title with a one-letter word was technical
+        not_one_string("technical_titles", "phrases", self.technical_titles)
 
 
 @dataclass(frozen=True, eq=False)

@@ -12,16 +12,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from indexing.paths import INDEX, href_path, in_topic, is_chunk_file
+from indexing.paths import INDEX, href_path, in_topic, is_chunk_file, not_one_string
 
 
 def stale_files(existing: Iterable[str], written: Iterable[str]) -> list[str]:
     """Chunk files among `existing` that the new index no longer refers to, sorted.
 
     Only paths of the form `.../_chunks/{stem}-{i}.md` are ever returned, so passing a whole
-    directory listing cannot delete sources or hand-written files.
+    directory listing cannot delete sources or hand-written files. TypeError for `written` given
+    as one path, whose characters were each taken for a live file: the path itself was stale.
     """
-    live = set(written)
+    live = set(not_one_string("written", "paths", written))
     return sorted({p for p in existing if is_chunk_file(p) and p not in live})
 
 

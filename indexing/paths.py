@@ -6,6 +6,7 @@ import hashlib
 import posixpath
 import re
 from collections.abc import Iterable
+from typing import TypeVar
 from urllib.parse import quote, unquote
 
 INDEX = "index.json"
@@ -16,6 +17,15 @@ DOCUMENT_TABLES = "_index/documents"
 ROOT_SLUG = "_root"
 NAME_MAX = 255  # bytes in a file name on common filesystems (ext4, XFS, APFS; NTFS: 255 units)
 _CHUNK_FILE = re.compile(r".+-\d+\.md", re.DOTALL)  # fullmatch: a name may hold a newline
+Strings = TypeVar("Strings", bound=Iterable[str])
+
+
+def not_one_string(name: str, what: str, values: Strings) -> Strings:
+    """`values`, a collection of strings; TypeError naming `name` for a single string, each of
+    whose characters was taken for one of them (a glob `"*.md"` held `"*"`)."""
+    if isinstance(values, str):
+        raise TypeError(f"{name} must be a collection of {what}, got the string {values!r}")
+    return values
 
 
 def in_topic(topic: str, relpath: str) -> str:

@@ -6,7 +6,7 @@ import fnmatch
 import posixpath
 from collections.abc import Iterable
 
-from indexing.paths import INDEX, TOPIC_SPEC, in_topic, parent_of
+from indexing.paths import INDEX, TOPIC_SPEC, in_topic, not_one_string, parent_of
 
 QA_PAIRS = "qa-pairs.md"
 KEYWORDS_FILE = "_keywords/words.md"
@@ -16,6 +16,7 @@ TOPIC_FILES = frozenset({QA_PAIRS, TOPIC_SPEC})
 # `sources.globs: ["*"]` an in-place build read them back as sources, for ever).
 NOT_SOURCES = TOPIC_FILES | {INDEX}
 DEFAULT_GLOBS = ("*.md",)  # file-name patterns of sources (`sources.globs`)
+GLOBS = "file-name patterns"
 # macOS writes an AppleDouble file `._name` (binary: Finder data and extended attributes) beside
 # each file it copies to a volume or archive that cannot hold them; `._page.md` is not a page.
 APPLE_DOUBLE = "._"
@@ -25,30 +26,21 @@ def is_source(relpath: str, globs: Iterable[str] = DEFAULT_GLOBS) -> bool:
     """Whether a corpus-relative path is a source: its file name matches a glob, it is not
     qa-pairs.md, topic-spec.md or index.json nor a macOS AppleDouble file (`._name`), and no
     folder on its path starts with "_" or "." (a file name may start with ".": tldr-pages'
-    `..md`). TypeError for `globs` given as one string (`patterns`)."""
+    `..md`). TypeError for `globs` given as one string."""
     *folders, name = relpath.split("/")
     if name in NOT_SOURCES or name.startswith(APPLE_DOUBLE):
         return False
     if any(f.startswith(("_", ".")) for f in folders):
         return False
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns(globs))
-
-
-def patterns(globs: Iterable[str]) -> tuple[str, ...]:
-    """`globs` as a tuple of file-name patterns; TypeError for a single string, each of whose
-    characters was taken for a pattern (`"*.md"` held `"*"`: every file was a source)."""
-    if isinstance(globs, str):
-        raise TypeError(
-            f"globs must be a collection of file-name patterns, got the string {globs!r}"
-        )
-    return tuple(globs)
+    patterns = not_one_string("globs", GLOBS, globs)
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
 def group_sources(
     relpaths: Iterable[str], globs: Iterable[str] = DEFAULT_GLOBS
 ) -> dict[str, list[str]]:
     """Topic id (the directory, "" for the root) -> its sorted source paths, topics sorted."""
-    globs = patterns(globs)
+    globs = tuple(not_one_string("globs", GLOBS, globs))
     topics: dict[str, list[str]] = {}
     for path in relpaths:
         if is_source(path, globs):
@@ -58,8 +50,10 @@ def group_sources(
 
 def nearest_keywords_path(topic: str, keyword_paths: Iterable[str]) -> str | None:
     """The `_keywords/words.md` of the topic or of its nearest ancestor, or None (`keyword_paths`
-    a set is taken as it is: a caller asking for every topic of a corpus makes it once)."""
-    available = keyword_paths if isinstance(keyword_paths, (set, frozenset)) else set(keyword_paths)
+    a set is taken as it is: a caller asking for every topic of a corpus makes it once; a single
+    string is a TypeError)."""
+    paths = not_one_string("keyword_paths", "paths", keyword_paths)
+    available = paths if isinstance(paths, (set, frozenset)) else set(paths)
     directory: str | None = topic
     while directory is not None:
         candidate = in_topic(directory, KEYWORDS_FILE)

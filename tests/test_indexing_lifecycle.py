@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from indexing_support import listing, ranked_vectors, source, topic_input, write_index, write_topic
 
 from indexing import (
@@ -77,6 +78,15 @@ def test_stale_files_only_ever_names_chunk_files():
     live = [f"{TOPIC}/_chunks/a-0.md", chunk_path("a", 0)]
     # Chunk files of either naming (format 2's `{stem}-{i}.md` too), nothing else.
     assert stale_files(existing, live) == sorted([f"{TOPIC}/_chunks/a-1.md", chunk_path("a", 1)])
+
+
+def test_stale_files_refuses_the_live_files_given_as_one_path():
+    """`stale_files(existing, "t/_chunks/a-0.md")` took each character for a live file, so the
+    one live chunk file was named stale: a caller deleting what it returns deleted it."""
+    live = f"{TOPIC}/_chunks/a-0.md"
+    with pytest.raises(TypeError, match="written must be a collection of paths, got the string"):
+        stale_files([live], live)
+    assert stale_files([live], [live]) == []
 
 
 def test_a_deleted_source_loses_its_entry_and_files(tmp_path):

@@ -715,6 +715,19 @@ def test_globs_given_as_one_string_are_refused():
     assert group_sources(["a/x.txt", "a/y.md", "b/z.png"], globs=["*.md"]) == {"a": ["a/y.md"]}
 
 
+def test_technical_titles_and_keyword_paths_given_as_one_string_are_refused():
+    """`IndexSettings(technical_titles="cheat sheet")` took each letter for a phrase, so a title
+    with a one-letter word ("Part A") was a technical baseline; `nearest_keywords_path(topic,
+    "_keywords/words.md")` found no keywords, unsaid."""
+    with pytest.raises(TypeError, match="technical_titles must be a collection of phrases"):
+        IndexSettings(technical_titles="cheat sheet")
+    with pytest.raises(TypeError, match="keyword_paths must be a collection of paths"):
+        nearest_keywords_path("t", "_keywords/words.md")
+    assert nearest_keywords_path("t", ["_keywords/words.md"]) == "_keywords/words.md"
+    settings = IndexSettings(technical_titles=("cheat sheet",))
+    assert not is_technical_title("Part A", settings.technical_titles)
+
+
 def test_group_sources_and_keyword_lookup_and_tree():
     paths = [
         "libraries/stj/golden-reference.md", "libraries/stj/qa-pairs.md",
