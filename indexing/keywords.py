@@ -85,12 +85,20 @@ def _table_rows(tokens: list[Token], start: int) -> tuple[list[list[str]], int]:
 
 
 def _from_table(rows: list[list[str]]) -> list[Keyword]:
-    """Keywords of one table whose header names a keyword column and a score column."""
+    """Keywords of one table whose header names a keyword column and a score column; none of a
+    table that names neither (prose); a ValueError for one that names only one of them (`|
+    Keyword | Weight |` gave no keyword, and no error)."""
     header = [cell.casefold() for cell in rows[0]] if rows else []
     name_col = next((header.index(c) for c in NAME_COLUMNS if c in header), None)
     score_col = next((header.index(c) for c in SCORE_COLUMNS if c in header), None)
-    if name_col is None or score_col is None:
+    if name_col is None and score_col is None:
         return []
+    if name_col is None or score_col is None:
+        kind, names = ("keyword", NAME_COLUMNS) if name_col is None else ("score", SCORE_COLUMNS)
+        raise ValueError(
+            f"keywords table with columns {' | '.join(rows[0])}: no {kind} column "
+            f"(one headed {', '.join(names)})"
+        )
     found = []
     for number, row in enumerate(rows[1:], start=1):
         name, raw = row[name_col].strip(), row[score_col].strip()

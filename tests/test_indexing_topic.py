@@ -249,6 +249,17 @@ def test_keyword_table_with_bad_score_is_a_clear_error():
         parse_keywords("| keyword | score |\n|---|---|\n| a | 1 |\n| b | high |\n")
 
 
+def test_a_keyword_table_naming_one_column_of_the_two_is_a_clear_error():
+    """`| Keyword | Weight |` (or `| Word | Score |`) gave no keyword and no error: every chunk
+    went without its keywords, unsaid. A table naming neither column is prose, as before."""
+    with pytest.raises(ValueError, match=r"columns Keyword \| Weight: no score column"):
+        parse_keywords("| Keyword | Weight |\n|---|---|\n| source generation | 5 |\n")
+    with pytest.raises(ValueError, match=r"columns Word \| Score: no keyword column"):
+        parse_keywords("| Word | Score |\n|---|---|\n| a | 1 |\n")
+    prose = "| Option | Meaning |\n|---|---|\n| a | b |\n\n- a: 1\n"
+    assert parse_keywords(prose) == [Keyword(name="a", score=1)]
+
+
 @pytest.mark.parametrize(
     "score", ["99999999999999999999", "18446744073709551616", "-9223372036854775809", "1e400",
               "-1e999", "9" * 5000],
