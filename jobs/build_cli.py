@@ -175,7 +175,8 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
         log.exception("the job failed")
         cause = root_cause(exc)
         write_failed_report(config, cause, started=started)
-        print(f"mdindex build: the job failed: {error_text(cause)}", file=sys.stderr)
+        with contextlib.suppress(BrokenPipeError):  # a reader that stopped: exit 1 all the same
+            print(f"mdindex build: the job failed: {error_text(cause)}", file=sys.stderr)
         return EXIT_JOB_FAILED, None
     return (EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK), report
 

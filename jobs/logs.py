@@ -36,6 +36,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator
+from typing import BinaryIO
 
 from jobs.progress import interactive
 
@@ -106,6 +107,15 @@ def _ray_data_consoles() -> list[logging.Handler]:
     ]
 
 
+def _written(out: BinaryIO, text: bytes) -> bool:
+    """Write `text` to `out`; False when it cannot take it (its reader stopped, a full disk)."""
+    try:
+        out.write(text)
+    except OSError:
+        return False
+    return True
+
+
 class StderrFilter:
     """Drops the lines matching `patterns` from everything this process writes to file
     descriptor 2 (Python and C++ alike), passing every other line through unchanged."""
@@ -127,13 +137,17 @@ class StderrFilter:
         return self
 
     def _pump(self, read: int, target: int) -> None:
+        """Pass the pipe's lines on to `target` until its reader stops (`2>&1 | head`), then
+        drain them: the pump ended there, and the build's next write to descriptor 2 failed the
+        build (BrokenPipeError)."""
+        passing = True
         with open(read, "rb") as pipe, open(target, "wb", buffering=0) as out:
             for line in pipe:
                 # the end marker follows a last line without its newline (a progress bar's "\r")
                 ended = line.endswith(self._end)
                 text = line[: -len(self._end)] if ended else line
-                if text and not any(p.search(text) for p in self._patterns):
-                    out.write(text)
+                if passing and text and not any(p.search(text) for p in self._patterns):
+                    passing = _written(out, text)
                 if ended:
                     self._drained.set()
 

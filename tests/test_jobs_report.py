@@ -494,6 +494,30 @@ def test_a_build_with_a_standard_stream_closed_keeps_its_exit_code(tmp_path, clo
     assert (report["status"], report["exit_code"]) == ("sources_failed", 3)
 
 
+def test_a_build_whose_log_reader_stopped_keeps_its_exit_code(tmp_path):
+    """`mdindex build ... 2>&1 | head -1` where head has gone: the stderr filter's pump met the
+    closed pipe and ended, the build's next write to descriptor 2 failed the build (a failed
+    report, "BrokenPipeError: [Errno 32] Broken pipe"), and the failure's own line met the pipe
+    too, so the program exited 0. Now the pump drains what it can no longer pass on, and the
+    build's exit code stands. A linked source alone: no Ray, exit 3."""
+    corpus, output = tmp_path / "docs", tmp_path / "out"
+    (corpus / "topic").mkdir(parents=True)
+    (corpus / "topic" / "linked.md").symlink_to(CORPUS / "guides" / "installation.md")
+    command = ["build", "--config", CONFIG, "--input", str(corpus), "--output", str(output)]
+    read, write = os.pipe()
+    os.close(read)  # the reader stopped before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", *command],
+            cwd=ROOT, stdout=write, stderr=write, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 3
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert (report["status"], report["exit_code"]) == ("sources_failed", 3)
+
+
 MEASURE = """<script>
 window.addEventListener("load", () => {
   const charts = [...document.querySelectorAll("svg")].map((svg) => {
