@@ -291,6 +291,8 @@ def _build_source(
 
 
 def _question_hashes(inp: TopicInput) -> list[int]:
+    """The SimHash of each question; ValueError unless each has one finite vector (a NaN one
+    attached its question to no chunk, unsaid)."""
     if not inp.questions:
         return []
     vectors = inp.question_vectors
@@ -298,6 +300,12 @@ def _question_hashes(inp: TopicInput) -> list[int]:
         got = None if vectors is None else len(vectors)
         raise ValueError(
             f"topic {inp.topic!r}: {len(inp.questions)} questions but {got} question vectors"
+        )
+    bad = ~np.isfinite(np.asarray(vectors, dtype=np.float64)).all(axis=1)
+    if bad.any():
+        question = inp.questions[int(np.argmax(bad))]
+        raise ValueError(
+            f"topic {inp.topic!r}: the vector of question {question!r} holds NaN or inf"
         )
     return [simhash64(q) for q in inp.questions]
 

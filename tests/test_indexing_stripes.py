@@ -81,3 +81,18 @@ def test_a_topic_build_refuses_a_chunk_vector_that_is_not_finite(bad):
         build_topic(
             topic_input("docs/t", [source("docs/t/a.md", sections, vectors)]), IndexSettings()
         )
+
+
+def test_a_topic_build_refuses_a_question_vector_that_is_not_finite():
+    """A NaN question vector attached its question to no chunk, unsaid (seed 000: every question
+    attaches to its best chunk)."""
+    sections = [(f"Part {i}", f"Body {i}.") for i in range(3)]
+    questions = np.array([[np.nan, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    inp = topic_input(
+        "docs/t",
+        [source("docs/t/a.md", sections, ranked_vectors([1.0, 0.9, 0.5]))],
+        questions=["Why?", "How?"],
+        question_vectors=questions,
+    )
+    with pytest.raises(ValueError, match="the vector of question 'Why\\?' holds NaN or inf"):
+        build_topic(inp, IndexSettings())
