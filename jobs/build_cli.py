@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import re
 import signal
 import sys
 import time
@@ -200,9 +201,18 @@ def root_cause(error: BaseException) -> BaseException:
     the task's whole traceback): "OSError: [Errno 28] No space left on device: '...'". A wrapper of
     Ray's own (Ray Data's UserCodeException) is kept: only its wrapper's message names the error.
     (Ray Data's `raise_original_map_exception` would give a map task's own error, but then Ray Data
-    logs it as a failure of its own internal code, "please open an issue", with its stack.)"""
+    logs it as a failure of its own internal code, "please open an issue", with its stack.) But a
+    source that stopped a chunk task under `failure_policy: abort` is its `SourceFailed`, from the
+    line of that message which names it: the report's error and the last line were 20 lines of
+    Ray's traceback, where a failure known from the previous run gives the one line."""
     from ray.exceptions import RayError
+
+    from jobs.stages.chunk import SourceFailed
 
     cause = getattr(error, "cause", None)  # ray.exceptions.RayTaskError
     wrapped = isinstance(cause, BaseException) and not isinstance(cause, RayError)
-    return cause if wrapped else error
+    if wrapped:
+        return cause
+    name = re.escape(f"{SourceFailed.__module__}.{SourceFailed.__qualname__}")
+    stopped = re.search(rf"^{name}: (.+)$", str(error), re.MULTILINE)
+    return SourceFailed(stopped.group(1)) if stopped else error

@@ -1010,10 +1010,15 @@ def test_quickstart_build_command_works_on_the_examples(tmp_path, capsys, monkey
 
 def test_abort_policy_stops_at_the_first_failed_source(tmp_path):
     """The job stops, and its manifest (the interim one, stored before the pipeline) has every
-    topic to build again and no source as read."""
+    topic to build again and no source as read. The report's error names the source in one line
+    (it was Ray's 20-line traceback of the chunk task, the source in its middle)."""
     output = tmp_path / "out"
     code = build("--input", str(CORPUS), "--output", str(output), "--set", "failure_policy=abort")
     assert code == 1
+    assert report_of(output)["error"] == (
+        f"SourceFailed: {BROKEN}: CHUNKING_FAILED: invalid UTF-8 at byte offset 49: invalid start "
+        "byte"
+    )
     manifest = json.loads((output / "_reindex" / "manifest.json").read_bytes())
     assert manifest["sources"] == {} and manifest["topics"]
     assert all(entry["failed"] for entry in manifest["topics"].values())
