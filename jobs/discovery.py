@@ -7,6 +7,7 @@ hashed, a remote one's listing) and the chunker's tokenizer, nothing else."""
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import tokenizers
@@ -208,6 +209,17 @@ def topics_missing_files(output: Storage, plan: Plan, previous: Manifest) -> lis
     return missing
 
 
+def missing_root(storage: Storage) -> str:
+    """Why an input root cannot be walked: no such bucket, a local file where the corpus's folder
+    is meant (`--input docs/guide.md`, which said "no such directory" of a path that exists), or
+    no such directory."""
+    if missing_bucket(storage):
+        return "no such bucket"
+    if storage.is_local and os.path.isfile(storage.full_path("")):
+        return "a file, not a folder: give the folder that holds the corpus"
+    return "no such directory"
+
+
 def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
     """The input's listing (`InputNotFound` when its root or its bucket does not exist, a
     `PermissionError` naming it where an object store refuses a listing: a local one names its
@@ -216,8 +228,7 @@ def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
     try:
         return list(storage.walk(keep_directory))
     except FileNotFoundError as exc:
-        missing = "no such bucket" if missing_bucket(storage) else "no such directory"
-        raise InputNotFound(f"input {config.input}: {missing}") from exc
+        raise InputNotFound(f"input {config.input}: {missing_root(storage)}") from exc
     except PermissionError as exc:  # a 403: credentials the store refuses, a policy's prefixes
         if storage.is_local:
             raise

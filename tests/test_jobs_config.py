@@ -407,6 +407,20 @@ def test_cli_exits_2_when_the_input_does_not_exist(tmp_path, capsys):
     assert "no such directory" in capsys.readouterr().err
 
 
+def test_an_input_that_is_a_file_is_named_so(tmp_path, capsys):
+    """`--input docs/guide.md` said "no such directory" of a path that exists: exit 2 in one
+    line that says it is a file, build and dry run."""
+    page = tmp_path / "guide.md"
+    page.write_text("# Guide\n")
+    for extra in ([], ["--dry-run"]):
+        config = str(ROOT / "configs" / "local.yaml")
+        assert main(["--config", config, "--input", str(page), *extra]) == 2
+        assert capsys.readouterr().err == (
+            f"mdindex build: input {page}: a file, not a folder: give the folder that holds the "
+            "corpus\n"
+        )
+
+
 def test_cuda_graphs_is_an_embedding_option_that_rebuilds_nothing(tmp_path):
     """Like `token_budget` and `device`: the model key tells graphed vectors apart, so the settings
     digest (a change rebuilds every topic) leaves the option out."""
