@@ -164,15 +164,18 @@ def window_length(
     max_seq_length, else the tokenizer's model_max_length, else the model's positions (512
     when unknown); never more than the positions."""
     if override is not None:
-        length = positive_int("max_length", override)
+        length, source = positive_int("max_length", override), "max_length"
     elif st_length:
-        length = int(st_length)
+        length, source = int(st_length), "sentence-transformers' max_seq_length"
     elif model_max_length and model_max_length < UNBOUNDED:
-        length = int(model_max_length)
+        length, source = int(model_max_length), "the tokenizer's model_max_length"
     else:
-        length = positions or 512
+        length, source = positions or 512, ""
     if positions and length > positions:
-        raise ValueError(f"max_length {length} exceeds the model's {positions} positions")
+        # a window the caller did not give is named with where it came from (a tokenizer of
+        # another model beside the weights said "max_length 512", which nobody had set)
+        fix = "" if override is not None else "; set max_length to at most the positions"
+        raise ValueError(f"{source} {length} exceeds the model's {positions} positions{fix}")
     return length
 
 

@@ -167,6 +167,14 @@ def test_window_length_order_of_sources():
     for bad in (0, True, "64"):
         with pytest.raises(ValueError, match="positive integer"):
             window_length(bad, None, None, 512)
+    # a window nobody set is named by where it came from (it said "max_length 512")
+    with pytest.raises(ValueError, match=r"^max_length 600 exceeds the model's 512 positions$"):
+        window_length(600, None, None, 512)
+    unset = r"^the tokenizer's model_max_length 512 exceeds the model's 128 positions; set max_"
+    with pytest.raises(ValueError, match=unset):
+        window_length(None, None, 512, 128)
+    with pytest.raises(ValueError, match=r"^sentence-transformers' max_seq_length 256 exceeds"):
+        window_length(None, 256, None, 128)
 
 
 def test_the_encoder_needs_neither_torch_nor_transformers():
