@@ -238,7 +238,10 @@ class UnknownProtocol(ValueError):
 def known_protocol(uri: str) -> str:
     """`uri`'s fsspec protocol; UnknownProtocol where fsspec has no filesystem for it (`s4://`,
     `S3://`, a package not installed) or where a plain path starts with one and a colon
-    (`s3:/bucket`, a slash missing, is a local folder `s3:`)."""
+    (`s3:/bucket`, a slash missing, is a local folder `s3:`), and for "" (an unset variable:
+    `mdindex query "$OUT"` read the current directory's index)."""
+    if not uri:
+        raise UnknownProtocol("an empty root (an unset variable?); name a folder or URI")
     protocol = protocol_of(uri)
     try:
         fsspec.get_filesystem_class(protocol)

@@ -552,6 +552,19 @@ def free_port() -> int:
 
 
 @pytest.mark.parametrize("command", [["query", "--topic", TOPIC], ["report"]])
+def test_an_empty_root_is_bad_usage_not_the_current_directory(command, index_root):
+    """`mdindex query "$OUT"` with OUT unset read the index in the current directory, exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", command[0], "", *command[1:]],
+        capture_output=True, text=True, timeout=60, cwd=index_root,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"mdindex {command[0]}: an empty root (an unset variable?); name a folder or URI\n"
+    )
+
+
+@pytest.mark.parametrize("command", [["query", "--topic", TOPIC], ["report"]])
 def test_an_ftp_root_reaches_its_host_and_a_refusal_names_it(command):
     """`ftp://HOST:PORT/x` lost its host on the way to fsspec (which takes it from the URL only
     in `url_to_fs`): a TypeError traceback ("missing 1 required positional argument: 'host'").
