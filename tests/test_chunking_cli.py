@@ -117,7 +117,7 @@ def test_set_takes_strategy_options_only():
 def test_a_file_its_store_cannot_read_is_named_in_one_line(monkeypatch, tmp_path):
     """An s3:// file without AWS credentials was a botocore NoCredentialsError traceback and
     exit 1 (fsspec's backends raise their own errors, no OSError)."""
-    from tests.jobs_support import without_aws_credentials
+    from tests.environment_support import without_aws_credentials
 
     without_aws_credentials(monkeypatch, tmp_path)
     result = mdindex("s3://no-such-bucket/guide.md")

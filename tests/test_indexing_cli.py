@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 import s3fs
+from environment_support import fault_environment, without_aws_credentials
 from indexing_support import (
     ranked_vectors,
     run_cli,
@@ -33,7 +34,6 @@ from indexing_support import (
     write_index,
     write_topic,
 )
-from jobs_support import fault_environment, without_aws_credentials
 
 from indexing import IndexSettings, build_topic, client, simhash64
 from indexing.client import IndexReader, query_embedder

@@ -24,7 +24,8 @@ from urllib.parse import unquote
 
 import fsspec
 import pytest
-from jobs_support import cache_copy, fault_environment, s3_options, stored
+from environment_support import fault_environment
+from jobs_support import cache_copy, s3_options, stored
 
 from jobs.reindex import main
 

@@ -18,15 +18,8 @@ from pathlib import Path
 
 import pytest
 import ray
-from jobs_support import (
-    cache_copy,
-    fault_environment,
-    gone_endpoint,
-    outputs,
-    own_ray_environment,
-    s3_options,
-    without_aws_credentials,
-)
+from environment_support import fault_environment, own_ray_environment, without_aws_credentials
+from jobs_support import cache_copy, gone_endpoint, outputs, s3_options
 
 from jobs.cli import main as mdindex
 from jobs.config import load_config

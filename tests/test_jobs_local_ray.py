@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from jobs_support import gone_endpoint, own_ray_environment
+from environment_support import own_ray_environment
+from jobs_support import gone_endpoint
 
 REPO = Path(__file__).resolve().parent.parent
 

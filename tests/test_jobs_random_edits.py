@@ -26,7 +26,8 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from jobs_support import CORPUS, fault_environment, own_ray_environment, s3_options, stored
+from environment_support import fault_environment, own_ray_environment
+from jobs_support import CORPUS, s3_options, stored
 
 from embedding.files import fresh_listings
 from indexing.paths import INDEX, TOPIC_SPEC

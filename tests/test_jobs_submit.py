@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from jobs_support import own_ray_environment
+from environment_support import own_ray_environment
 from mounts_support import can_mount_privately, private_mounts
 from ray.job_submission import JobStatus, JobSubmissionClient
 

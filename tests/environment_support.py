@@ -1,0 +1,38 @@
+"""The test processes' environments: no AWS credentials, a build's child process with a Ray of
+its own, file faults injected into every process of a build. No import of the job here: the
+library tests use it too."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FAULTS = Path(__file__).resolve().parent / "faults"
+
+
+def without_aws_credentials(monkeypatch, folder: Path) -> None:
+    """No AWS credentials anywhere for this test (a cron line without the AWS environment): none
+    in the environment, no shared files (paths under `folder` that do not exist), no instance
+    metadata to ask."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(folder / "no-aws-files"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(folder / "no-aws-files"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def own_ray_environment() -> dict[str, str]:
+    """This process's environment for a build in a child process with a local Ray of its own
+    (without RAY_ADDRESS, which would join the session's)."""
+    return {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+
+
+def fault_environment(fault: str, root: str, **settings: str) -> dict[str, str]:
+    """`own_ray_environment` with the file fault `fault` of `tests/faults/sitecustomize.py` on
+    the paths under `root` in every process of the build; `settings` are its other variables
+    (match="...": MDINDEX_FAULT_MATCH, count="...": MDINDEX_FAULT_COUNT)."""
+    env = own_ray_environment()
+    path = [str(FAULTS), *filter(None, [env.get("PYTHONPATH")])]
+    env.update(PYTHONPATH=os.pathsep.join(path), MDINDEX_FAULT=fault, MDINDEX_FAULT_ROOT=root)
+    env.update({f"MDINDEX_FAULT_{name.upper()}": value for name, value in settings.items()})
+    return env
