@@ -101,6 +101,20 @@ def check_tokenizer(config: JobConfig) -> None:
         raise ModelNotFound(f"chunking.options.tokenizer: {exc}") from exc
 
 
+def abort_stops(plan: Plan) -> list[str]:
+    """What stops a build under `failure_policy: abort` before any work, as the chunk stage
+    would stop it: a source the listing fails (a shared stem) or a failure known from the last
+    run (a source's or a qa-pairs.md's; a keywords file's failure never stops one). The build
+    raises `SourceFailed` with the first, and its dry run names it."""
+    from jobs.stages.topic import KEYWORDS_FAILED
+
+    return [f"{f['path']}: {f['code']}: {f['message']}" for f in plan.conflicts] + [
+        f"{f['path']}: {f['code']}: {f['message']} (unchanged since it failed)"
+        for f in plan.settled
+        if f["code"] != KEYWORDS_FAILED
+    ]
+
+
 def check_deletions(config: JobConfig, plan: Plan, previous: Manifest) -> None:
     """Refuse a plan that deletes what the output holds on a listing's say-so alone:
     `EmptyInput` when the listing holds no source (unless `sources.allow_empty`), and

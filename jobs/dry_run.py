@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from indexing.terminal import printable
 from jobs.config import JobConfig
-from jobs.discovery import check_cache_bucket, discover, list_input
+from jobs.discovery import abort_stops, check_cache_bucket, discover, list_input
 from jobs.lock import check_bucket
 from jobs.manifest import REPORT_PATH, Manifest
 from jobs.plan import KEEP, REBUILD, RELINK
@@ -49,6 +49,7 @@ class DryRun:
     bytes_to_read: int
     cached: int  # sources to chunk whose vectors the cache holds already
     chunks_to_embed: int  # estimate
+    stops: list[str]  # under failure_policy abort, the failures that stop the build at once
 
 
 def dry_run(config: JobConfig) -> DryRun:
@@ -95,6 +96,7 @@ def dry_run(config: JobConfig) -> DryRun:
         bytes_to_read=sum(row["size"] for row in read),
         cached=len(cached),
         chunks_to_embed=to_embed,
+        stops=abort_stops(plan) if config.failure_policy == "abort" else [],
     )
 
 
@@ -165,6 +167,8 @@ def describe(plan: DryRun) -> str:
         f"sources expected from the cache: {plan.cached}",
         f"chunks to embed (estimate): {plan.chunks_to_embed}",
     ]
+    if plan.stops:  # the build exits 1 at once, naming the first, and does none of the above
+        lines.append(f"build stops at once (failure_policy abort): {plan.stops[0]}")
     for action in (REBUILD, RELINK, "delete"):
         lines += [f"  {action} topic {topic or '(root)'}" for topic in plan.topics[action]]
     lines += [f"  read {path}" for path in plan.read]

@@ -23,6 +23,7 @@ from embedding.encoder import encoder_digest
 from indexing.terminal import printable
 from jobs.config import JobConfig
 from jobs.discovery import (
+    abort_stops,
     check_cache_bucket,
     discover,
     list_input,
@@ -58,7 +59,7 @@ from jobs.resources import (
 from jobs.stages.chunk import ChunkSettings, SourceFailed, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.store import store_entries
-from jobs.stages.topic import KEYWORDS_FAILED, TopicContext
+from jobs.stages.topic import TopicContext
 from jobs.stats import RunStats
 from jobs.storage import FileInfo, SkippedLink, Storage
 from jobs.work import (
@@ -135,15 +136,7 @@ def _run_locked(
     for failure in plan.settled:
         facts = map(printable, failure.values())
         log.warning("%s still fails, unchanged since (not read again): %s: %s", *facts)
-    # Under `abort`, a source the listing fails (a shared stem) or a failure known from the last
-    # run stops the job as the chunk stage would (a source's or a qa-pairs.md's; a keywords
-    # file's failure never stops one).
-    stops = [f"{f['path']}: {f['code']}: {f['message']}" for f in plan.conflicts] + [
-        f"{f['path']}: {f['code']}: {f['message']} (unchanged since it failed)"
-        for f in plan.settled
-        if f["code"] != KEYWORDS_FAILED
-    ]
-    if stops and config.failure_policy == "abort":
+    if config.failure_policy == "abort" and (stops := abort_stops(plan)):
         raise SourceFailed(stops[0])
 
     built = Built({}, RunStats(), float(os.cpu_count() or 1))

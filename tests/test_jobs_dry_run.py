@@ -326,6 +326,26 @@ def test_a_dry_run_into_grep_m1_ends_quietly_with_0(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_dry_run_under_abort_names_the_failure_that_stops_the_build(tmp_path, capsys):
+    """Under `failure_policy: abort` a shared stem (or a failure known from the last run) stops
+    the build at once, exit 1, before Ray; its dry run planned the whole build all the same, exit
+    0. Now its summary ends with the failure the build stops at; none without abort."""
+    corpus, output = tmp_path / "docs", tmp_path / "out"
+    (corpus / "t").mkdir(parents=True)
+    (corpus / "t" / "intro.md").write_text("# Intro\n\nText.\n")
+    (corpus / "t" / "intro.mdx").write_text("# Intro\n\nOther text.\n")
+    both = ["--input", str(corpus), "--output", str(output), "--set", 'sources.globs=["*.md*"]']
+    summary, _ = dry(capsys, *both)
+    assert not any(key.startswith("build stops") for key in summary)
+    abort = [*both, "--set", "failure_policy=abort"]
+    summary, _ = dry(capsys, *abort)
+    stop = summary["build stops at once (failure_policy abort)"]
+    assert stop.startswith("t/intro.md: STEM_CONFLICT: intro.md shares its stem 'intro' with")
+    assert main(["--config", CONFIG, *abort]) == 1
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert report["error"] == f"SourceFailed: {stop}"
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_a_dry_run_onto_a_full_disk_says_so_in_one_line_and_exits_1(tmp_path):
     """`mdindex build --dry-run > plan.txt` on a full disk was an OSError (ENOSPC) traceback: now
