@@ -180,9 +180,7 @@ class Strategy:
             )
             code = is_code(draft.text, kinds)
             headings_path = tuple(heading.title for heading in draft.headings)
-            header_path = " > ".join(
-                f"{'#' * heading.level} {heading.title}" for heading in draft.headings
-            )
+            header_path = path_of(draft.headings)
             context = ""
             if embed_context:
                 context = (
@@ -346,6 +344,12 @@ class _LinkIndex:
         """The links `text` holds, in their order."""
         numbers = set().union(*(self.having[string] for string in self.strings.found_in(text)))
         return [self.links[number] for number in sorted(numbers)]
+
+
+def path_of(headings: tuple[Heading, ...]) -> str:
+    """Seed 001's header path of a heading stack, e.g. `# A > ## B`: titles, so without a
+    trailing attribute list (`{ #anchor }`)."""
+    return " > ".join(f"{'#' * heading.level} {heading.title}" for heading in headings)
 
 
 def path_context(headings_path: tuple[str, ...]) -> str:

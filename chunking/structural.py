@@ -41,7 +41,7 @@ from chunking.spans import (
     table_pieces,
     trimmed,
 )
-from chunking.strategy import Draft, Split, Strategy, register
+from chunking.strategy import Draft, Split, Strategy, path_of, register
 
 _PROSE = "prose"
 _ALONE = frozenset(("table", "fence", "code_block"))  # kinds that are always chunks of their own
@@ -311,7 +311,7 @@ class _Walker:
     def _emit_span(self, span: Span, kind: str) -> None:
         """Add one draft for `span` under the current heading stack."""
         span = balanced(self.src, span, self.unclosed)
-        path = [heading.markdown for heading in self.stack]
+        path = [path_of(self.stack)] if self.stack else []
         if kind in _CONTAINERS:
             path.append(_CONTAINERS[kind])
         self.drafts.append(

@@ -59,6 +59,22 @@ def test_boundaries_of_section_4(minilm):
     assert all(c.token_count == minilm.count(c.text) for c in doc.chunks)
 
 
+def test_chunk_path_names_the_header_path_without_attribute_lists():
+    # mkdocs anchors (every FastAPI heading has one) and an empty heading: chunk_path held the
+    # headings as written ('# Guide { #guide } > ## Setup { #setup } > code', '#'), so it did
+    # not start with the chunk's header_path as in every other strategy.
+    text = (
+        "# Guide { #guide }\n\n## Setup { #setup }\n\nIntro.\n\n```sh\npip install x\n```\n"
+        "\n# \n\nUnder an empty heading.\n"
+    )
+    got = [(c.header_path, c.chunk_path) for c in structural(text).chunks]
+    assert got == [
+        ("# Guide > ## Setup", "# Guide > ## Setup"),
+        ("# Guide > ## Setup", "# Guide > ## Setup > code"),
+        ("# ", "# "),
+    ]
+
+
 def test_a_list_not_introduced_by_a_colon_starts_its_own_chunk():
     doc = structural("# T\n\nCreate an archive.\n\n- Extract it:\n\n`tar xf a.tar`\n\n- List it:\n")
     assert [c.text for c in doc.chunks] == [
