@@ -21,7 +21,6 @@ Chunk text is the source section (its heading line included in its first chunk);
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from chunking.blocks import LITERAL_KINDS, Block, Heading, ParsedDocument
 from chunking.record import CHUNKING_FAILED, Chunk, ChunkingError
 from chunking.spans import (
     FENCE_RUN,
+    WORD_START,
     Measure,
     SourceText,
     Span,
@@ -56,7 +56,6 @@ _PROSE = frozenset(("paragraph", "blockquote")) | _LISTS
 # (all of them in any group of up to 2 * BAND + 1), so a file of 10,000 sibling sections stays
 # linear instead of quadratic.
 BAND = 16
-_WORD_START = re.compile(r"(?<!\S)\S")
 
 
 @dataclass(frozen=True)
@@ -254,7 +253,7 @@ class HierarchicalStrategy(Strategy):
         if earliest >= before.end:
             return piece.start
         tail = sentences(src, Span(earliest, before.end))
-        word = _WORD_START.search(src.text, earliest, before.end)
+        word = WORD_START.search(src.text, earliest, before.end)
         start = tail[1].start if len(tail) > 1 else word.start() if word else piece.start
         first, last = src.line_of(start), src.line_of(piece.start)
         if any(doc.line_kinds[n - 1] in LITERAL_KINDS for n in range(first, last + 1)):

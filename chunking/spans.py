@@ -34,6 +34,7 @@ from chunking.tokens import TokenCounter
 # A sentence ends at . ! ? (then closing quotes or brackets, then whitespace) or at a CJK full stop.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])\s*")
 FENCE_RUN = re.compile(r"`{3,}|~{3,}")  # a run of backticks or tildes, which can open a fence
+WORD_START = re.compile(r"(?<!\S)\S")  # the first character of a word
 
 
 @dataclass(frozen=True)

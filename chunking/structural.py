@@ -29,6 +29,7 @@ from types import MappingProxyType
 from chunking.blocks import Block, Heading, ParsedDocument
 from chunking.spans import (
     FENCE_RUN,
+    WORD_START,
     Measure,
     SourceText,
     Span,
@@ -269,7 +270,8 @@ class _Walker:
         """Where a chunk starting at `start` begins once `tail`'s last sentences are repeated.
 
         Whole sentences up to `budget` tokens; when even the last sentence is longer, its last
-        `budget` tokens. Returns `start` itself when there is nothing to repeat, or when the
+        whole words within `budget` tokens (a token tail began inside a word: 'parseable' of
+        'unparseable'). Returns `start` itself when there is nothing to repeat, or when the
         repeated text would begin with a run of backticks or tildes (the chunk would open a fence,
         and the line closing it would take it past the hard maximum).
         """
@@ -283,8 +285,10 @@ class _Walker:
                 break
             chosen = sentence.start
         if chosen == start and parts:
-            chosen = measure.tail(parts[-1].start, parts[-1].end, budget)
-            chosen = start if chosen == parts[-1].start else chosen
+            last = parts[-1]
+            tail = measure.tail(last.start, last.end, budget)
+            word = WORD_START.search(self.src.text, tail, last.end)  # not inside a word
+            chosen = start if tail == last.start or word is None else word.start()
         return start if FENCE_RUN.match(self.src.text, chosen) else chosen
 
     def _emit(self, overlap_room: int = 0) -> None:

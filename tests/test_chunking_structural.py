@@ -145,6 +145,26 @@ def test_a_block_cut_on_its_own_gets_no_overlap_chunk_before_it():
     assert doc.chunks[1].text == "> ```sh\n> pip install x\n> ```"
 
 
+def test_an_overlap_shorter_than_the_last_sentence_starts_at_a_word(minilm):
+    # Each paragraph is one sentence of about 100 tokens, over 15% of a chunk: the overlap is
+    # that sentence's tail, and it began at the last 15% of its tokens, inside a word ('zes
+    # asynchronously' of 'reinitializes', 'parseable' of 'unparseable').
+    words = (
+        "internationalization considerations notwithstanding, the configuration subsystem "
+        "reinitializes asynchronously whenever unparseable documentation overrides"
+    ).split()
+    sentence = " ".join(words[i % len(words)] for i in range(45)) + "."
+    doc = structural("# T\n\n" + "\n\n".join(f"Paragraph {i} {sentence}" for i in range(12)))
+    chunks = doc.chunks
+    assert len(chunks) >= 3
+    for before, after in zip(chunks, chunks[1:], strict=False):
+        assert after.start_line <= before.end_line  # still overlapping
+        overlap = after.text[: after.text.index("\n\n")]
+        assert before.text.endswith(" " + overlap)  # whole words of the sentence's tail
+        assert after.text.split()[0] in words
+        assert 0 < minilm.count(overlap) <= before.token_count * 15 // 100
+
+
 def test_overlap_never_crosses_a_heading():
     doc = structural("# T\n\n## A\n\n" + _paragraphs(6, 8) + "\n\n## B\n\n" + _paragraphs(6, 8))
     first_of_b = next(c for c in doc.chunks if c.headings_path == ("T", "B"))
