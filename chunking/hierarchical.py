@@ -244,8 +244,9 @@ class HierarchicalStrategy(Strategy):
         quote's `> ~~~`); never from code or table lines, nor from a run of backticks or tildes
         (the chunk would open a fence), nor into a piece with context: a reopened fence, or a
         closing line (a piece cut before a line's `~~~` opens a fence alone, and its closing
-        line would open one once the overlap brings back the start of that line).
-        `piece.start` when nothing fits."""
+        line would open one once the overlap brings back the start of that line). The first
+        sentence that allows all this, so a code block ending early in that text leaves the
+        sentences after it. `piece.start` when nothing fits."""
         if piece.prefix or piece.suffix or before.suffix or not self.options["overlap_size"]:
             return piece.start
         room = self.options["max_chunk_size"] - (piece.end - before.end)
@@ -254,15 +255,32 @@ class HierarchicalStrategy(Strategy):
             return piece.start
         tail = sentences(src, Span(earliest, before.end))
         word = WORD_START.search(src.text, earliest, before.end)
-        start = tail[1].start if len(tail) > 1 else word.start() if word else piece.start
+        starts = (
+            [part.start for part in tail[1:]] if len(tail) > 1 else [word.start()] if word else []
+        )
+        fitting = (
+            start for start in starts if self._overlap_fits(doc, src, start, piece, unclosed)
+        )
+        return next(fitting, piece.start)
+
+    def _overlap_fits(
+        self,
+        doc: ParsedDocument,
+        src: SourceText,
+        start: int,
+        piece: Span,
+        unclosed: UnclosedFences,
+    ) -> bool:
+        """Whether `piece` may start at `start` (`_overlap_start`): no code or table line from
+        there to the piece, no run of backticks or tildes there, and the piece within
+        `max_chunk_size`."""
         first, last = src.line_of(start), src.line_of(piece.start)
         if any(doc.line_kinds[n - 1] in LITERAL_KINDS for n in range(first, last + 1)):
-            return piece.start
+            return False
         if FENCE_RUN.match(src.text, start):
-            return piece.start
+            return False
         overlapped = Span(start, piece.end, piece.prefix, piece.suffix)
-        fits = _rendered_size(src, overlapped, unclosed) <= self.options["max_chunk_size"]
-        return start if fits else piece.start
+        return _rendered_size(src, overlapped, unclosed) <= self.options["max_chunk_size"]
 
 
 def _packed(

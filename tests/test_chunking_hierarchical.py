@@ -137,6 +137,26 @@ def test_overlap_is_never_taken_from_code():
         assert not chunk.text.startswith("x_")
 
 
+def test_the_overlap_takes_the_sentences_after_a_code_block_near_the_end():
+    # A short code block within the last 200 characters before a cut: the overlap began at the
+    # earliest sentence there, which holds the code, and so there was none, though the
+    # sentences after the code would do.
+    blocks = [
+        f"```py\nprint({i})  # code line that is long enough\n```"
+        if i % 3 == 0
+        else f"Prose sentence number {i} is here and talks. Another one follows it here."
+        for i in range(40)
+    ]
+    doc = hierarchical("# D\n\n## S\n\n" + "\n\n".join(blocks) + "\n")
+    first, second = doc.chunks[0], doc.chunks[1]
+    assert first.content_type == second.content_type == "descriptive_text"
+    assert first.text.endswith(
+        "Prose sentence number 10 is here and talks. Another one follows it here."
+    )
+    assert second.text.startswith("Another one follows it here.\n\nProse sentence number 11 ")
+    assert second.start_line == first.end_line and len(second.text) <= 1000
+
+
 def test_atomic_code_stays_whole_up_to_the_hard_maximum_then_reopens_its_fence():
     code = [f"result_{i} = transform(data, step={i})" for i in range(70)]
     whole = hierarchical("# A\n\ntext\n\n## Example\n\n```python\n" + "\n".join(code) + "\n```\n")
