@@ -29,12 +29,15 @@ from chunking.blocks import (
     last_fence_opened,
 )
 from chunking.record import CHUNKING_FAILED, ChunkingError
-from chunking.tokens import TokenCounter
+from chunking.tokens import CJK, TokenCounter
 
 # A sentence ends at . ! ? (then closing quotes or brackets, then whitespace) or at a CJK full stop.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])\s*")
 FENCE_RUN = re.compile(r"`{3,}|~{3,}")  # a run of backticks or tildes, which can open a fence
 WORD_START = re.compile(r"(?<!\S)\S")  # the first character of a word
+# Where a chunk may start without cutting a word: a word's first character, or a character next
+# to a CJK one (each CJK character is a word of its own).
+WORD_BOUNDARY = re.compile(rf"(?<!\S)\S|[{CJK}]|(?<=[{CJK}])\S")
 
 
 @dataclass(frozen=True)

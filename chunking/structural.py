@@ -29,7 +29,7 @@ from types import MappingProxyType
 from chunking.blocks import Block, Heading, ParsedDocument
 from chunking.spans import (
     FENCE_RUN,
-    WORD_START,
+    WORD_BOUNDARY,
     Measure,
     SourceText,
     Span,
@@ -287,7 +287,7 @@ class _Walker:
         if chosen == start and parts:
             last = parts[-1]
             tail = measure.tail(last.start, last.end, budget)
-            word = WORD_START.search(self.src.text, tail, last.end)  # not inside a word
+            word = WORD_BOUNDARY.search(self.src.text, tail, last.end)  # not inside a word
             chosen = start if tail == last.start or word is None else word.start()
         return start if FENCE_RUN.match(self.src.text, chosen) else chosen
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 # Scripts written without spaces between words: each character is one word.
-_CJK = (
+CJK = (
     "\u1100-\u11ff"  # Hangul Jamo
     "\u2e80-\u2fdf"  # CJK radicals
     "\u3001-\u303f"  # CJK punctuation (not the ideographic space U+3000)
@@ -39,8 +39,8 @@ _CJK = (
 )
 # A word is one CJK character, or a run of up to 16 other non-space characters (a longer run,
 # e.g. a URL or a base64 blob, counts as one word per 16 characters).
-_WORD = re.compile(f"[{_CJK}]|[^\\s{_CJK}]{{1,16}}")
-_ANY_CJK = re.compile(f"[{_CJK}]")
+_WORD = re.compile(f"[{CJK}]|[^\\s{CJK}]{{1,16}}")
+_ANY_CJK = re.compile(f"[{CJK}]")
 _RUN = re.compile(r"\S{1,16}")  # the same words when the text has no CJK character (faster)
 # Tokenizers whose tokens never cross whitespace, with a per-character normaliser.
 _LOCAL_NORMALIZERS = frozenset({None, "BertNormalizer"})

@@ -165,6 +165,22 @@ def test_an_overlap_shorter_than_the_last_sentence_starts_at_a_word(minilm):
         assert 0 < minilm.count(overlap) <= before.token_count * 15 // 100
 
 
+def test_a_cjk_overlap_shorter_than_the_last_sentence_is_cut_between_characters(minilm):
+    # Each CJK character is a word of its own: a sentence without spaces still overlaps by its
+    # last characters (the word rule above left such text without any overlap).
+    sentence = (
+        "这是一个关于分块策略的很长的句子它没有任何空格并且一直延续下去直到超过了重叠预算的长度"
+    )
+    doc = structural("# 标题\n\n" + "\n\n".join(f"段落{i}{sentence * 2}。" for i in range(20)))
+    chunks = doc.chunks
+    assert len(chunks) >= 3
+    for before, after in zip(chunks, chunks[1:], strict=False):
+        assert after.start_line <= before.end_line
+        overlap = after.text[: after.text.index("\n\n")]
+        assert before.text.endswith(overlap) and overlap.endswith("。")
+        assert 0 < minilm.count(overlap) <= before.token_count * 15 // 100
+
+
 def test_overlap_never_crosses_a_heading():
     doc = structural("# T\n\n## A\n\n" + _paragraphs(6, 8) + "\n\n## B\n\n" + _paragraphs(6, 8))
     first_of_b = next(c for c in doc.chunks if c.headings_path == ("T", "B"))
