@@ -244,8 +244,9 @@ def select_chunks(
     """The first `n` chunks of each source (or of `source`) in stripe order.
 
     `technical` uses `stripe_order_technical` where a source has one, else the conceptual order.
-    Stripe orders leave the baselines out; they follow the stripe order, so a source of one
-    chunk still gives its chunk. `index` is of the shape `IndexReader.index` checks.
+    Stripe orders leave the baselines out; they follow the stripe order (the order's own
+    baseline first: the technical one after the technical order), so a source of one chunk
+    still gives its chunk. `index` is of the shape `IndexReader.index` checks.
     ValueError for a negative `n` (`order[:-1]` gave every chunk but the last).
     """
     if n < 0:
@@ -261,6 +262,7 @@ def select_chunks(
         order = entry["stripe_order_technical" if use_technical else "stripe_order"]
         items = {item["index"]: item for item in entry["items"]}
         baselines = (entry["baseline_conceptual"], entry.get("baseline_technical"))
+        baselines = baselines[::-1] if use_technical else baselines  # the order's own first
         order = order + [i for i in baselines if i in items and i not in order]
         picked = [items[i] for i in order[:n]]
         selected.append(Selection(stem, "technical" if use_technical else "conceptual", picked))

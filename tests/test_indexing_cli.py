@@ -36,7 +36,7 @@ from indexing_support import (
 )
 
 from indexing import IndexSettings, build_topic, client, simhash64
-from indexing.client import IndexReader, query_embedder
+from indexing.client import IndexReader, query_embedder, select_chunks
 from indexing.server import make_server, parse_range
 from indexing.simhash_tables import blocks, shard_path
 
@@ -116,6 +116,18 @@ def test_query_source_technical_and_show(index_root, capsys):
     for chunk in selection["chunks"]:
         path = index_root / TOPIC / entry["items"][chunk["index"]]["href"]
         assert chunk["text"] == path.read_text()
+
+
+def test_the_baselines_follow_their_stripe_order_its_own_first(index_root):
+    """After the technical order the conceptual baseline came first, then the technical one."""
+    index = json.loads(index_json_bytes(index_root))
+    entry = index["_embedded"]["chunks"]["golden-reference"]
+    order = entry["stripe_order_technical"]
+    (technical,) = select_chunks(index, 100, source="golden-reference", technical=True)
+    assert [c["index"] for c in technical.items] == order + [1, 0]  # was [0, 1]
+    order = entry["stripe_order"]
+    (conceptual,) = select_chunks(index, 100, source="golden-reference")
+    assert [c["index"] for c in conceptual.items] == order + [i for i in (0, 1) if i not in order]
 
 
 def test_query_reads_an_index_in_a_folder_named_with_two_colons(index_root, tmp_path, capsys):
@@ -485,7 +497,7 @@ def test_baselines_follow_the_stripe_order_when_more_chunks_are_asked():
     picked = {s.source: [c["index"] for c in s.items] for s in select_chunks(index, 10)}
     assert picked == {"single": [0], "dual": [2, 4, 3, 0, 1]}
     [technical] = select_chunks(index, 10, source="dual", technical=True)
-    assert [c["index"] for c in technical.items] == [4, 3, 2, 0, 1]
+    assert [c["index"] for c in technical.items] == [4, 3, 2, 1, 0]  # its own baseline first
 
 
 def test_query_embedder_loads_the_model_once_per_reader(index_root, monkeypatch):
