@@ -1,13 +1,20 @@
 """The test processes' environments: no AWS credentials, a build's child process with a Ray of
-its own, file faults injected into every process of a build. No import of the job here: the
-library tests use it too."""
+its own, file faults injected into every process of a build, `mdindex` with its standard output
+on a full disk. No import of the job here: the library tests use it too."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 FAULTS = Path(__file__).resolve().parent / "faults"
+ROOT = Path(__file__).resolve().parents[1]
+FULL_DISK = Path("/dev/full")  # every write fails with ENOSPC
+needs_full_disk = pytest.mark.skipif(not FULL_DISK.exists(), reason="needs /dev/full")
 
 
 def without_aws_credentials(monkeypatch, folder: Path) -> None:
@@ -36,3 +43,13 @@ def fault_environment(fault: str, root: str, **settings: str) -> dict[str, str]:
     env.update(PYTHONPATH=os.pathsep.join(path), MDINDEX_FAULT=fault, MDINDEX_FAULT_ROOT=root)
     env.update({f"MDINDEX_FAULT_{name.upper()}": value for name, value in settings.items()})
     return env
+
+
+def mdindex_onto_full_disk(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """`mdindex ARGS > /dev/full` in a child process, from the repository root; standard error
+    captured as text."""
+    with FULL_DISK.open("w") as full:
+        return subprocess.run(
+            [sys.executable, "-m", "jobs.cli", *args],
+            cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=timeout,
+        )  # fmt: skip

