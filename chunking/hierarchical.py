@@ -15,7 +15,8 @@ its overlap stays within max_chunk_size.
   piece before (whole sentences, else whole words), taken from the source so the text stays a
   source slice; overlap never comes from or goes into code or table lines.
 Chunk text is the source section (its heading line included in its first chunk); the seed's
-`enhanced_content` ("Context: A > B\n\n" + heading + text) goes in extras with `formatted_path`,
+`enhanced_content` ("Context: A > B\n\n", then "## B\n\n" from the heading's level and title for a
+piece without its heading line, then the text) goes in extras with `formatted_path`,
 `hierarchy_levels`, `header_level`, `related_chunks` and `related_sections`.
 """
 
@@ -44,7 +45,7 @@ from chunking.spans import (
     sentences,
     table_pieces,
 )
-from chunking.strategy import Draft, Split, Strategy, register
+from chunking.strategy import Draft, Split, Strategy, path_of, register
 
 # Content types kept whole (up to the hard maximum); descriptive_text is the one that is split.
 ATOMIC = frozenset(("introduction", "code_example", "table_based", "link_list", "default"))
@@ -125,8 +126,8 @@ class HierarchicalStrategy(Strategy):
             text = src.render(span)
             heading = section.headings[-1] if section.heading is not None else None
             context = f"Context: {section.path}\n\n"  # seed 004's enhanced_content, to the letter
-            if heading is not None and not has_heading:
-                context += heading.markdown + "\n\n"
+            if heading is not None and heading.title and not has_heading:
+                context += path_of((heading,)) + "\n\n"  # seed 004: its level and title
             drafts.append(
                 Draft(
                     text=text,

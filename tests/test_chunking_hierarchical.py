@@ -245,6 +245,19 @@ def test_headings_without_a_title_are_left_out_of_paths_and_title_groups():
         assert chunk.extras["related_chunks"] == []  # an empty title groups nothing
 
 
+def test_a_later_piece_gets_its_heading_by_level_and_title_in_its_context():
+    # Seed 004 adds `"#" * header_level + " " + title` before a piece without its heading
+    # line: the heading as written brought the mkdocs anchor into the embedded text
+    # ('### Add types { #add-types }', 267 of FastAPI en's 2,232 chunks).
+    body = "\n\n".join(f"Paragraph {i} explains one idea in a sentence or two." for i in range(40))
+    doc = hierarchical(f"# Top {{ #top }}\n\nIntro.\n\n## Part {{ #part }}\n\n{body}\n")
+    later = [c for c in doc.chunks if c.title == "Part"][1:]
+    assert later
+    for chunk in later:
+        assert chunk.context == "Context: Top > Part\n\n## Part\n\n"
+        assert chunk.extras["enhanced_content"] == chunk.context + chunk.text
+
+
 def test_sibling_and_title_groups_are_banded_and_stay_symmetric():
     sections = "\n\n".join(f"## Part {i}\n\n### Notes\n\nText {i}." for i in range(60))
     doc = hierarchical("# Book\n\nIntro.\n\n" + sections + "\n")
