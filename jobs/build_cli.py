@@ -5,8 +5,8 @@ Exit codes: 0 everything succeeded; 1 the job itself failed; 2 bad usage or conf
 that does not exist, or lists no sources while the output holds some);
 3 some sources failed (everything else was written); 75 another build is running on the output
 (nothing done: try again later), or took over this build's S3 lock (it stopped before its next
-write); 130 and 143 stopped by SIGINT (Ctrl-C) or SIGTERM (a
-scheduler's), 128 plus the signal's number as a shell gives it.
+write); 129, 130 and 143 stopped by SIGHUP (the terminal gone; not under nohup), SIGINT
+(Ctrl-C) or SIGTERM (a scheduler's), 128 plus the signal's number as a shell gives it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ import sys
 import time
 
 from jobs.config import ConfigError, JobConfig, load_config
-from jobs.signals import callers_handler, exit_at_once_on_sigterm, exit_on_sigterm
+from jobs.signals import (
+    callers_handler,
+    exit_at_once_on_sigterm,
+    exit_on_sigterm,
+    stopping_signal,
+)
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -70,8 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="build or refresh the index of a markdown corpus (Ray Data job)",
         description="Build or refresh the index of a markdown corpus. Exit codes: 0 success, "
         "1 the job failed, 2 bad usage or config, 3 some sources failed (all else written), "
-        "75 another build is running on the output (or took over its S3 lock), 130/143 stopped by "
-        "SIGINT/SIGTERM.",
+        "75 another build is running on the output (or took over its S3 lock), 129/130/143 stopped "
+        "by SIGHUP/SIGINT/SIGTERM.",
     )
     add_arguments(parser)
     parser.set_defaults(run=run_build)
@@ -169,9 +174,10 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
     except KeyboardInterrupt:
         return stopped(config, signal.SIGINT, started), None
     except SystemExit as exc:  # SIGTERM's handler (ours, then ray.init's) exits with its number
-        if exc.code != signal.SIGTERM:
+        signum = stopping_signal(exc)  # or SIGHUP's (ours)
+        if signum is None:
             raise
-        return stopped(config, signal.SIGTERM, started), None
+        return stopped(config, signum, started), None
     except Exception as exc:  # noqa: BLE001 - any failure of the job itself maps to exit code 1
         log.exception("the job failed")
         cause = root_cause(exc)

@@ -1,7 +1,12 @@
 """SIGTERM in the driver: an exit with the signal's number, whoever installed a handler before;
 once the build is reported, an exit at once with its exit code. A build run in-process leaves its
 caller's handler as it found it; in the program (`program_start`), the build's last handler stays
-until the program's end (`exit_with`)."""
+until the program's end (`exit_with`).
+
+SIGHUP (the terminal of an interactive run gone: an SSH session dropped) is taken as SIGTERM is,
+exit 129 and a report that says so (it killed the build, whose report then said "unfinished", and
+`report --check` 75, "still running", until the next run), except where it is ignored (`nohup`):
+there it stays ignored."""
 
 from __future__ import annotations
 
@@ -13,6 +18,21 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
+# The signals that stop a build with a report of it (SIGTERM first: the one Ray also handles).
+STOPPING = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(SystemExit):
+    """A stopping signal in the driver: exits with its number (`code`), as `sys.exit(signum)`."""
+
+
+def stopping_signal(exc: SystemExit) -> int | None:
+    """The signal a `SystemExit` stands for: `Stopped`'s, or SIGTERM for `ray.init`'s handler's
+    `sys.exit(15)`; None for any other exit."""
+    if isinstance(exc, Stopped) or exc.code == signal.SIGTERM:
+        return exc.code
+    return None
+
 
 def exit_on_sigterm() -> None:
     """Make SIGTERM exit with its number (`SystemExit(15)`, which `mdindex build` reports), as
@@ -23,7 +43,7 @@ def exit_on_sigterm() -> None:
     for SIGTERM that prints "*** SIGTERM received" and, in about 1 run of 10, aborted the driver
     (SIGABRT, no report); this puts Python's own handler back in its place. Python takes handlers
     in its main thread only (elsewhere this does nothing)."""
-    _install(lambda signum, frame: sys.exit(signum))
+    _install(_raise_stopped)
 
 
 def exit_at_once_on_sigterm(code: int) -> None:
@@ -70,15 +90,21 @@ def open_closed_streams() -> None:
             setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w"))
 
 
+def _raise_stopped(signum: int, frame) -> None:
+    raise Stopped(signum)
+
+
 def _stop_program(signum: int, frame) -> None:
     _exit_now(128 + signum)
 
 
 def _install(handler) -> None:
-    """Make `handler` SIGTERM's, where Python takes handlers: in the main thread (elsewhere this
-    does nothing)."""
+    """Make `handler` that of each `STOPPING` signal not ignored, where Python takes handlers:
+    in the main thread (elsewhere this does nothing)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
+        for signum in STOPPING:
+            if signum == signal.SIGTERM or signal.getsignal(signum) is not signal.SIG_IGN:
+                signal.signal(signum, handler)
 
 
 def _exit_now(code: int) -> None:
@@ -90,18 +116,21 @@ def _exit_now(code: int) -> None:
 
 @contextlib.contextmanager
 def callers_handler() -> Iterator[None]:
-    """Put the caller's SIGTERM handler back on the way out, so that a build run in-process (a
-    test, a program that builds twice) does not leave its own. A handler installed outside Python
-    (`signal.getsignal` gives None) cannot be put back: `exit_on_sigterm`'s then stays. Nor is
-    `program_start`'s: the program's end follows, and the build's handler holds until then."""
-    before = signal.getsignal(signal.SIGTERM)
+    """Put the caller's SIGTERM and SIGHUP handlers back on the way out, so that a build run
+    in-process (a test, a program that builds twice) does not leave its own. A handler installed
+    outside Python (`signal.getsignal` gives None) cannot be put back: `exit_on_sigterm`'s then
+    stays. Nor is `program_start`'s: the program's end follows, and the build's handler holds
+    until then."""
+    before = {signum: signal.getsignal(signum) for signum in STOPPING}
     try:
         yield
     finally:
-        if before is None:
-            exit_on_sigterm()
-        elif before is not _stop_program:
-            _install(before)
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in before.items():
+                if handler is None:
+                    signal.signal(signum, _raise_stopped)
+                elif handler is not _stop_program:
+                    signal.signal(signum, handler)
 
 
 def exit_with(code: int) -> NoReturn:
@@ -133,7 +162,8 @@ def run_program(main: Callable[[], int]) -> NoReturn:
     except KeyboardInterrupt:  # Ctrl-C in a command without its own handling (query, report)
         code = 128 + signal.SIGINT  # as a shell gives it, without a 40-line traceback
     except SystemExit as exc:  # a second SIGTERM while a stopped or failed build wrote its report
-        if exc.code != signal.SIGTERM:
+        signum = stopping_signal(exc)
+        if signum is None:
             raise
-        code = 128 + signal.SIGTERM  # as a shell gives it (it exited 15)
+        code = 128 + signum  # as a shell gives it (it exited 15)
     exit_with(code)

@@ -493,6 +493,27 @@ def test_a_sigterm_between_the_builds_return_and_the_programs_end_exits_with_the
     assert (done.returncode, done.stderr) == (code, b"")
 
 
+# A program run under `nohup` (SIGHUP ignored): its start, a build's handlers, then SIGHUP.
+NOHUP = """
+import os, signal
+from jobs.signals import callers_handler, exit_on_sigterm, exit_with, program_start
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+program_start()
+with callers_handler():
+    exit_on_sigterm()
+    os.kill(os.getpid(), signal.SIGHUP)
+os.kill(os.getpid(), signal.SIGHUP)
+exit_with(0)
+"""
+
+
+def test_sighup_stays_ignored_under_nohup():
+    """`nohup mdindex build … &` then logging out: the build goes on (SIGHUP is taken as SIGTERM
+    only where nothing ignores it)."""
+    done = subprocess.run([sys.executable, "-c", NOHUP], capture_output=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, b"")
+
+
 # A program whose stopped build is writing its report (`exit_on_sigterm`'s handler is SIGTERM's)
 # when a second SIGTERM comes: SystemExit(15) escapes the build's own handling.
 SECOND_SIGTERM = """
@@ -535,9 +556,12 @@ def test_ctrl_c_in_a_command_without_its_own_handling_exits_130_quietly():
     assert (done.returncode, done.stderr) == (130, b"")
 
 
-def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path, signum):
     """SIGTERM while the build lists an input on a hung S3 endpoint (before Ray starts): exit 143,
-    as a shell gives it, and a failed report that says what stopped it, within about a second."""
+    as a shell gives it, and a failed report that says what stopped it, within about a second.
+    SIGHUP (an SSH session dropped) the same, 129: it killed the build, whose report said
+    "unfinished" (`report --check`: 75, still running) until the next run."""
     stalled = StalledEndpoint()
     output = tmp_path / "out"
     command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, "--output", str(output)]
@@ -552,15 +576,15 @@ def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path):
         while not stalled.held and time.monotonic() < deadline:  # the listing's request is in
             time.sleep(0.05)
         signalled = time.monotonic()
-        driver.send_signal(signal.SIGTERM)
+        driver.send_signal(signum)
         rest = driver.communicate(timeout=30)[1]
     finally:
         stalled.close()
-    assert driver.returncode == 143, rest[-3000:]
+    assert driver.returncode == 128 + signum, rest[-3000:]
     assert time.monotonic() - signalled < 10
     report = report_of(output)
-    assert (report["status"], report["exit_code"]) == ("failed", 143)
-    assert report["error"] == "Interrupted: stopped by SIGTERM"
+    assert (report["status"], report["exit_code"]) == ("failed", 128 + signum)
+    assert report["error"] == f"Interrupted: stopped by {signum.name}"
     assert report["started_at"] <= report["finished_at"]  # said, where no unfinished report was
     assert "started a local Ray instance" not in rest
 
