@@ -556,6 +556,12 @@ def test_ctrl_c_in_a_command_without_its_own_handling_exits_130_quietly():
     assert (done.returncode, done.stderr) == (130, b"")
 
 
+def hangup_as_in_a_terminal() -> None:
+    """SIGHUP's default action, as a program started from a terminal has it (in a child process,
+    before it runs)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path, signum):
     """SIGTERM while the build lists an input on a hung S3 endpoint (before Ray starts): exit 143,
@@ -570,8 +576,9 @@ def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path, s
     env = own_ray_environment()
     try:
         driver = subprocess.Popen(
-            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            preexec_fn=hangup_as_in_a_terminal,  # a test run under nohup ignores SIGHUP
+        )  # fmt: skip
         deadline = time.monotonic() + 60
         while not stalled.held and time.monotonic() < deadline:  # the listing's request is in
             time.sleep(0.05)
