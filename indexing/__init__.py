@@ -20,7 +20,13 @@ from indexing.stripes import stripe_factor
 from indexing.tables import chunk_table_schema, document_table_schema
 from indexing.topic_spec import without_section as topic_spec_without_section
 
+# Bump whenever the same chunks, vectors and settings can index differently (a fix that changes
+# index.json, the tables, topic-spec.md or the SimHash tables): builds include it in their settings
+# key, so the next build rebuilds every topic instead of keeping those the older code wrote.
+REVISION = 1
+
 __all__ = [
+    "REVISION",
     "IndexSettings",
     "Keyword",
     "SimhashMatch",

@@ -15,6 +15,7 @@ import tokenizers
 from chunking import REVISION, token_counter
 from embedding.encoder import model_encoder
 from embedding.models import ModelNotFound, check_model, model_digest
+from indexing import REVISION as INDEXING_REVISION
 from indexing.terminal import printable
 from jobs.config import JobConfig
 from jobs.lock import bucket, check_bucket, missing_bucket, refusal_code
@@ -154,6 +155,7 @@ def settings_key(config: JobConfig, model_files: str) -> str:
         {
             "strategy": config.chunking.key,
             "chunking_revision": REVISION,
+            "indexing_revision": INDEXING_REVISION,
             "embedding": embedding,
             "model_files": model_files,
             "tenant": config.tenant,

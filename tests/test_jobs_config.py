@@ -456,6 +456,19 @@ def test_a_new_chunking_revision_changes_the_settings_key(tmp_path, monkeypatch)
     assert settings_key(config, "other weights") != settings_key(config, "w")
 
 
+def test_a_new_indexing_revision_changes_the_settings_key(tmp_path, monkeypatch):
+    """An indexing fix (a topic's title, a question heading, a table row) left every unchanged
+    topic as the older code wrote it, so an upgraded incremental build differed from a fresh
+    one: `indexing.REVISION` is in the settings key, and bumping it rebuilds every topic."""
+    import indexing
+    from jobs.discovery import settings_key
+
+    config = config_from_dict({"input": str(tmp_path)})
+    before = settings_key(config, "w")
+    monkeypatch.setattr("jobs.discovery.INDEXING_REVISION", indexing.REVISION + 1)
+    assert settings_key(config, "w") != before
+
+
 def test_technical_titles_are_configurable_and_reach_the_index_settings(tmp_path):
     from jobs.discovery import settings_key
     from jobs.finish import index_settings
