@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -93,10 +94,13 @@ class ChunkedDocument:
 
     @property
     def promotion_level(self) -> str | None:
-        """Seed 001's `promotion_level`: the front matter's, as text; None when it has none.
-        Every chunk inherits it from its document."""
+        """Seed 001's `promotion_level`: the front matter's, as text (a value that is no string
+        as JSON spells it: `true`, `3`, `["a", "b"]`; Python's `True` and `['a', 'b']` until
+        2026-11-29); None when it has none. Every chunk inherits it from its document."""
         value = self.front_matter.get("promotion_level")
-        return None if value is None else str(value)
+        if value is None or isinstance(value, str):
+            return value
+        return json.dumps(value, ensure_ascii=False)
 
     def chunk_records(self) -> list[dict[str, Any]]:
         """Every chunk as a JSON-ready dict with its document's fields in front."""

@@ -239,6 +239,14 @@ def test_every_strategy_sets_chunk_path_and_the_document_carries_promotion_level
     assert chunk_source("# Plain\n\ntext\n", strategy=strategy).promotion_level is None
 
 
+def test_a_promotion_level_that_is_no_string_is_spelled_as_json_spells_it():
+    """YAML's `true` and `[a, b]` were stored as Python's `True` and `['a', 'b']`."""
+    for value, text in (("true", "true"), ("[a, b]", '["a", "b"]'), ("1.5", "1.5"), ("x", "x")):
+        document = chunk_source(f"---\npromotion_level: {value}\n---\n# T\n\nx\n")
+        assert document.promotion_level == text
+        assert {r["promotion_level"] for r in document.chunk_records()} == {text}
+
+
 @pytest.mark.parametrize("strategy", ["semantic", "headers", "structural", "hierarchical"])
 def test_embed_context_puts_the_heading_path_before_the_text_to_embed(strategy):
     text = "# Guide\n\n## Setup\n\n" + "Install it. " * 20 + "\n"
