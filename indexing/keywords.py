@@ -20,6 +20,7 @@ _LIST_ITEM = re.compile(r"^(?P<name>.*\S)\s*:\s*(?P<score>\S+)$")
 _INT_RANGE = range(-(2**63), 2**64)
 _INT_DIGITS = 20
 _WORD = re.compile(r"\w+")
+_BETWEEN_WORDS = r"[*~`]*\s+[*~`]*"  # a keyword's inner whitespace, as markdown may mark it up
 # Each character that `re.IGNORECASE` matches with an ASCII letter, as that letter in lower case
 # (A-Z and four non-ASCII ones: İ ı K ſ); ASCII digits, `_` and punctuation match only themselves.
 _ASCII_FOLD = str.maketrans(
@@ -143,8 +144,11 @@ def parse_keywords(markdown: str) -> list[Keyword]:
 
 
 def keyword_pattern(name: str) -> re.Pattern[str]:
-    """Case-insensitive pattern for `name` on word boundaries; inner whitespace matches any run."""
-    body = r"\s+".join(re.escape(word) for word in name.split())
+    """Case-insensitive pattern for `name` on word boundaries; inner whitespace matches any run,
+    with emphasis or code markers (`*`, `~`, a backtick) on either side of it: `source generation`
+    is in `**source** generation` (it was not). Underscores are word characters, so `_x_ y` stays
+    unmatched (the word index rests on that)."""
+    body = _BETWEEN_WORDS.join(re.escape(word) for word in name.split())
     return re.compile(rf"(?<!\w){body}(?!\w)", re.IGNORECASE)
 
 

@@ -624,6 +624,15 @@ def test_keywords_are_one_per_name_as_their_patterns_match():
     assert [k.name for k in found] == ["foo bar", "STRASSE"]
 
 
+def test_a_keyword_is_found_across_emphasis_and_code_markers():
+    """`**source** generation` did not hold the keyword `source generation`: its words matched
+    only with whitespace between them."""
+    matcher = keyword_matcher([Keyword("source generation", 5), Keyword("json", 1)])
+    for text in ("**source** generation", "source `generation`", "~~source~~ *generation*"):
+        assert keywords_in(f"Use {text} here.", matcher) == [Keyword("source generation", 5)]
+    assert keywords_in("sourcegeneration, source_generation", matcher) == []
+
+
 def test_ascii_fold_is_what_re_matches():
     """What `keywords_in`'s word index rests on, over every code point: an ASCII character of a
     case-insensitive pattern matches exactly the characters that `_ASCII_FOLD` takes to its fold
@@ -639,7 +648,7 @@ def test_ascii_fold_is_what_re_matches():
     assert not any(_WORD.match(space) for space in re.findall(r"\s", every))
 
 
-_TRICKY = "kKsSiIa \t.#-\u212a\u017f\u0130\u0131\u0345\u03b9\u03c3\u03c2\u00df\u0301\u00e9"
+_TRICKY = "kKsSiIa \t.#-*`_\u212a\u017f\u0130\u0131\u0345\u03b9\u03c3\u03c2\u00df\u0301\u00e9"
 
 
 @settings(max_examples=400, deadline=None)
