@@ -9,6 +9,7 @@ import unicodedata
 import numpy as np
 
 BITS = 64
+_MASK64 = (1 << BITS) - 1  # a hash's 64 bits, whatever the sign it was read back with
 HASH_NAME = "simhash64/nfkc-casefold-words+bigrams/blake2b-8/v1"
 _WORD = re.compile(r"\w+")
 
@@ -46,5 +47,7 @@ def simhash64(text: str) -> int:
 
 
 def hamming(a: int, b: int) -> int:
-    """The number of bit positions where two 64-bit values differ."""
-    return (a ^ b).bit_count()
+    """The number of bit positions where two 64-bit values differ, each read as its 64 bits: a
+    hash read back as a signed int64 (a Parquet or numpy column) is the same hash (-1 and 0
+    differed in 1 bit, not 64)."""
+    return ((a ^ b) & _MASK64).bit_count()

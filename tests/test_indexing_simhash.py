@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -147,3 +148,13 @@ def test_tables_are_byte_deterministic_whatever_the_entry_order():
     entries = [(simhash64(f"q{i}"), f"t{i % 4}", "src", i) for i in range(50)]
     again = build_simhash_tables(list(reversed(entries)) + entries, k=3)
     assert build_simhash_tables(entries, k=3) == again
+
+
+def test_a_hash_read_back_as_a_signed_int64_is_the_same_hash():
+    """hamming(-1, 0) was 1: a hash from a signed int64 column (Parquet, numpy) was compared as
+    a negative Python int, not as its 64 bits."""
+    big = 2**63 + 5
+    signed = int(np.array([big], dtype=np.uint64).view(np.int64)[0])
+    assert signed < 0
+    assert hamming(signed, big) == 0 and hamming(signed, 5) == 1
+    assert hamming(-1, 0) == 64 and hamming(2**64 - 1, 0) == 64
