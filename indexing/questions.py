@@ -13,6 +13,7 @@ from indexing.keywords import plain_text
 from indexing.vectors import unit_rows
 
 _Q_LINE = re.compile(r"^(?:\*\*Q:\*\*|Q:)\s*(?P<question>.+)$")
+_MARKED = re.compile(r"^(?:\*\*[QA]:\*\*|[QA]:)")  # a line that starts a question or an answer
 _ARGMAX_CELLS = 1 << 20  # scores per np.argmax call in `_first_max_rows` (it copies them)
 
 
@@ -20,7 +21,8 @@ def parse_questions(markdown: str) -> list[str]:
     """Questions in document order, each once: headings ending in "?", lines starting "Q:"/"**Q:**".
 
     Code blocks are skipped; a "Q:" line may sit inside a paragraph (e.g. followed by its "A:" line)
-    or a list item, or be a heading ("## Q: How…?"); its marker is never part of the question. A
+    or a list item, or be a heading ("## Q: How…?"); its marker is never part of the question, and
+    a question wrapped onto the next lines is whole (`_wrapped`). A
     heading's "?" may sit inside emphasis or code (`## **Why?**`) and before an attribute list
     (`{ #why }`, dropped as from chunk titles); its inline markdown is kept as written.
     """
@@ -37,11 +39,28 @@ def parse_questions(markdown: str) -> list[str]:
             elif heading_title(plain_text(token)).endswith("?"):
                 found.append(text)
             continue
-        for line in token.content.splitlines():
-            match = _Q_LINE.match(line.strip())
+        lines = [line.strip() for line in token.content.splitlines()]
+        for number, line in enumerate(lines):
+            match = _Q_LINE.match(line)
             if match:
-                found.append(match["question"].strip())
+                found.append(_wrapped(match["question"].strip(), lines[number + 1 :]))
     return list(dict.fromkeys(found))
+
+
+def _wrapped(question: str, after: list[str]) -> str:
+    """A "Q:" line's question with the lines it wraps onto: while it has no "?" yet, the lines
+    up to the one that ends in "?" (none that starts "Q:" or "A:"); the first line alone where
+    no such line comes (the answer may follow unmarked)."""
+    if question.endswith("?"):
+        return question
+    parts = [question]
+    for line in after:
+        if _MARKED.match(line):
+            break
+        parts.append(line)
+        if line.endswith("?"):
+            return " ".join(parts)
+    return question
 
 
 def match_questions(

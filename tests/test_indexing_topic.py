@@ -303,6 +303,20 @@ def test_questions_are_parsed_from_headings_and_q_lines():
     ]  # fmt: skip
 
 
+def test_a_q_line_wrapped_onto_the_next_lines_is_one_question():
+    """ "Q: How do I configure\nthe thing?\nA: …" gave "How do I configure": a question wrapped in
+    the source lost its end, and its SimHash was that of another question."""
+    text = (
+        "Q: How do I configure\nthe thing?\nA: With a file.\n\n"
+        "**Q:** What does\nthis flag\ndo?\n**A:** Nothing.\n\n"
+        "Q: Unmarked\nanswer text\nQ: Next one?\n"
+    )
+    assert parse_questions(text) == [
+        "How do I configure the thing?", "What does this flag do?",
+        "Unmarked", "Next one?",  # no line ending in "?" before the next marker: its first
+    ]  # fmt: skip
+
+
 def test_a_q_heading_is_its_question_without_the_marker():
     """A heading "## Q: How…?" is the question "How…?", as a "Q:" line is: it was kept with its
     marker, whose words moved its SimHash 3 to 8 bits from the question a reader asks (past k=6
