@@ -13,11 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
-from embedding.files import root_filesystem
+from embedding.files import protocol_of, root_filesystem
 from indexing.hal import NOT_AN_INDEX, is_index_document
 from indexing.paths import INDEX, chunk_table_path, href_of, href_path, in_topic, source_stem
 from indexing.simhash import simhash64
@@ -120,7 +119,7 @@ def web_options(uri: str, options: dict[str, Any] | None) -> dict[str, Any]:
     """fsspec options for the root `uri`: `options`, and for an http(s) root without its own
     `client_kwargs` a stall limit (`HTTP_STALL_S`), not a limit on a whole download."""
     options = dict(options or {})
-    if split_protocol(uri)[0] in ("http", "https") and "client_kwargs" not in options:
+    if protocol_of(uri) in ("http", "https") and "client_kwargs" not in options:
         import aiohttp
 
         stall = aiohttp.ClientTimeout(total=None, sock_connect=HTTP_STALL_S, sock_read=HTTP_STALL_S)
