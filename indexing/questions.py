@@ -43,18 +43,20 @@ def parse_questions(markdown: str) -> list[str]:
         for number, line in enumerate(lines):
             match = _Q_LINE.match(line)
             if match:
-                found.append(_wrapped(match["question"].strip(), lines[number + 1 :]))
+                found.append(_wrapped(match["question"].strip(), lines, number + 1))
     return list(dict.fromkeys(found))
 
 
-def _wrapped(question: str, after: list[str]) -> str:
-    """A "Q:" line's question with the lines it wraps onto: while it has no "?" yet, the lines
-    up to the one that ends in "?" (none that starts "Q:" or "A:"); the first line alone where
-    no such line comes (the answer may follow unmarked)."""
+def _wrapped(question: str, lines: list[str], after: int) -> str:
+    """A "Q:" line's question with the lines it wraps onto (`lines` from index `after` on): while
+    it has no "?" yet, the lines up to the one that ends in "?" (none that starts "Q:" or "A:");
+    the first line alone where no such line comes (the answer may follow unmarked). Reads only
+    up to the next marked line, so a paragraph of many "Q:" lines stays linear."""
     if question.endswith("?"):
         return question
     parts = [question]
-    for line in after:
+    for number in range(after, len(lines)):
+        line = lines[number]
         if _MARKED.match(line):
             break
         parts.append(line)
