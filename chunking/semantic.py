@@ -8,8 +8,8 @@ Seed 003 rules, applied line by line over the document (headings come from the b
 - before any line that would take the chunk over max_tokens (750): seal; where that line is the
   first line of content under a heading the chunk has just taken, the seal comes before the
   heading instead, so that no chunk ends with a heading whose content is in the next one (the
-  seed's "lookahead optimization", one line ahead; not where the heading and that line would not
-  fit in a chunk of their own either);
+  seed's "lookahead optimization", one line ahead; where the heading and that line would not fit
+  in a chunk of their own either, the line is cut and its first piece fills the heading's chunk);
 - a sealed chunk gets its parent headings prepended (BuildChunkWithHierarchy);
 - the final chunk is kept only with min_tokens or when it is the only chunk; we apply this rule
   only where it was meant, to a final section under its own heading: the remainder of a section
@@ -132,6 +132,7 @@ class _Chunk:
     seen_h2: bool = False
     first_heading: Heading | None = None
     continued: bool = False  # starts with the rest of a section that a max-token seal split
+    heading_end: int | None = None  # the last line of the last heading the chunk took
 
 
 class _Window:
@@ -178,6 +179,7 @@ class _Window:
             if heading is not None:
                 self.heading(heading, content)
                 self.add_range(heading.start_line, heading.end_line)
+                self.chunk.heading_end = heading.end_line
             if blocks:
                 self.add_blocks(blocks)
         skipped = 0
@@ -246,8 +248,11 @@ class _Window:
     def ends_chunk(self, block: Block, content: int | None) -> bool:
         """Whether the heading would be the chunk's last content: its first line of content
         (`content`, after any headings right below it) would not fit after it, so the max-token
-        seal would come between them. Not where the two would not fit in a chunk of their own
-        either: no seal helps there."""
+        seal would come between them. Where the two would not fit in a chunk of their own either,
+        that line is cut and its first piece stays with the heading (`add_line`, where the heading
+        and the lines before its content take at most half the chunk): the seal comes before the
+        heading then too, unless it is right below another heading, which the piece follows as
+        well."""
         if content is None:
             return False
         units = self.lines_units(block.start_line, content) + self.closer_units(content)
@@ -257,7 +262,16 @@ class _Window:
         parents = tuple(
             h for level, h in sorted(self.hierarchy.items()) if level < block.heading.level
         )
-        return self.new_chunk(parents).overhead + units <= self.limit
+        overhead = self.new_chunk(parents).overhead
+        if overhead + units <= self.limit:
+            return True
+        half = overhead + self.lines_units(block.start_line, content - 1) <= self.limit // 2
+        return half and not self.below_heading(block.start_line)
+
+    def below_heading(self, number: int) -> bool:
+        """Whether the chunk took a heading and no non-blank line after it, before line `number`."""
+        end = self.chunk.heading_end
+        return end is not None and self.nonblank_total[number - 1] == self.nonblank_total[end]
 
     # -- lines ------------------------------------------------------------------------------
 
@@ -322,16 +336,18 @@ class _Window:
         row_closer = self.context_units(row.group()) if row else 0
         closer = max(self.closer_units(number), row_closer)
         self.leave_container(number)
-        chunk = self.chunk
-        if chunk.has_content and chunk.overhead + chunk.units + units + closer > self.limit:
-            self.seal()
-            self.chunk = self.continuation(number)
-        if self.chunk.overhead + units + closer <= self.limit:
+        if self.chunk.has_content and not self.fits(units + closer):
+            alone = self.continuation(number).overhead + units + closer <= self.limit
+            if alone or not self.below_heading(number) or not self.fits(self.limit // 2):
+                self.seal()
+                self.chunk = self.continuation(number)
+        if self.fits(units + closer):
             self.append(number, number, None, units, bool(text.strip()))
             if row:
                 self.keep_room(row_closer)
             return
-        # Longer than any chunk can hold: cut at word boundaries, one piece per chunk. A piece
+        # Longer than any chunk can hold: cut at word boundaries, one piece per chunk (the first
+        # in the chunk of the heading it follows, which has half its room left). A piece
         # after the first of a line in a fence inside a block quote repeats the quote markers, so
         # that it stays inside the fence its chunk reopens. A line outside fences that starts like
         # an opener (backticks in its info string: "``` a ```") opens a fence in the chunk of its
@@ -342,7 +358,10 @@ class _Window:
         opener = None if fence else _OPENS_FENCE.match(text)
         room = self.context_units(quote) + (self.context_units(opener.group()) if opener else 0)
         overhead = max(self.chunk.overhead, self.continuation(number, mid_line=True).overhead)
-        pieces = self.pieces(text, self.limit - overhead - max(closer, tail) - room)
+        reserved = max(closer, tail) + room
+        budget = self.limit - overhead - reserved
+        first = self.limit - self.chunk.overhead - self.chunk.units - reserved
+        pieces = self.pieces(text, budget, first)
         for index, piece in enumerate(pieces):
             if index:
                 self.seal()
@@ -354,7 +373,18 @@ class _Window:
             units = self.counter.units(piece) + (tail if last else 0)
             self.append(number, number, piece, units, bool(piece.strip()), last)
 
-    def pieces(self, text: str, budget: int) -> list[str]:
+    def fits(self, units: int) -> bool:
+        """Whether `units` more fit in the chunk."""
+        return self.chunk.overhead + self.chunk.units + units <= self.limit
+
+    def pieces(self, text: str, budget: int, first: int) -> list[str]:
+        """`text` cut into pieces of at most `budget` units, the first of at most `first`."""
+        if first >= budget:
+            return self.cut(text, budget)
+        head = self.cut(text, first)[0]
+        return [head, *self.cut(text[len(head) :], budget)]
+
+    def cut(self, text: str, budget: int) -> list[str]:
         """`text` cut into pieces of at most `budget` units, none starting like a fence line
         (a fence marker at a cut, with the quote or list markers before it, goes to the end of
         the piece before, which has room)."""

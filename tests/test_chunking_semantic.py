@@ -143,10 +143,30 @@ def test_a_heading_whose_first_line_would_not_fit_starts_the_next_chunk():
     # Headings right below it go with it: none of them ends a chunk.
     text = f"# Doc\n{words(100)}\n\n## Next\n### Deeper\n{words(100)}\n"
     assert spans(chunk_source(text, min_tokens=150, max_tokens=200)) == [(1, 2), (4, 6)]
-    # Where heading and line would not fit in a chunk of their own either (a line longer than
-    # the maximum), no seal helps: the heading stays, and the line is cut as before.
+
+
+def test_a_heading_before_a_line_longer_than_the_maximum_takes_its_first_piece():
+    """Heading and line would not fit in a chunk of their own either: the heading ended its
+    chunk, and the line's pieces began the next (199 of FastAPI's chunks, 71 of them holding
+    nothing but headings). The seal comes before the heading, and the line's first piece fills
+    the rest of the heading's chunk."""
     text = f"# Doc\n{words(100)}\n\n## Next\n{words(400)}\n"
-    assert chunk_source(text, min_tokens=150, max_tokens=200).chunks[0].text.endswith("## Next")
+    document = chunk_source(text, min_tokens=150, max_tokens=200)
+    first, second, *rest = document.chunks
+    assert first.text == f"# Doc\n{words(100)}"  # was "...\n\n## Next"
+    assert second.text.startswith("# Doc\n## Next\nlorem") and second.title == "Next"
+    assert all(c.token_count <= 200 for c in document.chunks)
+    pieces = [second.text.removeprefix("# Doc\n## Next\n")]
+    pieces += [c.text.removeprefix("# Doc\n## Next\n") for c in rest]
+    assert "".join(pieces) == words(400)  # the line, cut, and nothing else lost
+    # Headings right below one another stay together with the piece.
+    text = f"# Doc\n{words(100)}\n\n## Next\n### Deeper\n{words(400)}\n"
+    second = chunk_source(text, min_tokens=150, max_tokens=200).chunks[1]
+    assert second.text.startswith("# Doc\n## Next\n### Deeper\nlorem")
+    # A heading that takes over half the chunk keeps the line's pieces to chunks of their own.
+    text = f"# Doc\n{words(100)}\n\n## {words(120)}\n{words(400)}\n"
+    chunks = chunk_source(text, min_tokens=150, max_tokens=200).chunks
+    assert chunks[1].text == f"# Doc\n## {words(120)}"
 
 
 def test_a_short_final_section_moved_to_its_own_chunk_by_the_max_seal_is_kept():
@@ -254,14 +274,15 @@ def test_a_fence_that_never_closes_is_closed_after_its_last_non_blank_line(text,
 def test_a_line_longer_than_the_maximum_is_cut_into_pieces():
     line = " ".join(f"w{i}" for i in range(5_000))
     document = chunk_source(f"# Big\n\n{line}\n", keep_short_tail=True)
-    # The heading's chunk is sealed before the line that does not fit (the max-token rule),
-    # then each piece is a chunk continuing the section, its heading prepended.
-    heading, *pieces = document.chunks
-    assert heading.text == "# Big"
+    # The first piece fills the heading's chunk, then each piece is a chunk continuing the
+    # section, its heading prepended.
+    first, *pieces = document.chunks
+    assert (first.start_line, first.end_line) == (1, 3) and first.text.startswith("# Big\n\nw0 ")
     assert all(chunk.token_count <= 750 for chunk in document.chunks)
     assert all(chunk.start_line == chunk.end_line == 3 for chunk in pieces)
     assert all(chunk.text.startswith("# Big\n") for chunk in pieces)
-    assert "".join(chunk.text.removeprefix("# Big\n") for chunk in pieces) == line
+    texts = [first.text.removeprefix("# Big\n\n")]
+    assert "".join(texts + [c.text.removeprefix("# Big\n") for c in pieces]) == line
 
 
 def test_title_is_the_first_heading_with_content():
