@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -255,8 +256,11 @@ class Embedder:
         return contextlib.nullcontext()
 
 
-def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -> Embedder:
-    """Load a model by name (see `embedding.models`) onto a device ("auto": CUDA when present).
+def load_embedder(
+    model: str | os.PathLike = "minilm", device: str = "auto", **options: Any
+) -> Embedder:
+    """Load a model by name or folder (see `embedding.models`) onto a device ("auto": CUDA when
+    present).
 
     Options (None means the model's own default): dtype ("auto"|"fp32"|"bf16"|"fp16"),
     pooling ("mean"|"cls"), normalize (bool, default True), max_length, query_prefix,
@@ -266,6 +270,7 @@ def load_embedder(model: str = "minilm", device: str = "auto", **options: Any) -
     models).
     """
     resolved = resolve_options(model, device, options)
+    model = resolved.model
     _set_threads(resolved.options.get("num_threads"))
     files, trust, torch_device = resolved.files, resolved.trust, torch.device(resolved.device)
 

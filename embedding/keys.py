@@ -6,6 +6,7 @@ an embedding actor whose chunks are all cached never loads it (`model_keys`)."""
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -113,9 +114,12 @@ _OPTIONS = frozenset(
 )
 
 
-def resolve_options(model: str, device: str, options: dict[str, Any]) -> ResolvedOptions:
+def resolve_options(
+    model: str | os.PathLike, device: str, options: dict[str, Any]
+) -> ResolvedOptions:
     """Check the options, resolve the device, the model's files and the dtype (torch's threads
-    are `load_embedder`'s to set)."""
+    are `load_embedder`'s to set). A model folder may be given as a path object."""
+    model = os.fspath(model) if isinstance(model, os.PathLike) else model
     unknown = sorted(set(options) - _OPTIONS)
     if unknown:
         raise ValueError(f"load_embedder: unknown option(s) {unknown}; expected {sorted(_OPTIONS)}")
@@ -149,7 +153,9 @@ class ModelKeys:
     dim: int
 
 
-def model_keys(model: str = "minilm", device: str = "auto", **options: Any) -> ModelKeys | None:
+def model_keys(
+    model: str | os.PathLike = "minilm", device: str = "auto", **options: Any
+) -> ModelKeys | None:
     """The keys and width `load_embedder(model, device, **options)` would give, read from the
     model's files without loading transformers or the weights: on a CPU only (on CUDA the key
     says whether the forward passes replay from CUDA graphs, which only the loaded model tells),

@@ -306,6 +306,10 @@ def test_model_from_local_directory_gives_the_default_vectors(tmp_path):
     local = load_embedder(str(model_dir), device="cpu", dtype="fp32")
     np.testing.assert_allclose(local.embed(TEXTS), embedder(dtype="fp32").embed(TEXTS), atol=1e-6)
     assert local.key == embedder(dtype="fp32").key  # same files, same settings: same cache entries
+    # A folder given as a Path (was "model must be a non-empty string").
+    from_path = load_embedder(model_dir, device="cpu", dtype="fp32")
+    assert (from_path.name, from_path.key) == (str(model_dir), local.key)
+    assert model_keys(model_dir, device="cpu", dtype="fp32").key == local.key
 
 
 def test_a_models_fingerprint_is_read_again_once_one_of_its_files_changes(tmp_path):
