@@ -259,9 +259,15 @@ def load_config(
     raw = _read_yaml(path) if path is not None else {}
     for item in settings:
         _apply_setting(raw, item)
+    typed = {key.strip(): text for key, _, text in (item.partition("=") for item in settings)}
     for key, value in (overrides or {}).items():
-        if value is not None:
-            raw[key] = value
+        if value is None:
+            continue
+        if key in typed and raw[key] != value:  # which one was meant?
+            raise ConfigError(
+                f"--{key} {value!r} and --set {key}={typed[key]} disagree; give one of them"
+            )
+        raw[key] = value
     return config_from_dict(raw)
 
 

@@ -295,6 +295,23 @@ def test_set_overrides_parse_yaml_scalars(tmp_path):
         load_config(str(path), settings=["resources.embed.actorz=2"])
 
 
+def test_a_uri_option_and_a_set_of_the_same_key_that_disagree_are_refused(tmp_path):
+    """`--output B` silently won over `--set output=A`: the build wrote where one of the two
+    spellings did not say. Agreeing, they are one setting; the config file's value is what both
+    override."""
+    path = tmp_path / "c.yaml"
+    (tmp_path / "docs").mkdir()
+    path.write_text(f"input: {tmp_path / 'docs'}\noutput: {tmp_path / 'file'}\n")
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    with pytest.raises(ConfigError, match=rf"--output '{b}' and --set output={a} disagree"):
+        load_config(str(path), overrides={"output": b}, settings=[f"output={a}"])
+    with pytest.raises(ConfigError, match=r"--output .* and --set output=null disagree"):
+        load_config(str(path), overrides={"output": b}, settings=["output=null"])
+    agreed = load_config(str(path), overrides={"output": a}, settings=[f"output={a}"])
+    assert agreed.output == a
+    assert load_config(str(path), overrides={"output": b}).output == b
+
+
 def test_cli_exits_2_before_any_work_on_a_bad_config(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
     path.write_text("embedding:\n  batch_sizee: 64\n")
