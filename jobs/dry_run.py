@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from indexing.terminal import printable
 from jobs.config import JobConfig
 from jobs.discovery import abort_stops, check_cache_bucket, discover, list_input
-from jobs.lock import check_bucket
+from jobs.lock import check_bucket, check_writable
 from jobs.manifest import REPORT_PATH, Manifest
 from jobs.plan import KEEP, REBUILD, RELINK
 from jobs.records import QUESTIONS, SOURCE, TOPIC
@@ -59,6 +59,7 @@ def dry_run(config: JobConfig) -> DryRun:
     plan, previous = found.plan, found.previous
     if previous == Manifest():  # a first run, or an output whose bucket is missing
         check_bucket(found.output)
+    check_writable(found.output)
     actions = {REBUILD: [], RELINK: [], KEEP: []}
     for topic in plan.topics:
         actions[topic.action].append(topic.topic)

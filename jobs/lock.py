@@ -56,6 +56,7 @@ RENEW_S = 60.0
 NO_ETAG = '"00000000000000000000000000000000"'  # an If-Match that no object's ETag matches
 # Filesystems without flock (some network and FUSE mounts): the build goes on unlocked, warned.
 NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
+NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 log = logging.getLogger("mdindex.build")
 
@@ -221,6 +222,33 @@ def unwritable(output: Storage, error: PermissionError) -> PermissionError:
     )
 
 
+def local_unwritable(output: Storage, error: OSError) -> PermissionError:
+    """The error of a local output this build may not write (a read-only mount, a folder without
+    write permission), named as `unwritable` names an object store's."""
+    return PermissionError(
+        f"the output {output.uri()} cannot be written ({error.strerror}: {error.filename}): "
+        "make it writable, or give another output"
+    )
+
+
+def check_writable(output: Storage) -> None:
+    """`local_unwritable`'s error when the folder a local output's lock would be made in (its
+    nearest folder that exists) may not be written: what the build's lock finds by its first
+    write, for a dry run, which writes nothing. An object store tells only by a write."""
+    if not output.is_local:
+        return
+    folder = os.path.dirname(output.confined(LOCK_PATH, "lock"))
+    missing = missing_folders(folder)
+    folder = os.path.dirname(missing[-1]) if missing else folder
+    if os.statvfs(folder).f_flag & os.ST_RDONLY:
+        code = errno.EROFS
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        code = errno.EACCES
+    else:
+        return
+    raise local_unwritable(output, OSError(code, os.strerror(code), folder))
+
+
 def held() -> None:
     """The check of a lock that cannot be lost (or of no lock): nothing to raise."""
 
@@ -272,8 +300,13 @@ def _file_lock(output: Storage) -> Iterator[None]:
     path = output.confined(LOCK_PATH, "lock")
     folder = os.path.dirname(path)
     made = missing_folders(folder)
-    os.makedirs(folder, exist_ok=True)
-    descriptor = _open_lock_file(path)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        descriptor = _open_lock_file(path)
+    except OSError as error:
+        if error.errno in NOT_WRITABLE:
+            raise local_unwritable(output, error) from error
+        raise
     taken = False
     try:
         try:

