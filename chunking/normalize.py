@@ -52,15 +52,18 @@ def decode(data: bytes) -> str:
     utf16 = _utf16_hint(data)
     if utf16:
         raise ChunkingError(CHUNKING_FAILED, f"looks like UTF-16 ({utf16}); save it as UTF-8")
+    nul = data.find(b"\x00")
+    binary = ChunkingError(CHUNKING_FAILED, f"binary content: NUL byte at byte offset {nul}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        if 0 <= nul < exc.start:  # the first thing wrong (an executable's NUL at byte 7)
+            raise binary from None
         raise ChunkingError(
             CHUNKING_FAILED, f"invalid UTF-8 at byte offset {exc.start}: {exc.reason}"
         ) from None
-    nul = data.find(b"\x00")
     if nul >= 0:
-        raise ChunkingError(CHUNKING_FAILED, f"binary content: NUL byte at byte offset {nul}")
+        raise binary
     return text.removeprefix(_BOM)
 
 

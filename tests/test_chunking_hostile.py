@@ -21,6 +21,12 @@ from chunking.budget import within_budget
 STRATEGIES = sorted(list_strategies())
 PROSE = "The client retries a request after a timeout, and the delay doubles each time. "
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00"
+# The first 32 bytes of an x86-64 ELF executable (its NUL at 7, its first byte over 0x7f at 25).
+ELF = (
+    b"\x7fELF\x02\x01\x01\x00"
+    + bytes(8)
+    + b"\x03\x00\x3e\x00\x01\x00\x00\x00\x60\xf0\x00\x00\x00\x00\x00\x00"
+)
 
 
 def normal(size: int) -> bytes:
@@ -98,8 +104,12 @@ def test_hostile_input_ends_in_chunks_or_a_code_in_linear_time(name, strategy):
         (b"# T\n\ncaf\xe9\n", "invalid UTF-8 at byte offset 8"),
         (PNG, "invalid UTF-8 at byte offset 0"),
         (b"# T\n\x00\x01", "binary content: NUL byte at byte offset 4"),
+        # An executable named .md: said "invalid UTF-8 at byte offset 25", its first byte over 0x7f
+        # (the NUL at 7 was checked only once the whole file had decoded).
+        (ELF, "binary content: NUL byte at byte offset 7"),
+        (b"# T\n\xe9\x00", "invalid UTF-8 at byte offset 4"),  # whichever comes first
     ],
-    ids=["invalid-utf8", "png", "nul"],
+    ids=["invalid-utf8", "png", "nul", "elf", "invalid-utf8-then-nul"],
 )
 def test_undecodable_sources_fail_with_their_offset(data, says):
     with pytest.raises(ChunkingError) as caught:
