@@ -249,10 +249,10 @@ class _Window:
         """Whether the heading would be the chunk's last content: its first line of content
         (`content`, after any headings right below it) would not fit after it, so the max-token
         seal would come between them. Where the two would not fit in a chunk of their own either,
-        that line is cut and its first piece stays with the heading (`add_line`, where the heading
-        and the lines before its content take at most half the chunk): the seal comes before the
-        heading then too, unless it is right below another heading, which the piece follows as
-        well."""
+        and the line would not fit below the heading prepended to a chunk (it is cut), its first
+        piece stays with the heading (`add_line`, where the heading and the lines before its
+        content take at most half the chunk): the seal comes before the heading then too, unless
+        it is right below another heading, which the piece follows as well."""
         if content is None:
             return False
         units = self.lines_units(block.start_line, content) + self.closer_units(content)
@@ -265,8 +265,10 @@ class _Window:
         overhead = self.new_chunk(parents).overhead
         if overhead + units <= self.limit:
             return True
+        line = self.lines_units(content, content) + self.closer_units(content)
+        cut = self.new_chunk((*parents, block.heading)).overhead + line > self.limit
         half = overhead + self.lines_units(block.start_line, content - 1) <= self.limit // 2
-        return half and not self.below_heading(block.start_line)
+        return cut and half and not self.below_heading(block.start_line)
 
     def below_heading(self, number: int) -> bool:
         """Whether the chunk took a heading and no non-blank line after it, before line `number`."""

@@ -169,6 +169,16 @@ def test_a_heading_before_a_line_longer_than_the_maximum_takes_its_first_piece()
     assert chunks[1].text == f"# Doc\n## {words(120)}"
 
 
+def test_no_seal_before_a_heading_whose_line_fits_below_it_as_a_prepended_parent():
+    """A setext heading measures its underline (40 MiniLM tokens), its prepended ATX line two: the
+    heading and its line (70) do not fit in a chunk of their own, yet the line fits below the
+    heading prepended. Sealing before the heading left it a chunk of nothing but the heading."""
+    text = "# Doc\n" + "word " * 45 + "\n\nTitle\n" + "=" * 40 + "\n" + "word " * 70 + "\n"
+    chunks = chunk_source(text, min_tokens=60, max_tokens=100, tokenizer="minilm").chunks
+    assert [(c.start_line, c.end_line) for c in chunks] == [(1, 5), (6, 6)]  # was (1, 2), (4, 5)
+    assert chunks[1].text.startswith("# Title\nword")
+
+
 def test_a_short_final_section_moved_to_its_own_chunk_by_the_max_seal_is_kept():
     """The section's content was a remainder of the max seal, kept when final (README: the
     final-chunk rule); with its heading moved along, it is kept the same, not skipped as a short
