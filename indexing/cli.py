@@ -217,12 +217,15 @@ def _counted(count: int, one: str, many: str | None = None) -> str:
 def _message(error: Exception, root: str) -> str:
     """What `mdindex query` prints for an error that ends it: its text, naming the file or URL
     (an HTTP, S3 or FTP client's error names only the host, or nothing, so the root is put
-    before it), on one line (a file's name may hold a line break: it is written as `\\n`)."""
+    before it; so is a store's refusal, s3fs's "Forbidden"), on one line (a file's name may hold
+    a line break: it is written as `\\n`)."""
     import aiohttp  # the HTTP client's errors: imported for `query` alone, not every command
     from botocore.exceptions import BotoCoreError
     from fsspec.exceptions import FSTimeoutError  # a request that stalled (no text of its own)
 
-    if isinstance(error, (aiohttp.ClientError, BotoCoreError, FSTimeoutError, ConnectionError)):
+    clients = (aiohttp.ClientError, BotoCoreError, FSTimeoutError, ConnectionError)
+    refused = isinstance(error, PermissionError) and error.filename is None  # a local one names it
+    if isinstance(error, clients) or refused:
         text = f"{root}: {type(error).__name__}" + (f": {error}" if str(error) else "")
     else:
         text = str(error) or type(error).__name__

@@ -82,7 +82,9 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"mdindex report: {output.uri(REPORT_PATH)} is damaged: {exc}", file=sys.stderr)
         return 2
     except (OSError, BotoCoreError) as exc:
-        where = f"{args.output}: " if isinstance(exc, ConnectionError) else ""  # it names none
+        # neither names the output: a lost connection, and a store's refusal (s3fs's "Forbidden")
+        names_none = isinstance(exc, PermissionError) and exc.filename is None
+        where = f"{args.output}: " if isinstance(exc, ConnectionError) or names_none else ""
         print(f"mdindex report: {where}{error_text(exc)}", file=sys.stderr)
         return 1
     # A reader that stopped (`| head -1`) must not turn --check's code into 0: the print meets

@@ -178,6 +178,8 @@ class _Denies:
         if not on_object or environ["REQUEST_METHOD"] not in self.methods:
             return self.app(environ, start_response)
         start_response("403 Forbidden", [("Content-Type", "application/xml")])
+        if environ["REQUEST_METHOD"] == "HEAD":  # no body, as S3 answers one
+            return [b""]
         return [f"<Error><Code>{self.code}</Code><Message>denied</Message></Error>".encode()]
 
 

@@ -677,6 +677,20 @@ def test_query_names_what_is_damaged_or_unreachable_in_one_line(
         assert code == 1 and err.startswith(f"mdindex query: s3://gone/out: {error}"), err
 
 
+@pytest.mark.parametrize("s3_behind", ["refuses the credentials"], indirect=True)
+def test_query_on_a_store_that_refuses_the_credentials_names_the_root(s3_behind, capsys):
+    """Credentials the store refuses gave "mdindex query: Forbidden", naming no root: which of a
+    platform's buckets, or which endpoint, refused them was not said."""
+    server, _ = s3_behind
+    bucket = server.make_bucket("refused-query")
+    root = f"{bucket}/index"
+    options = json.dumps(server.storage_options)
+    for asked in (["--topic", TOPIC], ["--question", "How do I build?"]):
+        code, out, err = run_cli(["query", root, *asked, "--storage-options", options], capsys)
+        assert (code, out) == (1, "") and err.count("\n") == 1, err
+        assert err.startswith(f"mdindex query: {root}: PermissionError: "), err
+
+
 DELETE = object()
 INDEX = f"{TOPIC}/index.json"
 AT_TOPIC = ["--topic", TOPIC]

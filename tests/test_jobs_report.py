@@ -341,6 +341,22 @@ def test_report_command_on_a_file_or_an_unreachable_store_is_one_line(tmp_path, 
     assert not (tmp_path / "page.html").exists()
 
 
+@pytest.mark.parametrize("s3_behind", ["refuses the credentials"], indirect=True)
+def test_report_command_on_a_store_that_refuses_the_credentials_names_the_output(
+    s3_behind, tmp_path, capsys
+):
+    """Credentials the store refuses gave "mdindex report: PermissionError: Forbidden", naming
+    no output: which of a platform's buckets, or which endpoint, refused them was not said."""
+    server, _ = s3_behind
+    output = f"{server.make_bucket('refused-report')}/index"
+    code = mdindex(["report", output, "--storage-options", json.dumps(server.storage_options),
+                    "--html", str(tmp_path / "page.html")])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"mdindex report: {output}: PermissionError: "), err
+    assert not (tmp_path / "page.html").exists()
+
+
 def test_report_command_on_a_uri_of_no_known_protocol_is_bad_usage(capsys):
     """`s4://` and `S3://` were a ValueError traceback and exit 1."""
     for uri in ("s4://reports/out", "S3://reports/out", "s3:/reports/out"):
