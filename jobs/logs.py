@@ -42,6 +42,7 @@ from jobs.progress import interactive
 
 DEPRECATED_REMOTE_ARGS = r"`ray_remote_args(_fn)?` is deprecated"
 HARMLESS_STDERR = (re.compile(rb"core_worker\.cc.*constructor arguments in the object store"),)
+_PIECE = re.compile(rb"[^\r\n]*(?:\r\n?|\n)")  # a line, or a bar's refresh
 PROGRESS_BARS_DISABLED = "Progress bars disabled"
 STORE_BOUND_ABOVE_INPUTS = (
     r"The maximum number of concurrent tasks for 'MapBatches\(store_entries\)"
@@ -116,6 +117,22 @@ def _written(out: BinaryIO, text: bytes) -> bool:
     return True
 
 
+def pieces(pipe: BinaryIO) -> Iterator[bytes]:
+    """The bytes read from `pipe` as they come, in pieces that each end at a newline or a carriage
+    return (a progress bar's refresh: "\\rprogress 60%"), then what is left at its end. By lines
+    alone, a bar's refreshes reached the terminal only with the next newline."""
+    pending = b""
+    while chunk := pipe.read1(65536):
+        pending += chunk
+        done = 0
+        for piece in _PIECE.finditer(pending):
+            done = piece.end()
+            yield piece.group()
+        pending = pending[done:]
+    if pending:
+        yield pending
+
+
 class StderrFilter:
     """Drops the lines matching `patterns` from everything this process writes to file
     descriptor 2 (Python and C++ alike), passing every other line through unchanged."""
@@ -142,7 +159,7 @@ class StderrFilter:
         build (BrokenPipeError)."""
         passing = True
         with open(read, "rb") as pipe, open(target, "wb", buffering=0) as out:
-            for line in pipe:
+            for line in pieces(pipe):
                 # the end marker follows a last line without its newline (a progress bar's "\r")
                 ended = line.endswith(self._end)
                 text = line[: -len(self._end)] if ended else line

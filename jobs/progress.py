@@ -6,6 +6,7 @@ terminal (under `ray job submit` they would spam the job log)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -29,7 +30,15 @@ EMBEDDING_PROGRESS_SECONDS = 5.0  # how often a running embedding call tells its
 
 def interactive() -> bool:
     """True in a terminal outside a Ray job: progress bars are worth drawing."""
-    return "RAY_JOB_ID" not in os.environ and sys.stderr.isatty()
+    return "RAY_JOB_ID" not in os.environ and stderr_is_a_terminal()
+
+
+@functools.cache
+def stderr_is_a_terminal() -> bool:
+    """Whether standard error was a terminal when first asked, before a build's filter
+    (`jobs.logs.clean_logs`) put a pipe on descriptor 2: asked during the build, it said no, and
+    a build in a terminal never drew its progress bars."""
+    return sys.stderr.isatty()
 
 
 def configure_progress() -> None:

@@ -111,3 +111,41 @@ def test_worker_lines_come_without_colour_codes_outside_a_terminal(monkeypatch, 
     with clean_logs():
         print_worker_logs(line, sys.stderr)
     assert "\x1b[" in capsys.readouterr().err and os.environ["RAY_COLOR_PREFIX"] == "1"
+
+
+TERMINAL_CHILD = """
+import os, sys, time
+from jobs.logs import clean_logs
+from jobs.progress import interactive
+print(interactive(), flush=True)
+with clean_logs():
+    print(interactive(), flush=True)  # what configure_progress asks during the build
+    os.write(2, b"first line\\n\\rprogress 50%\\rprogress 60%")
+    time.sleep(4)
+"""
+
+
+def test_a_build_in_a_terminal_shows_its_progress_bars_as_they_refresh():
+    """In a terminal the build's progress bars were never drawn: the filter had put a pipe on
+    descriptor 2, so `interactive()` asked during the build said no terminal; and a bar's "\\r"
+    refreshes came out only at the next newline. Both now reach the terminal as they come."""
+    import pty
+    import select
+    import subprocess
+
+    master, slave = pty.openpty()
+    child = subprocess.Popen(
+        [sys.executable, "-c", TERMINAL_CHILD], stdout=subprocess.PIPE, stderr=slave, text=True
+    )
+    os.close(slave)
+    try:
+        assert [child.stdout.readline().strip() for _ in range(2)] == ["True", "True"]
+        seen, deadline = b"", time.monotonic() + 3  # the child holds its bar for 4 s
+        while b"progress 50%" not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.1)[0]:
+                seen += os.read(master, 1024)
+        assert b"first line" in seen and b"progress 50%" in seen
+    finally:
+        child.kill()
+        child.wait()
+        os.close(master)
