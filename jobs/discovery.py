@@ -7,7 +7,6 @@ hashed, a remote one's listing) and the chunker's tokenizer, nothing else."""
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 import tokenizers
@@ -226,12 +225,12 @@ def topics_missing_files(output: Storage, plan: Plan, previous: Manifest) -> lis
 
 
 def missing_root(storage: Storage) -> str:
-    """Why an input root cannot be walked: no such bucket, a local file where the corpus's folder
-    is meant (`--input docs/guide.md`, which said "no such directory" of a path that exists), or
-    no such directory."""
+    """Why an input root cannot be walked: no such bucket, a file (or object) where the corpus's
+    folder is meant (`--input docs/guide.md`, which said "no such directory" of a path that
+    exists), or no such directory."""
     if missing_bucket(storage):
         return "no such bucket"
-    if storage.is_local and os.path.isfile(storage.full_path("")):
+    if storage.filesystem().isfile(storage.full_path("")):
         return "a file, not a folder: give the folder that holds the corpus"
     return "no such directory"
 

@@ -438,6 +438,19 @@ def test_an_input_that_is_a_file_is_named_so(tmp_path, capsys):
         )
 
 
+def test_an_s3_input_that_is_an_object_is_named_so(s3_server, capsys):
+    """`--input s3://b/docs/guide.md` said "no such directory" of an object that is there, where
+    the same local path says it is a file."""
+    bucket = s3_server.make_bucket("input-object")
+    s3_server.filesystem().pipe(f"{bucket}/docs/guide.md", b"# Guide\n")
+    config = str(ROOT / "configs" / "local.yaml")
+    assert main(["--config", config, "--input", f"{bucket}/docs/guide.md", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (
+        f"mdindex build: input {bucket}/docs/guide.md: a file, not a folder: give the folder "
+        "that holds the corpus\n"
+    )
+
+
 def test_cuda_graphs_is_an_embedding_option_that_rebuilds_nothing(tmp_path):
     """Like `token_budget` and `device`: the model key tells graphed vectors apart, so the settings
     digest (a change rebuilds every topic) leaves the option out."""
