@@ -40,6 +40,7 @@ class TooManyDeleted(InputNotFound):
 
 
 log = logging.getLogger(__name__)
+NO_DIRECTORY = "no such directory"
 
 
 def model_version(config: JobConfig) -> str:
@@ -232,18 +233,22 @@ def missing_root(storage: Storage) -> str:
         return "no such bucket"
     if storage.filesystem().isfile(storage.full_path("")):
         return "a file, not a folder: give the folder that holds the corpus"
-    return "no such directory"
+    return NO_DIRECTORY
 
 
 def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
     """The input's listing (`InputNotFound` when its root or its bucket does not exist, a
     `PermissionError` naming it where an object store refuses a listing: a local one names its
-    folder)."""
+    folder). An object-store prefix that lists nothing in a bucket that exists is an empty input
+    under `sources.allow_empty`, as an emptied local folder is."""
     storage = input_storage(config)
     try:
         return list(storage.walk(keep_directory))
     except FileNotFoundError as exc:
-        raise InputNotFound(f"input {config.input}: {missing_root(storage)}") from exc
+        why = missing_root(storage)
+        if why == NO_DIRECTORY and not storage.is_local and config.sources.allow_empty:
+            return []  # an object store has no folders: its last source deleted, none is left
+        raise InputNotFound(f"input {config.input}: {why}") from exc
     except PermissionError as exc:  # a 403: credentials the store refuses, a policy's prefixes
         if storage.is_local:
             raise

@@ -539,6 +539,21 @@ def test_an_input_in_a_bucket_that_does_not_exist_is_named_so(s3_server, tmp_pat
     assert not output.exists()
 
 
+def test_an_emptied_s3_prefix_is_an_empty_input_under_allow_empty(s3_server, tmp_path, capsys):
+    """An object store has no folders: once its last source is deleted the input's prefix lists
+    nothing, which was "no such directory" (exit 2) with `sources.allow_empty: true` too, so an
+    S3 input could never empty its index, as an emptied local folder does. Without it, still
+    refused."""
+    source = s3_server.make_bucket("emptied-input") + "/docs"
+    command = ["--config", "configs/local.yaml", "--input", source, "--dry-run"]
+    command += ["--output", str(tmp_path / "out")]
+    command += ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
+    assert main(command) == 2
+    assert f"mdindex build: input {source}: no such directory\n" in capsys.readouterr().err
+    assert main([*command, "--set", "sources.allow_empty=true"]) == 0
+    assert "sources: 0\n" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("s3_behind", ["denies bucket probes"], indirect=True)
 def test_a_dry_run_into_an_empty_bucket_it_may_not_probe_plans_a_first_build(
     behind, s3_behind, tmp_path, capsys
