@@ -36,7 +36,7 @@ from jobs.local_ray import node_gpu_counts, start_ray
 from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.path_set import PathSet
-from jobs.plan import KEEP, REBUILD, RELINK, Plan, interim_manifest
+from jobs.plan import KEEP, REBUILD, RELINK, Plan, interim_manifest, settings_differ
 from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
 from jobs.reduce import Piece, reduce_topics
@@ -47,6 +47,7 @@ from jobs.report import (
     write_report,
     write_unfinished_report,
 )
+from jobs.report_html import SETTINGS_CHANGED
 from jobs.resources import (
     EmbedPool,
     actor_env,
@@ -128,6 +129,9 @@ def _run_locked(
         len(plan.deleted),
         len(rebuilt),
     )
+    settings_changed = settings_differ(found.previous, found.config_key)
+    if settings_changed:
+        log.info("settings %s", SETTINGS_CHANGED)
     for failure in plan.skipped:  # names escaped: a newline in one would forge a log line
         log.warning("%s skipped: %s", printable(failure["path"]), printable(failure["message"]))
     for failure in plan.conflicts:
@@ -202,6 +206,7 @@ def _run_locked(
             "model": config.embedding.model,
             "strategy": config.chunking.strategy,
             "settings": key_settings(config),
+            "settings_changed": settings_changed,
         },
     )
     if manifest != stored:  # an unchanged run writes its report alone

@@ -294,6 +294,12 @@ def interim_manifest(previous: Manifest, plan: Plan, settings: str) -> Manifest:
     )
 
 
+def settings_differ(previous: Manifest, settings: str) -> bool:
+    """Whether the last run built the output under other settings than `settings` (this run's
+    key): every source then counts as changed and every topic is rebuilt. False on a first run."""
+    return bool(previous.config_key) and previous.config_key != settings
+
+
 def links_moved(
     targets: tuple[str, ...] | None, fingerprints: dict[str, str], previous: Manifest
 ) -> bool:

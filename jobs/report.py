@@ -33,7 +33,12 @@ from jobs.config import JobConfig
 from jobs.lock import describe_holder, holder, this_process, utc
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.plan import distinct_failures
-from jobs.report_html import failed_non_sources, render_html, unwritten_cache_entries
+from jobs.report_html import (
+    SETTINGS_CHANGED,
+    failed_non_sources,
+    render_html,
+    unwritten_cache_entries,
+)
 from jobs.stats import RunStats, StageStats
 from jobs.storage import Storage
 
@@ -264,6 +269,8 @@ def summary(report: dict[str, Any]) -> str:
         f"{c['reused']} reused, {c['truncated']} truncated",
         f"  time:    {report['timings']['wall_seconds']['total']:.1f} s",
     ]
+    if report.get("settings_changed"):  # absent from reports before it was said
+        lines.insert(2, f"  settings: {SETTINGS_CHANGED}")
     lines += cache_warnings(report)
     if others := failed_non_sources(report):
         lines.append(

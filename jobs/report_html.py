@@ -22,6 +22,10 @@ BINS = 24  # about this many bars in the token histogram
 RUN_FACTS = ("host", "pid", "mdindex_version")  # `jobs.report.run_facts`: reports since 2026-11-29
 # lower is better: 1.0 is every CPU busy with stage work all along (the label said only the ratio)
 EFFICIENCY = "efficiency: wall time / (worker-seconds / CPUs); 1 = every CPU busy, more = idle CPUs"
+# why a run whose input did not change reads every source: the log's line, the summary's, the page's
+SETTINGS_CHANGED = (
+    "changed since the last run: every source counts as changed and every topic is rebuilt"
+)
 GREEN, BLUE, GREY, RED, ORANGE, TEAL, YELLOW, PURPLE = (
     "#54a24b", "#4c78a8", "#bab0ac", "#e45756", "#f58518", "#72b7b2", "#eeca3b", "#b279a2",
 )  # fmt: skip
@@ -106,6 +110,8 @@ def _outcome(report: dict[str, Any]) -> str:
     rows += [("finished", report["finished_at"])] if "finished_at" in report else []
     rows += [(k.replace("_", " "), report[k]) for k in RUN_FACTS if k in report]
     rows += _flatten(report.get("settings", {}))
+    if report.get("settings_changed"):  # why every source was read: not the input
+        rows.append(("settings", SETTINGS_CHANGED))
     if "error" in report:
         rows.append(("error", report["error"]))
     table = "".join(

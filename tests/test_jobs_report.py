@@ -622,6 +622,25 @@ def test_a_runs_reports_name_the_start_its_caller_gives(built, tmp_path):
     assert report["started_at"] == utc(1_800_000_000) == "2027-01-15T08:00:00+00:00"
 
 
+def test_a_run_under_changed_settings_says_so_in_its_report_summary_and_page(built, tmp_path):
+    """A config change (here `prompts.threshold`) reads and rebuilds everything: the report said
+    "42 changed, 0 unchanged" of an input nobody had touched, and nothing said why. The report,
+    its summary and its page say the settings changed; a run under the same settings does not."""
+    output = tmp_path / "out"
+    shutil.copytree(built, output)
+    overrides = {"input": str(CORPUS), "output": str(output)}
+    changed = ["prompts.threshold=0.6"]
+    report = run_job(load_config(CONFIG, overrides=overrides, settings=changed))
+    assert report["settings_changed"] is True
+    assert report["sources"]["unchanged"] == 0 and report["topics"]["kept"] == 0
+    said = "settings: changed since the last run: every source counts as changed"
+    assert said in summary(report)
+    assert said.replace(": ", "</th><td><code>", 1) in render_html(report)
+    again = run_job(load_config(CONFIG, overrides=overrides, settings=changed))
+    assert again["settings_changed"] is False and "settings:" not in summary(again)
+    assert not json.loads((built / "_reindex" / "report.json").read_text())["settings_changed"]
+
+
 def test_report_check_exits_with_the_last_runs_code(built, tmp_path, capsys):
     """`mdindex report --check` for a scheduler's health check: the last run's exit code (it
     exited 0 for any report), its status's for reports before `exit_code`; 75 for a run that
