@@ -11,6 +11,7 @@ from typing import Any
 from indexing.client import (
     IndexReader,
     NotInIndex,
+    UnsuitedOptions,
     chunk_tables,
     current_matches,
     embedding_search,
@@ -235,7 +236,7 @@ def _message(error: Exception, root: str) -> str:
 def run_query(args: argparse.Namespace) -> int:
     """`mdindex query`: 0 on success, 1 when the index lacks what was asked or is damaged or
     unreachable (one line naming the file or URL), 2 on bad usage (a root of no protocol fsspec
-    knows included, as for `mdindex report`)."""
+    knows included, as for `mdindex report`, and storage options its client refuses)."""
     if args.topic is None and args.question is None:
         print("mdindex query: give --topic, --question or both", file=sys.stderr)
         return 2
@@ -256,6 +257,9 @@ def run_query(args: argparse.Namespace) -> int:
     try:
         reader = IndexReader.open(args.root, args.storage_options)
         result = question_result(reader, args) if args.question else topic_result(reader, args)
+    except UnsuitedOptions as error:  # bad usage, as options that are no JSON object are
+        print(f"mdindex query: {_message(error, args.root)}", file=sys.stderr)
+        return 2
     except (OSError, NotInIndex, ValueError, aiohttp.ClientError, BotoCoreError) as error:
         print(f"mdindex query: {_message(error, args.root)}", file=sys.stderr)
         return 1

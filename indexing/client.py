@@ -127,6 +127,11 @@ def web_options(uri: str, options: dict[str, Any] | None) -> dict[str, Any]:
     return options
 
 
+class UnsuitedOptions(ValueError):
+    """Storage options that the root's filesystem client does not take (`{"endpoint": …}` for an
+    http root): its TypeError, raised at the first request, named as bad usage."""
+
+
 class NotInIndex(KeyError):
     """What was asked of an index (a source, a chunk) is not in it: a KeyError whose str() is its
     message (a KeyError's own str() quotes it)."""
@@ -169,13 +174,17 @@ class IndexReader:
     def read(self, relpath: str) -> bytes | None:
         """The bytes of an output-root-relative file, or None when it does not exist; ValueError
         naming a path that leads out of the root (a damaged index's `../` href, which
-        `--show` printed: any file of a local root's machine)."""
+        `--show` printed: any file of a local root's machine); UnsuitedOptions when the
+        filesystem's client refuses an option the reader was opened with."""
         if relpath.startswith("/") or ".." in relpath.split("/"):
             raise ValueError(f"{self.location(relpath)} leads out of the index: it is damaged")
         try:
             return self.fs.cat_file(self._path(relpath))
         except FileNotFoundError:
             return None
+        except TypeError as error:  # an option the client refused: aiohttp's, aiobotocore's
+            where = self.location("")
+            raise UnsuitedOptions(f"--storage-options do not suit {where}: {error}") from error
 
     def parsed(self, relpath: str, data: bytes) -> Any:
         """`data`, the bytes of an output-root-relative file, parsed as JSON; ValueError naming

@@ -1015,6 +1015,18 @@ def test_storage_options_that_are_no_json_object_are_bad_usage(index_root, capsy
         assert f"must be a JSON object, got {options!r}" in capsys.readouterr().err
 
 
+def test_storage_options_the_roots_filesystem_does_not_take_are_bad_usage(server, capsys):
+    """An option that the root's client does not take (a typo, another store's) ended in a
+    TypeError traceback, exit 1: aiohttp's for an http root, aiobotocore's for S3. It is exit 2,
+    one line naming the root and the option."""
+    for root in (server, "s3://mdindex-no-such-bucket/site"):
+        argv = ["query", root, "--topic", TOPIC, "--storage-options", '{"endpoint": "x"}']
+        code, out, err = run_cli(argv, capsys)
+        assert (code, out) == (2, ""), root
+        assert err.startswith(f"mdindex query: --storage-options do not suit {root}/: "), err
+        assert "'endpoint'" in err and err.count("\n") == 1, err
+
+
 @pytest.mark.parametrize("port", ["65536", "99999", "-1"])
 def test_mdindex_serve_refuses_a_port_outside_0_to_65535(tmp_path, capsys, port):
     # 99999 was served on 34463 (getaddrinfo wraps it), -1 failed as "Servname not supported".
