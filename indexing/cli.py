@@ -43,15 +43,27 @@ def _port(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def _question(text: str) -> str:
-    """A `--question` with words to look up: an empty or blank one is bad usage (exit 2), and so
-    is one holding bytes that are not UTF-8 (Python's surrogate escapes of them, which the
-    embedding refused: exit 1, "embed: item 0 is not valid Unicode")."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty")
+def _utf8(text: str) -> str:
+    """An argument an index is asked about, which can only be UTF-8 text (an index is JSON): one
+    holding bytes that are not UTF-8 (Python's surrogate escapes of them) is bad usage (exit 2);
+    a `--topic` of them over http failed naming nothing, a `--question` in the embedding ("embed:
+    item 0 is not valid Unicode"), both exit 1."""
     if not is_text(text):
         raise argparse.ArgumentTypeError("is not UTF-8 text")
     return text
+
+
+def _topic(text: str) -> str:
+    """A `--topic` as the index names it (`topic_id`), UTF-8 text (`_utf8`)."""
+    return topic_id(_utf8(text))
+
+
+def _question(text: str) -> str:
+    """A `--question` with words to look up: an empty or blank one is bad usage (exit 2), and so
+    is one that is not UTF-8 text (`_utf8`)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return _utf8(text)
 
 
 def json_object(text: str) -> dict[str, Any]:
@@ -72,7 +84,7 @@ def register(subparsers) -> None:
     )
     query.add_argument("root", help="output root of the index (path, s3://..., http://...)")
     query.add_argument(
-        "--topic", type=topic_id, help='topic id, e.g. "libraries/stj" ("" for the root)'
+        "--topic", type=_topic, help='topic id, e.g. "libraries/stj" ("" for the root)'
     )
     query.add_argument(
         "--n",
@@ -80,7 +92,7 @@ def register(subparsers) -> None:
         default=5,
         help="chunks per source, or a --question's matches (default 5)",
     )
-    query.add_argument("--source", help="only this source (file stem)")
+    query.add_argument("--source", type=_utf8, help="only this source (file stem)")
     query.add_argument("--technical", action="store_true", help="use the technical stripe order")
     query.add_argument("--show", action="store_true", help="include the chunk text")
     query.add_argument("--json", action="store_true", help="print machine-readable JSON")

@@ -24,7 +24,7 @@ from indexing.terminal import printable
 from jobs.config import JobConfig
 from jobs.discovery import (
     abort_stops,
-    check_cache_bucket,
+    check_output_roots,
     discover,
     list_input,
     output_storage,
@@ -99,7 +99,7 @@ def run_job(config: JobConfig, *, began: float | None = None) -> dict[str, Any]:
     if note := config.s3_note():
         log.info("%s", note)
     listing = list_input(config)
-    check_cache_bucket(config)
+    check_output_roots(config)
     with output_lock(output_storage(config)) as check:
         return _run_locked(config, listing, check, began=began, started=started)
 

@@ -947,6 +947,17 @@ def test_a_question_that_is_not_utf8_is_bad_usage(index_root, capsys):
     assert "argument --question: is not UTF-8 text" in capsys.readouterr().err
 
 
+def test_a_topic_or_source_that_is_not_utf8_is_bad_usage(server, capsys):
+    """An index names its topics and sources in JSON, UTF-8 text alone. `--topic caf\\xe9` over
+    http failed in a message naming nothing ("'utf-8' codec can't encode character '\\udce9'",
+    exit 1): it is bad usage (exit 2), naming the argument, as for --question."""
+    for flags in (["--topic", "caf\udce9"], ["--topic", TOPIC, "--source", "caf\udce9"]):
+        with pytest.raises(SystemExit) as stop:
+            run_cli(["query", server, *flags], capsys)
+        assert stop.value.code == 2, flags
+        assert f"argument {flags[-2]}: is not UTF-8 text" in capsys.readouterr().err
+
+
 def test_query_text_output_writes_what_a_terminal_acts_on_as_escapes(index_root, tmp_path, capsys):
     """Titles and names come from the index (a remote one too): a title holding an ESC sequence
     (one clears the screen) or a line break reached the terminal as it was."""
