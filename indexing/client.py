@@ -224,11 +224,18 @@ class IndexReader:
 
     def topics(self) -> list[str]:
         """Ids of every topic with chunks, found by walking `_embedded.topics` from the root
-        (each topic once, however many links lead to it: a damaged index can link in a cycle)."""
+        (each topic once, however many links lead to it: a damaged index can link in a cycle).
+        A linked topic without an index.json is left out: while a build runs, or after one
+        stopped, a folder can link a new topic not yet written (a root without one is named)."""
         found, pending, seen = [], [""], {""}
         while pending:
             topic = pending.pop()
-            doc = self.index(topic)
+            try:
+                doc = self.index(topic)
+            except FileNotFoundError:
+                if not topic:
+                    raise
+                continue
             if "chunks" in doc["_embedded"]:
                 found.append(topic)
             links = [link["id"] for link in doc["_embedded"]["topics"]]
