@@ -44,10 +44,11 @@ from jobs.report import (
     build_report,
     key_settings,
     run_facts,
+    unfinished_run,
     write_report,
     write_unfinished_report,
 )
-from jobs.report_html import SETTINGS_CHANGED
+from jobs.report_html import SETTINGS_CHANGED, unfinished_note
 from jobs.resources import (
     EmbedPool,
     actor_env,
@@ -151,6 +152,9 @@ def _run_locked(
         grows = start_ray(config, marks)
         wall["ray_start"] = time.perf_counter() - mark
     check()
+    left_unfinished = unfinished_run(output)  # a killed run's, which the next line replaces
+    if left_unfinished:
+        log.warning("the last run, %s", unfinished_note(left_unfinished))
     write_unfinished_report(config, began)  # until the run's own, before any other write
     # The manifest in the output while this run goes on: what a run stopped from here leaves.
     stored = interim_manifest(found.previous, plan, found.config_key)
@@ -207,6 +211,7 @@ def _run_locked(
             "strategy": config.chunking.strategy,
             "settings": key_settings(config),
             "settings_changed": settings_changed,
+            "last_run_unfinished": left_unfinished,
         },
     )
     if manifest != stored:  # an unchanged run writes its report alone

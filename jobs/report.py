@@ -37,6 +37,7 @@ from jobs.report_html import (
     SETTINGS_CHANGED,
     failed_non_sources,
     render_html,
+    unfinished_note,
     unwritten_cache_entries,
 )
 from jobs.stats import RunStats, StageStats
@@ -236,6 +237,20 @@ def write_unfinished_report(config: JobConfig, started: float) -> None:
     )
 
 
+def unfinished_run(output: Storage) -> dict[str, Any] | None:
+    """The start, host and pid of the last run where the output's report still says it is
+    unfinished: a run killed where it could not report (kill -9, out of memory, its machine
+    gone), whose report this run's replaces, which then said nothing of it. None for any other
+    report, none, or one that cannot be read (a damaged report is no reason to stop a build)."""
+    try:
+        last = json.loads(output.read_optional(REPORT_PATH) or b"null")
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(last, dict) or last.get("status") != "unfinished":
+        return None
+    return {key: last.get(key) for key in ("started_at", "host", "pid")}
+
+
 def _write_without_counts(config: JobConfig, outcome: dict[str, Any]) -> None:
     """Write a report of `outcome` (status, exit code, time, error) and the run's input, output
     and settings. Where the output cannot take even that (a full or read-only disk, an S3 store
@@ -271,6 +286,8 @@ def summary(report: dict[str, Any]) -> str:
     ]
     if report.get("settings_changed"):  # absent from reports before it was said
         lines.insert(2, f"  settings: {SETTINGS_CHANGED}")
+    if run := report.get("last_run_unfinished"):
+        lines.append(f"  last run: {unfinished_note(run)}")
     lines += cache_warnings(report)
     if others := failed_non_sources(report):
         lines.append(

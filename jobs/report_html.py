@@ -112,6 +112,8 @@ def _outcome(report: dict[str, Any]) -> str:
     rows += _flatten(report.get("settings", {}))
     if report.get("settings_changed"):  # why every source was read: not the input
         rows.append(("settings", SETTINGS_CHANGED))
+    if run := report.get("last_run_unfinished"):  # its own report, replaced by this one
+        rows.append(("last run", unfinished_note(run)))
     if "error" in report:
         rows.append(("error", report["error"]))
     table = "".join(
@@ -121,6 +123,15 @@ def _outcome(report: dict[str, Any]) -> str:
         f'<p><span class="status {css}">{escape(status)}</span> '
         f"exit code <b>{escape(_number(report.get('exit_code')))}</b></p>"
         f"<h2>Run and settings</h2><table>{table}</table>"
+    )
+
+
+def unfinished_note(run: dict[str, Any]) -> str:
+    """An unfinished last run (`unfinished_run`) in words, for the log, the summary and the page."""
+    return (
+        f"pid {run.get('pid')} on {run.get('host')}, started {run.get('started_at')}, never "
+        "reported its end (killed: kill -9, out of memory, its machine gone); this run redid "
+        "what it changed"
     )
 
 

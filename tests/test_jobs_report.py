@@ -641,6 +641,25 @@ def test_a_run_under_changed_settings_says_so_in_its_report_summary_and_page(bui
     assert not json.loads((built / "_reindex" / "report.json").read_text())["settings_changed"]
 
 
+def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, caplog):
+    """A run killed where it could not report (kill -9, out of memory) leaves its `unfinished`
+    report; the next run replaced it and said nothing of it, so a scheduled pipeline's report
+    read days later never showed a night whose build had died. The next run's log, report,
+    summary and page name it; the run after that does not. An unchanged run: no Ray."""
+    output = tmp_path / "out"
+    shutil.copytree(built, output)
+    config = load_config(CONFIG, overrides={"input": str(CORPUS), "output": str(output)})
+    jobs.report.write_unfinished_report(config, 1_800_000_000.0)  # what the killed run left
+    with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+        report = run_job(config)
+    killed = {"started_at": "2027-01-15T08:00:00+00:00", "host": socket.gethostname()}
+    assert report["last_run_unfinished"] == {**killed, "pid": os.getpid()}
+    said = f"pid {os.getpid()} on {killed['host']}, started {killed['started_at']}, never reported"
+    assert f"the last run, {said}" in caplog.text
+    assert f"  last run: {said}" in summary(report) and said in render_html(report)
+    assert run_job(config)["last_run_unfinished"] is None
+
+
 def test_report_check_exits_with_the_last_runs_code(built, tmp_path, capsys):
     """`mdindex report --check` for a scheduler's health check: the last run's exit code (it
     exited 0 for any report), its status's for reports before `exit_code`; 75 for a run that
