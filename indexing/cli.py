@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import sys
 from itertools import islice
@@ -282,6 +283,19 @@ def run_query(args: argparse.Namespace) -> int:
     return 0 if write_out(text, "mdindex query") else 1
 
 
+def banner(directory: str, host: str, port: int) -> str:
+    """What `mdindex serve` prints once it listens on `host` (an address) and `port`: the URL to
+    open, and for every address (`0.0.0.0`, `::`) the loopback one, as a browser opens no
+    0.0.0.0, and a word that the folder is open to anyone who reaches the machine."""
+    every = ipaddress.ip_address(host.split("%")[0]).is_unspecified
+    shown = ("::1" if ":" in host else "127.0.0.1") if every else host
+    url = f"http://{f'[{shown}]' if ':' in shown else shown}:{port}/"
+    if every:
+        who = f"on every address of this machine: anyone who can reach it can read {directory}"
+        return f"serving {directory} at {url} and {who} (Ctrl-C stops)"
+    return f"serving {directory} at {url} (Ctrl-C stops)"
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """`mdindex serve`: serve until interrupted; 2 when the directory does not exist or its address
     cannot be listened on (one line naming it)."""
@@ -297,8 +311,7 @@ def run_serve(args: argparse.Namespace) -> int:
         )
         return 2
     host, port = server.server_address[:2]
-    host = f"[{host}]" if ":" in host else host
-    print(f"serving {args.directory} at http://{host}:{port}/ (Ctrl-C stops)", flush=True)
+    print(banner(args.directory, host, port), flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -392,6 +392,17 @@ def test_mdindex_serve_binds_an_ipv6_host(index_root):
         assert reply.status_code == 200 and reply.content == index_json_bytes(index_root)
 
 
+@pytest.mark.timeout(120)
+def test_mdindex_serve_on_every_address_names_a_url_a_browser_opens(index_root):
+    """`--host 0.0.0.0` printed http://0.0.0.0:PORT/, an address to listen on, which browsers
+    refuse to open (Chrome's Private Network Access), and nothing of the folder being open to the
+    network. It names the loopback URL and says who can read the folder."""
+    with serve_command(index_root, "--host", "0.0.0.0") as (base, _):
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", base), base
+        reply = requests.get(f"{base}/{TOPIC}/index.json", timeout=10)
+        assert reply.status_code == 200 and reply.content == index_json_bytes(index_root)
+
+
 def test_serve_validators_and_if_range(tmp_path):
     """Every answer of a file carries its ETag and Last-Modified; preconditions come before the
     range (a 304 whether or not a range is asked); a range whose If-Range no longer matches (the
