@@ -17,7 +17,7 @@ from embedding.models import ModelNotFound, check_model, model_digest
 from indexing import REVISION as INDEXING_REVISION
 from indexing.terminal import printable
 from jobs.config import JobConfig
-from jobs.lock import bucket, check_bucket, missing_bucket, refusal_code
+from jobs.lock import OutputNotFound, bucket, check_bucket, missing_bucket, refusal_code
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.plan import KEEP, RELINK, Plan, keep_directory, make_plan, rebuilding, settings_digest
 from jobs.storage import FileInfo, SkippedLink, Storage
@@ -191,14 +191,22 @@ def output_storage(config: JobConfig) -> Storage:
     return Storage(config.output, config.storage_options, follow_symlinks=follow)
 
 
-def check_cache_bucket(config: JobConfig) -> None:
-    """`OutputNotFound` when the cache lies in an S3 bucket that does not exist: each of its
+def check_output_roots(config: JobConfig) -> None:
+    """`OutputNotFound` when a separate output, or the cache, is an object of an object store
+    (`--output s3://b/index/index.json`: the build wrote a whole index under its key, as under a
+    folder's, beside the object, where no copy onto a disk can hold both; a local file is the
+    config's refusal), or when the cache lies in an S3 bucket that does not exist: each of its
     entries would fail to be written, a warning apiece, and every run embed every chunk again.
     A cache in the output's bucket is left to the output's own check, which names the output."""
-    if not config.cache:
-        return
-    cache, output = Storage(config.cache, config.storage_options), output_storage(config)
-    if (cache.protocol, bucket(cache)) != (output.protocol, bucket(output)):
+    output = output_storage(config)
+    cache = Storage(config.cache, config.storage_options) if config.cache else None
+    for role, root in (
+        ("output", output if config.output != config.input else None),
+        ("cache", cache),
+    ):
+        if root and not root.is_local and root.filesystem().isfile(root.full_path("")):
+            raise OutputNotFound(f"{role} {root.uri()}: an object, not a folder: name a folder")
+    if cache and (cache.protocol, bucket(cache)) != (output.protocol, bucket(output)):
         check_bucket(cache, "cache")
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from indexing.terminal import printable
 from jobs.config import JobConfig
-from jobs.discovery import abort_stops, check_cache_bucket, discover, list_input
+from jobs.discovery import abort_stops, check_output_roots, discover, list_input
 from jobs.lock import check_bucket, check_writable
 from jobs.manifest import REPORT_PATH, Manifest
 from jobs.plan import KEEP, REBUILD, RELINK
@@ -55,7 +55,7 @@ class DryRun:
 def dry_run(config: JobConfig) -> DryRun:
     """Plan the build `config` describes, without doing any of it."""
     found = discover(config, list_input(config))
-    check_cache_bucket(config)
+    check_output_roots(config)
     plan, previous = found.plan, found.previous
     if previous == Manifest():  # a first run, or an output whose bucket is missing
         check_bucket(found.output)

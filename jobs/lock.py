@@ -73,7 +73,8 @@ class LockLost(OutputBusy):
 
 
 class OutputNotFound(FileNotFoundError):
-    """The output's or the cache's bucket does not exist (exit code 2: nothing was written)."""
+    """The output's or the cache's bucket does not exist, or its root is an object (exit code 2:
+    nothing was written)."""
 
 
 def no_bucket(output: Storage, error: FileNotFoundError, role: str = "output") -> OutputNotFound:

@@ -523,6 +523,31 @@ def test_a_cache_in_a_bucket_that_does_not_exist_is_a_usage_error_named_so(
     assert f"mdindex build: cache {cache}: no such bucket (" in capsys.readouterr().err
 
 
+def test_an_output_or_cache_that_is_an_s3_object_is_a_usage_error(s3_server, tmp_path, capsys):
+    """`--output s3://b/index/index.json` (an object there) built a whole index under that key,
+    beside the object, exit 0: `index.json` both a file and a folder, which no copy onto a disk
+    can hold. Now exit 2 in one line, nothing written; for a cache too, in a dry run too."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# a\n\nA page for an output that is an object.\n")
+    fs = s3_server.filesystem()
+    taken = s3_server.make_bucket("output-is-an-object") + "/index/index.json"
+    fs.pipe(taken, b"{}")
+    options = ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
+    for role, roots in (
+        ("output", ["--output", taken]),
+        ("cache", ["--output", str(tmp_path / "out"), "--cache", taken]),
+    ):
+        command = ["--config", "configs/local.yaml", "--input", str(docs), *roots, *options]
+        for dry in ([], ["--dry-run"]):
+            assert main([*command, *dry]) == 2
+            err = capsys.readouterr().err
+            assert err == f"mdindex build: {role} {taken}: an object, not a folder: name a folder\n"
+    fs.invalidate_cache()
+    assert fs.find("output-is-an-object") == ["output-is-an-object/index/index.json"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_input_in_a_bucket_that_does_not_exist_is_named_so(s3_server, tmp_path, capsys):
     """An input bucket mistyped said "no such directory", as an empty prefix does, while an
     output or cache bucket said "no such bucket": now the input's does too; exit 2 both."""
