@@ -60,6 +60,7 @@ def run_report(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError  # an S3 endpoint that cannot be reached
 
     from embedding.files import UnknownProtocol, known_protocol
+    from indexing.client import UnsuitedOptions
     from indexing.terminal import write_out
     from jobs.manifest import REPORT_PATH
     from jobs.report import error_text
@@ -80,6 +81,9 @@ def run_report(args: argparse.Namespace) -> int:
         text, page = show(output, report, args.html)
     except DamagedReport as exc:
         print(f"mdindex report: {output.uri(REPORT_PATH)} is damaged: {exc}", file=sys.stderr)
+        return 2
+    except UnsuitedOptions as exc:  # bad usage, as options that are no JSON object are
+        print(f"mdindex report: {exc}", file=sys.stderr)
         return 2
     except (OSError, BotoCoreError) as exc:
         # neither names the output: a lost connection, and a store's refusal (s3fs's "Forbidden")
@@ -114,13 +118,17 @@ def outcome_code(report: dict[str, Any]) -> int:
 
 
 def read_report(output: Storage) -> bytes | None:
-    """The bytes of the output's report.json; None where it has none (OUT a file included)."""
+    """The bytes of the output's report.json; None where it has none (OUT a file included);
+    UnsuitedOptions where the store's client refuses a storage option (its TypeError)."""
+    from indexing.client import UnsuitedOptions
     from jobs.manifest import REPORT_PATH
 
     try:
         return output.read_optional(REPORT_PATH)
     except NotADirectoryError:
         return None
+    except TypeError as exc:  # aiobotocore's "unexpected keyword argument", at the first call
+        raise UnsuitedOptions(f"--storage-options do not suit {output.uri()}: {exc}") from exc
 
 
 def parse_report(data: bytes) -> dict[str, Any]:

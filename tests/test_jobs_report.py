@@ -376,6 +376,17 @@ def test_report_storage_options_that_are_no_json_object_are_bad_usage(tmp_path, 
         assert "--storage-options" in capsys.readouterr().err
 
 
+def test_report_storage_options_the_store_does_not_take_are_bad_usage(tmp_path, capsys):
+    """An option the store's client does not take (`endpoint` for s3fs's `endpoint_url`) was
+    aiobotocore's TypeError traceback, exit 1; it is exit 2, one line naming it, as for `query`."""
+    code = mdindex(["report", "s3://reports/out", "--storage-options", '{"endpoint": "x"}',
+                    "--html", str(tmp_path / "page.html")])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith("mdindex report: --storage-options do not suit s3://reports/out"), err
+    assert "'endpoint'" in err and not (tmp_path / "page.html").exists()
+
+
 def test_report_open_without_a_browser_says_so(tmp_path, capsys, monkeypatch):
     """`mdindex report OUT --open` where no browser can be found (a server, an SSH session)
     printed the summary and exited 0 without a word that nothing opened."""
