@@ -27,8 +27,17 @@ from indexing.simhash import simhash64
 from indexing.terminal import printable, write_out
 
 
+def _whole_number(text: str) -> int:
+    """An integer argument; argparse's own message for one that is none named this module's
+    function ("invalid _positive_int value: 'abc'")."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
@@ -37,7 +46,7 @@ def _positive_int(text: str) -> int:
 def _port(text: str) -> int:
     """A TCP port (0 picks a free one): one outside 0-65535 is bad usage (exit 2), not a port
     the system wraps it to (99999 served on 34463)."""
-    value = int(text)
+    value = _whole_number(text)
     try:
         return checked_port(value)
     except ValueError as exc:

@@ -1066,6 +1066,20 @@ def test_storage_options_the_roots_filesystem_does_not_take_are_bad_usage(server
         assert "'endpoint'" in err and err.count("\n") == 1, err
 
 
+def test_a_number_that_is_none_is_named_without_the_parsers_function(index_root, capsys):
+    """`--n abc` said "invalid _positive_int value: 'abc'" and `--port x` "invalid _port value",
+    naming a function of the code; both say what the value must be."""
+    for argv, expected in (
+        (["query", str(index_root), "--topic", TOPIC, "--n", "abc"], "argument --n: must be"),
+        (["query", str(index_root), "--topic", TOPIC, "--n", "1.5"], "argument --n: must be"),
+        (["serve", str(index_root), "--port", "x"], "argument --port: must be"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            run_cli(argv, capsys)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and expected in err and "invalid _" not in err, err
+
+
 @pytest.mark.parametrize("port", ["65536", "99999", "-1"])
 def test_mdindex_serve_refuses_a_port_outside_0_to_65535(tmp_path, capsys, port):
     # 99999 was served on 34463 (getaddrinfo wraps it), -1 failed as "Servname not supported".
