@@ -109,8 +109,8 @@ def abort_stops(plan: Plan) -> list[str]:
     raises `SourceFailed` with the first, and its dry run names it."""
     from jobs.stages.topic import KEYWORDS_FAILED
 
-    return [f"{f['path']}: {f['code']}: {f['message']}" for f in plan.conflicts] + [
-        f"{f['path']}: {f['code']}: {f['message']} (unchanged since it failed)"
+    return [printable(f"{f['path']}: {f['code']}: {f['message']}") for f in plan.conflicts] + [
+        printable(f"{f['path']}: {f['code']}: {f['message']} (unchanged since it failed)")
         for f in plan.settled
         if f["code"] != KEYWORDS_FAILED
     ]

@@ -712,3 +712,30 @@ def test_the_page_shows_every_fact_of_the_process_that_ran_the_build():
     page = render_html({"status": "failed", "error": "RuntimeError: stopped", **facts})
     for key in facts:
         assert f"<th>{key.replace('_', ' ')}</th>" in page, key
+
+
+@pytest.mark.parametrize("case", ["shared stem", "invalid UTF-8"])
+def test_a_path_that_stops_a_build_under_abort_is_escaped_in_its_error(
+    tmp_path, capsys, ray_session, case
+):
+    """Under `failure_policy: abort` the failure that stops the build (a shared stem, before Ray;
+    a source the chunk stage fails) named its path as it was: a newline in a file name forged a
+    line of its own in the build's error line, the report's `error` and `mdindex report`'s
+    summary, and a terminal escape was stripped to another name ('t/escred.md'). Escaped, as
+    the FAILED lines of a build that goes on are."""
+    corpus, output = tmp_path / "docs", tmp_path / "out"
+    (corpus / "t").mkdir(parents=True)
+    name = "\x1b[31mred\nFAILED none"
+    if case == "shared stem":
+        (corpus / "t" / f"{name}.md").write_text("# A\n\nText.\n")
+        (corpus / "t" / f"{name}.mdx").write_text("# B\n\nOther text.\n")
+    else:
+        (corpus / "t" / f"{name}.md").write_bytes(b"# T\n\ncaf\xe9\n")
+    argv = ["--config", CONFIG, "--input", str(corpus), "--output", str(output)]
+    abort = [*argv, "--set", 'sources.globs=["*.md*"]', "--set", "failure_policy=abort"]
+    assert main(abort) == 1
+    error = json.loads((output / "_reindex" / "report.json").read_text())["error"]
+    assert error.startswith("SourceFailed: t/\\x1b[31mred\\nFAILED none.md")
+    assert mdindex(["report", str(output)]) == 0
+    said = capsys.readouterr()
+    assert "\nFAILED" not in said.out + said.err and "\x1b[31m" not in said.out + said.err

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from chunking import ChunkedDocument, ChunkingError, chunk_source, token_counter
 from indexing import parse_questions
+from indexing.terminal import printable
 from jobs.gc_pause import gc_paused
 from jobs.landmarks import Landmark, check_landmarks
 from jobs.progress import report_stats, rows_key
@@ -108,7 +109,8 @@ def chunk_sources(
         if failure is not None:
             codes[i], messages[i] = failure
         if codes[i] is not None and settings.abort_on_failure:
-            raise SourceFailed(f"{path}: {codes[i]}: {messages[i]}")
+            # one line: Ray's error holds it as a line of its own (`jobs.build_cli`)
+            raise SourceFailed(printable(f"{path}: {codes[i]}: {messages[i]}"))
     written = write_chunk_files(topics, paths, chunked, output)
     columns = {
         "document": [
