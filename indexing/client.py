@@ -175,12 +175,20 @@ class IndexReader:
         """The bytes of an output-root-relative file, or None when it does not exist; ValueError
         naming a path that leads out of the root (a damaged index's `../` href, which
         `--show` printed: any file of a local root's machine); UnsuitedOptions when the
-        filesystem's client refuses an option the reader was opened with."""
+        filesystem's client refuses an option the reader was opened with. An http(s) server's
+        403 is a file's absence too: S3 answers a key it lacks so where the reader may not list
+        its bucket."""
         if relpath.startswith("/") or ".." in relpath.split("/"):
             raise ValueError(f"{self.location(relpath)} leads out of the index: it is damaged")
+        import aiohttp  # fsspec's http client, whose errors a read over http(s) raises
+
         try:
             return self.fs.cat_file(self._path(relpath))
         except FileNotFoundError:
+            return None
+        except aiohttp.ClientResponseError as error:
+            if error.status != 403:  # S3 behind https://: AccessDenied for a key it lacks
+                raise
             return None
         except TypeError as error:  # an option the client refused: aiohttp's, aiobotocore's
             where = self.location("")

@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,7 @@ from indexing_support import (
 
 from indexing import IndexSettings, build_topic, client, simhash64
 from indexing.client import IndexReader, query_embedder, select_chunks
-from indexing.server import make_server, parse_range
+from indexing.server import IndexRequestHandler, IndexServer, make_server, parse_range
 from indexing.simhash_tables import blocks, shard_path
 
 TOPIC = "guides/intro"
@@ -221,6 +222,35 @@ def test_query_over_http_matches_local(index_root, server, capsys):
             assert requests.get(chunk["href"], timeout=10).text == chunk["text"]
     code, out, _ = run_cli(["query", server, "--question", QUESTIONS[0], "--json"], capsys)
     assert json.loads(out)["matches"][0]["index"] == 1
+
+
+class ForbiddenWhenMissing(IndexRequestHandler):
+    """A handler that answers 403 where a file is missing, as S3 does (AccessDenied) for a key
+    that does not exist when the reader may not list the bucket, and CloudFront before it."""
+
+    def send_error(self, code, message=None, explain=None):
+        super().send_error(403 if code == 404 else code, message, explain)
+
+
+def test_a_file_a_server_forbids_where_it_is_missing_reads_as_missing(index_root, tmp_path, capsys):
+    """An index on S3 behind https:// answers 403 for a file it lacks: a question whose SimHash
+    shard of one block holds no entry (most questions) ended in aiohttp's ClientResponseError
+    (exit 1), where a 404 reads as absent. A 403 reads as absent too."""
+    root = tmp_path / "site"
+    shutil.copytree(index_root, root)
+    h, k = simhash64(QUESTIONS[0]), 3
+    (root / shard_path(k, 0, blocks(k)[0], h)).unlink()  # the question's shard of block 0
+    httpd = IndexServer("127.0.0.1", 0, partial(ForbiddenWhenMissing, directory=str(root)), True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        assert IndexReader.open(url).read("no/such/file.json") is None
+        code, out, err = run_cli(["query", url, "--question", QUESTIONS[0], "--json"], capsys)
+        assert (code, err) == (0, ""), err
+        assert json.loads(out)["matches"][0]["index"] == 1
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_serve_sends_cors_and_answers_ranges(index_root, server):
