@@ -121,16 +121,15 @@ def pieces(pipe: BinaryIO) -> Iterator[bytes]:
     """The bytes read from `pipe` as they come, in pieces that each end at a newline or a carriage
     return (a progress bar's refresh: "\\rprogress 60%"), then what is left at its end. By lines
     alone, a bar's refreshes reached the terminal only with the next newline."""
-    pending = b""
+    pending = bytearray()  # what came after the last end, however long (linear, not quadratic)
     while chunk := pipe.read1(65536):
         pending += chunk
-        done = 0
-        for piece in _PIECE.finditer(pending):
-            done = piece.end()
-            yield piece.group()
-        pending = pending[done:]
+        if ends := max(chunk.rfind(b"\n"), chunk.rfind(b"\r")) + 1:
+            done = len(pending) - len(chunk) + ends
+            yield from (bytes(piece.group()) for piece in _PIECE.finditer(pending, 0, done))
+            del pending[:done]
     if pending:
-        yield pending
+        yield bytes(pending)
 
 
 class StderrFilter:
