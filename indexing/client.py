@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -107,6 +108,32 @@ def _index_checks(doc: dict[str, Any]) -> Iterable[str | None]:
         for key in ("stripe_order", "stripe_order_technical"):
             unknown = sorted(set(entry.get(key, ())) - listed)
             yield f"{where}.{key} names chunks {unknown} that its items lack" if unknown else None
+    yield no_text(doc)
+
+
+def no_text(doc: Any) -> str | None:
+    """Where in a parsed JSON document a string (a value or a member's name) is one UTF-8 cannot
+    hold, JSON's escape of a lone surrogate (`"\\ud800"`), which the reader passes on to its
+    output (a keyword's name: `--json` ended in a UnicodeEncodeError traceback); None when there
+    is none. orjson, which refuses such strings, tells in one pass whether to look."""
+    try:
+        orjson.dumps(doc)
+        return None
+    except orjson.JSONEncodeError:  # such a string, or what orjson alone refuses (deep nesting)
+        pass
+    pending: list[tuple[str, Any]] = [("", doc)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, str) and not is_text(value):
+            return f"{where or 'the document'} is no text"
+        members = value.items() if isinstance(value, dict) else ()
+        members = enumerate(value) if isinstance(value, list) else members
+        for key, member in members:
+            if isinstance(key, str) and not is_text(key):
+                return f"{where or 'the document'} names a member with no text"
+            inner = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip(".")
+            pending.append((inner, member))
+    return None
 
 
 # Seconds an http(s) index may keep a request waiting with nothing sent (to connect, or between
@@ -196,10 +223,11 @@ class IndexReader:
 
     def parsed(self, relpath: str, data: bytes) -> Any:
         """`data`, the bytes of an output-root-relative file, parsed as JSON; ValueError naming
-        the file when they are not UTF-8 JSON (truncated, damaged)."""
+        the file when they are not UTF-8 JSON (truncated, damaged, nested deeper than the parser
+        goes)."""
         try:
             return json.loads(data)
-        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError
             raise ValueError(f"{self.location(relpath)} is not JSON: {error}") from error
 
     def index(self, topic: str) -> dict[str, Any]:
@@ -305,7 +333,7 @@ def question_matches(
 
     try:
         matches = lookup_simhash(fetch, simhash64(question))
-    except ValueError as error:  # the file read last is the one being parsed
+    except (ValueError, RecursionError) as error:  # the file read last is the one being parsed
         raise ValueError(f"{reader.location(read[-1])}: {error}") from error
     return [m for m in matches if topic is None or m.topic == topic]
 

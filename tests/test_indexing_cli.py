@@ -819,6 +819,36 @@ def test_query_names_the_field_of_a_document_of_another_shape_in_one_line(
     assert f"{root}/" in err and expected in err, err
 
 
+@pytest.mark.parametrize(
+    ("relpath", "data", "options", "expected"),
+    [
+        (INDEX, b"[" * 100_000, AT_TOPIC, f"{INDEX} is not JSON: maximum recursion"),
+        ("_index/simhash/manifest.json", b"[" * 100_000, ["--question", QUESTIONS[0]],
+         "_index/simhash/manifest.json: maximum recursion"),
+        (INDEX, None, [*AT_TOPIC, "--json"],
+         f"{INDEX} is damaged: _embedded.chunks.faq.items[0].keywords[0].name is no text"),
+    ],
+)  # fmt: skip
+def test_a_document_nested_too_deep_or_holding_no_text_is_named_in_one_line(
+    index_root, tmp_path, capsys, relpath, data, options, expected
+):
+    """An index file nested deeper than the parser goes ended in a RecursionError traceback, and a
+    field the reader does not check (a keyword's name) holding JSON's escape of a lone surrogate
+    ("\\ud800") in a UnicodeEncodeError traceback of `--json`: each is one line naming the file,
+    exit 1."""
+    root = tmp_path / "index"
+    shutil.copytree(index_root, root)
+    if data is None:
+        doc = json.loads((root / relpath).read_bytes())
+        edited(doc, (*FAQ, "items", 0, "keywords"), [{"name": "\ud800", "score": 1}])
+        data = json.dumps(doc).encode()
+    (root / relpath).write_bytes(data)
+    code, out, err = run_cli(["query", str(root), *options], capsys)
+    assert (code, out) == (1, ""), err
+    assert err.startswith(f"mdindex query: {root.as_uri()}/{expected}"), err
+    assert err.count("\n") == 1, err
+
+
 def test_a_recorded_option_the_loader_refuses_is_named_with_its_file(index_root, tmp_path):
     """model.json's `"dtype": "x"` ended `mdindex query` with "dtype must be one of fp32, bf16,
     fp16; got 'x'", naming no file."""
