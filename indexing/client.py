@@ -144,13 +144,19 @@ HTTP_STALL_S = 60
 
 def web_options(uri: str, options: dict[str, Any] | None) -> dict[str, Any]:
     """fsspec options for the root `uri`: `options`, and for an http(s) root without its own
-    `client_kwargs` a stall limit (`HTTP_STALL_S`), not a limit on a whole download."""
+    `client_kwargs` a stall limit (`HTTP_STALL_S`), not a limit on a whole download; a
+    `client_kwargs.timeout` that is a number of seconds is the stall limit (JSON, which
+    `--storage-options` is, cannot spell aiohttp's ClientTimeout, which it asks for)."""
     options = dict(options or {})
-    if protocol_of(uri) in ("http", "https") and "client_kwargs" not in options:
+    if protocol_of(uri) not in ("http", "https"):
+        return options
+    client = options.get("client_kwargs", {"timeout": HTTP_STALL_S})
+    seconds = client.get("timeout") if isinstance(client, dict) else None
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
         import aiohttp
 
-        stall = aiohttp.ClientTimeout(total=None, sock_connect=HTTP_STALL_S, sock_read=HTTP_STALL_S)
-        options["client_kwargs"] = {"timeout": stall}
+        stall = aiohttp.ClientTimeout(total=None, sock_connect=seconds, sock_read=seconds)
+        options["client_kwargs"] = {**client, "timeout": stall}
     return options
 
 

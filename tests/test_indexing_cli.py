@@ -655,6 +655,27 @@ def test_a_query_to_a_server_that_never_answers_ends_naming_it(tmp_path, capsys,
     assert (code, out) == (1, "") and err.startswith(f"mdindex query: {root}: "), err
 
 
+def test_a_stall_limit_in_seconds_is_taken_from_the_storage_options(tmp_path, capsys):
+    """JSON cannot spell aiohttp's ClientTimeout, so `--storage-options '{"client_kwargs":
+    {"timeout": 1}}'`, the way the README gave to change the stall limit, ended at once in
+    aiohttp's "timeout parameter cannot be of <class 'int'> type" (exit 1). A number is the
+    stall limit in seconds."""
+    options = json.dumps({"client_kwargs": {"timeout": 1}})
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen()
+        root = f"http://127.0.0.1:{mute.getsockname()[1]}"
+        argv = ["query", root, "--topic", TOPIC, "--storage-options", options]
+        done = []
+        asking = threading.Thread(target=lambda: done.append(run_cli(argv, capsys)), daemon=True)
+        asking.start()
+        asking.join(timeout=20)
+    assert done, "the query still waits"
+    code, out, err = done[0]
+    assert (code, out) == (1, "") and err.startswith(f"mdindex query: {root}: "), err
+    assert "Timeout" in err, err
+
+
 def test_query_names_what_is_damaged_or_unreachable_in_one_line(
     index_root, tmp_path, capsys, monkeypatch
 ):
