@@ -671,6 +671,15 @@ def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, capl
     assert run_job(config)["last_run_unfinished"] is None
 
 
+def test_report_check_help_names_every_code_it_gives(capsys):
+    """`mdindex report --help`, read to write a health check, left out 129 (SIGHUP) and 2 (no
+    report, or a damaged one), which `--check` gives too."""
+    with pytest.raises(SystemExit):
+        mdindex(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "129/130/143 stopped by a signal" in text and "2 no report, or a damaged one" in text
+
+
 def test_report_check_exits_with_the_last_runs_code(built, tmp_path, capsys):
     """`mdindex report --check` for a scheduler's health check: the last run's exit code (it
     exited 0 for any report), its status's for reports before `exit_code`; 75 for a run that
