@@ -41,6 +41,11 @@ class Interrupted(Exception):
     """A build stopped by a signal before it finished (what its failed report names)."""
 
 
+class NodeWithoutCredentials(Exception):
+    """A Ray task found no S3 credentials: the nodes have none of their own (what the failed
+    report names, and where)."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The build arguments: a config file, URI overrides and dotted `--set` overrides."""
     parser.add_argument(
@@ -188,6 +193,25 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
     return (EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK), report
 
 
+def on_a_node(task: BaseException, cause: BaseException) -> BaseException:
+    """`cause`, the error a Ray task raised; botocore's NoCredentialsError as where it was raised
+    and what the nodes lack: it said "Unable to locate credentials" alone to a driver that had
+    them, its build on a cluster whose nodes have none of their own."""
+    from botocore.exceptions import NoCredentialsError
+
+    if not isinstance(cause, NoCredentialsError):
+        return cause
+    # as Ray names the task's worker, "ray::_reduce_topic() (pid=8933, ip=10.0.0.5)": the
+    # error's class made for the cause (`as_instanceof_cause`) holds no `pid` or `ip`
+    worker = re.search(r"\(pid=\d+, ip=[^)]*\)", str(task))
+    where = f" {worker[0]}" if worker else ""
+    return NodeWithoutCredentials(
+        f"{cause} in a Ray task{where}: each node needs S3 credentials of its own (its AWS "
+        "environment or instance profile, the job's --runtime-env-json env_vars), or give them "
+        "in the config's storage_options"
+    )
+
+
 def stopped(config: JobConfig, signum: signal.Signals, started: float) -> int:
     """Report a build that a signal stopped (the output stays valid: each topic is switched
     atomically, and a re-run converges) and return the shell's exit code for it; `started`: when
@@ -218,7 +242,7 @@ def root_cause(error: BaseException) -> BaseException:
     cause = getattr(error, "cause", None)  # ray.exceptions.RayTaskError
     wrapped = isinstance(cause, BaseException) and not isinstance(cause, RayError)
     if wrapped:
-        return cause
+        return on_a_node(error, cause)
     name = re.escape(f"{SourceFailed.__module__}.{SourceFailed.__qualname__}")
     stopped = re.search(rf"^{name}: (.+)$", str(error), re.MULTILINE)
     return SourceFailed(stopped.group(1)) if stopped else error

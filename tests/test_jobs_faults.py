@@ -236,6 +236,34 @@ def test_an_s3_output_without_credentials_fails_the_build_in_one_line(
     assert needs in capsys.readouterr().err
 
 
+@ray.remote
+def list_a_bucket(endpoint: str) -> None:
+    """List a bucket from a Ray worker, with the filesystem the build uses."""
+    import s3fs
+
+    s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": endpoint}).ls("b")
+
+
+def test_a_node_without_s3_credentials_is_named_so(tmp_path):
+    """A build on a cluster whose nodes have no S3 credentials of their own (the driver's shell
+    had them) said "the job failed: NoCredentialsError: Unable to locate credentials", where the
+    driver's own listing had just worked: now it names the Ray task's node and what it lacks."""
+    from jobs.build_cli import root_cause
+    from jobs.report import error_text
+
+    nowhere = str(tmp_path / "no-aws-files")
+    node = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
+    node |= {"AWS_SHARED_CREDENTIALS_FILE": nowhere, "AWS_CONFIG_FILE": nowhere}
+    node |= {"AWS_EC2_METADATA_DISABLED": "true", "AWS_SESSION_TOKEN": ""}
+    task = list_a_bucket.options(runtime_env={"env_vars": node}, max_retries=0)
+    with pytest.raises(ray.exceptions.RayTaskError) as raised:
+        ray.get(task.remote(gone_endpoint()))
+    said = error_text(root_cause(raised.value))
+    needs = "NodeWithoutCredentials: Unable to locate credentials in a Ray task (pid="
+    assert said.startswith(needs), said
+    assert "each node needs S3 credentials of its own" in said and "storage_options" in said
+
+
 def topics_corpus(docs: Path, version: str) -> None:
     for t in range(6):
         for name in ("a", "b", "c"):
