@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import os
 import sys
 from itertools import islice
 from typing import Any
@@ -21,7 +22,7 @@ from indexing.client import (
     question_matches,
     select_chunks,
 )
-from indexing.paths import href_path, in_topic, topic_id
+from indexing.paths import INDEX, href_path, in_topic, topic_id
 from indexing.server import checked_port, make_server
 from indexing.simhash import simhash64
 from indexing.terminal import printable, write_out
@@ -295,14 +296,16 @@ def run_query(args: argparse.Namespace) -> int:
 def banner(directory: str, host: str, port: int) -> str:
     """What `mdindex serve` prints once it listens on `host` (an address) and `port`: the URL to
     open, and for every address (`0.0.0.0`, `::`) the loopback one, as a browser opens no
-    0.0.0.0, and a word that the folder is open to anyone who reaches the machine."""
+    0.0.0.0, and a word that the folder is open to anyone who reaches the machine; then the URL
+    of the root's index.json where it has one (the folder's own URL is 404, as every folder's)."""
     every = ipaddress.ip_address(host.split("%")[0]).is_unspecified
     shown = ("::1" if ":" in host else "127.0.0.1") if every else host
     url = f"http://{f'[{shown}]' if ':' in shown else shown}:{port}/"
+    index = f"its index: {url}{INDEX}; " if os.path.isfile(os.path.join(directory, INDEX)) else ""
     if every:
         who = f"on every address of this machine: anyone who can reach it can read {directory}"
-        return f"serving {directory} at {url} and {who} (Ctrl-C stops)"
-    return f"serving {directory} at {url} (Ctrl-C stops)"
+        return f"serving {directory} at {url} and {who} ({index}Ctrl-C stops)"
+    return f"serving {directory} at {url} ({index}Ctrl-C stops)"
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -42,6 +42,7 @@ from indexing_support import (
 )
 
 from indexing import IndexSettings, build_topic, client, simhash64
+from indexing.cli import banner
 from indexing.client import IndexReader, query_embedder, select_chunks
 from indexing.server import IndexRequestHandler, IndexServer, make_server, parse_range
 from indexing.simhash_tables import blocks, shard_path
@@ -431,6 +432,20 @@ def test_mdindex_serve_on_every_address_names_a_url_a_browser_opens(index_root):
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+", base), base
         reply = requests.get(f"{base}/{TOPIC}/index.json", timeout=10)
         assert reply.status_code == 200 and reply.content == index_json_bytes(index_root)
+
+
+def test_the_serve_banner_names_the_root_index_a_browser_can_open(index_root, tmp_path):
+    """The banner's URL, the folder's, is 404 (every folder is): a browser opened from it showed
+    "File not found". It names the root's index.json too, where the folder has one."""
+    text = banner(str(index_root), "127.0.0.1", 8000)
+    assert text == (
+        f"serving {index_root} at http://127.0.0.1:8000/ "
+        "(its index: http://127.0.0.1:8000/index.json; Ctrl-C stops)"
+    )
+    assert (
+        banner(str(tmp_path), "::1", 8000)
+        == f"serving {tmp_path} at http://[::1]:8000/ (Ctrl-C stops)"
+    )
 
 
 def test_serve_validators_and_if_range(tmp_path):
