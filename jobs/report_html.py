@@ -130,8 +130,8 @@ def unfinished_note(run: dict[str, Any]) -> str:
     """An unfinished last run (`unfinished_run`) in words, for the log, the summary and the page."""
     return (
         f"pid {run.get('pid')} on {run.get('host')}, started {run.get('started_at')}, never "
-        "reported its end (killed: kill -9, out of memory, its machine gone); this run redoes "
-        "what it changed"
+        "reported its end (stopped where it could not: kill -9, out of memory, its machine or "
+        "container gone, its S3 lock lost); this run redoes what it changed"
     )
 
 
