@@ -19,7 +19,15 @@ from fsspec.spec import AbstractFileSystem
 
 from embedding.files import protocol_of, root_filesystem
 from indexing.hal import NOT_AN_INDEX, is_index_document
-from indexing.paths import INDEX, chunk_table_path, href_of, href_path, in_topic, source_stem
+from indexing.paths import (
+    INDEX,
+    chunk_table_path,
+    href_of,
+    href_path,
+    in_topic,
+    source_stem,
+    topic_id,
+)
 from indexing.simhash import simhash64
 from indexing.simhash_tables import SimhashMatch, lookup_simhash
 from indexing.tables import chunk_table_schema
@@ -240,7 +248,8 @@ class IndexReader:
         """The parsed index.json of a topic or directory; FileNotFoundError naming it if absent
         (naming the root instead when the root has no index.json either),
         ValueError naming it when it is not an index (not JSON; `[]`, say) or is damaged (naming
-        the field: `index_problem`)."""
+        the field: `index_problem`). A topic may be spelled as a person does (`topic_id`)."""
+        topic = topic_id(topic)
         relpath = in_topic(topic, INDEX)
         data = self.read(relpath)
         if data is None and (not topic or self.read(INDEX) is None):  # a root mistyped, say
