@@ -287,7 +287,7 @@ def summary(report: dict[str, Any]) -> str:
     if report.get("settings_changed"):  # absent from reports before it was said
         lines.insert(2, f"  settings: {SETTINGS_CHANGED}")
     if run := report.get("last_run_unfinished"):
-        lines.append(f"  last run: {unfinished_note(run)}")
+        lines.append(f"  before:  the run before this one, {unfinished_note(run)}")
     lines += cache_warnings(report)
     if others := failed_non_sources(report):
         lines.append(

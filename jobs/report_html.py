@@ -113,7 +113,7 @@ def _outcome(report: dict[str, Any]) -> str:
     if report.get("settings_changed"):  # why every source was read: not the input
         rows.append(("settings", SETTINGS_CHANGED))
     if run := report.get("last_run_unfinished"):  # its own report, replaced by this one
-        rows.append(("last run", unfinished_note(run)))
+        rows.append(("the run before", unfinished_note(run)))
     if "error" in report:
         rows.append(("error", report["error"]))
     table = "".join(

@@ -667,7 +667,8 @@ def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, capl
     assert report["last_run_unfinished"] == {**killed, "pid": os.getpid()}
     said = f"pid {os.getpid()} on {killed['host']}, started {killed['started_at']}, never reported"
     assert f"the last run, {said}" in caplog.text
-    assert f"  last run: {said}" in summary(report) and said in render_html(report)
+    assert f"  before:  the run before this one, {said}" in summary(report)
+    assert said in render_html(report)
     assert run_job(config)["last_run_unfinished"] is None
 
 
