@@ -277,6 +277,11 @@ def run_query(args: argparse.Namespace) -> int:
     except UnknownProtocol as error:
         print(f"mdindex query: {error}", file=sys.stderr)
         return 2
+    folder, _, name = args.root.rstrip("/").rpartition("/")
+    if name == INDEX:  # the URL a HAL client starts from: "[Errno 20] Not a directory", exit 1
+        named = f"{args.root} names an index.json; give the folder that holds it ({folder or '.'})"
+        print(f"mdindex query: {named}", file=sys.stderr)
+        return 2
     try:
         reader = IndexReader.open(args.root, args.storage_options)
         result = question_result(reader, args) if args.question else topic_result(reader, args)

@@ -1085,6 +1085,17 @@ def test_a_topic_or_source_that_is_not_utf8_is_bad_usage(server, capsys):
         assert f"argument {flags[-2]}: is not UTF-8 text" in capsys.readouterr().err
 
 
+def test_a_root_that_names_an_index_json_is_bad_usage_naming_its_folder(index_root, server, capsys):
+    """The URL a HAL client starts from, `OUT/index.json`, as the root: "[Errno 20] Not a
+    directory" (over http: no index.json under it), exit 1."""
+    for root in (f"{index_root}/index.json", f"{server}/index.json"):
+        code, out, err = run_cli(["query", root, "--topic", TOPIC], capsys)
+        parent = root.removesuffix("/index.json")
+        assert (code, out) == (2, "") and err == (
+            f"mdindex query: {root} names an index.json; give the folder that holds it ({parent})\n"
+        ), err
+
+
 def test_query_text_output_writes_what_a_terminal_acts_on_as_escapes(index_root, tmp_path, capsys):
     """Titles and names come from the index (a remote one too): a title holding an ESC sequence
     (one clears the screen) or a line break reached the terminal as it was."""
