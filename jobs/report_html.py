@@ -24,7 +24,8 @@ RUN_FACTS = ("host", "pid", "mdindex_version")  # `jobs.report.run_facts`: repor
 EFFICIENCY = "efficiency: wall time / (worker-seconds / CPUs); 1 = every CPU busy, more = idle CPUs"
 # why a run whose input did not change reads every source: the log's line, the summary's, the page's
 SETTINGS_CHANGED = (
-    "changed since the last run: every source counts as changed and every topic is rebuilt"
+    "changed since the last run (a setting, the model's files, or this version's chunking or "
+    "indexing revision): every source counts as changed and every topic is rebuilt"
 )
 GREEN, BLUE, GREY, RED, ORANGE, TEAL, YELLOW, PURPLE = (
     "#54a24b", "#4c78a8", "#bab0ac", "#e45756", "#f58518", "#72b7b2", "#eeca3b", "#b279a2",

@@ -15,6 +15,7 @@ import sys
 import traceback
 import xml.etree.ElementTree as ET
 from datetime import datetime
+from html import escape
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from jobs.lock import utc
 from jobs.pipeline import run_job
 from jobs.reindex import main
 from jobs.report import error_text, run_facts, summary, write_failed_report
-from jobs.report_html import render_html, token_bins
+from jobs.report_html import SETTINGS_CHANGED, render_html, token_bins
 from tests.embedding_support import embedder
 from tests.jobs_support import gone_endpoint, s3_options
 
@@ -644,9 +645,9 @@ def test_a_run_under_changed_settings_says_so_in_its_report_summary_and_page(bui
     report = run_job(load_config(CONFIG, overrides=overrides, settings=changed))
     assert report["settings_changed"] is True
     assert report["sources"]["unchanged"] == 0 and report["topics"]["kept"] == 0
-    said = "settings: changed since the last run: every source counts as changed"
+    said = "settings: changed since the last run (a setting, the model's files, or this version's"
     assert said in summary(report)
-    assert said.replace(": ", "</th><td><code>", 1) in render_html(report)
+    assert f"<th>settings</th><td><code>{escape(SETTINGS_CHANGED)}</code>" in render_html(report)
     again = run_job(load_config(CONFIG, overrides=overrides, settings=changed))
     assert again["settings_changed"] is False and "settings:" not in summary(again)
     assert not json.loads((built / "_reindex" / "report.json").read_text())["settings_changed"]
