@@ -17,6 +17,8 @@ from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 
 LOCAL_PROTOCOLS = ("file", "local")
+# RFC 8089: `file://localhost/p` is `file:///p`; fsspec reads `localhost/p` as a relative path.
+_LOCALHOST = re.compile(r"^((?:file|local)://)localhost(?=/)", re.IGNORECASE)
 # Requests an async filesystem (s3fs) runs at once in a batched `pipe` or `cat`. fsspec's default,
 # 1,280, made each completion cost a scan of every pending request (asyncio.wait): 30% of the
 # client's CPU per small object, while s3fs's connection pool (10 by default) sends no more at once.
@@ -44,7 +46,7 @@ def root_filesystem(uri: str, options: dict[str, Any] | None = None) -> tuple[An
     protocol = protocol_of(uri)
     from_url = fsspec.get_filesystem_class(protocol)._get_kwargs_from_urls(uri)
     fs = fsspec.filesystem(protocol, **{**from_url, **(options or {})})
-    return fs, fs._strip_protocol(uri).rstrip("/")
+    return fs, fs._strip_protocol(_LOCALHOST.sub(r"\1", uri)).rstrip("/")
 
 
 def change_tag(info: dict[str, Any]) -> str:
@@ -262,5 +264,5 @@ def protocol_of(uri: str) -> str:
 
 
 def strip_protocol(uri: str) -> str:
-    """The URI without its scheme (a plain path stays as it is)."""
-    return split_protocol(uri)[1]
+    """The URI without its scheme (a plain path stays as it is; `file://localhost/p` is `/p`)."""
+    return split_protocol(_LOCALHOST.sub(r"\1", uri))[1]

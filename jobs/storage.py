@@ -100,13 +100,16 @@ class Storage:
     def filesystem(self) -> fsspec.AbstractFileSystem:
         """The fsspec filesystem for this root (fsspec caches instances); on an object store its
         listings are never cached (`embedding.files.fresh_listings`)."""
+        return self._located()[0]
+
+    def _located(self) -> tuple[fsspec.AbstractFileSystem, str]:
         options = {} if self.is_local else fresh_listings(self.options)
-        return root_filesystem(self.root, options)[0]
+        return root_filesystem(self.root, options)
 
     @cached_property
     def _root_path(self) -> str:
         """The root as a filesystem path (no scheme; looked up once, not for every file)."""
-        return self.filesystem()._strip_protocol(self.root).rstrip("/")
+        return self._located()[1]
 
     def full_path(self, relpath: str) -> str:
         """The filesystem path (no scheme) of a root-relative path."""

@@ -1085,6 +1085,14 @@ def test_a_topic_or_source_that_is_not_utf8_is_bad_usage(server, capsys):
         assert f"argument {flags[-2]}: is not UTF-8 text" in capsys.readouterr().err
 
 
+def test_a_file_uri_naming_localhost_is_the_local_path(index_root, capsys):
+    """RFC 8089's `file://localhost/p` read the folder `localhost/p` under the current one: "holds
+    no index", exit 1."""
+    argv = ["--topic", TOPIC, "--json"]
+    expected = run_cli(["query", str(index_root), *argv], capsys)
+    assert run_cli(["query", f"file://localhost{index_root}", *argv], capsys) == expected
+
+
 def test_a_root_that_names_an_index_json_is_bad_usage_naming_its_folder(index_root, server, capsys):
     """The URL a HAL client starts from, `OUT/index.json`, as the root: "[Errno 20] Not a
     directory" (over http: no index.json under it), exit 1."""

@@ -88,6 +88,9 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
     config = config_from_dict({"input": "docs", "output": "file://out"})
     assert config.input == str(tmp_path / "docs")
     assert config.output == str(tmp_path / "out")
+    # RFC 8089's `file://localhost/p` is `/p`: it was the folder `localhost/p` under this one.
+    config = config_from_dict({"input": "docs", "output": f"file://localhost{tmp_path}/o"})
+    assert config.output == str(tmp_path / "o")
 
 
 @pytest.mark.parametrize(

@@ -84,6 +84,8 @@ def test_local_writes_take_the_umask_and_keep_an_existing_files_mode(tmp_path):
 
 def test_file_uri_storage(tmp_path):
     _exercise(Storage(f"file://{tmp_path}/root"))
+    # `file://localhost/p` (RFC 8089) is `/p`, not the folder `localhost/p` under this one.
+    assert Storage(f"file://localhost{tmp_path}/root").full_path("a") == f"{tmp_path}/root/a"
 
 
 def test_memory_storage():
