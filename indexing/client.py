@@ -194,12 +194,16 @@ class IndexReader:
         fs, root = root_filesystem(uri, web_options(uri, storage_options))
         return cls(fs=fs, root=root)
 
-    def _path(self, relpath: str) -> str:
-        """Where the filesystem finds an output-root-relative path (URL-encoded over HTTP)."""
+    @property
+    def web(self) -> bool:
+        """Whether the index is read over http(s)."""
         protocol = self.fs.protocol
         protocols = {protocol} if isinstance(protocol, str) else set(protocol)
-        web = bool(protocols & {"http", "https"})
-        return f"{self.root}/{href_of(relpath) if web else relpath}"
+        return bool(protocols & {"http", "https"})
+
+    def _path(self, relpath: str) -> str:
+        """Where the filesystem finds an output-root-relative path (URL-encoded over HTTP)."""
+        return f"{self.root}/{href_of(relpath) if self.web else relpath}"
 
     def location(self, relpath: str) -> str:
         """The full path or URL of an output-root-relative path, as a message names it."""
@@ -253,7 +257,10 @@ class IndexReader:
         relpath = in_topic(topic, INDEX)
         data = self.read(relpath)
         if data is None and (not topic or self.read(INDEX) is None):  # a root mistyped, say
-            raise FileNotFoundError(f"{self.location('')} holds no index: it has no index.json")
+            refused = " (or the server refused it: a 403 reads as missing)" if self.web else ""
+            raise FileNotFoundError(
+                f"{self.location('')} holds no index: it has no index.json{refused}"
+            )
         if data is None:
             raise FileNotFoundError(f"no index.json for topic {topic!r} under {self.location('')}")
         doc = self.parsed(relpath, data)

@@ -249,6 +249,13 @@ def test_a_file_a_server_forbids_where_it_is_missing_reads_as_missing(index_root
         code, out, err = run_cli(["query", url, "--question", QUESTIONS[0], "--json"], capsys)
         assert (code, err) == (0, ""), err
         assert json.loads(out)["matches"][0]["index"] == 1
+        # A private bucket's root reads as missing too: the message says it may be refused.
+        (root / "index.json").unlink()
+        code, _, err = run_cli(["query", url, "--topic", "gone"], capsys)
+        assert code == 1 and err == (
+            f"mdindex query: {url}/ holds no index: it has no index.json (or the server refused it:"
+            " a 403 reads as missing)\n"
+        ), err
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -732,8 +739,8 @@ def test_query_names_what_is_damaged_or_unreachable_in_one_line(
         assert (code, out) == (1, ""), (relpath, how, err)
         assert err.startswith("mdindex query: ") and err.count("\n") == 1, err
         assert expected in err and (relpath.rsplit("/", 1)[-1] in err), (expected, err)
-    code, _, err = run_cli(["query", str(index_root / "index.json"), *show], capsys)
-    assert code == 1 and f"Not a directory: '{index_root}/index.json/" in err
+    code, _, err = run_cli(["query", str(index_root / chunk), *show], capsys)  # a file
+    assert code == 1 and f"Not a directory: '{index_root / chunk}/" in err
     down = f"http://127.0.0.1:{free_port()}"
     code, _, err = run_cli(["query", down, *show], capsys)
     assert code == 1 and err.startswith(f"mdindex query: {down}: ClientConnectorError: ")
