@@ -20,6 +20,7 @@ import sys
 import time
 
 from jobs.config import ConfigError, JobConfig, load_config
+from jobs.known import KnownFailure
 from jobs.signals import (
     callers_handler,
     exit_at_once_on_sigterm,
@@ -41,7 +42,7 @@ class Interrupted(Exception):
     """A build stopped by a signal before it finished (what its failed report names)."""
 
 
-class NodeWithoutCredentials(Exception):
+class NodeWithoutCredentials(KnownFailure):
     """A Ray task found no S3 credentials: the nodes have none of their own (what the failed
     report names, and where)."""
 
@@ -131,7 +132,7 @@ def run_build(args: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001 - e.g. an unreadable output: exit code 1
             from jobs.report import error_text
 
-            log.exception("the dry run failed")
+            log_failure("the dry run", exc)
             # the traceback's last line, as the build's: "NoCredentialsError: Unable to locate
             # credentials" at the end of 60 lines of s3fs frames said no more
             print(f"mdindex build: the dry run failed: {error_text(exc)}", file=sys.stderr)
@@ -184,13 +185,23 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
             raise
         return stopped(config, signum, started), None
     except Exception as exc:  # noqa: BLE001 - any failure of the job itself maps to exit code 1
-        log.exception("the job failed")
         cause = root_cause(exc)
+        log_failure("the job", cause)
         write_failed_report(config, cause, started=started)
         with contextlib.suppress(BrokenPipeError):  # a reader that stopped: exit 1 all the same
             print(f"mdindex build: the job failed: {error_text(cause)}", file=sys.stderr)
         return EXIT_JOB_FAILED, None
     return (EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK), report
+
+
+def log_failure(what: str, error: BaseException) -> None:
+    """Log that `what` failed, in the handler of the exception that failed it: one line for a
+    `KnownFailure` (`error`, or what it stands for), whose message follows alone, the traceback
+    otherwise."""
+    if isinstance(error, KnownFailure):
+        log.error("%s failed", what)
+    else:
+        log.exception("%s failed", what)
 
 
 def on_a_node(task: BaseException, cause: BaseException) -> BaseException:

@@ -17,6 +17,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+from jobs.known import KnownFailure
 from jobs.lock import LOCK_PATH
 from jobs.storage import Storage
 
@@ -31,7 +32,7 @@ class Landmark:
     digest: str = ""
 
 
-class NotTheDriversFolder(RuntimeError):
+class NotTheDriversFolder(KnownFailure, RuntimeError):
     """A worker's machine has another folder, or none, at the path of a local input or output."""
 
 

@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
+from jobs.known import KnownFailure
 from jobs.storage import OutsideRoot, Storage
 
 LOCK_PATH = "_reindex/build.lock"
@@ -75,6 +76,14 @@ class LockLost(OutputBusy):
 class OutputNotFound(FileNotFoundError):
     """The output's or the cache's bucket does not exist, or its root is an object (exit code 2:
     nothing was written)."""
+
+
+class OutputUnwritable(KnownFailure, PermissionError):
+    """This build may not write its output (`unwritable`, `local_unwritable`)."""
+
+
+class StoreRefused(KnownFailure, OSError):
+    """The output's store refused a conditional write that the build lock needs (`refused`)."""
 
 
 def no_bucket(output: Storage, error: FileNotFoundError, role: str = "output") -> OutputNotFound:
@@ -202,7 +211,7 @@ def refused(output: Storage, header: str) -> Iterator[None]:
     except OSError as error:
         if isinstance(error, FileExistsError) or not_ours(error):
             raise
-        raise OSError(
+        raise StoreRefused(
             f"the store of {output.uri()} refused a conditional write ({header}), which the "
             f"build lock needs: {error}"
         ) from error
@@ -214,19 +223,19 @@ def refusal_code(error: PermissionError) -> str:
     return response.get("Error", {}).get("Code", "AccessDenied")
 
 
-def unwritable(output: Storage, error: PermissionError) -> PermissionError:
+def unwritable(output: Storage, error: PermissionError) -> OutputUnwritable:
     """The error of an output this build may not write (HTTP 403: credentials the store refuses,
     or none with the right to write there), named with the store's own code."""
-    return PermissionError(
+    return OutputUnwritable(
         f"the output {output.uri()} cannot be written ({refusal_code(error)}: {error}): check the "
         "credentials and their permission to write and delete under it"
     )
 
 
-def local_unwritable(output: Storage, error: OSError) -> PermissionError:
+def local_unwritable(output: Storage, error: OSError) -> OutputUnwritable:
     """The error of a local output this build may not write (a read-only mount, a folder without
     write permission), named as `unwritable` names an object store's."""
-    return PermissionError(
+    return OutputUnwritable(
         f"the output {output.uri()} cannot be written ({error.strerror}: {error.filename}): "
         "make it writable, or give another output"
     )

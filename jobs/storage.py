@@ -37,6 +37,7 @@ from embedding.files import (
     root_filesystem,
     write_atomically,
 )
+from jobs.known import KnownFailure
 
 # What `embedding.files.write_atomically` names its temporary files on local disk (mkstemp with
 # the prefix ".tmp-": eight characters of [a-z0-9_]); a process killed mid-write leaves one.
@@ -44,7 +45,7 @@ _TEMPORARY = re.compile(r"^\.tmp-[a-z0-9_]{8}$")
 NOT_FOLLOWED = "symbolic link, not followed (sources.follow_symlinks is false)"
 
 
-class OutsideRoot(PermissionError):
+class OutsideRoot(KnownFailure, PermissionError):
     """A write or delete whose folder resolves, through a symbolic link, outside the root."""
 
 

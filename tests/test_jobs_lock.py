@@ -253,10 +253,11 @@ def test_an_output_the_credentials_may_not_write_is_named_so_at_the_lock(behind)
 
 @pytest.mark.parametrize("s3_behind", ["refuses If-Match"], indirect=True)
 def test_a_build_on_a_store_that_refuses_if_match_exits_1_with_a_report_that_says_why(
-    behind, s3_behind, tmp_path, capsys
+    behind, s3_behind, tmp_path, capsys, caplog
 ):
     """The whole build: exit 1 at its lock, before any of the index's writes; the output holds
-    only the failed run's report, naming the store and the header."""
+    only the failed run's report, naming the store and the header. Its log says so in one line:
+    the traceback it logged before added nothing to the message."""
     output = behind[0]
     docs = tmp_path / "docs"
     (docs / "t").mkdir(parents=True)
@@ -267,6 +268,8 @@ def test_a_build_on_a_store_that_refuses_if_match_exits_1_with_a_report_that_say
     assert main(command) == 1
     needs = "refused a conditional write (If-Match), which the build lock needs"
     assert needs in capsys.readouterr().err
+    failed = [r for r in caplog.records if r.getMessage() == "the job failed"]
+    assert len(failed) == 1 and failed[0].exc_info is None
     fs = output.filesystem()
     reports = [output.full_path(f"_reindex/report.{kind}") for kind in ("html", "json")]
     assert sorted(fs.find(output.full_path(""))) == reports

@@ -23,6 +23,7 @@ from chunking import ChunkedDocument, ChunkingError, chunk_source, token_counter
 from indexing import parse_questions
 from indexing.terminal import printable
 from jobs.gc_pause import gc_paused
+from jobs.known import KnownFailure
 from jobs.landmarks import Landmark, check_landmarks
 from jobs.progress import report_stats, rows_key
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, with_columns
@@ -39,7 +40,7 @@ CHUNKER_ERROR = "CHUNKER_ERROR"
 Failure = tuple[str, str]  # a row's error code and message
 
 
-class SourceFailed(RuntimeError):
+class SourceFailed(KnownFailure, RuntimeError):
     """A source failed and the failure policy says to stop the job."""
 
 
