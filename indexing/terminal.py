@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import codecs
+import json
 import sys
 
 
@@ -25,3 +27,24 @@ def write_out(text: str, program: str) -> bool:
         print(f"{program}: cannot write to standard output: {exc.strerror or exc}", file=sys.stderr)
         return False
     return True
+
+
+def escape_what_stdout_cannot_encode() -> None:
+    """Standard output writes each character its encoding cannot hold (`PYTHONIOENCODING=ascii`,
+    a Latin-1 locale: `mdindex chunk` of a Japanese page, `mdindex query` of a topic named `tutorial
+    é`, a build's summary naming `out ü`) as JSON's escape (`\\u00e9`): text stays readable and
+    JSON Lines stay valid JSON of the same strings. It was a UnicodeEncodeError traceback, exit 1
+    (a build's after all its work)."""
+    codecs.register_error(_JSON_ESCAPE, _json_escape)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors=_JSON_ESCAPE)
+
+
+_JSON_ESCAPE = "mdindex.json_escape"
+
+
+def _json_escape(error: UnicodeError) -> tuple[str, int]:
+    """The codec error handler of `escape_what_stdout_cannot_encode`."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    return json.dumps(error.object[error.start : error.end])[1:-1], error.end

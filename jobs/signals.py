@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
+from indexing.terminal import escape_what_stdout_cannot_encode
+
 # The signals that stop a build with a report of it (SIGTERM first: the one Ray also handles).
 STOPPING = (signal.SIGTERM, signal.SIGHUP)
 
@@ -66,8 +68,10 @@ def program_start() -> None:
     does not put this one back. (It used to put back the default action, which left a moment
     between the build's return and `exit_with` where a SIGTERM killed a finished build's program
     without its exit code.) Standard streams closed at the start are opened on os.devnull
-    (`open_closed_streams`)."""
+    (`open_closed_streams`); standard output escapes what its encoding cannot hold
+    (`indexing.terminal.escape_what_stdout_cannot_encode`)."""
     open_closed_streams()
+    escape_what_stdout_cannot_encode()
     _install(_stop_program)
 
 

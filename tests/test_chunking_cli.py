@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,23 @@ def test_a_standard_output_on_a_full_disk_is_one_line_and_exit_1():
     result = mdindex_onto_full_disk("chunk", str(FIXTURES / "guide.md"))
     assert result.returncode == 1
     assert result.stderr == "mdindex chunk: cannot write the chunks: No space left on device\n"
+
+
+def test_an_output_encoding_without_the_texts_characters_escapes_them_as_json(tmp_path):
+    """`PYTHONIOENCODING=ascii` (or a Latin-1 locale) and a page in Japanese, or a file name
+    with an accent: a UnicodeEncodeError traceback, exit 1. Now each character the encoding
+    cannot hold is JSON's escape: the same strings as a UTF-8 run's."""
+    page = tmp_path / "gït ñame.md"
+    page.write_text("# Überblick\n\nFastAPI は高速です 🚀 — déjà vu.\n", encoding="utf-8")
+    utf8 = mdindex(str(page))
+    assert utf8.returncode == 0, utf8.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "chunk", str(page)],
+        capture_output=True, timeout=120, cwd=Path(__file__).parent.parent,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.isascii()
+    rows = [json.loads(line) for line in result.stdout.decode("ascii").splitlines()]
+    assert rows == [json.loads(line) for line in utf8.stdout.splitlines()]
+    assert "FastAPI は高速です 🚀 — déjà vu." in rows[0]["text"]
