@@ -125,7 +125,7 @@ def run_build(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.dry_run:  # writes nothing, not even a failed run's report
         try:
-            plan = describe(dry_run(config))
+            planned = dry_run(config)
         except (InputNotFound, ModelNotFound, OutputNotFound) as exc:
             print(f"mdindex build: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -137,8 +137,11 @@ def run_build(args: argparse.Namespace) -> int:
             # credentials" at the end of 60 lines of s3fs frames said no more
             print(f"mdindex build: the dry run failed: {error_text(exc)}", file=sys.stderr)
             return EXIT_JOB_FAILED
-        # the plan is the dry run's answer: one it cannot write (a full disk) fails it
-        return EXIT_OK if write_out(f"{plan}\n", "mdindex build") else EXIT_JOB_FAILED
+        # the plan is the dry run's answer: one it cannot write (a full disk) fails it; under
+        # another build's lock, the build's own code (its plan shown all the same)
+        if not write_out(f"{describe(planned)}\n", "mdindex build"):
+            return EXIT_JOB_FAILED
+        return EXIT_BUSY if planned.locked else EXIT_OK
     with callers_handler():
         exit_on_sigterm()
         code, report = _build(config)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from indexing.terminal import printable
 from jobs.config import JobConfig
 from jobs.discovery import abort_stops, check_output_roots, discover, list_input
-from jobs.lock import check_bucket, check_writable
+from jobs.lock import check_bucket, check_writable, lock_holder
 from jobs.manifest import REPORT_PATH, Manifest
 from jobs.plan import KEEP, REBUILD, RELINK
 from jobs.records import QUESTIONS, SOURCE, TOPIC
@@ -50,6 +50,7 @@ class DryRun:
     cached: int  # sources to chunk whose vectors the cache holds already
     chunks_to_embed: int  # estimate
     stops: list[str]  # under failure_policy abort, the failures that stop the build at once
+    locked: str | None  # the build that holds the output's lock, in words (`lock_holder`)
 
 
 def dry_run(config: JobConfig) -> DryRun:
@@ -98,6 +99,7 @@ def dry_run(config: JobConfig) -> DryRun:
         cached=len(cached),
         chunks_to_embed=to_embed,
         stops=abort_stops(plan) if config.failure_policy == "abort" else [],
+        locked=lock_holder(found.output),
     )
 
 
@@ -170,6 +172,8 @@ def describe(plan: DryRun) -> str:
     ]
     if plan.stops:  # the build exits 1 at once, naming the first, and does none of the above
         lines.append(f"build stops at once (failure_policy abort): {plan.stops[0]}")
+    if plan.locked:  # a build exits 75 at once, and does none of the above until it is freed
+        lines.append(f"output locked (a build now exits 75): {plan.locked}")
     for action in (REBUILD, RELINK, "delete"):
         lines += [f"  {action} topic {topic or '(root)'}" for topic in plan.topics[action]]
     lines += [f"  read {path}" for path in plan.read]

@@ -393,6 +393,29 @@ def describe_holder(record: dict) -> str:
     return f"the build of pid {record.get('pid')} on {record.get('host')}, since {started}"
 
 
+def live_holder(record: dict, where: str) -> str | None:
+    """An S3 lock's record (at `where`) in words while it has not expired; None once it has, or
+    where it is damaged (both taken over by the next build)."""
+    expires = record.get("expires")
+    if not (isinstance(expires, int | float) and expires > time.time()):
+        return None
+    return f"{describe_holder(record)}, holds {where} until {utc(expires)} unless it renews it"
+
+
+def lock_holder(output: Storage) -> str | None:
+    """Who holds the output's S3 build lock, in words (`live_holder`), read without taking or
+    changing it: what a build would find there now (`OutputBusy`, exit 75), for a dry run; None
+    where no build holds it. A local lock (the kernel's, dropped with its build) and other
+    stores are not looked at."""
+    if output.protocol not in ("s3", "s3a"):
+        return None
+    try:
+        body = output.filesystem().cat_file(output.full_path(LOCK_PATH))
+    except FileNotFoundError:
+        return None
+    return live_holder(_json_record(body), output.uri(LOCK_PATH))
+
+
 def utc(seconds: float) -> str:
     """An epoch time as an ISO 8601 UTC time to the second."""
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
@@ -444,15 +467,10 @@ class Lease:
             return self._take()
         if body == mine:  # our own create: its answer was lost on the way (`_landed`)
             return etag
-        record = _json_record(body)  # a damaged record is taken over like an expired one
         where = self.output.uri(LOCK_PATH)
-        expires = record.get("expires")
-        if isinstance(expires, int | float) and expires > time.time():
-            until = utc(expires)
-            raise busy(
-                self.output,
-                f"{describe_holder(record)}, holds {where} until {until} unless it renews it",
-            )
+        holder = live_holder(_json_record(body), where)
+        if holder is not None:
+            raise busy(self.output, holder)
         log.warning("taking over the build lock %s: it expired (its build was stopped)", where)
         try:
             return self.fs.pipe_file(self.path, mine, IfMatch=etag)["ETag"]

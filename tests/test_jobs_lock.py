@@ -483,6 +483,34 @@ def test_a_build_on_an_s3_output_another_build_holds_exits_75_and_writes_nothing
     assert "another build is running on the output s3://" in capsys.readouterr().err
 
 
+def test_a_dry_run_under_a_killed_builds_lock_says_so_and_exits_75(
+    s3_output, s3_server, tmp_path, capsys
+):
+    """After a `kill -9`'d build the dry run said 0 and planned the work, while the build exited
+    75 for up to 5 minutes: it says who holds the lock and until when, exits 75 (its plan shown
+    all the same) and leaves the lock as it was; once expired (the next build takes it over),
+    0 without the line."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# a\n\nHow a lock outlives its build.\n")
+    fs = s3_output.filesystem()
+    path = s3_output.full_path(LOCK_PATH)
+    command = ["--config", "configs/local.yaml", "--input", str(docs), "--dry-run"]
+    command += ["--output", s3_output.uri(), "--cache", str(tmp_path / "cache")]
+    command += ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
+    killed = {"host": "elsewhere", "pid": 4242, "started": 1.8e9, "expires": time.time() + 200}
+    fs.pipe_file(path, json.dumps(killed).encode())
+    assert main(command) == 75
+    until = lock.utc(killed["expires"])
+    needs = "output locked (a build now exits 75): the build of pid 4242 on elsewhere, since "
+    needs += f"2027-01-15T08:00:00+00:00, holds {s3_output.uri(LOCK_PATH)} until {until} unless "
+    assert f"\n{needs}it renews it\n" in capsys.readouterr().out
+    assert json.loads(fs.cat_file(path)) == killed
+    fs.pipe_file(path, json.dumps({**killed, "expires": time.time() - 1}).encode())
+    assert main(command) == 0
+    assert "output locked" not in capsys.readouterr().out
+
+
 def test_an_output_in_a_bucket_that_does_not_exist_is_a_usage_error_named_so(
     s3_server, tmp_path, capsys
 ):
