@@ -23,7 +23,10 @@ What Ray prints on a healthy run that we cannot avoid is filtered here, and only
 
 Outside a terminal (a log file, `ray job submit`'s job log) the prefix Ray gives a worker's
 forwarded lines ("(_reduce_topic pid=…)") comes without colour codes, unless `RAY_COLOR_PREFIX`
-is set: escape codes made a log read days later hard to read and to grep.
+is set: escape codes made a log read days later hard to read and to grep. The setting stays for
+the rest of the process: a local Ray's shutdown at the program's end, after the build, prints
+lines of its own ("(pid=gcs_server) … Failed to kill actor" after `failure_policy: abort`), which
+came in colour once the build had put it back.
 """
 
 from __future__ import annotations
@@ -65,16 +68,16 @@ class RayDataConsoleFilter(logging.Filter):
 
 @contextlib.contextmanager
 def clean_logs() -> Iterator[None]:
-    """While a build runs in this process: the filters above, undone on exit."""
+    """While a build runs in this process: the filters above, undone on exit (outside a
+    terminal, RAY_COLOR_PREFIX=0 stays: module docstring)."""
     from ray.util.annotations import RayDeprecationWarning
 
     consoles = _ray_data_consoles()
     console_filter = RayDataConsoleFilter()
     for handler in consoles:
         handler.addFilter(console_filter)
-    plain = "RAY_COLOR_PREFIX" not in os.environ and not interactive()
-    if plain:
-        os.environ["RAY_COLOR_PREFIX"] = "0"  # read by the driver as it prints each line
+    if not interactive():  # read by the driver as it prints each line
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     try:
         with warnings.catch_warnings(), StderrFilter(HARMLESS_STDERR):
             warnings.filterwarnings(
@@ -90,8 +93,6 @@ def clean_logs() -> Iterator[None]:
     finally:
         for handler in consoles:
             handler.removeFilter(console_filter)
-        if plain:
-            del os.environ["RAY_COLOR_PREFIX"]
 
 
 def _ray_data_consoles() -> list[logging.Handler]:

@@ -98,7 +98,9 @@ def test_stderr_filter_ends_at_once_after_a_line_without_its_newline(capfd):
 def test_worker_lines_come_without_colour_codes_outside_a_terminal(monkeypatch, capsys):
     """A worker's line forwarded by Ray (printed by Ray's own `print_worker_logs`) had its
     "(pid=…)" prefix in colour escape codes in a log file; during a build outside a terminal it
-    comes plain, and a person's own RAY_COLOR_PREFIX is left as it is."""
+    comes plain, and a person's own RAY_COLOR_PREFIX is left as it is. So do the lines of a local
+    Ray's shutdown at the program's end, after the build ("(pid=gcs_server) … Failed to kill
+    actor" after `failure_policy: abort` came in cyan)."""
     from ray._private.worker import print_worker_logs
 
     line = {"pid": 4242, "ip": "10.0.0.1", "localhost": "10.0.0.1", "lines": ["a worker line"]}
@@ -106,7 +108,9 @@ def test_worker_lines_come_without_colour_codes_outside_a_terminal(monkeypatch, 
     with clean_logs():  # pytest's stderr is no terminal
         print_worker_logs(line, sys.stderr)
     assert capsys.readouterr().err == "(pid=4242) a worker line\n"
-    assert "RAY_COLOR_PREFIX" not in os.environ  # as it was
+    shutdown = {"pid": "gcs_server", "lines": ["Failed to kill actor 0a, status: RpcError"]}
+    print_worker_logs(shutdown, sys.stderr)
+    assert capsys.readouterr().err == "(pid=gcs_server) Failed to kill actor 0a, status: RpcError\n"
     monkeypatch.setenv("RAY_COLOR_PREFIX", "1")
     with clean_logs():
         print_worker_logs(line, sys.stderr)
