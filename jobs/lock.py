@@ -41,6 +41,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import socket
 import stat
 import threading
@@ -403,10 +404,12 @@ def live_holder(record: dict, where: str) -> str | None:
 
 
 def lock_holder(output: Storage) -> str | None:
-    """Who holds the output's S3 build lock, in words (`live_holder`), read without taking or
-    changing it: what a build would find there now (`OutputBusy`, exit 75), for a dry run; None
-    where no build holds it. A local lock (the kernel's, dropped with its build) and other
-    stores are not looked at."""
+    """Who holds the output's build lock, in words, read without taking or changing it: what a
+    build would find there now (`OutputBusy`, exit 75), for a dry run; None where no build holds
+    it, and for stores without a lock. An S3 lock holds until it expires (`live_holder`: a killed
+    build's for up to `LEASE_S`), a local one while its process lives (`file_holder`)."""
+    if output.is_local:
+        return file_holder(output)
     if output.protocol not in ("s3", "s3a"):
         return None
     try:
@@ -414,6 +417,29 @@ def lock_holder(output: Storage) -> str | None:
     except FileNotFoundError:
         return None
     return live_holder(_json_record(body), output.uri(LOCK_PATH))
+
+
+def file_holder(output: Storage) -> str | None:
+    """A local output's lock file in words while a process holds its `flock`, as the kernel's
+    table of locks (/proc/locks) tells without a lock taken; None otherwise, and where the system
+    has no such table (or a network filesystem's other machines hold it: they are not in it)."""
+    path = output.confined(LOCK_PATH, "lock")
+    try:
+        there = os.stat(path, follow_symlinks=False)
+        with open("/proc/locks") as table:
+            locks = table.read()
+    except OSError:
+        return None
+    key = f"{os.major(there.st_dev):02x}:{os.minor(there.st_dev):02x}:{there.st_ino}"
+    # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2550358 0 EOF" (a process waiting for it: "1: -> …")
+    if not re.search(rf"^\d+: FLOCK +\S+ +\S+ +\S+ +{key} ", locks, re.MULTILINE):
+        return None
+    try:
+        with open(path, "rb") as held:
+            record = _json_record(held.read(4096))
+    except OSError:
+        record = {}
+    return f"{describe_holder(record)}, holds {path}"
 
 
 def utc(seconds: float) -> str:

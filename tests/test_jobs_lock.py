@@ -511,6 +511,25 @@ def test_a_dry_run_under_a_killed_builds_lock_says_so_and_exits_75(
     assert "output locked" not in capsys.readouterr().out
 
 
+def test_a_dry_run_beside_a_running_local_build_says_so_and_exits_75(tmp_path, capsys):
+    """The dry run said 0 beside a build holding a local output's lock (a build exits 75): it
+    names the holder from the kernel's table of locks, taking none, and says 0 once it is gone."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# a\n\nHow a lock is held.\n")
+    output = Storage(str(tmp_path / "out"))
+    command = ["--config", "configs/local.yaml", "--input", str(docs), "--dry-run"]
+    command += ["--output", output.uri(), "--cache", str(tmp_path / "cache")]
+    with output_lock(output):
+        assert main(command) == 75
+        record = json.loads((tmp_path / "out" / LOCK_PATH).read_bytes())
+    needs = "output locked (a build now exits 75): "
+    needs += f"{lock.describe_holder(record)}, holds {output.full_path(LOCK_PATH)}\n"
+    assert needs in capsys.readouterr().out
+    assert main(command) == 0
+    assert "output locked" not in capsys.readouterr().out
+
+
 def test_an_output_in_a_bucket_that_does_not_exist_is_a_usage_error_named_so(
     s3_server, tmp_path, capsys
 ):
