@@ -10,11 +10,13 @@ import socket
 from collections.abc import Iterator
 
 import ray
+from ray._common.utils import get_default_ray_temp_dir
 from ray._private import services
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from jobs.config import JobConfig
+from jobs.known import KnownFailure
 from jobs.landmarks import Landmark, NotTheDriversFolder, check_landmarks
 from jobs.resources import describe_resources, infeasible
 from jobs.signals import exit_on_sigterm
@@ -51,6 +53,11 @@ def _import_task_modules() -> None:
 def _check_landmarks(marks: tuple[Landmark, ...]) -> None:
     """`jobs.landmarks.check_landmarks` on the node the task is pinned to."""
     check_landmarks(marks)
+
+
+class RayFolderUnusable(KnownFailure, OSError):
+    """The folder a local Ray instance keeps its session in (`{TMPDIR}/ray`) cannot be made or
+    written: the build stops before Ray starts, naming it and the variables that move it."""
 
 
 class InfeasibleResources(ValueError):
@@ -147,6 +154,7 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
             )
         check_nodes(landmarks, [node["NodeID"] for node in nodes])
         return True
+    check_ray_folder(get_default_ray_temp_dir())
     # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
     # runtime_env to forward it would cost every new worker process about a second.
     with process_groups_of_their_own():
@@ -182,6 +190,24 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
     for _ in range(min(int(ray.cluster_resources().get("CPU", 0)), READY_WORKERS)):
         _import_task_modules.remote()
     return False
+
+
+def check_ray_folder(folder: str) -> None:
+    """Make `folder`, where a local Ray instance keeps its sessions, or raise `RayFolderUnusable`
+    naming it: a TMPDIR that is missing and cannot be made, a file, or a /tmp/ray another user
+    made was Ray's NotADirectoryError or PermissionError traceback from inside `ray.init`."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    else:
+        if os.access(folder, os.W_OK | os.X_OK):
+            return
+        reason = "Permission denied"
+    raise RayFolderUnusable(
+        f"Ray's folder {folder} cannot be used ({reason}): set TMPDIR (or RAY_TMPDIR, which Ray "
+        "reads first) to a folder this user can write"
+    )
 
 
 def node_gpu_counts() -> tuple[float, ...]:

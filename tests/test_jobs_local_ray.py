@@ -230,3 +230,32 @@ def test_a_ray_address_no_cluster_answers_at_is_a_usage_error_at_once(tmp_path):
     assert done.returncode == 2, done.stderr[-3000:]
     assert f"RAY_ADDRESS={address}: no Ray cluster answers there" in done.stderr
     assert time.monotonic() - started < 60
+
+
+def test_a_tmpdir_ray_cannot_use_stops_the_build_in_one_line_naming_it(tmp_path):
+    """TMPDIR naming a folder under a file (or a /tmp/ray another user made): Ray's
+    NotADirectoryError traceback from inside `ray.init`, naming neither Ray nor TMPDIR. Now one
+    line naming the folder and what to set, exit 1, before Ray starts."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# A\n\nText.\n")
+    (tmp_path / "a-file").write_text("")
+    env = {**own_ray_environment(), "TMPDIR": str(tmp_path / "a-file" / "tmp")}
+    env.pop("RAY_TMPDIR", None)
+    command = [
+        sys.executable,
+        "-m",
+        "jobs.reindex",
+        "--config",
+        str(REPO / "configs" / "local.yaml"),
+    ]
+    command += ["--input", str(docs), "--output", str(tmp_path / "out")]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr
+    folder = tmp_path / "a-file" / "tmp" / "ray"
+    assert done.stderr.splitlines()[-1] == (
+        f"mdindex build: the job failed: RayFolderUnusable: Ray's folder {folder} cannot be used "
+        "(Not a directory): "
+        "set TMPDIR (or RAY_TMPDIR, which Ray reads first) to a folder this user can write"
+    )
