@@ -12,11 +12,9 @@ embedded, and nothing is shuffled.
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,9 +42,6 @@ def _reduce_topic(
 
 
 Piece = tuple[Any, Span]  # a block's object reference and the span of it that holds the rows
-POLL_S = 0.5  # how often the running reduces are looked at while the next block is awaited
-T = TypeVar("T")
-_END = object()  # what the thread of `ticking` puts after the last item
 
 
 def reduce_topics(
@@ -72,14 +67,8 @@ def reduce_topics(
     # a topic's pieces until it has them all
     pending: dict[str, list[Piece]] = {topic: list(pieces) for topic, pieces in kept.items()}
     running: dict[Any, list[Piece]] = {}  # each running reduce's pieces
-    # what `iter_internal_ref_bundles` runs, with its executor: the loop below takes the blocks
-    # in a thread of its own (`ticking`), which cannot be stopped mid-wait as the loop could
-    bundles, _, executor = dataset._execute_to_iterator(capture_executor=False)
     try:
-        for bundle in ticking(bundles, POLL_S):
-            if bundle is None:  # no block yet: a reduce finished meanwhile is said at once
-                yield from _finished(_done(running), running)
-                continue
+        for bundle in dataset.iter_internal_ref_bundles():
             pieces = [
                 (entry.ref, (part.start_offset, part.end_offset) if part else (0, None))
                 for entry, part in zip(bundle.blocks, bundle.slices, strict=True)
@@ -94,62 +83,18 @@ def reduce_topics(
                         refs, spans = zip(*ready, strict=True)
                         check()
                         running[reduce.remote(topic, list(spans), *refs, context=shared)] = ready
-            yield from _finished(_done(running), running)
+            if running:
+                done, _ = ray.wait(list(running), num_returns=len(running), timeout=0)
+                yield from _finished(done, running)
         if pending:
             raise RuntimeError(f"rows missing for topics {sorted(pending)}: {dict(remaining)}")
         while running:
             done, _ = ray.wait(list(running), num_returns=1)
             yield from _finished(done, running)
     except BaseException:
-        if executor is not None:  # as the iterator's end did, without waiting for its tasks
-            executor.shutdown(force=False)
         if running:  # a failed job returns only once none of its topics is still being written
             ray.wait(list(running), num_returns=len(running))
         raise
-
-
-def ticking(items: Iterator[T], every: float) -> Iterator[T | None]:
-    """The items of `items`, which a thread takes as they come, with a None after each `every`
-    seconds without one, so that a loop over them can look at other work meanwhile: the reduces
-    that finished while the next block was awaited were collected only once it came (their
-    "topic written" lines up to 11 s late). An error that ends `items` is raised here; once the
-    loop stops early, the thread stops at the next item."""
-    taken: queue.Queue = queue.Queue()
-    stop = threading.Event()
-
-    def take() -> None:
-        try:
-            for item in items:
-                if stop.is_set():
-                    return
-                taken.put(item)
-        except BaseException as error:  # noqa: BLE001 - raised in the loop's thread
-            taken.put(error)
-            return
-        taken.put(_END)
-
-    threading.Thread(target=take, name="mdindex-blocks", daemon=True).start()
-    try:
-        while True:
-            try:
-                item = taken.get(timeout=every)
-            except queue.Empty:
-                yield None
-                continue
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-
-
-def _done(running: dict[Any, list[Piece]]) -> list:
-    """The references of the reduces in `running` that have finished."""
-    if not running:
-        return []
-    return ray.wait(list(running), num_returns=len(running), timeout=0)[0]
 
 
 def _finished(

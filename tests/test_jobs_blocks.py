@@ -3,13 +3,9 @@ when a topic is complete."""
 
 from __future__ import annotations
 
-import time
-
 import pyarrow as pa
-import pytest
 
 from jobs.blocks import rows_in, topic_counts
-from jobs.reduce import ticking
 
 BLOCK = pa.table({"topic": ["a", "a", "b", "c", "b"], "path": ["1", "2", "3", "4", "5"]})
 
@@ -25,22 +21,3 @@ def test_topic_counts_cover_the_span_only():
     assert topic_counts(BLOCK, (0, None)) == {"a": 2, "b": 2, "c": 1}
     assert topic_counts(BLOCK, (1, 4)) == {"a": 1, "b": 1, "c": 1}
     assert topic_counts(BLOCK, (4, 4)) == {}
-
-
-def test_the_reduce_loop_wakes_while_the_next_block_is_awaited():
-    """The loop over the blocks looked at the running reduces only when the next block came: a
-    topic written was logged so up to 11 s late. `ticking` wakes it (None) every `every` seconds
-    meanwhile, keeps the blocks' order, and raises the error that ends them."""
-
-    def blocks():
-        yield "first"
-        time.sleep(0.6)
-        yield "second"
-        raise OSError("the stage failed")
-
-    seen = []
-    with pytest.raises(OSError, match="^the stage failed$"):
-        for item in ticking(blocks(), 0.1):
-            seen.append(item)
-    assert seen[0] == "first" and seen[-1] == "second"
-    assert set(seen[1:-1]) == {None} and len(seen) >= 5
