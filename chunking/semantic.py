@@ -10,6 +10,8 @@ Seed 003 rules, applied line by line over the document (headings come from the b
   heading instead, so that no chunk ends with a heading whose content is in the next one (the
   seed's "lookahead optimization", one line ahead; where the heading and that line would not fit
   in a chunk of their own either, the line is cut and its first piece fills the heading's chunk);
+  likewise before a fence's opening line whose next line would not fit, so that no chunk ends
+  with an empty code block (`opener_ends_chunk`);
 - a sealed chunk gets its parent headings prepended (BuildChunkWithHierarchy);
 - the final chunk is kept only with min_tokens or when it is the only chunk; we apply this rule
   only where it was meant, to a final section under its own heading: the remainder of a section
@@ -338,6 +340,9 @@ class _Window:
         row_closer = self.context_units(row.group()) if row else 0
         closer = max(self.closer_units(number), row_closer)
         self.leave_container(number)
+        if self.chunk.has_content and self.fits(units + closer) and self.opener_ends_chunk(number):
+            self.seal()
+            self.chunk = self.continuation(number)
         if self.chunk.has_content and not self.fits(units + closer):
             alone = self.continuation(number).overhead + units + closer <= self.limit
             if alone or not self.below_heading(number) or not self.fits(self.limit // 2):
@@ -374,6 +379,23 @@ class _Window:
             last = index == len(pieces) - 1
             units = self.counter.units(piece) + (tail if last else 0)
             self.append(number, number, piece, units, bool(piece.strip()), last)
+
+    def opener_ends_chunk(self, number: int) -> bool:
+        """Whether line `number` opens a fence whose next line would not fit after it, so the
+        max-token seal would leave the opener last in the chunk: an empty code block, its
+        content reopened in the next chunk. Not where the two would not fit in a chunk of their
+        own either (no seal helps), nor right below a heading the chunk took, which would be
+        left alone."""
+        index = bisect_right(self.fence_starts, number) - 1
+        if index < 0 or self.fence_starts[index] != number or number >= self.fence_ends[index]:
+            return False
+        fence = self.doc.fences[index]
+        following = number + 1
+        closed = fence.closed and following == self.fence_ends[index]  # its own closing line
+        units = self.lines_units(number, following) + (0 if closed else self.closer_units_of(fence))
+        if self.fits(units) or self.below_heading(number):
+            return False
+        return self.continuation(number).overhead + units <= self.limit
 
     def fits(self, units: int) -> bool:
         """Whether `units` more fit in the chunk."""
