@@ -250,14 +250,20 @@ class _Window:
     def ends_chunk(self, block: Block, content: int | None) -> bool:
         """Whether the heading would be the chunk's last content: its first line of content
         (`content`, after any headings right below it) would not fit after it, so the max-token
-        seal would come between them. Where the two would not fit in a chunk of their own either,
-        and the line would not fit below the heading prepended to a chunk (it is cut), its first
-        piece stays with the heading (`add_line`, where the heading and the lines before its
-        content take at most half the chunk): the seal comes before the heading then too, unless
-        it is right below another heading, which the piece follows as well."""
+        seal would come between them (a fence's opening line is measured with its next line, so
+        that the chunk does not end with the heading and an empty code block either). Where the
+        two would not fit in a chunk of their own either, and the line would not fit below the
+        heading prepended to a chunk (it is cut), its first piece stays with the heading
+        (`add_line`, where the heading and the lines before its content take at most half the
+        chunk): the seal comes before the heading then too, unless it is right below another
+        heading, which the piece follows as well."""
         if content is None:
             return False
-        units = self.lines_units(block.start_line, content) + self.closer_units(content)
+        opener = self.opener_units(content)
+        if opener is None:
+            units = self.lines_units(block.start_line, content) + self.closer_units(content)
+        else:
+            units = self.lines_units(block.start_line, content - 1) + opener
         chunk = self.chunk
         if chunk.overhead + chunk.units + units <= self.limit:
             return False
@@ -384,18 +390,23 @@ class _Window:
         """Whether line `number` opens a fence whose next line would not fit after it, so the
         max-token seal would leave the opener last in the chunk: an empty code block, its
         content reopened in the next chunk. Not where the two would not fit in a chunk of their
-        own either (no seal helps), nor right below a heading the chunk took, which would be
-        left alone."""
-        index = bisect_right(self.fence_starts, number) - 1
-        if index < 0 or self.fence_starts[index] != number or number >= self.fence_ends[index]:
-            return False
-        fence = self.doc.fences[index]
-        following = number + 1
-        closed = fence.closed and following == self.fence_ends[index]  # its own closing line
-        units = self.lines_units(number, following) + (0 if closed else self.closer_units_of(fence))
-        if self.fits(units) or self.below_heading(number):
+        own either (no seal helps), nor right below a heading the chunk took (`ends_chunk` moved
+        the seal before the heading where that helps)."""
+        units = self.opener_units(number)
+        if units is None or self.fits(units) or self.below_heading(number):
             return False
         return self.continuation(number).overhead + units <= self.limit
+
+    def opener_units(self, number: int) -> int | None:
+        """Units of fence opening line `number`, the line after it and the closing line needed
+        after that (none where that is the fence's own closing line); None where line `number`
+        opens no fence with a line after it."""
+        index = bisect_right(self.fence_starts, number) - 1
+        if index < 0 or self.fence_starts[index] != number or number >= self.fence_ends[index]:
+            return None
+        fence = self.doc.fences[index]
+        closed = fence.closed and number + 1 == self.fence_ends[index]
+        return self.lines_units(number, number + 1) + (0 if closed else self.closer_units_of(fence))
 
     def fits(self, units: int) -> bool:
         """Whether `units` more fit in the chunk."""

@@ -173,13 +173,18 @@ def test_a_fence_whose_first_line_would_not_fit_starts_the_next_chunk():
     """The max seal came before the fence's first line, after its opening line: the chunk ended
     with an empty code block (its opener and the closing line added), and the next reopened it
     (317 of FastAPI's 29,044 chunks with configs/local.yaml). The seal now comes before the
-    opener, which starts the next chunk."""
+    opener, which starts the next chunk, or before the heading right above it."""
     text = f"# Doc\n{words(100)}\n\nRun it:\n\n```console\n{words(120, 'ipsum')}\n```\n"
     document = chunk_source(text, min_tokens=150, max_tokens=200)
     first, second = document.chunks
     assert first.text == f"# Doc\n{words(100)}\n\nRun it:"  # was "...Run it:\n\n```console\n```"
     assert second.text == f"# Doc\n```console\n{words(120, 'ipsum')}\n```"
     assert spans(document) == [(1, 4), (6, 8)]
+    # Right below a heading the seal comes before the heading (it ended "## Run ```console ```").
+    text = f"# Doc\n{words(100)}\n\n## Run\n\n```console\n{words(120, 'ipsum')}\n```\n"
+    first, second = chunk_source(text, min_tokens=150, max_tokens=200).chunks
+    assert first.text == f"# Doc\n{words(100)}"
+    assert second.text == f"# Doc\n## Run\n\n```console\n{words(120, 'ipsum')}\n```"
 
 
 def test_no_seal_before_a_heading_whose_line_fits_below_it_as_a_prepended_parent():
