@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import socket
 from collections.abc import Iterator
 
@@ -38,6 +39,9 @@ READY_WORKERS = 4
 # How long a joined cluster's nodes have to check the driver's local folders before the build
 # goes on without their answer (each chunk task and reduce checks them all the same).
 LANDMARKS_TIMEOUT_S = 120.0
+# The room a local instance's session folder needs: its logs and sockets took 0.4-3.1 MB for
+# laptop builds (56 and 5,000 sources); Ray's start timed out with 24 KB free.
+RAY_FOLDER_MIN_FREE = 16_000_000
 
 
 @ray.remote(num_cpus=1)
@@ -192,21 +196,27 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
     return False
 
 
-def check_ray_folder(folder: str) -> None:
+def check_ray_folder(folder: str, min_free: int = RAY_FOLDER_MIN_FREE) -> None:
     """Make `folder`, where a local Ray instance keeps its sessions, or raise `RayFolderUnusable`
     naming it: a TMPDIR that is missing and cannot be made, a file, or a /tmp/ray another user
-    made was Ray's NotADirectoryError or PermissionError traceback from inside `ray.init`."""
+    made was Ray's NotADirectoryError or PermissionError traceback from inside `ray.init`, and
+    one with less than `min_free` bytes free a 30 s wait for "The current node timed out during
+    startup ... the GCS has become overloaded"."""
     try:
         os.makedirs(folder, exist_ok=True)
+        free = shutil.disk_usage(folder).free
     except OSError as exc:
         reason = exc.strerror or str(exc)
     else:
-        if os.access(folder, os.W_OK | os.X_OK):
+        if not os.access(folder, os.W_OK | os.X_OK):
+            reason = "Permission denied"
+        elif free < min_free:
+            reason = f"{free / 1e6:.1f} MB free, under the {min_free / 1e6:.0f} MB a session needs"
+        else:
             return
-        reason = "Permission denied"
     raise RayFolderUnusable(
         f"Ray's folder {folder} cannot be used ({reason}): set TMPDIR (or RAY_TMPDIR, which Ray "
-        "reads first) to a folder this user can write"
+        "reads first) to a folder this user can write, with room"
     )
 
 

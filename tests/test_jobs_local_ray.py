@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -257,5 +258,17 @@ def test_a_tmpdir_ray_cannot_use_stops_the_build_in_one_line_naming_it(tmp_path)
     assert done.stderr.splitlines()[-1] == (
         f"mdindex build: the job failed: RayFolderUnusable: Ray's folder {folder} cannot be used "
         "(Not a directory): "
-        "set TMPDIR (or RAY_TMPDIR, which Ray reads first) to a folder this user can write"
+        "set TMPDIR (or RAY_TMPDIR, which Ray reads first) to a folder this user can write, "
+        "with room"
     )
+
+
+def test_a_ray_folder_without_room_is_refused_naming_its_free_space(tmp_path):
+    """A full TMPDIR: `ray.init` waited 30 s, then "The current node timed out during startup
+    ... the GCS has become overloaded", naming neither the folder nor the disk."""
+    from jobs.local_ray import RayFolderUnusable, check_ray_folder
+
+    check_ray_folder(str(tmp_path / "ray"), min_free=1)
+    free = shutil.disk_usage(tmp_path).free
+    with pytest.raises(RayFolderUnusable, match=r"ray cannot be used \(\d+\.\d MB free, under the"):
+        check_ray_folder(str(tmp_path / "ray"), min_free=free + 10**9)
