@@ -70,7 +70,8 @@ def _sections(doc: ParsedDocument) -> list[tuple[Block, ...]]:
 
 def _pieces(blocks: tuple[Block, ...], max_lines: int) -> list[tuple[Block, ...]]:
     """`blocks` cut between blocks into runs of at most `max_lines` lines; a bigger block stands
-    alone, and headings stay with the block after them."""
+    alone, and headings stay with the block after them (those at the end of a run start the
+    next; those ending the section stay in the last run)."""
     if blocks[-1].end_line - blocks[0].start_line + 1 <= max_lines:
         return [blocks]
     pieces: list[list[Block]] = [[]]
@@ -78,8 +79,14 @@ def _pieces(blocks: tuple[Block, ...], max_lines: int) -> list[tuple[Block, ...]
         run = pieces[-1]
         headings_only = all(b.kind == "heading" for b in run)
         if run and not headings_only and block.end_line - run[0].start_line + 1 > max_lines:
-            pieces.append([])
+            cut = len(run)
+            while run[cut - 1].kind == "heading":
+                cut -= 1
+            pieces.append(run[cut:])
+            del run[cut:]
         pieces[-1].append(block)
+    if len(pieces) > 1 and all(b.kind == "heading" for b in pieces[-1]):
+        pieces[-2].extend(pieces.pop())
     return [tuple(piece) for piece in pieces]
 
 

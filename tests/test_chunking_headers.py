@@ -99,3 +99,24 @@ def test_a_chunk_ends_at_its_last_non_blank_line():
     assert (fenced.start_line, fenced.end_line) == (508, 511)
     short = chunk_source("# T\n\n- a\n- b\n\n\n", strategy="headers").chunks[0]
     assert (short.text, short.end_line) == ("# T\n\n- a\n- b", 4)
+
+
+def test_a_heading_where_a_long_section_is_cut_goes_with_its_content():
+    """A long section cut between blocks left a heading that fitted last in its piece, its
+    content starting the next (a chunk ending with "#### Sub"), and a heading ending the section
+    that did not fit was a chunk of its own, with nothing under it."""
+    text = "## A\n\npara one\nline\n\n#### Sub\n\npara two\nline\nline\n\n## B\n\nb\n"
+    document = chunk_source(text, strategy="headers", max_document_lines=1, max_section_lines=6)
+    first, second, _ = document.chunks
+    assert first.text == "## A\n\npara one\nline"  # was "...line\n\n#### Sub"
+    assert (second.text, second.header_path) == (
+        "#### Sub\n\npara two\nline\nline",
+        "## A > #### Sub",
+    )
+    text = "## A\n\npara one\nline\nline\n\npara two\nline\nline\n\n#### Tail\n\n## B\n\nb\n"
+    document = chunk_source(text, strategy="headers", max_document_lines=1, max_section_lines=4)
+    assert [c.text for c in document.chunks] == [
+        "## A\n\npara one\nline\nline",
+        "para two\nline\nline\n\n#### Tail",  # was two chunks, the second "#### Tail" alone
+        "## B\n\nb",
+    ]
