@@ -662,14 +662,15 @@ class _Window:
             start_line=numbers[0],
             end_line=numbers[-1],
             headings=_heading_stack(chunk),
-            title=self.target_heading(numbers[0], numbers[-1], chunk.prefix),
+            title=self.target_heading(numbers[0], numbers[-1], chunk.parents),
             line_kinds=bytes(line_kinds),
             token_count=self.counter.tokens(units) if exact else None,
         )
 
-    def target_heading(self, first: int, last: int, prefix: tuple[Heading, ...]) -> str:
+    def target_heading(self, first: int, last: int, parents: tuple[Heading, ...]) -> str:
         """Seed 003's target heading: the first heading among the chunk's own lines with content
-        under it; else its last heading; else the innermost prepended parent; else ""."""
+        under it; else its last heading; else the innermost of its `parents` (prepended unless
+        they take over half the chunk); else ""."""
         starts = self.block_starts
         inside = self.doc.blocks[bisect_left(starts, first) : bisect_right(starts, last)]
         headings = [(i, b.heading) for i, b in enumerate(inside) if b.kind == "heading"]
@@ -678,7 +679,7 @@ class _Window:
                 return heading.title
         if headings:
             return headings[-1][1].title
-        return prefix[-1].title if prefix else ""
+        return parents[-1].title if parents else ""
 
 
 def _sections(doc: ParsedDocument) -> list[tuple[Block | None, list[tuple[int, int]]]]:

@@ -388,3 +388,13 @@ def test_a_fence_in_a_list_item_right_after_a_quote_marker_is_closed_inside_the_
     (chunk,) = chunk_source(">1. ```\n>   code\n").chunks
     assert chunk.text == ">1. ```\n>    ```\n>   code"
     assert unclosed_fences(chunk.text) == []
+
+
+def test_a_chunk_under_a_heading_too_long_to_prepend_is_titled_by_it():
+    """A heading over half the maximum is not prepended to the chunks that continue its
+    section; their title was "" although their heading path named it."""
+    text = f"## {words(120, 'head')}\n\n" + "\n".join(words(60) for _ in range(6)) + "\n"
+    document = chunk_source(text, min_tokens=150, max_tokens=200)
+    assert len(document.chunks) > 1
+    for chunk in document.chunks:
+        assert chunk.title == words(120, "head") == chunk.headings_path[-1]
