@@ -9,9 +9,9 @@ import os
 import shutil
 import socket
 from collections.abc import Iterator
+from importlib import import_module
 
 import ray
-from ray._common.utils import get_default_ray_temp_dir
 from ray._private import services
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -158,7 +158,8 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
             )
         check_nodes(landmarks, [node["NodeID"] for node in nodes])
         return True
-    check_ray_folder(get_default_ray_temp_dir())
+    if folder := ray_folder():
+        check_ray_folder(folder)
     # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
     # runtime_env to forward it would cost every new worker process about a second.
     with process_groups_of_their_own():
@@ -194,6 +195,16 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
     for _ in range(min(int(ray.cluster_resources().get("CPU", 0)), READY_WORKERS)):
         _import_task_modules.remote()
     return False
+
+
+def ray_folder() -> str | None:
+    """The folder a local Ray instance keeps its sessions in (`{RAY_TMPDIR or TMPDIR}/ray`), as
+    this Ray says: a private function, in `ray._common.utils` in recent versions and in
+    `ray._private.utils` before; None where neither has it (the check is then left to Ray)."""
+    for module in ("ray._common.utils", "ray._private.utils"):
+        with contextlib.suppress(ImportError, AttributeError):
+            return import_module(module).get_default_ray_temp_dir()
+    return None
 
 
 def check_ray_folder(folder: str, min_free: int = RAY_FOLDER_MIN_FREE) -> None:

@@ -194,7 +194,9 @@ def test_a_read_only_output_fails_the_build_and_is_left_as_it_was(versions, prev
 
     code, stderr = faulty_build(v2, output, "read-only")
     assert code == 1, stderr[-3000:]
-    assert "mdindex build: the job failed: OSError: [Errno 30] Read-only file system" in stderr
+    refused = f"mdindex build: the job failed: OutputUnwritable: the output {output} cannot be "
+    assert refused in stderr
+    assert "(Read-only file system: " in stderr
     assert {path: LOCAL.cat_file(path) for path in LOCAL.find(str(output))} == everything
 
 
