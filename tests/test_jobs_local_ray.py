@@ -210,14 +210,11 @@ def _end_the_wait(fifo: Path) -> None:
             time.sleep(0.1)
 
 
-def test_a_ray_address_no_cluster_answers_at_is_a_usage_error_at_once(tmp_path):
-    """`ray.init` tried a GCS address that takes no connection for about 14 minutes, the output
-    locked all along, then exit 1: exit 2 now, in seconds, naming RAY_ADDRESS."""
+def one_page_build(tmp_path: Path) -> list[str]:
+    """The command of a build of a one-page corpus made under `tmp_path`, into `tmp_path/out`."""
     docs = tmp_path / "docs"
     (docs / "t").mkdir(parents=True)
     (docs / "t" / "a.md").write_text("# A\n\nText.\n")
-    address = gone_endpoint().removeprefix("http://")
-    env = {**own_ray_environment(), "RAY_ADDRESS": address}
     command = [
         sys.executable,
         "-m",
@@ -225,7 +222,15 @@ def test_a_ray_address_no_cluster_answers_at_is_a_usage_error_at_once(tmp_path):
         "--config",
         str(REPO / "configs" / "local.yaml"),
     ]
-    command += ["--input", str(docs), "--output", str(tmp_path / "out")]
+    return [*command, "--input", str(docs), "--output", str(tmp_path / "out")]
+
+
+def test_a_ray_address_no_cluster_answers_at_is_a_usage_error_at_once(tmp_path):
+    """`ray.init` tried a GCS address that takes no connection for about 14 minutes, the output
+    locked all along, then exit 1: exit 2 now, in seconds, naming RAY_ADDRESS."""
+    command = one_page_build(tmp_path)
+    address = gone_endpoint().removeprefix("http://")
+    env = {**own_ray_environment(), "RAY_ADDRESS": address}
     started = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
@@ -237,20 +242,10 @@ def test_a_tmpdir_ray_cannot_use_stops_the_build_in_one_line_naming_it(tmp_path)
     """TMPDIR naming a folder under a file (or a /tmp/ray another user made): Ray's
     NotADirectoryError traceback from inside `ray.init`, naming neither Ray nor TMPDIR. Now one
     line naming the folder and what to set, exit 1, before Ray starts."""
-    docs = tmp_path / "docs"
-    (docs / "t").mkdir(parents=True)
-    (docs / "t" / "a.md").write_text("# A\n\nText.\n")
+    command = one_page_build(tmp_path)
     (tmp_path / "a-file").write_text("")
     env = {**own_ray_environment(), "TMPDIR": str(tmp_path / "a-file" / "tmp")}
     env.pop("RAY_TMPDIR", None)
-    command = [
-        sys.executable,
-        "-m",
-        "jobs.reindex",
-        "--config",
-        str(REPO / "configs" / "local.yaml"),
-    ]
-    command += ["--input", str(docs), "--output", str(tmp_path / "out")]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr
