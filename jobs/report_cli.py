@@ -63,6 +63,7 @@ def run_report(args: argparse.Namespace) -> int:
     from embedding.files import UnknownProtocol, known_protocol
     from indexing.client import UnsuitedOptions
     from indexing.terminal import write_out
+    from jobs.lock import missing_bucket
     from jobs.manifest import REPORT_PATH
     from jobs.report import error_text
     from jobs.storage import Storage
@@ -75,8 +76,9 @@ def run_report(args: argparse.Namespace) -> int:
     output = Storage(args.output, args.storage_options or {})
     try:
         data = read_report(output)
-        if data is None:
-            print(f"mdindex report: no {output.uri(REPORT_PATH)}", file=sys.stderr)
+        if data is None:  # in a bucket that does not exist, as the build names it
+            missing = f"output {output.uri()}: no such bucket" if missing_bucket(output) else ""
+            print(f"mdindex report: {missing or f'no {output.uri(REPORT_PATH)}'}", file=sys.stderr)
             return 2
         report = parse_report(data)
         text, page = show(output, report, args.html)

@@ -281,6 +281,11 @@ def test_report_command_reads_an_s3_output_and_writes_the_page_locally(
     assert "mdindex build: 7 sources in 4 topics" in out and f"report: {page}" in out
     report, _ = report_and_page(built)
     assert page.read_text() == render_html(report)
+    # A bucket that does not exist is named so, as the build names it ("no …/report.json" said
+    # nothing of the bucket), exit 2 as for no report.
+    assert mdindex(["report", "s3://no-such-bucket/out"]) == 2
+    needs = "mdindex report: output s3://no-such-bucket/out: no such bucket\n"
+    assert capsys.readouterr().err == needs
 
 
 DAMAGED = {
