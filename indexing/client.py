@@ -172,6 +172,11 @@ class UnsuitedOptions(ValueError):
     """Storage options that the root's filesystem client does not take (`{"endpoint": …}` for an
     http root): its TypeError, raised at the first request, named as bad usage."""
 
+    @classmethod
+    def at(cls, where: str, error: TypeError) -> UnsuitedOptions:
+        """The error for the options of the root at `where`, which its client refused (`error`)."""
+        return cls(f"--storage-options do not suit {where}: {error}")
+
 
 class NotInIndex(KeyError):
     """What was asked of an index (a source, a chunk) is not in it: a KeyError whose str() is its
@@ -236,8 +241,7 @@ class IndexReader:
                 raise
             return None
         except TypeError as error:  # an option the client refused: aiohttp's, aiobotocore's
-            where = self.location("")
-            raise UnsuitedOptions(f"--storage-options do not suit {where}: {error}") from error
+            raise UnsuitedOptions.at(self.location(""), error) from error
 
     def parsed(self, relpath: str, data: bytes) -> Any:
         """`data`, the bytes of an output-root-relative file, parsed as JSON; ValueError naming

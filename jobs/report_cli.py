@@ -131,7 +131,7 @@ def read_report(output: Storage) -> bytes | None:
     except NotADirectoryError:
         return None
     except TypeError as exc:  # aiobotocore's "unexpected keyword argument", at the first call
-        raise UnsuitedOptions(f"--storage-options do not suit {output.uri()}: {exc}") from exc
+        raise UnsuitedOptions.at(output.uri(), exc) from exc
 
 
 def parse_report(data: bytes) -> dict[str, Any]:
