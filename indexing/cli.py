@@ -25,7 +25,7 @@ from indexing.client import (
 from indexing.paths import INDEX, href_path, in_topic, topic_id
 from indexing.server import checked_port, make_server
 from indexing.simhash import simhash64
-from indexing.terminal import printable, write_out
+from indexing.terminal import names_no_place, printable, write_out
 
 
 def _whole_number(text: str) -> int:
@@ -240,16 +240,9 @@ def _counted(count: int, one: str, many: str | None = None) -> str:
 
 def _message(error: Exception, root: str) -> str:
     """What `mdindex query` prints for an error that ends it: its text, naming the file or URL
-    (an HTTP, S3 or FTP client's error names only the host, or nothing, so the root is put
-    before it; so is a store's refusal, s3fs's "Forbidden"), on one line (a file's name may hold
-    a line break: it is written as `\\n`)."""
-    import aiohttp  # the HTTP client's errors: imported for `query` alone, not every command
-    from botocore.exceptions import BotoCoreError
-    from fsspec.exceptions import FSTimeoutError  # a request that stalled (no text of its own)
-
-    clients = (aiohttp.ClientError, BotoCoreError, FSTimeoutError, ConnectionError)
-    refused = isinstance(error, PermissionError) and error.filename is None  # a local one names it
-    if isinstance(error, clients) or refused:
+    (the root put before an error that names none, `names_no_place`), on one line (a file's name
+    may hold a line break: it is written as `\\n`)."""
+    if names_no_place(error):
         text = f"{root}: {type(error).__name__}" + (f": {error}" if str(error) else "")
     else:
         text = str(error) or type(error).__name__

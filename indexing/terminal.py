@@ -29,6 +29,20 @@ def write_out(text: str, program: str) -> bool:
     return True
 
 
+def names_no_place(error: BaseException) -> bool:
+    """Whether a command's error must have its root put before it: an HTTP, S3 or FTP client's
+    error names only the host, or nothing; a request that stalled and a lost connection name
+    nothing; nor does a store's refusal (s3fs's "Forbidden", a PermissionError without the file
+    name a local one has)."""
+    import aiohttp  # the clients' errors: imported for the commands that read a store alone
+    from botocore.exceptions import BotoCoreError
+    from fsspec.exceptions import FSTimeoutError
+
+    clients = (aiohttp.ClientError, BotoCoreError, FSTimeoutError, ConnectionError)
+    refused = isinstance(error, PermissionError) and error.filename is None
+    return isinstance(error, clients) or refused
+
+
 def escape_what_stdout_cannot_encode() -> None:
     """Standard output writes each character its encoding cannot hold (`PYTHONIOENCODING=ascii`,
     a Latin-1 locale: `mdindex chunk` of a Japanese page, `mdindex query` of a topic named `tutorial

@@ -62,7 +62,7 @@ def run_report(args: argparse.Namespace) -> int:
 
     from embedding.files import UnknownProtocol, known_protocol
     from indexing.client import UnsuitedOptions
-    from indexing.terminal import write_out
+    from indexing.terminal import names_no_place, write_out
     from jobs.lock import missing_bucket
     from jobs.manifest import REPORT_PATH
     from jobs.report import error_text
@@ -89,9 +89,7 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"mdindex report: {exc}", file=sys.stderr)
         return 2
     except (OSError, BotoCoreError) as exc:
-        # neither names the output: a lost connection, and a store's refusal (s3fs's "Forbidden")
-        names_none = isinstance(exc, PermissionError) and exc.filename is None
-        where = f"{args.output}: " if isinstance(exc, ConnectionError) or names_none else ""
+        where = f"{args.output}: " if names_no_place(exc) else ""
         print(f"mdindex report: {where}{error_text(exc)}", file=sys.stderr)
         return 1
     # A reader that stopped (`| head -1`) must not turn --check's code into 0: the print meets

@@ -329,7 +329,8 @@ def test_report_command_says_in_one_line_that_a_report_is_damaged(tmp_path, caps
 
 def test_report_command_on_a_file_or_an_unreachable_store_is_one_line(tmp_path, capsys):
     """A file given as OUT holds no report (2); a store that cannot be reached is an I/O error
-    (1), named. Both were tracebacks and exit 1."""
+    (1), the output and the endpoint named (as `mdindex query` names its root). Both were
+    tracebacks and exit 1."""
     page = tmp_path / "a.md"
     page.write_text("# a\n")
     assert mdindex(["report", str(page)]) == 2
@@ -343,7 +344,8 @@ def test_report_command_on_a_file_or_an_unreachable_store_is_one_line(tmp_path, 
                     "--html", str(tmp_path / "page.html")])  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 1 and out == "" and err.count("\n") == 1
-    assert err.startswith("mdindex report: EndpointConnectionError: ") and gone in err
+    assert err.startswith("mdindex report: s3://reports/out: EndpointConnectionError: ")
+    assert gone in err
     assert not (tmp_path / "page.html").exists()
 
 
