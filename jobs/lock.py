@@ -323,8 +323,7 @@ def _file_lock(output: Storage) -> Iterator[None]:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = describe_holder(_json_record(os.pread(descriptor, 4096, 0)))
-            raise busy(output, f"{holder}, holds {path}") from None
+            raise busy(output, holds(_json_record(os.pread(descriptor, 4096, 0)), path)) from None
         except OSError as error:
             if error.errno not in NO_LOCKS:
                 raise
@@ -394,13 +393,18 @@ def describe_holder(record: dict) -> str:
     return f"the build of pid {record.get('pid')} on {record.get('host')}, since {started}"
 
 
+def holds(record: dict, where: str) -> str:
+    """A lock's holder in words with the lock it holds (`where`: its path or URI)."""
+    return f"{describe_holder(record)}, holds {where}"
+
+
 def live_holder(record: dict, where: str) -> str | None:
     """An S3 lock's record (at `where`) in words while it has not expired; None once it has, or
     where it is damaged (both taken over by the next build)."""
     expires = record.get("expires")
     if not (isinstance(expires, int | float) and expires > time.time()):
         return None
-    return f"{describe_holder(record)}, holds {where} until {utc(expires)} unless it renews it"
+    return f"{holds(record, where)} until {utc(expires)} unless it renews it"
 
 
 def lock_holder(output: Storage) -> str | None:
@@ -439,7 +443,7 @@ def file_holder(output: Storage) -> str | None:
             record = _json_record(held.read(4096))
     except OSError:
         record = {}
-    return f"{describe_holder(record)}, holds {path}"
+    return holds(record, path)
 
 
 def utc(seconds: float) -> str:
