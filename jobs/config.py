@@ -506,6 +506,7 @@ def _resolve(config: JobConfig) -> JobConfig:
             f"({embed.actors or 1}), got {embed.max_actors}"
         )
     _check_chunking(config.chunking)
+    _check_globs(config.sources.globs)
     options = _client_options(config.storage_options)
     if any(protocol_of(uri) == "s3" for uri in (source, output, cache)):
         options = config.s3.with_timeouts(options)
@@ -522,6 +523,20 @@ def _check_gpu_used(device: str, num_gpus: float) -> None:
             "per embedding actor that it never uses; set resources.embed.num_gpus: 0, or "
             "embedding.device: cuda"
         )
+
+
+def _check_globs(globs: tuple[str, ...]) -> None:
+    """Refuse a pattern no file name can match: an empty one, or one holding a `/` (globs match
+    a file's name, never its folders), which listed no source and built an empty index, exit 0."""
+    for pattern in globs:
+        if not pattern:
+            raise ConfigError("sources.globs: an empty pattern matches no file name")
+        if "/" in pattern:
+            raise ConfigError(
+                f"sources.globs: {pattern!r} holds a '/', and no file name does: a glob matches "
+                "the name of a file in any folder of the input, never its folders; write "
+                f"{pattern.rsplit('/', 1)[-1] or '*.md'!r}"
+            )
 
 
 def _client_options(options: dict[str, Any]) -> dict[str, Any]:

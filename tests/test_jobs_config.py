@@ -131,6 +131,13 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
             "sources.max_deleted_fraction: must be <= 1.0",
         ),
         ({"sources": {"globs": []}}, "sources.globs: expected a non-empty list of strings"),
+        # globs match file names: `**/*.md` and `""` matched none, an empty index built, exit 0
+        (
+            {"sources": {"globs": ["*.md", "**/*.md"]}},
+            "sources.globs: '**/*.md' holds a '/', and no file name does: a glob matches the name",
+        ),
+        ({"sources": {"globs": ["docs/*.txt"]}}, "never its folders; write '*.txt'"),
+        ({"sources": {"globs": ""}}, "sources.globs: an empty pattern matches no file name"),
         ({"chunking": {"strategy": "nope"}}, "chunking.strategy: unknown chunking strategy"),
         # named "chunking: unknown option 'min_tokenz'", no dotted key, and the options listed as
         # known the build sets per source (document_path), which the config refuses
