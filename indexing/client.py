@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
-from embedding.files import protocol_of, root_filesystem
+from embedding.files import missing_bucket, protocol_of, root_filesystem
 from indexing.hal import NOT_AN_INDEX, is_index_document
 from indexing.paths import (
     INDEX,
@@ -261,6 +261,8 @@ class IndexReader:
         relpath = in_topic(topic, INDEX)
         data = self.read(relpath)
         if data is None and (not topic or self.read(INDEX) is None):  # a root mistyped, say
+            if missing_bucket(self.fs, self.root):
+                raise FileNotFoundError(f"{self.fs.unstrip_protocol(self.root)}: no such bucket")
             refused = " (or the server refused it: a 403 reads as missing)" if self.web else ""
             raise FileNotFoundError(
                 f"{self.location('')} holds no index: it has no index.json{refused}"

@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
+from embedding.files import missing_bucket as bucket_missing
 from jobs.known import KnownFailure
 from jobs.storage import OutsideRoot, Storage
 
@@ -108,17 +109,11 @@ def check_bucket(output: Storage, role: str = "output") -> None:
 
 
 def missing_bucket(store: Storage) -> FileNotFoundError | None:
-    """The store's 404 to a HEAD of the bucket `store` lies in, where it is an S3 bucket that
-    does not exist; None otherwise. Any other answer (a 403 to credentials for one prefix of it)
-    is left to the caller: fsspec's `exists` took every failure for a missing bucket."""
-    if store.protocol in ("s3", "s3a"):
-        try:
-            store.filesystem().call_s3("head_bucket", Bucket=bucket(store))
-        except FileNotFoundError as error:
-            return error
-        except OSError:
-            pass
-    return None
+    """The store's 404 to a HEAD of `store`'s S3 bucket where it does not exist; None otherwise
+    (`embedding.files.missing_bucket`)."""
+    if store.is_local:
+        return None
+    return bucket_missing(store.filesystem(), store.full_path(""))
 
 
 @contextlib.contextmanager

@@ -535,6 +535,18 @@ def test_query_an_index_on_s3(index_root, s3_server, capsys):
     assert main["chunks"][0]["text"] == (index_root / TOPIC / first).read_text()
 
 
+def test_query_of_a_bucket_that_does_not_exist_says_so(s3_server, capsys):
+    """A root in a bucket that does not exist said it "holds no index": a bucket mistyped or not
+    yet made reads as an index not yet built."""
+    argv = ["query", "s3://no-such-bucket/site", "--topic", TOPIC,
+            "--storage-options", json.dumps(s3_server.storage_options)]  # fmt: skip
+    assert run_cli(argv, capsys) == (
+        1,
+        "",
+        "mdindex query: s3://no-such-bucket/site: no such bucket\n",
+    )
+
+
 def test_baselines_follow_the_stripe_order_when_more_chunks_are_asked():
     from indexing.client import select_chunks
 
