@@ -31,6 +31,7 @@ from embedding.files import (
     strip_protocol,
 )
 from embedding.keys import DTYPE_NAMES, POOLINGS
+from embedding.models import MINILM
 from indexing.build import DEFAULT_SIMHASH_K, DEFAULT_TECHNICAL_TITLES
 from indexing.sources import DEFAULT_GLOBS
 from jobs.plan import keep_directory
@@ -479,6 +480,7 @@ def _resolve(config: JobConfig) -> JobConfig:
     output = _absolute(config.output, "output") if config.output is not None else source
     _check_nesting(source, output)
     cache = _absolute(config.cache, "cache") if config.cache is not None else _default_cache(output)
+    embedding = dataclasses.replace(config.embedding, model=_model(config.embedding.model))
     device = config.embedding.device
     if device not in DEVICES and not re.fullmatch(r"cuda:[0-9]+", device):
         raise ConfigError(f"embedding.device: {device!r} is not one of: {', '.join(DEVICES)}")
@@ -511,8 +513,31 @@ def _resolve(config: JobConfig) -> JobConfig:
     if any(protocol_of(uri) == "s3" for uri in (source, output, cache)):
         options = config.s3.with_timeouts(options)
     return dataclasses.replace(
-        config, input=source, output=output, cache=cache, storage_options=options
+        config,
+        input=source,
+        output=output,
+        cache=cache,
+        storage_options=options,
+        embedding=embedding,
     )
+
+
+def _model(model: str) -> str:
+    """`embedding.model` with a local folder made absolute (`~` expanded), as `input` is: it is
+    written to `_index/model.json`, which `query --question` loads from any folder, and a relative
+    one loaded only in the build's. An empty name is refused: it read the current folder."""
+    if not model.strip():
+        raise ConfigError(
+            "embedding.model: an empty string (an unset variable?); leave it out for minilm, or "
+            "name a model"
+        )
+    if model == MINILM or "://" in model:
+        return model
+    try:
+        path = Path(model).expanduser()
+    except RuntimeError:  # ~name of no user: `embedding.models` says the model cannot load
+        return model
+    return str(path.resolve()) if path.is_dir() else model
 
 
 def _check_gpu_used(device: str, num_gpus: float) -> None:

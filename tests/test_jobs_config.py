@@ -91,6 +91,17 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
     # RFC 8089's `file://localhost/p` is `/p`: it was the folder `localhost/p` under this one.
     config = config_from_dict({"input": "docs", "output": f"file://localhost{tmp_path}/o"})
     assert config.output == str(tmp_path / "o")
+    # A model folder too: `_index/model.json` named `models/mini`, which `query --question` run
+    # in another folder could not load (exit 1), and `~/models/mini` was no model at all.
+    (tmp_path / "models" / "mini").mkdir(parents=True)
+    (tmp_path / "minilm").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for model in ("models/mini", "~/models/mini", "models/../models/mini/"):
+        config = config_from_dict({"input": "docs", "embedding": {"model": model}})
+        assert config.embedding.model == str(tmp_path / "models" / "mini")
+    for model in ("minilm", "org/model-on-the-hub", "s3://b/models/mini"):
+        config = config_from_dict({"input": "docs", "embedding": {"model": model}})
+        assert config.embedding.model == model
 
 
 @pytest.mark.parametrize(
@@ -170,6 +181,8 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"output": ""}, "output: an empty string (an unset variable?)"),
         ({"cache": " "}, "cache: an empty string"),
         ({"input": ""}, "input: an empty string"),
+        # an empty model name read the current folder as the model ("no config.json in /cwd")
+        ({"embedding": {"model": " "}}, "embedding.model: an empty string (an unset variable?)"),
         ({"embedding": {"device": "cuda:\u00b2"}}, "embedding.device: 'cuda:\u00b2' is not one of"),
         ({"storage_options": {"config_kwargs": [1]}}, "storage_options.config_kwargs: expected a"),
         ({"storage_options": {"client_kwargs": 5}}, "storage_options.client_kwargs: expected a m"),
