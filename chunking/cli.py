@@ -104,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"mdindex chunk: cannot write the chunks: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_OUTPUT_FAILED
+    # nothing on stdout and exit 0 read as a command that did nothing
+    if not document.chunks and not document.skipped_tail_tokens:
+        print(f"note: {args.file}: no chunks: the {args.strategy} strategy found no text to chunk",
+              file=sys.stderr)  # fmt: skip
     if document.skipped_tail_tokens:
         print(
             f"note: {args.file}: a final chunk of {document.skipped_tail_tokens} tokens was "

@@ -58,6 +58,16 @@ def test_chunk_prints_the_document_fields_and_promotion_level(tmp_path):
     assert row["chunk_path"] == "# Title" and row["context"] == ""
 
 
+def test_a_file_without_chunks_gets_a_note(tmp_path):
+    """An empty page printed nothing and exited 0, as a command that did nothing would."""
+    page = tmp_path / "empty.md"
+    page.write_text("\n \n")
+    result = mdindex(str(page), "--strategy", "headers")
+    assert (result.returncode, result.stdout) == (0, "")
+    needs = f"note: {page}: no chunks: the headers strategy found no text to chunk\n"
+    assert result.stderr == needs
+
+
 def test_strategy_and_typed_options():
     result = mdindex(
         str(FIXTURES / "guide.md"),
