@@ -480,7 +480,11 @@ def _resolve(config: JobConfig) -> JobConfig:
     output = _absolute(config.output, "output") if config.output is not None else source
     _check_nesting(source, output)
     cache = _absolute(config.cache, "cache") if config.cache is not None else _default_cache(output)
-    embedding = dataclasses.replace(config.embedding, model=_model(config.embedding.model))
+    embedding = dataclasses.replace(
+        config.embedding,
+        model=_model(config.embedding.model),
+        local_dir=_local_dir(config.embedding.local_dir),
+    )
     device = config.embedding.device
     if device not in DEVICES and not re.fullmatch(r"cuda:[0-9]+", device):
         raise ConfigError(f"embedding.device: {device!r} is not one of: {', '.join(DEVICES)}")
@@ -538,6 +542,22 @@ def _model(model: str) -> str:
     except RuntimeError:  # ~name of no user: `embedding.models` says the model cannot load
         return model
     return str(path.resolve()) if path.is_dir() else model
+
+
+def _local_dir(local_dir: str | None) -> str | None:
+    """`embedding.local_dir` made absolute, `~` expanded, as `input` is: each embedding actor
+    copies a remote model there, and `~/models` was a folder named `~` in the actor's folder."""
+    if local_dir is None:
+        return None
+    if not local_dir.strip():  # read as no folder: the default, unsaid
+        raise ConfigError(
+            "embedding.local_dir: an empty string (an unset variable?); leave it out or null for "
+            "its default ($MDINDEX_MODEL_DIR, else ~/.cache/mdindex/models)"
+        )
+    try:
+        return str(Path(local_dir).expanduser().resolve())
+    except RuntimeError as exc:  # ~name of no user
+        raise ConfigError(f"embedding.local_dir: {local_dir}: no such user's home folder") from exc
 
 
 def _check_gpu_used(device: str, num_gpus: float) -> None:

@@ -102,6 +102,10 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
     for model in ("minilm", "org/model-on-the-hub", "s3://b/models/mini"):
         config = config_from_dict({"input": "docs", "embedding": {"model": model}})
         assert config.embedding.model == model
+    # where an actor copies a remote model: `~/copies` was a folder `~` in the actor's folder
+    for local_dir, absolute in (("~/copies", tmp_path / "copies"), ("c", tmp_path / "c")):
+        config = config_from_dict({"input": "docs", "embedding": {"local_dir": local_dir}})
+        assert config.embedding.local_dir == str(absolute)
 
 
 @pytest.mark.parametrize(
@@ -183,6 +187,7 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"input": ""}, "input: an empty string"),
         # an empty model name read the current folder as the model ("no config.json in /cwd")
         ({"embedding": {"model": " "}}, "embedding.model: an empty string (an unset variable?)"),
+        ({"embedding": {"local_dir": ""}}, "embedding.local_dir: an empty string (an unset"),
         ({"embedding": {"device": "cuda:\u00b2"}}, "embedding.device: 'cuda:\u00b2' is not one of"),
         ({"storage_options": {"config_kwargs": [1]}}, "storage_options.config_kwargs: expected a"),
         ({"storage_options": {"client_kwargs": 5}}, "storage_options.client_kwargs: expected a m"),
