@@ -489,16 +489,16 @@ def _resolve(config: JobConfig) -> JobConfig:
     if device not in DEVICES and not re.fullmatch(r"cuda:[0-9]+", device):
         raise ConfigError(f"embedding.device: {device!r} is not one of: {', '.join(DEVICES)}")
     embed = config.resources.embed
-    if device.startswith("cuda") and not embed.num_gpus:
+    if device.startswith("cuda:"):  # first: with num_gpus 0, "needs num_gpus", then this
+        raise ConfigError(
+            f"embedding.device: {device} picks no GPU in a Ray actor: each sees the GPU of its "
+            "share as cuda:0 (CUDA_VISIBLE_DEVICES); use cuda"
+        )
+    if device == "cuda" and not embed.num_gpus:
         raise ConfigError(
             f"embedding.device: {device} needs resources.embed.num_gpus > 0 (a GPU share per "
             "embedding actor, which Ray places and counts); with 0 the pool is sized to the CPUs, "
             "and each of its actors would load the model on the GPU"
-        )
-    if device.startswith("cuda:") and embed.num_gpus:
-        raise ConfigError(
-            f"embedding.device: {device} picks no GPU in a Ray actor: each sees the GPU of its "
-            "share as cuda:0 (CUDA_VISIBLE_DEVICES); use cuda"
         )
     _check_gpu_used(device, embed.num_gpus)
     if 0 < embed.num_gpus < RAY_SMALLEST_SHARE:

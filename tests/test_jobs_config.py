@@ -199,6 +199,8 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
             {"embedding": {"device": "cuda:1"}, "resources": {"embed": {"num_gpus": 1}}},
             "embedding.device: cuda:1 picks no GPU in a Ray actor",
         ),
+        # refused first: "needs resources.embed.num_gpus > 0", then, with it set, this
+        ({"embedding": {"device": "cuda:0"}}, "embedding.device: cuda:0 picks no GPU in a Ray"),
         ({"resources": {"embed": {"num_gpus": 2}}}, "resources.embed.num_gpus: must be <= 1.0"),
         # a GPU share per actor held and never used
         (
