@@ -349,13 +349,15 @@ def _apply_setting(raw: dict[str, Any], item: str) -> None:
         ) from exc
     node = raw
     for depth, part in enumerate(parts[:-1]):
-        if node.get(part) is None:  # absent, or a section whose keys are all commented out
-            node[part] = {}
-        child = node[part]
+        child = node.get(part)
+        if child is None:  # absent, or a section whose keys are all commented out
+            child = {}
         if not isinstance(child, dict):
             where = ".".join(parts[: depth + 1])
             raise ConfigError(f"--set {key}: {where} is not a section")
-        node = child
+        # a copy: a YAML alias (`index: *chunk`) shares the mapping, which the setting changed too
+        node[part] = dict(child)
+        node = node[part]
     node[parts[-1]] = value
 
 

@@ -315,6 +315,10 @@ def test_set_overrides_parse_yaml_scalars(tmp_path):
     assert config.embedding.device == "cpu"
     assert config.sources.globs == ("a.md", "b.md")
     assert config.prompts.top_k is None
+    # a YAML alias shares one mapping between two keys: the setting changed both
+    path.write_text("input: /tmp/docs\nresources:\n  chunk: &cpus {num_cpus: 1}\n  index: *cpus\n")
+    config = load_config(str(path), settings=["resources.chunk.num_cpus=2"])
+    assert (config.resources.chunk.num_cpus, config.resources.index.num_cpus) == (2, 1)
     for item in ("resources.embed.actors", ".embedding.device=cpu", "embedding..device=cpu"):
         with pytest.raises(ConfigError, match="expected key=value"):  # was ": unknown key"
             load_config(str(path), settings=[item])
