@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 
-from jobs.config import ConfigError, JobConfig, load_config
+from jobs.config import ConfigError, JobConfig, check_store_options, load_config
 from jobs.known import KnownFailure
 from jobs.signals import (
     callers_handler,
@@ -120,6 +120,7 @@ def run_build(args: argparse.Namespace) -> int:
             overrides={"input": args.input, "output": args.output, "cache": args.cache},
             settings=args.settings,
         )
+        check_store_options(config)
     except ConfigError as exc:
         print(f"mdindex build: config error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -277,6 +277,28 @@ def config_from_dict(raw: dict[str, Any]) -> JobConfig:
     return _resolve(_build(JobConfig, raw, ""))
 
 
+def check_store_options(config: JobConfig) -> None:
+    """ConfigError where the S3 client cannot be made with `storage_options` (an option s3fs,
+    aiobotocore or botocore does not take, a profile that does not exist): it was exit 1 with a
+    traceback, once the build had started. Made without a request (credentials aside); the
+    build's requests reuse it, as fsspec caches the instance."""
+    uris = (config.input, config.output, config.cache, config.embedding.model)
+    roots = [uri for uri in uris if uri and protocol_of(uri) == "s3"]
+    if not roots:
+        return
+    from botocore.exceptions import ProfileNotFound
+
+    from jobs.storage import Storage
+
+    try:
+        Storage(roots[0], config.storage_options).filesystem().connect()
+    except (TypeError, ValueError, AttributeError, ProfileNotFound) as exc:
+        raise ConfigError(
+            f"storage_options: the S3 client of {roots[0]} cannot be made with them: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last,
     so a second `resources:` section silently dropped the whole first one."""

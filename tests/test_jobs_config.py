@@ -355,6 +355,27 @@ def test_cli_exits_2_before_any_work_on_a_bad_config(tmp_path, capsys):
     assert not (tmp_path / "_reindex").exists()
 
 
+def test_storage_options_the_s3_client_does_not_take_are_exit_2_before_any_request(
+    tmp_path, capsys, monkeypatch
+):
+    """They were exit 1, "the job failed", a traceback and a failed report not written."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # no search for credentials
+        monkeypatch.setenv(name, "testing")
+    path = tmp_path / "c.yaml"
+    path.write_text("input: s3://no-bucket/docs\noutput: s3://no-bucket/out\n")
+    for options, problem in (
+        ("{bogus: 1}", "TypeError: AioSession.__init__() got an unexpected keyword argument"),
+        ("{client_kwargs: {endpoint_url: x}}", "ValueError: Invalid endpoint: x"),
+    ):
+        settings = ["--set", f"storage_options={options}"]
+        assert main(["--config", str(path), "--dry-run", *settings]) == 2
+        assert main(["--config", str(path), *settings]) == 2
+        err = capsys.readouterr().err.splitlines()
+        message = "mdindex build: config error: storage_options: the S3 client of s3://no-bucket/"
+        assert len(err) == 2 and all(line.startswith(f"{message}docs cannot be") for line in err)
+        assert all(f"cannot be made with them: {problem}" in line for line in err)
+
+
 def test_cli_exits_2_on_missing_config_file_and_bad_yaml(tmp_path, capsys):
     assert main(["--config", str(tmp_path / "absent.yaml"), "--input", str(tmp_path)]) == 2
     assert "config file not found" in capsys.readouterr().err
