@@ -310,8 +310,8 @@ def _hf_counter(spec: str, label: str) -> HFCounter:
     except (OSError, ValueError) as exc:
         raise ValueError(
             f"cannot load tokenizer {spec!r} (a tokenizer is 'heuristic', 'minilm', a folder "
-            f"holding tokenizer.json or a Hugging Face model id): {exc}"
-        ) from None
+            f"holding tokenizer.json or a Hugging Face model id): {' '.join(str(exc).split())}"
+        ) from None  # one line: the hub's offline error took two
     tokenizer.no_truncation()
     tokenizer.no_padding()
     config = tokenizer.to_str()
