@@ -306,8 +306,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen = set()
         for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and not key_node.tag.endswith(":merge"):
-                key = self.construct_object(key_node)
+            if isinstance(key_node, yaml.ScalarNode):
+                # a second merge key `<<` too: the last one's keys won, unsaid
+                merge = key_node.tag.endswith(":merge")
+                key = "<<" if merge else self.construct_object(key_node)
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
                         "while constructing a mapping",

@@ -413,6 +413,10 @@ def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path):
     path.write_text("base: &b {a: 1}\nx:\n  <<: *b\n  a: 2\n")  # a merge key's override is no twin
     with pytest.raises(ConfigError, match="base: unknown key"):
         load_config(str(path), overrides={"input": str(tmp_path)})
+    # two merge keys: the second's keys replaced the first's (1 CPU for the chunk tasks here)
+    path.write_text("resources:\n  chunk:\n    <<: {num_cpus: 2}\n    <<: {num_cpus: 1}\n")
+    with pytest.raises(ConfigError, match="found '<<' a second time at line 4, column 5"):
+        load_config(str(path), overrides={"input": str(tmp_path)})
 
 
 def test_cli_exits_2_on_a_config_path_that_is_empty_a_folder_or_not_utf8(
