@@ -648,13 +648,15 @@ def _absolute(uri: str, key: str) -> str:
     if not rest.strip() or (not local and rest.startswith("/")):  # file://$DOCS: the cwd
         missing = "an empty path" if local else "no bucket or host"
         raise ConfigError(f"{key}: {uri}: {missing} (an unset variable?)")
-    if not local:  # s3://b/docs/ is s3://b/docs, as an in-place build compares them (not a URL)
-        return uri if protocol in ("http", "https") else uri.rstrip("/")
-    if variable := re.search(r"\$\{?\w+\}?", uri):  # a local folder named `${OUT}` otherwise
+    web = protocol in ("http", "https")
+    # a local folder or an S3 prefix named `${OUT}` otherwise (an S3 bucket: exit 1, a traceback)
+    if not web and (variable := re.search(r"\$\{?\w+\}?", uri)):
         raise ConfigError(
             f"{key}: {uri}: the config expands no variables ({variable[0]}); give the path, or "
             f'--{key} "{variable[0]}" for the shell to expand'
         )
+    if not local:  # s3://b/docs/ is s3://b/docs, as an in-place build compares them (not a URL)
+        return uri if web else uri.rstrip("/")
     try:
         path = Path(rest).expanduser()
     except RuntimeError as exc:  # ~name of no user

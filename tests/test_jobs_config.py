@@ -239,6 +239,9 @@ def test_uris_that_name_no_filesystem_or_no_folder_are_refused(tmp_path):
         # a build into a local folder named `${OUT}` (YAML expands no variables), exit 0
         ({"output": "${OUT}/docs"}, "output: ${OUT}/docs: the config expands no variables (${O"),
         ({"cache": "/srv/$USER/cache"}, 'no variables ($USER); give the path, or --cache "$USER"'),
+        # on S3 too: a build into the prefix `${OUT}` (exit 0), the bucket `${B}` (exit 1)
+        ({"output": "s3://b/${OUT}"}, "output: s3://b/${OUT}: the config expands no variables"),
+        ({"input": "s3://$B/docs"}, "input: s3://$B/docs: the config expands no variables ($B)"),
         # file://$DOCS, DOCS unset: the working directory as the corpus, exit 0; s3://$BUCKET/out:
         # the bucket `out`
         ({"input": "file://"}, "input: file://: an empty path (an unset variable?)"),
