@@ -561,6 +561,8 @@ def _model(model: str) -> str:
             "embedding.model: an empty string (an unset variable?); leave it out for minilm, or "
             "name a model"
         )
+    if protocol_of(model) == "s3":
+        _check_bucket(model, "embedding.model")
     if model == MINILM or "://" in model:
         return model
     try:
@@ -655,6 +657,8 @@ def _absolute(uri: str, key: str) -> str:
             f"{key}: {uri}: the config expands no variables ({variable[0]}); give the path, or "
             f'--{key} "{variable[0]}" for the shell to expand'
         )
+    if protocol == "s3":
+        _check_bucket(uri, key)
     if not local:  # s3://b/docs/ is s3://b/docs, as an in-place build compares them (not a URL)
         return uri if web else uri.rstrip("/")
     try:
@@ -671,6 +675,19 @@ def _absolute(uri: str, key: str) -> str:
             "s3:// URI"
         )
     return absolute
+
+
+def _check_bucket(uri: str, key: str) -> None:
+    """Refuse an S3 URI whose bucket botocore refuses to name (`s3://my bucket/docs`): exit 1
+    with its ParamValidationError's traceback at the first request otherwise. Access point ARNs
+    are left to botocore."""
+    from botocore.handlers import VALID_BUCKET
+
+    bucket = strip_protocol(uri).split("/", 1)[0]
+    if not bucket.startswith("arn:") and not VALID_BUCKET.search(bucket):
+        raise ConfigError(
+            f"{key}: {uri}: {bucket!r} is no S3 bucket name (letters, digits, '.', '-' and '_')"
+        )
 
 
 def _check_nesting(source: str, output: str) -> None:

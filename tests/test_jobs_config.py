@@ -242,6 +242,9 @@ def test_uris_that_name_no_filesystem_or_no_folder_are_refused(tmp_path):
         # on S3 too: a build into the prefix `${OUT}` (exit 0), the bucket `${B}` (exit 1)
         ({"output": "s3://b/${OUT}"}, "output: s3://b/${OUT}: the config expands no variables"),
         ({"input": "s3://$B/docs"}, "input: s3://$B/docs: the config expands no variables ($B)"),
+        # a bucket botocore refuses to name: exit 1, a 60-line traceback
+        ({"output": "s3://my bucket/o"}, "output: s3://my bucket/o: 'my bucket' is no S3 bucket"),
+        ({"embedding": {"model": "s3://b%/m"}}, "embedding.model: s3://b%/m: 'b%' is no S3 bucket"),
         # file://$DOCS, DOCS unset: the working directory as the corpus, exit 0; s3://$BUCKET/out:
         # the bucket `out`
         ({"input": "file://"}, "input: file://: an empty path (an unset variable?)"),
