@@ -72,6 +72,20 @@ def not_an_index(data: bytes, directory: str) -> str | None:
     return None
 
 
+def moved_index(data: bytes, directory: str) -> bool:
+    """Whether an existing `{directory}/index.json` is one this library wrote for another folder
+    (its `id` and `_links` as written there): it came with its folder when a person moved or
+    copied one (an in-place build's folder renamed), so it is the job's to replace, as if the
+    folder had none."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    if not is_index_document(doc) or not isinstance(found := doc.get("id"), str):
+        return False
+    return found != directory and doc.get("_links") == links(found)
+
+
 def is_index_document(doc: Any) -> bool:
     """Whether parsed JSON has an index's shape: an object with an `_embedded` object."""
     return isinstance(doc, dict) and isinstance(doc.get("_embedded"), dict)

@@ -95,7 +95,7 @@ def finish(
         entry = previous.topics[topic.topic]
         if topic.action == RELINK:
             path = in_topic(topic.topic, INDEX)
-            index, problem = existing_index_of(output, topic.topic)
+            index, problem = existing_index_of(output, topic.topic, replace_moved=False)
             if problem:
                 failures.append(index_left(path, problem, "its child topics are not updated"))
                 entry = replace(entry, failed=True)  # rebuilt, and failing, until it is moved

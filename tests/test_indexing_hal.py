@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexing.hal import directory_index, dump_json, not_an_index
+from indexing.hal import directory_index, dump_json, moved_index, not_an_index
 
 
 def stdlib(doc) -> bytes:
@@ -52,3 +52,16 @@ def test_an_index_json_this_library_did_not_write_is_told_apart():
     assert not_an_index(directory_index("other", []), "guides") == (
         "the index of 'other', not of 'guides'"
     )
+
+
+def test_an_index_json_written_for_another_folder_is_told_from_a_persons_own():
+    """An index.json this library wrote for another folder (the folder renamed or copied in an
+    in-place output) is a moved index; a person's HAL document with `_embedded` is not, nor is
+    the folder's own index."""
+    assert moved_index(directory_index("manuals/api", []), "guides/api")
+    assert moved_index(directory_index("", ["a"]), "v1")  # a built root copied into a folder
+    assert not moved_index(directory_index("guides", []), "guides")
+    assert not moved_index(b'{"id": "x", "_embedded": {}}', "guides")  # no `_links` of ours
+    assert not moved_index(b'{"_embedded": {}, "_links": {"self": {"href": "/index.json"}}}', "g")
+    assert not moved_index(b"garbage{", "guides")
+    assert not moved_index(b'{"pages": []}', "guides")

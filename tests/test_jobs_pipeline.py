@@ -718,6 +718,32 @@ def test_a_topic_whose_files_left_the_output_is_written_again(small_vectors, tmp
     assert outputs(docs) == outputs(fresh)
 
 
+def test_folders_renamed_or_copied_in_place_are_indexed_under_their_new_names(
+    small_vectors, tmp_path
+):
+    """In place, a topic's folder and a folder of topics renamed (`mv`, `git mv`) or copied
+    (`cp -r`, a docs version) take the index.json the build wrote there along. That file, which
+    names the old folder, was taken for a person's own: left as it was, every source below
+    failing with INDEX_JSON_FAILED on every run until it was moved away by hand. It is the job's
+    to replace: the output equals a fresh in-place build's."""
+    docs = tmp_path / "docs"
+    write_pages(docs, {"t/a.md": retry_page("a"), "t/b.md": retry_page("b")})
+    write_pages(docs, {"d/e/c.md": retry_page("c")})  # `d`: a directory index only
+    cache = cache_copy(small_vectors, tmp_path)
+    assert build("--input", str(docs), *cache) == 0
+    (docs / "t").rename(docs / "renamed")
+    (docs / "d").rename(docs / "moved")
+    shutil.copytree(docs / "renamed", docs / "copy")
+    assert build("--input", str(docs), *cache) == 0
+    assert report_of(docs)["failures"] == []
+    assert json.loads((docs / "copy" / "index.json").read_text())["id"] == "copy"
+
+    fresh = tmp_path / "fresh"
+    shutil.copytree(docs, fresh, ignore=shutil.ignore_patterns("_*", ".*", "*.json", "topic-*"))
+    assert build("--input", str(fresh), *cache) == 0
+    assert outputs(docs) == outputs(fresh)
+
+
 def test_links_follow_their_targets_into_and_out_of_the_corpus(small_vectors, tmp_path):
     """A link's `target_document` is its target's path while that is a source. A topic whose
     sources link to a page that is deleted, or added, is rebuilt though none of its own files

@@ -29,7 +29,7 @@ from indexing import (
     parse_keywords,
     stale_files,
 )
-from indexing.hal import not_an_index
+from indexing.hal import moved_index, not_an_index
 from indexing.paths import (
     CHUNKS_DIR,
     INDEX,
@@ -256,14 +256,21 @@ def _not_written(
     )
 
 
-def existing_index_of(storage: Storage, directory: str) -> tuple[bytes | None, str | None]:
+def existing_index_of(
+    storage: Storage, directory: str, *, replace_moved: bool = True
+) -> tuple[bytes | None, str | None]:
     """A folder's index.json as this job wrote it before (None when there is none), or why the
-    file there is not one: `not_an_index` (a person's own), or a symbolic link (never followed)."""
+    file there is not one: `not_an_index` (a person's own), or a symbolic link (never followed).
+    One it wrote for another folder, moved or copied here with its folder (`moved_index`), counts
+    as none, to be written anew, unless not `replace_moved` (a relink, which rewrites only the
+    file's links: it is then named, and the topic rebuilt on the next run)."""
     try:
         data = storage.read_optional(in_topic(directory, INDEX))
     except SymlinkRefused:
         return None, "a symbolic link (not followed)"
-    return data, None if data is None else not_an_index(data, directory)
+    if data is None or (replace_moved and moved_index(data, directory)):
+        return None, None
+    return data, not_an_index(data, directory)
 
 
 def index_left(path: str, problem: str, outcome: str) -> dict[str, str]:
