@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
@@ -332,7 +333,11 @@ def select_chunks(
         raise ValueError(f"n must be 0 or more chunks per source, got {n}")
     chunks = index["_embedded"].get("chunks", {})
     if source is not None and source not in chunks:
-        raise NotInIndex(f"topic {index['id']!r} has no source {source!r}; it has {sorted(chunks)}")
+        stored = _spelled_otherwise(source, chunks)
+        if stored is None:
+            names = sorted(chunks)
+            raise NotInIndex(f"topic {index['id']!r} has no source {source!r}; it has {names}")
+        source = stored
     selected = []
     for stem, entry in chunks.items():
         if source is not None and stem != source:
@@ -346,6 +351,14 @@ def select_chunks(
         picked = [items[i] for i in order[:n]]
         selected.append(Selection(stem, "technical" if use_technical else "conceptual", picked))
     return selected
+
+
+def _spelled_otherwise(name: str, names: Iterable[str]) -> str | None:
+    """The one of `names` that is `name` in another Unicode normal form, or None: macOS names a
+    file in NFD (`cafe` and U+0301), which a copy keeps, while a keyboard types NFC (U+00E9)."""
+    key = unicodedata.normalize("NFC", name)
+    found = [other for other in names if unicodedata.normalize("NFC", other) == key]
+    return found[0] if len(found) == 1 else None
 
 
 def question_matches(

@@ -1239,3 +1239,21 @@ def test_select_chunks_refuses_a_negative_number_of_chunks():
     with pytest.raises(ValueError, match="n must be 0 or more chunks per source, got -1"):
         select_chunks(index, -1)
     assert [selection.items for selection in select_chunks(index, 0)] == [[]]
+
+
+def test_a_source_typed_in_another_unicode_form_than_its_file_name_is_found():
+    """A page named on macOS is NFD (`cafe` and U+0301), as a copy or a sync keeps it; `--source
+    café` typed on a keyboard is NFC (U+00E9). It was "topic 't' has no source 'café'; it has
+    ['café']": the one source of that name in either form is taken."""
+    from indexing.client import NotInIndex, select_chunks
+
+    nfd, nfc = "cafe\u0301", "caf\u00e9"
+    items = [{"index": 0, "href": f"_chunks/{nfd}-0.md", "title": "Café"}]
+    entry = {"baseline_conceptual": 0, "stripe_order": [], "items": items}
+    index = {"id": "t", "_embedded": {"chunks": {nfd: entry, "other": entry}}}
+    [selection] = select_chunks(index, 1, source=nfc)
+    assert selection.source == nfd and selection.items == items
+    both = {"id": "t", "_embedded": {"chunks": {nfd: entry, nfc: entry}}}
+    assert select_chunks(both, 1, source=nfc)[0].source == nfc  # the exact name first
+    with pytest.raises(NotInIndex, match="has no source 'cafe'"):
+        select_chunks(index, 1, source="cafe")
