@@ -284,6 +284,13 @@ def summary(report: dict[str, Any]) -> str:
         f"{c['reused']} reused, {c['truncated']} truncated",
         f"  time:    {report['timings']['wall_seconds']['total']:.1f} s",
     ]
+    if c["truncated"]:  # a default build's 750-token chunks with MiniLM: most text unembedded
+        lines.insert(
+            4,
+            f"  note:    {c['truncated']} chunks were longer than the model's window: their ends "
+            "are not in their vectors (a smaller chunking.options.max_tokens, as "
+            "configs/local.yaml sets, keeps them whole)",
+        )
     if report.get("settings_changed"):  # absent from reports before it was said
         lines.insert(2, f"  settings: {SETTINGS_CHANGED}")
     if run := report.get("last_run_unfinished"):

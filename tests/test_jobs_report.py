@@ -136,6 +136,17 @@ def test_cache_entries_not_written_show_in_the_summary_and_the_page(built):
     assert "<code>cache entry c/&lt;a&gt;&amp;b/metadata.json not written: No space" in page
 
 
+def test_chunks_truncated_to_the_model_window_get_a_note_in_the_summary(built):
+    """A build with the job's default chunking (seed 003's 750 tokens) and MiniLM (a 256-token
+    window) embedded most chunks' beginnings alone, and the summary said only 'N truncated'."""
+    report, _ = report_and_page(built)
+    assert report["chunks"]["truncated"] == 0 and "note:" not in summary(report)
+    report["chunks"]["truncated"] = 12
+    text = summary(report).splitlines()
+    assert text[3].endswith("12 truncated")
+    assert text[4].startswith("  note:    12 chunks were longer than the model's window: ")
+
+
 def test_the_stages_figures_say_which_way_efficiency_goes_and_an_unknown_rate_is_na(built):
     """'efficiency 18.8' read as good; it is wall time over busy time, 1 the best. A run of no
     wall time has no overall rate (None): the page said '0 MB/s overall'."""
