@@ -115,7 +115,8 @@ class EmbeddingConfig:
     query_prefix: str | None = None
     trust_remote_code: bool = False
     revision: str | None = None
-    token_budget: int | None = _min(1, None)
+    # tokens per micro-batch: a micro-batch of a billion held its filler rows in memory at once
+    token_budget: int | None = field(default=None, metadata={"min": 1, "max": 2**20})
     cuda_graphs: bool = True  # on CUDA: replay the forward passes from CUDA graphs, where they work
     local_dir: str | None = None
 
