@@ -7,6 +7,7 @@ hashed, a remote one's listing) and the chunker's tokenizer, nothing else."""
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import tokenizers
@@ -37,6 +38,12 @@ class TooManyDeleted(InputNotFound):
     """The build would delete a larger share of the output's sources than
     `sources.max_deleted_fraction` allows (exit code 2): what an input that a sync has only partly
     filled looks like."""
+
+
+class SharedFolder(InputNotFound):
+    """In place, with `sources.follow_symlinks`, two folders that get an index.json are one folder
+    on disk (a followed link to a folder inside the input): each would write its index.json,
+    `_chunks/` and topic-spec.md over the other's (a usage error: exit code 2)."""
 
 
 log = logging.getLogger(__name__)
@@ -266,6 +273,24 @@ def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
         ) from exc
 
 
+def check_shared_folders(config: JobConfig, plan: Plan) -> None:
+    """`SharedFolder` when an in-place build over followed links would have two of the index's
+    folders (topics and directories) be one folder on disk."""
+    source = input_storage(config)
+    if config.output != config.input or not config.sources.follow_symlinks or not source.is_local:
+        return
+    seen: dict[str, str] = {}
+    for folder in sorted({*(topic.topic for topic in plan.topics), *plan.directories}):
+        real = os.path.realpath(source.full_path(folder))
+        if (first := seen.setdefault(real, folder)) != folder:
+            raise SharedFolder(
+                f"input {config.input}: {first!r} and {folder!r} are one "
+                f"folder, {printable(real)} (a symbolic link followed there): in place each would "
+                "write its index.json and _chunks/ over the other's. Build with --output, or "
+                "remove the link"
+            )
+
+
 def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discovery:
     """Read the previous manifest and the model's version (`model_version`), and plan the run
     from the input's listing (and whether the topics it would keep still have their files:
@@ -285,6 +310,7 @@ def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discov
     config_key = settings_key(config, model_version(config))
     separate = config.output != config.input
     plan = make_plan(listing, previous, config_key, config.sources.globs, separate=separate)
+    check_shared_folders(config, plan)
     plan = rebuilding(plan, topics_missing_files(output, plan, previous), previous)
     check_deletions(config, plan, previous)
     sizes = {f.path: f.size for f in listing if isinstance(f, FileInfo)}

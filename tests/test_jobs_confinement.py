@@ -173,3 +173,19 @@ def test_follow_symlinks_indexes_a_linked_source_and_survives_a_loop(tmp_path, v
     assert (output / "t" / gamma["items"][0]["href"]).read_text().startswith("# Gamma")
     assert not (output / "t" / "again").exists()
     assert os.path.islink(docs / "t" / "gamma.md")
+
+
+def test_in_place_two_topics_that_are_one_folder_on_disk_are_refused(tmp_path, capsys):
+    """In place, with links followed, a link to a topic's folder inside the input (`u -> t`)
+    made a second topic whose index.json, `_chunks/` and topic-spec.md were the first one's
+    files: `t/index.json` said `"id": "u"`, exit 0. The build is refused before it writes the
+    index (exit 2, naming both), as is its dry run; into a separate output each has its folder."""
+    docs = corpus(tmp_path / "docs")
+    (docs / "u").symlink_to("t", target_is_directory=True)
+    follow = ["--input", str(docs), "--set", "sources.follow_symlinks=true"]
+
+    assert build(*follow) == 2
+    assert "'t' and 'u' are one folder" in capsys.readouterr().err
+    assert not (docs / "t" / "index.json").exists() and not (docs / "t" / "_chunks").exists()
+    assert build(*follow, "--dry-run") == 2
+    assert build(*follow, "--dry-run", "--output", str(tmp_path / "out")) == 0
