@@ -117,8 +117,10 @@ def normalize(data: bytes | str) -> NormalizedDocument:
 def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
     """(front matter mapping, number of lines it spans); ({}, 0) when the file has none.
 
-    Front matter is a first line `---` and the next line that is `---` or `...`; without a closing
-    line the file has no front matter (the `---` is then ordinary markdown).
+    Front matter is a first line `---` and the next line that is `---` or `...`, between them YAML
+    that reads as a mapping (or nothing); without a closing line, or where the YAML reads as text,
+    a list or a number, the file has no front matter (the `---` is then ordinary markdown: a
+    thematic break). YAML that cannot be read is INVALID_FRONT_MATTER.
     """
     if not lines or lines[0].rstrip() != _FRONT_MATTER_OPEN:
         return {}, 0
@@ -147,11 +149,8 @@ def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
         raise ChunkingError(INVALID_FRONT_MATTER, f"YAML front matter{where}: {problem}") from None
     if data is None:
         data = {}
-    if not isinstance(data, dict):
-        raise ChunkingError(
-            INVALID_FRONT_MATTER,
-            f"YAML front matter must be a mapping, got {type(data).__name__}",
-        )
+    if not isinstance(data, dict):  # a thematic break, then text or a list (a slide deck's page)
+        return {}, 0
     _check_expansion(data)
     try:
         # JSON-ready and deterministic: dates become ISO strings, tuples lists.

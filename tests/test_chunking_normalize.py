@@ -68,12 +68,23 @@ def test_empty_front_matter_is_empty_mapping():
 
 @pytest.mark.parametrize(
     "yaml_text",
-    ["title: [unclosed", "- a\n- b", "just a string", "key: value\n  bad: indent"],
+    ["title: [unclosed", "key: value\n  bad: indent"],
 )
 def test_invalid_front_matter_is_an_error_for_the_document(yaml_text):
     with pytest.raises(ChunkingError) as caught:
         chunk_source(f"---\n{yaml_text}\n---\n# T\n")
     assert caught.value.code == INVALID_FRONT_MATTER
+
+
+@pytest.mark.parametrize("text", ["- a\n- b", "just a string", "3"])
+def test_a_block_of_text_a_list_or_a_number_between_rules_is_markdown(text):
+    """A page opening with a thematic break and holding another `---` later (a slide deck, a
+    setext heading's underline) failed INVALID_FRONT_MATTER ("must be a mapping") on every run:
+    YAML that reads as no mapping is no front matter, and the lines are the page's."""
+    document = chunk_source(f"---\n{text}\n---\n# T\n\nBody.\n", strategy="headers")
+    assert document.front_matter == {}
+    assert document.chunks[0].start_line == 1
+    assert document.chunks[0].text.startswith(f"---\n{text}\n")
 
 
 def test_unclosed_front_matter_is_ordinary_markdown():
