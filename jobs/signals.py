@@ -6,7 +6,10 @@ until the program's end (`exit_with`).
 SIGHUP (the terminal of an interactive run gone: an SSH session dropped) is taken as SIGTERM is,
 exit 129 and a report that says so (it killed the build, whose report then said "unfinished", and
 `report --check` 75, "still running", until the next run), except where it is ignored (`nohup`):
-there it stays ignored."""
+there it stays ignored.
+
+SIGINT (Ctrl-C) stops a build as a `KeyboardInterrupt` (exit 130, a report that says so); once
+the build is reported it too ends the process at once with the build's code, as SIGTERM does."""
 
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ from indexing.terminal import escape_what_stdout_cannot_encode
 
 # The signals that stop a build with a report of it (SIGTERM first: the one Ray also handles).
 STOPPING = (signal.SIGTERM, signal.SIGHUP)
+# The signals that end a reported build at once with its code: those and Ctrl-C's.
+REPORTED = (*STOPPING, signal.SIGINT)
 
 
 class Stopped(SystemExit):
@@ -57,8 +62,10 @@ def exit_at_once_on_sigterm(code: int) -> None:
     ignored in atexit callback" traceback, and now and then the core worker's teardown aborted
     the driver (SIGABRT): a finished build then exited 1 or -6. The Ray processes this skips end
     with the driver, as after a `kill -9`. Set in the build until it returns (`callers_handler`
-    puts the caller's back), then by the program's end (`exit_with`)."""
-    _install(lambda signum, frame: _exit_now(code))
+    puts the caller's back), then by the program's end (`exit_with`). SIGINT too (`REPORTED`):
+    a second Ctrl-C there printed "Exception ignored in atexit callback … KeyboardInterrupt" and
+    the driver aborted (-6) after a build that had reported 130 or 0."""
+    _install(lambda signum, frame: _exit_now(code), REPORTED)
 
 
 def program_start() -> None:
@@ -69,10 +76,13 @@ def program_start() -> None:
     between the build's return and `exit_with` where a SIGTERM killed a finished build's program
     without its exit code.) Standard streams closed at the start are opened on os.devnull
     (`open_closed_streams`); standard output escapes what its encoding cannot hold
-    (`indexing.terminal.escape_what_stdout_cannot_encode`)."""
+    (`indexing.terminal.escape_what_stdout_cannot_encode`). SIGINT raises `KeyboardInterrupt`
+    as Python's own handler does, through the program's `_interrupt_program`, which
+    `callers_handler` does not put back either."""
     open_closed_streams()
     escape_what_stdout_cannot_encode()
     _install(_stop_program)
+    _install(_interrupt_program, (signal.SIGINT,))
 
 
 def open_closed_streams() -> None:
@@ -102,11 +112,15 @@ def _stop_program(signum: int, frame) -> None:
     _exit_now(128 + signum)
 
 
-def _install(handler) -> None:
-    """Make `handler` that of each `STOPPING` signal not ignored, where Python takes handlers:
-    in the main thread (elsewhere this does nothing)."""
+def _interrupt_program(signum: int, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _install(handler, signals: tuple[int, ...] = STOPPING) -> None:
+    """Make `handler` that of each of `signals` not ignored (SIGTERM even so), where Python takes
+    handlers: in the main thread (elsewhere this does nothing)."""
     if threading.current_thread() is threading.main_thread():
-        for signum in STOPPING:
+        for signum in signals:
             if signum == signal.SIGTERM or signal.getsignal(signum) is not signal.SIG_IGN:
                 signal.signal(signum, handler)
 
@@ -120,20 +134,21 @@ def _exit_now(code: int) -> None:
 
 @contextlib.contextmanager
 def callers_handler() -> Iterator[None]:
-    """Put the caller's SIGTERM and SIGHUP handlers back on the way out, so that a build run
-    in-process (a test, a program that builds twice) does not leave its own. A handler installed
-    outside Python (`signal.getsignal` gives None) cannot be put back: `exit_on_sigterm`'s then
-    stays. Nor is `program_start`'s: the program's end follows, and the build's handler holds
-    until then."""
-    before = {signum: signal.getsignal(signum) for signum in STOPPING}
+    """Put the caller's SIGTERM, SIGHUP and SIGINT handlers back on the way out, so that a build
+    run in-process (a test, a program that builds twice) does not leave its own. A handler
+    installed outside Python (`signal.getsignal` gives None) cannot be put back: `exit_on_sigterm`'s
+    (SIGINT: Python's own) then stands. Nor are `program_start`'s: the program's end follows, and
+    the build's handlers hold until then."""
+    before = {signum: signal.getsignal(signum) for signum in REPORTED}
     try:
         yield
     finally:
         if threading.current_thread() is threading.main_thread():
             for signum, handler in before.items():
                 if handler is None:
-                    signal.signal(signum, _raise_stopped)
-                elif handler is not _stop_program:
+                    stand_in = _raise_stopped if signum in STOPPING else signal.default_int_handler
+                    signal.signal(signum, stand_in)
+                elif handler not in (_stop_program, _interrupt_program):
                     signal.signal(signum, handler)
 
 

@@ -521,6 +521,39 @@ def test_a_sigterm_between_the_builds_return_and_the_programs_end_exits_with_the
     assert (done.returncode, done.stderr) == (code, b"")
 
 
+# A program as `mdindex` runs one (or, "in-process", a caller without `program_start`): a build
+# that reports exit code 3 and returns, then Ctrl-C before the program's end ("between") or in
+# Ray's shutdown at exit, an atexit hook that waits 0.5 s ("at exit").
+INTERRUPTED = """
+import atexit, os, signal, sys, time
+from jobs.signals import callers_handler, exit_at_once_on_sigterm, exit_with, program_start
+if sys.argv[1] != "in-process":
+    program_start()
+with callers_handler():
+    exit_at_once_on_sigterm(3)
+if sys.argv[1] == "at exit":
+    atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.5)))
+else:
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)
+    except KeyboardInterrupt:
+        sys.exit(7)
+exit_with(3)
+"""
+
+
+@pytest.mark.parametrize(("when", "code"), [("between", 3), ("at exit", 3), ("in-process", 7)])
+def test_a_ctrl_c_once_the_build_is_reported_exits_with_the_builds_code(when, code):
+    """A second Ctrl-C as a stopped build's program ended (in Ray's shutdown at exit) printed
+    "Exception ignored in atexit callback … KeyboardInterrupt" and the driver aborted (-6) after
+    the build had reported 130: SIGINT, as SIGTERM, ends a reported build at once with its code.
+    A caller that ran the build in-process gets its own Ctrl-C back (`KeyboardInterrupt`)."""
+    program = [sys.executable, "-c", INTERRUPTED, when]
+    done = subprocess.run(program, capture_output=True, timeout=60)
+    assert (done.returncode, done.stderr) == (code, b"")
+
+
 # A program run under `nohup` (SIGHUP ignored): its start, a build's handlers, then SIGHUP.
 NOHUP = """
 import os, signal
