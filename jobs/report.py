@@ -284,13 +284,7 @@ def summary(report: dict[str, Any]) -> str:
         f"{c['reused']} reused, {c['truncated']} truncated",
         f"  time:    {report['timings']['wall_seconds']['total']:.1f} s",
     ]
-    if c["truncated"]:  # a default build's 750-token chunks with MiniLM: most text unembedded
-        lines.insert(
-            4,
-            f"  note:    {c['truncated']} chunks were longer than the model's window: their ends "
-            "are not in their vectors (a smaller chunking.options.max_tokens, as "
-            "configs/local.yaml sets, keeps them whole)",
-        )
+    lines[4:4] = chunk_notes(c)
     if report.get("settings_changed"):  # absent from reports before it was said
         lines.insert(2, f"  settings: {SETTINGS_CHANGED}")
     if run := report.get("last_run_unfinished"):
@@ -304,6 +298,26 @@ def summary(report: dict[str, Any]) -> str:
     for failure in report["failures"]:
         lines.append(f"  FAILED {failure['path']}: {failure['code']}: {failure['message']}")
     return "\n".join(printable(line) for line in lines)
+
+
+def chunk_notes(chunks: dict[str, Any]) -> list[str]:
+    """Lines for text the index holds in part: chunks cut to the model's window (a default
+    build's 750-token chunks with MiniLM), and short final sections the strategy skipped (seed
+    003's rule), each with the option that keeps it (counts absent from older reports: none)."""
+    notes = []
+    if truncated := chunks.get("truncated"):
+        notes.append(
+            f"  note:    {truncated} chunks were longer than the model's window: their ends are "
+            "not in their vectors (a smaller chunking.options.max_tokens, as configs/local.yaml "
+            "sets, keeps them whole)"
+        )
+    if tails := chunks.get("skipped_tail"):
+        notes.append(
+            f"  note:    {tails} sources' short final sections were skipped "
+            f"({chunks.get('skipped_tokens', 0)} tokens; seed 003's final-chunk rule: "
+            "chunking.options.keep_short_tail: true keeps them)"
+        )
+    return notes
 
 
 def cache_warnings(report: dict[str, Any]) -> list[str]:

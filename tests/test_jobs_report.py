@@ -127,7 +127,8 @@ def test_cache_entries_not_written_show_in_the_summary_and_the_page(built):
     kept = ["cache entry c/<a>&b/metadata.json not written: No space left on device (c/<a>)"]
     report["counters"]["store"].update(failures=3, warnings=kept)
     text = summary(report).splitlines()
-    assert text[5:7] == [
+    after_time = text.index(next(line for line in text if line.startswith("  time:"))) + 1
+    assert text[after_time : after_time + 2] == [
         "  cache:   3 entries could not be written (1 shown)",
         f"  WARNING {kept[0]}",
     ]
@@ -136,15 +137,23 @@ def test_cache_entries_not_written_show_in_the_summary_and_the_page(built):
     assert "<code>cache entry c/&lt;a&gt;&amp;b/metadata.json not written: No space" in page
 
 
-def test_chunks_truncated_to_the_model_window_get_a_note_in_the_summary(built):
+def test_chunks_truncated_or_final_sections_skipped_get_a_note_in_the_summary(built):
     """A build with the job's default chunking (seed 003's 750 tokens) and MiniLM (a 256-token
-    window) embedded most chunks' beginnings alone, and the summary said only 'N truncated'."""
+    window) embedded most chunks' beginnings alone, and the summary said only 'N truncated';
+    final sections `semantic` skipped were in the report alone."""
     report, _ = report_and_page(built)
-    assert report["chunks"]["truncated"] == 0 and "note:" not in summary(report)
-    report["chunks"]["truncated"] = 12
+    chunks = report["chunks"]
+    assert chunks["truncated"] == 0 and chunks["skipped_tail"] == 4
+    skipped = chunks["skipped_tokens"]
+    tails = f"  note:    4 sources' short final sections were skipped ({skipped} tokens;"
+    assert [line for line in summary(report).splitlines() if "note:" in line] == [
+        f"{tails} seed 003's final-chunk rule: chunking.options.keep_short_tail: true keeps them)"
+    ]
+    chunks["truncated"] = 12
     text = summary(report).splitlines()
     assert text[3].endswith("12 truncated")
     assert text[4].startswith("  note:    12 chunks were longer than the model's window: ")
+    assert text[5].startswith(tails)
 
 
 def test_the_stages_figures_say_which_way_efficiency_goes_and_an_unknown_rate_is_na(built):
@@ -167,10 +176,10 @@ def test_failures_of_files_that_are_no_source_are_counted_apart(built):
     report["failures"].append(
         {"path": "t/link.md", "code": "SYMLINK_SKIPPED", "message": "symbolic link, not followed"}
     )
-    assert summary(report).splitlines()[5] == (
+    assert (
         "  other:   1 failed or skipped, not sources (links not followed, qa-pairs.md, keywords "
         "or topic files)"
-    )
+    ) in summary(report).splitlines()
     page = render_html(report)
     assert "<b>1</b>other files failed or skipped (links, qa-pairs, keywords)</div>" in page
 
