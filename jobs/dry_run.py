@@ -22,7 +22,7 @@ from jobs.config import JobConfig
 from jobs.discovery import abort_stops, check_output_roots, discover, list_input
 from jobs.lock import check_bucket, check_writable, lock_holder
 from jobs.manifest import REPORT_PATH, Manifest
-from jobs.plan import KEEP, REBUILD, RELINK
+from jobs.plan import KEEP, REBUILD, RELINK, unmatched_note
 from jobs.records import QUESTIONS, SOURCE, TOPIC
 from jobs.report import error_text
 from jobs.storage import Storage
@@ -46,6 +46,7 @@ class DryRun:
     still_failing: list[str]  # files with a settled failure, unchanged: reported, not read
     conflicts: list[str]  # sources sharing a stem in their topic: failed, not read
     skipped: list[str]  # links not followed and names no index can name: failed, not read
+    unmatched: str | None  # files named like markdown that no glob matches, in words
     bytes_to_read: int
     cached: int  # sources to chunk whose vectors the cache holds already
     chunks_to_embed: int  # estimate
@@ -95,6 +96,7 @@ def dry_run(config: JobConfig) -> DryRun:
         still_failing=[failure["path"] for failure in plan.settled],
         conflicts=[failure["path"] for failure in plan.conflicts],
         skipped=[failure["path"] for failure in plan.skipped],
+        unmatched=plan.unmatched and unmatched_note(plan.unmatched, config.sources.globs),
         bytes_to_read=sum(row["size"] for row in read),
         cached=len(cached),
         chunks_to_embed=to_embed,
@@ -172,6 +174,8 @@ def describe(plan: DryRun) -> str:
     ]
     if plan.stops:  # the build exits 1 at once, naming the first, and does none of the above
         lines.append(f"build stops at once (failure_policy abort): {plan.stops[0]}")
+    if plan.unmatched:
+        lines.append(f"not sources: {plan.unmatched}")
     if plan.locked:  # a build exits 75 at once, and does none of the above until it is freed
         lines.append(f"output locked (a build now exits 75): {plan.locked}")
     for action in (REBUILD, RELINK, "delete"):

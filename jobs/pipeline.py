@@ -36,7 +36,15 @@ from jobs.local_ray import node_gpu_counts, start_ray
 from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.path_set import PathSet
-from jobs.plan import KEEP, REBUILD, RELINK, Plan, interim_manifest, settings_differ
+from jobs.plan import (
+    KEEP,
+    REBUILD,
+    RELINK,
+    Plan,
+    interim_manifest,
+    settings_differ,
+    unmatched_note,
+)
 from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
 from jobs.reduce import Piece, reduce_topics
@@ -141,6 +149,8 @@ def _run_locked(
     for failure in plan.settled:
         facts = map(printable, failure.values())
         log.warning("%s still fails, unchanged since (not read again): %s: %s", *facts)
+    if plan.unmatched:
+        log.warning("%s", unmatched_note(plan.unmatched, config.sources.globs))
     if config.failure_policy == "abort" and (stops := abort_stops(plan)):
         raise SourceFailed(stops[0])
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from indexing import group_sources, nearest_keywords_path
 from indexing.paths import TOPIC_SPEC, shared_stems, source_stem
 from indexing.sources import KEYWORDS_FILE, QA_PAIRS, TOPIC_FILES, index_tree, is_source
+from indexing.terminal import printable
 from jobs.manifest import Manifest, TopicEntry
 from jobs.storage import FileInfo, SkippedLink
 
@@ -64,6 +65,7 @@ class Plan:
     # report failures for files left out of the corpus: links not followed, unusable names
     skipped: tuple[dict[str, str], ...] = ()
     settled: tuple[dict[str, str], ...] = ()  # report failures of files not read again
+    unmatched: tuple[str, ...] = ()  # files named like markdown that no glob makes a source
 
     @property
     def conflicts(self) -> tuple[dict[str, str], ...]:
@@ -88,6 +90,34 @@ def _would_be_read(path: str, globs: tuple[str, ...]) -> bool:
     keywords file."""
     return (
         is_source(path, globs) or posixpath.basename(path) in TOPIC_FILES or _is_keywords_file(path)
+    )
+
+
+# Names of markdown files that `sources.globs` may miss: `GUIDE.MD`, `x.markdown`, `page.mdx`.
+MARKDOWN_NAMES = ("*.md", "*.markdown", "*.mdx")
+
+
+def unmatched_markdown(files: Iterable[str], globs: tuple[str, ...]) -> tuple[str, ...]:
+    """The listed paths named like markdown (`MARKDOWN_NAMES` in any case) that no glob makes a
+    source, sorted: the default `*.md` misses a `GUIDE.MD` and every `.markdown` file, unsaid."""
+    found = []
+    for path in files:
+        folder, _, name = path.rpartition("/")
+        lower = f"{folder}/{name.lower()}" if folder else name.lower()
+        if is_source(lower, MARKDOWN_NAMES) and not is_source(path, globs):
+            found.append(path)
+    return tuple(sorted(found))
+
+
+def unmatched_note(paths: tuple[str, ...], globs: tuple[str, ...]) -> str:
+    """`unmatched_markdown`'s paths in words, the first three named (control characters
+    escaped), for the build's log and the dry run."""
+    named = ", ".join(printable(path) for path in paths[:3]) + (", …" if len(paths) > 3 else "")
+    files = "1 file" if len(paths) == 1 else f"{len(paths)} files"
+    are = "is" if len(paths) == 1 else "are"
+    return (
+        f"{files} named like markdown {are} no source, as no glob of sources.globs "
+        f"{list(globs)} matches ({named}): add a glob to index them"
     )
 
 
@@ -230,6 +260,7 @@ def make_plan(
         deleted_topics=tuple(sorted(set(previous.topics) - set(topics))),
         skipped=skipped_links([f for f in listing if isinstance(f, SkippedLink)], globs)
         + invalid_names(misnamed, globs),
+        unmatched=unmatched_markdown(by_path, globs),
     )
 
 

@@ -386,6 +386,11 @@ def test_a_dry_run_names_the_files_the_build_skips_and_reports(tmp_path, capsys)
     (docs / "t" / "a.md").write_text("# a\n\nA page.\n")
     (docs / "t" / "link.md").symlink_to(docs / "t" / "a.md")
     (docs / "t").joinpath(os.fsdecode(b"caf\xe9.md")).write_text("# b\n\nLatin-1 name.\n")
+    (docs / "t" / "NOTES.MD").write_text("# c\n\nNamed in capitals.\n")
     summary, actions = dry(capsys, "--input", str(docs), "--output", str(tmp_path / "out"))
     assert summary["files skipped, not read"] == "2"
+    assert summary["not sources"] == (
+        "1 file named like markdown is no source, as no glob of sources.globs ['*.md'] matches "
+        "(t/NOTES.MD): add a glob to index them"
+    )
     assert "skip t/link.md" in actions and "skip t/caf\\xe9.md" in actions

@@ -16,6 +16,7 @@ from jobs.plan import (
     keep_directory,
     make_plan,
     rebuilding,
+    unmatched_note,
 )
 from jobs.storage import FileInfo, SkippedLink
 
@@ -343,3 +344,21 @@ def test_a_run_stopped_before_its_manifest_is_redone_whatever_the_input_then_hol
     assert interim_manifest(before, relinked, "s1").sources == before.sources
     back = make_plan(FILES, interim_manifest(before, relinked, "s1"), "s1", GLOBS)
     assert actions(back) == {"a": KEEP, "b/c": REBUILD} and back.deleted_topics == ("b/c/e",)
+
+
+def test_files_named_like_markdown_that_no_glob_matches_are_named():
+    """`GUIDE.MD`, `x.markdown` and `page.mdx` were silently no source under the default `*.md`:
+    the plan names them (the build logs them, the dry run says them); a hidden or `_` folder's,
+    a topic file and a glob's own matches are not named."""
+    names = ["a/GUIDE.MD", "a/x.markdown", "b/page.mdx", "a/one.md", "_site/x.MD", "a/QA-PAIRS.MD"]
+    files = [FileInfo(name, 1, "v1") for name in names]
+    plan = make_plan(files, Manifest(), "s1", GLOBS)
+    assert plan.unmatched == ("a/GUIDE.MD", "a/x.markdown", "b/page.mdx")
+    assert (
+        make_plan(files, Manifest(), "s1", ("*.md", "*.MD", "*.markdown", "*.mdx")).unmatched == ()
+    )
+    note = unmatched_note(plan.unmatched, GLOBS)
+    assert note == (
+        "3 files named like markdown are no source, as no glob of sources.globs ['*.md'] matches "
+        "(a/GUIDE.MD, a/x.markdown, b/page.mdx): add a glob to index them"
+    )
