@@ -1,4 +1,5 @@
-"""Decode a source, normalise its line endings and split off YAML front matter (seed 002 section 2).
+"""Decode a source, normalise its line endings and split off front matter (seed 002 section 2):
+YAML between `---` lines, or TOML between `+++` lines (Hugo's).
 
 Line numbers stay those of the original file: `NormalizedDocument.lines[n - 1]` is original line n,
 front matter included, and the body starts at `lines[body_start]`.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +26,11 @@ from chunking.record import (
 
 _BOM = "\ufeff"
 _UTF16_BOMS = {b"\xff\xfe": "FF FE", b"\xfe\xff": "FE FF"}
-_FRONT_MATTER_OPEN = "---"
-_FRONT_MATTER_CLOSE = ("---", "...")
+# opening line: (format, closing lines)
+_FRONT_MATTER = {"---": ("YAML", ("---", "...")), "+++": ("TOML", ("+++",))}
+_TOML_WHERE = re.compile(r" \(at (?:line (\d+), column (\d+)|end of document)\)$")
 # Front matter bounds: YAML aliases can make a few hundred bytes expand to gigabytes.
-MAX_FRONT_MATTER_CHARS = 65_536  # the YAML text between the markers
+MAX_FRONT_MATTER_CHARS = 65_536  # the YAML or TOML text between the markers
 MAX_FRONT_MATTER_NODES = 100_000  # scalars' characters plus one per node, aliases expanded
 MAX_FRONT_MATTER_DEPTH = 32
 
@@ -93,8 +97,8 @@ def split_lines(text: str) -> tuple[str, ...]:
 
 def normalize(data: bytes | str) -> NormalizedDocument:
     """Decode and normalise one source (text, or bytes-like); front matter is parsed with
-    yaml.safe_load. TypeError for anything else: `bytes()` made an int's NUL bytes of it, and a
-    `Path` its own name."""
+    yaml.safe_load or tomllib. TypeError for anything else: `bytes()` made an int's NUL bytes of
+    it, and a `Path` its own name."""
     if isinstance(data, str):
         raw = data.encode("utf-8", "surrogatepass")
     elif isinstance(data, (bytes, bytearray, memoryview)):
@@ -120,38 +124,36 @@ def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
     Front matter is a first line `---` and the next line that is `---` or `...`, between them YAML
     that reads as a mapping (or nothing); without a closing line, or where the YAML reads as text,
     a list or a number, the file has no front matter (the `---` is then ordinary markdown: a
-    thematic break). YAML that cannot be read is INVALID_FRONT_MATTER.
+    thematic break). YAML that cannot be read is INVALID_FRONT_MATTER. Hugo's TOML front matter
+    is a first line `+++` and the next `+++` line, TOML between them (tomllib), read the same way;
+    without a closing line the `+++` is ordinary markdown, and TOML that cannot be read is
+    INVALID_FRONT_MATTER.
     """
-    if not lines or lines[0].rstrip() != _FRONT_MATTER_OPEN:
+    opening = _FRONT_MATTER.get(lines[0].rstrip()) if lines else None
+    if opening is None:
         return {}, 0
-    close = next(
-        (i for i in range(1, len(lines)) if lines[i].rstrip() in _FRONT_MATTER_CLOSE), None
-    )
+    kind, closing = opening
+    close = next((i for i in range(1, len(lines)) if lines[i].rstrip() in closing), None)
     if close is None:
         return {}, 0
     source = "\n".join(lines[1:close])
     if len(source) > MAX_FRONT_MATTER_CHARS:
         raise ChunkingError(
             FRONT_MATTER_TOO_LARGE,
-            f"YAML front matter of {len(source)} characters (limit {MAX_FRONT_MATTER_CHARS})",
+            f"{kind} front matter of {len(source)} characters (limit {MAX_FRONT_MATTER_CHARS})",
         )
     try:
-        data = yaml.safe_load(source)
+        data = _load_yaml(source) if kind == "YAML" else _load_toml(source, close)
     except RecursionError:
         raise ChunkingError(
             FRONT_MATTER_TOO_LARGE,
-            f"YAML front matter nested deeper than {MAX_FRONT_MATTER_DEPTH} levels",
+            f"{kind} front matter nested deeper than {MAX_FRONT_MATTER_DEPTH} levels",
         ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 2}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ChunkingError(INVALID_FRONT_MATTER, f"YAML front matter{where}: {problem}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):  # a thematic break, then text or a list (a slide deck's page)
         return {}, 0
-    _check_expansion(data)
+    _check_expansion(data, kind)
     try:
         # JSON-ready and deterministic: dates become ISO strings, tuples lists.
         text = json.dumps(_json_ready(data), default=str, ensure_ascii=False)
@@ -159,12 +161,44 @@ def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
     except UnicodeEncodeError as exc:
         found = exc.object[exc.start : exc.end]
         raise ChunkingError(
-            INVALID_FRONT_MATTER, f"YAML front matter: {found!r} is a lone surrogate, no character"
+            INVALID_FRONT_MATTER,
+            f"{kind} front matter: {found!r} is a lone surrogate, no character",
         ) from None
     except (TypeError, ValueError) as exc:
-        raise ChunkingError(INVALID_FRONT_MATTER, f"YAML front matter: {exc}") from None
+        raise ChunkingError(INVALID_FRONT_MATTER, f"{kind} front matter: {exc}") from None
     plain = json.loads(text)
     return plain, close + 1
+
+
+def _load_yaml(source: str) -> Any:
+    """`source` read by yaml.safe_load; YAML that cannot be read is INVALID_FRONT_MATTER, naming
+    its line in the file."""
+    try:
+        return yaml.safe_load(source)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ChunkingError(INVALID_FRONT_MATTER, f"YAML front matter{where}: {problem}") from None
+
+
+def _load_toml(source: str, close: int) -> dict[str, Any]:
+    """`source` read by tomllib; TOML that cannot be read is INVALID_FRONT_MATTER, naming the line
+    in the file where tomllib says (`close`, the last line before the closing `+++`, for "at end
+    of document")."""
+    try:
+        return tomllib.loads(source)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        found = _TOML_WHERE.search(message)
+        if found is None:
+            where = ""
+        elif found.group(1) is None:
+            where = f" at its end, line {close}"
+        else:
+            where = f" at line {int(found.group(1)) + 1}, column {found.group(2)}"
+        problem = message[: found.start()] if found else message
+        raise ChunkingError(INVALID_FRONT_MATTER, f"TOML front matter{where}: {problem}") from None
 
 
 def _json_ready(value: Any) -> Any:
@@ -183,7 +217,7 @@ def _json_ready(value: Any) -> Any:
     return value
 
 
-def _check_expansion(data: Any) -> None:
+def _check_expansion(data: Any, kind: str) -> None:
     """Raise FRONT_MATTER_TOO_LARGE when `data`, with every alias expanded, is deeper than
     MAX_FRONT_MATTER_DEPTH or larger than MAX_FRONT_MATTER_NODES (a billion-laughs bomb stops
     after that many steps, never expanded)."""
@@ -194,7 +228,7 @@ def _check_expansion(data: Any) -> None:
         if depth > MAX_FRONT_MATTER_DEPTH:
             raise ChunkingError(
                 FRONT_MATTER_TOO_LARGE,
-                f"YAML front matter nested deeper than {MAX_FRONT_MATTER_DEPTH} levels",
+                f"{kind} front matter nested deeper than {MAX_FRONT_MATTER_DEPTH} levels",
             )
         if isinstance(value, dict):
             children = [*value.keys(), *value.values()]
@@ -207,7 +241,7 @@ def _check_expansion(data: Any) -> None:
         if left < 0:
             raise ChunkingError(
                 FRONT_MATTER_TOO_LARGE,
-                "YAML front matter expands (aliases included) to over "
+                f"{kind} front matter expands (aliases included) to over "
                 f"{MAX_FRONT_MATTER_NODES} nodes and characters",
             )
         stack.extend((child, depth + 1) for child in children)

@@ -1,4 +1,4 @@
-"""Decoding, line endings and YAML front matter (seed 002 section 2)."""
+"""Decoding, line endings and YAML or TOML front matter (seed 002 section 2)."""
 
 from __future__ import annotations
 
@@ -91,6 +91,63 @@ def test_unclosed_front_matter_is_ordinary_markdown():
     document = chunk_source("---\ntitle: x\n\nno closing line here\n")
     assert document.front_matter == {}
     assert "title: x" in document.chunks[0].text
+
+
+def test_hugo_toml_front_matter_is_parsed_as_yaml_front_matter_is():
+    """A Hugo page's `+++` TOML front matter was chunk text (chunk 0 began `+++\ntitle = ...`)
+    and gave neither front matter nor promotion_level."""
+    data = (
+        '+++\r\ntitle = "Guide"\r\ndate = 2024-05-01T10:00:00Z\r\nday = 2024-05-01\r\n'
+        'promotion_level = "team"\r\n[params]\r\nscore = nan\r\n+++\r\n# Heading\r\n\r\nBody.\r\n'
+    )
+    document = chunk_source(data)
+    assert document.front_matter == {
+        "title": "Guide",
+        "date": "2024-05-01 10:00:00+00:00",  # as YAML's datetimes
+        "day": "2024-05-01",
+        "promotion_level": "team",
+        "params": {"score": "nan"},
+    }
+    assert document.promotion_level == "team"
+    (chunk,) = document.chunks
+    assert chunk.text.startswith("# Heading")
+    assert (chunk.start_line, chunk.end_line) == (9, 11)
+
+
+@pytest.mark.parametrize(
+    ("toml_text", "says"),
+    [
+        ('title = "x"\nbad = [1,,]', "TOML front matter at line 3, column 10: Invalid value"),
+        ('title = "x"\nbad =', "TOML front matter at its end, line 3: Invalid value"),
+        ("title: yaml here", "TOML front matter at line 2, column 6: Expected '='"),
+    ],
+)
+def test_invalid_toml_front_matter_names_its_line_in_the_file(toml_text, says):
+    with pytest.raises(ChunkingError) as caught:
+        chunk_source(f"+++\n{toml_text}\n+++\n# T\n")
+    assert caught.value.code == INVALID_FRONT_MATTER
+    assert caught.value.message.startswith(says)
+
+
+@pytest.mark.parametrize(
+    ("toml_text", "says"),
+    [
+        ('x = "' + "y" * 70_000 + '"', "TOML front matter of 70006 characters (limit 65536)"),
+        ("x = " + "[" * 20_000 + "]" * 20_000, "TOML front matter nested deeper than 32 levels"),
+        ("x = " + "[" * 33 + "]" * 33, "TOML front matter nested deeper than 32 levels"),
+    ],
+    ids=["oversized", "deep-recursion", "deep"],
+)
+def test_toml_front_matter_is_bounded_as_yaml_front_matter_is(toml_text, says):
+    with pytest.raises(ChunkingError) as caught:
+        chunk_source(f"+++\n{toml_text}\n+++\nBody.\n")
+    assert (caught.value.code, caught.value.message) == (FRONT_MATTER_TOO_LARGE, says)
+
+
+def test_plus_lines_without_a_closing_one_are_ordinary_markdown():
+    document = chunk_source("+++\ntitle = 1\n\nno closing line here\n")
+    assert document.front_matter == {}
+    assert document.chunks[0].text.startswith("+++\ntitle = 1\n")
 
 
 def _alias_bomb(levels: int) -> str:
