@@ -106,6 +106,7 @@ def run_build(args: argparse.Namespace) -> int:
     from indexing.terminal import write_out
     from jobs.discovery import InputNotFound
     from jobs.dry_run import describe, dry_run
+    from jobs.local_ray import InfeasibleResources
     from jobs.lock import OutputNotFound
     from jobs.report import summary
 
@@ -127,7 +128,7 @@ def run_build(args: argparse.Namespace) -> int:
     if args.dry_run:  # writes nothing, not even a failed run's report
         try:
             planned = dry_run(config)
-        except (InputNotFound, ModelNotFound, OutputNotFound) as exc:
+        except (InputNotFound, ModelNotFound, OutputNotFound, InfeasibleResources) as exc:
             print(f"mdindex build: {exc}", file=sys.stderr)
             return EXIT_USAGE
         except Exception as exc:  # noqa: BLE001 - e.g. an unreadable output: exit code 1

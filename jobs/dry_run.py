@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from indexing.terminal import printable
 from jobs.config import JobConfig
 from jobs.discovery import abort_stops, check_output_roots, discover, list_input
+from jobs.local_ray import check_local_fit, expected_local_node
 from jobs.lock import check_bucket, check_writable, lock_holder
 from jobs.manifest import REPORT_PATH, Manifest
 from jobs.plan import KEEP, REBUILD, RELINK, unmatched_note
@@ -59,6 +60,8 @@ def dry_run(config: JobConfig) -> DryRun:
     found = discover(config, list_input(config))
     check_output_roots(config)
     plan, previous = found.plan, found.previous
+    if (node := expected_local_node(config)) is not None:
+        check_local_fit(config, node)  # the build's exit 2 once its Ray has started
     if previous == Manifest():  # a first run, or an output whose bucket is missing
         check_bucket(found.output)
     check_writable(found.output)

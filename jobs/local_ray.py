@@ -69,6 +69,35 @@ class InfeasibleResources(ValueError):
     grows: the build would wait for ever (a config error for this machine: exit code 2)."""
 
 
+def check_local_fit(config: JobConfig, node: dict[str, float]) -> None:
+    """`InfeasibleResources` where a stage asks for more than the local instance's one `node`
+    has (its total resources): the build would wait for ever."""
+    if missing := infeasible(config.resources, [node]):
+        here = describe_resources(node.get("CPU", 0.0), node.get("GPU", 0.0))
+        hint = (
+            " Without a GPU, set embedding.device: cpu and resources.embed.num_gpus: 0 (as"
+            " configs/local.yaml does); for GPUs, run on their cluster (RAY_ADDRESS, ray job"
+            " submit)."
+            if config.resources.embed.num_gpus
+            else ""
+        )
+        raise InfeasibleResources(
+            f"this machine's Ray instance has {here}, and a local instance never grows: "
+            f"{'; '.join(missing)}, so the build would wait for ever.{hint}"
+        )
+
+
+def expected_local_node(config: JobConfig) -> dict[str, float] | None:
+    """The one node a build's local Ray instance would have, for a dry run, which starts none:
+    `resources.num_cpus` or every CPU of the machine (Ray may count fewer, in a container whose
+    CPU quota is smaller: then this expects more than there will be, never less). None where the
+    build would join a cluster (RAY_ADDRESS) or this process's own Ray, or would ask for GPUs,
+    which only a started Ray counts."""
+    if os.environ.get("RAY_ADDRESS") or ray.is_initialized() or config.resources.embed.num_gpus:
+        return None
+    return {"CPU": float(config.resources.num_cpus or os.cpu_count() or 1), "GPU": 0.0}
+
+
 class ClusterUnreachable(ValueError):
     """RAY_ADDRESS names a GCS address (`host:port`) that takes no connection: `ray.init` would
     try it for about 14 minutes, the output locked all along (a usage error: exit code 2)."""
@@ -173,20 +202,7 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
     exit_on_sigterm()
     log.info("started a local Ray instance (logs in %s)", context.address_info["session_dir"])
     totals = [node["Resources"] for node in _live_nodes()]
-    if missing := infeasible(config.resources, totals):
-        node = totals[0] if totals else {}  # a local instance is one node
-        here = describe_resources(node.get("CPU", 0.0), node.get("GPU", 0.0))
-        hint = (
-            " Without a GPU, set embedding.device: cpu and resources.embed.num_gpus: 0 (as"
-            " configs/local.yaml does); for GPUs, run on their cluster (RAY_ADDRESS, ray job"
-            " submit)."
-            if config.resources.embed.num_gpus
-            else ""
-        )
-        raise InfeasibleResources(
-            f"this machine's Ray instance has {here}, and a local instance never grows: "
-            f"{'; '.join(missing)}, so the build would wait for ever.{hint}"
-        )
+    check_local_fit(config, totals[0] if totals else {})  # a local instance is one node
     # One-CPU tasks, not awaited: each imports our modules in one of the worker processes Ray
     # starts with the instance, while the driver sets up the pipeline, and the build's first
     # tasks find those processes ready. Without them a 1% tldr-en edit's reduces waited for a new
