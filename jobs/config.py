@@ -540,6 +540,7 @@ def _resolve(config: JobConfig) -> JobConfig:
         )
     _check_chunking(config.chunking)
     _check_globs(config.sources.globs)
+    _check_tenant(config.tenant)
     options = _client_options(config.storage_options)
     if any(protocol_of(uri) == "s3" for uri in (source, output, cache)):
         options = config.s3.with_timeouts(options)
@@ -551,6 +552,22 @@ def _resolve(config: JobConfig) -> JobConfig:
         storage_options=options,
         embedding=embedding,
     )
+
+
+# A shell variable left in a value (`${OUT}`, `$TENANT`): YAML expands none.
+_VARIABLE = re.compile(r"\$\{?\w+\}?")
+
+
+def _check_tenant(tenant: str) -> None:
+    """ConfigError for a tenant that is empty or names a variable (`tenant: ${TENANT}`, which
+    YAML leaves as it is): every chunk id and record of the index would carry it."""
+    if not tenant.strip():
+        raise ConfigError("tenant: an empty string (an unset variable?); leave it out: 'default'")
+    if variable := _VARIABLE.search(tenant):
+        raise ConfigError(
+            f"tenant: {tenant}: the config expands no variables ({variable[0]}); give the "
+            f'tenant, or --set tenant="{variable[0]}" for the shell to expand'
+        )
 
 
 def _model(model: str) -> str:
@@ -653,7 +670,7 @@ def _absolute(uri: str, key: str) -> str:
         raise ConfigError(f"{key}: {uri}: {missing} (an unset variable?)")
     web = protocol in ("http", "https")
     # a local folder or an S3 prefix named `${OUT}` otherwise (an S3 bucket: exit 1, a traceback)
-    if not web and (variable := re.search(r"\$\{?\w+\}?", uri)):
+    if not web and (variable := _VARIABLE.search(uri)):
         raise ConfigError(
             f"{key}: {uri}: the config expands no variables ({variable[0]}); give the path, or "
             f'--{key} "{variable[0]}" for the shell to expand'

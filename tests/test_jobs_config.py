@@ -172,6 +172,9 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"output": "memory://x"}, "output: memory:// lives in one process"),
         ({"resources": {"embed": {"actors": 3, "max_actors": 2}}}, "resources.embed.max_actors"),
         ({"embedding": {"token_budget": 10**9}}, "embedding.token_budget: must be <= 1048576"),
+        # an unset variable: every chunk id and record of the index carried "" or "${TENANT}"
+        ({"tenant": " "}, "tenant: an empty string (an unset variable?)"),
+        ({"tenant": "${TENANT}"}, "tenant: ${TENANT}: the config expands no variables"),
         # Non-finite numbers passed (NaN fails no comparison) and failed later: a budget of .inf
         # failed every source (OverflowError in the interval timer), embed num_cpus .inf exit 1
         # after Ray started, a threshold of .nan too, max_deleted_fraction .nan let a build
