@@ -146,15 +146,15 @@ def link_type(url: str, is_image: bool) -> str:
 
 
 def resolve(found: FoundLink, document_path: str, corpus_paths: AbstractSet[str]) -> Link:
-    """The Link record; a relative link to a corpus file gets that file as `target_document`."""
+    """The Link record; a relative link to a corpus file gets that file as `target_document`: the
+    first of `candidate_paths` that is one."""
     kind = link_type(found.url, found.is_image)
     target = None
     if kind == "anchor":
         target = document_path or None
     elif kind in ("internal", "image"):
-        target = resolve_path(found.url, document_path)
-        if target not in corpus_paths:
-            target = None
+        candidates = candidate_paths(found.url, document_path, page=kind == "internal")
+        target = next((path for path in candidates if path in corpus_paths), None)
     return Link(url=found.url, text=found.text, link_type=kind, target_document=target)
 
 
@@ -164,25 +164,46 @@ def resolve_again(link: Link, document_path: str, corpus_paths: AbstractSet[str]
     return resolve(found, document_path, corpus_paths)
 
 
-def target_path(link: Link, document_path: str) -> str | None:
-    """The corpus path a relative link or image of a document names, whether or not it is a
-    source now: its `target_document` in any corpus where that path is a source."""
+def target_paths(link: Link, document_path: str) -> tuple[str, ...]:
+    """The corpus paths a relative link or image of a document may name, whether or not they are
+    sources now: which of them are decides its `target_document` (`candidate_paths`)."""
     if link.link_type not in ("internal", "image"):
-        return None
-    return resolve_path(link.url, document_path)
+        return ()
+    return candidate_paths(link.url, document_path, page=link.link_type == "internal")
 
 
-def resolve_path(url: str, document_path: str) -> str | None:
-    """Corpus-relative POSIX path a relative URL points to (#anchor, ?query, ./, ../ removed)."""
+def candidate_paths(url: str, document_path: str, *, page: bool) -> tuple[str, ...]:
+    """The corpus paths a relative URL may name, in order of preference: its path as written;
+    then, for a `page` link (not an image) whose last name has no extension or that ends with
+    `/` (Docusaurus' `./setup`, MkDocs' `../api/`), `X.md`, `X/index.md` and `X/README.md` (the
+    root folder's `index.md` and `README.md` for `/` or `./` in a root document)."""
+    path = _url_path(url)
+    normal = _normal_path(path, document_path) if path else None
+    if normal is None:
+        return ()
+    extension = posixpath.splitext(posixpath.basename(normal))[1]
+    if not page or (extension and not path.endswith("/")):
+        return () if normal == "." else (normal,)
+    if normal == ".":
+        return ("index.md", "README.md")
+    return (normal, f"{normal}.md", f"{normal}/index.md", f"{normal}/README.md")
+
+
+def _url_path(url: str) -> str:
+    """The path of a relative URL, unquoted ("" for a URL with a scheme, a `//` network path, or
+    only an #anchor or ?query)."""
     if _SCHEME.match(url) or url.startswith("//"):
-        return None
-    path = unquote(url.split("#", 1)[0].split("?", 1)[0])
-    if not path:
-        return None
+        return ""
+    return unquote(url.split("#", 1)[0].split("?", 1)[0])
+
+
+def _normal_path(path: str, document_path: str) -> str | None:
+    """`path` against the document's folder (a leading `/`: the corpus root), normalised; "." for
+    the root folder, None outside the corpus root."""
     if path.startswith("/"):
         joined = path.lstrip("/")
     else:
         joined = posixpath.join(posixpath.dirname(document_path), path)
     normal = posixpath.normpath(joined)
     # outside the corpus root; a name that starts with dots (tldr-pages' `..md`) is inside it
-    return None if normal in ("..", ".") or normal.startswith("../") else normal
+    return None if normal == ".." or normal.startswith("../") else normal

@@ -14,6 +14,7 @@ import chunking.strategy
 from chunking import Chunk, Link, chunk_document, chunk_source, list_strategies, strategy_key
 from chunking.blocks import text_line_kinds
 from chunking.canonical import canonical_chunk_text, is_code
+from chunking.links import target_paths
 from chunking.record import make_chunk_id
 from chunking.substrings import Substrings
 
@@ -280,6 +281,41 @@ def test_a_link_to_a_root_file_named_with_two_dots_resolves():
     )
     targets = [link.target_document for link in chunk.links]
     assert targets == ["..md", "..notes/a.md", None]
+
+
+def test_links_without_an_extension_or_to_a_folder_resolve_to_the_page_they_name():
+    """Docusaurus' `./setup` and MkDocs' `../api/` named no source (the corpus has `setup.md`,
+    `api/index.md`): they had no target_document. The path as written comes first, then `.md`
+    added, then the folder's index.md, then its README.md; an image or a name with an extension
+    is only the path as written."""
+    corpus = frozenset(
+        {"docs/setup.md", "guide/intro.md", "api/index.md", "ref/README.md", "both.md",
+         "both/index.md", "exact", "exact.md", "index.md", "docs/img.md", "v1.md"}
+    )  # fmt: skip
+    urls = {
+        "./setup": "docs/setup.md",
+        "../guide/intro#install": "guide/intro.md",
+        "../api/": "api/index.md",
+        "../api": "api/index.md",
+        "/ref/": "ref/README.md",
+        "../both": "both.md",
+        "../exact": "exact",
+        "/": "index.md",
+        "../missing": None,
+        "../v1.0": None,  # an extension: the path as written only
+        "../guide/": None,
+    }
+    text = "# T\n\n" + "".join(f"[{i}]({url})\n" for i, url in enumerate(urls)) + "![i](./img)\n"
+    (chunk,) = chunk_document(text, document_path="docs/a.md", corpus_paths=corpus)
+    targets = {link.url: link.target_document for link in chunk.links}
+    assert targets == {**urls, "./img": None}
+    assert target_paths(chunk.links[0], "docs/a.md") == (
+        "docs/setup",
+        "docs/setup.md",
+        "docs/setup/index.md",
+        "docs/setup/README.md",
+    )
+    assert target_paths(chunk.links[-1], "docs/a.md") == ("docs/img",)
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from chunking import chunk_source
+from indexing import SourceInput
 from jobs.manifest import Manifest, SourceEntry, TopicEntry
 from jobs.plan import (
     INVALID_FILE_NAME,
@@ -18,6 +20,7 @@ from jobs.plan import (
     rebuilding,
     unmatched_note,
 )
+from jobs.stages.topic import link_targets
 from jobs.storage import FileInfo, SkippedLink
 
 GLOBS = ("*.md",)
@@ -252,6 +255,29 @@ def test_a_topic_is_rebuilt_when_a_path_its_links_name_becomes_a_source_or_stops
     assert actions(make_plan(other, manifest, "s1", GLOBS))["b/c"] == KEEP
     unknown = replace(manifest, topics={**before.topics, "b/c": replace(linked, link_targets=None)})
     assert actions(make_plan(FILES, unknown, "s1", GLOBS)) == {"a": KEEP, "b/c": REBUILD}
+
+
+def test_a_link_without_an_extension_rebuilds_its_topic_when_a_page_it_may_name_appears():
+    """`[x](../a/new)` names `a/new.md` once that is a source (or `a/new/index.md`, ...): the
+    topic's link targets list each page it may name, so adding one rebuilds the topic, as a
+    fresh build would resolve the link to it."""
+    text = "# Three\n\nSee [new](../../a/new) and [api](/api/).\n"
+    document = chunk_source(text, document_path="b/c/three.md", corpus_paths=frozenset())
+    targets = link_targets([SourceInput("b/c/three.md", document, None)], GLOBS)
+    assert targets == [
+        "a/new.md",
+        "a/new/README.md",
+        "a/new/index.md",
+        "api.md",
+        "api/README.md",
+        "api/index.md",
+    ]
+    before = remember(FILES)
+    linked = replace(before.topics["b/c"], link_targets=tuple(targets))
+    manifest = replace(before, topics={**before.topics, "b/c": linked})
+    assert actions(make_plan(FILES, manifest, "s1", GLOBS))["b/c"] == KEEP
+    added = [*FILES, FileInfo("a/new/index.md", 3, "v9")]
+    assert actions(make_plan(added, manifest, "s1", GLOBS))["b/c"] == REBUILD
 
 
 def test_files_whose_path_is_not_utf8_are_left_out_and_reported_when_they_would_be_read():

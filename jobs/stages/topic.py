@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from chunking import DETERMINISTIC_FAILURES, ChunkedDocument
-from chunking.links import target_path
+from chunking.links import target_paths
 from indexing import (
     IndexSettings,
     SourceInput,
@@ -190,9 +190,10 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
 
 
 def link_targets(sources: list[SourceInput], globs: tuple[str, ...]) -> list[str]:
-    """The paths the relative links of a topic's chunked sources name that could be sources
-    (their file names match `globs`), sorted: whether each is one decides its links'
-    `target_document`, so the plan rebuilds the topic when one appears or goes (`jobs.plan`).
+    """The paths the relative links of a topic's chunked sources may name that could be sources
+    (their file names match `globs`; `./setup` may name `setup.md`, `setup/index.md`, ...),
+    sorted: whether each is one decides its links' `target_document`, so the plan rebuilds the
+    topic when one appears or goes (`jobs.plan`).
     A failed source's kept rows are left as they were, and not counted."""
     return sorted(
         {
@@ -201,7 +202,8 @@ def link_targets(sources: list[SourceInput], globs: tuple[str, ...]) -> list[str
             if source.document is not None
             for chunk in source.document.chunks
             for link in chunk.links
-            if (target := target_path(link, source.path)) is not None and is_source(target, globs)
+            for target in target_paths(link, source.path)
+            if is_source(target, globs)
         }
     )
 
