@@ -23,9 +23,10 @@ from jobs.discovery import abort_stops, check_output_roots, discover, list_input
 from jobs.local_ray import check_local_fit, expected_local_node
 from jobs.lock import check_bucket, check_writable, lock_holder
 from jobs.manifest import REPORT_PATH, Manifest
-from jobs.plan import KEEP, REBUILD, RELINK, unmatched_note
+from jobs.plan import KEEP, REBUILD, RELINK, settings_differ, unmatched_note
 from jobs.records import QUESTIONS, SOURCE, TOPIC
 from jobs.report import error_text
+from jobs.report_html import SETTINGS_CHANGED
 from jobs.storage import Storage
 from jobs.work import work_rows
 
@@ -39,6 +40,7 @@ class DryRun:
     """The work a build would do, and its rough cost."""
 
     sources: int
+    settings_changed: bool  # the last run built the output under other settings (or version)
     topics: dict[str, list[str]]  # action (rebuild, relink, keep, delete) -> topics
     read: list[str]  # files the pipeline would read: sources to chunk and qa-pairs.md
     chunk: list[str]  # sources it would chunk
@@ -91,6 +93,7 @@ def dry_run(config: JobConfig) -> DryRun:
     )
     return DryRun(
         sources=len(plan.fingerprints),
+        settings_changed=settings_differ(previous, found.config_key),
         topics={**actions, "delete": list(plan.deleted_topics)},
         read=[row["path"] for row in read],
         chunk=[row["path"] for row in chunk],
@@ -175,6 +178,8 @@ def describe(plan: DryRun) -> str:
         f"sources expected from the cache: {plan.cached}",
         f"chunks to embed (estimate): {plan.chunks_to_embed}",
     ]
+    if plan.settings_changed:  # why every topic is rebuilt: the build's summary says it too
+        lines.append(f"settings: {SETTINGS_CHANGED}")
     if plan.stops:  # the build exits 1 at once, naming the first, and does none of the above
         lines.append(f"build stops at once (failure_policy abort): {plan.stops[0]}")
     if plan.unmatched:

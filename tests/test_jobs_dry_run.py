@@ -238,8 +238,11 @@ def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
     assert report["chunks"]["embedded"] == 1
     assert [f["path"] for f in report["failures"]] == [BROKEN]
 
-    # A settings change rebuilds everything, but every unchanged source's vectors are cached.
+    assert "settings" not in summary
+    # A settings change (or another version's revision) rebuilds everything, and says why; every
+    # unchanged source's vectors are cached.
     summary, _ = dry(capsys, *where, "--set", "prompts.top_k=3")
+    assert summary["settings"].startswith("changed since the last run (a setting, the model's")
     assert summary["topics to rebuild"] == "3" and summary["sources to chunk"] == "6"
     assert summary["sources expected from the cache"] == "5"  # all but the failed one
     # the failed one, not cached, at the last run's chunks per byte
