@@ -19,7 +19,7 @@ from indexing import REVISION as INDEXING_REVISION
 from indexing.terminal import printable
 from jobs.config import JobConfig
 from jobs.lock import OutputNotFound, bucket, check_bucket, missing_bucket, refusal_code
-from jobs.manifest import MANIFEST_PATH, Manifest
+from jobs.manifest import MANIFEST_PATH, Manifest, unreadable_note
 from jobs.plan import KEEP, RELINK, Plan, keep_directory, make_plan, rebuilding, settings_digest
 from jobs.storage import FileInfo, SkippedLink, Storage
 
@@ -302,9 +302,10 @@ def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discov
     previous = Manifest.from_json(stored)
     if stored and not previous.config_key:
         log.warning(
-            "%s is of another format, or damaged: every topic is rebuilt, and what it names that "
-            "the input no longer has is removed",
+            "%s %s: every topic is rebuilt, and what it names that the input no longer has is "
+            "removed",
             output.uri(MANIFEST_PATH),
+            unreadable_note(stored),
         )
     check_tokenizer(config)
     config_key = settings_key(config, model_version(config))

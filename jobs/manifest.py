@@ -146,6 +146,20 @@ class Manifest:
         return names_only(raw)
 
 
+def unreadable_note(data: bytes) -> str:
+    """Why a stored manifest (`data`) read for its names alone is so, in words: its format
+    number where it has one this version does not read (an older or a newer mdindex wrote it)."""
+    try:
+        found = json.loads(data).get("format")
+    except (ValueError, RecursionError, AttributeError):  # not JSON, or no mapping
+        found = None
+    if type(found) is not int or found in READABLE_FORMATS:
+        return "is of another format, or damaged"
+    by = "an older" if found < min(READABLE_FORMATS) else "a newer"
+    reads = f"formats {min(READABLE_FORMATS)} to {FORMAT}"
+    return f"is of format {found}, which {by} mdindex wrote (this one reads {reads})"
+
+
 def names_only(raw: object) -> Manifest:
     """What an unreadable manifest (`raw`, its parsed JSON) still names: each source and topic as
     failed, with no fingerprint and no files, its directories and its SimHash files."""
