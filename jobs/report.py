@@ -312,9 +312,10 @@ def chunk_notes(chunks: dict[str, Any]) -> list[str]:
             "sets, keeps them whole)"
         )
     if tails := chunks.get("skipped_tail"):
+        tokens = chunks.get("skipped_tokens")  # absent from reports before 2026-11-22 21:12
         notes.append(
             f"  note:    {tails} sources' short final sections were skipped "
-            f"({chunks.get('skipped_tokens', 0)} tokens; seed 003's final-chunk rule: "
+            f"({'' if tokens is None else f'{tokens} tokens; '}seed 003's final-chunk rule: "
             "chunking.options.keep_short_tail: true keeps them)"
         )
     return notes

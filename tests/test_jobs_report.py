@@ -154,6 +154,11 @@ def test_chunks_truncated_or_final_sections_skipped_get_a_note_in_the_summary(bu
     assert text[3].endswith("12 truncated")
     assert text[4].startswith("  note:    12 chunks were longer than the model's window: ")
     assert text[5].startswith(tails)
+    del chunks["skipped_tokens"]  # a report of an mdindex before 2026-11-22: it said '0 tokens'
+    assert summary(report).splitlines()[5] == (
+        "  note:    4 sources' short final sections were skipped (seed 003's final-chunk rule: "
+        "chunking.options.keep_short_tail: true keeps them)"
+    )
 
 
 def test_the_stages_figures_say_which_way_efficiency_goes_and_an_unknown_rate_is_na(built):
