@@ -33,8 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--open", action="store_true", help="open report.html in a browser")
     parser.add_argument(
         "--html",
-        default=DEFAULT_HTML,
-        help=f"local file for a remote output's report.html (default: ./{DEFAULT_HTML})",
+        default=None,
+        help="local file to write the page to (default: a local output's own report.html, "
+        f"./{DEFAULT_HTML} for a remote output's)",
     )
     parser.add_argument(
         "--storage-options", type=json_object, default=None, help="fsspec options as a JSON object"
@@ -151,16 +152,18 @@ def parse_report(data: bytes) -> dict[str, Any]:
     return report
 
 
-def show(output: Storage, report: dict[str, Any], html: str) -> tuple[str, Path]:
-    """The report's summary for a person, and its page: report.html next to report.json for a
-    local output (written where missing: a report from before report.html existed), else the
-    local file `html`. DamagedReport where a field has the wrong shape."""
+def show(output: Storage, report: dict[str, Any], html: str | None) -> tuple[str, Path]:
+    """The report's summary for a person, and its page: the local file `html` where given (for a
+    remote output `DEFAULT_HTML` where not), else report.html next to a local output's
+    report.json (written where missing: a report from before report.html existed).
+    DamagedReport where a field has the wrong shape."""
     from jobs.manifest import REPORT_HTML_PATH
 
     text, rendered = render(report)
-    if not output.is_local:
-        Path(html).write_text(rendered, encoding="utf-8")
-        return text, Path(html)
+    if html is not None or not output.is_local:  # `--html` for a local output was ignored
+        page = Path(html or DEFAULT_HTML)
+        page.write_text(rendered, encoding="utf-8")
+        return text, page
     page = Path(output.uri(REPORT_HTML_PATH))
     if not page.is_file():
         output.write_bytes(REPORT_HTML_PATH, rendered.encode())

@@ -274,6 +274,17 @@ def test_report_command_prints_the_last_runs_summary(built, capsys):
     assert mdindex(["report", str(built / "nothing")]) == 2
 
 
+def test_report_command_writes_the_page_where_html_says_for_a_local_output_too(
+    built, tmp_path, capsys
+):
+    """`--html FILE` was ignored for a local output, unsaid: the page is written there."""
+    page = tmp_path / "page.html"
+    assert mdindex(["report", str(built), "--html", str(page)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(f"report: {page}")
+    report, _ = report_and_page(built)
+    assert page.read_text() == render_html(report)
+
+
 def test_report_command_on_a_report_without_an_exit_code_says_it_is_unknown(
     built, tmp_path, capsys
 ):
