@@ -277,6 +277,8 @@ def run_query(args: argparse.Namespace) -> int:
         return 2
     try:
         reader = IndexReader.open(args.root, args.storage_options)
+        if args.topic is not None:  # typed in NFC, its folder named on macOS in NFD
+            args = argparse.Namespace(**{**vars(args), "topic": reader.spelling(args.topic)})
         result = question_result(reader, args) if args.question else topic_result(reader, args)
     except UnsuitedOptions as error:  # bad usage, as options that are no JSON object are
         print(f"mdindex query: {_message(error, args.root)}", file=sys.stderr)

@@ -287,6 +287,16 @@ class IndexReader:
             raise NotInIndex(f"{topic!r} is a folder of topics, not a topic; it links {below}")
         return doc
 
+    def spelling(self, topic: str) -> str:
+        """`topic` as the index spells it: the same name in the other Unicode normal form where
+        only that one has an index.json (a folder named on macOS is NFD, `cafe` and U+0301, which
+        a copy keeps, while a keyboard types NFC, U+00E9); `topic` itself otherwise. A name that
+        is the same in both forms (ASCII) costs no read."""
+        forms = [unicodedata.normalize(form, topic) for form in ("NFC", "NFD")]
+        if all(form == topic for form in forms) or self.read(in_topic(topic, INDEX)) is not None:
+            return topic
+        return next((f for f in forms if f != topic and self.read(in_topic(f, INDEX))), topic)
+
     def topics(self) -> list[str]:
         """Ids of every topic with chunks, found by walking `_embedded.topics` from the root
         (each topic once, however many links lead to it: a damaged index can link in a cycle).

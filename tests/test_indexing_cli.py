@@ -1257,3 +1257,21 @@ def test_a_source_typed_in_another_unicode_form_than_its_file_name_is_found():
     assert select_chunks(both, 1, source=nfc)[0].source == nfc  # the exact name first
     with pytest.raises(NotInIndex, match="has no source 'cafe'"):
         select_chunks(index, 1, source="cafe")
+
+
+def test_a_topic_typed_in_another_unicode_form_than_its_folder_name_is_found(
+    index_root, tmp_path, capsys
+):
+    """A folder named on macOS is NFD (`cafe` and U+0301), as a copy or a sync keeps it; `--topic
+    café` typed on a keyboard is NFC (U+00E9): it was "no index.json for topic 'café'"."""
+    nfd, nfc = "guides/cafe\u0301", "guides/caf\u00e9"
+    root = tmp_path / "site"
+    shutil.copytree(index_root, root)
+    (root / TOPIC).rename(root / nfd)
+    code, out, err = run_cli(["query", str(root), "--topic", nfc, "--n", "1", "--json"], capsys)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["topic"] == nfd
+    assert result["sources"][0]["chunks"][0]["href"].startswith((root / nfd).as_uri())
+    code, _, err = run_cli(["query", str(root), "--topic", "guides/cafe", "--n", "1"], capsys)
+    assert code == 1 and "no index.json for topic 'guides/cafe'" in err
