@@ -78,14 +78,16 @@ class StructuralStrategy(Strategy):
 
     @property
     def cache_key(self) -> str:
-        """e.g. `structural-v1-350-450-520-o15-minilm`; a tokenizer path is shown by its hash."""
+        """e.g. `structural-v1-350-450-520-o15-minilm`; a tokenizer path is shown by its hash,
+        and `-context` ends it when `embed_context` is on (its vectors are of other texts)."""
         tokenizer = self.options["tokenizer"]
         if not _SAFE_LABEL.fullmatch(tokenizer):
             tokenizer = hashlib.sha256(tokenizer.encode()).hexdigest()[:8]
         o = self.options
+        context = "-context" if o["embed_context"] != self._defaults["embed_context"] else ""
         return (
             f"structural-v1-{o['target']}-{o['soft_max']}-{o['hard_max']}"
-            f"-o{o['overlap_percent']}-{tokenizer}"
+            f"-o{o['overlap_percent']}-{tokenizer}{context}"
         )
 
     def split(self, doc: ParsedDocument) -> Split:

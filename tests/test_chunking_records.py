@@ -259,6 +259,9 @@ def test_embed_context_puts_the_heading_path_before_the_text_to_embed(strategy):
     assert last.context.startswith("Context: Guide")
     assert last.embedding_text == last.context + last.text
     assert [c.text for c in enriched.chunks] == [c.text for c in plain.chunks]
+    # Other texts embedded, so another cache folder: a cache shared by builds of both settings
+    # took each other's entries (structural's key left the option out; every chunk embedded anew)
+    assert strategy_key(strategy, embed_context=True) != strategy_key(strategy, embed_context=False)
 
 
 def test_hierarchical_embeds_seed_004_enhanced_content_by_default():
