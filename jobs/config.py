@@ -75,9 +75,11 @@ class SourcesConfig:
     in a local input are followed (off: skipped and reported as SYMLINK_SKIPPED), whether an
     input that lists none may empty an output that holds some (off: the build is refused), and
     the largest share of the output's sources one build may delete (None: any; over it, the
-    build is refused: a partly synced input looks like that)."""
+    build is refused: a partly synced input looks like that). `exclude`: paths left out of the
+    listing, a pattern matching a file's path or one of its folders (`jobs.plan.excluded`)."""
 
     globs: tuple[str, ...] = DEFAULT_GLOBS
+    exclude: tuple[str, ...] = ()
     follow_symlinks: bool = False
     allow_empty: bool = False
     max_deleted_fraction: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})
@@ -540,6 +542,7 @@ def _resolve(config: JobConfig) -> JobConfig:
         )
     _check_chunking(config.chunking)
     _check_globs(config.sources.globs)
+    _check_exclude(config.sources.exclude)
     _check_tenant(config.tenant)
     options = _client_options(config.storage_options)
     if any(protocol_of(uri) == "s3" for uri in (source, output, cache)):
@@ -627,6 +630,19 @@ def _check_globs(globs: tuple[str, ...]) -> None:
                 f"sources.globs: {pattern!r} holds a '/', and no file name does: a glob matches "
                 "the name of a file in any folder of the input, never its folders; write "
                 f"{pattern.rsplit('/', 1)[-1] or '*.md'!r}"
+            )
+
+
+def _check_exclude(patterns: tuple[str, ...]) -> None:
+    """Refuse an exclude pattern that can match no listed path: an empty one, one starting with
+    `/` (paths are relative to the input) or holding a `..` folder (none leads out of it)."""
+    for pattern in patterns:
+        if not pattern.strip():
+            raise ConfigError("sources.exclude: an empty pattern matches no path")
+        if pattern.startswith("/") or ".." in pattern.split("/"):
+            raise ConfigError(
+                f"sources.exclude: {pattern!r}: patterns match paths relative to the input, "
+                f"with no leading '/' or '..' (e.g. 'node_modules', 'drafts/*.md')"
             )
 
 

@@ -20,7 +20,16 @@ from indexing.terminal import printable
 from jobs.config import JobConfig
 from jobs.lock import OutputNotFound, bucket, check_bucket, missing_bucket, refusal_code
 from jobs.manifest import MANIFEST_PATH, Manifest, unreadable_note
-from jobs.plan import KEEP, RELINK, Plan, keep_directory, make_plan, rebuilding, settings_digest
+from jobs.plan import (
+    KEEP,
+    RELINK,
+    Plan,
+    excluded,
+    keep_directory,
+    make_plan,
+    rebuilding,
+    settings_digest,
+)
 from jobs.storage import FileInfo, SkippedLink, Storage
 
 
@@ -255,10 +264,12 @@ def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
     """The input's listing (`InputNotFound` when its root or its bucket does not exist, a
     `PermissionError` naming it where an object store refuses a listing: a local one names its
     folder). An object-store prefix that lists nothing in a bucket that exists is an empty input
-    under `sources.allow_empty`, as an emptied local folder is."""
+    under `sources.allow_empty`, as an emptied local folder is. What `sources.exclude` names is
+    left out (walked all the same: its folders are not pruned)."""
     storage = input_storage(config)
+    exclude = config.sources.exclude
     try:
-        return list(storage.walk(keep_directory))
+        return [f for f in storage.walk(keep_directory) if not excluded(f.path, exclude)]
     except FileNotFoundError as exc:
         why = missing_root(storage)
         if why == NO_DIRECTORY and not storage.is_local and config.sources.allow_empty:

@@ -15,6 +15,7 @@ folder name (`a//b.md`), are not part of the corpus; those that would have matte
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import posixpath
@@ -91,6 +92,17 @@ def _would_be_read(path: str, globs: tuple[str, ...]) -> bool:
     return (
         is_source(path, globs) or posixpath.basename(path) in TOPIC_FILES or _is_keywords_file(path)
     )
+
+
+def excluded(path: str, patterns: tuple[str, ...]) -> bool:
+    """Whether `sources.exclude` leaves a listed path out: a pattern (`fnmatch`'s, whose `*`
+    also matches `/`) that matches the path relative to the input or one of its folders, so
+    `node_modules` and `*/drafts` leave out everything below such a folder."""
+    if not patterns:
+        return False
+    parts = path.rstrip("/").split("/")
+    folders = ("/".join(parts[: i + 1]) for i in range(len(parts)))
+    return any(fnmatch.fnmatchcase(folder, p) for folder in folders for p in patterns)
 
 
 # Names of markdown files that `sources.globs` may miss: `GUIDE.MD`, `x.markdown`, `page.mdx`.

@@ -63,6 +63,7 @@ def key_settings(config: JobConfig) -> dict[str, Any]:
             "embed_batch_size": embed.batch_size,
         },
         "globs": list(config.sources.globs),
+        **({"exclude": list(config.sources.exclude)} if config.sources.exclude else {}),
         "failure_policy": config.failure_policy,
         "tenant": config.tenant,
     }

@@ -172,6 +172,9 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"output": "memory://x"}, "output: memory:// lives in one process"),
         ({"resources": {"embed": {"actors": 3, "max_actors": 2}}}, "resources.embed.max_actors"),
         ({"embedding": {"token_budget": 10**9}}, "embedding.token_budget: must be <= 1048576"),
+        ({"sources": {"exclude": [""]}}, "sources.exclude: an empty pattern matches no path"),
+        ({"sources": {"exclude": ["/node_modules"]}}, "sources.exclude: '/node_modules': patterns"),
+        ({"sources": {"exclude": ["../x"]}}, "sources.exclude: '../x': patterns match paths"),
         # an unset variable: every chunk id and record of the index carried "" or "${TENANT}"
         ({"tenant": " "}, "tenant: an empty string (an unset variable?)"),
         ({"tenant": "${TENANT}"}, "tenant: ${TENANT}: the config expands no variables"),

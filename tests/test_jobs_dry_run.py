@@ -422,3 +422,18 @@ def test_a_stage_the_local_instance_cannot_hold_fails_the_dry_run_as_it_fails_th
     assert err.startswith("mdindex build: this machine's Ray instance has 1 CPU and no GPU, and ")
     assert "a read-and-chunk task (resources.chunk) asks for 2 CPUs" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_sources_exclude_leaves_paths_out_of_the_listing(tmp_path, capsys):
+    """A docs site's root holds `node_modules/**/README.md` and drafts: `sources.exclude` leaves
+    them out of the corpus (there was no way to, but moving them away)."""
+    docs = tmp_path / "docs"
+    for page in ("t/a.md", "node_modules/pkg/README.md", "t/drafts/b.md"):
+        (docs / page).parent.mkdir(parents=True, exist_ok=True)
+        (docs / page).write_text("# a\n\nA page.\n")
+    out = str(tmp_path / "out")
+    summary, actions = dry(capsys, "--input", str(docs), "--output", out)
+    assert summary["sources"] == "3"
+    excluding = ["--set", 'sources.exclude=["node_modules", "*/drafts"]']
+    summary, actions = dry(capsys, "--input", str(docs), "--output", out, *excluding)
+    assert summary["sources"] == "1" and "chunk t/a.md" in actions

@@ -14,6 +14,7 @@ from jobs.plan import (
     REBUILD,
     RELINK,
     SYMLINK_SKIPPED,
+    excluded,
     interim_manifest,
     keep_directory,
     make_plan,
@@ -388,3 +389,16 @@ def test_files_named_like_markdown_that_no_glob_matches_are_named():
         "3 files named like markdown are no source, as no glob of sources.globs ['*.md'] matches "
         "(a/GUIDE.MD, a/x.markdown, b/page.mdx): add a glob to index them"
     )
+
+
+def test_exclude_patterns_match_a_path_or_one_of_its_folders():
+    """`sources.exclude`: `node_modules` leaves out all below such a folder at the top, `*/drafts`
+    one at any depth, `*.draft.md` a file anywhere (fnmatch's `*` crosses `/`); nothing else."""
+    patterns = ("node_modules", "*/drafts", "*.draft.md")
+    assert excluded("node_modules/pkg/README.md", patterns)
+    assert excluded("guides/drafts/a.md", patterns) and excluded("a/b/drafts/c/d.md", patterns)
+    assert excluded("guides/intro.draft.md", patterns) and excluded("x.draft.md", patterns)
+    assert not excluded("guides/intro.md", patterns)
+    assert not excluded("docs/node_modules.md", patterns)  # a file, not the folder
+    assert not excluded("drafts/a.md", patterns)  # `*/drafts` needs a folder above it
+    assert not excluded("guides/intro.md", ())
