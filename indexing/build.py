@@ -47,6 +47,9 @@ from indexing.vectors import unit_rows
 # no two different questions of the retrieval benchmark are closer than 11 (README: Retrieval).
 DEFAULT_SIMHASH_K = 6
 PRIMARY_SOURCE = "golden-reference.md"  # seed 000's primary source: it names the topic
+# A docs site's page for its folder (MkDocs' and Docusaurus' index.md, Hugo's _index.md, GitHub's
+# README.md): it names the topic where there is no primary source.
+LANDING_PAGES = ("index.md", "_index.md", "README.md")
 DEFAULT_TECHNICAL_TITLES = (
     "quick reference",
     "api reference",
@@ -183,13 +186,14 @@ def _path_h1(chunk: Chunk) -> str | None:
 
 
 def topic_title(topic: str, documents: dict[str, ChunkedDocument], kept: str | None) -> str:
-    """The title of the primary source (seed 000: `golden-reference.md`), else of the first
-    chunked source (`documents` maps source paths to documents, in source order): its front-matter
-    `title`, else its first H1. Else `kept`, the previous run's title where failed sources kept
-    their previous entries (every source failed), else the directory name (as a fresh build)."""
+    """The title of the primary source (seed 000: `golden-reference.md`), else of a landing page
+    (`LANDING_PAGES`, in that order), else of the first chunked source (`documents` maps source
+    paths to documents, in source order): its front-matter `title`, else its first H1. Else
+    `kept`, the previous run's title where failed sources kept their previous entries (every
+    source failed), else the directory name (as a fresh build)."""
     first = next(iter(documents.values()), None)
-    primary = documents.get(in_topic(topic, PRIMARY_SOURCE))
-    for document in [d for d in (primary, first) if d is not None]:
+    named = [documents.get(in_topic(topic, name)) for name in (PRIMARY_SOURCE, *LANDING_PAGES)]
+    for document in [d for d in (*named, first) if d is not None]:
         title = document.front_matter.get("title")
         if isinstance(title, str) and title.strip():
             return title.strip()

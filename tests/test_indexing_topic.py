@@ -446,6 +446,24 @@ def test_title_comes_from_golden_reference_before_sources_that_sort_first():
     )
 
 
+def test_a_landing_page_names_the_topic_where_there_is_no_golden_reference():
+    """A docs site's folder page (index.md, Hugo's _index.md, README.md) names its topic: the
+    first source by name did (FastAPI's `tutorial` topic was titled by background-tasks.md),
+    and README.md sorted before index.md. A golden reference still comes first."""
+    background = with_h1(f"{TOPIC}/background-tasks.md", "Background Tasks")
+    readme = with_h1(f"{TOPIC}/README.md", "Read Me")
+    index = with_h1(f"{TOPIC}/index.md", "Tutorial - User Guide")
+    hugo = with_h1(f"{TOPIC}/_index.md", "Section")
+
+    def title(*sources):
+        return build_topic(topic_input(TOPIC, list(sources)), IndexSettings()).title
+
+    assert title(readme, background, index) == "Tutorial - User Guide"
+    assert title(hugo, readme, background) == "Section"
+    assert title(readme, background) == "Read Me"
+    assert title(background, index, with_h1(SOURCE, "Golden")) == "Golden"
+
+
 def test_the_topic_title_is_the_first_h1_though_no_chunk_text_holds_it():
     """`hierarchical` (and `headers` past 500 lines) leave the empty section of "# Title" then
     "## Part" out of every chunk's text, keeping the H1 in the header paths only: the topic took
