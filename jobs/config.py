@@ -8,6 +8,7 @@ field's metadata (`_min`, `_choices`), next to the field they constrain.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -293,8 +294,8 @@ def check_store_options(config: JobConfig) -> None:
 
     from jobs.storage import Storage
 
-    try:
-        Storage(roots[0], config.storage_options).filesystem().connect()
+    try:  # a copy: botocore turns the options' `retries.max_attempts` into another key in place
+        Storage(roots[0], copy.deepcopy(config.storage_options)).filesystem().connect()
     except (TypeError, ValueError, AttributeError, ProfileNotFound) as exc:
         raise ConfigError(
             f"storage_options: the S3 client of {roots[0]} cannot be made with them: "

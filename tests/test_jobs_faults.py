@@ -526,6 +526,9 @@ def test_a_sigterm_between_the_builds_return_and_the_programs_end_exits_with_the
 # Ray's shutdown at exit, an atexit hook that waits 0.5 s ("at exit").
 INTERRUPTED = """
 import atexit, os, signal, sys, time
+# Python's own handler, as it starts where SIGINT is not ignored: a background job of a script (CI
+# under nohup) inherits it ignored, and each case then ended 3 whatever the handlers did
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from jobs.signals import callers_handler, exit_at_once_on_sigterm, exit_with, program_start
 if sys.argv[1] != "in-process":
     program_start()
