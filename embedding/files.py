@@ -233,13 +233,17 @@ def read_existing(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, 
     }
 
 
+def protocols_of(fs: fsspec.AbstractFileSystem) -> set[str]:
+    """The protocols a filesystem answers to (fsspec gives one name or a tuple of them)."""
+    return {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+
+
 def missing_bucket(fs: fsspec.AbstractFileSystem, path: str) -> FileNotFoundError | None:
     """The store's 404 to a HEAD of the S3 bucket that `path` (no scheme) lies in, where that
     bucket does not exist; None otherwise, and on every other filesystem. Any other answer (a
     403 to credentials for one prefix of it) is left to the caller: fsspec's `exists` took every
     failure for a missing bucket."""
-    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
-    if protocols & {"s3", "s3a"}:
+    if protocols_of(fs) & {"s3", "s3a"}:
         try:
             fs.call_s3("head_bucket", Bucket=path.split("/", 1)[0])
         except FileNotFoundError as error:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
-from embedding.files import missing_bucket, protocol_of, root_filesystem
+from embedding.files import missing_bucket, protocol_of, protocols_of, root_filesystem
 from indexing.hal import NOT_AN_INDEX, is_index_document
 from indexing.paths import (
     INDEX,
@@ -203,9 +203,7 @@ class IndexReader:
     @property
     def web(self) -> bool:
         """Whether the index is read over http(s)."""
-        protocol = self.fs.protocol
-        protocols = {protocol} if isinstance(protocol, str) else set(protocol)
-        return bool(protocols & {"http", "https"})
+        return bool(protocols_of(self.fs) & {"http", "https"})
 
     def _path(self, relpath: str) -> str:
         """Where the filesystem finds an output-root-relative path (URL-encoded over HTTP)."""
