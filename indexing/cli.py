@@ -25,7 +25,7 @@ from indexing.client import (
 from indexing.paths import INDEX, href_path, in_topic, topic_id
 from indexing.server import checked_port, make_server
 from indexing.simhash import simhash64
-from indexing.terminal import names_no_place, printable, write_out
+from indexing.terminal import counted, names_no_place, printable, write_out
 
 
 def _whole_number(text: str) -> int:
@@ -213,7 +213,7 @@ def _result_text(result: dict[str, Any]) -> str:
     if "sources" in result:
         lines.append(printable(f"{result['title']} ({result['topic'] or '/'})"))
         for source in result["sources"]:
-            count = _counted(len(source["chunks"]), "chunk")
+            count = counted(len(source["chunks"]), "chunk")
             lines.append(printable(f"{source['source']}: {source['order']} stripe order, {count}"))
             for item in source["chunks"]:
                 lines.append(printable(f"  [{item['index']}] {item['title']}"))
@@ -221,7 +221,7 @@ def _result_text(result: dict[str, Any]) -> str:
                 if "text" in item:
                     lines.append("      " + item["text"].replace("\n", "\n      "))
         return "".join(line + "\n" for line in lines)
-    matches = _counted(len(result["matches"]), "match", "matches")
+    matches = counted(len(result["matches"]), "match", "matches")
     lines.append(f"simhash {result['simhash']}: {result['method']}, {matches}")
     for match in result["matches"]:
         how = f"distance {match['distance']}" if "distance" in match else f"score {match['score']}"
@@ -231,11 +231,6 @@ def _result_text(result: dict[str, Any]) -> str:
         if "text" in match:
             lines.append("      " + match["text"].replace("\n", "\n      "))
     return "".join(line + "\n" for line in lines)
-
-
-def _counted(count: int, one: str, many: str | None = None) -> str:
-    """`count` and the noun it takes: "1 chunk", "2 chunks", "0 matches"."""
-    return f"{count} {one if count == 1 else many or one + 's'}"
 
 
 def _message(error: Exception, root: str) -> str:

@@ -14,6 +14,11 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() or c == " " else ascii(c)[1:-1] for c in text)
 
 
+def counted(count: int, one: str, many: str | None = None) -> str:
+    """`count` and the noun it takes: "1 chunk", "2 chunks", "0 matches"."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
+
+
 def write_out(text: str, program: str) -> bool:
     """`text` on standard output, flushed; False, with one line on standard error saying why,
     where it could not be written (a full disk: `mdindex query ... > /dev/full` was an ENOSPC

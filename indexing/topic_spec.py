@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from chunking.blocks import closers_for_open_fences, parse_tokens
+from indexing.terminal import counted
 
 BEGIN = "<!-- mdindex:begin (generated; edits inside these markers are replaced) -->"
 END = "<!-- mdindex:end -->"
@@ -23,7 +24,7 @@ def render_section(title: str, chunks: dict[str, Any]) -> str:
     for entry in chunks.values():
         technical = "baseline_technical" in entry
         lines += [f"### {entry['source']}", ""]
-        count = f"{entry['count']} chunk{'' if entry['count'] == 1 else 's'}"
+        count = counted(entry["count"], "chunk")
         lines += [f"{count}; stripe order: {entry['stripe_order']}"]
         if technical:
             lines += [f"technical stripe order: {entry['stripe_order_technical']}"]

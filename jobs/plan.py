@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from indexing import group_sources, nearest_keywords_path
 from indexing.paths import TOPIC_SPEC, shared_stems, source_stem
 from indexing.sources import KEYWORDS_FILE, QA_PAIRS, TOPIC_FILES, index_tree, is_source
-from indexing.terminal import printable
+from indexing.terminal import counted, printable
 from jobs.manifest import Manifest, TopicEntry
 from jobs.storage import FileInfo, SkippedLink
 
@@ -125,8 +125,7 @@ def unmatched_note(paths: tuple[str, ...], globs: tuple[str, ...]) -> str:
     """`unmatched_markdown`'s paths in words, the first three named (control characters
     escaped), for the build's log and the dry run."""
     named = ", ".join(printable(path) for path in paths[:3]) + (", …" if len(paths) > 3 else "")
-    files = "1 file" if len(paths) == 1 else f"{len(paths)} files"
-    are = "is" if len(paths) == 1 else "are"
+    files, are = counted(len(paths), "file"), "is" if len(paths) == 1 else "are"
     return (
         f"{files} named like markdown {are} no source, as no glob of sources.globs "
         f"{list(globs)} matches ({named}): add a glob to index them"

@@ -10,6 +10,7 @@ from typing import Any
 from ray.data import ActorPoolStrategy, TaskPoolStrategy
 
 from embedding.batching import REPRODUCIBLE_MKL
+from indexing.terminal import counted
 from jobs.config import EmbedResources, IndexResources, ResourcesConfig, TaskResources
 
 # Batches an embedding actor runs at once, in threads: the model takes one at a time, and the
@@ -51,7 +52,7 @@ class EmbedPool:
         scales = self.max_actors is not None and self.max_actors != self.actors
         count = f"{self.actors}-{self.max_actors}" if scales else str(self.actors)
         noun = "actor" if count == "1" else "actors"
-        threads = f"{self.threads} torch thread" + ("" if self.threads == 1 else "s")
+        threads = counted(self.threads, "torch thread")
         place = f"{self.num_gpus:g} GPU each" if self.num_gpus else "on CPU"
         return f"{count} {noun} × {threads}, {place}"
 
