@@ -19,7 +19,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from chunking.links import FoundLink, find_links
-from chunking.normalize import NormalizedDocument
+from chunking.normalize import NormalizedDocument, front_matter_title
 from chunking.record import CHUNKING_FAILED, ChunkingError
 
 # Kinds of source lines (one byte per line in `ParsedDocument.line_kinds`).
@@ -90,6 +90,9 @@ class ParsedDocument:
     fences: tuple[Block, ...]
     line_kinds: bytes  # line_kinds[n - 1] is the kind of original line n
     links: tuple[FoundLink, ...]  # every link, with its original line
+    # Headings above the body, in no line of it (see `implied_headings`): every strategy's
+    # heading paths start with them; chunk text never holds them.
+    implied: tuple[Heading, ...] = ()
 
     @property
     def lines(self) -> tuple[str, ...]:
@@ -200,13 +203,25 @@ def parse(source: NormalizedDocument) -> ParsedDocument:
                 while not has_text(source.lines[start : start + 1]):
                     start += 1
                 blocks.append(_block(token, tokens, index, start, end))
+    blocks = _with_references(source, blocks)
     return ParsedDocument(
         source=source,
-        blocks=tuple(_with_references(source, blocks)),
+        blocks=tuple(blocks),
         fences=tuple(fences),
         line_kinds=bytes(kinds),
         links=find_links(tokens, offset, env.get("references", {})),
+        implied=implied_headings(source.front_matter, blocks),
     )
+
+
+def implied_headings(front_matter: dict, blocks: Sequence[Block]) -> tuple[Heading, ...]:
+    """The front matter's title as an H1 above the body, where the body has no level-1 heading
+    of its own (docs sites render that title as the page's H1: Docusaurus, MkDocs, Hugo); ()
+    otherwise, and for no title (see `front_matter_title`)."""
+    title = front_matter_title(front_matter)
+    if not title or any(b.heading is not None and b.heading.level == 1 for b in blocks):
+        return ()
+    return (Heading(level=1, text=title),)
 
 
 def _with_references(source: NormalizedDocument, blocks: list[Block]) -> list[Block]:

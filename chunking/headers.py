@@ -94,7 +94,7 @@ def _stacks(doc: ParsedDocument) -> dict[int, tuple[Heading, ...]]:
     """The headings active at each block's first line (a heading counts at its own line), keyed
     by that line: one pass (walking the blocks for each piece of a long section was quadratic)."""
     stacks: dict[int, tuple[Heading, ...]] = {}
-    stack: dict[int, Heading] = {}
+    stack = {heading.level: heading for heading in doc.implied}
     for block in doc.blocks:
         if block.heading is not None:
             for level in [level for level in stack if level >= block.heading.level]:

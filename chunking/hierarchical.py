@@ -341,7 +341,8 @@ def _start(src: SourceText, section: Section) -> int:
 def sections(doc: ParsedDocument) -> list[Section]:
     """The document tree, flattened in document order (preamble first when it has content)."""
     found: list[Section] = []
-    stack: list[tuple[Heading, int]] = []  # (heading, index of its section)
+    # (heading, index of its section; None for a heading above the body: `doc.implied`)
+    stack: list[tuple[Heading, int | None]] = [(heading, None) for heading in doc.implied]
     heading_block: Block | None = None
     blocks: list[Block] = []
 

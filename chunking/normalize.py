@@ -51,6 +51,15 @@ class NormalizedDocument:
         return "\n".join(body_lines) + "\n" if body_lines else ""
 
 
+def front_matter_title(front_matter: dict[str, Any]) -> str:
+    """The front matter's `title` on one line (its lines stripped, joined by spaces); "" when it
+    has none, or one that is no string."""
+    title = front_matter.get("title")
+    if not isinstance(title, str):
+        return ""
+    return " ".join(line.strip() for line in title.splitlines() if line.strip())
+
+
 def decode(data: bytes) -> str:
     """UTF-8 text of `data` without a BOM; invalid UTF-8 or a NUL byte raises CHUNKING_FAILED."""
     utf16 = _utf16_hint(data)

@@ -661,16 +661,17 @@ class _Window:
             text="\n".join(texts),
             start_line=numbers[0],
             end_line=numbers[-1],
-            headings=_heading_stack(chunk),
-            title=self.target_heading(numbers[0], numbers[-1], chunk.parents),
+            headings=self.doc.implied + _heading_stack(chunk),
+            title=self.target_heading(numbers[0], numbers[-1]),
             line_kinds=bytes(line_kinds),
             token_count=self.counter.tokens(units) if exact else None,
         )
 
-    def target_heading(self, first: int, last: int, parents: tuple[Heading, ...]) -> str:
+    def target_heading(self, first: int, last: int) -> str | None:
         """Seed 003's target heading: the first heading among the chunk's own lines with content
-        under it; else its last heading; else the innermost of its `parents` (prepended unless
-        they take over half the chunk); else ""."""
+        under it; else its last heading; else None: the innermost heading of its path (its
+        parents, prepended unless they take over half the chunk; else the heading above the
+        body), as `Strategy.chunk` titles a draft without one."""
         starts = self.block_starts
         inside = self.doc.blocks[bisect_left(starts, first) : bisect_right(starts, last)]
         headings = [(i, b.heading) for i, b in enumerate(inside) if b.kind == "heading"]
@@ -679,7 +680,7 @@ class _Window:
                 return heading.title
         if headings:
             return headings[-1][1].title
-        return parents[-1].title if parents else ""
+        return None
 
 
 def _sections(doc: ParsedDocument) -> list[tuple[Block | None, list[tuple[int, int]]]]:

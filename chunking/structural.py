@@ -142,11 +142,12 @@ class _Walker:
     strategy: StructuralStrategy
     src: SourceText = field(init=False)
     drafts: list[Draft] = field(default_factory=list)
-    stack: list[Heading] = field(default_factory=list)
+    stack: list[Heading] = field(init=False)  # the headings above the body first
     open: _Open = field(default_factory=_Open)
 
     def __post_init__(self) -> None:
         self.src = SourceText.of(self.doc)
+        self.stack = list(self.doc.implied)
         opts = self.strategy.options
         self.counter = self.strategy.counter
         self.target, self.soft, self.hard = opts["target"], opts["soft_max"], opts["hard_max"]

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from chunking.blocks import heading_title, parse_tokens
+from chunking.normalize import front_matter_title
 from chunking.record import Chunk, ChunkedDocument
 from indexing.hal import directory_title, dump_json, index_document, not_an_index
 from indexing.keywords import Keyword, KeywordMatcher, keyword_matcher, keywords_in
@@ -194,9 +195,8 @@ def topic_title(topic: str, documents: dict[str, ChunkedDocument], kept: str | N
     first = next(iter(documents.values()), None)
     named = [documents.get(in_topic(topic, name)) for name in (PRIMARY_SOURCE, *LANDING_PAGES)]
     for document in [d for d in (*named, first) if d is not None]:
-        title = document.front_matter.get("title")
-        if isinstance(title, str) and title.strip():
-            return title.strip()
+        if title := front_matter_title(document.front_matter):
+            return title
         if h1 := first_h1(document):
             return h1
     if first is None and kept is not None:

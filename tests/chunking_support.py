@@ -125,6 +125,7 @@ def check_invariants(data: bytes | str, strategy: str, **options) -> ChunkedDocu
     doc = parse(normalize(data))
     written = {b.heading.text for b in doc.blocks if b.heading is not None}
     headings = {heading_title(text) for text in written}  # as headings_path names them
+    headings |= {heading.title for heading in doc.implied}  # a front-matter title
     heading_lines = {_collapse(f"{'#' * n} {text}") for text in written for n in range(1, 7)}
     table_headers = {
         _collapse(doc.lines[number - 1])

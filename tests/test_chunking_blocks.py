@@ -14,6 +14,7 @@ from chunking.blocks import (
     INDENTED_CODE,
     TABLE,
     TEXT,
+    Heading,
     block_parser,
     fence_reopener,
     heading_title,
@@ -164,3 +165,28 @@ def test_heading_title_only_drops_attribute_lists():
     assert heading_title("Use {braces} here { .note }") == "Use {braces} here"
     assert heading_title("Use {braces} here") == "Use {braces} here"
     assert heading_title("Set {x}") == "Set {x}"
+
+
+@pytest.mark.parametrize(
+    ("text", "implied"),
+    [
+        ("---\ntitle: Installing the CLI\n---\nRun it.\n\n## Options\n", "Installing the CLI"),
+        ('+++\ntitle = " Installing the CLI "\n+++\nRun it.\n', "Installing the CLI"),
+        ("---\ntitle: |\n  Installing\n\n  the CLI\n---\nRun it.\n", "Installing the CLI"),
+        ("---\ntitle: Page\n---\n```\n# in a fence\n```\n> # in a quote\n", "Page"),
+        ("---\ntitle: Page\n---\n# Own H1\n", None),
+        ("---\ntitle: Page\n---\nOwn H1\n===\n", None),
+        ("---\ntitle: Page\n---\n#\n", None),  # an H1 without text is still the page's H1
+        ("---\ntitle: 5\n---\nRun it.\n", None),
+        ("---\ntitle: [a, b]\n---\nRun it.\n", None),
+        ("---\ntitle: '  '\n---\nRun it.\n", None),
+        ("---\nname: Page\n---\nRun it.\n", None),
+        ("Run it.\n", None),
+    ],
+)
+def test_a_front_matter_title_is_an_implied_h1_where_the_body_has_none(text, implied):
+    """Docs sites render a page's front-matter title as its H1 when the page has none: the title
+    (one line) is the parse's implied heading, unless the body has a top-level H1 (ATX or setext;
+    one in a fence or a quote is none) or the title is no string, or blank."""
+    doc = parse(normalize(text))
+    assert doc.implied == (() if implied is None else (Heading(1, implied),))

@@ -75,6 +75,30 @@ def test_hierarchy_path_levels_and_enhanced_content(types_doc):
     )
 
 
+def test_a_front_matter_title_heads_paths_and_enhanced_content_of_a_page_without_h1():
+    """A page titled only in its front matter (Docusaurus' rendered H1): seed 004's paths,
+    levels and enhanced_content start with the title; chunk text, content types and cross
+    references are those of the untitled page (the title is a heading of the paths, not a
+    section: the sections under it have no parent section, as before)."""
+    body = "Intro.\n\n## Setup\n\nSet it up.\n\n## Usage\n\nUse it.\n"
+    titled = hierarchical("---\ntitle: Installing the CLI\n---\n" + body).chunks
+    untitled = hierarchical("---\nlabel: Installing the CLI\n---\n" + body).chunks
+    assert [c.extras["formatted_path"] for c in titled] == [
+        "Installing the CLI",
+        "Installing the CLI > Setup",
+        "Installing the CLI > Usage",
+    ]
+    assert [c.extras["hierarchy_levels"] for c in titled] == [[1], [1, 2], [1, 2]]
+    assert titled[1].extras["enhanced_content"] == (
+        "Context: Installing the CLI > Setup\n\n## Setup\n\nSet it up."
+    )
+    for field in ("text", "content_type", "start_line", "end_line"):
+        assert [getattr(c, field) for c in titled] == [getattr(c, field) for c in untitled]
+    assert [c.extras["related_chunks"] for c in titled] == [
+        c.extras["related_chunks"] for c in untitled
+    ]
+
+
 def test_cross_references_follow_seed_004_and_are_symmetric(types_doc):
     chunks = types_doc.chunks
     related = {c.ordinal: set(c.extras["related_chunks"]) for c in chunks}

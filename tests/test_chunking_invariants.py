@@ -186,3 +186,82 @@ def test_lists_nested_500_deep(strategy):
 def test_file_of_headings_only(strategy):
     text = "".join(f"{'#' * (1 + i % 6)} Heading {i}\n" for i in range(2_000))
     check_invariants(text, strategy)
+
+
+# -- a page titled only in its front matter ------------------------------------------------------
+
+# A Docusaurus page: its title is in the front matter only, and the site renders it as the H1.
+TITLED_PAGE = """Run `pip install foo` to install the command-line tool. It needs Python 3.10 or
+newer and a network connection. The installer puts a `foo` command on your path.
+
+## Options
+
+Every option has a long form. The common ones follow, and `foo --help` lists the rest of them
+with their defaults and the environment variables that set them instead.
+
+- `--config PATH` reads settings from another file than the default one.
+- `--quiet` prints errors only, and `--verbose` prints every step it takes.
+
+### Verbose output
+
+With `--verbose` the tool prints each request, each response status and the time it took, so a
+slow mirror or a proxy that rewrites responses shows up in the log at once.
+
+## Troubleshooting
+
+If the install fails behind a proxy, set `HTTPS_PROXY` and run the installer again.
+"""
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(
+    "front_matter",
+    [
+        "---\ntitle: Installing the CLI\nsidebar_position: 2\n---\n",
+        '+++\ntitle = "  Installing the CLI  "\nweight = 2\n+++\n',
+    ],
+)
+def test_a_page_titled_only_in_front_matter_has_its_title_atop_every_path(strategy, front_matter):
+    """Docs sites (Docusaurus, MkDocs, Hugo) title many pages in their front matter only and show
+    that title as the page's H1; it was in no chunk's header path, title or embedded context, so
+    a search for "installing the CLI" missed the page. Chunk text stays the source's."""
+    for options in ({}, SMALL[strategy]):
+        document = check_invariants(
+            front_matter + TITLED_PAGE, strategy, embed_context=True, **options
+        )
+        assert len(document.chunks) > 1 or not options
+        for chunk in document.chunks:
+            assert chunk.headings_path[0] == "Installing the CLI"
+            assert chunk.header_path.startswith("# Installing the CLI")
+            assert chunk.chunk_path.startswith("# Installing the CLI")
+            assert chunk.context.startswith("Context: Installing the CLI")
+            assert "Installing the CLI" not in chunk.text
+    alone = chunk_source(front_matter + "Run `pip install foo`.\n", strategy=strategy)
+    (chunk,) = alone.chunks
+    assert (chunk.title, chunk.header_path) == ("Installing the CLI", "# Installing the CLI")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(
+    ("title", "body"),
+    [
+        ("Installing the CLI", "# Install\n\n" + TITLED_PAGE),
+        ("Installing the CLI", "Install\n=======\n\n" + TITLED_PAGE),
+        ("5", TITLED_PAGE),
+        ('""', TITLED_PAGE),
+        ("[Installing, the CLI]", TITLED_PAGE),
+    ],
+)
+def test_a_front_matter_title_beside_an_h1_or_of_no_text_changes_nothing(strategy, title, body):
+    """A page with its own H1 (Docusaurus shows that one), or whose title is no string or empty,
+    chunks as the same page whose front matter has no title."""
+    records = [
+        [
+            {**chunk.to_dict(), "chunk_id": ""}
+            for chunk in chunk_source(
+                f"---\n{key}: {title}\n---\n{body}", strategy=strategy, **SMALL[strategy]
+            ).chunks
+        ]
+        for key in ("title", "subtitle")
+    ]
+    assert records[0] == records[1]

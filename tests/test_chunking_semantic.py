@@ -398,3 +398,19 @@ def test_a_chunk_under_a_heading_too_long_to_prepend_is_titled_by_it():
     assert len(document.chunks) > 1
     for chunk in document.chunks:
         assert chunk.title == words(120, "head") == chunk.headings_path[-1]
+
+
+def test_a_front_matter_title_heads_every_path_and_is_never_prepended():
+    """A page titled only in its front matter (Docusaurus' rendered H1): every heading path
+    starts with the title, and a chunk that continues a section gets its parents prepended,
+    never the title, which is in no line of the page."""
+    text = f"---\ntitle: Installing the CLI\n---\n{words(100)}\n\n## Setup\n" + "\n".join(
+        [words(200)] * 4
+    )
+    chunks = chunk_source(text, strategy="semantic").chunks
+    assert [(c.title, c.header_path) for c in chunks] == [
+        ("Setup", "# Installing the CLI > ## Setup"),
+        ("Setup", "# Installing the CLI > ## Setup"),
+    ]
+    assert chunks[1].text.startswith("## Setup\nlorem")
+    assert not any("Installing" in c.text for c in chunks)

@@ -75,6 +75,18 @@ def test_chunk_path_names_the_header_path_without_attribute_lists():
     ]
 
 
+def test_a_front_matter_title_heads_chunk_path_and_embedded_context():
+    """A page titled only in its front matter (Docusaurus' rendered H1): chunk_path and the
+    context embedded with `embed_context` start with the title, as header paths do."""
+    text = "---\ntitle: Installing the CLI\n---\nIntro.\n\n## Setup\n\nFirst.\n\n```sh\nx\n```\n"
+    got = [(c.chunk_path, c.context) for c in structural(text, embed_context=True).chunks]
+    assert got == [
+        ("# Installing the CLI", "Context: Installing the CLI\n\n"),
+        ("# Installing the CLI > ## Setup", "Context: Installing the CLI > Setup\n\n"),
+        ("# Installing the CLI > ## Setup > code", "Context: Installing the CLI > Setup\n\n"),
+    ]
+
+
 def test_a_list_not_introduced_by_a_colon_starts_its_own_chunk():
     doc = structural("# T\n\nCreate an archive.\n\n- Extract it:\n\n`tar xf a.tar`\n\n- List it:\n")
     assert [c.text for c in doc.chunks] == [
