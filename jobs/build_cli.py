@@ -18,6 +18,7 @@ import re
 import signal
 import sys
 import time
+from dataclasses import dataclass
 
 from jobs.config import ConfigError, JobConfig, check_store_options, load_config
 from jobs.known import KnownFailure
@@ -155,48 +156,94 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def _build(config: JobConfig) -> tuple[int, dict | None]:
-    """Run the job and report it (or its failure); returns the exit code and, for a run that
-    finished, its report."""
-    from embedding.models import ModelNotFound
-    from jobs.discovery import InputNotFound
-    from jobs.local_ray import ClusterUnreachable, FoldersNotShared, InfeasibleResources
-    from jobs.lock import OutputBusy, OutputNotFound
+    """Run the job and report it, or its failure (`report_failure`, before the build lock is
+    released); returns the exit code and, for a run that finished, its report."""
     from jobs.logs import clean_logs
     from jobs.pipeline import run_job
-    from jobs.report import error_text, write_failed_report
 
     started = time.time()
     try:
         with clean_logs():
-            report = run_job(config, began=started)
-    except (
+            report = run_job(
+                config,
+                began=started,
+                failed=lambda error: report_failure(config, error, started),
+                reported=lambda report: exit_at_once_on_sigterm(report["exit_code"]),
+            )
+    except BaseException as exc:
+        end = ending(exc)
+        if end is None:
+            raise
+        with contextlib.suppress(BrokenPipeError):  # a reader that stopped: the code all the same
+            print(end.message, file=sys.stderr)
+        return end.code, None
+    return report["exit_code"], report
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a build that an error ended says so: its exit code, the line it prints, and the
+    error its failed report names (None: it writes none, and the output's report stands)."""
+
+    code: int
+    message: str
+    error: BaseException | None = None
+
+
+def ending(error: BaseException) -> Ending | None:
+    """How the build that `error` ended says so; None for an exit that is not the build's (a
+    `SystemExit` of another code), which goes on up. A usage error or another build's lock
+    (`OutputBusy`, `LockLost`) writes no report; a signal's (the output stays valid: each topic
+    is switched atomically, and a re-run converges) and any other failure of the job do."""
+    from embedding.models import ModelNotFound
+    from jobs.discovery import InputNotFound
+    from jobs.local_ray import ClusterUnreachable, FoldersNotShared, InfeasibleResources
+    from jobs.lock import OutputBusy, OutputNotFound
+    from jobs.report import error_text
+
+    usage = (
         InputNotFound,
         InfeasibleResources,
         ModelNotFound,
         FoldersNotShared,
         ClusterUnreachable,
         OutputNotFound,
-    ) as exc:
-        print(f"mdindex build: {exc}", file=sys.stderr)
-        return EXIT_USAGE, None
-    except OutputBusy as exc:  # the other build's report stays as it is (LockLost too)
-        print(f"mdindex build: {exc}", file=sys.stderr)
-        return EXIT_BUSY, None
-    except KeyboardInterrupt:
-        return stopped(config, signal.SIGINT, started), None
-    except SystemExit as exc:  # SIGTERM's handler (ours, then ray.init's) exits with its number
-        signum = stopping_signal(exc)  # or SIGHUP's (ours)
-        if signum is None:
-            raise
-        return stopped(config, signum, started), None
-    except Exception as exc:  # noqa: BLE001 - any failure of the job itself maps to exit code 1
-        cause = root_cause(exc)
-        log_failure("the job", cause)
-        write_failed_report(config, cause, started=started)
-        with contextlib.suppress(BrokenPipeError):  # a reader that stopped: exit 1 all the same
-            print(f"mdindex build: the job failed: {error_text(cause)}", file=sys.stderr)
-        return EXIT_JOB_FAILED, None
-    return (EXIT_SOURCES_FAILED if report["failures"] else EXIT_OK), report
+    )
+    if isinstance(error, usage):
+        return Ending(EXIT_USAGE, f"mdindex build: {error}")
+    if isinstance(error, OutputBusy):
+        return Ending(EXIT_BUSY, f"mdindex build: {error}")
+    if isinstance(error, KeyboardInterrupt):
+        signum = signal.SIGINT
+    elif isinstance(error, SystemExit):  # SIGTERM's handler (ours, then ray.init's), SIGHUP's
+        signum = stopping_signal(error)
+    elif isinstance(error, Exception):  # any failure of the job itself maps to exit code 1
+        cause = root_cause(error)
+        return Ending(EXIT_JOB_FAILED, f"mdindex build: the job failed: {error_text(cause)}", cause)
+    else:
+        signum = None
+    if signum is None:
+        return None
+    name = signal.Signals(signum).name
+    message = f"mdindex build: stopped by {name}; a re-run converges"
+    return Ending(128 + signum, message, Interrupted(f"stopped by {name}"))
+
+
+def report_failure(config: JobConfig, error: BaseException, started: float) -> None:
+    """Log the error that ended a build begun at `started` (epoch seconds) and write its failed
+    report, where it has one (`ending`); from then on a signal ends the process at once with
+    its code. `run_job` calls it before it releases the build lock."""
+    from jobs.report import write_failed_report
+
+    end = ending(error)
+    if end is None or end.error is None:
+        return
+    if isinstance(end.error, Interrupted):
+        log.error("%s before the build finished", end.error)
+    else:
+        log_failure("the job", end.error)
+    write_failed_report(config, end.error, exit_code=end.code, started=started)
+    exit_at_once_on_sigterm(end.code)
 
 
 def log_failure(what: str, error: BaseException) -> None:
@@ -226,20 +273,6 @@ def on_a_node(task: BaseException, cause: BaseException) -> BaseException:
         "environment or instance profile, the job's --runtime-env-json env_vars), or give them "
         "in the config's storage_options"
     )
-
-
-def stopped(config: JobConfig, signum: signal.Signals, started: float) -> int:
-    """Report a build that a signal stopped (the output stays valid: each topic is switched
-    atomically, and a re-run converges) and return the shell's exit code for it; `started`: when
-    it began (epoch seconds)."""
-    from jobs.report import write_failed_report
-
-    code = 128 + signum
-    name = signal.Signals(signum).name
-    log.error("stopped by %s before the build finished", name)
-    write_failed_report(config, Interrupted(f"stopped by {name}"), exit_code=code, started=started)
-    print(f"mdindex build: stopped by {name}; a re-run converges", file=sys.stderr)
-    return code
 
 
 def root_cause(error: BaseException) -> BaseException:

@@ -9,10 +9,11 @@ straight from the previous tables.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,21 +97,40 @@ class Built:
     pool: EmbedPool | None = None  # the embedding pool of the run's (first) pipeline
 
 
-def run_job(config: JobConfig, *, began: float | None = None) -> dict[str, Any]:
+def run_job(
+    config: JobConfig,
+    *,
+    began: float | None = None,
+    failed: Callable[[BaseException], None] | None = None,
+    reported: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Run one build and return its report (also written to `{output}/_reindex/report.json`).
 
     The input is listed first (a missing one touches nothing), then the output's build lock is
     held throughout (`jobs.lock`: a second build on the output fails at once). `began`: when the
-    run began (epoch seconds; now if not given), which its reports name: a caller that reports
-    the run's failure itself passes its own."""
+    run began (epoch seconds; now if not given), which its reports name. `failed` is called
+    with the error that ends the run (a signal's too), for the caller to report it, before the
+    lock is released (a failure to list the input or to take the lock: without it); a report
+    written after the release stood for the run of a build that took the lock meanwhile.
+    `reported` is called with the run's report once it is in place, the lock still held
+    (`jobs.build_cli`: a signal from there on ends the process with the run's exit code)."""
     started = time.perf_counter()
     began = time.time() if began is None else began
     if note := config.s3_note():
         log.info("%s", note)
-    listing = list_input(config)
-    check_output_roots(config)
-    with output_lock(output_storage(config)) as check:
-        return _run_locked(config, listing, check, began=began, started=started)
+    with contextlib.ExitStack() as lock:  # released after a failure is reported
+        try:
+            listing = list_input(config)
+            check_output_roots(config)
+            check = lock.enter_context(output_lock(output_storage(config)))
+            report = _run_locked(config, listing, check, began=began, started=started)
+            if reported:
+                reported(report)
+        except BaseException as error:
+            if failed:
+                failed(error)
+            raise
+    return report
 
 
 def _run_locked(

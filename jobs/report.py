@@ -185,10 +185,12 @@ def report_bytes(report: dict[str, Any]) -> bytes:
 
 
 def write_report(output: Storage, report: dict[str, Any]) -> None:
-    """Write `_reindex/report.json` and, from the same dict, `_reindex/report.html` (a failed
-    run's report too: the page renders whatever sections the report has)."""
+    """Write `_reindex/report.html` and then, from the same dict, `_reindex/report.json` (a failed
+    run's report too: the page renders whatever sections the report has). On local disk the JSON
+    is renamed into place last: the run is reported once it is there (`jobs.pipeline.run_job`'s
+    `reported`), with its page beside it."""
     output.write_many(
-        {REPORT_PATH: report_bytes(report), REPORT_HTML_PATH: render_html(report).encode()}
+        {REPORT_HTML_PATH: render_html(report).encode(), REPORT_PATH: report_bytes(report)}
     )
 
 

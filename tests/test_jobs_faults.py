@@ -660,6 +660,66 @@ def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path, s
     assert "started a local Ray instance" not in rest
 
 
+def paused_build(output: Path, fault: str, count: int, *args: str) -> subprocess.Popen:
+    """`python -m jobs.reindex ARGS --output OUTPUT` in a child process (a local Ray of its own,
+    if it starts one) that `fault`, "pause" or "pause-after" (`tests/faults/sitecustomize.py`),
+    holds at the `count`-th rename onto its report.json; returned once it waits there, until
+    `OUTPUT.go` exists."""
+    env = fault_environment(fault, str(output), match="_reindex/report.json", count=str(count))
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, *args]
+    driver = subprocess.Popen(
+        [*command, "--output", str(output)], env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not Path(f"{output}.paused").exists():
+        if driver.poll() is not None or time.monotonic() > deadline:
+            driver.kill()
+            raise AssertionError(driver.communicate()[1][-3000:])
+        time.sleep(0.05)
+    return driver
+
+
+def test_a_failed_build_writes_its_report_before_it_releases_the_lock(tmp_path):
+    """A failed or stopped build wrote its report once it had released the build lock: a build
+    that took the lock meanwhile ran, and the first one's report then stood for it (or, had it
+    been killed, for the last run), a write outside the lock. It is written while the lock is
+    held now: a second build meanwhile is refused (75) and writes nothing."""
+    docs, empty, output = tmp_path / "docs", tmp_path / "empty", tmp_path / "out"
+    (docs / "t").mkdir(parents=True)
+    empty.mkdir()
+    for name in ("a.md", "a.mdx"):  # a shared stem: under abort, exit 1 before Ray would start
+        (docs / "t" / name).write_text(TEXT.format("Alpha"))
+    options = ["--set", 'sources.globs=["*.md", "*.mdx"]', "--set", "failure_policy=abort"]
+    failing = paused_build(output, "pause", 1, "--input", str(docs), *options)
+    second = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, "--input", str(empty)]
+    env = own_ray_environment()
+    done = subprocess.run(
+        [*second, "--output", str(output)], env=env, capture_output=True, text=True, timeout=120
+    )
+    Path(f"{output}.go").touch()
+    stderr = failing.communicate(timeout=60)[1]
+    assert failing.returncode == 1, stderr[-3000:]
+    assert "mdindex build: the job failed: SourceFailed: t/a.md: STEM_CONFLICT" in stderr
+    assert done.returncode == 75, done.stderr[-3000:]
+    report = report_of(output)
+    assert (report["status"], report["exit_code"], report["pid"]) == ("failed", 1, failing.pid)
+
+
+def test_a_sigterm_once_the_report_is_in_place_ends_the_build_with_its_code(tmp_path):
+    """A SIGTERM after a finished build's report.json was renamed into place, before the build
+    returned (its report.html then written, its lock released), made it a failed report, exit
+    143. From there on a SIGTERM ends the build at once with its own code, its report left."""
+    empty, output = tmp_path / "empty", tmp_path / "out"
+    empty.mkdir()
+    build = paused_build(output, "pause-after", 2, "--input", str(empty))  # the unfinished one's
+    build.send_signal(signal.SIGTERM)  # then the run's own
+    Path(f"{output}.go").touch()
+    stderr = build.communicate(timeout=60)[1]
+    assert build.returncode == 0, stderr[-3000:]
+    assert (report_of(output)["status"], report_of(output)["exit_code"]) == ("ok", 0)
+
+
 def test_an_exception_the_chunker_did_not_raise_on_purpose_is_a_chunker_error(tmp_path):
     """CHUNKER_ERROR, not the chunker's own (settled) CHUNKING_FAILED: the next run retries it."""
     (tmp_path / "t").mkdir()

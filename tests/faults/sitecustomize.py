@@ -21,6 +21,12 @@ sees each file operation before the system call and fails or kills it:
   counts MDINDEX_FAULT_MATCH (a `stage.counter`, such as `chunk.sources`) is killed with SIGKILL
   just after the run's collector took it, so Ray tries its call again; once in the build for each
   counter named (a marker file beside the root, `ROOT.crashed-<counter>`, says it happened).
+- MDINDEX_FAULT=pause: the MDINDEX_FAULT_COUNT-th rename onto a path that contains
+  MDINDEX_FAULT_MATCH waits before the rename, from when it creates `ROOT.paused` until a file
+  `ROOT.go` exists (a test's second build, or a signal, comes in between);
+- MDINDEX_FAULT=pause-after: as pause, but the wait comes after that rename, at the next file
+  operation that changes something, of any path or descriptor (open for writing, rename,
+  removal, mkdir, truncate).
 
 MDINDEX_FAULT_MATCH may name several strings, separated by `os.pathsep`: a path matches if it
 contains one of them.
@@ -32,6 +38,7 @@ import errno
 import os
 import signal
 import sys
+import time
 
 _FAULT = os.environ.get("MDINDEX_FAULT")
 _ROOT = os.environ.get("MDINDEX_FAULT_ROOT", "")
@@ -96,6 +103,40 @@ def _crash_nth(event: str, args: tuple) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+_paused = False
+
+
+def _pause(event: str, args: tuple) -> None:
+    global _seen
+    if event == "os.rename" and _targeted(args[1]):
+        _seen += 1
+        if _seen == _COUNT:
+            _wait()
+
+
+def _pause_after(event: str, args: tuple) -> None:
+    global _seen
+    if _seen == _COUNT and not _paused and _changes(event, args):
+        _wait()
+    elif event == "os.rename" and _targeted(args[1]):
+        _seen += 1
+
+
+def _changes(event: str, args: tuple) -> bool:
+    """Whether an audit event changes a file or folder (of any path or descriptor)."""
+    writes = event == "open" and isinstance(args[2], int) and args[2] & _WRITES
+    return bool(writes) or event in (*_CHANGES, "os.truncate")
+
+
+def _wait() -> None:
+    """Create `ROOT.paused`, then wait until `ROOT.go` exists (once in the process)."""
+    global _paused
+    _paused = True
+    os.close(os.open(f"{_ROOT}.paused", os.O_CREAT | os.O_WRONLY))
+    while not os.path.exists(f"{_ROOT}.go"):
+        time.sleep(0.01)
+
+
 def _vanish(event: str, args: tuple) -> None:
     if event == "open" and isinstance(args[2], int) and not args[2] & _WRITES:
         if _targeted(args[0]) and os.path.isfile(args[0]):
@@ -109,6 +150,8 @@ _HOOKS = {
     "crash-remove": _crash_remove,
     "crash-nth": _crash_nth,
     "vanish": _vanish,
+    "pause": _pause,
+    "pause-after": _pause_after,
 }
 
 
