@@ -270,10 +270,20 @@ def ray_session() -> Iterator[None]:
     so that Ray starts once, not once per module."""
     import ray
 
+    from jobs.local_ray import IDLE_WORKER_KEEP_MS
+
     started = not ray.is_initialized()
     if started:
-        # one declared GPU: Ray schedules a GPU pool's actors on it (they run on the CPU here)
-        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False)
+        # one declared GPU: Ray schedules a GPU pool's actors on it (they run on the CPU here);
+        # idle workers kept as a build's own local instance keeps them: killed a second after
+        # each build's bursts of store tasks and reduces, they were started again for the next
+        # build, each paying its imports (about 5 CPU-seconds a build)
+        ray.init(
+            num_cpus=2,
+            num_gpus=1,
+            include_dashboard=False,
+            _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS},
+        )
     yield
     if started:
         ray.shutdown()
