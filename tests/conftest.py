@@ -34,6 +34,17 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+# pytest-xdist workers for `-n auto` (pyproject.toml's addopts) at most: each holds a Ray instance
+# and a moto server of its own, and the build tests are CPU-bound.
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """One pytest-xdist worker per CPU this process may use, up to `MAX_WORKERS`."""
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    return max(1, min(len(usable), MAX_WORKERS))
+
+
 def pytest_collection_modifyitems(config, items):
     """Skip tests marked `gpu` on machines without CUDA."""
     if _cuda_available():
@@ -265,9 +276,9 @@ def s3_server() -> Iterator[S3Server]:
 
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
-    """One local Ray instance (2 CPUs) shared by the build tests of the whole session, shut down
-    at its end; an already running one is reused and left running. Modules that build request it
-    so that Ray starts once, not once per module."""
+    """One local Ray instance (2 CPUs) shared by the build tests of the whole session (of each
+    pytest-xdist worker), shut down at its end; an already running one is reused and left
+    running. Modules that build request it so that Ray starts once, not once per module."""
     import ray
 
     from jobs.local_ray import IDLE_WORKER_KEEP_MS
