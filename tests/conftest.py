@@ -41,8 +41,11 @@ MAX_WORKERS = 4
 
 def pytest_xdist_auto_num_workers(config) -> int:
     """One pytest-xdist worker per CPU this process may use, up to `MAX_WORKERS`."""
-    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
-    return max(1, min(len(usable), MAX_WORKERS))
+    if hasattr(os, "sched_getaffinity"):  # Linux: the CPUs this process may run on
+        usable = len(os.sched_getaffinity(0))
+    else:
+        usable = os.cpu_count() or 1
+    return max(1, min(usable, MAX_WORKERS))
 
 
 def pytest_collection_modifyitems(config, items):
