@@ -145,10 +145,11 @@ def skipped_links(links: list[SkippedLink], globs: tuple[str, ...]) -> tuple[dic
 def name_problem(path: str) -> str | None:
     """Why no index can name a listed path, or None: a path that is not UTF-8 (a local file or
     folder name in Latin-1, say, which Python lists with surrogate escapes; chunk files, hrefs,
-    tables and report are UTF-8), an object key ending in `/` that holds bytes, or one with an
+    tables and report are UTF-8), an object key ending in `/` that holds bytes, one with an
     empty folder name (an object key with `//`, or
     starting with `/`: on disk `a//b.md` is `a/b.md`, and the folder `/` of `/b.md` is its own
-    parent, no path below the output)."""
+    parent, no path below the output), or one with a folder or file `.` or `..` (`a/./b.md` is
+    `a/b.md` on disk, `a/../b.md` is `b.md`: either may be another object's path)."""
     try:
         path.encode("utf-8", "surrogateescape").decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -166,6 +167,12 @@ def name_problem(path: str) -> str | None:
             "the path has an empty folder name (a `//` in the object's key, or a key starting "
             "with `/`), so no index can name it: rename the object"
         )
+    if {".", ".."} & set(path.split("/")):
+        return (
+            "the path has a folder or file named `.` or `..` (in the object's key), which no path "
+            "on disk can hold (`a/./b.md` is `a/b.md`, `a/../b.md` is `b.md`), so no index can "
+            "name it: rename the object"
+        )
     return None
 
 
@@ -174,13 +181,21 @@ def shown(path: str) -> str:
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+def _undotted(path: str) -> str:
+    """A listed path without its trailing `/` and its folders `.` and `..` (`t/../a.md` is
+    `t/a.md`)."""
+    *folders, name = path.rstrip("/").split("/")
+    return "/".join([*(f for f in folders if f not in (".", "..")), name])
+
+
 def invalid_names(files: list[FileInfo], globs: tuple[str, ...]) -> tuple[dict[str, str], ...]:
     """Report failures (INVALID_FILE_NAME) for the files with a `name_problem` that would have
-    been read (`shown`); sorted by path."""
+    been read, were their folders `.` and `..` gone (no hidden folders: `is_source` passes over
+    those) (`shown`); sorted by path."""
     failures = [
         {"path": shown(file.path), "code": INVALID_FILE_NAME, "message": problem}
         for file in files
-        if (problem := name_problem(file.path)) and _would_be_read(file.path.rstrip("/"), globs)
+        if (problem := name_problem(file.path)) and _would_be_read(_undotted(file.path), globs)
     ]
     return tuple(sorted(failures, key=lambda failure: failure["path"]))
 

