@@ -138,9 +138,11 @@ def _text(reader: IndexReader, relpath: str) -> str:
         raise ValueError(f"chunk file {reader.location(relpath)} is not UTF-8: {error}") from error
 
 
-def topic_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
-    """The JSON-ready answer to `query --topic`: per source, the first N chunks in stripe order."""
-    index = reader.topic(args.topic)
+def topic_result(
+    reader: IndexReader, args: argparse.Namespace, index: dict[str, Any]
+) -> dict[str, Any]:
+    """The JSON-ready answer to `query --topic`: per source, the first N chunks in stripe order
+    (`index`: the topic's, as `IndexReader.spelled_topic` gave it with `args.topic`)."""
     sources = []
     for selection in select_chunks(index, args.n, args.source, args.technical):
         chunks = []
@@ -156,10 +158,8 @@ def topic_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any
 
 def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
     """The JSON-ready answer to `query --question`: SimHash matches that the topics' index.json
-    still hold, else embedding search;
-    FileNotFoundError when `--topic` names no topic, NotInIndex when it names a folder of them."""
-    if args.topic is not None:
-        reader.topic(args.topic)
+    still hold, else embedding search (`args.topic`, where given, a topic as
+    `IndexReader.spelled_topic` found it)."""
     matches: list[dict[str, Any]] = []
     method = "simhash"
     found = current_matches(reader, question_matches(reader, args.question, args.topic))
@@ -272,9 +272,14 @@ def run_query(args: argparse.Namespace) -> int:
         return 2
     try:
         reader = IndexReader.open(args.root, args.storage_options)
+        index = None
         if args.topic is not None:  # typed in NFC, its folder named on macOS in NFD
-            args = argparse.Namespace(**{**vars(args), "topic": reader.spelling(args.topic)})
-        result = question_result(reader, args) if args.question else topic_result(reader, args)
+            topic, index = reader.spelled_topic(args.topic)
+            args = argparse.Namespace(**{**vars(args), "topic": topic})
+        if args.question:
+            result = question_result(reader, args)
+        else:
+            result = topic_result(reader, args, index)
     except UnsuitedOptions as error:  # bad usage, as options that are no JSON object are
         print(f"mdindex query: {_message(error, args.root)}", file=sys.stderr)
         return 2

@@ -257,8 +257,11 @@ class IndexReader:
         ValueError naming it when it is not an index (not JSON; `[]`, say) or is damaged (naming
         the field: `index_problem`). A topic may be spelled as a person does (`topic_id`)."""
         topic = topic_id(topic)
+        return self._index(topic, self.read(in_topic(topic, INDEX)))
+
+    def _index(self, topic: str, data: bytes | None) -> dict[str, Any]:
+        """`index` of the topic id `topic`, whose index.json holds `data` (None: it has none)."""
         relpath = in_topic(topic, INDEX)
-        data = self.read(relpath)
         if data is None and (not topic or self.read(INDEX) is None):  # a root mistyped, say
             if missing_bucket(self.fs, self.root):
                 raise FileNotFoundError(f"{self.fs.unstrip_protocol(self.root)}: no such bucket")
@@ -279,21 +282,23 @@ class IndexReader:
     def topic(self, topic: str) -> dict[str, Any]:
         """`index` of a topic that holds sources; NotInIndex naming the topics below it when it
         is a folder of topics alone (a directory index, whose stripe orders are none)."""
-        doc = self.index(topic)
-        if "chunks" not in doc["_embedded"]:
-            below = [link["id"] for link in doc["_embedded"]["topics"]]
-            raise NotInIndex(f"{topic!r} is a folder of topics, not a topic; it links {below}")
-        return doc
+        return _holding_sources(topic, self.index(topic))
 
-    def spelling(self, topic: str) -> str:
-        """`topic` as the index spells it: the same name in the other Unicode normal form where
-        only that one has an index.json (a folder named on macOS is NFD, `cafe` and U+0301, which
-        a copy keeps, while a keyboard types NFC, U+00E9); `topic` itself otherwise. A name that
-        is the same in both forms (ASCII) costs no read."""
-        forms = [unicodedata.normalize(form, topic) for form in ("NFC", "NFD")]
-        if all(form == topic for form in forms) or self.read(in_topic(topic, INDEX)) is not None:
-            return topic
-        return next((f for f in forms if f != topic and self.read(in_topic(f, INDEX))), topic)
+    def spelled_topic(self, topic: str) -> tuple[str, dict[str, Any]]:
+        """`topic` as the index spells it, and its `topic`: the topic id (`topic_id`), or that id
+        in the other Unicode normal form where only that one has an index.json (a folder named
+        on macOS is NFD, `cafe` and U+0301, which a copy keeps, while a keyboard types NFC,
+        U+00E9). Each index.json is read once; a name the same in both forms (ASCII) probes no
+        other."""
+        topic = topic_id(topic)
+        data = self.read(in_topic(topic, INDEX))
+        if data is None:
+            forms = dict.fromkeys(unicodedata.normalize(form, topic) for form in ("NFC", "NFD"))
+            for form in forms:
+                if form != topic and (found := self.read(in_topic(form, INDEX))) is not None:
+                    topic, data = form, found
+                    break
+        return topic, _holding_sources(topic, self._index(topic, data))
 
     def topics(self) -> list[str]:
         """Ids of every topic with chunks, found by walking `_embedded.topics` from the root
@@ -315,6 +320,14 @@ class IndexReader:
             pending += [child for child in links if child not in seen]
             seen.update(links)
         return sorted(found)
+
+
+def _holding_sources(topic: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc`, the index of `topic`, when it holds sources; NotInIndex otherwise (`topic`)."""
+    if "chunks" not in doc["_embedded"]:
+        below = [link["id"] for link in doc["_embedded"]["topics"]]
+        raise NotInIndex(f"{topic!r} is a folder of topics, not a topic; it links {below}")
+    return doc
 
 
 @dataclass(frozen=True)

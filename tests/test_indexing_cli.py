@@ -1275,3 +1275,28 @@ def test_a_topic_typed_in_another_unicode_form_than_its_folder_name_is_found(
     assert result["sources"][0]["chunks"][0]["href"].startswith((root / nfd).as_uri())
     code, _, err = run_cli(["query", str(root), "--topic", "guides/cafe", "--n", "1"], capsys)
     assert code == 1 and "no index.json for topic 'guides/cafe'" in err
+
+
+def test_a_topic_is_spelled_as_topic_id_names_it_and_its_index_read_once(index_root, tmp_path):
+    """`IndexReader.spelling` probed the name as given, not as `topic_id` reads it (a library
+    caller's `guides/x/../café`: "leads out of the index"), and a non-ASCII topic's index.json
+    was read to probe it, then again to use it. Each index.json is read once now."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    class CountedReads(LocalFileSystem):
+        def cat_file(self, path, *args, **kwargs):
+            self.reads.append(path)
+            return super().cat_file(path, *args, **kwargs)
+
+    nfd, nfc = "guides/cafe\u0301", "guides/caf\u00e9"
+    root = tmp_path / "site"
+    shutil.copytree(index_root, root)
+    (root / TOPIC).rename(root / nfd)
+    fs = CountedReads(skip_instance_cache=True)
+    fs.reads = []
+    reader = IndexReader(fs=fs, root=str(root))
+    topic, index = reader.spelled_topic("guides/x/../caf\u00e9")
+    assert fs.reads == [f"{root}/{nfc}/index.json", f"{root}/{nfd}/index.json"]
+    assert topic == nfd and index == reader.topic(nfd)
+    fs.reads.clear()
+    assert reader.spelled_topic(f"/{nfd}/")[0] == nfd and fs.reads == [f"{root}/{nfd}/index.json"]
