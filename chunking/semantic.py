@@ -13,6 +13,11 @@ Seed 003 rules, applied line by line over the document (headings come from the b
   likewise before a fence's opening line whose next line would not fit, so that no chunk ends
   with an empty code block (`opener_ends_chunk`);
 - a sealed chunk gets its parent headings prepended (BuildChunkWithHierarchy);
+- a chunk of nothing but headings is not sealed at a heading by the H1 rule or the minimums
+  (the heading joins them), and where the hard maximum seals it, it is not emitted when the next
+  chunk prepends all its headings: they head that chunk's content (a heading whose first line
+  did not fit after it and its prepended parents stood alone, 27 of FastAPI's chunks with
+  configs/local.yaml);
 - the final chunk is kept only with min_tokens or when it is the only chunk; we apply this rule
   only where it was meant, to a final section under its own heading: the remainder of a section
   that a max-token seal split is always kept (it never fits into the chunk before it, which was
@@ -129,10 +134,11 @@ class _Chunk:
     segments: list[tuple[int, int, str | None, bool]] = field(default_factory=list)
     units: int = 0  # units of the own content and its inserted fence closers
     has_content: bool = False  # any non-blank own line
+    has_body: bool = False  # any non-blank own line that is no heading line
     start_level: int | None = None
     deepest: int | None = None
     seen_h2: bool = False
-    first_heading: Heading | None = None
+    headings: list[Heading] = field(default_factory=list)  # its own headings
     continued: bool = False  # starts with the rest of a section that a max-token seal split
     heading_end: int | None = None  # the last line of the last heading the chunk took
 
@@ -150,6 +156,18 @@ class _Window:
         )
         self.nonblank_total = list(
             accumulate((bool(line.strip()) for line in doc.lines), initial=0)
+        )
+        headings = {
+            n
+            for b in doc.blocks
+            if b.kind == "heading"
+            for n in range(b.start_line, b.end_line + 1)
+        }
+        self.body_total = list(  # the same for lines that are no heading line
+            accumulate(
+                (bool(line.strip()) and n not in headings for n, line in enumerate(doc.lines, 1)),
+                initial=0,
+            )
         )
         self.context: dict[str, int] = {}  # units of lines that are not in the source
         self.min_tokens = options["min_tokens"]
@@ -185,13 +203,14 @@ class _Window:
             if blocks:
                 self.add_blocks(blocks)
         skipped = 0
-        if self.chunk.has_content:
-            tokens = self.counter.tokens(self.chunk.units)
-            keep = self.chunk.continued or not self.drafts or self.keep_short_tail
-            if keep or tokens >= self.min_tokens:
+        chunk = self.chunk
+        if chunk.has_content:
+            tokens = self.counter.tokens(chunk.units)
+            keep = chunk.continued or self.keep_short_tail or tokens >= self.min_tokens
+            if not self.drafts or (chunk.has_body and keep):
                 self.seal()
             else:
-                skipped = self.counter.count(self.draft(self.chunk).text)
+                skipped = self.counter.count(self.draft(chunk).text)
         return Split(drafts=tuple(self.drafts), skipped_tail_tokens=skipped)
 
     # -- headings ---------------------------------------------------------------------------
@@ -218,10 +237,10 @@ class _Window:
         sealed = not self.chunk.has_content or self.seals_at(heading, self.units_of(block))
         early = not sealed and self.ends_chunk(block, content)
         if sealed or early:
-            self.seal()
             parents = tuple(self.hierarchy[level] for level in sorted(self.hierarchy))
-            self.chunk = self.new_chunk(tuple(h for h in parents if h.level < heading.level))
-            self.chunk.continued = early  # the max-token seal, one heading early: kept when final
+            following = self.new_chunk(tuple(h for h in parents if h.level < heading.level))
+            following.continued = early  # the max-token seal, one heading early: kept when final
+            self.seal(following)
         for level in [level for level in self.hierarchy if level >= heading.level]:
             del self.hierarchy[level]
         self.hierarchy[heading.level] = heading
@@ -230,15 +249,17 @@ class _Window:
             chunk.start_level = chunk.deepest = heading.level
         chunk.deepest = max(chunk.deepest, heading.level)
         chunk.seen_h2 = chunk.seen_h2 or heading.level == 2
-        if chunk.first_heading is None:
-            chunk.first_heading = heading
+        chunk.headings.append(heading)
 
     def seals_at(self, heading: Heading, units: int) -> bool:
-        """Seed 003's decision at a heading, plus the hard maximum."""
+        """Seed 003's decision at a heading, plus the hard maximum; only the maximum seals a
+        chunk of nothing but headings (the heading joins them)."""
         chunk = self.chunk
-        if chunk.start_level == 1 and heading.level == 2 and chunk.seen_h2:
-            return True
         if chunk.overhead + chunk.units + units > self.limit:
+            return True
+        if not chunk.has_body:
+            return False
+        if chunk.start_level == 1 and heading.level == 2 and chunk.seen_h2:
             return True
         tokens = self.counter.tokens(chunk.units)
         if chunk.start_level is None:
@@ -347,13 +368,11 @@ class _Window:
         closer = max(self.closer_units(number), row_closer)
         self.leave_container(number)
         if self.chunk.has_content and self.fits(units + closer) and self.opener_ends_chunk(number):
-            self.seal()
-            self.chunk = self.continuation(number)
+            self.seal(self.continuation(number))
         if self.chunk.has_content and not self.fits(units + closer):
             alone = self.continuation(number).overhead + units + closer <= self.limit
             if alone or not self.below_heading(number) or not self.fits(self.limit // 2):
-                self.seal()
-                self.chunk = self.continuation(number)
+                self.seal(self.continuation(number))
         if self.fits(units + closer):
             self.append(number, number, None, units, bool(text.strip()))
             if row:
@@ -377,8 +396,7 @@ class _Window:
         pieces = self.pieces(text, budget, first)
         for index, piece in enumerate(pieces):
             if index:
-                self.seal()
-                self.chunk = self.continuation(number, mid_line=True)
+                self.seal(self.continuation(number, mid_line=True))
                 piece = quote + piece
             elif opener:
                 self.chunk.alone = True
@@ -456,6 +474,12 @@ class _Window:
             segments.append((first, last, piece, ends))
         chunk.units += units
         chunk.has_content = chunk.has_content or content
+        body = (
+            bool(piece.strip())
+            if piece is not None
+            else self.body_total[last] > self.body_total[first - 1]
+        )
+        chunk.has_body = chunk.has_body or body
 
     def closer_units(self, number: int) -> int:
         """Units of the closing fence line needed if the chunk ended right after line `number`."""
@@ -580,11 +604,16 @@ class _Window:
             return self.containers[index]
         return None
 
-    def seal(self) -> None:
-        """Emit the current chunk (if it has content) and start an empty one."""
-        if self.chunk.has_content:
-            self.drafts.append(self.draft(self.chunk))
-        self.chunk = _Chunk()
+    def seal(self, following: _Chunk | None = None) -> None:
+        """Emit the current chunk (if it has content) and start `following` (an empty chunk when
+        None); a chunk of nothing but headings is not emitted when `following` prepends them all."""
+        chunk = self.chunk
+        headed = following is not None and not chunk.has_body  # headings alone, a chunk after
+        if chunk.has_content and not (
+            headed and all(h in following.prefix for h in chunk.headings)
+        ):
+            self.drafts.append(self.draft(chunk))
+        self.chunk = following if following is not None else _Chunk()
 
     def own_lines(
         self, segments: list[tuple[int, int, str | None, bool]]
@@ -747,9 +776,9 @@ def _heading_stack(chunk: _Chunk) -> tuple[Heading, ...]:
     """The headings active at the chunk's first own heading (at its start when it has none): a
     continuation chunk's parents are the whole stack where it starts, and that heading closes
     those at its level or deeper."""
-    first = chunk.first_heading
-    if first is None:
+    if not chunk.headings:
         return chunk.parents
+    first = chunk.headings[0]
     return tuple(h for h in chunk.parents if h.level < first.level) + (first,)
 
 

@@ -163,7 +163,8 @@ def test_a_heading_before_a_line_longer_than_the_maximum_takes_its_first_piece()
     text = f"# Doc\n{words(100)}\n\n## Next\n### Deeper\n{words(400)}\n"
     second = chunk_source(text, min_tokens=150, max_tokens=200).chunks[1]
     assert second.text.startswith("# Doc\n## Next\n### Deeper\nlorem")
-    # A heading that takes over half the chunk keeps the line's pieces to chunks of their own.
+    # A heading that takes over half the chunk keeps the line's pieces to chunks of their own;
+    # too long to be prepended to them, it stands alone (no other chunk would hold it).
     text = f"# Doc\n{words(100)}\n\n## {words(120)}\n{words(400)}\n"
     chunks = chunk_source(text, min_tokens=150, max_tokens=200).chunks
     assert chunks[1].text == f"# Doc\n## {words(120)}"
@@ -195,6 +196,65 @@ def test_no_seal_before_a_heading_whose_line_fits_below_it_as_a_prepended_parent
     chunks = chunk_source(text, min_tokens=60, max_tokens=100, tokenizer="minilm").chunks
     assert [(c.start_line, c.end_line) for c in chunks] == [(1, 5), (6, 6)]  # was (1, 2), (4, 5)
     assert chunks[1].text.startswith("# Title\nword")
+
+
+def check_no_chunk_of_headings_alone(text: str, document) -> None:
+    """No chunk's own lines are headings alone, and every content line is in a chunk's text."""
+    lines = text.split("\n")
+    for chunk in document.chunks:
+        own = [line for line in lines[chunk.start_line - 1 : chunk.end_line] if line.strip()]
+        assert not all(line.startswith("#") for line in own), f"headings alone: {chunk.text!r}"
+    content = [line for line in lines if line.strip() and not line.startswith("#")]
+    assert all(any(line in chunk.text for chunk in document.chunks) for line in content)
+
+
+def test_a_heading_whose_line_fits_only_below_fewer_parents_goes_with_that_line():
+    """The heading and its prepended parents take over half the maximum and its first line does
+    not fit after them, yet fits below the heading prepended with fewer parents: the heading was
+    sealed as a chunk of nothing but headings (27 of FastAPI's chunks with configs/local.yaml).
+    It is now only prepended to its line's chunk, as it was already."""
+    text = (
+        f"# Doc\n## Big {words(55, 'b')}\n{words(130)}\n### Sub {words(50, 'c')}\n\n{words(100)}\n"
+    )
+    document = chunk_source(text, min_tokens=150, max_tokens=200)
+    check_no_chunk_of_headings_alone(text, document)
+    assert spans(document) == [(1, 3), (6, 6)]  # was (1, 3), (4, 4), (6, 6)
+    assert document.chunks[1].text == f"### Sub {words(50, 'c')}\n{words(100)}"
+    assert document.chunks[1].title == f"Sub {words(50, 'c')}"
+
+
+def test_a_heading_that_does_not_fit_below_a_heading_goes_with_it_as_a_parent():
+    """A sub-heading too big to join the heading right above it (and that heading's prepended
+    parent) sealed that heading alone; the heading is the sub-heading's parent, prepended to its
+    chunk."""
+    text = f"# P {words(40, 'p')}\n{words(150)}\n## A {words(65, 'a')}\n"
+    text += f"### B {words(100, 'b')}\n{words(20)}\n"
+    document = chunk_source(text, min_tokens=150, max_tokens=200, keep_short_tail=True)
+    check_no_chunk_of_headings_alone(text, document)
+    assert spans(document) == [(1, 2), (4, 5)]  # was (1, 2), (3, 3), (4, 5)
+    assert document.chunks[1].text == f"## A {words(65, 'a')}\n" + "\n".join(text.split("\n")[3:5])
+
+
+def test_the_h1_rule_does_not_seal_an_h1_and_an_empty_h2():
+    """The H1 rule sealed "# Doc\n## Empty" at the second H2: headings alone, the section with
+    nothing under it. Seed 003's rules (the H1 rule, the minimums) seal no chunk of headings
+    alone: the next heading joins them (the maximum still seals)."""
+    text = "# Doc\n## Empty\n## Next\ntext\n"
+    document = chunk_source(text, keep_short_tail=True)
+    check_no_chunk_of_headings_alone(text, document)
+    assert [c.text for c in document.chunks] == ["# Doc\n## Empty\n## Next\ntext"]
+
+
+def test_a_final_section_of_headings_alone_is_skipped_even_with_keep_short_tail():
+    """Nothing follows for its headings to head: the final-chunk rule skips it and reports its
+    tokens, as it does a short final section (it was kept with `keep_short_tail`)."""
+    text = f"## A\n{words(300)}\n## See also\n"
+    document = chunk_source(text, keep_short_tail=True)
+    check_no_chunk_of_headings_alone(text, document)
+    assert spans(document) == [(1, 2)]
+    assert document.skipped_tail_tokens == COUNT("## See also")
+    # A document of headings alone is still one chunk.
+    assert [c.text for c in chunk_source("# T\n## A\n").chunks] == ["# T\n## A"]
 
 
 def test_a_short_final_section_moved_to_its_own_chunk_by_the_max_seal_is_kept():
