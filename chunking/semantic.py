@@ -12,7 +12,9 @@ Seed 003 rules, applied line by line over the document (headings come from the b
   in a chunk of their own either, the line is cut and its first piece fills the heading's chunk);
   likewise before a fence's opening line whose next line would not fit, so that no chunk ends
   with an empty code block (`opener_ends_chunk`);
-- a sealed chunk gets its parent headings prepended (BuildChunkWithHierarchy);
+- a sealed chunk gets its parent headings prepended (BuildChunkWithHierarchy), and a chunk that
+  starts between two rows of a table the header and delimiter rows of that table after them, as
+  its rows mean nothing without them (the same context; see `_Window.new_chunk`);
 - a chunk of nothing but headings is not sealed at a heading by the H1 rule or the minimums
   (the heading joins them), and where the hard maximum seals it, it is not emitted when the next
   chunk prepends all its headings: they head that chunk's content (a heading whose first line
@@ -120,7 +122,8 @@ class _Chunk:
     parents: tuple[Heading, ...] = ()  # active headings above the chunk's start
     prefix: tuple[Heading, ...] = ()  # the parents prepended to the text (see _Window.new_chunk)
     reopen: str = ""  # fence opener repeated at the top when the chunk starts inside a fence
-    overhead: int = 0  # units of the prefix and reopen lines, and the reserve
+    header: str = ""  # a table's header and delimiter rows, when it starts between its rows
+    overhead: int = 0  # units of the prefix, header and reopen lines, and the reserve
     # Read again alone: it starts inside a top-level list, block quote or HTML block, whose lines
     # can parse otherwise without the block's start around them (a fence opens or does not), or
     # holds the first piece of a line that starts like a fence opener; `reserve` units are kept
@@ -178,6 +181,8 @@ class _Window:
         self.fence_starts = [fence.start_line for fence in doc.fences]
         self.fence_ends = [_fence_end(doc, fence) for fence in doc.fences]
         self.block_starts = [block.start_line for block in doc.blocks]
+        self.tables = [(b.start_line, b.end_line) for b in doc.blocks if b.kind == "table"]
+        self.table_starts = [first for first, _ in self.tables]
         self.containers = [(b.start_line, b.end_line) for b in doc.blocks if b.kind in _CONTAINERS]
         self.container_starts = [first for first, _ in self.containers]
         # A fence its list item or block quote ends (or the end of the file) gets a closing line
@@ -362,7 +367,8 @@ class _Window:
         tail = self.closer_units_of(ending) if ending else 0  # closer inserted after the line
         units = self.lines_units(number, number) + tail
         # A table row that starts like a fence opener opens one in a chunk without the table's
-        # header and delimiter rows (semantic does not repeat them): room is kept to close it.
+        # header and delimiter rows (a piece of a row, a table in a list or block quote, a header
+        # too long to repeat): room is kept to close it.
         row = self.doc.line_kinds[number - 1] == TABLE and _OPENS_FENCE.match(text)
         row_closer = self.context_units(row.group()) if row else 0
         closer = max(self.closer_units(number), row_closer)
@@ -389,7 +395,10 @@ class _Window:
         quote = quote if ">" in quote else ""
         opener = None if fence else _OPENS_FENCE.match(text)
         room = self.context_units(quote) + (self.context_units(opener.group()) if opener else 0)
-        overhead = max(self.chunk.overhead, self.continuation(number, mid_line=True).overhead)
+        # the pieces after the first carry no table header (no piece of a row is a row)
+        header = self.context_units(self.chunk.header) if self.chunk.header else 0
+        later = self.continuation(number, mid_line=True).overhead
+        overhead = max(self.chunk.overhead - header, later)
         reserved = max(closer, tail) + room
         budget = self.limit - overhead - reserved
         first = self.limit - self.chunk.overhead - self.chunk.units - reserved
@@ -520,34 +529,45 @@ class _Window:
     # -- chunks -----------------------------------------------------------------------------
 
     def new_chunk(
-        self, parents: tuple[Heading, ...], fence: Block | None = None, bare: bool = False
+        self,
+        parents: tuple[Heading, ...],
+        fence: Block | None = None,
+        bare: bool = False,
+        header: str = "",
     ) -> _Chunk:
-        """A chunk with `parents` prepended (and `fence` reopened); the outermost parents are
-        dropped while these lines take over half the max, and the fence's info string too if
-        it alone does (or if `bare`)."""
+        """A chunk with `parents` prepended, then a table's `header` rows (or `fence` reopened);
+        the outermost parents are dropped while these lines take over half the max, the header
+        (the innermost context) only when it alone does, and the fence's info string too if it
+        alone does (or if `bare`)."""
         if fence:
             check_fence_marker(fence, self.counter.units, self.limit, "units")
         reopen = fence_reopener(self.doc, fence) if fence else ""
         if fence and (bare or self.context_units(reopen) > self.limit // 2):
             reopen = fence_closer(self.doc, fence)  # the bare marker opens it as well
+        if header and self.context_units(header) > self.limit // 2:
+            header = ""
         prefix = parents
-        fixed = self.context_units(reopen)
+        fixed = self.context_units(reopen) + (self.context_units(header) if header else 0)
         while prefix and self.context_units(_heading_lines(prefix)) + fixed > self.limit // 2:
             prefix = prefix[1:]
         overhead = self.context_units(_heading_lines(prefix)) + fixed
-        return _Chunk(parents=parents, prefix=prefix, reopen=reopen, overhead=overhead)
+        return _Chunk(
+            parents=parents, prefix=prefix, reopen=reopen, header=header, overhead=overhead
+        )
 
     def continuation(self, number: int, mid_line: bool = False) -> _Chunk:
         """The chunk that continues the current section at line `number` (inside that line when
         `mid_line`) after a max-token seal; a fence open there is reopened (a fence's opening
-        line cut in pieces reopens with its bare marker, the rest of the line inside it)."""
+        line cut in pieces reopens with its bare marker, the rest of the line inside it), and a
+        table's header and delimiter rows are repeated above its row `number`."""
         parents = tuple(self.hierarchy[level] for level in sorted(self.hierarchy))
         fence = self.open_fence_after(number - 1)
         opening = self.fence_at(number) if mid_line else None
         if fence is None and opening is not None and opening.start_line == number:
             chunk = self.new_chunk(parents, opening, bare=True)
         else:
-            chunk = self.new_chunk(parents, fence)
+            header = "" if mid_line else self.table_header(number)
+            chunk = self.new_chunk(parents, fence, header=header)
         container = self.container_at(number)
         if container is not None:
             chunk.alone = True
@@ -557,6 +577,16 @@ class _Window:
         chunk.start_level = chunk.deepest = parents[-1].level if parents else None
         chunk.continued = True
         return chunk
+
+    def table_header(self, number: int) -> str:
+        """The header and delimiter rows of the top-level table that line `number` is a later
+        line of (the header row alone above its delimiter row); '' elsewhere. A table in a list
+        or block quote gets none (only top-level tables are repeated, as in `structural`)."""
+        index = bisect_right(self.table_starts, number) - 1
+        if index < 0 or not self.tables[index][0] < number <= self.tables[index][1]:
+            return ""
+        first = self.tables[index][0]
+        return "\n".join(self.doc.lines[first - 1 : min(number - 1, first + 1)])
 
     def fence_room(self, first: int, last: int) -> int:
         """Units of the longest fence-like line (`_OPENS_FENCE`) among lines first..last (bisects
@@ -655,12 +685,17 @@ class _Window:
         return own, own_kinds, numbers, inserted
 
     def draft(self, chunk: _Chunk) -> Draft:
-        """BuildChunkWithHierarchy: parents, fence reopen, own lines, fence close."""
+        """BuildChunkWithHierarchy: parents, table header or fence reopen, own lines, fence
+        close."""
         own, own_kinds, numbers, inserted = self.own_lines(chunk.segments)
         start = next(i for i, text in enumerate(own) if text.strip())
         end = next(i for i in range(len(own) - 1, -1, -1) if own[i].strip())
         texts = [h.markdown for h in chunk.prefix]
         line_kinds = bytearray([TEXT] * len(texts))
+        if chunk.header:
+            rows = chunk.header.split("\n")
+            texts.extend(rows)
+            line_kinds.extend([TABLE] * len(rows))
         if chunk.reopen:
             texts.append(chunk.reopen)
             line_kinds.append(FENCE_MARK)

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from chunking import chunk_source, strategy_key
-from chunking.blocks import unclosed_fences
+from chunking.blocks import TABLE, parse, unclosed_fences
+from chunking.normalize import normalize
 from chunking.tokens import get_counter
+from tests.chunking_support import check_invariants
 
 COUNT = get_counter("heuristic").count
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
@@ -474,3 +476,101 @@ def test_a_front_matter_title_heads_every_path_and_is_never_prepended():
     ]
     assert chunks[1].text.startswith("## Setup\nlorem")
     assert not any("Installing" in c.text for c in chunks)
+
+
+HEADER, DELIMITER = "| Workers | Time | Cached | Note |", "|---|---|---|---|"
+
+
+def table(rows: int, header: str = HEADER, delimiter: str = DELIMITER, indent: str = "") -> str:
+    """A reference table of `rows` rows (each ~13 heuristic tokens), each line after `indent`."""
+    body = [
+        f"| {i} | {i * 1.5} s | {'yes' if i % 2 else 'no'} | row{i} words here |"
+        for i in range(rows)
+    ]
+    return "\n".join(indent + line for line in [header, delimiter, *body])
+
+
+def check_rows_once(document, text: str, first_row: int, rows: int) -> None:
+    """Every row (source lines first_row.. on) lies in exactly one chunk's own lines, which
+    hold it."""
+    lines = text.split("\n")
+    for number in range(first_row, first_row + rows):
+        owners = [c for c in document.chunks if c.start_line <= number <= c.end_line]
+        assert len(owners) == 1, f"row at line {number} in {len(owners)} chunks"
+        assert lines[number - 1] in owners[0].text.split("\n")
+
+
+def test_a_table_cut_between_rows_repeats_its_header_and_delimiter_rows():
+    text = f"# Doc\n\n## Reference\n\n{table(60)}\n"
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=50)
+    assert len(document.chunks) >= 3
+    check_rows_once(document, text, 7, 60)
+    for chunk in document.chunks:
+        assert chunk.token_count <= 120
+    for chunk in document.chunks[1:]:
+        # after the prepended headings, as they are; the source lines are the chunk's own rows
+        assert chunk.text.split("\n")[:4] == ["# Doc", "## Reference", HEADER, DELIMITER]
+        assert chunk.start_line > 8 and chunk.title == "Reference"
+        assert not chunk.is_code
+
+
+def test_a_table_header_is_the_innermost_context_and_is_not_repeated_over_half_the_max():
+    # Header rows (50 tokens) and parents (24) over half the max (60): the outermost parent goes.
+    wide = "| " + " | ".join(f"Column{i}" for i in range(16)) + " |"
+    text = f"# {words(20)}\n\n## Reference\n\n{table(40, wide, '|' + '---|' * 16)}\n"
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=50)
+    assert len(document.chunks) >= 3
+    check_rows_once(document, text, 7, 40)
+    for chunk in document.chunks[1:]:
+        assert chunk.text.split("\n")[:3] == ["## Reference", wide, "|" + "---|" * 16]
+        assert chunk.token_count <= 120
+    # Header rows over half the max alone (78 tokens) are not repeated; the parents are.
+    wider = "| " + " | ".join(f"Column{i}" for i in range(25)) + " |"
+    text = f"# Doc\n\n## Reference\n\n{table(40, wider, '|' + '---|' * 25)}\n"
+    lines = text.split("\n")
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=50)
+    assert len(document.chunks) >= 3
+    check_rows_once(document, text, 7, 40)
+    for chunk in document.chunks[1:]:
+        first_row = lines[chunk.start_line - 1]
+        assert chunk.text.split("\n")[:3] == ["# Doc", "## Reference", first_row]
+        assert chunk.token_count <= 120
+
+
+@pytest.mark.parametrize("first, indent", [("> ", "> "), ("- ", "  ")])
+def test_a_table_in_a_block_quote_or_list_item_is_cut_without_its_header(first, indent):
+    # Only top-level tables repeat their header (as structural's); a table in a container
+    # keeps its rows, none lost or doubled, every chunk under the maximum.
+    rows = table(40, indent=indent).split("\n")
+    rows[0] = first + rows[0].removeprefix(indent)
+    text = "# Doc\n\n## Reference\n\n" + "\n".join(rows) + "\n"
+    assert set(parse(normalize(text)).line_kinds[4:]) == {TABLE}
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=50)
+    assert len(document.chunks) >= 3
+    check_rows_once(document, text, 7, 40)
+    for chunk in document.chunks[1:]:
+        assert HEADER not in chunk.text
+        assert chunk.token_count <= 120
+
+
+def test_a_seal_between_the_header_row_and_the_delimiter_row_repeats_the_header_row():
+    header, delimiter = "| C0 | C1 | C2 | C3 | C4 | C5 |", "|" + " --- |" * 6
+    text = f"# Doc\n\n## Ref\n\n{words(82)}\n{table(12, header, delimiter)}\n"
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=50)
+    second = document.chunks[1]
+    assert second.start_line == 7  # the delimiter row: the header row ended the chunk before
+    assert second.text.split("\n")[:4] == ["# Doc", "## Ref", header, delimiter]
+    check_rows_once(document, text, 8, 12)
+
+
+def test_a_row_longer_than_the_maximum_is_cut_with_the_header_above_its_first_piece_only():
+    lines = table(12).split("\n")
+    lines[8] = f"| 6 | long | no | {words(300)} |"
+    text = "# Doc\n\n## Reference\n\n" + "\n".join(lines) + "\n"
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=50)
+    row = [c.text.split("\n") for c in document.chunks if c.start_line == 13]
+    assert len(row) >= 3
+    assert row[0][2:4] == [HEADER, DELIMITER]  # above the first piece, which starts the row
+    assert all(HEADER not in text for text in row[1:])  # a piece of a row is no row
+    pieces = [row[0][4], *(text[2] for text in row[1:])]
+    assert " ".join(pieces).split() == lines[8].split()
