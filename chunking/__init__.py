@@ -53,24 +53,32 @@ def chunk_source(
     document_id: str = "",
     tenant_id: str = "default",
     time_budget: float | None = None,
+    include_drafts: bool = False,
     **options: Any,
 ) -> ChunkedDocument:
     """Chunk one markdown source (bytes or text) with the named strategy and its options;
-    past `time_budget` seconds it fails with CHUNKING_TIMEOUT (see `chunking.budget`).
+    past `time_budget` seconds it fails with CHUNKING_TIMEOUT (see `chunking.budget`). A draft
+    (front matter `draft: true` or `published: false`: `ChunkedDocument.is_draft`) gives no
+    chunks, as an empty page holding only that front matter, unless `include_drafts`.
     TypeError for a source that is neither, or a `document_id` or `tenant_id` that is no str."""
     from chunking.blocks import parse
     from chunking.budget import within_budget
-    from chunking.normalize import normalize
+    from chunking.normalize import as_published, normalize
     from chunking.strategy import get_strategy
 
     for name, value in (("document_id", document_id), ("tenant_id", tenant_id)):
         if not isinstance(value, str):
             raise TypeError(f"{name} must be str, got {type(value).__name__}")
+    if not isinstance(include_drafts, bool):
+        raise TypeError(f"include_drafts must be bool, got {type(include_drafts).__name__}")
     chunker = get_strategy(strategy, **options)
-    return within_budget(
-        time_budget,
-        lambda: chunker.chunk(parse(normalize(data)), document_id=document_id, tenant_id=tenant_id),
-    )
+
+    def chunked() -> ChunkedDocument:
+        source = normalize(data)
+        source = source if include_drafts else as_published(source)
+        return chunker.chunk(parse(source), document_id=document_id, tenant_id=tenant_id)
+
+    return within_budget(time_budget, chunked)
 
 
 def chunk_document(

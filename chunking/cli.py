@@ -40,6 +40,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "relative to its input, so run from the input folder for the build's ids)",
     )
     parser.add_argument("--tenant-id", default="default", help="tenant id used in chunk ids")
+    parser.add_argument(
+        "--include-drafts",
+        action="store_true",
+        help="chunk a draft (front matter draft: true or published: false) as any page; by "
+        "default it gives no chunks, as in a build (sources.include_drafts)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -87,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
             strategy=args.strategy,
             document_id=args.file if args.document_id is None else args.document_id,
             tenant_id=args.tenant_id,
+            include_drafts=args.include_drafts,
             **options,
         )
     except ChunkingError as exc:
@@ -105,7 +112,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"mdindex chunk: cannot write the chunks: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_OUTPUT_FAILED
     # nothing on stdout and exit 0 read as a command that did nothing
-    if not document.chunks and not document.skipped_tail_tokens:
+    if document.is_draft and not args.include_drafts:  # its front matter: the marks alone
+        marks = ", ".join(f"{k}: {json.dumps(v)}" for k, v in document.front_matter.items())
+        print(
+            f"note: {args.file}: no chunks: a draft ({marks}), left out as a build leaves it "
+            "unless sources.include_drafts is true; --include-drafts chunks it",
+            file=sys.stderr,
+        )
+    elif not document.chunks and not document.skipped_tail_tokens:
         print(f"note: {args.file}: no chunks: the {args.strategy} strategy found no text to chunk",
               file=sys.stderr)  # fmt: skip
     if document.skipped_tail_tokens:

@@ -12,16 +12,18 @@ import json
 import math
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
 
 from chunking.record import (
     CHUNKING_FAILED,
+    DRAFT_MARKS,
     FRONT_MATTER_TOO_LARGE,
     INVALID_FRONT_MATTER,
     ChunkingError,
+    is_draft,
 )
 
 _BOM = "\ufeff"
@@ -58,6 +60,16 @@ def front_matter_title(front_matter: dict[str, Any]) -> str:
     if not isinstance(title, str):
         return ""
     return " ".join(line.strip() for line in title.splitlines() if line.strip())
+
+
+def as_published(source: NormalizedDocument) -> NormalizedDocument:
+    """`source` as its site publishes it: a draft (`chunking.record.is_draft`) as an empty page
+    whose front matter holds only the entries that mark it, so its text and title are in no
+    chunk and name no topic; any other source as it is."""
+    if not is_draft(source.front_matter):
+        return source
+    marks = {key: value for key, value in DRAFT_MARKS if source.front_matter.get(key) is value}
+    return replace(source, lines=(), body_start=0, front_matter=marks)
 
 
 def decode(data: bytes) -> str:

@@ -13,6 +13,9 @@ FRONT_MATTER_TOO_LARGE = "FRONT_MATTER_TOO_LARGE"  # over the size, expansion or
 CHUNKING_TIMEOUT = "CHUNKING_TIMEOUT"  # the source ran past its time budget
 # The codes that the same bytes and options always raise again (a timeout depends on the machine).
 DETERMINISTIC_FAILURES = frozenset({CHUNKING_FAILED, INVALID_FRONT_MATTER, FRONT_MATTER_TOO_LARGE})
+# Front-matter entries that mark a page unpublished, which its site never shows: `draft: true`
+# (Docusaurus, Hugo, MkDocs Material's blog, Astro Starlight), `published: false` (Jekyll).
+DRAFT_MARKS = (("draft", True), ("published", False))
 
 
 class ChunkingError(ValueError):
@@ -102,6 +105,11 @@ class ChunkedDocument:
             return value
         return json.dumps(value, ensure_ascii=False)
 
+    @property
+    def is_draft(self) -> bool:
+        """Whether its front matter marks the page a draft (`is_draft`)."""
+        return is_draft(self.front_matter)
+
     def chunk_records(self) -> list[dict[str, Any]]:
         """Every chunk as a JSON-ready dict with its document's fields in front."""
         document = {
@@ -111,6 +119,12 @@ class ChunkedDocument:
             "promotion_level": self.promotion_level,
         }
         return [{**document, **chunk.to_dict()} for chunk in self.chunks]
+
+
+def is_draft(front_matter: dict[str, Any]) -> bool:
+    """Whether front matter marks its page a draft: `draft: true` or `published: false`, as
+    booleans (YAML's `yes`/`no` are; the strings "true" and "false" are not)."""
+    return any(front_matter.get(key) is value for key, value in DRAFT_MARKS)
 
 
 def embedding_text_of(context: str, text: str) -> str:

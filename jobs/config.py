@@ -77,11 +77,14 @@ class SourcesConfig:
     input that lists none may empty an output that holds some (off: the build is refused), and
     the largest share of the output's sources one build may delete (None: any; over it, the
     build is refused: a partly synced input looks like that). `exclude`: paths left out of the
-    listing, a pattern matching a file's path or one of its folders (`jobs.plan.excluded`)."""
+    listing, a pattern matching a file's path or one of its folders (`jobs.plan.excluded`).
+    `include_drafts`: whether drafts (front matter `draft: true` or `published: false`) are
+    indexed (off: each gives no chunks, counted in the report's `chunks.skipped_drafts`)."""
 
     globs: tuple[str, ...] = DEFAULT_GLOBS
     exclude: tuple[str, ...] = ()
     follow_symlinks: bool = False
+    include_drafts: bool = False
     allow_empty: bool = False
     max_deleted_fraction: float | None = field(default=None, metadata={"min": 0.0, "max": 1.0})
 

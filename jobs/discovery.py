@@ -176,6 +176,7 @@ def settings_key(config: JobConfig, model_files: str) -> str:
             "model_files": model_files,
             "tenant": config.tenant,
             "globs": list(config.sources.globs),
+            "include_drafts": config.sources.include_drafts,
             "prompts": vars(config.prompts),
             "index": vars(config.index),
         }

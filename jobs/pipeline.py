@@ -420,6 +420,7 @@ def chunk_settings(
         abort_on_failure=config.failure_policy == "abort",
         time_budget=config.chunking.timeout_seconds,
         encoder=encoder.to_str() if encoder else None,
+        include_drafts=config.sources.include_drafts,
     )
 
 

@@ -136,6 +136,7 @@ def build_report(
             "truncated": stats.embed.truncated,
             "skipped_tail": stats.chunk.skipped_tail,
             "skipped_tokens": stats.chunk.skipped_tokens,
+            "skipped_drafts": stats.chunk.skipped_drafts,
             "tokens": {facts.get("strategy", "chunks"): stats.chunk.tokens.to_dict()},
         },
         "slowest_sources": stats.chunk.slowest.to_dict(),
@@ -305,8 +306,9 @@ def summary(report: dict[str, Any]) -> str:
 
 def chunk_notes(chunks: dict[str, Any]) -> list[str]:
     """Lines for text the index holds in part: chunks cut to the model's window (a default
-    build's 750-token chunks with MiniLM), and short final sections the strategy skipped (seed
-    003's rule), each with the option that keeps it (counts absent from older reports: none)."""
+    build's 750-token chunks with MiniLM), short final sections the strategy skipped (seed
+    003's rule) and drafts left out, each with the option that keeps it (counts absent from
+    older reports: none)."""
     notes = []
     if truncated := chunks.get("truncated"):
         notes.append(
@@ -320,6 +322,11 @@ def chunk_notes(chunks: dict[str, Any]) -> list[str]:
             f"  note:    {tails} sources' short final sections were skipped "
             f"({'' if tokens is None else f'{tokens} tokens; '}seed 003's final-chunk rule: "
             "chunking.options.keep_short_tail: true keeps them)"
+        )
+    if drafts := chunks.get("skipped_drafts"):
+        notes.append(
+            f"  note:    {drafts} drafts were left out (front matter draft: true or published: "
+            "false: pages their site does not show; sources.include_drafts: true indexes them)"
         )
     return notes
 

@@ -265,6 +265,7 @@ def _chunks(report: dict[str, Any]) -> str:
             ("truncated to the model window", c.get("truncated")),
             ("sources with a skipped final chunk", c.get("skipped_tail")),
             ("tokens skipped", c.get("skipped_tokens")),
+            ("drafts left out", c.get("skipped_drafts")),
         ]
     )
     for strategy, hist in (c.get("tokens") or {}).items():

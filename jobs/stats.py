@@ -257,6 +257,7 @@ class ChunkStats(StageStats):
     failed: int = 0
     skipped_tail: int = 0  # sources whose final chunk the strategy skipped (seed 003)
     skipped_tokens: int = 0  # the tokens of those skipped final chunks
+    skipped_drafts: int = 0  # drafts left out: no chunks (`chunking.ChunkedDocument.is_draft`)
     files: int = 0  # chunk files written ahead of the topic reduce (`jobs.stages.chunk_files`)
     tokens: Histogram = dataclasses.field(default_factory=Histogram)  # token counts of the chunks
     slowest: Slowest = dataclasses.field(default_factory=Slowest)

@@ -68,6 +68,21 @@ def test_a_file_without_chunks_gets_a_note(tmp_path):
     assert result.stderr == needs
 
 
+def test_a_draft_gets_a_note_and_its_chunks_with_include_drafts(tmp_path):
+    """A draft gives no chunks, as in a build: the note says why and how to chunk it."""
+    page = tmp_path / "launch.md"
+    page.write_text("+++\ntitle = 'Launch'\ndraft = true\n+++\n# Launch\n\nComing soon.\n")
+    result = mdindex(str(page))
+    assert (result.returncode, result.stdout) == (0, "")
+    assert result.stderr == (
+        f"note: {page}: no chunks: a draft (draft: true), left out as a build leaves it unless "
+        "sources.include_drafts is true; --include-drafts chunks it\n"
+    )
+    result = mdindex(str(page), "--include-drafts")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert json.loads(result.stdout)["text"] == "# Launch\n\nComing soon."
+
+
 def test_strategy_and_typed_options():
     result = mdindex(
         str(FIXTURES / "guide.md"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from pathlib import Path
@@ -339,3 +340,55 @@ def test_a_document_or_tenant_id_that_is_no_string_is_named(field):
     """It was "TypeError: sequence item 1: expected str instance, int found" from the chunk id."""
     with pytest.raises(TypeError, match=f"{field} must be str, got int"):
         chunk_source("# T\n\nText.\n", **{field: 7})
+
+
+LAUNCH = "# Launch\n\nThe unreleased feature ships next week, with [notes](notes.md).\n"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(
+    ("front", "marks"),
+    [
+        ("---\ntitle: Launch\ndraft: true\n---\n", {"draft": True}),  # Docusaurus, Hugo, ...
+        ("+++\ntitle = 'Launch'\ndraft = true\n+++\n", {"draft": True}),  # Hugo's TOML
+        ("---\ntitle: Launch\npublished: false\n---\n", {"published": False}),  # Jekyll
+        (  # YAML 1.1's yes and no are booleans
+            "---\ntitle: Launch\ndraft: yes\npublished: no\n---\n",
+            {"draft": True, "published": False},
+        ),
+    ],
+)
+def test_a_draft_gives_no_chunks_unless_drafts_are_included(strategy, front, marks):
+    """A page its site never shows (front matter `draft: true` or `published: false`) was chunked
+    as any page: an index answered from it, and told of unreleased features. It is chunked as an
+    empty page now, whose front matter holds only what marks it (its title names no topic), and
+    its bytes' version id (an edit that publishes it changes it); `include_drafts` chunks it."""
+    data = front + LAUNCH
+    left_out = chunk_source(data, strategy=strategy, document_id="d.md")
+    empty = chunk_source("", strategy=strategy, document_id="d.md")
+    version = hashlib.sha256(data.encode()).hexdigest()
+    assert left_out == dataclasses.replace(empty, source_version_id=version, front_matter=marks)
+    assert left_out.is_draft and not empty.is_draft
+    included = chunk_source(data, strategy=strategy, document_id="d.md", include_drafts=True)
+    assert included.is_draft and "unreleased" in included.chunks[0].text
+    assert included.front_matter["title"] == "Launch"
+    with pytest.raises(TypeError, match="include_drafts must be bool, got str"):
+        chunk_source(data, include_drafts="no")
+
+
+@pytest.mark.parametrize(
+    "front",
+    [
+        "---\ndraft: 'true'\n---\n",  # strings, not booleans
+        '---\npublished: "false"\n---\n',
+        '+++\ndraft = "true"\n+++\n',
+        "---\ndraft: 1\npublished: 0\n---\n",  # numbers (1 == True in Python)
+        "---\ndraft: false\npublished: true\n---\n",
+        "---\nparams:\n  draft: true\n---\n",  # not at the top
+        "---\n- draft: true\n---\n",  # no mapping: no front matter (a break, then a list)
+        "---\ndraft: true\n",  # no closing line: no front matter
+    ],
+)
+def test_only_a_boolean_draft_or_published_at_the_top_marks_a_draft(front):
+    document = chunk_source(front + LAUNCH)
+    assert not document.is_draft and "unreleased" in document.chunks[-1].text

@@ -571,6 +571,18 @@ def test_a_new_indexing_revision_changes_the_settings_key(tmp_path, monkeypatch)
     assert settings_key(config, "w") != before
 
 
+def test_include_drafts_is_a_boolean_of_the_settings_key(tmp_path):
+    """Whether drafts are indexed changes the chunks of unchanged sources: a change rebuilds."""
+    from jobs.discovery import settings_key
+
+    default = config_from_dict({"input": str(tmp_path)})
+    drafts = config_from_dict({"input": str(tmp_path), "sources": {"include_drafts": True}})
+    assert (default.sources.include_drafts, drafts.sources.include_drafts) == (False, True)
+    assert settings_key(drafts, "w") != settings_key(default, "w")
+    with pytest.raises(ConfigError, match=r"^sources\.include_drafts: expected true or false"):
+        config_from_dict({"input": str(tmp_path), "sources": {"include_drafts": "index"}})
+
+
 def test_technical_titles_are_configurable_and_reach_the_index_settings(tmp_path):
     from jobs.discovery import settings_key
     from jobs.finish import index_settings

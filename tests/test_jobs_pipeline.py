@@ -104,6 +104,15 @@ GLOB_PAGES = {
     for name in ("a[1]", "a1", "what?", "whatx", "st*r")
 }
 
+# Drafts (`draft: true`, Hugo's TOML, Jekyll's `published: false`) beside a published page:
+# `small_vectors` embeds them all, drafts included.
+DRAFT_PAGES = {
+    "index.md": "---\ntitle: Launch plan\ndraft: true\n---\n# Plan\n\nHow the launch retries.\n",
+    "hugo.md": "+++\ndraft = true\n+++\n# Hugo\n\nHow the Hugo launch retries.\n",
+    "jekyll.md": "---\npublished: false\n---\n# Jekyll\n\nHow the Jekyll launch retries.\n",
+    "live.md": retry_page("live"),
+}
+
 
 def write_pages(docs: Path, pages: dict[str, str]) -> None:
     """Write each `path: text` of `pages` under `docs`."""
@@ -115,13 +124,15 @@ def write_pages(docs: Path, pages: dict[str, str]) -> None:
 @pytest.fixture(scope="module")
 def small_vectors(tmp_path_factory) -> Path:
     """The cache of one build of every page of the small corpora (`RETRY_PAGES`, `LINKED`,
-    `GLOB_PAGES`, `QA_PAGE`'s questions): the tests about what a build keeps, deletes, links,
-    refuses or reads read their vectors from a copy and load no model."""
+    `GLOB_PAGES`, `DRAFT_PAGES`, `QA_PAGE`'s questions): the tests about what a build keeps,
+    deletes, links, refuses or reads read their vectors from a copy and load no model."""
     base = tmp_path_factory.mktemp("small")
     pages = {f"r{i}/page.md": retry_page(name) for i, name in enumerate(RETRY_PAGES)}
     globbed = {f"g/{p}": t for p, t in GLOB_PAGES.items()}
-    write_pages(base / "docs", {**pages, **LINKED, **globbed, "r0/qa-pairs.md": QA_PAGE})
-    assert build("--input", str(base / "docs"), "--output", str(base / "out")) == 0
+    drafts = {f"d/{p}": t for p, t in DRAFT_PAGES.items()}
+    write_pages(base / "docs", {**pages, **LINKED, **globbed, **drafts, "r0/qa-pairs.md": QA_PAGE})
+    include = ("--set", "sources.include_drafts=true")
+    assert build("--input", str(base / "docs"), "--output", str(base / "out"), *include) == 0
     return base / "out" / ".embedding-cache"
 
 
@@ -1323,3 +1334,34 @@ def test_an_in_place_build_whose_globs_match_index_json_converges(tmp_path):
     assert report_of(corpus)["sources"]["changed"] == 0
     assert outputs(corpus) == first
     assert not [path for path in first if "/_chunks/index-" in path]
+
+
+def test_drafts_are_indexed_when_the_config_says_else_left_out_and_counted(
+    small_vectors, tmp_path, capsys
+):
+    """Pages their site never shows (front matter `draft: true`, Hugo's `draft = true`, Jekyll's
+    `published: false`) were indexed as any page: the index answered from them, and a draft
+    landing page's title named the topic. `sources.include_drafts: true` indexes them; by
+    default they give no chunks, and no text or title of theirs is left in the output (the
+    setting is in the settings key: a change rebuilds); the report, its summary and its page
+    count them."""
+    write_pages(tmp_path / "docs", {f"drafts/{p}": t for p, t in DRAFT_PAGES.items()})
+    out = tmp_path / "out"
+    command = ("--input", str(tmp_path / "docs"), "--output", str(out))
+    command += tuple(cache_copy(small_vectors, tmp_path))
+    assert build(*command, "--set", "sources.include_drafts=true") == 0
+    report = report_of(out)
+    assert report["chunks"]["skipped_drafts"] == 0 and report["chunks"]["embedded"] == 0
+    index = json.loads((out / "drafts" / "index.json").read_text())
+    assert sorted(index["_embedded"]["chunks"]) == ["hugo", "index", "jekyll", "live"]
+    assert index["title"] == "Launch plan"
+
+    capsys.readouterr()
+    assert build(*command) == 0
+    report = report_of(out)
+    assert report["settings_changed"] and report["chunks"]["skipped_drafts"] == 3
+    assert "  note:    3 drafts were left out (front matter draft: true" in capsys.readouterr().out
+    assert "drafts left out" in (out / "_reindex" / "report.html").read_text()
+    index = json.loads((out / "drafts" / "index.json").read_text())
+    assert list(index["_embedded"]["chunks"]) == ["live"] and index["title"] == "drafts"
+    assert [path for path, data in outputs(out).items() if b"aunch" in data] == []

@@ -55,6 +55,7 @@ def test_records_add_field_by_field_and_nest():
         "failed": 0,
         "skipped_tail": 0,
         "skipped_tokens": 0,
+        "skipped_drafts": 0,
         "files": 0,
         "seconds": 0.75,
         "tokens": {"bucket": 10, "buckets": [], "min": None, "max": None, "count": 0},

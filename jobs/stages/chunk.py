@@ -46,7 +46,8 @@ class SourceFailed(KnownFailure, RuntimeError):
 
 @dataclass(frozen=True)
 class ChunkSettings:
-    """What every chunk task needs: the strategy, its options, the tenant, the corpus paths."""
+    """What every chunk task needs: the strategy, its options, the tenant, the corpus paths,
+    whether drafts are chunked (`chunking.chunk_source`'s `include_drafts`)."""
 
     strategy: str
     options: dict[str, Any] = field(default_factory=dict)
@@ -55,6 +56,7 @@ class ChunkSettings:
     abort_on_failure: bool = False
     time_budget: float | None = None  # seconds per source (CHUNKING_TIMEOUT past it)
     encoder: str | None = None  # the model's window encoder as JSON (`embedding.encoder`), if any
+    include_drafts: bool = False
 
 
 def read_and_chunk(
@@ -131,6 +133,7 @@ def chunk_sources(
         failed=failed,
         skipped_tail=sum(1 for doc in documents if doc.skipped_tail_tokens),
         skipped_tokens=sum(doc.skipped_tail_tokens for doc in documents),
+        skipped_drafts=0 if settings.include_drafts else sum(doc.is_draft for doc in documents),
         files=sum(len(names) for names in written if names),
         tokens=Histogram.of(chunk.token_count for doc in documents for chunk in doc.chunks),
         slowest=Slowest.of(timed),
@@ -153,6 +156,7 @@ def _chunk_source(
             document_path=path,
             corpus_paths=settings.corpus_paths,
             time_budget=settings.time_budget,
+            include_drafts=settings.include_drafts,
             **settings.options,
         )
     except ChunkingError as exc:
