@@ -49,10 +49,11 @@ class DocRequest:
 class DocVectors:
     """Vectors (n, dim) for one request, and where they came from.
 
-    cache_hit: the whole entry was valid and reused; reused: chunks taken from a stale or previous
-    entry by text hash; embedded: chunks computed now; truncated: chunks cut to the model window
-    (remembered in the cache, so a hit reports the same count as the run that embedded them);
-    entry: the cache entry still to be written (None for a hit, or without a cache);
+    cache_hit: the whole entry was valid and reused (or the request has no texts: no entry);
+    reused: chunks taken from a stale or previous entry by text hash; embedded: chunks computed
+    now; truncated: chunks cut to the model window (remembered in the cache, so a hit reports the
+    same count as the run that embedded them); entry: the cache entry still to be written (None
+    for a hit, or without a cache);
     cache_warning: why the vectors could not be written to the cache ("" when they were)."""
 
     vectors: np.ndarray
@@ -107,8 +108,10 @@ class Documents:
 class DocumentsVectors:
     """What `embed_documents` gives for one `Documents`: per chunk its vector (n, dim), text hash
     and whether it was cut to the model window; per document whether its whole cache entry was
-    reused (`hits`), how many chunks came from an older entry by text hash (`reused`) and how many
-    were embedded now (`embedded`)."""
+    reused (`hits`; a document without chunks is one: no entry is written for it, which would
+    replace the entry of other settings that chunk the same bytes, a draft's, say), how many
+    chunks came from an older entry by text hash (`reused`) and how many were embedded now
+    (`embedded`)."""
 
     vectors: np.ndarray
     text_hashes: tuple[str, ...]
@@ -275,7 +278,7 @@ def _known(
         np.empty((chunks, embedder.dim), dtype=np.float32),
         np.zeros(chunks, dtype=bool),
         np.zeros(chunks, dtype=bool),
-        np.zeros(documents, dtype=bool),
+        np.diff(group.offsets) == 0,  # no chunks: nothing to embed nor to cache
         np.zeros(documents, dtype=np.int64),
     )
     model_key = cache_model_key(embedder, group.query)

@@ -199,6 +199,21 @@ def test_edited_document_reembeds_only_changed_chunks(cache):
     assert hit.cache_hit and hit.vectors.tobytes() == after.vectors.tobytes()
 
 
+def test_a_document_without_chunks_leaves_the_entry_of_its_bytes_alone(cache):
+    """A draft chunks to nothing by default and to its text with `sources.include_drafts`, under
+    one cache key: a build without chunks wrote an empty entry over the drafts' vectors, so each
+    switch of the setting embedded the drafts again. A document without chunks writes no entry,
+    on a warm cache or a cold one."""
+    model = embedder(dtype="fp32")
+    [included] = embed_with_cache(model, cache, [request(TEXTS, "draft")])
+    [left_out, empty] = embed_with_cache(model, cache, [request((), "draft"), request((), "e")])
+    assert (left_out.entry, empty.entry, left_out.vectors.shape) == (None, None, (0, 384))
+    [again] = embed_with_cache(model, cache, [request(TEXTS, "draft")])
+    assert (again.cache_hit, again.embedded) == (True, 0)
+    assert again.vectors.tobytes() == included.vectors.tobytes()
+    assert not cache.fs.exists(entry_path(cache, "e"))
+
+
 def test_a_batch_is_embedded_in_one_call_in_request_order(cache, monkeypatch):
     model = embedder(dtype="fp32")
     embed_with_cache(model, cache, [request(TEXTS[:2], "warm")])
@@ -218,7 +233,7 @@ def test_a_batch_is_embedded_in_one_call_in_request_order(cache, monkeypatch):
     ]
     results = embed_with_cache(model, cache, requests)
     assert calls == [4]
-    assert [r.cache_hit for r in results] == [True, False, False, False]
+    assert [r.cache_hit for r in results] == [True, False, False, True]  # empty: no entry
     assert [r.vectors.shape for r in results] == [(2, 384), (3, 384), (2, 384), (0, 384)]
     for req, result in zip(requests, results, strict=True):
         if req.texts:
