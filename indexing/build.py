@@ -188,11 +188,13 @@ def _path_h1(chunk: Chunk) -> str | None:
 
 def topic_title(topic: str, documents: dict[str, ChunkedDocument], kept: str | None) -> str:
     """The title of the primary source (seed 000: `golden-reference.md`), else of a landing page
-    (`LANDING_PAGES`, in that order), else of the first chunked source (`documents` maps source
-    paths to documents, in source order): its front-matter `title`, else its first H1. Else
-    `kept`, the previous run's title where failed sources kept their previous entries (every
-    source failed), else the directory name (as a fresh build)."""
-    first = next(iter(documents.values()), None)
+    (`LANDING_PAGES`, in that order; one of front matter alone, Hugo's `_index.md`, names its
+    section), else of the first source with chunks (`documents` maps source paths to documents, in
+    source order; an empty source or a left-out draft, whose front matter keeps no title, names
+    nothing): its front-matter `title`, else its first H1. Else `kept`, the previous run's title
+    where failed sources kept their previous entries (no other source has chunks), else the
+    directory name (as a fresh build)."""
+    first = next((document for document in documents.values() if document.chunks), None)
     named = [documents.get(in_topic(topic, name)) for name in (PRIMARY_SOURCE, *LANDING_PAGES)]
     for document in [d for d in (*named, first) if d is not None]:
         if title := front_matter_title(document.front_matter):

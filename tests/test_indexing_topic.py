@@ -464,6 +464,27 @@ def test_a_landing_page_names_the_topic_where_there_is_no_golden_reference():
     assert title(background, index, with_h1(SOURCE, "Golden")) == "Golden"
 
 
+def test_a_source_without_chunks_does_not_take_the_first_sources_turn_at_the_title():
+    """The title falls to the first source with chunks: an empty file or a left-out draft first
+    in source order gave the topic its folder's name though a later page had an H1. A landing
+    page that is empty or a draft names nothing; one of front matter alone (Hugo's `_index.md`)
+    still names its section."""
+
+    def page(name: str, text: bytes) -> SourceInput:
+        document = chunk_source(text, strategy="semantic", tokenizer="heuristic")
+        return SourceInput(f"{TOPIC}/{name}", document, np.zeros((0, 3)))
+
+    def title(*sources):
+        return build_topic(topic_input(TOPIC, list(sources)), IndexSettings()).title
+
+    draft = b"---\ntitle: Launch plan\ndraft: true\n---\n# Plan\n\nHow it launches.\n"
+    later = with_h1(f"{TOPIC}/later.md", "Later")
+    assert title(page("a-empty.md", b""), page("b-draft.md", draft), later) == "Later"
+    assert title(page("index.md", draft), page("a.md", b"\n"), later) == "Later"
+    section = page("_index.md", b"---\ntitle: Section\n---\n")
+    assert title(section, later) == "Section" and not section.document.chunks
+
+
 def test_the_topic_title_is_the_first_h1_though_no_chunk_text_holds_it():
     """`hierarchical` (and `headers` past 500 lines) leave the empty section of "# Title" then
     "## Part" out of every chunk's text, keeping the H1 in the header paths only: the topic took

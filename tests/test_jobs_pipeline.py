@@ -1363,5 +1363,5 @@ def test_drafts_are_indexed_when_the_config_says_else_left_out_and_counted(
     assert "  note:    3 drafts were left out (front matter draft: true" in capsys.readouterr().out
     assert "drafts left out" in (out / "_reindex" / "report.html").read_text()
     index = json.loads((out / "drafts" / "index.json").read_text())
-    assert list(index["_embedded"]["chunks"]) == ["live"] and index["title"] == "drafts"
+    assert list(index["_embedded"]["chunks"]) == ["live"] and index["title"] == "live"
     assert [path for path, data in outputs(out).items() if b"aunch" in data] == []
