@@ -27,7 +27,7 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from indexing.terminal import printable
+from indexing.terminal import counted, printable
 from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
 from jobs.config import JobConfig
 from jobs.lock import describe_holder, holder, this_process, utc
@@ -325,8 +325,9 @@ def chunk_notes(chunks: dict[str, Any]) -> list[str]:
         )
     if drafts := chunks.get("skipped_drafts"):
         notes.append(
-            f"  note:    {drafts} drafts were left out (front matter draft: true or published: "
-            "false: pages their site does not show; sources.include_drafts: true indexes them)"
+            f"  note:    {counted(drafts, 'draft')} {'was' if drafts == 1 else 'were'} left out "
+            "(front matter draft: true or published: false: pages their site does not show; "
+            "sources.include_drafts: true indexes them)"
         )
     return notes
 

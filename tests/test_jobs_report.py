@@ -30,7 +30,7 @@ from jobs.config import load_config
 from jobs.lock import utc
 from jobs.pipeline import run_job
 from jobs.reindex import main
-from jobs.report import error_text, run_facts, summary, write_failed_report
+from jobs.report import chunk_notes, error_text, run_facts, summary, write_failed_report
 from jobs.report_html import SETTINGS_CHANGED, render_html, token_bins
 from tests.embedding_support import embedder
 from tests.jobs_support import gone_endpoint, s3_options
@@ -159,6 +159,12 @@ def test_chunks_truncated_or_final_sections_skipped_get_a_note_in_the_summary(bu
         "  note:    4 sources' short final sections were skipped (seed 003's final-chunk rule: "
         "chunking.options.keep_short_tail: true keeps them)"
     )
+
+
+def test_one_draft_left_out_is_noted_in_the_singular():
+    """A docs tree with one draft page said '1 drafts were left out' in the build's summary."""
+    assert chunk_notes({"skipped_drafts": 1})[0].startswith("  note:    1 draft was left out (")
+    assert chunk_notes({"skipped_drafts": 3})[0].startswith("  note:    3 drafts were left out (")
 
 
 def test_the_stages_figures_say_which_way_efficiency_goes_and_an_unknown_rate_is_na(built):
