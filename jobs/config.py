@@ -764,6 +764,21 @@ def _default_cache(output: str) -> str:
     return cache
 
 
+def _other_strategies(option: str) -> str:
+    """A hint where `option` belongs to other strategies (a strategy changed by `--set`, the
+    config's options left for the one before); "" otherwise."""
+    from chunking.strategy import strategy_class, strategy_names
+
+    owners = [name for name in strategy_names() if option in strategy_class(name)().options]
+    if not owners:
+        return ""
+    return (
+        f" ({option} is an option of {', '.join(owners)}: chunking.options hold the options of "
+        "chunking.strategy alone; with another strategy set them too, e.g. --set "
+        "'chunking.options={}' for its defaults)"
+    )
+
+
 def _check_chunking(chunking: ChunkingConfig) -> None:
     """The strategy and its options, an error named by its dotted key (`chunking.options.x`)."""
     from chunking import strategy_key
@@ -781,7 +796,7 @@ def _check_chunking(chunking: ChunkingConfig) -> None:
         if key not in known:
             raise ConfigError(
                 f"chunking.options.{key}: unknown option of strategy {chunking.strategy}; "
-                f"expected one of: {', '.join(sorted(known))}"
+                f"expected one of: {', '.join(sorted(known))}{_other_strategies(key)}"
             )
     try:
         strategy_key(chunking.strategy, **chunking.options)

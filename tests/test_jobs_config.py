@@ -162,6 +162,14 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
             "embed_context, keep_short_tail, max_tokens, min_tokens, min_tokens_deeper, tokenizer",
         ),
         ({"chunking": {"options": {"max_tokens": "x"}}}, "chunking.options: option 'max_tokens'"),
+        # the strategy changed (`--set chunking.strategy=structural` on configs/local.yaml), its
+        # options left for semantic: said as an unknown option alone
+        (
+            {"chunking": {"strategy": "structural", "options": {"min_tokens": 150}}},
+            "unknown option of strategy structural; expected one of: embed_context, hard_max, "
+            "overlap_percent, soft_max, target, tokenizer (min_tokens is an option of semantic: "
+            "chunking.options hold the options of chunking.strategy alone",
+        ),
         ({"embedding": []}, "embedding: expected a mapping"),
         # YAML's dotted key was "resources.embed.actors: unknown key", the key the README lists
         (
