@@ -764,12 +764,20 @@ def _default_cache(output: str) -> str:
     return cache
 
 
+def _config_options(strategy: str) -> set[str]:
+    """The options of `strategy` a config may set (those the build sets per source left out);
+    ValueError for a strategy of no such name."""
+    from chunking.strategy import PER_SOURCE_OPTIONS, strategy_class
+
+    return set(strategy_class(strategy)().options) - PER_SOURCE_OPTIONS
+
+
 def _other_strategies(option: str) -> str:
     """A hint where `option` belongs to other strategies (a strategy changed by `--set`, the
     config's options left for the one before); "" otherwise."""
-    from chunking.strategy import strategy_class, strategy_names
+    from chunking.strategy import strategy_names
 
-    owners = [name for name in strategy_names() if option in strategy_class(name)().options]
+    owners = [name for name in strategy_names() if option in _config_options(name)]
     if not owners:
         return ""
     return (
@@ -782,10 +790,10 @@ def _other_strategies(option: str) -> str:
 def _check_chunking(chunking: ChunkingConfig) -> None:
     """The strategy and its options, an error named by its dotted key (`chunking.options.x`)."""
     from chunking import strategy_key
-    from chunking.strategy import PER_SOURCE_OPTIONS, strategy_class
+    from chunking.strategy import PER_SOURCE_OPTIONS
 
     try:
-        known = set(strategy_class(chunking.strategy)().options) - PER_SOURCE_OPTIONS
+        known = _config_options(chunking.strategy)
     except ValueError as exc:
         raise ConfigError(f"chunking.strategy: {exc}") from exc
     for key in chunking.options:
