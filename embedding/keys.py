@@ -227,13 +227,34 @@ def resolve_device(device: str) -> str:
         resolved = torch.device(device)
     except (RuntimeError, TypeError) as error:
         raise ValueError(f"device {device!r} is not a torch device") from error
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r}: CUDA is not available on this machine")
+    if resolved.type == "cuda":
+        _check_cuda(device, resolved.index)
     if resolved.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device {device!r}: MPS is not available on this machine")
     if resolved.type not in DEFAULT_TOKEN_BUDGET:
         raise ValueError(f"device {device!r}: expected auto, cpu, cuda, cuda:N or mps")
     return str(resolved)
+
+
+def _check_cuda(device: str, index: int | None) -> None:
+    """Refuse a CUDA device this process cannot use, saying why: a torch built without CUDA (the
+    CPU wheel on a GPU node), no GPU visible (the driver, `CUDA_VISIBLE_DEVICES`), or an index
+    past the GPUs visible. It said "CUDA is not available on this machine" for all three."""
+    import torch
+
+    if not torch.cuda.is_available():
+        if torch.version.cuda is None and torch.version.hip is None:
+            why = f"this torch ({torch.__version__}) is built without CUDA; install a CUDA build"
+        else:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            why = (
+                f"torch {torch.__version__} sees no GPU here (CUDA_VISIBLE_DEVICES={visible!r}); "
+                "is the NVIDIA driver loaded (nvidia-smi)?"
+            )
+        raise ValueError(f"device {device!r}: CUDA is not available: {why}")
+    count = torch.cuda.device_count()
+    if index is not None and index >= count:
+        raise ValueError(f"device {device!r}: {count} GPU(s) visible here, numbered from 0")
 
 
 def device_type(device: str) -> str:

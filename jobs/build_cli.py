@@ -48,6 +48,11 @@ class NodeWithoutCredentials(KnownFailure):
     report names, and where)."""
 
 
+class ActorStartFailed(KnownFailure):
+    """One of the build's actors raised in its start (`__init__`) on a node: its error, and
+    where (what the failed report names)."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The build arguments: a config file, URI overrides and dotted `--set` overrides."""
     parser.add_argument(
@@ -275,6 +280,33 @@ def on_a_node(task: BaseException, cause: BaseException) -> BaseException:
     )
 
 
+def start_failure(error: BaseException) -> ActorStartFailed | None:
+    """The error an actor raised in its `__init__`, from the message of the `ActorDiedError` that
+    Ray raises in its stead (which keeps no cause): "the embedding actor failed to start on node
+    10.0.0.5 (pid 8933): ValueError: device 'cuda': ...". None for any other error. Ray's message
+    was the actor's whole traceback, 30 lines in the report's error and the build's last line."""
+    from ray.exceptions import RayActorError
+
+    if not isinstance(error, RayActorError) or not error.actor_init_failed:
+        return None
+    lines = str(error).splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    if not frames:
+        return None
+    raised = lines[frames[-1] + 1 :]
+    while raised and raised[0][:1].isspace():  # the frame's code and its carets
+        del raised[0]
+    # "ray::MapWorker(MapBatches(EmbedActor)).__init__() (pid=8933, ip=10.0.0.5, ...": the task's
+    # name in a terminal colour (its codes, `\S*`, before the space)
+    task = re.search(r"ray::(\S+?)\.__init__\(\)\S* \(pid=(\d+), ip=([^,)]+)", str(error))
+    if not raised or not task:
+        return None
+    actor, pid, ip = task.groups()
+    who = "the embedding actor" if "EmbedActor" in actor else f"actor {actor}"
+    what = "\n".join(raised)
+    return ActorStartFailed(f"{who} failed to start on node {ip} (pid {pid}): {what}")
+
+
 def root_cause(error: BaseException) -> BaseException:
     """The error one of our Ray tasks raised rather than Ray's wrapper of it (whose message holds
     the task's whole traceback): "OSError: [Errno 28] No space left on device: '...'". A wrapper of
@@ -283,11 +315,15 @@ def root_cause(error: BaseException) -> BaseException:
     logs it as a failure of its own internal code, "please open an issue", with its stack.) But a
     source that stopped a chunk task under `failure_policy: abort` is its `SourceFailed`, from the
     line of that message which names it: the report's error and the last line were 20 lines of
-    Ray's traceback, where a failure known from the previous run gives the one line."""
+    Ray's traceback, where a failure known from the previous run gives the one line. An actor that
+    failed in its start is its `start_failure`."""
     from ray.exceptions import RayError
 
     from jobs.stages.chunk import SourceFailed
 
+    started = start_failure(error)
+    if started:
+        return started
     cause = getattr(error, "cause", None)  # ray.exceptions.RayTaskError
     wrapped = isinstance(cause, BaseException) and not isinstance(cause, RayError)
     if wrapped:

@@ -495,8 +495,14 @@ def test_device_resolution():
         resolve_device("tpu")
     if not torch.cuda.is_available():
         assert resolve_device("auto") == "cpu"
-        with pytest.raises(ValueError, match="CUDA is not available"):
+        # why, for a GPU node whose image lacks a CUDA torch or whose driver shows no GPU
+        why = "built without CUDA" if torch.version.cuda is None else "sees no GPU here"
+        with pytest.raises(ValueError, match=f"CUDA is not available: .*{why}"):
             resolve_device("cuda")
+    else:
+        count = torch.cuda.device_count()
+        with pytest.raises(ValueError, match=f"{count} GPU"):
+            resolve_device(f"cuda:{count}")
 
 
 def test_auto_dtype_is_bf16_on_cpus_with_native_bf16_fp32_elsewhere_fp16_on_cuda():

@@ -264,6 +264,25 @@ def test_a_node_without_s3_credentials_is_named_so(tmp_path):
     assert "each node needs S3 credentials of its own" in said and "storage_options" in said
 
 
+def test_an_embedding_actor_that_fails_to_start_is_named_with_its_node_and_error(tmp_path):
+    """An embedding actor that raised in its start (a GPU node whose torch has no CUDA) ended the
+    build with Ray's ActorDiedError: the actor's whole traceback (30 lines) as the report's error
+    and the build's last line. Now one line: which actor, its node and pid, and its error."""
+    from jobs.build_cli import root_cause
+    from jobs.report import error_text
+    from jobs.stages.embed import EmbedActor, EmbedSettings
+
+    settings = EmbedSettings("minilm", {"device": "cuda:99"}, cache_uri=str(tmp_path / "cache"))
+    actor = ray.remote(EmbedActor).options(max_restarts=0).remote(settings)
+    with pytest.raises(ray.exceptions.ActorDiedError) as raised:
+        ray.get(actor.__call__.remote({}))
+    said = error_text(root_cause(raised.value))
+    needs = "ActorStartFailed: the embedding actor failed to start on node "
+    assert said.startswith(needs), said
+    assert re.search(r" \(pid \d+\): ValueError: device 'cuda:99': \S", said), said
+    assert "\n" not in said and "File " not in said
+
+
 def topics_corpus(docs: Path, version: str) -> None:
     for t in range(6):
         for name in ("a", "b", "c"):
