@@ -21,7 +21,6 @@ import ray
 import tokenizers
 
 from embedding.encoder import encoder_digest
-from indexing.terminal import printable
 from jobs.config import JobConfig
 from jobs.discovery import (
     abort_stops,
@@ -43,8 +42,8 @@ from jobs.plan import (
     RELINK,
     Plan,
     interim_manifest,
+    plan_warnings,
     settings_differ,
-    unmatched_note,
 )
 from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
@@ -161,16 +160,8 @@ def _run_locked(
     settings_changed = settings_differ(found.previous, found.config_key)
     if settings_changed:
         log.info("settings %s", SETTINGS_CHANGED)
-    for failure in plan.skipped:  # names escaped: a newline in one would forge a log line
-        log.warning("%s skipped: %s", printable(failure["path"]), printable(failure["message"]))
-    for failure in plan.conflicts:
-        facts = map(printable, (failure["path"], failure["message"]))
-        log.warning("%s not indexed: %s", *facts)
-    for failure in plan.settled:
-        facts = map(printable, failure.values())
-        log.warning("%s still fails, unchanged since (not read again): %s: %s", *facts)
-    if plan.unmatched:
-        log.warning("%s", unmatched_note(plan.unmatched, config.sources.globs))
+    for warning in plan_warnings(plan, config.sources.globs):
+        log.warning("%s", warning)
     if config.failure_policy == "abort" and (stops := abort_stops(plan)):
         raise SourceFailed(stops[0])
 

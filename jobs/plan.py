@@ -132,6 +132,38 @@ def unmatched_note(paths: tuple[str, ...], globs: tuple[str, ...]) -> str:
     )
 
 
+LOGGED = 20  # paths of each kind of plan warning the build's log names one a line
+
+
+def plan_warnings(plan: Plan, globs: tuple[str, ...]) -> list[str]:
+    """The build's warnings for the plan (names escaped: a newline in one would forge a log
+    line): the first LOGGED links and names skipped, sources sharing a stem and settled failures,
+    one a line, then how many more of each (2,000 failed sources logged 2,000 lines on every
+    run that left them unchanged); the markdown names no glob matches."""
+    kinds = [
+        ("skipped", [f"{f['path']} skipped: {f['message']}" for f in plan.skipped]),
+        ("not indexed", [f"{f['path']} not indexed: {f['message']}" for f in plan.conflicts]),
+        (
+            "still failing, unchanged since (not read again)",
+            [
+                f"{f['path']} still fails, unchanged since (not read again): {f['code']}: "
+                f"{f['message']}"
+                for f in plan.settled
+            ],
+        ),
+    ]
+    lines = []
+    for what, found in kinds:
+        lines += found[:LOGGED]
+        if len(found) > LOGGED:
+            lines.append(
+                f"... and {len(found) - LOGGED} more {what} (of {len(found)}: every one in "
+                "_reindex/report.json's failures)"
+            )
+    lines += [unmatched_note(plan.unmatched, globs)] if plan.unmatched else []
+    return [printable(line) for line in lines]
+
+
 def skipped_links(links: list[SkippedLink], globs: tuple[str, ...]) -> tuple[dict[str, str], ...]:
     """Report failures (SYMLINK_SKIPPED) for the links not followed that would have been read:
     folders, sources, qa-pairs.md, topic-spec.md and keywords files; sorted by path."""

@@ -35,7 +35,9 @@ from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.plan import distinct_failures
 from jobs.report_html import (
     SETTINGS_CHANGED,
+    SHOWN_FAILURES,
     failed_non_sources,
+    failure_groups,
     render_html,
     unfinished_note,
     unwritten_cache_entries,
@@ -45,6 +47,7 @@ from jobs.storage import Storage
 
 log = logging.getLogger("mdindex.build")
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # ANSI SGR codes
+EXAMPLES = 3  # failures of each code a summary of many prints
 
 
 def key_settings(config: JobConfig) -> dict[str, Any]:
@@ -299,9 +302,29 @@ def summary(report: dict[str, Any]) -> str:
             f"  other:   {others} failed or skipped, not sources (links not followed, "
             "qa-pairs.md, keywords or topic files)"
         )
-    for failure in report["failures"]:
-        lines.append(f"  FAILED {failure['path']}: {failure['code']}: {failure['message']}")
+    lines += failure_lines(report["failures"])
     return "\n".join(printable(line) for line in lines)
+
+
+def failure_lines(failures: list[dict[str, str]]) -> list[str]:
+    """A FAILED line for each failure, up to SHOWN_FAILURES of them; past that, the count of each
+    code and a few of its failures, one of each kind of message first (a storm of 2,000 failed
+    sources printed 2,000 lines, and the log of every later run as many again)."""
+    line = "  FAILED {path}: {code}: {message}".format_map
+    if len(failures) <= SHOWN_FAILURES:
+        return [line(failure) for failure in failures]
+    groups = failure_groups(failures)
+    codes = ", ".join(f"{len(group.failures)} {group.code}" for group in groups)
+    lines = [
+        f"  failed:  {len(failures)} paths, {codes}: a few of each below, every one in "
+        "_reindex/report.json ('failures') and report.html"
+    ]
+    for group in groups:
+        shown = group.examples(EXAMPLES)
+        lines += [line(failure) for failure in shown]
+        if more := len(group.failures) - len(shown):
+            lines.append(f"  ...      {more} more {group.code}")
+    return lines
 
 
 def chunk_notes(chunks: dict[str, Any]) -> list[str]:

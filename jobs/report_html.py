@@ -4,14 +4,17 @@ inline SVG charts (`jobs.svg`), for the people who read a nightly run days later
 Sections: the outcome, exit code and key settings; sources (numbers and a bar); per-stage
 worker-seconds and throughput with the efficiency; chunk token counts per strategy (histogram with
 min and max marked, truncated chunks and skipped content); cache outcomes; failures grouped by
-code; the slowest sources. A report with sections missing (a failed run) renders what it has.
+code (a code of many: its kinds of message counted, its paths folded); the slowest sources. A
+report with sections missing (a failed run) renders what it has.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
+from dataclasses import dataclass
 from html import escape
 from typing import Any
 
@@ -19,6 +22,10 @@ from indexing.terminal import printable
 from jobs.svg import Bar, Bin, bar_chart, histogram, stacked_bar
 
 BINS = 24  # about this many bars in the token histogram
+# failures the summary prints one a line (past it: a few of each code), and rows of a code's table
+# the page shows open (past it: folded, its kinds above it)
+SHOWN_FAILURES = 20
+_NUMBER = re.compile(r"\d+")  # "invalid UTF-8 at byte offset 90" and "... 87" are one kind
 RUN_FACTS = ("host", "pid", "mdindex_version")  # `jobs.report.run_facts`: reports since 2026-11-29
 # lower is better: 1.0 is every CPU busy with stage work all along (the label said only the ratio)
 EFFICIENCY = "efficiency: wall time / (worker-seconds / CPUs); 1 = every CPU busy, more = idle CPUs"
@@ -306,26 +313,65 @@ def _cache(report: dict[str, Any]) -> str:
     return html
 
 
+@dataclass(frozen=True)
+class FailureGroup:
+    """The failures of one code, sorted by path, and their kinds (messages alike but for their
+    numbers, such as a byte offset): each kind's count and first failure, most first."""
+
+    code: str
+    failures: tuple[dict[str, str], ...]
+    kinds: tuple[tuple[int, dict[str, str]], ...]
+
+    def examples(self, count: int) -> list[dict[str, str]]:
+        """`count` of the failures: the first of each kind, most first, then the next by path."""
+        firsts = [first for _, first in self.kinds]
+        rest = (f for f in self.failures if not any(f is first for first in firsts))
+        return [*firsts, *rest][:count]
+
+
+def failure_groups(failures: list[dict[str, str]]) -> list[FailureGroup]:
+    """The failures grouped by code, the most frequent code first (then by name)."""
+    by_code: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for failure in sorted(failures, key=lambda f: f["path"]):
+        by_code[failure["code"]].append(failure)
+    groups = []
+    for code, members in by_code.items():
+        kinds: dict[str, list[dict[str, str]]] = defaultdict(list)
+        for failure in members:
+            kinds[_NUMBER.sub("N", failure["message"])].append(failure)
+        ranked = sorted(kinds.values(), key=lambda kind: -len(kind))  # stable: first seen first
+        groups.append(FailureGroup(code, tuple(members), tuple((len(k), k[0]) for k in ranked)))
+    return sorted(groups, key=lambda group: (-len(group.failures), group.code))
+
+
 def _failures(report: dict[str, Any]) -> str:
     if "failures" not in report:  # a failed or unfinished run's: not "none", not known
         return "<h2>Failures</h2>" + _none("not known: the run did not finish (see its error)")
     failures = report["failures"]
     if not failures:
         return "<h2>Failures</h2>" + _none("none")
-    groups: dict[str, list[dict[str, str]]] = defaultdict(list)
-    for failure in failures:
-        groups[failure["code"]].append(failure)
     html = f"<h2>Failures ({len(failures)})</h2>"
-    for code in sorted(groups, key=lambda c: (-len(groups[c]), c)):
+    for group in failure_groups(failures):
+        count = len(group.failures)
         rows = "".join(
             f"<tr><td><code>{escape(printable(f['path']))}</code></td>"
             f"<td>{escape(printable(f['message']))}</td></tr>"
-            for f in sorted(groups[code], key=lambda f: f["path"])
+            for f in group.failures
         )
-        html += (
-            f"<h3>{escape(code)} ({len(groups[code])})</h3>"
-            f"<table><tr><th>path</th><th>message</th></tr>{rows}</table>"
-        )
+        table = f"<table><tr><th>path</th><th>message</th></tr>{rows}</table>"
+        html += f"<h3>{escape(group.code)} ({count})</h3>"
+        if count > SHOWN_FAILURES:  # a table of thousands of rows buried the sections below
+            kinds = "".join(
+                f'<tr><td class="n">{_number(n)}</td><td>{escape(printable(first["message"]))}'
+                f"</td><td><code>{escape(printable(first['path']))}</code></td></tr>"
+                for n, first in group.kinds
+            )
+            table = (
+                "<table><tr><th>paths</th><th>message (the first path's)</th><th>first path"
+                f"</th></tr>{kinds}</table><details><summary>all {_number(count)} paths"
+                f"</summary>{table}</details>"
+            )
+        html += table
     return html
 
 

@@ -195,6 +195,73 @@ def test_failures_of_files_that_are_no_source_are_counted_apart(built):
     assert "<b>1</b>other files failed or skipped (links, qa-pairs, keywords)</div>" in page
 
 
+def test_a_storm_of_failures_is_counted_by_code_with_a_few_of_each_everywhere(
+    tmp_path, capsys, caplog
+):
+    """2,000 failed sources of 4,000 printed 2,000 FAILED lines, logged a line each again on every
+    later run (settled failures, skipped links) and put one table of 2,000 rows on the page above
+    the slowest sources. Past 20: each code's count and a few of its paths (the log the first 20
+    of each kind), and on the page each code's kinds of message counted, its paths folded; every
+    one is still in report.json. 30 links alone: no source, so no Ray."""
+    corpus, output = tmp_path / "docs", tmp_path / "out"
+    (corpus / "t").mkdir(parents=True)
+    for i in range(30):
+        (corpus / "t" / f"link-{i:02d}.md").symlink_to("/etc/hostname")
+    with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+        assert main(["--config", CONFIG, "--input", str(corpus), "--output", str(output)]) == 3
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 21 and skipped[0].startswith("t/link-00.md skipped: symbolic link")
+    assert skipped[-1].startswith("... and 10 more skipped (of 30: every one in _reindex/")
+    report, page = report_and_page(output)
+    assert len(report["failures"]) == 30  # all of them, for a program
+    text = capsys.readouterr().out
+    assert [line for line in text.splitlines() if "FAILED" in line or "..." in line] == [
+        "  FAILED t/link-00.md: SYMLINK_SKIPPED: symbolic link, not followed "
+        "(sources.follow_symlinks is false)",
+        "  FAILED t/link-01.md: SYMLINK_SKIPPED: symbolic link, not followed "
+        "(sources.follow_symlinks is false)",
+        "  FAILED t/link-02.md: SYMLINK_SKIPPED: symbolic link, not followed "
+        "(sources.follow_symlinks is false)",
+        "  ...      27 more SYMLINK_SKIPPED",
+    ]
+    assert "<h3>SYMLINK_SKIPPED (30)</h3>" in page and "<summary>all 30 paths</summary>" in page
+    # a storm of mixed kinds: one of each kind of message first, the biggest code first
+    report["failures"] = [
+        {"path": f"t/{kind}-{i:04d}.md", "code": "CHUNKING_FAILED", "message": message}
+        for kind, message, count in (
+            ("nul", "binary content: NUL byte at byte offset {}", 300),
+            ("utf16", "looks like UTF-16 (byte order mark FF FE); save it as UTF-8", 200),
+            ("utf8", "invalid UTF-8 at byte offset {}: invalid start byte", 1000),
+        )
+        for i in range(count)
+        for message in [message.format(80 + i % 20)]
+    ] + [{"path": "t/x.md", "code": "READ_FAILED", "message": "gone"}]
+    lines = summary(report).splitlines()
+    assert (
+        len(lines) < 20
+        and (
+            "  failed:  1501 paths, 1500 CHUNKING_FAILED, 1 READ_FAILED: a few of each below, every "
+            "one in _reindex/report.json ('failures') and report.html"
+        )
+        in lines
+    )
+    assert [line.split(": ", 2)[-1] for line in lines if "FAILED t/" in line] == [
+        "invalid UTF-8 at byte offset 80: invalid start byte",
+        "binary content: NUL byte at byte offset 80",
+        "looks like UTF-16 (byte order mark FF FE); save it as UTF-8",
+        "gone",
+    ]
+    page = render_html(report)
+    kinds = re.findall(r'<tr><td class="n">([\d,]+)</td><td>([^<]*)</td>', page)
+    assert kinds == [
+        ("1,000", "invalid UTF-8 at byte offset 80: invalid start byte"),
+        ("300", "binary content: NUL byte at byte offset 80"),
+        ("200", "looks like UTF-16 (byte order mark FF FE); save it as UTF-8"),
+    ]
+    assert page.count("<details>") == 1 and page.count("<tr><td><code>t/") == 1501
+    assert page.index("<h3>CHUNKING_FAILED (1500)</h3>") < page.index("<h3>READ_FAILED (1)</h3>")
+
+
 def test_token_bins_cover_min_to_max_and_keep_every_count():
     histogram = {"bucket": 10, "buckets": [[30, 2], [40, 1], [250, 5], [990, 1]], "min": 31,
                  "max": 997, "count": 9}  # fmt: skip
