@@ -52,6 +52,7 @@ from jobs.report import (
     build_report,
     key_settings,
     run_facts,
+    source_changes,
     unfinished_run,
     write_report,
     write_unfinished_report,
@@ -233,6 +234,7 @@ def _run_locked(
             "settings": key_settings(config),
             "settings_changed": settings_changed,
             "last_run_unfinished": left_unfinished,
+            "changes": source_changes(plan.changed, plan.deleted, found.previous.sources),
         },
     )
     if manifest != stored:  # an unchanged run writes its report alone

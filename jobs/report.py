@@ -24,6 +24,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Container, Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -48,6 +49,7 @@ from jobs.storage import Storage
 log = logging.getLogger("mdindex.build")
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # ANSI SGR codes
 EXAMPLES = 3  # failures of each code a summary of many prints
+CHANGES_SHOWN = 20  # paths of each kind of change (added, changed, deleted) a report names
 
 
 def key_settings(config: JobConfig) -> dict[str, Any]:
@@ -173,6 +175,35 @@ def build_report(
     }
 
 
+def source_changes(
+    changed: Iterable[str], deleted: Iterable[str], before: Container[str]
+) -> dict[str, dict[str, Any]]:
+    """The sources this run found added (not in the last run's manifest), changed (their bytes,
+    the settings or their last outcome differ) and deleted: each kind's count and its first
+    CHANGES_SHOWN paths in order (the report's counts alone never said which pages a nightly run
+    had dropped)."""
+    changed = sorted(changed)
+    kinds = {
+        "added": [path for path in changed if path not in before],
+        "changed": [path for path in changed if path in before],
+        "deleted": sorted(deleted),
+    }
+    return {
+        kind: {"count": len(paths), "first": paths[:CHANGES_SHOWN]} for kind, paths in kinds.items()
+    }
+
+
+def change_line(changes: dict[str, dict[str, Any]]) -> list[str]:
+    """The summary's line for `source_changes` (none where nothing was added, changed or
+    deleted, or in a report before they were recorded), naming the first three of each kind."""
+    parts = []
+    for kind, change in changes.items():
+        if count := change["count"]:
+            named = ", ".join(change["first"][:3]) + (", …" if count > 3 else "")
+            parts.append(f"{count} {kind} ({named})")
+    return [f"  changes: {'; '.join(parts)}"] if parts else []
+
+
 def run_facts() -> dict[str, Any]:
     """What a report says of the process that ran the build: its host, pid and mdindex version
     (a scheduled run's report read days later names the machine whose logs to look at)."""
@@ -292,6 +323,7 @@ def summary(report: dict[str, Any]) -> str:
         f"  time:    {report['timings']['wall_seconds']['total']:.1f} s",
     ]
     lines[4:4] = chunk_notes(c)
+    lines[2:2] = change_line(report.get("changes") or {})  # reports since 2026-11-30
     if report.get("settings_changed"):  # absent from reports before it was said
         lines.insert(2, f"  settings: {SETTINGS_CHANGED}")
     if run := report.get("last_run_unfinished"):

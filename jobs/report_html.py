@@ -186,7 +186,21 @@ def _sources(report: dict[str, Any]) -> str:
         html += stacked_bar(parts, "sources of this run")
     if t:
         html += _figures([(f"topics {k}", v) for k, v in t.items()])
-    return html
+    return html + _changes(report)
+
+
+def _changes(report: dict[str, Any]) -> str:
+    rows = ""
+    for kind, change in (report.get("changes") or {}).items():  # reports since 2026-11-30
+        if not change["count"]:
+            continue
+        more = change["count"] - len(change["first"])
+        paths = ", ".join(f"<code>{escape(printable(path))}</code>" for path in change["first"])
+        rows += (
+            f'<tr><th>{escape(kind)}</th><td class="n">{_number(change["count"])}</td>'
+            f"<td>{paths}{f', and {_number(more)} more' if more else ''}</td></tr>"
+        )
+    return f"<h3>Sources since the last run</h3><table>{rows}</table>" if rows else ""
 
 
 def failed_non_sources(report: dict[str, Any]) -> int:

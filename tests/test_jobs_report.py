@@ -237,14 +237,11 @@ def test_a_storm_of_failures_is_counted_by_code_with_a_few_of_each_everywhere(
         for message in [message.format(80 + i % 20)]
     ] + [{"path": "t/x.md", "code": "READ_FAILED", "message": "gone"}]
     lines = summary(report).splitlines()
-    assert (
-        len(lines) < 20
-        and (
-            "  failed:  1501 paths, 1500 CHUNKING_FAILED, 1 READ_FAILED: a few of each below, every "
-            "one in _reindex/report.json ('failures') and report.html"
-        )
-        in lines
+    said = (
+        "  failed:  1501 paths, 1500 CHUNKING_FAILED, 1 READ_FAILED: a few of each below, "
+        "every one in _reindex/report.json ('failures') and report.html"
     )
+    assert len(lines) < 20 and said in lines
     assert [line.split(": ", 2)[-1] for line in lines if "FAILED t/" in line] == [
         "invalid UTF-8 at byte offset 80: invalid start byte",
         "binary content: NUL byte at byte offset 80",
@@ -767,6 +764,41 @@ def test_a_run_under_changed_settings_says_so_in_its_report_summary_and_page(bui
     again = run_job(load_config(CONFIG, overrides=overrides, settings=changed))
     assert again["settings_changed"] is False and "settings:" not in summary(again)
     assert not json.loads((built / "_reindex" / "report.json").read_text())["settings_changed"]
+
+
+def test_a_rerun_names_the_sources_it_found_added_changed_and_deleted(built, tmp_path, capsys):
+    """A re-run with an edit, a new page and a page gone said "1 changed, 1 deleted" (the new page
+    counted as changed) and never which: a scheduled run read days later could not tell what it
+    had dropped. The report, its summary, the page and `mdindex report` name them."""
+    corpus, output = tmp_path / "docs", tmp_path / "out"
+    shutil.copytree(CORPUS, corpus)
+    shutil.copytree(built, output)
+    (corpus / "guides" / "installation.md").write_text("# Install\n\nRun the installer.\n")
+    (corpus / "guides" / "new <page>.md").write_text("# New\n\nA new page about clients.\n")
+    (corpus / "reference" / "cli" / "commands.md").unlink()
+    report = run_job(load_config(CONFIG, overrides={"input": str(corpus), "output": str(output)}))
+    assert report["changes"] == {
+        "added": {"count": 1, "first": ["guides/new <page>.md"]},
+        "changed": {"count": 1, "first": ["guides/installation.md"]},
+        "deleted": {"count": 1, "first": ["reference/cli/commands.md"]},
+    }
+    line = (
+        "  changes: 1 added (guides/new <page>.md); 1 changed (guides/installation.md); "
+        "1 deleted (reference/cli/commands.md)"
+    )
+    assert summary(report).splitlines()[2] == line
+    assert mdindex(["report", str(output)]) == 0 and line in capsys.readouterr().out
+    page = report_and_page(output)[1]
+    assert '<th>deleted</th><td class="n">1</td><td><code>reference/cli/commands.md' in page
+    assert "<code>guides/new &lt;page&gt;.md</code>" in page
+    # past 20 of a kind: its count, the first 20 and how many more
+    report["changes"] = jobs.report.source_changes([f"p{i:02d}.md" for i in range(25)], [], {})
+    assert report["changes"]["added"] == {"count": 25, "first": [f"p{i:02d}.md" for i in range(20)]}
+    assert "  changes: 25 added (p00.md, p01.md, p02.md, …)" in summary(report)
+    assert "<code>p19.md</code>, and 5 more</td>" in render_html(report)
+    del report["changes"]  # a report from before they were recorded
+    assert "changes:" not in summary(report)
+    assert "since the last run</h3>" not in render_html(report)
 
 
 def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, caplog):
