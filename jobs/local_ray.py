@@ -19,7 +19,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from jobs.config import JobConfig
 from jobs.known import KnownFailure
 from jobs.landmarks import Landmark, NotTheDriversFolder, check_landmarks
-from jobs.resources import describe_resources, infeasible
+from jobs.resources import describe_resources, infeasible, too_many_actors
 from jobs.signals import exit_on_sigterm
 
 log = logging.getLogger("mdindex.build")
@@ -65,13 +65,17 @@ class RayFolderUnusable(KnownFailure, OSError):
 
 
 class InfeasibleResources(ValueError):
-    """A stage asks for more than any node of the private local Ray instance has, which never
-    grows: the build would wait for ever (a config error for this machine: exit code 2)."""
+    """A stage asks for more than the private local Ray instance, which never grows, can give:
+    more than any node has, so the build would wait for ever, or more CPU embedding actors than
+    CPUs (a config error for this machine: exit code 2)."""
 
 
 def check_local_fit(config: JobConfig, node: dict[str, float]) -> None:
     """`InfeasibleResources` where a stage asks for more than the local instance's one `node`
-    has (its total resources): the build would wait for ever."""
+    has (its total resources), so the build would wait for ever, or the CPU embedding pool for
+    more actors than it has CPUs (`too_many_actors`)."""
+    if crowd := too_many_actors(config.resources.embed, node.get("CPU", 0.0)):
+        raise InfeasibleResources(f"this machine's Ray instance, which never grows: {crowd}")
     if missing := infeasible(config.resources, [node]):
         here = describe_resources(node.get("CPU", 0.0), node.get("GPU", 0.0))
         hint = (

@@ -114,6 +114,26 @@ def infeasible(resources: ResourcesConfig, nodes: list[dict[str, float]]) -> lis
     return missing or _crowded_out(resources, nodes)
 
 
+def too_many_actors(resources: EmbedResources, cpus: float) -> str | None:
+    """Why a CPU pool whose actors share the CPUs (`num_cpus` null) may not start on a Ray
+    instance of `cpus` that never grows: more actors than CPUs (`actors`, or `max_actors` it may
+    grow to). Each is a process that loads the model and runs a torch thread or more; such
+    actors reserve no CPU, so Ray starts them all (`actors: 10000` on 2 CPUs: the machine
+    thrashed, and no source was chunked in 100 s). None where the pool fits."""
+    if resources.num_gpus or resources.num_cpus is not None:
+        return None
+    asked = max(resources.actors or 0, resources.max_actors or 0)
+    if asked <= cpus:
+        return None
+    key = "actors" if asked == resources.actors else "max_actors"
+    return (
+        f"resources.embed.{key} {asked} asks for more CPU embedding actors than the "
+        f"{cpus:g} CPUs: each is a process that loads the model and runs a torch thread, so "
+        f"more than one per CPU only contend for them; set at most {int(cpus)}, or null to size "
+        "the pool to the machine"
+    )
+
+
 def _crowded_out(resources: ResourcesConfig, nodes: list[dict[str, float]]) -> list[str]:
     """The chunk tasks and reduces that no node has a CPU for once the embedding pool's actors
     are placed (as many on each node as it holds, in turn): the actors hold theirs for the whole
