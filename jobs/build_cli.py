@@ -59,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         required=True,
         action="append",  # kept whole: a second one is refused (`one_config`), not a silent last
-        help="YAML config file (path or fsspec URI)",
+        help="YAML config file (path or fsspec URI), or a shipped config's name: local (a laptop: "
+        "MiniLM on the CPU) or cluster-gpu",
     )
     parser.add_argument("--input", help="corpus root URI (overrides `input`)")
     parser.add_argument("--output", help="output root URI (overrides `output`; default: in place)")

@@ -264,7 +264,7 @@ def load_config(
     """
     if path is not None and not path.strip():
         raise ConfigError("--config: an empty path (an unset variable?); name a YAML file")
-    raw = _read_yaml(path) if path is not None else {}
+    raw = _read_yaml(config_file(path)) if path is not None else {}
     for item in settings:
         _apply_setting(raw, item)
     typed = {key.strip(): text for key, _, text in (item.partition("=") for item in settings)}
@@ -328,13 +328,32 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# The configs this package ships (`configs/` of a checkout, `jobs/configs` linking to it), by name:
+# `--config local` from an installed wheel too, which has no checkout's configs/ folder.
+SHIPPED_CONFIGS = Path(__file__).with_name("configs")
+
+
+def shipped_configs() -> list[str]:
+    """The names `--config` takes for the configs this package ships: ["cluster-gpu", "local"]."""
+    return sorted(path.stem for path in SHIPPED_CONFIGS.glob("*.yaml"))
+
+
+def config_file(path: str) -> str:
+    """The file `--config` names: a path or fsspec URI as given, or a shipped config's name
+    (`local`: `shipped_configs`) where no file of that name is here."""
+    if "/" in path or Path(path).exists() or path not in shipped_configs():
+        return path
+    return str(SHIPPED_CONFIGS / f"{path}.yaml")
+
+
 def _read_yaml(path: str) -> dict[str, Any]:
     _protocol(path, "--config")
     try:
         with fsspec.open(path, "rt", encoding="utf-8") as handle:
             data = yaml.load(handle, Loader=_UniqueKeyLoader)
     except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: config file not found") from exc
+        names = ", ".join(shipped_configs())
+        raise ConfigError(f"{path}: config file not found (or a shipped config: {names})") from exc
     except (yaml.YAMLError, RecursionError) as exc:
         raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from exc
     except UnicodeDecodeError as exc:

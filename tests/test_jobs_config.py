@@ -639,3 +639,42 @@ def test_a_relative_output_in_rays_copy_of_a_jobs_working_directory_is_refused(
     monkeypatch.chdir(tmp_path)
     elsewhere = load_config(config, overrides={"input": "x", "output": "y"})
     assert elsewhere.output == str(tmp_path / "y")
+
+
+def test_an_installed_wheel_ships_the_configs_and_config_names_them(tmp_path):
+    """`--config configs/local.yaml` needed a checkout: a wheel installed with pip had no configs,
+    and the README's commands failed "config file not found". The wheel ships them (`jobs/configs`
+    links to `configs/`), and `--config local` reads the shipped file, installed or not."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    project = tmp_path / "project"
+    skip = shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__", "tests", "out")
+    shutil.copytree(ROOT, project, symlinks=True, ignore=skip)
+    wheels = tmp_path / "wheels"
+    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*command, str(project), "-w", str(wheels)], check=True, timeout=300)
+    (wheel,) = wheels.glob("mdindex-*.whl")
+    installed = tmp_path / "installed"
+    zipfile.ZipFile(wheel).extractall(installed)
+    names = sorted(p.name for p in (installed / "jobs" / "configs").iterdir())
+    assert names == ["cluster-gpu.yaml", "local.yaml"]
+    read = (
+        "import jobs.config as c; print(c.__file__); "
+        "print(c.load_config('local', overrides={'input': 'docs'}).chunking.options)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(installed)}
+    done = subprocess.run(
+        [sys.executable, "-c", read], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    module, options = done.stdout.splitlines()
+    assert module == str(installed / "jobs" / "config.py")
+    local = load_config(str(ROOT / "configs" / "local.yaml"), overrides={"input": "docs"})
+    assert options == str(local.chunking.options)
+    assert load_config("local", overrides={"input": "docs"}) == local
+    with pytest.raises(ConfigError, match=r"local\.yml: config file not found \(or a shipped "):
+        load_config("local.yml")
