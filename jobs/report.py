@@ -193,9 +193,13 @@ def source_changes(
     }
 
 
-def change_line(changes: dict[str, dict[str, Any]]) -> list[str]:
-    """The summary's line for `source_changes` (none where nothing was added, changed or
-    deleted, or in a report before they were recorded), naming the first three of each kind."""
+def change_line(changes: dict[str, dict[str, Any]], seen: int) -> list[str]:
+    """The summary's line for `source_changes`, naming the first three of each kind: none where
+    nothing was added, changed or deleted, where all `seen` sources were added (a first run),
+    or in a report before they were recorded."""
+    counts = [change["count"] for change in changes.values()]
+    if counts == [seen, 0, 0]:  # added, changed, deleted: every source is new
+        return []
     parts = []
     for kind, change in changes.items():
         if count := change["count"]:
@@ -323,7 +327,7 @@ def summary(report: dict[str, Any]) -> str:
         f"  time:    {report['timings']['wall_seconds']['total']:.1f} s",
     ]
     lines[4:4] = chunk_notes(c)
-    lines[2:2] = change_line(report.get("changes") or {})  # reports since 2026-11-30
+    lines[2:2] = change_line(report.get("changes") or {}, s["seen"])  # since 2026-11-30
     if report.get("settings_changed"):  # absent from reports before it was said
         lines.insert(2, f"  settings: {SETTINGS_CHANGED}")
     if run := report.get("last_run_unfinished"):

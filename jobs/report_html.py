@@ -51,7 +51,7 @@ h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.8em; border-botto
 table { border-collapse: collapse; margin: .6em 0; font-size: .92em; }
 td, th { padding: .25em .7em; border-bottom: 1px solid #eee; text-align: left; }
 td { vertical-align: top; }
-td.n { text-align: right; font-variant-numeric: tabular-nums; }
+.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .figures { display: flex; flex-wrap: wrap; gap: .6em; margin: .6em 0; }
 .figure { border: 1px solid #ddd; border-radius: 4px; padding: .4em .8em; min-width: 6em; }
 .figure b { display: block; font-size: 1.3em; }
@@ -381,9 +381,9 @@ def _failures(report: dict[str, Any]) -> str:
                 for n, first in group.kinds
             )
             table = (
-                "<table><tr><th>paths</th><th>message (the first path's)</th><th>first path"
-                f"</th></tr>{kinds}</table><details><summary>all {_number(count)} paths"
-                f"</summary>{table}</details>"
+                '<table><tr><th class="n">paths</th><th>message (the first path\'s)</th>'
+                f"<th>first path</th></tr>{kinds}</table><details><summary>all "
+                f"{_number(count)} paths</summary>{table}</details>"
             )
         html += table
     return html

@@ -256,6 +256,7 @@ def test_a_storm_of_failures_is_counted_by_code_with_a_few_of_each_everywhere(
         ("200", "looks like UTF-16 (byte order mark FF FE); save it as UTF-8"),
     ]
     assert page.count("<details>") == 1 and page.count("<tr><td><code>t/") == 1501
+    assert '<th class="n">paths</th>' in page and ".n { text-align: right" in page  # no wrap
     assert page.index("<h3>CHUNKING_FAILED (1500)</h3>") < page.index("<h3>READ_FAILED (1)</h3>")
 
 
@@ -795,6 +796,8 @@ def test_a_rerun_names_the_sources_it_found_added_changed_and_deleted(built, tmp
     report["changes"] = jobs.report.source_changes([f"p{i:02d}.md" for i in range(25)], [], {})
     assert report["changes"]["added"] == {"count": 25, "first": [f"p{i:02d}.md" for i in range(20)]}
     assert "  changes: 25 added (p00.md, p01.md, p02.md, …)" in summary(report)
+    report["sources"]["seen"] = 25  # every source new: a first run's summary says nothing more
+    assert "changes:" not in summary(report) and "<code>p19.md</code>" in render_html(report)
     assert "<code>p19.md</code>, and 5 more</td>" in render_html(report)
     del report["changes"]  # a report from before they were recorded
     assert "changes:" not in summary(report)
