@@ -49,6 +49,7 @@ from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
 from jobs.reduce import Piece, reduce_topics
 from jobs.report import (
+    CHANGES_SHOWN,
     build_report,
     key_settings,
     run_facts,
@@ -235,6 +236,10 @@ def _run_locked(
             "settings_changed": settings_changed,
             "last_run_unfinished": left_unfinished,
             "changes": source_changes(plan.changed, plan.deleted, found.previous.sources),
+            "unmatched_markdown": {
+                "count": len(plan.unmatched),
+                "first": list(plan.unmatched[:CHANGES_SHOWN]),
+            },
         },
     )
     if manifest != stored:  # an unchanged run writes its report alone

@@ -19,7 +19,7 @@ import fnmatch
 import hashlib
 import json
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from indexing import group_sources, nearest_keywords_path
@@ -121,11 +121,13 @@ def unmatched_markdown(files: Iterable[str], globs: tuple[str, ...]) -> tuple[st
     return tuple(sorted(found))
 
 
-def unmatched_note(paths: tuple[str, ...], globs: tuple[str, ...]) -> str:
+def unmatched_note(paths: Sequence[str], globs: Sequence[str], count: int | None = None) -> str:
     """`unmatched_markdown`'s paths in words, the first three named (control characters
-    escaped), for the build's log and the dry run."""
-    named = ", ".join(printable(path) for path in paths[:3]) + (", …" if len(paths) > 3 else "")
-    files, are = counted(len(paths), "file"), "is" if len(paths) == 1 else "are"
+    escaped), for the build's log, its report and the dry run; `count`: how many in all, where
+    `paths` are the first of them (a report's)."""
+    count = len(paths) if count is None else count
+    named = ", ".join(printable(path) for path in paths[:3]) + (", …" if count > 3 else "")
+    files, are = counted(count, "file"), "is" if count == 1 else "are"
     return (
         f"{files} named like markdown {are} no source, as no glob of sources.globs "
         f"{list(globs)} matches ({named}): add a glob to index them"

@@ -41,6 +41,7 @@ from jobs.report_html import (
     failure_groups,
     render_html,
     unfinished_note,
+    unmatched_text,
     unwritten_cache_entries,
 )
 from jobs.stats import RunStats, StageStats
@@ -326,7 +327,7 @@ def summary(report: dict[str, Any]) -> str:
         f"{c['reused']} reused, {c['truncated']} truncated",
         f"  time:    {report['timings']['wall_seconds']['total']:.1f} s",
     ]
-    lines[4:4] = chunk_notes(c)
+    lines[4:4] = chunk_notes(c) + unmatched_lines(report)
     lines[2:2] = change_line(report.get("changes") or {}, s["seen"])  # since 2026-11-30
     if report.get("settings_changed"):  # absent from reports before it was said
         lines.insert(2, f"  settings: {SETTINGS_CHANGED}")
@@ -389,6 +390,14 @@ def chunk_notes(chunks: dict[str, Any]) -> list[str]:
             "sources.include_drafts: true indexes them)"
         )
     return notes
+
+
+def unmatched_lines(report: dict[str, Any]) -> list[str]:
+    """A note for the files named like markdown that no glob made a source (none: no line; not
+    in reports before 2026-11-30): the build's log said so, its report did not."""
+    if note := unmatched_text(report):
+        return [f"  note:    {note}"]
+    return []
 
 
 def cache_warnings(report: dict[str, Any]) -> list[str]:

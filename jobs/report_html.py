@@ -19,6 +19,7 @@ from html import escape
 from typing import Any
 
 from indexing.terminal import printable
+from jobs.plan import unmatched_note
 from jobs.svg import Bar, Bin, bar_chart, histogram, stacked_bar
 
 BINS = 24  # about this many bars in the token histogram
@@ -186,6 +187,8 @@ def _sources(report: dict[str, Any]) -> str:
         html += stacked_bar(parts, "sources of this run")
     if t:
         html += _figures([(f"topics {k}", v) for k, v in t.items()])
+    if note := unmatched_text(report):
+        html += f'<p><span class="status warn">not sources</span> {escape(note)}</p>'
     return html + _changes(report)
 
 
@@ -201,6 +204,16 @@ def _changes(report: dict[str, Any]) -> str:
             f"<td>{paths}{f', and {_number(more)} more' if more else ''}</td></tr>"
         )
     return f"<h3>Sources since the last run</h3><table>{rows}</table>" if rows else ""
+
+
+def unmatched_text(report: dict[str, Any]) -> str | None:
+    """The files named like markdown that no glob made a source, in the log's words (None where
+    there are none, or in a report before they were recorded)."""
+    unmatched = report.get("unmatched_markdown") or {}
+    if not unmatched.get("count"):
+        return None
+    globs = report.get("settings", {}).get("globs", [])
+    return unmatched_note(unmatched["first"], globs, unmatched["count"])
 
 
 def failed_non_sources(report: dict[str, Any]) -> int:

@@ -260,6 +260,30 @@ def test_a_storm_of_failures_is_counted_by_code_with_a_few_of_each_everywhere(
     assert page.index("<h3>CHUNKING_FAILED (1500)</h3>") < page.index("<h3>READ_FAILED (1)</h3>")
 
 
+def test_files_no_glob_matches_are_named_in_the_report(tmp_path, capsys):
+    """Files named like markdown that no glob matches (`GUIDE.MD`, `x.markdown`) were named in a
+    warning of the build's log alone: its report, summary and page, read days later, said
+    nothing of them. Each says so now, as the log does. No source: no Ray."""
+    corpus, output = tmp_path / "docs", tmp_path / "out"
+    (corpus / "t").mkdir(parents=True)
+    for i in range(25):
+        (corpus / "t" / f"page-{i:02d}.markdown").write_text("# Page\n\nText.\n")
+    assert main(["--config", CONFIG, "--input", str(corpus), "--output", str(output)]) == 0
+    report, page = report_and_page(output)
+    first = [f"t/page-{i:02d}.markdown" for i in range(20)]
+    assert report["unmatched_markdown"] == {"count": 25, "first": first}
+    note = (
+        "25 files named like markdown are no source, as no glob of sources.globs ['*.md'] "
+        "matches (t/page-00.markdown, t/page-01.markdown, t/page-02.markdown, …): add a glob to "
+        "index them"
+    )
+    assert f"  note:    {note}" in capsys.readouterr().out.splitlines()
+    assert f"not sources</span> {escape(note)}</p>" in page
+    assert mdindex(["report", str(output)]) == 0 and note in capsys.readouterr().out
+    del report["unmatched_markdown"]  # a report from before they were recorded
+    assert "no glob" not in summary(report) and "no glob" not in render_html(report)
+
+
 def test_token_bins_cover_min_to_max_and_keep_every_count():
     histogram = {"bucket": 10, "buckets": [[30, 2], [40, 1], [250, 5], [990, 1]], "min": 31,
                  "max": 997, "count": 9}  # fmt: skip
