@@ -146,7 +146,7 @@ def plan_warnings(plan: Plan, globs: tuple[str, ...]) -> list[str]:
         ("skipped", [f"{f['path']} skipped: {f['message']}" for f in plan.skipped]),
         ("not indexed", [f"{f['path']} not indexed: {f['message']}" for f in plan.conflicts]),
         (
-            "still failing, unchanged since (not read again)",
+            "still failing, unchanged since",
             [
                 f"{f['path']} still fails, unchanged since (not read again): {f['code']}: "
                 f"{f['message']}"

@@ -336,8 +336,8 @@ def summary(report: dict[str, Any]) -> str:
     lines += cache_warnings(report)
     if others := failed_non_sources(report):
         lines.append(
-            f"  other:   {others} failed or skipped, not sources (links not followed, "
-            "qa-pairs.md, keywords or topic files)"
+            f"  other:   {others} failed or skipped, not sources (symbolic links not "
+            "followed, qa-pairs.md, keywords or topic files)"
         )
     lines += failure_lines(report["failures"])
     return "\n".join(printable(line) for line in lines)

@@ -174,7 +174,8 @@ def _sources(report: dict[str, Any]) -> str:
     )
     figures = [(k, s.get(k)) for k in keys]
     if others := failed_non_sources(report):  # "0 failed" beside "Failures (1)" otherwise
-        figures.append(("other files failed or skipped (links, qa-pairs, keywords)", others))
+        other = "other files failed or skipped (symbolic links, qa-pairs, keywords)"
+        figures.append((other, others))
     html = "<h2>Sources</h2>" + _figures(figures)
     untouched = max(0, s["seen"] - s["chunked"] - s["carried"] - s["failed"])
     parts = [

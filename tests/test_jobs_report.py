@@ -181,18 +181,20 @@ def test_the_stages_figures_say_which_way_efficiency_goes_and_an_unknown_rate_is
 def test_failures_of_files_that_are_no_source_are_counted_apart(built):
     """A skipped link (or a qa-pairs.md, keywords or topic file) fails the run, exit 3, but is no
     source: the summary said '0 failed' above its FAILED line, the page '0 failed' beside
-    'Failures (1)'. They are counted apart; a run whose failures are all sources says nothing."""
+    'Failures (1)'. They are counted apart; a run whose failures are all sources says nothing.
+    They are symbolic links, said so ('links not followed' read as a page's links)."""
     report, page = report_and_page(built)
     assert "other:" not in summary(report) and "other files failed" not in page
     report["failures"].append(
         {"path": "t/link.md", "code": "SYMLINK_SKIPPED", "message": "symbolic link, not followed"}
     )
     assert (
-        "  other:   1 failed or skipped, not sources (links not followed, qa-pairs.md, keywords "
-        "or topic files)"
+        "  other:   1 failed or skipped, not sources (symbolic links not followed, qa-pairs.md, "
+        "keywords or topic files)"
     ) in summary(report).splitlines()
     page = render_html(report)
-    assert "<b>1</b>other files failed or skipped (links, qa-pairs, keywords)</div>" in page
+    other = "other files failed or skipped (symbolic links, qa-pairs, keywords)"
+    assert f"<b>1</b>{other}</div>" in page
 
 
 def test_a_storm_of_failures_is_counted_by_code_with_a_few_of_each_everywhere(
