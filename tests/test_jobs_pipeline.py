@@ -654,6 +654,40 @@ def test_a_rebuild_with_nothing_to_embed_starts_no_embedding_actor(small_vectors
     assert outputs(tmp_path / "out") == outputs(tmp_path / "fresh")
 
 
+def test_a_fresh_copy_of_the_input_rebuilds_nothing_and_an_edit_of_the_same_size_is_seen(
+    small_vectors, tmp_path, caplog
+):
+    """A fresh clone or copy of the input (the same bytes, new modification times: a scheduled
+    job's `git clone`) rebuilt every topic, read, chunked and wrote every source again, and
+    reported each changed. Its sources are read and hashed on the driver: the same bytes are
+    unchanged, and nothing is rebuilt or written. A source edited to its size is still seen."""
+    pages = {f"{topic}/{name}.md": retry_page(name) for topic, name in (("t", "a"), ("u", "c"))}
+    docs, clone, out = tmp_path / "docs", tmp_path / "clone", tmp_path / "out"
+    write_pages(docs, pages)
+    cache = cache_copy(small_vectors, tmp_path)
+    assert build("--input", str(docs), "--output", str(out), *cache) == 0
+    written = {p: p.stat().st_mtime_ns for p in out.rglob("*") if "_reindex" not in p.parts}
+    write_pages(clone, pages)
+    for path in pages:  # later than the first listing's, whatever the clock's resolution
+        os.utime(clone / path, (time.time() + 60, time.time() + 60))
+    with caplog.at_level(logging.INFO):
+        assert build("--input", str(clone), "--output", str(out), *cache) == 0
+    report = report_of(out)
+    assert (report["sources"]["changed"], report["sources"]["unchanged"]) == (0, 2)
+    assert report["topics"]["rebuilt"] == 0
+    assert "2 of the 2 sources listed with a new modification time or ETag have the same" in (
+        caplog.text
+    )
+    assert {p: p.stat().st_mtime_ns for p in written} == written  # nothing written again
+    (clone / "t" / "a.md").write_text(retry_page("b"))  # its size, other bytes
+    assert build("--input", str(clone), "--output", str(out), *cache) == 0
+    report = report_of(out)
+    assert (report["sources"]["changed"], report["topics"]["rebuilt"]) == (1, 1)
+    write_pages(docs, {"t/a.md": retry_page("b")})
+    assert build("--input", str(docs), "--output", str(tmp_path / "fresh"), *cache) == 0
+    assert outputs(out) == outputs(tmp_path / "fresh")
+
+
 def test_an_empty_source_that_turns_bad_fails_alone(small_vectors, tmp_path):
     """A source that made no chunk (empty) and then turns bad keeps its previous entry, as any
     source that turns bad does: taking its (no) chunk rows from the previous table failed the
