@@ -305,9 +305,9 @@ def check_shared_folders(config: JobConfig, plan: Plan) -> None:
             )
 
 
-# Sources read at once to tell a new modification time from new bytes (`restamped`): a bound on
-# the driver's memory (tldr-pages: 1,000 sources are about 0.6 MB).
-RESTAMP_BATCH = 1000
+# Bytes of sources read at once to tell a new modification time from new bytes (`restamped`): a
+# bound on the driver's memory (one larger source is read alone).
+RESTAMP_BATCH_BYTES = 64 * 2**20
 
 
 def restamped(
@@ -319,7 +319,7 @@ def restamped(
     scheduled job, `cp -r`, `rsync` without `-t`) gives every file a new modification time: each
     topic was rebuilt, every source read, chunked and written again, and reported changed."""
     suspects = [
-        f.path
+        f
         for f in listing
         if isinstance(f, FileInfo)
         and (entry := previous.sources.get(f.path)) is not None
@@ -328,9 +328,8 @@ def restamped(
         and fingerprint_size(entry.fingerprint) == str(f.size)
     ]
     same: dict[str, str] = {}  # path -> the version the previous run listed
-    for start in range(0, len(suspects), RESTAMP_BATCH):
-        found = source.read_many(suspects[start : start + RESTAMP_BATCH])
-        for path, data in found.items():
+    for batch in _batches(suspects, RESTAMP_BATCH_BYTES):
+        for path, data in source.read_many(batch).items():
             entry = previous.sources[path]
             if isinstance(data, bytes) and hashlib.sha256(data).hexdigest() == entry.sha256:
                 same[path] = entry.fingerprint.partition(":")[2]
@@ -345,6 +344,20 @@ def restamped(
         replace(f, version=same[f.path]) if isinstance(f, FileInfo) and f.path in same else f
         for f in listing
     ]
+
+
+def _batches(files: list[FileInfo], most: int) -> list[list[str]]:
+    """The paths of `files` in order, in batches of at most `most` listed bytes (a larger file
+    alone)."""
+    batches: list[list[str]] = []
+    size = 0
+    for file in files:
+        if not batches or size + file.size > most:
+            batches.append([])
+            size = 0
+        batches[-1].append(file.path)
+        size += file.size
+    return batches
 
 
 def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discovery:
