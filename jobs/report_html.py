@@ -52,6 +52,7 @@ h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.8em; border-botto
 table { border-collapse: collapse; margin: .6em 0; font-size: .92em; }
 td, th { padding: .25em .7em; border-bottom: 1px solid #eee; text-align: left; }
 td { vertical-align: top; }
+th { white-space: nowrap; vertical-align: top; }  /* beside long paths: not one letter a line */
 .n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .figures { display: flex; flex-wrap: wrap; gap: .6em; margin: .6em 0; }
 .figure { border: 1px solid #ddd; border-radius: 4px; padding: .4em .8em; min-width: 6em; }

@@ -818,6 +818,7 @@ def test_a_rerun_names_the_sources_it_found_added_changed_and_deleted(built, tmp
     page = report_and_page(output)[1]
     assert '<th>deleted</th><td class="n">1</td><td><code>reference/cli/commands.md' in page
     assert "<code>guides/new &lt;page&gt;.md</code>" in page
+    assert "th { white-space: nowrap;" in page  # a row's name beside 20 paths wrapped by letter
     # past 20 of a kind: its count, the first 20 and how many more
     report["changes"] = jobs.report.source_changes([f"p{i:02d}.md" for i in range(25)], [], {})
     assert report["changes"]["added"] == {"count": 25, "first": [f"p{i:02d}.md" for i in range(20)]}
