@@ -3,7 +3,9 @@
 Only the block stage runs (no inline parse): block tokens carry the line ranges (`Token.map`) that
 chunking needs, and skipping inline parsing makes the parse several times cheaper. Headings
 nested in containers (`> # x`, `- # x`) are part of their container; only top-level blocks
-are listed.
+are listed. Python-Markdown's indented containers (MkDocs and MkDocs Material: admonitions
+`!!! note`, collapsible blocks `??? tip`, content tabs `=== "pip"`) are containers too
+(`_admonition`), not a title line followed by indented code.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ class Block:
     """One top-level block; lines are 1-based, inclusive, in the original file."""
 
     # heading, paragraph, fence, code_block, bullet_list, ordered_list, table, blockquote,
-    # html_block, hr or reference (link reference definitions)
+    # admonition (an indented container, see `_admonition`), html_block, hr or reference (link
+    # reference definitions)
     kind: str
     start_line: int
     end_line: int
@@ -112,6 +115,7 @@ _FIRST_CHARS = {
     "reference": "[",
     "html_block": "<",
     "heading": "#",
+    "admonition": "!?=",
 }
 
 
@@ -122,11 +126,53 @@ _FIRST_CHARS = {
 _SETEXT_UNDERLINE = re.compile(r"^[ \t>]*(?:=+|-+)[ \t]*$", re.MULTILINE)
 
 
+# The first line of a Python-Markdown indented container: an admonition (`!!! note "Title"`),
+# pymdownx.details' collapsible block (`??? tip`, `???+ tip` open) or pymdownx.tabbed's content tab
+# (`=== "pip"`, `===+ "pip"`, `===! "pip"`); the extensions' own expressions, after indentation.
+_ADMONITION = re.compile(
+    r'(?:!!! ?|\?\?\?\+? ?)[\w-]+(?: +[\w-]+)*(?: +"[^\n]*?")? *'
+    r'|===(?:!?\+|\+!|!)? +"[^\n]*?" *'
+)
+
+
+def _admonition(state, start: int, end: int, silent: bool) -> bool:
+    """Block rule: an indented container's first line and every line after it that is blank or
+    indented 4 more columns, up to its last such non-blank line, as one container (tokens
+    `admonition_open`, its body parsed as markdown 4 columns in, `admonition_close`), as
+    Python-Markdown reads it; CommonMark reads a paragraph and a block of indented code."""
+    if state.sCount[start] - state.blkIndent >= 4:
+        return False
+    first = state.src[state.bMarks[start] + state.tShift[start] : state.eMarks[start]]
+    if _ADMONITION.fullmatch(first) is None:
+        return False
+    if silent:
+        return True
+    last = line = start
+    while line + 1 < end:
+        line += 1
+        if state.isEmpty(line):
+            continue
+        if state.sCount[line] - state.blkIndent < 4:
+            break
+        last = line
+    opener = state.push("admonition_open", "div", 1)
+    opener.map, opener.block = [start, last + 1], True
+    saved = state.parentType, state.lineMax, state.blkIndent
+    state.parentType, state.lineMax, state.blkIndent = "admonition", last + 1, state.blkIndent + 4
+    state.md.block.tokenize(state, start + 1, last + 1)
+    state.parentType, state.lineMax, state.blkIndent = saved
+    state.push("admonition_close", "div", -1).block = True
+    state.line = last + 1
+    return True
+
+
 @lru_cache(maxsize=4)
 def block_parser(dispatch: bool = True, setext: bool = True) -> MarkdownIt:
-    """The shared CommonMark parser with GFM tables; `dispatch` picks rules by first character,
-    `setext` keeps the setext heading rule (lheading)."""
+    """The shared CommonMark parser with GFM tables and Python-Markdown's indented containers
+    (`_admonition`); `dispatch` picks rules by first character, `setext` keeps the setext
+    heading rule (lheading)."""
     md = MarkdownIt("commonmark").enable("table")
+    md.block.ruler.before("code", "admonition", _admonition)
     if not setext:
         md.disable("lheading")
     if dispatch:

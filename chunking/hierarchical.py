@@ -28,7 +28,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
 
-from chunking.blocks import LITERAL_KINDS, Block, Heading, ParsedDocument
+from chunking.blocks import (
+    FENCE_BODY,
+    FENCE_MARK,
+    INDENTED_CODE,
+    LITERAL_KINDS,
+    TABLE,
+    Block,
+    Heading,
+    ParsedDocument,
+)
 from chunking.record import CHUNKING_FAILED, Chunk, ChunkingError
 from chunking.spans import (
     FENCE_RUN,
@@ -52,7 +61,11 @@ ATOMIC = frozenset(("introduction", "code_example", "table_based", "link_list", 
 _INTRO_TITLES = frozenset(("introduction", "overview"))
 _CODE = frozenset(("fence", "code_block"))
 _LISTS = frozenset(("bullet_list", "ordered_list"))
-_PROSE = frozenset(("paragraph", "blockquote")) | _LISTS
+_PROSE = frozenset(("paragraph", "blockquote", "admonition")) | _LISTS
+# What a line of an admonition (or content tab) weighs as, by its kind; any other line is prose.
+_WEIGHED_AS = MappingProxyType(
+    {FENCE_MARK: "fence", FENCE_BODY: "fence", INDENTED_CODE: "code_block", TABLE: "table"}
+)
 # Same-title and sibling groups relate each section to its nearest BAND members on each side
 # (all of them in any group of up to 2 * BAND + 1), so a file of 10,000 sibling sections stays
 # linear instead of quadratic.
@@ -374,7 +387,9 @@ def classify(
 
     Each block weighs the characters of its lines, indentation and blank lines aside (characters,
     not lines: a prose paragraph is often one long line); link reference definitions weigh
-    nothing. In this order, the first that holds:
+    nothing; an admonition or content tab (`!!! note`, `=== "pip"`) weighs each of its lines by its
+    kind (its fenced code as code, its text as prose), as the same content unindented would. In
+    this order, the first that holds:
     code_example (code is more than half the weight), table_based (tables more than half),
     link_list (lists more than half, at least two list lines with a link, and a link on at
     least half of the lists' non-blank lines), introduction (the document's first section with
@@ -387,7 +402,12 @@ def classify(
         if block.kind == "reference":
             continue  # link reference definitions: where links point, not what a section holds
         lines = [line.strip() for line in doc.lines[block.start_line - 1 : block.end_line]]
-        weight[block.kind] += sum(len(line) for line in lines)
+        if block.kind == "admonition":
+            for number, line in enumerate(lines, block.start_line):
+                kind = _WEIGHED_AS.get(doc.line_kinds[number - 1], block.kind)
+                weight[kind] += len(line)
+        else:
+            weight[block.kind] += sum(len(line) for line in lines)
         if block.kind in _LISTS:
             list_lines += sum(1 for line in lines if line)
             link_lines += bisect_right(lines_with_links, block.end_line) - bisect_left(

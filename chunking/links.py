@@ -175,8 +175,9 @@ def target_paths(link: Link, document_path: str) -> tuple[str, ...]:
 def candidate_paths(url: str, document_path: str, *, page: bool) -> tuple[str, ...]:
     """The corpus paths a relative URL may name, in order of preference: its path as written;
     then, for a `page` link (not an image) whose last name has no extension or that ends with
-    `/` (Docusaurus' `./setup`, MkDocs' `../api/`), `X.md`, `X/index.md` and `X/README.md` (the
-    root folder's `index.md` and `README.md` for `/` or `./` in a root document)."""
+    `/` (Docusaurus' `./setup`, MkDocs' `../api/`), `X.md`, `X.mdx`, `X/index.md`, `X/index.mdx`
+    and `X/README.md` (Docusaurus' pages are MDX as often as markdown; the root folder's
+    `index.md`, `index.mdx` and `README.md` for `/` or `./` in a root document)."""
     path = _url_path(url)
     normal = _normal_path(path, document_path) if path else None
     if normal is None:
@@ -185,8 +186,15 @@ def candidate_paths(url: str, document_path: str, *, page: bool) -> tuple[str, .
     if not page or (extension and not path.endswith("/")):
         return () if normal == "." else (normal,)
     if normal == ".":
-        return ("index.md", "README.md")
-    return (normal, f"{normal}.md", f"{normal}/index.md", f"{normal}/README.md")
+        return ("index.md", "index.mdx", "README.md")
+    return (
+        normal,
+        f"{normal}.md",
+        f"{normal}.mdx",
+        f"{normal}/index.md",
+        f"{normal}/index.mdx",
+        f"{normal}/README.md",
+    )
 
 
 def _url_path(url: str) -> str:

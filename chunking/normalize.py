@@ -1,5 +1,6 @@
 """Decode a source, normalise its line endings and split off front matter (seed 002 section 2):
-YAML between `---` lines, or TOML between `+++` lines (Hugo's).
+YAML between `---` lines, or TOML between `+++` lines (Hugo's), and an MDX module preamble after it
+(`import Tabs from '@theme/Tabs';`, `export const x = 1;`: Docusaurus' pages).
 
 Line numbers stay those of the original file: `NormalizedDocument.lines[n - 1]` is original line n,
 front matter included, and the body starts at `lines[body_start]`.
@@ -31,6 +32,13 @@ _UTF16_BOMS = {b"\xff\xfe": "FF FE", b"\xfe\xff": "FE FF"}
 # opening line: (format, closing lines)
 _FRONT_MATTER = {"---": ("YAML", ("---", "...")), "+++": ("TOML", ("+++",))}
 _TOML_WHERE = re.compile(r" \(at (?:line (\d+), column (\d+)|end of document)\)$")
+# The first line of an MDX ESM block (an `import` or `export` statement at the start of a line), and
+# how an import block ends: its last module name, or a semicolon (a block of imports and exports).
+_ESM_START = re.compile(
+    r"import\s*(?:[\w$]+\s*(?:,|from\b)|[{*'\"])"
+    r"|export\s+(?:const|let|var|function|async|class|default)\b|export\s*[{*]"
+)
+_IMPORT_END = re.compile(r"(?:['\"]|;)[ \t]*$")
 # Front matter bounds: YAML aliases can make a few hundred bytes expand to gigabytes.
 MAX_FRONT_MATTER_CHARS = 65_536  # the YAML or TOML text between the markers
 MAX_FRONT_MATTER_NODES = 100_000  # scalars' characters plus one per node, aliases expanded
@@ -42,7 +50,9 @@ class NormalizedDocument:
     """A decoded source with LF line endings and front matter split off, line numbers kept."""
 
     lines: tuple[str, ...]  # every line of the file (front matter too); lines[n - 1] is line n
-    body_start: int  # index in `lines` of the first body line (= number of front matter lines)
+    # index in `lines` of the first body line: the number of front matter lines, and of the MDX
+    # module preamble's lines after them (`_module_preamble_end`)
+    body_start: int
     front_matter: dict[str, Any] = field(hash=False)
     source_version_id: str  # sha256 hex of the raw source bytes
 
@@ -133,10 +143,32 @@ def normalize(data: bytes | str) -> NormalizedDocument:
     front_matter, body_start = _front_matter(lines)
     return NormalizedDocument(
         lines=lines,
-        body_start=body_start,
+        body_start=_module_preamble_end(lines, body_start),
         front_matter=front_matter,
         source_version_id=hashlib.sha256(raw).hexdigest(),
     )
+
+
+def _module_preamble_end(lines: tuple[str, ...], start: int) -> int:
+    """The index in `lines` after the MDX module preamble that begins at `start` (`start` when
+    there is none): the blocks of lines (up to a blank line) from there on, blank lines between
+    them, that are ESM, as MDX reads them: a first line that starts an `import` or `export`
+    statement (`import Tabs from '@theme/Tabs';`, `export const x = ...`), and for an import a
+    last line ending with a module name or `;`. Such a block renders nothing (MDX compiles it to
+    the page's JavaScript); a page's text starts after them, as after its front matter."""
+    end = line = start
+    while True:
+        while line < len(lines) and not lines[line].strip(" \t"):
+            line += 1
+        stop = line
+        while stop < len(lines) and lines[stop].strip(" \t"):
+            stop += 1
+        first = _ESM_START.match(lines[line]) if line < stop else None
+        if first is None:
+            return end
+        if first.group().startswith("import") and not _IMPORT_END.search(lines[stop - 1]):
+            return end
+        end = line = stop
 
 
 def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:

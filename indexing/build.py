@@ -48,9 +48,9 @@ from indexing.vectors import unit_rows
 # no two different questions of the retrieval benchmark are closer than 11 (README: Retrieval).
 DEFAULT_SIMHASH_K = 6
 PRIMARY_SOURCE = "golden-reference.md"  # seed 000's primary source: it names the topic
-# A docs site's page for its folder (MkDocs' and Docusaurus' index.md, Hugo's _index.md, GitHub's
-# README.md): it names the topic where there is no primary source.
-LANDING_PAGES = ("index.md", "_index.md", "README.md")
+# A docs site's page for its folder (MkDocs' and Docusaurus' index.md, Docusaurus' index.mdx, Hugo's
+# _index.md, GitHub's README.md): it names the topic where there is no primary source.
+LANDING_PAGES = ("index.md", "index.mdx", "_index.md", "README.md")
 DEFAULT_TECHNICAL_TITLES = (
     "quick reference",
     "api reference",

@@ -34,15 +34,24 @@ _CONTAINERS = [
 ]
 
 
+# The first lines of Python-Markdown's indented containers (admonitions, details, content tabs).
+_ADMONITIONS = ['!!! note "Read this"', "??? tip", '???+ warning "Open"', '=== "pip"']
+
+
 @st.composite
 def _block(draw, nested: bool = True) -> str:
-    kind = draw(st.integers(0, 12 if nested else 11))
+    kind = draw(st.integers(0, 13 if nested else 11))
     sentence = draw(_SENTENCE)
     if kind == 12:  # another block inside a block quote or a list item
         first, rest = draw(st.sampled_from(_CONTAINERS))
         inner = draw(_block(nested=False)).split("\n")
         lines = [rest + line if line else rest.rstrip() for line in inner[1:]]
         return "\n".join([first + inner[0], *lines])
+    if kind == 13:  # another block in an admonition or content tab, indented 4 columns
+        inner = draw(_block(nested=False)).split("\n")
+        gap = draw(st.sampled_from(["\n", ""]))
+        body = "\n".join(f"    {line}" if line else "" for line in inner)
+        return f"{draw(st.sampled_from(_ADMONITIONS))}\n{gap}{body}"
     if kind == 0:
         return f"{'#' * draw(st.integers(1, 6))} {sentence}"
     if kind == 1:
@@ -82,8 +91,8 @@ def _block(draw, nested: bool = True) -> str:
 @st.composite
 def markdown_documents(draw) -> str:
     """Random markdown mixing headings, setext headings, fences (closed or not), lists, quotes,
-    tables (with and without outer pipes), indented code and HTML, with CJK words and heading-like
-    lines inside code."""
+    tables (with and without outer pipes), indented code, HTML and MkDocs admonitions, with CJK
+    words and heading-like lines inside code."""
     blocks = draw(st.lists(_block(), max_size=25))
     separator = draw(st.sampled_from(["\n\n", "\n"]))
     return separator.join(blocks) + draw(st.sampled_from(["", "\n"]))

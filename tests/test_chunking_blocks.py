@@ -190,3 +190,57 @@ def test_a_front_matter_title_is_an_implied_h1_where_the_body_has_none(text, imp
     one in a fence or a quote is none) or the title is no string, or blank."""
     doc = parse(normalize(text))
     assert doc.implied == (() if implied is None else (Heading(1, implied),))
+
+
+def test_mkdocs_admonitions_and_content_tabs_are_containers_not_indented_code():
+    """Python-Markdown's `!!! tip`, `??? note` and pymdownx's `=== "pip"` hold markdown indented
+    4 columns (MkDocs, MkDocs Material); CommonMark reads a paragraph, then indented code: the
+    body's prose was INDENTED_CODE, the fence in a tab no fence, and a link in a body no link."""
+    text = (
+        '!!! tip "Use a virtual environment"\n'
+        "\n"
+        "    Create one first; see [venv](venv.md).\n"
+        "\n"
+        '=== "pip"\n'
+        "\n"
+        "    ```sh\n"
+        "    pip install x\n"
+        "    ```\n"
+        "\n"
+        "???+ note\n"
+        "    Open by default.\n"
+        "\n"
+        "        indented code in it\n"
+        "\n"
+        "After.\n"
+    )
+    doc = parse(normalize(text))
+    assert [(b.kind, b.start_line, b.end_line) for b in doc.blocks] == [
+        ("admonition", 1, 3),
+        ("admonition", 5, 9),
+        ("admonition", 11, 14),
+        ("paragraph", 16, 16),
+    ]
+    assert doc.line_kinds[2] == doc.line_kinds[11] == TEXT
+    assert doc.line_kinds[6:9] == bytes([FENCE_MARK, FENCE_BODY, FENCE_MARK])
+    assert doc.line_kinds[13] == INDENTED_CODE  # code inside the admonition: 8 columns
+    assert [(fence.start_line, fence.info) for fence in doc.fences] == [(7, "sh")]
+    assert [(link.line, link.url) for link in doc.links] == [(3, "venv.md")]
+    nested = parse(normalize("- item\n\n    !!! note\n\n        in the item\n"))
+    assert nested.line_kinds[4] == TEXT  # in a list item: 4 columns past the item's content
+
+
+@pytest.mark.parametrize(
+    ("text", "kinds"),
+    [
+        ("Text\n!!! note\n    more\n", ["paragraph"]),  # no blank line: the paragraph goes on
+        ("    !!! note\n\n    body\n", ["code_block"]),  # itself indented 4: code
+        ("!!! note\n\nNot indented.\n", ["admonition", "paragraph"]),  # an empty admonition
+        ("=== not a tab\n", ["paragraph"]),  # a tab's label is quoted
+        ("!!!\n\n    code\n", ["paragraph", "code_block"]),  # no type
+        ("Title\n===\n\n    code\n", ["heading", "code_block"]),  # a setext underline
+        ("- item\n\n    !!! note\n\n        in the item\n", ["bullet_list"]),
+    ],
+)
+def test_only_an_admonitions_first_line_opens_one(text, kinds):
+    assert [b.kind for b in parse(normalize(text)).blocks] == kinds

@@ -55,6 +55,19 @@ def test_title_and_first_section_rules_for_introduction():
     ]
 
 
+def test_an_admonition_is_prose_and_a_content_tab_of_code_is_code():
+    """A section of MkDocs admonitions was code_example (kept whole, no overlap): its body read
+    as indented code. An admonition's lines weigh as their kind: text as prose, fences as code."""
+    tip = "!!! tip\n\n    Keep each project in its own virtual environment, always.\n"
+    tab = '=== "pip"\n\n    ```sh\n    pip install mkdocs-material\n    ```\n'
+    doc = hierarchical(f"# A\n\nIntro.\n\n## Tip\n\n{tip}\n## Install\n\n{tab}")
+    assert [c.content_type for c in doc.chunks] == [
+        "introduction",
+        "descriptive_text",
+        "code_example",
+    ]
+
+
 def test_a_list_without_links_is_descriptive_and_mostly_links_is_a_link_list():
     plain = hierarchical("# A\n\nIntro.\n\n## Steps\n\n- first step\n- second step\n- third\n")
     assert plain.chunks[1].content_type == "descriptive_text"

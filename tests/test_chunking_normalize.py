@@ -221,3 +221,47 @@ def test_utf16_input_is_named_as_utf16(data, says):
         normalize(data)
     assert caught.value.code == CHUNKING_FAILED
     assert says in caught.value.message
+
+
+MDX_PAGE = (
+    "---\ntitle: Installation\n---\n\n"
+    "import Tabs from '@theme/Tabs';\n"
+    "import {useCurrentSidebarCategory} from '@docusaurus/theme-common';\n"
+    "export const Highlight = ({children}) => (\n"
+    '  <span className="hl">{children}</span>\n'
+    ");\n\n"
+    "export const minVersion = '18.0';\n\n"
+    "Install it with npm; Node {minVersion} or newer.\n\n"
+    "## Verify\n\nRun `npx skyhook --version`.\n\n"
+    "export const later = 1;\n"
+)
+
+
+@pytest.mark.parametrize("strategy", ["semantic", "structural", "headers", "hierarchical"])
+def test_an_mdx_module_preamble_is_no_text_of_the_page(strategy):
+    """Docusaurus' `import Tabs from '@theme/Tabs';` and `export const` lines after the front
+    matter render nothing (MDX compiles them to the page's JavaScript); they were the first
+    chunk's first lines, embedded and shown as its text. The page's text starts after them, as
+    after its front matter; line numbers stay the file's, and ESM further down is left as text."""
+    source = normalize(MDX_PAGE)
+    assert source.body_start == 11
+    assert source.lines[source.body_start + 1].startswith("Install it")
+    options = {"keep_short_tail": True} if strategy == "semantic" else {}
+    chunks = chunk_source(MDX_PAGE, strategy=strategy, **options).chunks
+    assert chunks[0].start_line == 13
+    assert not any("@theme" in c.text or "minVersion = " in c.text for c in chunks)
+    assert "export const later = 1;" in chunks[-1].text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "import data from your old site first.\n\nThen run it.\n",  # prose: no module name
+        "Text first.\n\nimport Tabs from '@theme/Tabs';\n",  # not before the page's text
+        "    import Tabs from '@theme/Tabs';\n",  # indented: code
+        "```js\nimport Tabs from '@theme/Tabs';\n```\n",
+        "exporting things\n",
+    ],
+)
+def test_only_esm_before_the_pages_text_is_a_module_preamble(text):
+    assert normalize(text).body_start == 0

@@ -316,10 +316,31 @@ def test_links_without_an_extension_or_to_a_folder_resolve_to_the_page_they_name
     assert target_paths(chunk.links[0], "docs/a.md") == (
         "docs/setup",
         "docs/setup.md",
+        "docs/setup.mdx",
         "docs/setup/index.md",
+        "docs/setup/index.mdx",
         "docs/setup/README.md",
     )
     assert target_paths(chunk.links[-1], "docs/a.md") == ("docs/img",)
+
+
+def test_links_without_an_extension_resolve_to_docusaurus_mdx_pages():
+    """Docusaurus' `./install` names `install.mdx` as often as `install.md`, and a folder's page
+    may be `index.mdx`: with `sources.globs: ["*.md", "*.mdx"]` such links had no
+    target_document. A `.md` page still comes first."""
+    corpus = frozenset(
+        {"docs/install.mdx", "docs/guides/index.mdx", "index.mdx", "docs/both.md", "docs/both.mdx"}
+    )
+    urls = {
+        "./install": "docs/install.mdx",
+        "./guides/": "docs/guides/index.mdx",
+        "./guides#top": "docs/guides/index.mdx",
+        "/": "index.mdx",
+        "./both": "docs/both.md",
+    }
+    text = "# T\n\n" + "".join(f"[{i}]({url})\n" for i, url in enumerate(urls))
+    (chunk,) = chunk_document(text, document_path="docs/a.mdx", corpus_paths=corpus)
+    assert {link.url: link.target_document for link in chunk.links} == urls
 
 
 @pytest.mark.parametrize(

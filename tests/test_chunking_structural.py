@@ -59,6 +59,24 @@ def test_boundaries_of_section_4(minilm):
     assert all(c.token_count == minilm.count(c.text) for c in doc.chunks)
 
 
+def test_an_admonitions_title_line_stays_with_its_body():
+    """MkDocs' `!!! tip "Title"` and `=== "pip"` lines were chunks of their own (7 to 12 tokens)
+    and each body a chunk of indented code: the body read as indented code stood alone (seed 002
+    section 4.1), apart from its title. An admonition is prose; a tab of code is code."""
+    text = (
+        "# Setup\n\n"
+        '!!! tip "Use a virtual environment"\n\n'
+        "    Create one with `python -m venv venv` and activate it.\n\n"
+        '=== "pip"\n\n'
+        "    ```sh\n    pip install mkdocs-material\n    ```\n"
+    )
+    (chunk,) = structural(text).chunks
+    assert chunk.text == text.rstrip("\n")
+    assert chunk.chunk_path == "# Setup"  # no "> code"
+    (tab,) = structural('=== "pip"\n\n    ```sh\n    pip install x\n    ```\n').chunks
+    assert tab.is_code and tab.content_type == "code"
+
+
 def test_chunk_path_names_the_header_path_without_attribute_lists():
     # mkdocs anchors (every FastAPI heading has one) and an empty heading: chunk_path held the
     # headings as written ('# Guide { #guide } > ## Setup { #setup } > code', '#'), so it did

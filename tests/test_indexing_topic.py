@@ -464,6 +464,14 @@ def test_a_landing_page_names_the_topic_where_there_is_no_golden_reference():
     assert title(background, index, with_h1(SOURCE, "Golden")) == "Golden"
 
 
+def test_a_docusaurus_index_mdx_names_its_topic():
+    """Docusaurus' folder page is as often `index.mdx`: the first source by name (`a.mdx`) titled
+    the topic."""
+    first = with_h1(f"{TOPIC}/a.mdx", "A Page")
+    landing = with_h1(f"{TOPIC}/index.mdx", "Guides")
+    assert build_topic(topic_input(TOPIC, [first, landing]), IndexSettings()).title == "Guides"
+
+
 def test_a_source_without_chunks_does_not_take_the_first_sources_turn_at_the_title():
     """The title falls to the first source with chunks: an empty file or a left-out draft first
     in source order gave the topic its folder's name though a later page had an H1. A landing
