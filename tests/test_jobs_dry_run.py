@@ -459,18 +459,18 @@ def test_sources_exclude_leaves_paths_out_of_the_listing(tmp_path, capsys):
     assert summary["sources"] == "1" and "chunk t/a.md" in actions
 
 
-def test_more_cpu_embedding_actors_than_cpus_are_refused_before_ray_starts(tmp_path, capsys):
+def test_more_cpu_embedding_actors_than_cpus_are_refused_before_ray_starts(tmp_path):
     """`resources.embed.actors: 10000` on a 2-CPU machine (a CPU pool's actors reserve no CPU):
     Ray started process after process, each loading the model, the machine thrashed and no source
-    was chunked in 100 s. Now exit 2 naming the key and the CPUs, dry run and build; one actor per
-    CPU is accepted."""
+    was chunked in 100 s. Now exit 2 naming the key and the CPUs, in the dry run (and the build,
+    once its Ray has started); one actor per CPU is accepted."""
     output = tmp_path / "out"
-    base = ["--config", CONFIG, "--input", str(CORPUS), "--output", str(output)]
-    base += ["--set", "resources.num_cpus=2", "--dry-run"]
+    two = ["--set", "resources.num_cpus=2", "--dry-run"]
+    pools = ("actors=3", "max_actors=5", "actors=2")
+    runs = [[*two, "--set", f"resources.embed.{pool}"] for pool in pools]
+    done = builds_in_a_fresh_process(output, runs)
+    assert "ray initialised: False codes: [2, 2, 0]" in done.stdout, done.stderr
     for key, count in (("actors", 3), ("max_actors", 5)):
-        assert main([*base, "--set", f"resources.embed.{key}={count}"]) == 2
-        said = capsys.readouterr().err
         needs = f"resources.embed.{key} {count} asks for more CPU embedding actors than the 2 CPUs"
-        assert needs in said and "set at most 2, or null" in said, said
-    assert main([*base, "--set", "resources.embed.actors=2"]) == 0
+        assert needs in done.stderr and "set at most 2, or null" in done.stderr, done.stderr
     assert not output.exists()
