@@ -3,13 +3,15 @@ settings key and the plan (`jobs.plan`), and whether the embedding model can loa
 listing, the manifest, the model's config.json (its tokenizer.json too, given a max_length),
 what names the version of its files (`embedding.models.model_digest`: a local model's files
 hashed, a remote one's listing), the chunker's tokenizer, and the sources that the listing says
-changed at the size they had (`restamped`), nothing else."""
+changed at the size they had and the qa-pairs.md and keywords files never hashed
+(`restamped`), nothing else."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import tokenizers
@@ -26,6 +28,7 @@ from jobs.plan import (
     KEEP,
     RELINK,
     Plan,
+    compared_file,
     excluded,
     keep_directory,
     make_plan,
@@ -311,39 +314,57 @@ RESTAMP_BATCH_BYTES = 64 * 2**20
 
 
 def restamped(
-    listing: list[FileInfo | SkippedLink], previous: Manifest, source: Storage
-) -> list[FileInfo | SkippedLink]:
-    """The listing, each source whose fingerprint differs from the previous run's while its size
-    and bytes do not (read and hashed to tell) given the previous run's fingerprint back: such a
-    source is unchanged, and its topic kept. A fresh clone or copy of the input (`git clone` in a
-    scheduled job, `cp -r`, `rsync` without `-t`) gives every file a new modification time: each
-    topic was rebuilt, every source read, chunked and written again, and reported changed."""
-    suspects = [
+    listing: list[FileInfo | SkippedLink],
+    previous: Manifest,
+    source: Storage,
+    compared: Callable[[str], bool],
+) -> tuple[list[FileInfo | SkippedLink], dict[str, tuple[str, str]]]:
+    """The listing, each file whose fingerprint differs from the previous run's while its size
+    and bytes do not (read and hashed to tell) given the previous run's fingerprint back, and the
+    manifest's `stamps` for it: such a file is unchanged, and its topic kept. A fresh clone or
+    copy of the input (`git clone` in a scheduled job, `cp -r`, `rsync` without `-t`) gives every
+    file a new modification time: each topic was rebuilt, every source read, chunked and written
+    again, and reported changed.
+
+    A source is told by its manifest entry (fingerprint and sha256); the other files the plan
+    compares (`compared`: qa-pairs.md, keywords files) by their stamp, (fingerprint, sha256),
+    made here for each one whose fingerprint has none (read and hashed)."""
+    files = {f.path: f for f in listing if isinstance(f, FileInfo)}
+    known = {p: (e.fingerprint, e.sha256) for p, e in previous.sources.items() if e.sha256}
+    others = {path for path in files if compared(path)}
+    stamps = {p: previous.stamps[p] for p in others if p in previous.stamps}
+    known |= stamps
+    to_read = [
         f
-        for f in listing
-        if isinstance(f, FileInfo)
-        and (entry := previous.sources.get(f.path)) is not None
-        and entry.sha256
-        and entry.fingerprint != f.fingerprint
-        and fingerprint_size(entry.fingerprint) == str(f.size)
+        for f in files.values()
+        if (f.path in known or f.path in others)
+        and f.fingerprint != known.get(f.path, ("", ""))[0]
+        and (f.path in others or fingerprint_size(known[f.path][0]) == str(f.size))
     ]
     same: dict[str, str] = {}  # path -> the version the previous run listed
-    for batch in _batches(suspects, RESTAMP_BATCH_BYTES):
+    for batch in _batches(to_read, RESTAMP_BATCH_BYTES):
         for path, data in source.read_many(batch).items():
-            entry = previous.sources[path]
-            if isinstance(data, bytes) and hashlib.sha256(data).hexdigest() == entry.sha256:
-                same[path] = entry.fingerprint.partition(":")[2]
+            if not isinstance(data, bytes):
+                stamps.pop(path, None)  # the build fails to read it too
+                continue
+            digest = hashlib.sha256(data).hexdigest()
+            fingerprint, sha256 = known.get(path, ("", ""))
+            if digest == sha256 and fingerprint_size(fingerprint) == str(files[path].size):
+                same[path] = fingerprint.partition(":")[2]
+            elif path in others:
+                stamps[path] = (files[path].fingerprint, digest)
     if same:
         log.info(
-            "%d of the %d sources listed with a new modification time or ETag have the same bytes "
+            "%d of the %d files listed with a new modification time or ETag have the same bytes "
             "as in the last run (a fresh clone or copy of the input?): unchanged",
             len(same),
-            len(suspects),
+            len(to_read),
         )
-    return [
+    restored = [
         replace(f, version=same[f.path]) if isinstance(f, FileInfo) and f.path in same else f
         for f in listing
     ]
+    return restored, stamps
 
 
 def _batches(files: list[FileInfo], most: int) -> list[list[str]]:
@@ -363,8 +384,8 @@ def _batches(files: list[FileInfo], most: int) -> list[list[str]]:
 def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discovery:
     """Read the previous manifest and the model's version (`model_version`), and plan the run
     from the input's listing (and whether the topics it would keep still have their files:
-    `topics_missing_files`; the bytes of sources listed as changed at their previous size:
-    `restamped`; reads nothing else);
+    `topics_missing_files`; the bytes of files listed as changed at their previous size, and of
+    qa-pairs.md and keywords files never hashed: `restamped`; reads nothing else);
     `EmptyInput` when the listing holds no source and the output some, `TooManyDeleted` past
     `sources.max_deleted_fraction`."""
     output = output_storage(config)
@@ -380,8 +401,12 @@ def discover(config: JobConfig, listing: list[FileInfo | SkippedLink]) -> Discov
     check_tokenizer(config)
     config_key = settings_key(config, model_version(config))
     separate = config.output != config.input
-    listing = restamped(listing, previous, input_storage(config))
-    plan = make_plan(listing, previous, config_key, config.sources.globs, separate=separate)
+    globs = config.sources.globs
+    listing, stamps = restamped(
+        listing, previous, input_storage(config), lambda p: compared_file(p, globs, separate)
+    )
+    plan = make_plan(listing, previous, config_key, globs, separate=separate)
+    plan = replace(plan, stamps=stamps)
     check_shared_folders(config, plan)
     plan = rebuilding(plan, topics_missing_files(output, plan, previous), previous)
     check_deletions(config, plan, previous)

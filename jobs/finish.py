@@ -148,6 +148,7 @@ def finish(
         topics=topics,
         directories=tuple(sorted(plan.directories)),
         simhash_files=tuple(sorted(tables)),
+        stamps=plan.stamps,
     )
     return manifest, failures
 

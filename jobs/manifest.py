@@ -103,6 +103,11 @@ class Manifest:
     topics: dict[str, TopicEntry] = field(default_factory=dict)
     directories: tuple[str, ...] = ()
     simhash_files: tuple[str, ...] = ()
+    # path -> (fingerprint, sha256) of each file the plan compares that is no source (a topic's
+    # qa-pairs.md, a keywords file, a separate output's input topic-spec.md): `jobs.discovery.
+    # restamped` tells a new fingerprint of the same bytes by them. Optional: a reader of format
+    # 5 without them ignores them, and a manifest without them has them hashed once.
+    stamps: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         """Deterministic JSON bytes (sorted keys)."""
@@ -114,6 +119,8 @@ class Manifest:
             "directories": list(self.directories),
             "simhash_files": list(self.simhash_files),
         }
+        if self.stamps:  # only then: a corpus without such files keeps its manifest's bytes
+            data["stamps"] = {p: list(stamp) for p, stamp in sorted(self.stamps.items())}
         # Compact: an indent makes json use its pure-Python encoder, which on all of tldr-pages
         # (38k sources) took 1.2 s and 48 MB of transient memory, against 0.4 s and 17 MB.
         return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
@@ -140,6 +147,7 @@ class Manifest:
                     topics={t: TopicEntry.from_dict(e) for t, e in raw["topics"].items()},
                     directories=tuple(raw["directories"]),
                     simhash_files=tuple(raw["simhash_files"]),
+                    stamps={p: (s[0], s[1]) for p, s in raw.get("stamps", {}).items()},
                 )
             except (KeyError, TypeError, ValueError, AttributeError):  # damaged
                 pass

@@ -20,7 +20,7 @@ import hashlib
 import json
 import posixpath
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from indexing import group_sources, nearest_keywords_path
 from indexing.paths import TOPIC_SPEC, shared_stems, source_stem
@@ -67,6 +67,8 @@ class Plan:
     skipped: tuple[dict[str, str], ...] = ()
     settled: tuple[dict[str, str], ...] = ()  # report failures of files not read again
     unmatched: tuple[str, ...] = ()  # files named like markdown that no glob makes a source
+    # the manifest's `stamps` for this run's listing (`jobs.discovery.restamped`)
+    stamps: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def conflicts(self) -> tuple[dict[str, str], ...]:
@@ -84,6 +86,15 @@ def keep_directory(name: str) -> bool:
 def _is_keywords_file(path: str) -> bool:
     """Whether a corpus-relative path is a `_keywords/words.md` (of the root or of a folder)."""
     return path == KEYWORDS_FILE or path.endswith("/" + KEYWORDS_FILE)
+
+
+def compared_file(path: str, globs: tuple[str, ...], separate: bool) -> bool:
+    """Whether the plan compares a listed file that is no source: a qa-pairs.md, a keywords
+    file, and in a `separate` output an input's topic-spec.md (in place it is the output's)."""
+    name = posixpath.basename(path)
+    return not is_source(path, globs) and (
+        name == QA_PAIRS or _is_keywords_file(path) or (separate and name == TOPIC_SPEC)
+    )
 
 
 def _would_be_read(path: str, globs: tuple[str, ...]) -> bool:

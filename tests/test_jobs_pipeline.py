@@ -659,10 +659,11 @@ def test_a_fresh_copy_of_the_input_rebuilds_nothing_and_an_edit_of_the_same_size
 ):
     """A fresh clone or copy of the input (the same bytes, new modification times: a scheduled
     job's `git clone`) rebuilt every topic, read, chunked and wrote every source again, and
-    reported each changed. Its sources are read and hashed on the driver: the same bytes are
-    unchanged, and nothing is rebuilt or written. A source edited to its size is still seen."""
+    reported each changed. Its sources (and qa-pairs.md) are read and hashed on the driver: the
+    same bytes are unchanged, and nothing is rebuilt or written. A source or qa-pairs.md edited
+    to its size is still seen."""
     pages = {f"{topic}/{name}.md": retry_page(name) for topic, name in (("t", "a"), ("u", "c"))}
-    pages["u/empty.md"] = ""  # hashed too
+    pages |= {"u/empty.md": "", "t/qa-pairs.md": QA_PAGE}  # hashed too; a file no source
     docs, clone, out = tmp_path / "docs", tmp_path / "clone", tmp_path / "out"
     write_pages(docs, pages)
     cache = cache_copy(small_vectors, tmp_path)
@@ -676,7 +677,7 @@ def test_a_fresh_copy_of_the_input_rebuilds_nothing_and_an_edit_of_the_same_size
     report = report_of(out)
     assert (report["sources"]["changed"], report["sources"]["unchanged"]) == (0, 3)
     assert report["topics"]["rebuilt"] == 0
-    assert "3 of the 3 sources listed with a new modification time or ETag have the same" in (
+    assert "4 of the 4 files listed with a new modification time or ETag have the same" in (
         caplog.text
     )
     assert {p: p.stat().st_mtime_ns for p in written} == written  # nothing written again
@@ -684,7 +685,12 @@ def test_a_fresh_copy_of_the_input_rebuilds_nothing_and_an_edit_of_the_same_size
     assert build("--input", str(clone), "--output", str(out), *cache) == 0
     report = report_of(out)
     assert (report["sources"]["changed"], report["topics"]["rebuilt"]) == (1, 1)
-    write_pages(docs, {"t/a.md": retry_page("b")})
+    edited = {"t/qa-pairs.md": QA_PAGE.replace("five", "nine")}
+    write_pages(clone, edited)
+    assert build("--input", str(clone), "--output", str(out), *cache) == 0
+    report = report_of(out)
+    assert (report["sources"]["changed"], report["topics"]["rebuilt"]) == (0, 1)
+    write_pages(docs, {"t/a.md": retry_page("b"), **edited})
     assert build("--input", str(docs), "--output", str(tmp_path / "fresh"), *cache) == 0
     assert outputs(out) == outputs(tmp_path / "fresh")
 

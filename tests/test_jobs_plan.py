@@ -238,6 +238,10 @@ def test_manifest_round_trips_through_json():
     assert Manifest.from_json(unknown.to_json()) == unknown
     assert Manifest.from_json(None) == Manifest()
     assert Manifest.from_json(b'{"format": 0}') == Manifest()
+    # stamps (qa-pairs.md, keywords files) only where there are some: the same bytes without
+    stamped = replace(manifest, stamps={"t/qa-pairs.md": ("12:34.5", "ab" * 32)})
+    assert Manifest.from_json(stamped.to_json()) == stamped
+    assert b'"stamps"' in stamped.to_json() and b'"stamps"' not in manifest.to_json()
 
 
 def test_a_topic_is_rebuilt_when_a_path_its_links_name_becomes_a_source_or_stops_being_one():
