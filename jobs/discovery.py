@@ -334,13 +334,18 @@ def restamped(
     others = {path for path in files if compared(path)}
     stamps = {p: previous.stamps[p] for p in others if p in previous.stamps}
     known |= stamps
-    to_read = [
-        f
-        for f in files.values()
-        if (f.path in known or f.path in others)
-        and f.fingerprint != known.get(f.path, ("", ""))[0]
-        and (f.path in others or fingerprint_size(known[f.path][0]) == str(f.size))
-    ]
+
+    def to_hash(file: FileInfo) -> bool:
+        """A compared file without its stamp, or a file listed otherwise than last time (a
+        source at the size it had: one of another size has changed, and is read anyway)."""
+        if file.path not in known:
+            return file.path in others
+        fingerprint = known[file.path][0]
+        return file.fingerprint != fingerprint and (
+            file.path in others or fingerprint_size(fingerprint) == str(file.size)
+        )
+
+    to_read = [f for f in files.values() if to_hash(f)]
     same: dict[str, str] = {}  # path -> the version the previous run listed
     for batch in _batches(to_read, RESTAMP_BATCH_BYTES):
         for path, data in source.read_many(batch).items():
