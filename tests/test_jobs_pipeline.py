@@ -475,12 +475,6 @@ def edit_one_section(corpus: Path) -> None:
     )
 
 
-def touch(path: Path) -> None:
-    """Move a file's modification time a second on, its bytes kept: changed to a build."""
-    touched = path.stat()
-    os.utime(path, ns=(touched.st_atime_ns, touched.st_mtime_ns + 10**9))
-
-
 def shard_rows(output: Path, kind: str, topic_slug: str) -> list[dict]:
     return pq.read_table(output / "_index" / kind / f"{topic_slug}.parquet").to_pylist()
 
@@ -560,13 +554,15 @@ def test_incremental_runs_in_place(local_output, tmp_path):
     assert sorted(fresh) == sorted(after_edit)
     assert [p for p in fresh if fresh[p] != after_edit[p]] == []
 
-    # Unreadable previous tables: in a rebuilt topic (one source's mtime changed, not its bytes)
-    # the unchanged sources are read and chunked again, no failure.
+    # Unreadable previous tables: in a rebuilt topic (its index.json gone, no source changed)
+    # the unchanged sources are read and chunked again, no failure. (A source whose modification
+    # time alone changed is unchanged: `jobs.discovery.restamped`.)
     (corpus / "_index" / "chunks" / SHARD).write_bytes(b"not parquet")
-    touch(corpus / GOLDEN / "converters.md")
+    (corpus / GOLDEN / "index.json").unlink()
     assert build("--input", str(corpus)) == 3
     report = report_of(corpus)
-    assert report["sources"]["changed"] == 1 and report["chunks"]["embedded"] == 0
+    assert report["topics"]["rebuilt"] == 1
+    assert report["sources"]["changed"] == 0 and report["chunks"]["embedded"] == 0
     assert report["sources"]["carried"] == 0 and report["sources"]["chunked"] == 2  # 1 failed
     # Every chunk was in the cache: the actor never loaded the model (on a CPU its cache keys
     # come from the model's files).
@@ -982,7 +978,8 @@ def test_a_build_on_an_output_another_build_holds_exits_75_and_changes_nothing(
     docs, out = built_one_source(tmp_path, small_vectors)
     lock_file = out / "_reindex" / "build.lock"
     assert lock_file.read_bytes() == b""  # a finished build's lock names no one
-    touch(docs / "t" / "a.md")  # a topic to rebuild, whose vectors are cached: no model to load
+    # new bytes whose vectors are cached: a topic to rebuild, and no model to load
+    (docs / "t" / "a.md").write_text(retry_page("b"))
 
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_LOCK, str(out)],
