@@ -16,7 +16,7 @@ from ray._private import services
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from jobs.config import JobConfig
+from jobs.config import JobConfig, ResourcesConfig
 from jobs.known import KnownFailure
 from jobs.landmarks import Landmark, NotTheDriversFolder, check_landmarks
 from jobs.resources import describe_resources, infeasible, too_many_actors
@@ -254,6 +254,15 @@ def check_ray_folder(folder: str, min_free: int = RAY_FOLDER_MIN_FREE) -> None:
 def node_gpu_counts() -> tuple[float, ...]:
     """The GPUs of each live node of the Ray instance this process is connected to."""
     return tuple(float(node["Resources"].get("GPU", 0.0)) for node in _live_nodes())
+
+
+def waiting_note(resources: ResourcesConfig) -> str:
+    """For a progress line of a build on a cluster that may grow: "; waiting for a node: …" naming
+    what no live node can hold (an embedding actor's GPU on a cluster whose GPU nodes have not
+    joined, or are gone), else "". The build waits for such a node: its progress said "0 chunks
+    embedded" and no more, a warning at its start the only word of the wait."""
+    missing = infeasible(resources, [node["Resources"] for node in _live_nodes()])
+    return f"; waiting for a node: {'; '.join(missing)}" if missing else ""
 
 
 def _live_nodes() -> list[dict]:

@@ -32,7 +32,7 @@ from jobs.discovery import (
 )
 from jobs.finish import finish, index_settings
 from jobs.landmarks import Landmark, landmarks
-from jobs.local_ray import node_gpu_counts, start_ray
+from jobs.local_ray import node_gpu_counts, start_ray, waiting_note
 from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.path_set import PathSet
@@ -284,7 +284,8 @@ def build_topics(
     first_pool = None
 
     def status() -> str:
-        return progress_line(ray.get(collector.progress.remote()), goal, time.time())
+        line = progress_line(ray.get(collector.progress.remote()), goal, time.time())
+        return line + (waiting_note(config.resources) if grows else "")
 
     try:
         with Heartbeat(status):

@@ -141,16 +141,20 @@ def test_a_stage_the_local_instance_cannot_hold_fails_the_build_at_once(
 JOIN = """
 import logging, sys
 from jobs.config import load_config
-from jobs.local_ray import start_ray
+from jobs.local_ray import start_ray, waiting_note
 
 logging.basicConfig(level=logging.INFO)
-joined = start_ray(load_config(sys.argv[1], overrides={"input": "."}, settings=sys.argv[2:]))
+config = load_config(sys.argv[1], overrides={"input": "."}, settings=sys.argv[2:])
+joined = start_ray(config)
+print(waiting_note(config.resources))  # what the build's progress lines add while it waits
 sys.exit(0 if joined else 5)  # a joined cluster may grow: a GPU pool then grows with it
 """
 
 
 def test_a_stage_no_node_of_a_joined_cluster_can_hold_is_a_warning(ray_session):
-    """A cluster may grow (its autoscaler adds nodes): the build waits for one, and says so."""
+    """A cluster may grow (its autoscaler adds nodes): the build waits for one, and says so at
+    its start and in each progress line while no node can hold the stage (its progress said "0
+    chunks embedded" and no more, waiting for a GPU node that never joined)."""
     import ray
 
     # this process's RAY_AUTH_MODE: the child must authenticate as the session's Ray expects
@@ -167,6 +171,8 @@ def test_a_stage_no_node_of_a_joined_cluster_can_hold_is_a_warning(ray_session):
         "cluster has that: the build waits until the autoscaler adds one"
     )
     assert warning in done.stderr, done.stderr[-3000:]
+    waiting = "a topic's reduce (resources.index) asks for 512 CPUs and no GPU"
+    assert done.stdout.strip() == f"; waiting for a node: {waiting}"
 
 
 def test_a_nodes_check_that_hangs_is_a_warning(ray_session, tmp_path, monkeypatch):
