@@ -372,24 +372,39 @@ def chunk_notes(chunks: dict[str, Any]) -> list[str]:
     notes = []
     if truncated := chunks.get("truncated"):
         notes.append(
-            f"  note:    {truncated} chunks were longer than the model's window: their ends are "
-            "not in their vectors (a smaller chunking.options.max_tokens, as configs/local.yaml "
-            "sets, keeps them whole)"
+            f"  note:    {counted(truncated, 'chunk')} {_were(truncated)} longer than the model's "
+            + (
+                "window: its end is not in its vector (a smaller chunking.options.max_tokens, as "
+                "configs/local.yaml sets, keeps it whole)"
+                if truncated == 1
+                else "window: their ends are not in their vectors (a smaller "
+                "chunking.options.max_tokens, as configs/local.yaml sets, keeps them whole)"
+            )
         )
     if tails := chunks.get("skipped_tail"):
         tokens = chunks.get("skipped_tokens")  # absent from reports before 2026-11-22 21:12
+        sections = (
+            "1 source's short final section"
+            if tails == 1
+            else (f"{tails} sources' short final sections")
+        )
+        size = "" if tokens is None else f"{counted(tokens, 'token')}; "
         notes.append(
-            f"  note:    {tails} sources' short final sections were skipped "
-            f"({'' if tokens is None else f'{tokens} tokens; '}seed 003's final-chunk rule: "
-            "chunking.options.keep_short_tail: true keeps them)"
+            f"  note:    {sections} {_were(tails)} skipped ({size}seed 003's final-chunk rule: "
+            f"chunking.options.keep_short_tail: true keeps {'it' if tails == 1 else 'them'})"
         )
     if drafts := chunks.get("skipped_drafts"):
         notes.append(
-            f"  note:    {counted(drafts, 'draft')} {'was' if drafts == 1 else 'were'} left out "
+            f"  note:    {counted(drafts, 'draft')} {_were(drafts)} left out "
             "(front matter draft: true or published: false: pages their site does not show; "
             "sources.include_drafts: true indexes them)"
         )
     return notes
+
+
+def _were(count: int) -> str:
+    """The verb for `count` things: "1 draft was", "2 drafts were"."""
+    return "was" if count == 1 else "were"
 
 
 def unmatched_lines(report: dict[str, Any]) -> list[str]:

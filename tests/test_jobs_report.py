@@ -161,10 +161,17 @@ def test_chunks_truncated_or_final_sections_skipped_get_a_note_in_the_summary(bu
     )
 
 
-def test_one_draft_left_out_is_noted_in_the_singular():
-    """A docs tree with one draft page said '1 drafts were left out' in the build's summary."""
+def test_one_of_a_kind_is_noted_in_the_singular():
+    """A docs tree with one draft page said '1 drafts were left out' in the build's summary; one
+    long chunk, '1 chunks were longer …', and one skipped tail '1 sources' short final sections
+    were skipped (1 tokens; …'."""
     assert chunk_notes({"skipped_drafts": 1})[0].startswith("  note:    1 draft was left out (")
     assert chunk_notes({"skipped_drafts": 3})[0].startswith("  note:    3 drafts were left out (")
+    [long, tail] = chunk_notes({"truncated": 1, "skipped_tail": 1, "skipped_tokens": 1})
+    assert long.startswith("  note:    1 chunk was longer than the model's window: its end is ")
+    assert long.endswith("keeps it whole)")
+    one = "  note:    1 source's short final section was skipped (1 token; seed 003's"
+    assert tail.startswith(one) and tail.endswith("keep_short_tail: true keeps it)")
 
 
 def test_the_stages_figures_say_which_way_efficiency_goes_and_an_unknown_rate_is_na(built):
