@@ -383,11 +383,8 @@ def chunk_notes(chunks: dict[str, Any]) -> list[str]:
         )
     if tails := chunks.get("skipped_tail"):
         tokens = chunks.get("skipped_tokens")  # absent from reports before 2026-11-22 21:12
-        sections = (
-            "1 source's short final section"
-            if tails == 1
-            else (f"{tails} sources' short final sections")
-        )
+        one = "1 source's short final section"
+        sections = one if tails == 1 else f"{tails} sources' short final sections"
         size = "" if tokens is None else f"{counted(tokens, 'token')}; "
         notes.append(
             f"  note:    {sections} {_were(tails)} skipped ({size}seed 003's final-chunk rule: "
