@@ -5,7 +5,10 @@ chunking needs, and skipping inline parsing makes the parse several times cheape
 nested in containers (`> # x`, `- # x`) are part of their container; only top-level blocks
 are listed. Python-Markdown's indented containers (MkDocs and MkDocs Material: admonitions
 `!!! note`, collapsible blocks `??? tip`, content tabs `=== "pip"`) are containers too
-(`_admonition`), not a title line followed by indented code.
+(`_admonition`), not a title line followed by indented code, and so are colon fences (MyST's
+`:::{tip}`, VitePress' `::: warning`, Docusaurus' `:::note`; `_colon_fence`). A MyST directive of
+markdown content written as a fence (```{note}) stays a fence whose lines are of its content's
+kinds (`MARKDOWN_DIRECTIVES`), and a MyST target line (`(label)=`) is part of the heading it labels.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from operator import attrgetter
 
@@ -35,11 +38,16 @@ _LITERAL_TOKENS = frozenset(("fence", "code_block", "table_open"))  # tokens of 
 NOT_SPACE = re.compile(r"\S")  # what `str.strip` keeps (both read `str.isspace`)
 _QUOTE_BEFORE_LIST = re.compile(r">(?=[^\s>])")  # a quote marker with no space after it
 _START_LINE = attrgetter("start_line")
+_NEWLINE = re.compile("\n")
+# A MyST target line, `(label)=`: a label for cross-references to the block after it.
+_TARGET = re.compile(r"[ \t]{0,3}\([^()\s]+\)=[ \t]*")
 
 
 # A trailing attribute list (mkdocs attr_list, Pandoc): `{ #anchor .class key=value }`.
 _ATTRIBUTE = r"(?:[#.][\w:-]+|[\w-]+=\S+)"
 _ATTRIBUTE_LIST = re.compile(rf"\s*\{{\s*{_ATTRIBUTE}(?:\s+{_ATTRIBUTE})*\s*\}}\s*$")
+# Trailing self-closing tags: VitePress' `<Badge type="tip" text="v2.0" />`, an MDX component.
+_TRAILING_TAGS = re.compile(r"(?:\s*<[A-Za-z][\w.:-]*(?:\s[^<>]*)?/>)+\s*$")
 
 
 @dataclass(frozen=True)
@@ -56,14 +64,16 @@ class Heading:
 
     @property
     def title(self) -> str:
-        """The text without a trailing attribute list (see `heading_title`)."""
+        """The text without a trailing attribute list or badge (see `heading_title`)."""
         return heading_title(self.text)
 
 
 def heading_title(text: str) -> str:
-    """A heading's text without a trailing attribute list: `First Steps { #first-steps }` is
-    titled `First Steps` (chunk text keeps the heading as written)."""
-    return _ATTRIBUTE_LIST.sub("", text)
+    """A heading's text without a trailing attribute list, `First Steps { #first-steps }` titled
+    `First Steps`, then without trailing self-closing tags where text is left, `Options <Badge
+    text="beta" />` titled `Options` (chunk text keeps the heading as written)."""
+    text = _ATTRIBUTE_LIST.sub("", text)
+    return _TRAILING_TAGS.sub("", text) or text
 
 
 @dataclass(frozen=True)
@@ -71,8 +81,9 @@ class Block:
     """One top-level block; lines are 1-based, inclusive, in the original file."""
 
     # heading, paragraph, fence, code_block, bullet_list, ordered_list, table, blockquote,
-    # admonition (an indented container, see `_admonition`), html_block, hr or reference (link
-    # reference definitions)
+    # admonition (an indented container, see `_admonition`, a colon fence, `_colon_fence`, or a
+    # MyST directive of markdown content, `MARKDOWN_DIRECTIVES`), html_block, hr or reference
+    # (link reference definitions)
     kind: str
     start_line: int
     end_line: int
@@ -116,6 +127,7 @@ _FIRST_CHARS = {
     "html_block": "<",
     "heading": "#",
     "admonition": "!?=",
+    "colon_fence": ":",
 }
 
 
@@ -166,6 +178,119 @@ def _admonition(state, start: int, end: int, silent: bool) -> bool:
     return True
 
 
+# MyST directives whose content is markdown (admonitions, version notes, sphinx-design's tabs,
+# cards and dropdowns, docutils' body elements, Jupyter Book's exercises). Written as a fence with
+# a braced info string (```{note}), such a directive stays a fence (cut, closed and reopened as
+# one), but its lines are of the kinds of its content read as markdown (`_mark`, `_links`): a
+# note is text, a code fence in a tab-item code. Any other directive (```{code-block} python,
+# ```{code-cell}, ```{math}, ```{eval-rst}, an unknown name) is a fence of code.
+MARKDOWN_DIRECTIVES = frozenset(
+    (
+        "admonition attention caution danger error hint important note seealso tip todo warning "
+        "versionadded versionchanged versionremoved deprecated "
+        "dropdown card grid grid-item grid-item-card tab-set tab-item "
+        "topic sidebar margin epigraph pull-quote highlights compound container div rubric "
+        "glossary figure table list-table exercise solution"
+    ).split()
+)
+# How deep directives nested in directives are read as markdown (each level reads the content
+# again: a page of 20,000 nested `{note}` openers stays linear).
+MAX_DIRECTIVE_DEPTH = 8
+_FENCE_OPENER = re.compile(r"(`{3,}|~{3,})[ \t]*(.*)")
+_DIRECTIVE_INFO = re.compile(r"\{([\w+:-]+)\}(?:\s.*)?")
+
+
+def markdown_directive(info: str) -> bool:
+    """Whether a fence's info string names a MyST directive of markdown content (`{note}`,
+    `{admonition} Title`; see `MARKDOWN_DIRECTIVES`)."""
+    directive = _DIRECTIVE_INFO.fullmatch(info.strip())
+    return directive is not None and directive.group(1) in MARKDOWN_DIRECTIVES
+
+
+# A colon fence's first line: MyST's `:::{note}`, VitePress' `::: tip Title`, Docusaurus' `:::note`
+# (a name follows the colons).
+_COLON_OPENER = re.compile(r"(:{3,}) *(?:\{[\w+:-]+\}|[A-Za-z][\w-]*)")
+
+
+def _colon_fence(state, start: int, end: int, silent: bool) -> bool:
+    """Block rule: a colon fence (MyST's `:::{tip}`, VitePress' `::: warning Title`, Docusaurus'
+    `:::note`) up to the next line of as many colons or more outside fenced code, as one container
+    (tokens `admonition_open`, its body parsed as markdown, `admonition_close`); without such a
+    line it is no container (mkdocstrings' `::: package.name` has none)."""
+    if state.sCount[start] - state.blkIndent >= 4:
+        return False
+    first = state.src[state.bMarks[start] + state.tShift[start] : state.eMarks[start]]
+    opener = _COLON_OPENER.match(first)
+    if opener is None:
+        return False
+    marker = opener.group(1)
+    bounds = _container_end(state, start, end, marker)
+    if bounds is None:
+        return False
+    if silent:
+        return True
+    token = state.push("admonition_open", "div", 1)
+    token.map, token.block, token.markup = [start, bounds + 1], True, marker
+    saved = state.parentType, state.lineMax
+    state.parentType, state.lineMax = "admonition", bounds
+    state.md.block.tokenize(state, start + 1, bounds)
+    state.parentType, state.lineMax = saved
+    state.push("admonition_close", "div", -1).block = True
+    state.line = bounds + 1
+    return True
+
+
+def _container_end(state, start: int, end: int, marker: str) -> int | None:
+    """The line that closes the colon fence opened on line `start` with `marker`: colons, at least
+    as many, and spaces, outside fenced code and before its parent ends; None where none does.
+
+    Linear for a page of many openers: none is looked for after the last line of colons alone,
+    nor between an opener and where a search from an earlier opener of no more colons found
+    none (the parse's env keeps that search: each would find none again)."""
+    lines = _colon_lines(state)
+    after = bisect_right(lines, start)
+    if after == len(lines) or lines[after] >= end:
+        return None
+    failed = state.env.setdefault("colon fences without a close", {})
+    first, last, length = failed.get((state.blkIndent, end), (0, -1, 0))
+    if first < start < last and length <= len(marker):
+        return None
+    closing = re.compile(rf":{{{len(marker)},}}[ \t]*")
+    inner = None  # the closing line of a fence inside the colon fence, while in it
+    line = start + 1
+    while line < end:
+        begin, stop = state.bMarks[line] + state.tShift[line], state.eMarks[line]
+        if begin < stop and state.sCount[line] < state.blkIndent:
+            break
+        text = state.src[begin:stop]
+        if state.sCount[line] - state.blkIndent >= 4:
+            pass  # indented code, or a fence's indented content: closes nothing
+        elif inner is not None:
+            inner = None if inner.fullmatch(text) else inner
+        elif closing.fullmatch(text):
+            return line
+        elif fence := _FENCE_OPENER.fullmatch(text):
+            run = fence.group(1)
+            inner = re.compile(rf"{re.escape(run[0])}{{{len(run)},}}[ \t]*")
+        line += 1
+    failed[state.blkIndent, end] = (start, line, len(marker))
+    return None
+
+
+_COLON_LINE = re.compile(r"^[ \t>]*:{3,}[ \t]*$", re.MULTILINE)
+
+
+def _colon_lines(state) -> list[int]:
+    """The 0-based lines of the parsed text that are colons alone (after indentation and block
+    quote markers): those that may close a colon fence; found once per parse (kept in its env)."""
+    lines = state.env.get("colon lines")
+    if lines is None:
+        newlines = [match.start() for match in _NEWLINE.finditer(state.src)]
+        lines = [bisect_left(newlines, m.start()) for m in _COLON_LINE.finditer(state.src)]
+        state.env["colon lines"] = lines
+    return lines
+
+
 @lru_cache(maxsize=4)
 def block_parser(dispatch: bool = True, setext: bool = True) -> MarkdownIt:
     """The shared CommonMark parser with GFM tables and Python-Markdown's indented containers
@@ -173,6 +298,12 @@ def block_parser(dispatch: bool = True, setext: bool = True) -> MarkdownIt:
     heading rule (lheading)."""
     md = MarkdownIt("commonmark").enable("table")
     md.block.ruler.before("code", "admonition", _admonition)
+    md.block.ruler.before(
+        "fence",
+        "colon_fence",
+        _colon_fence,
+        {"alt": ["paragraph", "reference", "blockquote", "list"]},
+    )
     if not setext:
         md.disable("lheading")
     if dispatch:
@@ -249,15 +380,28 @@ def parse(source: NormalizedDocument) -> ParsedDocument:
                 while not has_text(source.lines[start : start + 1]):
                     start += 1
                 blocks.append(_block(token, tokens, index, start, end))
-    blocks = _with_references(source, blocks)
+    blocks = _with_references(source, _targets_on_headings(source.lines, blocks))
     return ParsedDocument(
         source=source,
         blocks=tuple(blocks),
         fences=tuple(fences),
         line_kinds=bytes(kinds),
-        links=find_links(tokens, offset, env.get("references", {})),
+        links=_links(tokens, offset, env.get("references", {})),
         implied=implied_headings(source.front_matter, blocks),
     )
+
+
+def _links(
+    tokens: list[Token], offset: int, references: dict, depth: int = 0
+) -> tuple[FoundLink, ...]:
+    """The links of `tokens` (see `find_links`), and those in the content of MyST directives of
+    markdown content (`MAX_DIRECTIVE_DEPTH` deep), in line order."""
+    found = list(find_links(tokens, offset, references))
+    for token in tokens:
+        if _read_as_markdown(token, depth):
+            inner = parse_tokens(token.content)
+            found += _links(inner, offset + token.map[0] + 1, references, depth + 1)
+    return tuple(sorted(found, key=attrgetter("line"))) if len(found) > 1 else tuple(found)
 
 
 def implied_headings(front_matter: dict, blocks: Sequence[Block]) -> tuple[Heading, ...]:
@@ -268,6 +412,25 @@ def implied_headings(front_matter: dict, blocks: Sequence[Block]) -> tuple[Headi
     if not title or any(b.heading is not None and b.heading.level == 1 for b in blocks):
         return ()
     return (Heading(level=1, text=title),)
+
+
+def _targets_on_headings(lines: tuple[str, ...], blocks: list[Block]) -> list[Block]:
+    """`blocks`, where a heading follows a paragraph of MyST target lines only (`(install)=`, the
+    label a cross-reference names the heading by), with that heading starting at the paragraph: a
+    target is no text of its own (MyST renders nothing), it belongs to the heading it labels."""
+    out: list[Block] = []
+    for block in blocks:
+        before = out[-1] if out else None
+        if (
+            block.kind == "heading"
+            and before is not None
+            and before.kind == "paragraph"
+            and all(map(_TARGET.fullmatch, lines[before.start_line - 1 : before.end_line]))
+        ):
+            out[-1] = replace(block, start_line=before.start_line)
+        else:
+            out.append(block)
+    return out
 
 
 def _with_references(source: NormalizedDocument, blocks: list[Block]) -> list[Block]:
@@ -317,9 +480,22 @@ def text_line_kinds(text: str) -> bytes:
     return bytes(kinds)
 
 
-def _mark(kinds: bytearray, token: Token, start: int, end: int) -> None:
-    """Record the kinds of the lines [start, end) that `token` covers (literal blocks only)."""
-    if token.type == "fence":
+def _read_as_markdown(token: Token, depth: int) -> bool:
+    """Whether `token` is a fence that is a MyST directive of markdown content whose content is
+    read as markdown: one nested in `depth` such directives, up to `MAX_DIRECTIVE_DEPTH`."""
+    return token.type == "fence" and markdown_directive(token.info) and depth < MAX_DIRECTIVE_DEPTH
+
+
+def _mark(kinds: bytearray, token: Token, start: int, end: int, depth: int = 0) -> None:
+    """Record the kinds of the lines [start, end) that `token` covers (literal blocks only; a
+    MyST directive of markdown content, by its content's tokens, its fence lines text; deeper
+    than `MAX_DIRECTIVE_DEPTH`, text)."""
+    if token.type == "fence" and markdown_directive(token.info):
+        for child in parse_tokens(token.content) if _read_as_markdown(token, depth) else ():
+            if child.type in _LITERAL_TOKENS:
+                first, stop = start + 1 + child.map[0], start + 1 + child.map[1]
+                _mark(kinds, child, first, stop, depth + 1)
+    elif token.type == "fence":
         kinds[start:end] = bytes([FENCE_BODY]) * (end - start)
         kinds[start] = FENCE_MARK
         if fence_closed(token):
@@ -339,7 +515,7 @@ def _block(token: Token, tokens: list[Token], index: int, start: int, end: int) 
         return Block(kind, start + 1, end, heading=heading)
     if kind == "fence":
         return Block(
-            kind,
+            "admonition" if markdown_directive(token.info) else kind,
             start + 1,
             end,
             info=token.info.strip(),
@@ -361,6 +537,12 @@ def _split_opener(opener: str, markup: str) -> tuple[str, str]:
     spaced = _QUOTE_BEFORE_LIST.sub("> ", opener[:cut])
     prefix = "".join(char if char in "> \t" else " " for char in spaced)
     return prefix, opener[cut:]
+
+
+def fence_line_kind(fence: Block) -> int:
+    """The kind of `fence`'s opening or closing line inserted in a chunk (`fence_reopener`,
+    `fence_closer`): TEXT for a MyST directive of markdown content, else FENCE_MARK."""
+    return TEXT if fence.kind == "admonition" else FENCE_MARK
 
 
 def fence_closer(doc: ParsedDocument, fence: Block) -> str:

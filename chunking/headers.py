@@ -12,11 +12,11 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from chunking.blocks import (
-    FENCE_MARK,
     Block,
     Heading,
     ParsedDocument,
     fence_closer,
+    fence_line_kind,
     last_fence_opened,
 )
 from chunking.strategy import Draft, Split, Strategy, register
@@ -121,7 +121,7 @@ def _draft(
     fence = last_fence_opened(unclosed, end)  # a bisect: a walk for each draft was quadratic
     if fence is not None and end <= fence.end_line:
         lines.append(fence_closer(doc, fence))
-        kinds.append(FENCE_MARK)
+        kinds.append(fence_line_kind(fence))
     return Draft(
         text="\n".join(lines),
         start_line=start,

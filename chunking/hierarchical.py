@@ -62,7 +62,8 @@ _INTRO_TITLES = frozenset(("introduction", "overview"))
 _CODE = frozenset(("fence", "code_block"))
 _LISTS = frozenset(("bullet_list", "ordered_list"))
 _PROSE = frozenset(("paragraph", "blockquote", "admonition")) | _LISTS
-# What a line of an admonition (or content tab) weighs as, by its kind; any other line is prose.
+# What a line of an admonition (or content tab, colon fence, MyST note) weighs as, by its kind;
+# any other line is prose.
 _WEIGHED_AS = MappingProxyType(
     {FENCE_MARK: "fence", FENCE_BODY: "fence", INDENTED_CODE: "code_block", TABLE: "table"}
 )

@@ -51,7 +51,58 @@ def _inline_parser() -> MarkdownIt:
     rules = {rule.name: rule.fn for rule in md.inline.ruler.__rules__}
     for name in ("link", "image", "autolink"):
         md.inline.ruler.at(name, _positioned(rules[name]))
+    md.inline.ruler.before("link", "wikilink", _positioned(_wikilink))
+    md.inline.ruler.before("link", "myst_role", _positioned(_myst_role))
     return md
+
+
+# Obsidian's and other wikis' links: `[[Page]]`, `[[Page|label]]`, `[[Page#Heading]]`, and
+# `![[picture.png]]` (an embed) after a `!`; a target holds no bracket, bar or line break.
+_WIKILINK = re.compile(r"\[\[([^\[\]|\n]+?)(?:\|([^\[\]\n]*))?\]\]")
+# MyST's cross-reference roles to a page: {doc}`path` or {doc}`label <path>` (a path without
+# extension, relative to the page, `/` the source root), {download}`file`.
+_MYST_ROLE = re.compile(r"\{(doc|download)\}`([^`\n]*?)(?:\s*<([^<>`\n]+)>)?`")
+
+
+def _wikilink(state: StateInline, silent: bool) -> bool:
+    """Inline rule: a wiki link as a link to its target page (a name without extension, resolved
+    as `./Page` is; `Folder/Page` from the page's folder too), its label (or target) as text; an
+    embed as an image."""
+    embed = state.src.startswith("![[", state.pos)
+    if not embed and not state.src.startswith("[[", state.pos):
+        return False
+    match = _WIKILINK.match(state.src, state.pos + embed)
+    if match is None or (match.group(1).lower() == "toc" and match.group(2) is None):
+        return False  # `[[toc]]`: VitePress' (markdown-it-toc's) table of contents
+    if not silent:
+        target = match.group(1).strip()
+        if embed:
+            image = state.push("image", "img", 0)
+            image.attrs, image.content = {"src": target}, match.group(2) or ""
+        else:
+            _push_link(state, target, match.group(2) or target)
+    state.pos = match.end()
+    return True
+
+
+def _myst_role(state: StateInline, silent: bool) -> bool:
+    """Inline rule: MyST's {doc} and {download} roles as links to their path."""
+    match = _MYST_ROLE.match(state.src, state.pos) if state.src[state.pos] == "{" else None
+    if match is None or not (match.group(3) or match.group(2)).strip():
+        return False
+    if not silent:
+        label, target = match.group(2), match.group(3)
+        target = (target or label).strip()
+        _push_link(state, target, label.strip() if match.group(3) else target)
+    state.pos = match.end()
+    return True
+
+
+def _push_link(state: StateInline, href: str, text: str) -> None:
+    opener = state.push("link_open", "a", 1)
+    opener.attrs = {"href": href}
+    state.push("text", "", 0).content = text
+    state.push("link_close", "a", -1)
 
 
 def _positioned(rule: Callable[[StateInline, bool], bool]) -> Callable[[StateInline, bool], bool]:
@@ -88,10 +139,13 @@ def find_links(
 
 
 def _may_link(text: str, references: dict) -> bool:
-    """Cheap test: a link or image needs `](` or `[` plus a reference definition; an autolink
-    needs `<` and a scheme or an e-mail address (HTML tags such as `<a href>` are not links)."""
+    """Cheap test: a link or image needs `](` or `[` plus a reference definition, a wiki link
+    `[[`, a MyST role `}``; an autolink needs `<` and a scheme or an e-mail address (HTML tags
+    such as `<a href>` are not links)."""
     return (
         "](" in text
+        or "[[" in text
+        or "}`" in text
         or (bool(references) and "[" in text)
         or ("<" in text and _AUTOLINK_START.search(text) is not None)
     )

@@ -64,6 +64,7 @@ from chunking.blocks import (
     check_fence_marker,
     closers_for_open_fences,
     fence_closer,
+    fence_line_kind,
     fence_prefix,
     fence_reopener,
     unclosed_fences,
@@ -122,6 +123,7 @@ class _Chunk:
     parents: tuple[Heading, ...] = ()  # active headings above the chunk's start
     prefix: tuple[Heading, ...] = ()  # the parents prepended to the text (see _Window.new_chunk)
     reopen: str = ""  # fence opener repeated at the top when the chunk starts inside a fence
+    reopen_kind: int = FENCE_MARK  # its line's kind (TEXT for a MyST directive's, with its info)
     header: str = ""  # a table's header and delimiter rows, when it starts between its rows
     overhead: int = 0  # units of the prefix, header and reopen lines, and the reserve
     # Read again alone: it starts inside a top-level list, block quote or HTML block, whose lines
@@ -542,8 +544,10 @@ class _Window:
         if fence:
             check_fence_marker(fence, self.counter.units, self.limit, "units")
         reopen = fence_reopener(self.doc, fence) if fence else ""
+        reopen_kind = fence_line_kind(fence) if fence else FENCE_MARK
         if fence and (bare or self.context_units(reopen) > self.limit // 2):
             reopen = fence_closer(self.doc, fence)  # the bare marker opens it as well
+            reopen_kind = FENCE_MARK  # a fence of code, without the info string
         if header and self.context_units(header) > self.limit // 2:
             header = ""
         prefix = parents
@@ -552,7 +556,12 @@ class _Window:
             prefix = prefix[1:]
         overhead = self.context_units(_heading_lines(prefix)) + fixed
         return _Chunk(
-            parents=parents, prefix=prefix, reopen=reopen, header=header, overhead=overhead
+            parents=parents,
+            prefix=prefix,
+            reopen=reopen,
+            reopen_kind=reopen_kind,
+            header=header,
+            overhead=overhead,
         )
 
     def continuation(self, number: int, mid_line: bool = False) -> _Chunk:
@@ -698,7 +707,7 @@ class _Window:
             line_kinds.extend([TABLE] * len(rows))
         if chunk.reopen:
             texts.append(chunk.reopen)
-            line_kinds.append(FENCE_MARK)
+            line_kinds.append(chunk.reopen_kind)
         inserted = [len(texts) + i - start for i in inserted]
         numbers = numbers[start : end + 1]
         own, own_kinds = own[start : end + 1], own_kinds[start : end + 1]
@@ -712,7 +721,7 @@ class _Window:
         if fence is not None:
             inserted.append(len(texts))
             texts.append(fence_closer(self.doc, fence))
-            line_kinds.append(FENCE_MARK)
+            line_kinds.append(fence_line_kind(fence))
             units += self.counter.units(texts[-1])
         exact = self.counter.additive
         if chunk.alone:

@@ -38,9 +38,24 @@ _CONTAINERS = [
 _ADMONITIONS = ['!!! note "Read this"', "??? tip", '???+ warning "Open"', '=== "pip"']
 
 
+# Containers written as fences: MyST directives of markdown content (backticks, colons),
+# VitePress' and Docusaurus' colon containers; (opener, closer).
+_FENCED_CONTAINERS = [
+    ("```{note}", "```"),
+    ("````{admonition} Read this", "````"),
+    (":::{tip}", ":::"),
+    ("::: warning Node version", ":::"),
+    ("::::note", "::::"),
+]
+
+
 @st.composite
 def _block(draw, nested: bool = True) -> str:
-    kind = draw(st.integers(0, 13 if nested else 11))
+    kind = draw(st.integers(0, 14 if nested else 11))
+    if kind == 14:  # another block in a container written as a fence, closed or not
+        opener, closer = draw(st.sampled_from(_FENCED_CONTAINERS))
+        inner = draw(_block(nested=False))
+        return "\n".join([opener, inner] + ([closer] if draw(st.booleans()) else []))
     sentence = draw(_SENTENCE)
     if kind == 12:  # another block inside a block quote or a list item
         first, rest = draw(st.sampled_from(_CONTAINERS))
@@ -91,8 +106,8 @@ def _block(draw, nested: bool = True) -> str:
 @st.composite
 def markdown_documents(draw) -> str:
     """Random markdown mixing headings, setext headings, fences (closed or not), lists, quotes,
-    tables (with and without outer pipes), indented code, HTML and MkDocs admonitions, with CJK
-    words and heading-like lines inside code."""
+    tables (with and without outer pipes), indented code, HTML, MkDocs admonitions and containers
+    written as fences (MyST, VitePress), with CJK words and heading-like lines inside code."""
     blocks = draw(st.lists(_block(), max_size=25))
     separator = draw(st.sampled_from(["\n\n", "\n"]))
     return separator.join(blocks) + draw(st.sampled_from(["", "\n"]))

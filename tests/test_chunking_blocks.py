@@ -19,6 +19,7 @@ from chunking.blocks import (
     fence_reopener,
     heading_title,
     parse,
+    text_line_kinds,
     unclosed_fences,
 )
 from chunking.normalize import normalize
@@ -167,6 +168,19 @@ def test_heading_title_only_drops_attribute_lists():
     assert heading_title("Set {x}") == "Set {x}"
 
 
+def test_heading_title_drops_trailing_badges():
+    """VitePress' `<Badge type="tip" text="v2.0" />` after a heading's text was in every chunk's
+    title and path (`mdindex query` listed `Getting Started <Badge type="tip" text="v2.0" />`)."""
+    assert heading_title('Getting Started <Badge type="tip" text="v2.0" />') == "Getting Started"
+    assert heading_title("load() <Badge text=beta/> <Badge text=new /> { #load }") == "load()"
+    assert (
+        heading_title("Daten-<dfn title=x>Konversion</dfn>")
+        == "Daten-<dfn title=x>Konversion</dfn>"
+    )
+    assert heading_title("<Logo />") == "<Logo />"  # nothing else: kept
+    assert heading_title("a <br/> b") == "a <br/> b"
+
+
 @pytest.mark.parametrize(
     ("text", "implied"),
     [
@@ -244,3 +258,92 @@ def test_mkdocs_admonitions_and_content_tabs_are_containers_not_indented_code():
 )
 def test_only_an_admonitions_first_line_opens_one(text, kinds):
     assert [b.kind for b in parse(normalize(text)).blocks] == kinds
+
+
+def test_myst_directives_of_markdown_are_text_and_code_directives_stay_code():
+    """MyST (Jupyter Book, Sphinx) writes directives as fences with a braced info string. A
+    `{note}` holds markdown: its lines were FENCE_BODY (every chunk of a note `is_code`, its link
+    no link). It stays a fence (splitters reopen it), its lines of the kinds of its content; a
+    `{code-block}` is code, and so is a fence inside a `{tab-item}`."""
+    text = (
+        "```{note}\n"  # 1
+        "Needs Python 3.10; see [install](install.md).\n"
+        "```\n"
+        "\n"
+        "```{code-block} python\n"  # 5
+        ":caption: hello.py\n"
+        "print(1)\n"
+        "```\n"
+        "\n"
+        "`````{tab-set}\n"  # 10
+        "````{tab-item} pip\n"
+        "```sh\n"
+        "pip install x\n"
+        "```\n"
+        "````\n"  # 15
+        "`````\n"
+    )
+    doc = parse(normalize(text))
+    assert [(b.kind, b.start_line, b.end_line) for b in doc.blocks] == [
+        ("admonition", 1, 3),
+        ("fence", 5, 8),
+        ("admonition", 10, 16),
+    ]
+    assert doc.line_kinds[0:3] == bytes([TEXT] * 3)
+    assert doc.line_kinds[4:8] == bytes([FENCE_MARK, FENCE_BODY, FENCE_BODY, FENCE_MARK])
+    assert doc.line_kinds[9:16] == bytes(
+        [TEXT, TEXT, FENCE_MARK, FENCE_BODY, FENCE_MARK] + [TEXT] * 2
+    )
+    assert [(fence.start_line, fence.info) for fence in doc.fences] == [
+        (1, "{note}"),
+        (5, "{code-block} python"),
+        (10, "{tab-set}"),
+    ]
+    assert [(link.line, link.url) for link in doc.links] == [(2, "install.md")]
+    assert text_line_kinds(text) == doc.line_kinds + bytes([TEXT])  # a chunk's own lines agree
+
+
+@pytest.mark.parametrize(
+    "opener",
+    [":::{tip}", "::: details Click to see the upload", ":::note", "::::{admonition} Title"],
+)
+def test_colon_fences_are_containers_up_to_their_closing_line(opener):
+    """MyST's `:::{tip}`, VitePress' `::: details`, Docusaurus' `:::note`: the opening line, the
+    body's blocks and the closing `:::` were blocks of their own, so `structural` began a chunk
+    with a bare `:::` after a code block. A line of colons inside fenced code closes nothing."""
+    closer = opener[: len(opener) - len(opener.lstrip(":"))]
+    text = f"{opener}\nSome text.\n\n```md\n:::\n```\n{closer}\n\nAfter.\n"
+    doc = parse(normalize(text))
+    assert [(b.kind, b.start_line, b.end_line) for b in doc.blocks] == [
+        ("admonition", 1, 7),
+        ("paragraph", 9, 9),
+    ]
+    assert doc.line_kinds[3:6] == bytes([FENCE_MARK, FENCE_BODY, FENCE_MARK])
+
+
+@pytest.mark.parametrize(
+    ("text", "kinds"),
+    [
+        # mkdocstrings' autodoc lines: no closing line, no container
+        ("::: fastapi.FastAPI\n    options:\n\n::: fastapi.APIRouter\n", ["paragraph"] * 2),
+        (":::{tip}\nNo closing line.\n", ["paragraph"]),
+        ("::::{note}\nShort closer.\n:::\n", ["paragraph"]),  # fewer colons close nothing
+        ("Text\n:::{note}\nIn.\n:::\n", ["paragraph", "admonition"]),  # as a fence, interrupts
+        ("    :::{note}\n    In.\n    :::\n", ["code_block"]),
+    ],
+)
+def test_only_a_closed_colon_fence_is_a_container(text, kinds):
+    assert [b.kind for b in parse(normalize(text)).blocks] == kinds
+
+
+def test_a_myst_target_line_belongs_to_the_heading_it_labels():
+    """`(install)=` above a heading is the label MyST's `{ref}` names it by; it renders nothing.
+    It was a paragraph of its own: `structural` and `hierarchical` made it a chunk (2 to 8
+    tokens, no title) before the page's first heading."""
+    doc = parse(normalize("(config)=\n# Configuration\n\nText.\n\n(a)=\n\nNot a heading.\n"))
+    assert [(b.kind, b.start_line, b.end_line) for b in doc.blocks] == [
+        ("heading", 1, 2),
+        ("paragraph", 4, 4),
+        ("paragraph", 6, 6),
+        ("paragraph", 8, 8),
+    ]

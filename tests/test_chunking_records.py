@@ -413,3 +413,55 @@ def test_a_draft_gives_no_chunks_unless_drafts_are_included(strategy, front, mar
 def test_only_a_boolean_draft_or_published_at_the_top_marks_a_draft(front):
     document = chunk_source(front + LAUNCH)
     assert not document.is_draft and "unreleased" in document.chunks[-1].text
+
+
+# A MyST page (Jupyter Book, Sphinx with myst-parser): a note directive, a code-block directive.
+MYST_NOTE = (
+    "(install)=\n"
+    "# Install\n"
+    "\n"
+    "```{note}\n"
+    "Widget Toolkit needs Python 3.10 or newer; see [the FAQ](faq.md) for older ones.\n"
+    "```\n"
+)
+MYST_CODE = "\n## Example\n\n```{code-block} python\n:caption: hello.py\n\nprint('hello')\n```\n"
+
+
+@pytest.mark.parametrize("strategy", ["semantic", "headers", "structural", "hierarchical"])
+def test_a_myst_note_is_prose_and_a_code_block_directive_is_code(strategy):
+    """A section of a ```{note} directive was fenced code: `is_code`, `hierarchical`'s
+    `code_example`, its link no link; its `(install)=` label a chunk of its own. A ```{code-block}
+    is code."""
+    (note,) = chunk_source(MYST_NOTE, strategy=strategy).chunks
+    assert (note.text, note.title, note.start_line) == (MYST_NOTE.rstrip("\n"), "Install", 1)
+    assert (note.is_code, note.content_type) == (
+        False,
+        "introduction" if strategy == "hierarchical" else "text",
+    )
+    assert [link.url for link in note.links] == ["faq.md"]
+    (code,) = chunk_source(MYST_CODE, strategy=strategy).chunks
+    assert code.is_code
+    assert code.content_type == ("code_example" if strategy == "hierarchical" else "code")
+
+
+def test_wiki_links_and_myst_doc_roles_are_links_to_the_pages_they_name():
+    """Obsidian's `[[Page]]`, `[[Page|label]]`, `[[Page#Heading]]` and MyST's {doc}`path` were
+    no links (no `target_document`: a vault or a Jupyter Book had no links between its pages).
+    They resolve as `./Page` does; an embed `![[x.png]]` is an image; in code they are none, nor
+    is VitePress' `[[toc]]`."""
+    corpus = frozenset({"notes/Router Setup.md", "notes/DNS.md", "notes/guide/install.md"})
+    text = (
+        "# Home\n\n"
+        "Start with [[Router Setup]], then [[DNS#Split horizon|split DNS]] and\n"
+        "{doc}`guide/install` or {doc}`the install guide <guide/install>`.\n"
+        "![[diagram.png]] `[[not a link]]` [[]] {ref}`a-label`\n\n[[toc]]\n"
+    )
+    document = chunk_source(text, document_path="notes/Home.md", corpus_paths=corpus)
+    (chunk,) = document.chunks
+    assert chunk.links == (
+        Link("Router Setup", "Router Setup", "internal", "notes/Router Setup.md"),
+        Link("DNS#Split horizon", "split DNS", "internal", "notes/DNS.md"),
+        Link("guide/install", "guide/install", "internal", "notes/guide/install.md"),
+        Link("guide/install", "the install guide", "internal", "notes/guide/install.md"),
+        Link("diagram.png", "", "image", None),
+    )

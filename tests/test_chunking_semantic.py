@@ -574,3 +574,16 @@ def test_a_row_longer_than_the_maximum_is_cut_with_the_header_above_its_first_pi
     assert all(HEADER not in text for text in row[1:])  # a piece of a row is no row
     pieces = [row[0][4], *(text[2] for text in row[1:])]
     assert " ".join(pieces).split() == lines[8].split()
+
+
+def test_a_myst_note_longer_than_a_chunk_is_reopened_in_each_piece_as_text():
+    """A MyST ```{note} is a fence whose content is markdown: each chunk of one cut by size opens
+    it again and closes it, as a code fence, and none of them is code (every chunk of a long
+    note was)."""
+    sentence = "The installer checks the interpreter version before it writes anything. "
+    text = "# Install\n\n```{note}\n" + "\n\n".join([sentence * 6] * 4) + "\n```\n"
+    document = check_invariants(text, "semantic", min_tokens=40, max_tokens=120)
+    assert len(document.chunks) > 2
+    for chunk in document.chunks:
+        assert chunk.text.split("\n")[1:2] == ["```{note}"] or chunk.ordinal == 0
+        assert chunk.text.endswith("\n```") and not chunk.is_code

@@ -340,3 +340,17 @@ def test_a_failed_checklist_item_is_an_error(change, problem):
     with pytest.raises(ChunkingError) as caught:
         strategy.validate(doc, chunks)
     assert caught.value.code == CHUNKING_FAILED and problem in caught.value.message
+
+
+def test_a_colon_fence_with_code_in_it_is_one_chunk():
+    """VitePress' `::: details` (MyST's `:::{dropdown}`, Docusaurus' `:::tip`) holding a code
+    block: the code block was a chunk of its own and the closing `:::` began the next chunk with
+    the text after it, the opener left at the end of the chunk before."""
+    details = (
+        "::: details What gets uploaded\n"
+        "The CLI hashes every file under `dist/` and uploads the changed ones.\n\n"
+        "```js\nexport default { outDir: 'dist' }\n```\n"
+        ":::"
+    )
+    doc = structural(f"## Publish\n\nRun `acme deploy`.\n\n{details}\n\nSee also the FAQ.\n")
+    assert [(c.start_line, c.end_line) for c in doc.chunks] == [(1, 13)]
