@@ -37,10 +37,22 @@ class PathSet(Set):
     def __contains__(self, path: object) -> bool:
         if not isinstance(path, str):
             return False
-        try:
-            key = path.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate: no source has one
+        key = _utf8(path)
+        if key is None:
             return False
+        low = self._lower_bound(key)
+        return low < len(self) and self._item(low) == key
+
+    def has_folder(self, folder: str) -> bool:
+        """Whether a path of the set lies below `folder` (a path without its trailing `/`)."""
+        key = _utf8(folder + "/")
+        if key is None:
+            return False
+        low = self._lower_bound(key)
+        return low < len(self) and self._item(low).startswith(key)
+
+    def _lower_bound(self, key: bytes) -> int:
+        """The index of the first path not below `key` in byte order (a binary search)."""
         low, high = 0, len(self)
         while low < high:
             middle = (low + high) // 2
@@ -48,8 +60,16 @@ class PathSet(Set):
                 low = middle + 1
             else:
                 high = middle
-        return low < len(self) and self._item(low) == key
+        return low
 
     def _item(self, index: int) -> bytes:
         start = int(self.ends[index - 1]) if index else 0
         return self.data[start : int(self.ends[index])].tobytes()
+
+
+def _utf8(path: str) -> bytes | None:
+    """`path`'s UTF-8 bytes; None for one with a lone surrogate (no listed path has one)."""
+    try:
+        return path.encode("utf-8")
+    except UnicodeEncodeError:
+        return None

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ import ray
 import tokenizers
 
 from embedding.encoder import encoder_digest
+from jobs.broken_links import Listed
 from jobs.config import JobConfig
 from jobs.discovery import (
     abort_stops,
@@ -185,8 +186,9 @@ def _run_locked(
         output.write_bytes(MANIFEST_PATH, stored.to_json())
     if rebuilt:
         mark = time.perf_counter()
+        others = [f.path for f in listing if f.path not in plan.fingerprints]  # listed, no source
         built = build_topics(
-            config, plan, found.previous, found.sizes, source, output, check, marks, grows
+            config, plan, found.previous, found.sizes, source, output, check, marks, grows, others
         )
         wall["pipeline"] = time.perf_counter() - mark
 
@@ -258,11 +260,13 @@ def build_topics(
     check: Check,
     marks: tuple[Landmark, ...],
     grows: bool = False,
+    others: Sequence[str] = (),
 ) -> Built:
     """Rebuild every topic the plan says to, with a heartbeat; collect summaries and counters.
     `check` is called before each topic's reduce starts (`jobs.lock`); `marks` are what the
     driver's local folders hold, for the tasks to check (`jobs.landmarks`); `grows`: the cluster
-    may add nodes meanwhile (a GPU pool then grows as GPU nodes join, `embed_pool`).
+    may add nodes meanwhile (a GPU pool then grows as GPU nodes join, `embed_pool`); `others`:
+    the listed paths that are no source, which a link may name too (`jobs.broken_links`).
 
     A topic some of whose unchanged sources cannot be carried (previous tables missing or
     damaged, or without a source's rows) has those read, chunked and embedded in another pass,
@@ -299,7 +303,18 @@ def build_topics(
                 recarry: dict[str, list[str]] = {}  # topic -> the sources it could not carry
                 pieces_of: dict[str, list[Piece]] = {}  # their topics' rows of this pass
                 for summary, pieces in topic_summaries(
-                    config, plan, work, source, output, collector, cpus, pool, check, marks, kept
+                    config,
+                    plan,
+                    work,
+                    source,
+                    output,
+                    collector,
+                    cpus,
+                    pool,
+                    check,
+                    marks,
+                    kept,
+                    others,
                 ):
                     if "recarry" in summary:
                         recarry[summary["topic"]] = summary["recarry"]
@@ -337,6 +352,7 @@ def topic_summaries(
     check: Check,
     marks: tuple[Landmark, ...],
     kept: dict[str, list[Piece]],
+    others: Sequence[str] = (),
 ) -> Iterator[tuple[dict[str, Any], list[Piece]]]:
     """Run the Ray Data pipeline over `work`; yield one summary per rebuilt topic as it finishes,
     with the pieces of blocks its rows were in (`kept`: a last pass's, reduced again with the
@@ -366,6 +382,7 @@ def topic_summaries(
         collector=collector,
         landmarks=marks,
         tenant=config.tenant,
+        listed=Listed.of(corpus, others, config.sources.exclude),
     )
     # `from_blocks` (a developer API) keeps the batches as they are and reads their metadata here;
     # `from_arrow` ran a remote task per batch for it and waited for them before the pipeline began.

@@ -37,6 +37,7 @@ from jobs.plan import distinct_failures
 from jobs.report_html import (
     SETTINGS_CHANGED,
     SHOWN_FAILURES,
+    broken_text,
     failed_non_sources,
     failure_groups,
     render_html,
@@ -145,6 +146,8 @@ def build_report(
             "skipped_drafts": stats.chunk.skipped_drafts,
             "tokens": {facts.get("strategy", "chunks"): stats.chunk.tokens.to_dict()},
         },
+        # the rebuilt topics' links to pages the corpus does not have (`jobs.broken_links`)
+        "broken_links": stats.index.broken_links.to_dict(),
         "slowest_sources": stats.chunk.slowest.to_dict(),
         "bytes_read": stats.read.bytes,
         "timings": {
@@ -327,7 +330,7 @@ def summary(report: dict[str, Any]) -> str:
         f"{c['reused']} reused, {c['truncated']} truncated",
         f"  time:    {report['timings']['wall_seconds']['total']:.1f} s",
     ]
-    lines[4:4] = chunk_notes(c) + unmatched_lines(report)
+    lines[4:4] = chunk_notes(c) + unmatched_lines(report) + broken_lines(report)
     lines[2:2] = change_line(report.get("changes") or {}, s["seen"])  # since 2026-11-30
     if report.get("settings_changed"):  # absent from reports before it was said
         lines.insert(2, f"  settings: {SETTINGS_CHANGED}")
@@ -408,6 +411,15 @@ def unmatched_lines(report: dict[str, Any]) -> list[str]:
     """A note for the files named like markdown that no glob made a source (none: no line; not
     in reports before 2026-11-30): the build's log said so, its report did not."""
     if note := unmatched_text(report):
+        return [f"  note:    {note}"]
+    return []
+
+
+def broken_lines(report: dict[str, Any]) -> list[str]:
+    """A note naming the first few links of the rebuilt topics to pages the corpus does not have
+    (none: no line; not in reports before 2026-11-30): nothing said so, and their chunks' rows
+    had no `target_document`."""
+    if note := broken_text(report):
         return [f"  note:    {note}"]
     return []
 

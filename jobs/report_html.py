@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from indexing.terminal import printable
+from indexing.terminal import counted, printable
 from jobs.plan import unmatched_note
+from jobs.stats import LINKS_SHOWN
 from jobs.svg import Bar, Bin, bar_chart, histogram, stacked_bar
 
 BINS = 24  # about this many bars in the token histogram
@@ -191,6 +192,8 @@ def _sources(report: dict[str, Any]) -> str:
         html += _figures([(f"topics {k}", v) for k, v in t.items()])
     if note := unmatched_text(report):
         html += f'<p><span class="status warn">not sources</span> {escape(note)}</p>'
+    if note := broken_text(report, shown=LINKS_SHOWN):
+        html += f'<p><span class="status warn">broken links</span> {escape(note)}</p>'
     return html + _changes(report)
 
 
@@ -216,6 +219,21 @@ def unmatched_text(report: dict[str, Any]) -> str | None:
         return None
     globs = report.get("settings", {}).get("globs", [])
     return unmatched_note(unmatched["first"], globs, unmatched["count"])
+
+
+def broken_text(report: dict[str, Any], shown: int = 3) -> str | None:
+    """The rebuilt topics' links to pages the corpus does not have, the first `shown` named as
+    `source → href` (None where there are none, or in a report before they were counted)."""
+    broken = report.get("broken_links") or {}
+    if not (count := broken.get("count")):
+        return None
+    first = broken["first"][:shown]
+    named = ", ".join(f"{printable(link['source'])} → {printable(link['href'])}" for link in first)
+    names = "names a page" if count == 1 else "name pages"
+    return (
+        f"{counted(count, 'link')} in this run's rebuilt topics {names} the corpus does not "
+        f"have: {named}{', …' if count > len(first) else ''}"
+    )
 
 
 def failed_non_sources(report: dict[str, Any]) -> int:

@@ -25,6 +25,7 @@ S = TypeVar("S", bound="Stats")
 TOKEN_BUCKET = 10  # width of a token-count histogram bucket (the report's charts re-bin these)
 SLOWEST = 20  # sources kept by `Slowest`
 NOTES = 20  # messages kept by `Notes`
+LINKS_SHOWN = 20  # links kept by `BrokenLinks` (a report names 20 of each list it counts)
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,34 @@ class Names(Stats):
 
 
 @dataclass(frozen=True)
+class BrokenLinks(Stats):
+    """Links to pages the corpus does not have (`jobs.broken_links`): how many, and the first
+    LINKS_SHOWN by source path, then position in it, as (source, position, href)."""
+
+    count: int = 0
+    first: tuple[tuple[str, int, str], ...] = ()
+
+    @classmethod
+    def of(cls, found: Iterable[tuple[str, int, str]]) -> BrokenLinks:
+        """The record of the links `found`."""
+        found = list(found)
+        return cls(len(found), tuple(heapq.nsmallest(LINKS_SHOWN, found)))
+
+    def __add__(self, other: BrokenLinks) -> BrokenLinks:
+        if type(other) is not type(self):
+            return NotImplemented
+        first = heapq.nsmallest(LINKS_SHOWN, self.first + other.first)
+        return BrokenLinks(self.count + other.count, tuple(first))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Their count, and the first of them as {source, href} objects."""
+        return {
+            "count": self.count,
+            "first": [{"source": source, "href": href} for source, _, href in self.first],
+        }
+
+
+@dataclass(frozen=True)
 class StageStats(Stats):
     """The time a stage's calls took (see the module docstring); its counters are added by each
     stage's own record."""
@@ -311,12 +340,14 @@ class StoreStats(StageStats):
 
 @dataclass(frozen=True)
 class IndexStats(StageStats):
-    """Topics built and written, with their chunks; carried sources taken from the last run."""
+    """Topics built and written, with their chunks; carried sources taken from the last run;
+    the links of their chunks to pages the corpus does not have."""
 
     topics: int = 0
     chunks: int = 0
     carried: int = 0
     reused: int = 0  # chunks of carried sources
+    broken_links: BrokenLinks = dataclasses.field(default_factory=BrokenLinks)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,19 @@ def test_a_path_set_answers_as_a_frozenset_does():
     assert set(pickle.loads(pickle.dumps(ours))) == theirs
 
 
+def test_a_path_set_says_whether_a_folder_holds_a_path_as_a_scan_does():
+    """`has_folder`: a listed folder, for a link to it (`jobs.broken_links`); `a` holds `a/b.md`,
+    `a b` and `ab.md` (which sort between `a/` and its paths' byte neighbours) do not make it."""
+    rng = random.Random(8)
+    paths = PATHS + [f"t{rng.randint(0, 50)}/p{rng.randint(0, 500)}/x.md" for _ in range(400)]
+    ours = PathSet.of(paths)
+    folders = ["a", "a/b", "a b", "ab", "docs", "doc", "t1", "t10/p1", "..md", "", "a\ud800"]
+    folders += [f"t{rng.randint(0, 60)}/p{rng.randint(0, 600)}" for _ in range(200)]
+    scanned = [any(path.startswith(folder + "/") for path in paths) for folder in folders]
+    assert [ours.has_folder(folder) for folder in folders] == scanned
+    assert scanned[:4] == [True, False, True, False]
+
+
 def test_chunking_resolves_links_against_a_path_set_as_against_a_frozenset():
     text = "# Page\n\nSee [b](b.md), [gone](gone.md) and [up](../a.md).\n"
     paths = ["docs/page.md", "docs/b.md", "a.md"]

@@ -838,6 +838,43 @@ def test_a_rerun_names_the_sources_it_found_added_changed_and_deleted(built, tmp
     assert "since the last run</h3>" not in render_html(report)
 
 
+def test_a_run_names_the_links_of_its_rebuilt_topics_to_pages_the_corpus_lacks(
+    built, tmp_path, capsys
+):
+    """A link to a page deleted, and a typo in a link, left the chunks' `target_document` empty
+    and nothing said so: a nightly run's report, read days later, names them (a link to a listed
+    file that is no source, qa-pairs.md, is not broken)."""
+    corpus, output = tmp_path / "docs", tmp_path / "out"
+    shutil.copytree(CORPUS, corpus)
+    shutil.copytree(built, output)
+    (corpus / "guides" / "installation.md").unlink()
+    guide = corpus / "libraries" / "http-client" / "guide.md"
+    guide.write_text(
+        guide.read_text().replace(
+            "under load.\n",
+            "under load. See [install](../../guides/installation.md), [setup](../../guides/"
+            "instal.md),\n[questions](../../guides/qa-pairs.md), [start](../../guides/"
+            "getting-started).\n",
+        )
+    )
+    report = run_job(load_config(CONFIG, overrides={"input": str(corpus), "output": str(output)}))
+    assert report["broken_links"] == {
+        "count": 2,
+        "first": [
+            {"source": "libraries/http-client/guide.md", "href": "../../guides/installation.md"},
+            {"source": "libraries/http-client/guide.md", "href": "../../guides/instal.md"},
+        ],
+    }
+    note = (
+        "2 links in this run's rebuilt topics name pages the corpus does not have: "
+        "libraries/http-client/guide.md → ../../guides/installation.md, "
+        "libraries/http-client/guide.md → ../../guides/instal.md"
+    )
+    assert f"  note:    {note}" in summary(report).splitlines()
+    assert mdindex(["report", str(output)]) == 0 and note in capsys.readouterr().out
+    assert f"broken links</span> {escape(note)}</p>" in report_and_page(output)[1]
+
+
 def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, caplog):
     """A run killed where it could not report (kill -9, out of memory) leaves its `unfinished`
     report; the next run replaced it and said nothing of it, so a scheduled pipeline's report

@@ -39,6 +39,7 @@ from indexing.paths import (
 )
 from indexing.sources import is_source
 from indexing.terminal import printable
+from jobs.broken_links import Listed, broken_links
 from jobs.landmarks import Landmark
 from jobs.plan import STEM_CONFLICT
 from jobs.previous import (
@@ -52,7 +53,7 @@ from jobs.progress import report_stats, rows_key
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
 from jobs.stages.chunk import QUESTIONS_FAILED
 from jobs.stages.read import READ_FAILED
-from jobs.stats import Clock, IndexStats, RunStats
+from jobs.stats import BrokenLinks, Clock, IndexStats, RunStats
 from jobs.storage import Storage, SymlinkRefused
 
 log = logging.getLogger("mdindex.build")
@@ -86,6 +87,7 @@ class TopicContext:
     collector: Any = None  # the run's StatsCollector actor, if any
     landmarks: tuple[Landmark, ...] = ()  # what the driver's local folders hold (jobs.landmarks)
     tenant: str = "default"  # the build's tenant, for the documents rows of failed sources
+    listed: Listed | None = None  # the input's listing, for its broken links (None: unchecked)
 
 
 def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]:
@@ -170,6 +172,9 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
                 chunks=sum(len(s.document.chunks) for s in sources if s.document is not None),
                 carried=len(carried),
                 reused=reused,
+                broken_links=broken_links(sources, context.listed)
+                if context.listed is not None
+                else BrokenLinks(),
                 **clock.spent(),
             )
         ),
