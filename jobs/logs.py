@@ -18,8 +18,14 @@ What Ray prints on a healthy run that we cannot avoid is filtered here, and only
   but the operator only received 1 input(s)"): `resources.embed.actors` set on a small corpus or
   edit; the extra actors idle, and the pool's size is logged as "embedding pool: ...".
 - Ray Data's console lines below WARNING, and its "Progress bars disabled" warning (we disable the
-  bars ourselves outside a terminal, and log our own progress line instead). Ray Data still writes
-  everything to `ray-data.log` in the Ray session's log folder.
+  bars ourselves outside a terminal, and log our own progress line instead).
+- Ray Data's two ERROR lines when a task of the pipeline raises ("An exception was raised from a
+  task of operator … To ignore this exception and continue, set DataContext.max_errored_blocks";
+  "Exception occurred in user code, with the abbreviated stack trace below …"): the build names
+  the error itself, in one line for a known failure (`failure_policy: abort`'s failed source) and
+  with its traceback otherwise, and the advice to set a Ray Data setting misled (it is no setting
+  of ours, and would drop sources unsaid).
+Ray Data still writes everything to `ray-data.log` in the Ray session's log folder.
 
 Outside a terminal (a log file, `ray job submit`'s job log) the prefix Ray gives a worker's
 forwarded lines ("(_reduce_topic pid=…)") comes without colour codes, unless `RAY_COLOR_PREFIX`
@@ -54,15 +60,17 @@ STORE_BOUND_ABOVE_INPUTS = (
 EMBED_ACTORS_ABOVE_INPUTS = (
     r"The minimum number of concurrent actors for 'MapBatches\(EmbedActor\)'"
 )
+# How Ray Data's console announces a task's exception (the build reports the error itself)
+TASK_FAILED = ("An exception was raised from a task of operator", "Exception occurred in user code")
 
 
 class RayDataConsoleFilter(logging.Filter):
     """Lets through Ray Data's console records of WARNING and above, except the notice that the
-    progress bars are off."""
+    progress bars are off and its announcements of a task's exception (`TASK_FAILED`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= logging.WARNING and not record.getMessage().startswith(
-            PROGRESS_BARS_DISABLED
+            (PROGRESS_BARS_DISABLED, *TASK_FAILED)
         )
 
 

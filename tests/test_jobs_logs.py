@@ -39,8 +39,9 @@ def _quieted(handler: logging.Handler) -> bool:
 
 def test_clean_logs_quiets_ray_datas_own_console_only():
     """Ray Data's console handler drops its INFO lines during a build (and the notice that the
-    progress bars are off) and passes its warnings; a handler someone else attached to the same
-    logger (pytest's log capture) still sees everything."""
+    progress bars are off, and its announcements of a task's exception) and passes its warnings;
+    a handler someone else attached to the same logger (pytest's log capture) still sees
+    everything."""
     import ray.data  # noqa: F401 - configures the "ray.data" logger
 
     logger = logging.getLogger("ray.data")
@@ -58,6 +59,16 @@ def test_clean_logs_quiets_ray_datas_own_console_only():
                 assert not passed(handler, logging.INFO, "Starting execution of Dataset x")
                 assert passed(handler, logging.WARNING, "A task failed")
                 assert not passed(handler, logging.WARNING, f"{PROGRESS_BARS_DISABLED} by config")
+                # a task's exception: the build names it (`failure_policy: abort` printed Ray's
+                # advice to set DataContext.max_errored_blocks above its own one line)
+                for announced in (
+                    'An exception was raised from a task of operator "MapBatches(x)". Dataset '
+                    "execution will now abort. To ignore this exception and continue, set "
+                    "DataContext.max_errored_blocks.",
+                    "Exception occurred in user code, with the abbreviated stack trace below.",
+                ):
+                    assert not passed(handler, logging.ERROR, announced)
+                assert passed(handler, logging.ERROR, "Operator x failed")
         assert quieted and mine not in quieted
         assert not any(_quieted(h) for h in quieted)  # undone after the build
         assert "Starting execution of Dataset x" in mine.stream.getvalue()
