@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from chunking.links import target_paths
 from chunking.record import Link
 from indexing import SourceInput
+from jobs.manifest import TopicEntry
 from jobs.path_set import PathSet
 from jobs.plan import excluded, keep_directory, name_problem
 from jobs.stats import BrokenLinks
@@ -78,19 +79,24 @@ def is_broken(link: Link, document_path: str, listed: Listed) -> bool:
     return page and all(not listed.holds(path) and listed.could_show(path) for path in candidates)
 
 
-def broken_links(sources: Iterable[SourceInput], listed: Listed) -> BrokenLinks:
-    """The broken links of the chunked `sources`: each (source, href) once, in the order of its
-    first chunk (a link in the overlap of two chunks, or written twice, is one to fix). A failed
-    source's kept rows are left as they were, and not counted."""
-    found = []
-    for source in sources:
-        if source.document is None:
-            continue
-        hrefs = dict.fromkeys(
+def broken_links(sources: Iterable[SourceInput], listed: Listed) -> tuple[tuple[str, str], ...]:
+    """The broken links of the chunked `sources` as (source, href): each once, in the order of
+    its first chunk (a link in the overlap of two chunks, or written twice, is one to fix). A
+    failed source's kept rows are left as they were, and not counted."""
+    return tuple(
+        (source.path, href)
+        for source in sources
+        if source.document is not None
+        for href in dict.fromkeys(
             link.url
             for chunk in source.document.chunks
             for link in chunk.links
             if is_broken(link, source.path, listed)
         )
-        found.extend((source.path, position, href) for position, href in enumerate(hrefs))
-    return BrokenLinks.of(found)
+    )
+
+
+def index_broken_links(topics: Iterable[TopicEntry]) -> BrokenLinks:
+    """The whole index's broken links, from its manifest's `topics` (each records its own when
+    it is built, and a kept topic's cannot change: `jobs.manifest.TopicEntry`)."""
+    return BrokenLinks.of(pair for entry in topics for pair in entry.broken_links)

@@ -18,7 +18,9 @@ REPORT_HTML_PATH = "_reindex/report.html"
 # that it converges to a clean build's names. 4: settled failures (a source entry's
 # `settled_failure`, a topic entry's `settled_failures`), which a reader of format 3 would refuse
 # (unknown fields); format 3 is read as 4 without any. 5: a topic entry's `link_targets`; a topic
-# of format 3 or 4 has none recorded, so the plan rebuilds it once (`jobs.plan`).
+# of format 3 or 4 has none recorded, so the plan rebuilds it once (`jobs.plan`). A topic
+# entry's `broken_links` (2026-11-30) is written only where it has some, and a reader of format 5
+# without it ignores it: still 5.
 FORMAT = 5
 READABLE_FORMATS = (3, 4, FORMAT)
 
@@ -65,9 +67,17 @@ class TopicEntry:
     # the paths its sources' relative links name that could be sources (`jobs.stages.topic`);
     # None: not recorded (a manifest of format 3 or 4)
     link_targets: tuple[str, ...] | None = ()
+    # (source, href) of its sources' links to pages the corpus does not have, each source's in
+    # order (`jobs.broken_links`), which the report counts for the whole index: a kept topic's
+    # sources are unchanged, and the plan rebuilds it when a path its links name becomes a source
+    # or stops being one. Not seen until it is rebuilt: a listed file that is no source (a
+    # qa-pairs.md, a page no glob matches) appearing or going, a folder an extensionless link
+    # names gaining or losing files; a topic last built before they were recorded has none.
+    broken_links: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict:
-        """The entry as the manifest stores it (settled failures only where there are some)."""
+        """The entry as the manifest stores it (settled failures and broken links only where
+        there are some: a corpus without them keeps its manifest's bytes)."""
         data = {
             "inputs": self.inputs,
             "children": list(self.children),
@@ -78,6 +88,8 @@ class TopicEntry:
         }
         if self.settled_failures:
             data["settled_failures"] = [list(x) for x in self.settled_failures]
+        if self.broken_links:
+            data["broken_links"] = [list(x) for x in self.broken_links]
         return data
 
     @classmethod
@@ -91,6 +103,7 @@ class TopicEntry:
             failed=data["failed"],
             settled_failures=tuple(tuple(x) for x in data.get("settled_failures", ())),
             link_targets=None if (targets := data.get("link_targets")) is None else tuple(targets),
+            broken_links=tuple((source, href) for source, href in data.get("broken_links", ())),
         )
 
 

@@ -21,7 +21,7 @@ import ray
 import tokenizers
 
 from embedding.encoder import encoder_digest
-from jobs.broken_links import Listed
+from jobs.broken_links import Listed, index_broken_links
 from jobs.config import JobConfig
 from jobs.discovery import (
     abort_stops,
@@ -227,6 +227,7 @@ def _run_locked(
         finish_cpu=finish_cpu,
         cpus=built.cpus,
         pool=built.pool.to_dict() if built.pool else None,
+        broken_links=index_broken_links(manifest.topics.values()),
         facts={
             **run_facts(),
             "input": source.uri(),

@@ -45,7 +45,7 @@ from jobs.report_html import (
     unmatched_text,
     unwritten_cache_entries,
 )
-from jobs.stats import RunStats, StageStats
+from jobs.stats import BrokenLinks, RunStats, StageStats
 from jobs.storage import Storage
 
 log = logging.getLogger("mdindex.build")
@@ -88,11 +88,12 @@ def build_report(
     cpus: float,
     facts: dict[str, Any],
     pool: dict[str, Any] | None,
+    broken_links: BrokenLinks,
 ) -> dict[str, Any]:
     """The report document: counts, timings with throughput and the embedding `pool` that ran
-    (None: no pipeline ran), failures once each, sorted by path. `began`: when the run began
-    (epoch seconds); `finish_cpu`: the driver's CPU seconds in the finish (its worker-seconds; its
-    wall time is `wall["finish"]`)."""
+    (None: no pipeline ran), the index's `broken_links`, failures once each, sorted by path.
+    `began`: when the run began (epoch seconds); `finish_cpu`: the driver's CPU seconds in the
+    finish (its worker-seconds; its wall time is `wall["finish"]`)."""
     failures = distinct_failures(failures)
     total = wall["total"]
     finished = time.time()
@@ -146,8 +147,8 @@ def build_report(
             "skipped_drafts": stats.chunk.skipped_drafts,
             "tokens": {facts.get("strategy", "chunks"): stats.chunk.tokens.to_dict()},
         },
-        # the rebuilt topics' links to pages the corpus does not have (`jobs.broken_links`)
-        "broken_links": stats.index.broken_links.to_dict(),
+        # the whole index's links to pages the corpus does not have (`jobs.broken_links`)
+        "broken_links": broken_links.to_dict(),
         "slowest_sources": stats.chunk.slowest.to_dict(),
         "bytes_read": stats.read.bytes,
         "timings": {
@@ -416,9 +417,9 @@ def unmatched_lines(report: dict[str, Any]) -> list[str]:
 
 
 def broken_lines(report: dict[str, Any]) -> list[str]:
-    """A note naming the first few links of the rebuilt topics to pages the corpus does not have
-    (none: no line; not in reports before 2026-11-30): nothing said so, and their chunks' rows
-    had no `target_document`."""
+    """A note naming the first few links of the index to pages the corpus does not have (none: no
+    line; not in reports before 2026-11-30): nothing said so, and their chunks' rows had no
+    `target_document`."""
     if note := broken_text(report):
         return [f"  note:    {note}"]
     return []

@@ -222,8 +222,9 @@ def unmatched_text(report: dict[str, Any]) -> str | None:
 
 
 def broken_text(report: dict[str, Any], shown: int = 3) -> str | None:
-    """The rebuilt topics' links to pages the corpus does not have, the first `shown` named as
-    `source → href` (None where there are none, or in a report before they were counted)."""
+    """The index's links to pages the corpus does not have, the first `shown` named as
+    `source → href` (None where there are none, or in a report before they were counted; one of
+    a run before the whole index's were, 2026-11-30, counted its rebuilt topics' alone)."""
     broken = report.get("broken_links") or {}
     if not (count := broken.get("count")):
         return None
@@ -231,8 +232,8 @@ def broken_text(report: dict[str, Any], shown: int = 3) -> str | None:
     named = ", ".join(f"{printable(link['source'])} → {printable(link['href'])}" for link in first)
     names = "names a page" if count == 1 else "name pages"
     return (
-        f"{counted(count, 'link')} in this run's rebuilt topics {names} the corpus does not "
-        f"have: {named}{', …' if count > len(first) else ''}"
+        f"{counted(count, 'link')} {names} the corpus does not have: "
+        f"{named}{', …' if count > len(first) else ''}"
     )
 
 

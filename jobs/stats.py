@@ -16,6 +16,7 @@ import dataclasses
 import heapq
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -226,7 +227,7 @@ class Names(Stats):
 
 
 @dataclass(frozen=True)
-class BrokenLinks(Stats):
+class BrokenLinks:
     """Links to pages the corpus does not have (`jobs.broken_links`): how many, and the first
     LINKS_SHOWN by source path, then position in it, as (source, position, href)."""
 
@@ -234,16 +235,15 @@ class BrokenLinks(Stats):
     first: tuple[tuple[str, int, str], ...] = ()
 
     @classmethod
-    def of(cls, found: Iterable[tuple[str, int, str]]) -> BrokenLinks:
-        """The record of the links `found`."""
-        found = list(found)
+    def of(cls, pairs: Iterable[tuple[str, str]]) -> BrokenLinks:
+        """The record of the (source, href) `pairs`, each source's in the order it has them
+        (those of several topics in any order of the topics)."""
+        found: list[tuple[str, int, str]] = []
+        seen: Counter[str] = Counter()
+        for source, href in pairs:
+            found.append((source, seen[source], href))
+            seen[source] += 1
         return cls(len(found), tuple(heapq.nsmallest(LINKS_SHOWN, found)))
-
-    def __add__(self, other: BrokenLinks) -> BrokenLinks:
-        if type(other) is not type(self):
-            return NotImplemented
-        first = heapq.nsmallest(LINKS_SHOWN, self.first + other.first)
-        return BrokenLinks(self.count + other.count, tuple(first))
 
     def to_dict(self) -> dict[str, Any]:
         """Their count, and the first of them as {source, href} objects."""
@@ -340,14 +340,12 @@ class StoreStats(StageStats):
 
 @dataclass(frozen=True)
 class IndexStats(StageStats):
-    """Topics built and written, with their chunks; carried sources taken from the last run;
-    the links of their chunks to pages the corpus does not have."""
+    """Topics built and written, with their chunks; carried sources taken from the last run."""
 
     topics: int = 0
     chunks: int = 0
     carried: int = 0
     reused: int = 0  # chunks of carried sources
-    broken_links: BrokenLinks = dataclasses.field(default_factory=BrokenLinks)
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from chunking import chunk_source
 from indexing import SourceInput
-from jobs.broken_links import Listed, broken_links
+from jobs.broken_links import Listed, broken_links, index_broken_links
+from jobs.manifest import TopicEntry
 from jobs.path_set import PathSet
 from jobs.report import broken_lines
 from jobs.report_html import render_html
-from jobs.stats import BrokenLinks, IndexStats
+from jobs.stats import BrokenLinks
 
 SOURCES = ["a.md", "api/index.md", "guides/intro.md", "guides/setup.md", "reference/cli.md"]
 OTHERS = ["guides/topic-spec.md", "guides/diagram.png", "LICENSE", "vendored/linked.md"]
@@ -45,8 +46,7 @@ def test_a_link_to_a_page_no_listed_file_is_is_broken_and_no_other_link():
     root, under a folder the listing skips or excludes, to a listed folder, or a site route is
     not judged."""
     found = broken_links([chunked("guides/setup.md", SETUP)], listing())
-    assert found.count == 6
-    assert [href for _, _, href in found.first] == [
+    assert [href for _, href in found] == [
         "./instal.md",
         "../guides/old-page/",
         "./gone",
@@ -54,46 +54,46 @@ def test_a_link_to_a_page_no_listed_file_is_is_broken_and_no_other_link():
         "notes.markdown",
         "./instal.md#step",
     ]
-    assert found.to_dict()["first"][0] == {"source": "guides/setup.md", "href": "./instal.md"}
+    assert found[0] == ("guides/setup.md", "./instal.md")
     # without the exclude pattern, the draft page is one the listing would have shown
-    assert broken_links([chunked("guides/setup.md", SETUP)], listing(())).count == 7
+    assert len(broken_links([chunked("guides/setup.md", SETUP)], listing(()))) == 7
 
 
 def test_broken_links_are_counted_in_all_and_the_first_20_kept_by_source_then_position():
-    """Two topics' records add up (the run's total is their sum, whatever order the reduces end
-    in); the first 20 are by source path, then where in it, so a report names the same ones."""
+    """The index's are its topics' (`TopicEntry.broken_links`) in any order of the topics; the
+    first 20 are by source path, then where in it, so a report names the same ones."""
     many = "# Many\n\n" + "\n\n".join(f"See [p{i}](./missing-{i:02d}.md)." for i in range(25))
     late = broken_links([chunked("z/many.md", many)], listing())
     early = broken_links([chunked("a.md", "# A\n\n[x](./nowhere.md)\n")], listing())
-    assert (late.count, early.count) == (25, 1)
-    total = late + early
-    assert total == early + late and total.count == 26
+    assert (len(late), len(early)) == (25, 1)
+    topics = [TopicEntry("i", (), (), broken_links=pairs) for pairs in (late, (), early)]
+    total = index_broken_links(topics)
+    assert total == index_broken_links(topics[::-1]) and total.count == 26
     hrefs = [href for _, _, href in total.first]
     assert hrefs == ["./nowhere.md"] + [f"./missing-{i:02d}.md" for i in range(19)]
-    assert (IndexStats(broken_links=late) + IndexStats(broken_links=early)).broken_links == total
     failed = SourceInput("b.md", None, None, error=("CHUNKING_FAILED", "x"))  # kept rows: left
-    assert broken_links([failed], listing()) == BrokenLinks()
+    assert broken_links([failed], listing()) == ()
+    assert index_broken_links([]) == BrokenLinks()
 
 
 def test_a_report_names_broken_links_in_a_note_and_on_its_page_and_an_older_one_as_before():
     """The summary's note and `mdindex report` name the first three, the page all 20 it holds;
     a report from before they were counted, or of none, has neither."""
     found = broken_links([chunked("guides/setup.md", SETUP)], listing())
-    report = {"broken_links": found.to_dict()}
+    report = {"broken_links": BrokenLinks.of(found).to_dict()}
     note = (
-        "6 links in this run's rebuilt topics name pages the corpus does not have: "
+        "6 links name pages the corpus does not have: "
         "guides/setup.md → ./instal.md, guides/setup.md → ../guides/old-page/, "
         "guides/setup.md → ./gone, …"
     )
     assert broken_lines(report) == [f"  note:    {note}"]
     one = {"broken_links": {"count": 1, "first": [{"source": "a.md", "href": "b.md"}]}}
     assert broken_lines(one) == [
-        "  note:    1 link in this run's rebuilt topics names a page the corpus does not have: "
-        "a.md → b.md"
+        "  note:    1 link names a page the corpus does not have: a.md → b.md"
     ]
     assert broken_lines({}) == [] and broken_lines({"broken_links": BrokenLinks().to_dict()}) == []
     page = render_html(_report(report))
-    assert "broken links</span> 6 links in this run&#x27;s rebuilt topics" in page
+    assert "broken links</span> 6 links name pages the corpus does not have" in page
     assert "guides/setup.md → ./instal.md#step</p>" in page
     assert "broken links</span>" not in render_html(_report({}))
 

@@ -244,6 +244,23 @@ def test_manifest_round_trips_through_json():
     assert b'"stamps"' in stamped.to_json() and b'"stamps"' not in manifest.to_json()
 
 
+def test_a_topics_broken_links_round_trip_and_are_written_only_where_it_has_some():
+    """A topic's links to pages the corpus lacks, each source's in order, are kept in its entry
+    (the report counts the whole index's from them); a manifest without any keeps its bytes and
+    format 5 (a reader of 5 before them ignores the key), and one before them reads as none."""
+    manifest = remember(FILES)
+    pairs = (("a/two.md", "./gone.md"), ("a/one.md", "../instal.md"), ("a/one.md", "./x"))
+    broken = replace(manifest.topics["a"], broken_links=pairs)
+    linked = replace(manifest, topics={**manifest.topics, "a": broken})
+    data = linked.to_json()
+    assert Manifest.from_json(data) == linked and Manifest.from_json(data).topics["a"] == broken
+    assert json.loads(data)["format"] == 5
+    assert json.loads(data)["topics"]["a"]["broken_links"] == [list(pair) for pair in pairs]
+    assert b'"broken_links"' not in manifest.to_json()
+    assert Manifest.from_json(manifest.to_json()).topics["a"].broken_links == ()
+    assert actions(make_plan(FILES, linked, "s1", GLOBS)) == {"a": KEEP, "b/c": KEEP}
+
+
 def test_a_topic_is_rebuilt_when_a_path_its_links_name_becomes_a_source_or_stops_being_one():
     """A link's `target_document` is its path when that is a source of the corpus: a topic whose
     links name a source that went, or a path that became a source, is rebuilt, though none of

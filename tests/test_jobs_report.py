@@ -838,12 +838,12 @@ def test_a_rerun_names_the_sources_it_found_added_changed_and_deleted(built, tmp
     assert "since the last run</h3>" not in render_html(report)
 
 
-def test_a_run_names_the_links_of_its_rebuilt_topics_to_pages_the_corpus_lacks(
-    built, tmp_path, capsys
-):
+def test_a_run_names_the_links_of_the_index_to_pages_the_corpus_lacks(built, tmp_path, capsys):
     """A link to a page deleted, and a typo in a link, left the chunks' `target_document` empty
     and nothing said so: a nightly run's report, read days later, names them (a link to a listed
-    file that is no source, qa-pairs.md, is not broken)."""
+    file that is no source, qa-pairs.md, is not broken), the whole index's: a run that rebuilds
+    no topic names them still (it named none), and one that puts the page back names the typo
+    alone."""
     corpus, output = tmp_path / "docs", tmp_path / "out"
     shutil.copytree(CORPUS, corpus)
     shutil.copytree(built, output)
@@ -857,22 +857,31 @@ def test_a_run_names_the_links_of_its_rebuilt_topics_to_pages_the_corpus_lacks(
             "getting-started).\n",
         )
     )
-    report = run_job(load_config(CONFIG, overrides={"input": str(corpus), "output": str(output)}))
+    config = load_config(CONFIG, overrides={"input": str(corpus), "output": str(output)})
+    report = run_job(config)
+    typo = {"source": "libraries/http-client/guide.md", "href": "../../guides/instal.md"}
     assert report["broken_links"] == {
         "count": 2,
         "first": [
             {"source": "libraries/http-client/guide.md", "href": "../../guides/installation.md"},
-            {"source": "libraries/http-client/guide.md", "href": "../../guides/instal.md"},
+            typo,
         ],
     }
     note = (
-        "2 links in this run's rebuilt topics name pages the corpus does not have: "
+        "2 links name pages the corpus does not have: "
         "libraries/http-client/guide.md → ../../guides/installation.md, "
         "libraries/http-client/guide.md → ../../guides/instal.md"
     )
     assert f"  note:    {note}" in summary(report).splitlines()
     assert mdindex(["report", str(output)]) == 0 and note in capsys.readouterr().out
     assert f"broken links</span> {escape(note)}</p>" in report_and_page(output)[1]
+    again = run_job(config)
+    assert again["topics"]["rebuilt"] == 0 and again["broken_links"] == report["broken_links"]
+    assert f"  note:    {note}" in summary(again).splitlines()
+    shutil.copy(CORPUS / "guides" / "installation.md", corpus / "guides" / "installation.md")
+    put_back = run_job(config)
+    assert put_back["topics"]["rebuilt"] == 2  # guides, and http-client (`jobs.plan.links_moved`)
+    assert put_back["broken_links"] == {"count": 1, "first": [typo]}
 
 
 def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, caplog):

@@ -53,7 +53,7 @@ from jobs.progress import report_stats, rows_key
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
 from jobs.stages.chunk import QUESTIONS_FAILED
 from jobs.stages.read import READ_FAILED
-from jobs.stats import BrokenLinks, Clock, IndexStats, RunStats
+from jobs.stats import Clock, IndexStats, RunStats
 from jobs.storage import Storage, SymlinkRefused
 
 log = logging.getLogger("mdindex.build")
@@ -172,14 +172,12 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
                 chunks=sum(len(s.document.chunks) for s in sources if s.document is not None),
                 carried=len(carried),
                 reused=reused,
-                broken_links=broken_links(sources, context.listed)
-                if context.listed is not None
-                else BrokenLinks(),
                 **clock.spent(),
             )
         ),
         rows_key("index", group),
     )
+    broken = broken_links(sources, context.listed) if context.listed is not None else ()
     outcomes = {r["path"]: Outcome(r["sha256"], r["error_code"] is not None) for r in source_rows}
     outcomes.update({path: Outcome(unchanged[path], carried=True) for path in carried})
     return _summary(
@@ -190,6 +188,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
             "failures": failures,
             "sources": outcomes,
             "link_targets": link_targets(sources, context.expected.source_globs),
+            "broken_links": broken,
         },
     )
 
@@ -259,6 +258,7 @@ def _not_written(
             "failures": [failure],
             "sources": outcomes,
             "link_targets": [],
+            "broken_links": (),
         },
     )
 
