@@ -178,6 +178,16 @@ def _admonition(state, start: int, end: int, silent: bool) -> bool:
     return True
 
 
+def indented_container_opener(doc: ParsedDocument, block: Block) -> str:
+    """The first line of top-level `block` when it is a Python-Markdown indented container
+    (`!!! note "T"`, `??? tip`, `=== "pip"`), '' otherwise: its body lines, 4 columns in, read as
+    indented code without it, so a chunk starting inside its body repeats it."""
+    if block.kind != "admonition":
+        return ""
+    line = doc.lines[block.start_line - 1]
+    return line if _ADMONITION.fullmatch(line.lstrip(" \t")) else ""
+
+
 # MyST directives whose content is markdown (admonitions, version notes, sphinx-design's tabs,
 # cards and dropdowns, docutils' body elements, Jupyter Book's exercises). Written as a fence with
 # a braced info string (```{note}), such a directive stays a fence (cut, closed and reopened as

@@ -14,7 +14,9 @@ Seed 003 rules, applied line by line over the document (headings come from the b
   with an empty code block (`opener_ends_chunk`);
 - a sealed chunk gets its parent headings prepended (BuildChunkWithHierarchy), and a chunk that
   starts between two rows of a table the header and delimiter rows of that table after them, as
-  its rows mean nothing without them (the same context; see `_Window.new_chunk`);
+  its rows mean nothing without them, and one that starts inside the body of an MkDocs container
+  (`!!! note "T"`, `=== "pip"`) its first line, as its body reads as indented code without it (the
+  same context; see `_Window.new_chunk`);
 - a chunk of nothing but headings is not sealed at a heading by the H1 rule or the minimums
   (the heading joins them), and where the hard maximum seals it, it is not emitted when the next
   chunk prepends all its headings: they head that chunk's content (a heading whose first line
@@ -67,6 +69,7 @@ from chunking.blocks import (
     fence_line_kind,
     fence_prefix,
     fence_reopener,
+    indented_container_opener,
     unclosed_fences,
 )
 from chunking.strategy import Draft, Split, Strategy, register
@@ -125,7 +128,8 @@ class _Chunk:
     reopen: str = ""  # fence opener repeated at the top when the chunk starts inside a fence
     reopen_kind: int = FENCE_MARK  # its line's kind (TEXT for a MyST directive's, with its info)
     header: str = ""  # a table's header and delimiter rows, when it starts between its rows
-    overhead: int = 0  # units of the prefix, header and reopen lines, and the reserve
+    opener: str = ""  # an indented container's first line, when it starts inside its body
+    overhead: int = 0  # units of the prefix, opener, header and reopen lines, and the reserve
     # Read again alone: it starts inside a top-level list, block quote or HTML block, whose lines
     # can parse otherwise without the block's start around them (a fence opens or does not), or
     # holds the first piece of a line that starts like a fence opener; `reserve` units are kept
@@ -185,6 +189,12 @@ class _Window:
         self.block_starts = [block.start_line for block in doc.blocks]
         self.tables = [(b.start_line, b.end_line) for b in doc.blocks if b.kind == "table"]
         self.table_starts = [first for first, _ in self.tables]
+        self.indented = [
+            (b.start_line, b.end_line, opener)
+            for b in doc.blocks
+            if (opener := indented_container_opener(doc, b))
+        ]
+        self.indented_starts = [first for first, _, _ in self.indented]
         self.containers = [(b.start_line, b.end_line) for b in doc.blocks if b.kind in _CONTAINERS]
         self.container_starts = [first for first, _ in self.containers]
         # A fence its list item or block quote ends (or the end of the file) gets a closing line
@@ -389,12 +399,16 @@ class _Window:
         # Longer than any chunk can hold: cut at word boundaries, one piece per chunk (the first
         # in the chunk of the heading it follows, which has half its room left). A piece
         # after the first of a line in a fence inside a block quote repeats the quote markers, so
-        # that it stays inside the fence its chunk reopens. A line outside fences that starts like
+        # that it stays inside the fence its chunk reopens, and one of a line in an indented
+        # container's body the line's indentation, so that it stays inside the container whose
+        # first line its chunk repeats. A line outside fences that starts like
         # an opener (backticks in its info string: "``` a ```") opens a fence in the chunk of its
         # first piece alone: that chunk is read again and closed, with room kept for the closer.
         fence = self.fence_at(number)
         quote = fence_prefix(self.doc, fence) if fence else ""
         quote = quote if ">" in quote else ""
+        if not quote and self.indented_opener(number):
+            quote = text[: len(text) - len(text.lstrip(" \t"))]
         opener = None if fence else _OPENS_FENCE.match(text)
         room = self.context_units(quote) + (self.context_units(opener.group()) if opener else 0)
         # the pieces after the first carry no table header (no piece of a row is a row)
@@ -536,11 +550,13 @@ class _Window:
         fence: Block | None = None,
         bare: bool = False,
         header: str = "",
+        opener: str = "",
     ) -> _Chunk:
-        """A chunk with `parents` prepended, then a table's `header` rows (or `fence` reopened);
-        the outermost parents are dropped while these lines take over half the max, the header
-        (the innermost context) only when it alone does, and the fence's info string too if it
-        alone does (or if `bare`)."""
+        """A chunk with `parents` prepended, then an indented container's `opener` line, then a
+        table's `header` rows (or `fence` reopened); the outermost parents are dropped while these
+        lines take over half the max, the header (the innermost context) only when it alone
+        does, the opener when it and the fence line do, and the fence's info string too if that
+        line alone does (or if `bare`)."""
         if fence:
             check_fence_marker(fence, self.counter.units, self.limit, "units")
         reopen = fence_reopener(self.doc, fence) if fence else ""
@@ -550,8 +566,11 @@ class _Window:
             reopen_kind = FENCE_MARK  # a fence of code, without the info string
         if header and self.context_units(header) > self.limit // 2:
             header = ""
+        if opener and self.context_units(opener) + self.context_units(reopen) > self.limit // 2:
+            opener = ""
         prefix = parents
         fixed = self.context_units(reopen) + (self.context_units(header) if header else 0)
+        fixed += self.context_units(opener) if opener else 0
         while prefix and self.context_units(_heading_lines(prefix)) + fixed > self.limit // 2:
             prefix = prefix[1:]
         overhead = self.context_units(_heading_lines(prefix)) + fixed
@@ -561,22 +580,25 @@ class _Window:
             reopen=reopen,
             reopen_kind=reopen_kind,
             header=header,
+            opener=opener,
             overhead=overhead,
         )
 
     def continuation(self, number: int, mid_line: bool = False) -> _Chunk:
         """The chunk that continues the current section at line `number` (inside that line when
         `mid_line`) after a max-token seal; a fence open there is reopened (a fence's opening
-        line cut in pieces reopens with its bare marker, the rest of the line inside it), and a
-        table's header and delimiter rows are repeated above its row `number`."""
+        line cut in pieces reopens with its bare marker, the rest of the line inside it), a
+        table's header and delimiter rows are repeated above its row `number`, and an indented
+        container's first line above a line of its body."""
         parents = tuple(self.hierarchy[level] for level in sorted(self.hierarchy))
         fence = self.open_fence_after(number - 1)
         opening = self.fence_at(number) if mid_line else None
+        opener = self.indented_opener(number)
         if fence is None and opening is not None and opening.start_line == number:
-            chunk = self.new_chunk(parents, opening, bare=True)
+            chunk = self.new_chunk(parents, opening, bare=True, opener=opener)
         else:
             header = "" if mid_line else self.table_header(number)
-            chunk = self.new_chunk(parents, fence, header=header)
+            chunk = self.new_chunk(parents, fence, header=header, opener=opener)
         container = self.container_at(number)
         if container is not None:
             chunk.alone = True
@@ -596,6 +618,14 @@ class _Window:
             return ""
         first = self.tables[index][0]
         return "\n".join(self.doc.lines[first - 1 : min(number - 1, first + 1)])
+
+    def indented_opener(self, number: int) -> str:
+        """The first line of the top-level indented container (`!!! note`, `=== "pip"`) whose
+        body holds line `number`; '' elsewhere."""
+        index = bisect_right(self.indented_starts, number) - 1
+        if index < 0 or not self.indented[index][0] < number <= self.indented[index][1]:
+            return ""
+        return self.indented[index][2]
 
     def fence_room(self, first: int, last: int) -> int:
         """Units of the longest fence-like line (`_OPENS_FENCE`) among lines first..last (bisects
@@ -694,12 +724,14 @@ class _Window:
         return own, own_kinds, numbers, inserted
 
     def draft(self, chunk: _Chunk) -> Draft:
-        """BuildChunkWithHierarchy: parents, table header or fence reopen, own lines, fence
-        close."""
+        """BuildChunkWithHierarchy: parents, container opener, table header or fence reopen, own
+        lines, fence close."""
         own, own_kinds, numbers, inserted = self.own_lines(chunk.segments)
         start = next(i for i, text in enumerate(own) if text.strip())
         end = next(i for i in range(len(own) - 1, -1, -1) if own[i].strip())
         texts = [h.markdown for h in chunk.prefix]
+        if chunk.opener:
+            texts.append(chunk.opener)
         line_kinds = bytearray([TEXT] * len(texts))
         if chunk.header:
             rows = chunk.header.split("\n")

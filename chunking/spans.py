@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from operator import attrgetter
 
 from chunking.blocks import (
     NOT_SPACE,
@@ -26,6 +27,7 @@ from chunking.blocks import (
     fence_closer,
     fence_reopener,
     fences_opening,
+    indented_container_opener,
     last_fence_opened,
 )
 from chunking.record import CHUNKING_FAILED, ChunkingError
@@ -338,6 +340,11 @@ def line_pieces(
     first piece starts at `start` when given (a heading line before the block, kept with the
     block's first line: cut with it when the two do not fit together).
 
+    A piece after the first of an indented container (`!!! note "T"`, `=== "pip"`, whose body
+    lines read as indented code without it) starts with the container's first line, as a piece of
+    a table with its header rows (unless that line would take over half of `limit`); one that
+    starts inside a line's indentation gets the rest of it, one inside its text 4 columns of it.
+
     A cut inside a fenced code block, at any nesting, closes the fence at the end of one piece
     and reopens it (same marker, info string and indentation; the bare marker when those would
     take over half of `limit`) at the top of the next, so every piece is well-formed markdown; an
@@ -363,6 +370,11 @@ def line_pieces(
                 f"{measure.unit} to reopen and close, over half the chunk limit of {limit}",
             )
         reserve = max(reserve, context)
+    first_line = src.first_line(span)
+    opener = _container_opener(doc, first_line)
+    if opener and 2 * (measure.size_of(opener) + reserve + 5) > limit:
+        opener = ""
+    reserve += measure.size_of(opener) + 5 if opener else 0  # its line, a newline, an indentation
     budget = max(1, limit - reserve)
     parts: list[Span] = []
     lines = line_spans(src, span)
@@ -378,12 +390,16 @@ def line_pieces(
         start, end = group[0].start, group[-1].end
         reopen = _fence_around(fences, src.line_of(start), reopen=True)
         close = _fence_around(fences, src.line_of(max(start, end - 1)), reopen=False)
+        prefix = reopeners[reopen.start_line] + "\n" if reopen else ""
+        if opener and src.line_of(start) > first_line:
+            before = src.text[src.line_starts[src.line_of(start) - 1] : start]
+            prefix = opener + "\n" + prefix + ("    " if before.strip() else before)
         return _balanced(
             src,
             Span(
                 start,
                 end,
-                prefix=reopeners[reopen.start_line] + "\n" if reopen else "",
+                prefix=prefix,
                 suffix="\n" + fence_closer(doc, close) if close else "",
             ),
         )
@@ -393,6 +409,14 @@ def line_pieces(
         return size + measure.size_of(piece.prefix + piece.suffix) > limit
 
     return packed_pieces(parts, measure, budget, piece_of, too_big)
+
+
+def _container_opener(doc: ParsedDocument, line: int) -> str:
+    """The first line of the top-level indented container that starts on `line`, '' if none."""
+    index = bisect_left(doc.blocks, line, key=attrgetter("start_line"))
+    if index < len(doc.blocks) and doc.blocks[index].start_line == line:
+        return indented_container_opener(doc, doc.blocks[index])
+    return ""
 
 
 def balanced(src: SourceText, span: Span, unclosed: UnclosedFences) -> Span:

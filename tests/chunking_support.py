@@ -9,7 +9,7 @@ import re
 from hypothesis import strategies as st
 
 from chunking import ChunkedDocument, chunk_source
-from chunking.blocks import heading_title, parse, unclosed_fences
+from chunking.blocks import heading_title, indented_container_opener, parse, unclosed_fences
 from chunking.normalize import normalize
 from chunking.strategy import get_strategy
 
@@ -123,8 +123,9 @@ def _collapse(text: str) -> str:
 
 def own_lines(text: str, context_lines: set[str]) -> list[str]:
     """The chunk's own content lines: its non-blank lines except `context_lines` (headings of the
-    document, which may be prepended, and tables' header rows, repeated above a table's rows cut
-    from them) and bare fence lines (which may close or reopen a split fence)."""
+    document, which may be prepended, tables' header rows, repeated above a table's rows cut
+    from them, and indented containers' first lines, repeated above their body's lines cut from
+    them) and bare fence lines (which may close or reopen a split fence)."""
     return [
         line
         for line in text.split("\n")
@@ -157,7 +158,9 @@ def check_invariants(data: bytes | str, strategy: str, **options) -> ChunkedDocu
         if b.kind == "table"
         for number in (b.start_line, b.start_line + 1)
     }
-    context = heading_lines | table_headers
+    # the first lines of indented containers (`!!! note`), repeated above lines cut from their body
+    openers = {_collapse(indented_container_opener(doc, b)) for b in doc.blocks} - {""}
+    context = heading_lines | table_headers | openers
     limit = chunker.hard_max_tokens
     assert [c.ordinal for c in first.chunks] == list(range(len(first.chunks)))
     sources: dict[tuple[int, int], str] = {}  # collapsed line ranges (many chunks share one)
@@ -198,3 +201,13 @@ def check_invariants(data: bytes | str, strategy: str, **options) -> ChunkedDocu
             assert chunk.token_count <= limit
         assert set(chunk.headings_path) <= headings, "a heading that is not a document heading"
     return first
+
+
+def check_container_pieces(document: ChunkedDocument, opener: str) -> None:
+    """Every chunk of a document of headings and one indented container (`opener`), read alone,
+    is headings and that container: a chunk cut from its body repeats its first line, so no line
+    of it reads as indented code."""
+    for chunk in document.chunks:
+        blocks = parse(normalize(chunk.text)).blocks
+        assert [b.kind for b in blocks if b.kind != "heading"] == ["admonition"], chunk.text
+        assert opener in chunk.text.split("\n")

@@ -13,6 +13,7 @@ from chunking.blocks import parse, unclosed_fences
 from chunking.hierarchical import BAND
 from chunking.normalize import normalize
 from chunking.strategy import get_strategy
+from tests.chunking_support import check_container_pieces, check_invariants
 
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
 
@@ -374,3 +375,17 @@ def test_the_overlap_never_comes_before_a_piece_with_a_closing_line():
         "## Title\n- one two ~~~ three four", max_chunk_size=30, overlap_size=10, hard_max_size=30
     )
     assert [c.text for c in doc.chunks] == ["## Title\n- one two", "~~~ three four\n~~~"]
+
+
+def test_a_piece_of_an_indented_container_starts_with_its_first_line():
+    opener = '=== "pip"'
+    paragraphs = [" ".join(f"w{i}x{j}" for j in range(60)) + "." for i in range(6)]
+    body = "\n\n".join(f"    {line}" for line in paragraphs)
+    text = f"## Install\n\n{opener}\n\n{body}\n"
+    options = {"max_chunk_size": 300, "overlap_size": 60, "hard_max_size": 600}
+    document = check_invariants(text, "hierarchical", **options)
+    check_container_pieces(document, opener)
+    pieces = [c for c in document.chunks if c.start_line > 3]  # after the container's first line
+    assert len(pieces) > 2
+    assert all(c.text.split("\n")[:1] == [opener] for c in pieces)
+    assert all(c.text.split("\n")[1].startswith("    w") for c in pieces)

@@ -2,7 +2,8 @@
 
 The own-content check (see tests/chunking_support.py): every non-blank line of a chunk, except
 lines that are headings of the document (possibly prepended context), a table's header and
-delimiter rows (repeated above rows cut from it) and bare fence lines (possibly a closed or
+delimiter rows (repeated above rows cut from it), an indented container's first line (`!!! note`,
+repeated above lines of its body cut from it) and bare fence lines (possibly a closed or
 reopened fence), appears, whitespace collapsed, in the document's lines start_line..end_line
 (also collapsed). The first and last lines: a chunk's text starts and ends with a non-blank line,
 and its start_line and end_line are non-blank lines that hold one of its lines.

@@ -10,7 +10,7 @@ from chunking import chunk_source, strategy_key
 from chunking.blocks import TABLE, parse, unclosed_fences
 from chunking.normalize import normalize
 from chunking.tokens import get_counter
-from tests.chunking_support import check_invariants
+from tests.chunking_support import check_container_pieces, check_invariants
 
 COUNT = get_counter("heuristic").count
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
@@ -587,3 +587,57 @@ def test_a_myst_note_longer_than_a_chunk_is_reopened_in_each_piece_as_text():
     for chunk in document.chunks:
         assert chunk.text.split("\n")[1:2] == ["```{note}"] or chunk.ordinal == 0
         assert chunk.text.endswith("\n```") and not chunk.is_code
+
+
+WARNING = '!!! warning "Stop the workers first"'
+
+
+def indented_container(opener: str, body: list[str]) -> str:
+    """An MkDocs container: `opener`, a blank line, then `body` 4 columns in."""
+    return "\n".join([opener, "", *(f"    {line}" if line else "" for line in body)])
+
+
+@pytest.mark.parametrize("opener", [WARNING, '=== "pip"', "??? tip"])
+def test_a_chunk_cut_inside_an_indented_container_repeats_its_first_line(opener):
+    paragraphs = [f"Paragraph {i} {words(40, 'workers')}." for i in range(8)]
+    body = [line for paragraph in paragraphs for line in (paragraph, "")]
+    text = f"# Upgrading\n\n## Database\n\n{indented_container(opener, body)}\n"
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=50)
+    assert len(document.chunks) >= 3
+    check_container_pieces(document, opener)
+    lines = text.split("\n")
+    for chunk in document.chunks[1:]:
+        # after the prepended headings, as a cut table's header rows; its own lines follow
+        head = ["# Upgrading", "## Database", opener, lines[chunk.start_line - 1]]
+        assert chunk.text.split("\n")[:4] == head
+        assert chunk.start_line > 5 and chunk.title == "Database"
+        assert chunk.token_count <= 120 and not chunk.is_code
+    seen = [line for c in document.chunks for line in c.text.split("\n") if "Paragraph" in line]
+    assert seen == [f"    {paragraph}" for paragraph in paragraphs]
+
+
+def test_a_fence_cut_inside_an_indented_container_is_reopened_inside_it():
+    code = [f"value_{i} = compute({i}, {i + 1})  # step {i}" for i in range(60)]
+    body = ["Run this:", "", "```python", *code, "```"]
+    text = f"# Guide\n\n{indented_container(WARNING, body)}\n"
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=50)
+    assert len(document.chunks) >= 3
+    check_container_pieces(document, WARNING)
+    for chunk in document.chunks[1:]:
+        assert chunk.text.split("\n")[:3] == ["# Guide", WARNING, "    ```python"]
+    seen = [line for c in document.chunks for line in c.text.split("\n") if "value_" in line]
+    assert seen == [f"    {line}" for line in code]
+
+
+def test_a_line_longer_than_the_maximum_in_an_indented_container_stays_inside_it():
+    line = " ".join(f"w{i}" for i in range(400))
+    text = f"# Big\n\n{indented_container(WARNING, [line])}\n"
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=50)
+    first, *pieces = document.chunks
+    assert first.text == f"# Big\n\n{WARNING}" and len(pieces) > 2
+    assert all(c.start_line == c.end_line == 5 for c in pieces)
+    check_container_pieces(document, WARNING)
+    # each piece indented as the line is, so that it stays in the container
+    cut = [c.text.split("\n", 2)[2] for c in pieces]
+    assert all(piece.startswith("    w") for piece in cut)
+    assert "".join(piece.removeprefix("    ") for piece in cut) == line

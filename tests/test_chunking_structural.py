@@ -6,6 +6,7 @@ Runs the real strategy with the embedded model's tokenizer (loaded once per proc
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from chunking.blocks import parse, unclosed_fences
 from chunking.normalize import normalize
 from chunking.strategy import get_strategy
 from chunking.tokens import get_counter
+from tests.chunking_support import check_container_pieces, check_invariants
 
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
 # Words that are one WordPiece token each, so token windows can be checked word by word.
@@ -354,3 +356,20 @@ def test_a_colon_fence_with_code_in_it_is_one_chunk():
     )
     doc = structural(f"## Publish\n\nRun `acme deploy`.\n\n{details}\n\nSee also the FAQ.\n")
     assert [(c.start_line, c.end_line) for c in doc.chunks] == [(1, 13)]
+
+
+def test_a_piece_of_an_indented_container_starts_with_its_first_line():
+    opener = '!!! warning "Stop the workers first"'
+    paragraphs = [" ".join(f"w{i}x{j}" for j in range(60)) + "." for i in range(6)]
+    long_line = " ".join(f"w{i}" for i in range(300))
+    body = "\n\n".join(f"    {line}" for line in [*paragraphs, long_line])
+    text = f"## Database\n\n{opener}\n\n{body}\n"
+    options = {"target": 60, "soft_max": 80, "hard_max": 100, "overlap_percent": 15}
+    document = check_invariants(text, "structural", **options)
+    check_container_pieces(document, opener)
+    pieces = [c for c in document.chunks if c.start_line > 3]  # after the container's first line
+    assert len(pieces) > 2
+    # each piece starts with it, then its first source line as indented (a line cut in pieces too)
+    assert all(c.text.split("\n")[0] == opener for c in pieces)
+    assert all(re.match(r"    \S", c.text.split("\n")[1]) for c in pieces)
+    assert sum(c.start_line == c.end_line == 17 for c in pieces) > 1  # the long line's pieces
