@@ -15,9 +15,12 @@ to a file).
 
 from __future__ import annotations
 
+import heapq
 import posixpath
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from chunking.links import target_paths
 from chunking.record import Link
@@ -25,7 +28,7 @@ from indexing import SourceInput
 from jobs.manifest import TopicEntry
 from jobs.path_set import PathSet
 from jobs.plan import excluded, keep_directory, name_problem
-from jobs.stats import BrokenLinks
+from jobs.stats import NAMED
 
 PAGE_EXTENSIONS = (".md", ".mdx", ".markdown")
 
@@ -94,6 +97,33 @@ def broken_links(sources: Iterable[SourceInput], listed: Listed) -> tuple[tuple[
             if is_broken(link, source.path, listed)
         )
     )
+
+
+@dataclass(frozen=True)
+class BrokenLinks:
+    """Links to pages the corpus does not have (`jobs.broken_links`): how many, and the first
+    NAMED by source path, then position in it, as (source, position, href)."""
+
+    count: int = 0
+    first: tuple[tuple[str, int, str], ...] = ()
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str]]) -> BrokenLinks:
+        """The record of the (source, href) `pairs`, each source's in the order it has them
+        (those of several topics in any order of the topics)."""
+        found: list[tuple[str, int, str]] = []
+        seen: Counter[str] = Counter()
+        for source, href in pairs:
+            found.append((source, seen[source], href))
+            seen[source] += 1
+        return cls(len(found), tuple(heapq.nsmallest(NAMED, found)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Their count, and the first of them as {source, href} objects."""
+        return {
+            "count": self.count,
+            "first": [{"source": source, "href": href} for source, _, href in self.first],
+        }
 
 
 def index_broken_links(topics: Iterable[TopicEntry]) -> BrokenLinks:

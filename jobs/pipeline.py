@@ -50,7 +50,6 @@ from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
 from jobs.reduce import Piece, reduce_topics
 from jobs.report import (
-    CHANGES_SHOWN,
     build_report,
     key_settings,
     run_facts,
@@ -73,7 +72,7 @@ from jobs.stages.chunk import ChunkSettings, SourceFailed, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.store import store_entries
 from jobs.stages.topic import TopicContext
-from jobs.stats import RunStats
+from jobs.stats import NAMED, RunStats
 from jobs.storage import FileInfo, SkippedLink, Storage
 from jobs.work import (
     Work,
@@ -241,7 +240,7 @@ def _run_locked(
             "changes": source_changes(plan.changed, plan.deleted, found.previous.sources),
             "unmatched_markdown": {
                 "count": len(plan.unmatched),
-                "first": list(plan.unmatched[:CHANGES_SHOWN]),
+                "first": list(plan.unmatched[:NAMED]),
             },
         },
     )

@@ -26,7 +26,7 @@ import re
 import time
 from collections.abc import Container, Iterable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from indexing.terminal import counted, printable
 from jobs.build_cli import EXIT_JOB_FAILED, EXIT_OK, EXIT_SOURCES_FAILED
@@ -45,13 +45,15 @@ from jobs.report_html import (
     unmatched_text,
     unwritten_cache_entries,
 )
-from jobs.stats import BrokenLinks, RunStats, StageStats
+from jobs.stats import NAMED, RunStats, StageStats
 from jobs.storage import Storage
+
+if TYPE_CHECKING:
+    from jobs.broken_links import BrokenLinks
 
 log = logging.getLogger("mdindex.build")
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # ANSI SGR codes
 EXAMPLES = 3  # failures of each code a summary of many prints
-CHANGES_SHOWN = 20  # paths of each kind of change (added, changed, deleted) a report names
 
 
 def key_settings(config: JobConfig) -> dict[str, Any]:
@@ -185,7 +187,7 @@ def source_changes(
 ) -> dict[str, dict[str, Any]]:
     """The sources this run found added (not in the last run's manifest), changed (their bytes,
     the settings or their last outcome differ) and deleted: each kind's count and its first
-    CHANGES_SHOWN paths in order (the report's counts alone never said which pages a nightly run
+    NAMED paths in order (the report's counts alone never said which pages a nightly run
     had dropped)."""
     changed = sorted(changed)
     kinds = {
@@ -193,9 +195,7 @@ def source_changes(
         "changed": [path for path in changed if path in before],
         "deleted": sorted(deleted),
     }
-    return {
-        kind: {"count": len(paths), "first": paths[:CHANGES_SHOWN]} for kind, paths in kinds.items()
-    }
+    return {kind: {"count": len(paths), "first": paths[:NAMED]} for kind, paths in kinds.items()}
 
 
 def change_line(changes: dict[str, dict[str, Any]], seen: int) -> list[str]:

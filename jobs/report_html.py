@@ -20,7 +20,7 @@ from typing import Any
 
 from indexing.terminal import counted, printable
 from jobs.plan import unmatched_note
-from jobs.stats import LINKS_SHOWN
+from jobs.stats import NAMED
 from jobs.svg import Bar, Bin, bar_chart, histogram, stacked_bar
 
 BINS = 24  # about this many bars in the token histogram
@@ -192,7 +192,7 @@ def _sources(report: dict[str, Any]) -> str:
         html += _figures([(f"topics {k}", v) for k, v in t.items()])
     if note := unmatched_text(report):
         html += f'<p><span class="status warn">not sources</span> {escape(note)}</p>'
-    if note := broken_text(report, shown=LINKS_SHOWN):
+    if note := broken_text(report, shown=NAMED):
         html += f'<p><span class="status warn">broken links</span> {escape(note)}</p>'
     return html + _changes(report)
 

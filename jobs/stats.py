@@ -16,7 +16,6 @@ import dataclasses
 import heapq
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,7 +25,7 @@ S = TypeVar("S", bound="Stats")
 TOKEN_BUCKET = 10  # width of a token-count histogram bucket (the report's charts re-bin these)
 SLOWEST = 20  # sources kept by `Slowest`
 NOTES = 20  # messages kept by `Notes`
-LINKS_SHOWN = 20  # links kept by `BrokenLinks` (a report names 20 of each list it counts)
+NAMED = 20  # paths a report names of each list it counts: changes, unmatched names, broken links
 
 
 @dataclass(frozen=True)
@@ -224,33 +223,6 @@ class Names(Stats):
     def to_dict(self) -> list[str]:  # type: ignore[override]
         """The names, sorted."""
         return list(self.names)
-
-
-@dataclass(frozen=True)
-class BrokenLinks:
-    """Links to pages the corpus does not have (`jobs.broken_links`): how many, and the first
-    LINKS_SHOWN by source path, then position in it, as (source, position, href)."""
-
-    count: int = 0
-    first: tuple[tuple[str, int, str], ...] = ()
-
-    @classmethod
-    def of(cls, pairs: Iterable[tuple[str, str]]) -> BrokenLinks:
-        """The record of the (source, href) `pairs`, each source's in the order it has them
-        (those of several topics in any order of the topics)."""
-        found: list[tuple[str, int, str]] = []
-        seen: Counter[str] = Counter()
-        for source, href in pairs:
-            found.append((source, seen[source], href))
-            seen[source] += 1
-        return cls(len(found), tuple(heapq.nsmallest(LINKS_SHOWN, found)))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Their count, and the first of them as {source, href} objects."""
-        return {
-            "count": self.count,
-            "first": [{"source": source, "href": href} for source, _, href in self.first],
-        }
 
 
 @dataclass(frozen=True)

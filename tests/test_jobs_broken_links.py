@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from chunking import chunk_source
 from indexing import SourceInput
-from jobs.broken_links import Listed, broken_links, index_broken_links
+from jobs.broken_links import BrokenLinks, Listed, broken_links, index_broken_links
 from jobs.manifest import TopicEntry
 from jobs.path_set import PathSet
 from jobs.report import broken_lines
 from jobs.report_html import render_html
-from jobs.stats import BrokenLinks
 
 SOURCES = ["a.md", "api/index.md", "guides/intro.md", "guides/setup.md", "reference/cli.md"]
 OTHERS = ["guides/topic-spec.md", "guides/diagram.png", "LICENSE", "vendored/linked.md"]
