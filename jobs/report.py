@@ -331,7 +331,7 @@ def summary(report: dict[str, Any]) -> str:
         f"{c['reused']} reused, {c['truncated']} truncated",
         f"  time:    {report['timings']['wall_seconds']['total']:.1f} s",
     ]
-    lines[4:4] = chunk_notes(c) + unmatched_lines(report) + broken_lines(report)
+    lines[4:4] = chunk_notes(c) + listing_notes(report)
     lines[2:2] = change_line(report.get("changes") or {}, s["seen"])  # since 2026-11-30
     if report.get("settings_changed"):  # absent from reports before it was said
         lines.insert(2, f"  settings: {SETTINGS_CHANGED}")
@@ -408,21 +408,12 @@ def _were(count: int) -> str:
     return "was" if count == 1 else "were"
 
 
-def unmatched_lines(report: dict[str, Any]) -> list[str]:
-    """A note for the files named like markdown that no glob made a source (none: no line; not
-    in reports before 2026-11-30): the build's log said so, its report did not."""
-    if note := unmatched_text(report):
-        return [f"  note:    {note}"]
-    return []
-
-
-def broken_lines(report: dict[str, Any]) -> list[str]:
-    """A note naming the first few links of the index to pages the corpus does not have (none: no
-    line; not in reports before 2026-11-30): nothing said so, and their chunks' rows had no
-    `target_document`."""
-    if note := broken_text(report):
-        return [f"  note:    {note}"]
-    return []
+def listing_notes(report: dict[str, Any]) -> list[str]:
+    """A note for the files named like markdown that no glob made a source (the build's log said
+    so, its report did not), and one naming the first few links of the index to pages the corpus
+    does not have (nothing said so, and their chunks' rows had no `target_document`); none where
+    there are none, or in a report before 2026-11-30."""
+    return [f"  note:    {note}" for note in (unmatched_text(report), broken_text(report)) if note]
 
 
 def cache_warnings(report: dict[str, Any]) -> list[str]:

@@ -9,7 +9,7 @@ from indexing import SourceInput
 from jobs.broken_links import BrokenLinks, Listed, broken_links, index_broken_links
 from jobs.manifest import TopicEntry
 from jobs.path_set import PathSet
-from jobs.report import broken_lines
+from jobs.report import listing_notes
 from jobs.report_html import render_html
 
 SOURCES = ["a.md", "api/index.md", "guides/intro.md", "guides/setup.md", "reference/cli.md"]
@@ -85,12 +85,13 @@ def test_a_report_names_broken_links_in_a_note_and_on_its_page_and_an_older_one_
         "guides/setup.md → ./instal.md, guides/setup.md → ../guides/old-page/, "
         "guides/setup.md → ./gone, …"
     )
-    assert broken_lines(report) == [f"  note:    {note}"]
+    assert listing_notes(report) == [f"  note:    {note}"]
     one = {"broken_links": {"count": 1, "first": [{"source": "a.md", "href": "b.md"}]}}
-    assert broken_lines(one) == [
+    assert listing_notes(one) == [
         "  note:    1 link names a page the corpus does not have: a.md → b.md"
     ]
-    assert broken_lines({}) == [] and broken_lines({"broken_links": BrokenLinks().to_dict()}) == []
+    assert listing_notes({}) == []
+    assert listing_notes({"broken_links": BrokenLinks().to_dict()}) == []
     page = render_html(_report(report))
     assert "broken links</span> 6 links name pages the corpus does not have" in page
     assert "guides/setup.md → ./instal.md#step</p>" in page
