@@ -11,6 +11,10 @@ hidden or `_` folder, or left out by `sources.exclude`), an extensionless link t
 listing holds files in (a site may make a page of it: Docusaurus' generated index), and a
 root-absolute one without an extension (`/docs/intro`: a site's route, which its base URL maps
 to a file).
+
+A topic's reduce records its links to pages no source is (`page_links`, in its manifest entry);
+every run judges the whole index's against its own listing (`index_broken_links`), whether or
+not it rebuilt their topics.
 """
 
 from __future__ import annotations
@@ -22,8 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from chunking.links import target_paths
-from chunking.record import Link
+from chunking.links import candidate_paths
 from indexing import SourceInput
 from jobs.manifest import TopicEntry
 from jobs.path_set import PathSet
@@ -35,27 +38,25 @@ PAGE_EXTENSIONS = (".md", ".mdx", ".markdown")
 
 @dataclass(frozen=True)
 class Listed:
-    """The input's listing as the check sees it: its sources and its other paths, and the
-    `sources.exclude` patterns that left paths out of it."""
+    """The input's listing as the check sees it: its paths, and the `sources.exclude` patterns
+    that left paths out of it."""
 
-    sources: PathSet
-    others: PathSet
+    paths: PathSet
     exclude: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, sources: PathSet, others: Iterable[str], exclude: tuple[str, ...]) -> Listed:
-        """The listing of `sources` and the `others` listed paths (files no glob matches,
-        symbolic links not followed); one no index can name (not UTF-8:
-        `jobs.plan.name_problem`) is left out."""
-        return cls(sources, PathSet.of(path for path in others if not name_problem(path)), exclude)
+    def of(cls, paths: Iterable[str], exclude: tuple[str, ...]) -> Listed:
+        """The listing of `paths` (sources, files no glob matches, symbolic links not followed);
+        one no index can name (not UTF-8: `jobs.plan.name_problem`) is left out."""
+        return cls(PathSet.of(path for path in paths if not name_problem(path)), exclude)
 
     def holds(self, path: str) -> bool:
         """Whether `path` is listed."""
-        return path in self.sources or path in self.others
+        return path in self.paths
 
     def holds_folder(self, folder: str) -> bool:
         """Whether a listed path lies below `folder` ("": the root)."""
-        return not folder or self.sources.has_folder(folder) or self.others.has_folder(folder)
+        return not folder or self.paths.has_folder(folder)
 
     def could_show(self, path: str) -> bool:
         """Whether the listing would hold `path` were it a file: no folder of it is one the
@@ -64,28 +65,34 @@ class Listed:
         return all(map(keep_directory, folders)) and not excluded(path, self.exclude)
 
 
-def is_broken(link: Link, document_path: str, listed: Listed) -> bool:
-    """Whether `link` of the document at `document_path` names a page the listing lacks (the
-    module's rule)."""
-    if link.link_type != "internal" or link.target_document is not None:  # resolved: a source
-        return False
-    candidates = target_paths(link, document_path)
-    if not candidates:  # outside the corpus root, or only a ?query
-        return False
+def page_paths(href: str, document_path: str) -> tuple[str, ...]:
+    """The paths a relative link `href` of the document at `document_path` may name, where it
+    names a markdown page whatever the listing holds (the module's rule); () for one out of the
+    corpus root, to a file of another kind, or a site's route (`/docs/intro`)."""
+    candidates = candidate_paths(href, document_path, page=True)
     if len(candidates) == 1:  # a path with an extension: a page's, or a file of another kind
-        page = candidates[0].lower().endswith(PAGE_EXTENSIONS)
-    else:  # `X`, `X/`: `X.md`, ..., `X/README.md` (the root's for `./`); a listed folder may
-        # be a page a site makes (Docusaurus' generated index), `/docs/intro` a site's route
-        page = not link.url.startswith("/") and not listed.holds_folder(
-            posixpath.dirname(candidates[-1])
-        )
-    return page and all(not listed.holds(path) and listed.could_show(path) for path in candidates)
+        return candidates if candidates[0].lower().endswith(PAGE_EXTENSIONS) else ()
+    return () if href.startswith("/") else candidates
 
 
-def broken_links(sources: Iterable[SourceInput], listed: Listed) -> tuple[tuple[str, str], ...]:
-    """The broken links of the chunked `sources` as (source, href): each once, in the order of
-    its first chunk (a link in the overlap of two chunks, or written twice, is one to fix). A
-    failed source's kept rows are left as they were, and not counted."""
+def is_broken(href: str, document_path: str, listed: Listed) -> bool:
+    """Whether the link `href` of the document at `document_path`, which names no source, names
+    a page the listing lacks (the module's rule)."""
+    candidates = page_paths(href, document_path)
+    # `X`, `X/`: `X.md`, ..., `X/README.md` (the root's for `./`); a listed folder may be a page
+    # a site makes (Docusaurus' generated index)
+    if len(candidates) > 1 and listed.holds_folder(posixpath.dirname(candidates[-1])):
+        return False
+    return bool(candidates) and all(
+        not listed.holds(path) and listed.could_show(path) for path in candidates
+    )
+
+
+def page_links(sources: Iterable[SourceInput]) -> tuple[tuple[str, str], ...]:
+    """The links of the chunked `sources` to pages no source is (`page_paths`), as (source,
+    href): each once, in the order of its first chunk (a link in the overlap of two chunks, or
+    written twice, is one to fix). Whether each is broken is the listing's to say, on every run
+    (`index_broken_links`). A failed source's kept rows are left as they were, and not counted."""
     return tuple(
         (source.path, href)
         for source in sources
@@ -94,7 +101,9 @@ def broken_links(sources: Iterable[SourceInput], listed: Listed) -> tuple[tuple[
             link.url
             for chunk in source.document.chunks
             for link in chunk.links
-            if is_broken(link, source.path, listed)
+            if link.link_type == "internal"
+            and link.target_document is None
+            and page_paths(link.url, source.path)
         )
     )
 
@@ -126,7 +135,15 @@ class BrokenLinks:
         }
 
 
-def index_broken_links(topics: Iterable[TopicEntry]) -> BrokenLinks:
-    """The whole index's broken links, from its manifest's `topics` (each records its own when
-    it is built, and a kept topic's cannot change: `jobs.manifest.TopicEntry`)."""
-    return BrokenLinks.of(pair for entry in topics for pair in entry.broken_links)
+def index_broken_links(
+    topics: Iterable[TopicEntry], paths: Iterable[str], exclude: tuple[str, ...]
+) -> BrokenLinks:
+    """The whole index's broken links: those of the links its manifest's `topics` record
+    (`TopicEntry.page_links`) that the input's listed `paths` lack (`exclude`: its
+    `sources.exclude`), judged on every run, so a kept topic's are true when a file or folder a
+    link names appears or goes. The listing is not looked at when no topic has any."""
+    pairs = [pair for entry in topics for pair in entry.page_links]
+    if not pairs:
+        return BrokenLinks()
+    listed = Listed.of(paths, exclude)
+    return BrokenLinks.of((path, href) for path, href in pairs if is_broken(href, path, listed))

@@ -85,7 +85,7 @@ def finish(
                     (path, *failure) for path, failure in settled.items() if path not in outcomes
                 ),
                 link_targets=tuple(summary["link_targets"]),
-                broken_links=tuple(summary["broken_links"]),
+                page_links=tuple(summary["page_links"]),
             )
             for path, outcome in outcomes.items():
                 sources[path] = SourceEntry(

@@ -19,7 +19,7 @@ REPORT_HTML_PATH = "_reindex/report.html"
 # `settled_failure`, a topic entry's `settled_failures`), which a reader of format 3 would refuse
 # (unknown fields); format 3 is read as 4 without any. 5: a topic entry's `link_targets`; a topic
 # of format 3 or 4 has none recorded, so the plan rebuilds it once (`jobs.plan`). A topic
-# entry's `broken_links` (2026-11-30) is written only where it has some, and a reader of format 5
+# entry's `page_links` (2026-11-30) is written only where it has some, and a reader of format 5
 # without it ignores it: still 5.
 FORMAT = 5
 READABLE_FORMATS = (3, 4, FORMAT)
@@ -67,16 +67,16 @@ class TopicEntry:
     # the paths its sources' relative links name that could be sources (`jobs.stages.topic`);
     # None: not recorded (a manifest of format 3 or 4)
     link_targets: tuple[str, ...] | None = ()
-    # (source, href) of its sources' links to pages the corpus does not have, each source's in
-    # order (`jobs.broken_links`), which the report counts for the whole index: a kept topic's
-    # sources are unchanged, and the plan rebuilds it when a path its links name becomes a source
-    # or stops being one. Not seen until it is rebuilt: a listed file that is no source (a
-    # qa-pairs.md, a page no glob matches) appearing or going, a folder an extensionless link
-    # names gaining or losing files; a topic last built before they were recorded has none.
-    broken_links: tuple[tuple[str, str], ...] = ()
+    # (source, href) of its sources' links to pages no source is, each source's in order
+    # (`jobs.broken_links.page_links`), which every run judges against its listing for the
+    # report's broken links: a kept topic's sources are unchanged, and the plan rebuilds it when a
+    # path its links name becomes a source or stops being one. A topic last built before they
+    # were recorded has none; one built earlier on 2026-11-30 has its broken ones alone (stored as
+    # `broken_links`), judged again likewise.
+    page_links: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict:
-        """The entry as the manifest stores it (settled failures and broken links only where
+        """The entry as the manifest stores it (settled failures and page links only where
         there are some: a corpus without them keeps its manifest's bytes)."""
         data = {
             "inputs": self.inputs,
@@ -88,8 +88,8 @@ class TopicEntry:
         }
         if self.settled_failures:
             data["settled_failures"] = [list(x) for x in self.settled_failures]
-        if self.broken_links:
-            data["broken_links"] = [list(x) for x in self.broken_links]
+        if self.page_links:
+            data["page_links"] = [list(x) for x in self.page_links]
         return data
 
     @classmethod
@@ -103,7 +103,10 @@ class TopicEntry:
             failed=data["failed"],
             settled_failures=tuple(tuple(x) for x in data.get("settled_failures", ())),
             link_targets=None if (targets := data.get("link_targets")) is None else tuple(targets),
-            broken_links=tuple((source, href) for source, href in data.get("broken_links", ())),
+            page_links=tuple(
+                (source, href)
+                for source, href in data.get("page_links", data.get("broken_links", ()))
+            ),
         )
 
 

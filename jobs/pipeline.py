@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ import ray
 import tokenizers
 
 from embedding.encoder import encoder_digest
-from jobs.broken_links import Listed, index_broken_links
+from jobs.broken_links import index_broken_links
 from jobs.config import JobConfig
 from jobs.discovery import (
     abort_stops,
@@ -185,9 +185,8 @@ def _run_locked(
         output.write_bytes(MANIFEST_PATH, stored.to_json())
     if rebuilt:
         mark = time.perf_counter()
-        others = [f.path for f in listing if f.path not in plan.fingerprints]  # listed, no source
         built = build_topics(
-            config, plan, found.previous, found.sizes, source, output, check, marks, grows, others
+            config, plan, found.previous, found.sizes, source, output, check, marks, grows
         )
         wall["pipeline"] = time.perf_counter() - mark
 
@@ -226,7 +225,9 @@ def _run_locked(
         finish_cpu=finish_cpu,
         cpus=built.cpus,
         pool=built.pool.to_dict() if built.pool else None,
-        broken_links=index_broken_links(manifest.topics.values()),
+        broken_links=index_broken_links(
+            manifest.topics.values(), (f.path for f in listing), config.sources.exclude
+        ),
         facts={
             **run_facts(),
             "input": source.uri(),
@@ -260,13 +261,11 @@ def build_topics(
     check: Check,
     marks: tuple[Landmark, ...],
     grows: bool = False,
-    others: Sequence[str] = (),
 ) -> Built:
     """Rebuild every topic the plan says to, with a heartbeat; collect summaries and counters.
     `check` is called before each topic's reduce starts (`jobs.lock`); `marks` are what the
     driver's local folders hold, for the tasks to check (`jobs.landmarks`); `grows`: the cluster
-    may add nodes meanwhile (a GPU pool then grows as GPU nodes join, `embed_pool`); `others`:
-    the listed paths that are no source, which a link may name too (`jobs.broken_links`).
+    may add nodes meanwhile (a GPU pool then grows as GPU nodes join, `embed_pool`).
 
     A topic some of whose unchanged sources cannot be carried (previous tables missing or
     damaged, or without a source's rows) has those read, chunked and embedded in another pass,
@@ -314,7 +313,6 @@ def build_topics(
                     check,
                     marks,
                     kept,
-                    others,
                 ):
                     if "recarry" in summary:
                         recarry[summary["topic"]] = summary["recarry"]
@@ -352,7 +350,6 @@ def topic_summaries(
     check: Check,
     marks: tuple[Landmark, ...],
     kept: dict[str, list[Piece]],
-    others: Sequence[str] = (),
 ) -> Iterator[tuple[dict[str, Any], list[Piece]]]:
     """Run the Ray Data pipeline over `work`; yield one summary per rebuilt topic as it finishes,
     with the pieces of blocks its rows were in (`kept`: a last pass's, reduced again with the
@@ -382,7 +379,6 @@ def topic_summaries(
         collector=collector,
         landmarks=marks,
         tenant=config.tenant,
-        listed=Listed.of(corpus, others, config.sources.exclude),
     )
     # `from_blocks` (a developer API) keeps the batches as they are and reads their metadata here;
     # `from_arrow` ran a remote task per batch for it and waited for them before the pipeline began.

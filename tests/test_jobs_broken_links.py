@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from chunking import chunk_source
 from indexing import SourceInput
-from jobs.broken_links import BrokenLinks, Listed, broken_links, index_broken_links
-from jobs.manifest import TopicEntry
+from jobs.broken_links import BrokenLinks, index_broken_links, page_links
+from jobs.manifest import Manifest, TopicEntry
 from jobs.path_set import PathSet
 from jobs.report import listing_notes
 from jobs.report_html import render_html
@@ -34,8 +34,19 @@ def chunked(path: str, text: str) -> SourceInput:
     return SourceInput(path, document, None)
 
 
-def listing(exclude: tuple[str, ...] = ("*/drafts",)) -> Listed:
-    return Listed.of(PathSet.of(SOURCES), OTHERS, exclude)
+DRAFTS = ("*/drafts",)
+
+
+def entry(*sources: SourceInput) -> TopicEntry:
+    """A topic's manifest entry as its reduce records its links (`page_links`)."""
+    return TopicEntry("i", (), (), page_links=page_links(sources))
+
+
+def broken(
+    topics: list[TopicEntry], paths: list[str] | None = None, exclude: tuple[str, ...] = DRAFTS
+) -> BrokenLinks:
+    """The index's broken links against the listing of `paths` (the sources and OTHERS)."""
+    return index_broken_links(topics, SOURCES + OTHERS if paths is None else paths, exclude)
 
 
 def test_a_link_to_a_page_no_listed_file_is_is_broken_and_no_other_link():
@@ -44,8 +55,8 @@ def test_a_link_to_a_page_no_listed_file_is_is_broken_and_no_other_link():
     listed non-source file (topic-spec.md, a licence, a file no glob matches), out of the corpus
     root, under a folder the listing skips or excludes, to a listed folder, or a site route is
     not judged."""
-    found = broken_links([chunked("guides/setup.md", SETUP)], listing())
-    assert [href for _, href in found] == [
+    found = broken([entry(chunked("guides/setup.md", SETUP))])
+    assert [href for _, _, href in found.first] == [
         "./instal.md",
         "../guides/old-page/",
         "./gone",
@@ -53,33 +64,53 @@ def test_a_link_to_a_page_no_listed_file_is_is_broken_and_no_other_link():
         "notes.markdown",
         "./instal.md#step",
     ]
-    assert found[0] == ("guides/setup.md", "./instal.md")
+    assert found.first[0] == ("guides/setup.md", 0, "./instal.md")
     # without the exclude pattern, the draft page is one the listing would have shown
-    assert len(broken_links([chunked("guides/setup.md", SETUP)], listing(()))) == 7
+    assert broken([entry(chunked("guides/setup.md", SETUP))], exclude=()).count == 7
+
+
+def test_a_kept_topics_links_are_judged_against_each_runs_listing():
+    """A topic records its links to pages no source is, and every run judges them: a listed
+    file one names that goes (a licence, topic-spec.md), or a folder an extensionless one names
+    that gains files, made a kept topic's report false until its next rebuild."""
+    kept = entry(chunked("guides/setup.md", SETUP))
+    assert len(kept.page_links) == 13  # the 6 broken, 3 to listed files, 4 not judged
+    assert broken([kept]).count == 6
+    gone = [p for p in SOURCES + OTHERS if p not in ("LICENSE", "guides/topic-spec.md")]
+    changed = [*gone, "guides/old-page/diagram.png", "guides/gone/notes.txt"]
+    assert [href for _, _, href in broken([kept], changed).first] == [
+        "./instal.md",
+        "./Page.mdx",
+        "notes.markdown",
+        "./instal.md#step",
+        "./topic-spec.md",
+        "../LICENSE",
+    ]
+    stored = Manifest.from_json(Manifest(topics={"guides": kept}).to_json()).topics["guides"]
+    assert broken([stored], changed) == broken([kept], changed)
 
 
 def test_broken_links_are_counted_in_all_and_the_first_20_kept_by_source_then_position():
-    """The index's are its topics' (`TopicEntry.broken_links`) in any order of the topics; the
+    """The index's are its topics' (`TopicEntry.page_links`) in any order of the topics; the
     first 20 are by source path, then where in it, so a report names the same ones."""
     many = "# Many\n\n" + "\n\n".join(f"See [p{i}](./missing-{i:02d}.md)." for i in range(25))
-    late = broken_links([chunked("z/many.md", many)], listing())
-    early = broken_links([chunked("a.md", "# A\n\n[x](./nowhere.md)\n")], listing())
-    assert (len(late), len(early)) == (25, 1)
-    topics = [TopicEntry("i", (), (), broken_links=pairs) for pairs in (late, (), early)]
-    total = index_broken_links(topics)
-    assert total == index_broken_links(topics[::-1]) and total.count == 26
+    late = entry(chunked("z/many.md", many))
+    early = entry(chunked("a.md", "# A\n\n[x](./nowhere.md)\n"))
+    assert (len(late.page_links), len(early.page_links)) == (25, 1)
+    topics = [late, entry(), early]
+    total = broken(topics)
+    assert total == broken(topics[::-1]) and total.count == 26
     hrefs = [href for _, _, href in total.first]
     assert hrefs == ["./nowhere.md"] + [f"./missing-{i:02d}.md" for i in range(19)]
     failed = SourceInput("b.md", None, None, error=("CHUNKING_FAILED", "x"))  # kept rows: left
-    assert broken_links([failed], listing()) == ()
-    assert index_broken_links([]) == BrokenLinks()
+    assert page_links([failed]) == ()
+    assert broken([]) == BrokenLinks()
 
 
 def test_a_report_names_broken_links_in_a_note_and_on_its_page_and_an_older_one_as_before():
     """The summary's note and `mdindex report` name the first three, the page all 20 it holds;
     a report from before they were counted, or of none, has neither."""
-    found = broken_links([chunked("guides/setup.md", SETUP)], listing())
-    report = {"broken_links": BrokenLinks.of(found).to_dict()}
+    report = {"broken_links": broken([entry(chunked("guides/setup.md", SETUP))]).to_dict()}
     note = (
         "6 links name pages the corpus does not have: "
         "guides/setup.md → ./instal.md, guides/setup.md → ../guides/old-page/, "

@@ -244,20 +244,24 @@ def test_manifest_round_trips_through_json():
     assert b'"stamps"' in stamped.to_json() and b'"stamps"' not in manifest.to_json()
 
 
-def test_a_topics_broken_links_round_trip_and_are_written_only_where_it_has_some():
-    """A topic's links to pages the corpus lacks, each source's in order, are kept in its entry
-    (the report counts the whole index's from them); a manifest without any keeps its bytes and
-    format 5 (a reader of 5 before them ignores the key), and one before them reads as none."""
+def test_a_topics_page_links_round_trip_and_are_written_only_where_it_has_some():
+    """A topic's links to pages no source is, each source's in order, are kept in its entry
+    (every run judges the whole index's against its listing); a manifest without any keeps its
+    bytes and format 5 (a reader of 5 before them ignores the key), one before them reads as
+    none, and one that kept the broken ones alone (`broken_links`, earlier on 2026-11-30) as
+    those."""
     manifest = remember(FILES)
     pairs = (("a/two.md", "./gone.md"), ("a/one.md", "../instal.md"), ("a/one.md", "./x"))
-    broken = replace(manifest.topics["a"], broken_links=pairs)
-    linked = replace(manifest, topics={**manifest.topics, "a": broken})
+    recorded = replace(manifest.topics["a"], page_links=pairs)
+    linked = replace(manifest, topics={**manifest.topics, "a": recorded})
     data = linked.to_json()
-    assert Manifest.from_json(data) == linked and Manifest.from_json(data).topics["a"] == broken
+    assert Manifest.from_json(data) == linked and Manifest.from_json(data).topics["a"] == recorded
     assert json.loads(data)["format"] == 5
-    assert json.loads(data)["topics"]["a"]["broken_links"] == [list(pair) for pair in pairs]
-    assert b'"broken_links"' not in manifest.to_json()
-    assert Manifest.from_json(manifest.to_json()).topics["a"].broken_links == ()
+    assert json.loads(data)["topics"]["a"]["page_links"] == [list(pair) for pair in pairs]
+    assert b'"page_links"' not in manifest.to_json()
+    assert Manifest.from_json(manifest.to_json()).topics["a"].page_links == ()
+    earlier = data.replace(b'"page_links"', b'"broken_links"')
+    assert Manifest.from_json(earlier) == linked
     assert actions(make_plan(FILES, linked, "s1", GLOBS)) == {"a": KEEP, "b/c": KEEP}
 
 

@@ -843,7 +843,8 @@ def test_a_run_names_the_links_of_the_index_to_pages_the_corpus_lacks(built, tmp
     and nothing said so: a nightly run's report, read days later, names them (a link to a listed
     file that is no source, qa-pairs.md, is not broken), the whole index's: a run that rebuilds
     no topic names them still (it named none), and one that puts the page back names the typo
-    alone."""
+    alone; one that deletes qa-pairs.md names the link to it too (its page's topic kept, the
+    record it had was named until that topic's next rebuild)."""
     corpus, output = tmp_path / "docs", tmp_path / "out"
     shutil.copytree(CORPUS, corpus)
     shutil.copytree(built, output)
@@ -882,6 +883,11 @@ def test_a_run_names_the_links_of_the_index_to_pages_the_corpus_lacks(built, tmp
     put_back = run_job(config)
     assert put_back["topics"]["rebuilt"] == 2  # guides, and http-client (`jobs.plan.links_moved`)
     assert put_back["broken_links"] == {"count": 1, "first": [typo]}
+    (corpus / "guides" / "qa-pairs.md").unlink()  # a listed file that no source is: judged again
+    questions = {"source": "libraries/http-client/guide.md", "href": "../../guides/qa-pairs.md"}
+    gone = run_job(config)
+    assert gone["topics"]["rebuilt"] == 1  # guides: http-client is kept, its record stale
+    assert gone["broken_links"] == {"count": 2, "first": [typo, questions]}
 
 
 def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, caplog):

@@ -39,7 +39,7 @@ from indexing.paths import (
 )
 from indexing.sources import is_source
 from indexing.terminal import printable
-from jobs.broken_links import Listed, broken_links
+from jobs.broken_links import page_links
 from jobs.landmarks import Landmark
 from jobs.plan import STEM_CONFLICT
 from jobs.previous import (
@@ -87,7 +87,6 @@ class TopicContext:
     collector: Any = None  # the run's StatsCollector actor, if any
     landmarks: tuple[Landmark, ...] = ()  # what the driver's local folders hold (jobs.landmarks)
     tenant: str = "default"  # the build's tenant, for the documents rows of failed sources
-    listed: Listed | None = None  # the input's listing, for its broken links (None: unchecked)
 
 
 def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]:
@@ -177,7 +176,6 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
         ),
         rows_key("index", group),
     )
-    broken = broken_links(sources, context.listed) if context.listed is not None else ()
     outcomes = {r["path"]: Outcome(r["sha256"], r["error_code"] is not None) for r in source_rows}
     outcomes.update({path: Outcome(unchanged[path], carried=True) for path in carried})
     return _summary(
@@ -188,7 +186,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
             "failures": failures,
             "sources": outcomes,
             "link_targets": link_targets(sources, context.expected.source_globs),
-            "broken_links": broken,
+            "page_links": page_links(sources),
         },
     )
 
@@ -258,7 +256,7 @@ def _not_written(
             "failures": [failure],
             "sources": outcomes,
             "link_targets": [],
-            "broken_links": (),
+            "page_links": (),
         },
     )
 
