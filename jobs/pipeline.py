@@ -186,7 +186,16 @@ def _run_locked(
     if rebuilt:
         mark = time.perf_counter()
         built = build_topics(
-            config, plan, found.previous, found.sizes, source, output, check, marks, grows
+            config,
+            plan,
+            found.previous,
+            found.sizes,
+            source,
+            output,
+            check,
+            marks,
+            grows,
+            began=began,
         )
         wall["pipeline"] = time.perf_counter() - mark
 
@@ -261,11 +270,15 @@ def build_topics(
     check: Check,
     marks: tuple[Landmark, ...],
     grows: bool = False,
+    *,
+    began: float,
 ) -> Built:
     """Rebuild every topic the plan says to, with a heartbeat; collect summaries and counters.
     `check` is called before each topic's reduce starts (`jobs.lock`); `marks` are what the
     driver's local folders hold, for the tasks to check (`jobs.landmarks`); `grows`: the cluster
-    may add nodes meanwhile (a GPU pool then grows as GPU nodes join, `embed_pool`).
+    may add nodes meanwhile (a GPU pool then grows as GPU nodes join, `embed_pool`); `began`:
+    when the build began (epoch seconds, its report's `started_at`), which the progress lines'
+    seconds count from (not the pipeline's start, 8 to 25 s later: Ray's start, the plan).
 
     A topic some of whose unchanged sources cannot be carried (previous tables missing or
     damaged, or without a source's rows) has those read, chunked and embedded in another pass,
@@ -291,7 +304,7 @@ def build_topics(
         return line + (waiting_note(config.resources) if grows else "")
 
     try:
-        with Heartbeat(status):
+        with Heartbeat(status, began=began):
             while True:
                 pool = None
                 if work.embeds:

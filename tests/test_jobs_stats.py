@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import re
+import threading
 import time
 from dataclasses import replace
 
@@ -16,6 +18,7 @@ from embedding.keys import DEFAULT_TOKEN_BUDGET
 from jobs.config import EmbedResources, IndexResources, JobConfig, ResourcesConfig, TaskResources
 from jobs.progress import (
     Goal,
+    Heartbeat,
     StatsCollector,
     embedding_progress,
     progress_line,
@@ -119,9 +122,9 @@ def test_progress_line_names_every_counter_and_an_eta():
         chunk=ChunkStats(sources=100, bytes=2_000_000, chunks=200, window=Window(0.0, 9.0))
     )
     assert "ETA" not in progress_line(chunked, Goal(100, 2_000_000, 4), now=10.0)
-    # half chunked, nothing embedded yet (an actor loading its model): chunking's wait
+    # half chunked in 8 s, nothing embedded yet (an actor loading its model): chunking's wait
     half = RunStats(chunk=ChunkStats(sources=50, bytes=1_000_000, chunks=100, window=Window(0, 8)))
-    assert progress_line(half, Goal(100, 2_000_000, 4), now=10.0).endswith("ETA 10 s")
+    assert progress_line(half, Goal(100, 2_000_000, 4), now=10.0).endswith("ETA 8 s")
 
 
 def test_progress_eta_goes_by_each_stages_own_pace():
@@ -150,6 +153,42 @@ def test_progress_eta_goes_by_each_stages_own_pace():
     assert progress_line(waiting, goal, now=1030.0).endswith("ETA 3 s")
     # no topic written yet: nothing to go by
     assert "ETA" not in progress_line(RunStats(chunk=chunked, embed=embedded), goal, now=1035.0)
+
+
+def test_the_heartbeat_counts_the_builds_seconds_when_its_status_answers(caplog):
+    """ "progress after N s" counted from the heartbeat's start, the pipeline's (Ray's start and
+    the plan before it: 26 s of a 73 s tldr-en build), not the build's, which its report's
+    `started_at` names; and N was read before the status, which a collector still starting held
+    for 10 s ("after 1 s" logged after 11)."""
+    answered = threading.Event()
+
+    def slow_status() -> str:
+        time.sleep(0.5)
+        answered.set()
+        return "1/2 sources done"
+
+    with caplog.at_level(logging.INFO, logger="mdindex.build"):
+        with Heartbeat(slow_status, 0.01, began=time.time() - 100):
+            assert answered.wait(10)
+    seconds = [int(n) for n in re.findall(r"progress after (\d+) s: 1/2 sources done", caplog.text)]
+    assert seconds and 101 <= seconds[0] < 110, caplog.text  # 100 s, then 0.5 s for the status
+
+
+def test_progress_eta_holds_between_a_stages_counts():
+    """A stage counts a call at a time: a chunk task's batch (tldr-en: 8 of about 930 sources),
+    a topic. The pace was over the time from the stage's start to now, so between two counts
+    the ETA grew as if the stage had slowed: "ETA 29 s, 36 s, 43 s" with 22 to 20 s left while
+    a batch was chunked, and 9 to 27 s with 5 to 2 s left while tldr-en's largest topic was
+    written. The pace is over the stage's window, up to its last count."""
+    goal = Goal(sources=100, bytes=2_000_000, topics=11)
+    first = ChunkStats(sources=13, bytes=250_000, chunks=40, window=Window(1000.0, 1003.0))
+    for now in (1003.0, 1004.0, 1007.0):  # 1.75 MB at 0.25 MB in 3 s
+        assert progress_line(RunStats(chunk=first), goal, now).endswith("ETA 21 s"), now
+    chunked = replace(first, sources=100, bytes=2_000_000, chunks=300)
+    embedded = EmbedStats(embedded=300, window=Window(1010.0, 1020.0))
+    two = IndexStats(topics=2, window=Window(1018.0, 1020.0))  # 2 of 11 topics in 2 s
+    stats = RunStats(chunk=chunked, embed=embedded, index=two)
+    assert progress_line(stats, goal, now=1024.0).endswith("ETA 9 s")
 
 
 def test_progress_mb_per_second_are_over_the_chunk_tasks_window_not_the_time_elapsed():
