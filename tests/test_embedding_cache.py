@@ -19,6 +19,7 @@ from embedding import (
     CacheKey,
     DocRequest,
     Documents,
+    Embedder,
     EmbeddingCache,
     chunk_offsets,
     embed_documents,
@@ -35,6 +36,16 @@ TEXTS = tuple(
 )
 
 
+# Padded tokens per micro-batch: an eighth of the CPU default's arithmetic. These tests are about
+# the cache; the micro-batch shape's own bits are test_embedding_model's.
+SMALL_BUDGET = 256
+
+
+def minilm() -> Embedder:
+    """MiniLM on the CPU in fp32, in micro-batches of `SMALL_BUDGET` padded tokens."""
+    return embedder(dtype="fp32", token_budget=SMALL_BUDGET)
+
+
 def request(texts=TEXTS, source="doc-a", previous=None) -> DocRequest:
     return DocRequest(STRATEGY, sha(source), tuple(texts), sha(previous) if previous else None)
 
@@ -45,21 +56,21 @@ def cache(tmp_path) -> EmbeddingCache:
 
 
 def entry_path(cache: EmbeddingCache, source="doc-a") -> str:
-    return cache.entry_path(CacheKey(STRATEGY, embedder(dtype="fp32").key, sha(source)))
+    return cache.entry_path(CacheKey(STRATEGY, minilm().key, sha(source)))
 
 
 def test_miss_then_hit_returns_bit_identical_vectors(cache):
-    [first] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+    [first] = embed_with_cache(minilm(), cache, [request()])
     assert (first.cache_hit, first.reused, first.embedded) == (False, 0, len(TEXTS))
-    [second] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+    [second] = embed_with_cache(minilm(), cache, [request()])
     assert (second.cache_hit, second.reused, second.embedded) == (True, 0, 0)
     assert second.vectors.dtype == np.float32
     assert second.vectors.tobytes() == first.vectors.tobytes()
-    np.testing.assert_allclose(first.vectors, embedder(dtype="fp32").embed(list(TEXTS)), atol=1e-6)
+    np.testing.assert_allclose(first.vectors, minilm().embed(list(TEXTS)), atol=1e-6)
 
 
 def test_embed_uncached_writes_nothing_and_hands_back_the_entries_to_write(cache):
-    model = embedder(dtype="fp32")
+    model = minilm()
     started = time.perf_counter()
     done = embed_uncached(model, cache, [request(), request(TEXTS[:2] + ("new text",), "doc-b")])
     took = time.perf_counter() - started
@@ -85,18 +96,18 @@ def test_embed_uncached_writes_nothing_and_hands_back_the_entries_to_write(cache
 
 
 def test_layout_and_metadata_follow_seed_000(cache):
-    embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+    embed_with_cache(minilm(), cache, [request()])
     folder = entry_path(cache)
-    assert folder.endswith(f"/{STRATEGY}/{embedder(dtype='fp32').key}/{sha('doc-a')[:16]}")
+    assert folder.endswith(f"/{STRATEGY}/{minilm().key}/{sha('doc-a')[:16]}")
     names = sorted(p.rsplit("/", 1)[-1] for p in cache.fs.ls(folder, detail=False))
     assert names == sorted(["metadata.json"] + [f"chunk-{i}.bin" for i in range(len(TEXTS))])
     meta = json.loads(cache.fs.cat(f"{folder}/metadata.json"))
-    assert meta["model"] == embedder(dtype="fp32").key and meta["strategy"] == STRATEGY
+    assert meta["model"] == minilm().key and meta["strategy"] == STRATEGY
     assert meta["source_hash"] == sha("doc-a") and meta["chunk_count"] == len(TEXTS)
     assert meta["dim"] == 384 and len(meta["chunk_hashes"]) == len(TEXTS)
     raw = cache.fs.cat(f"{folder}/chunk-2.bin")
     assert len(raw) == 384 * 4
-    [hit] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+    [hit] = embed_with_cache(minilm(), cache, [request()])
     assert np.frombuffer(raw, dtype="<f4").tobytes() == hit.vectors[2].tobytes()
 
 
@@ -154,31 +165,33 @@ DAMAGE = {
 
 @pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
 def test_damaged_entry_is_a_miss_and_is_regenerated(cache, damage, caplog):
-    [first] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+    [first] = embed_with_cache(minilm(), cache, [request()])
     damage(cache.fs, entry_path(cache))
-    key = CacheKey(STRATEGY, embedder(dtype="fp32").key, sha("doc-a"))
+    key = CacheKey(STRATEGY, minilm().key, sha("doc-a"))
     with caplog.at_level("WARNING", logger="embedding.cache"):
         assert cache.get(key, 384) is None
     if damage is not DAMAGE["missing metadata"]:  # a plain miss is not damage
         assert f"cache entry {key.relpath}:" in caplog.text and "recomputing" in caplog.text
-    [again] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+    [again] = embed_with_cache(minilm(), cache, [request()])
     assert not again.cache_hit
     np.testing.assert_allclose(again.vectors, first.vectors, atol=1e-6)
     regenerated = cache.get(key, 384)
     assert regenerated is not None and regenerated.text_hashes == text_hashes(TEXTS)
-    [hit] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+    [hit] = embed_with_cache(minilm(), cache, [request()])
     assert hit.cache_hit and hit.vectors.tobytes() == again.vectors.tobytes()
 
 
 def test_wrong_dimension_request_is_a_miss(cache):
-    embed_with_cache(embedder(dtype="fp32"), cache, [request()])
-    assert cache.get(CacheKey(STRATEGY, embedder(dtype="fp32").key, sha("doc-a")), 768) is None
+    embed_with_cache(minilm(), cache, [request()])
+    assert cache.get(CacheKey(STRATEGY, minilm().key, sha("doc-a")), 768) is None
 
 
 def test_other_model_or_strategy_never_sees_the_entry(cache):
-    embed_with_cache(embedder(dtype="fp32"), cache, [request()])
-    other_model = CacheKey(STRATEGY, embedder(dtype="fp32", max_length=16).key, sha("doc-a"))
-    other_strategy = CacheKey("semantic-100-200", embedder(dtype="fp32").key, sha("doc-a"))
+    embed_with_cache(minilm(), cache, [request()])
+    other_model = CacheKey(
+        STRATEGY, embedder(dtype="fp32", max_length=16, token_budget=SMALL_BUDGET).key, sha("doc-a")
+    )
+    other_strategy = CacheKey("semantic-100-200", minilm().key, sha("doc-a"))
     assert cache.get(other_model, 384) is None and cache.get(other_strategy, 384) is None
 
 
@@ -186,16 +199,16 @@ def test_edited_document_reembeds_only_changed_chunks(cache):
     old = tuple(
         f"Paragraph {i} explains option {i} of the build command in detail." for i in range(40)
     )
-    [before] = embed_with_cache(embedder(dtype="fp32"), cache, [request(old, "v1")])
+    [before] = embed_with_cache(minilm(), cache, [request(old, "v1")])
     new = list(old)
     new[10:13] = ["An edited paragraph about caching.", "A new note on retries.", "Another one."]
     new.append("A paragraph added at the end.")
-    [after] = embed_with_cache(embedder(dtype="fp32"), cache, [request(new, "v2", previous="v1")])
+    [after] = embed_with_cache(minilm(), cache, [request(new, "v2", previous="v1")])
     assert (after.cache_hit, after.reused, after.embedded) == (False, 37, 4)
     unchanged = [i for i in range(40) if not 10 <= i < 13]
     assert after.vectors[unchanged].tobytes() == before.vectors[unchanged].tobytes()
-    np.testing.assert_allclose(after.vectors, embedder(dtype="fp32").embed(new), atol=1e-5)
-    [hit] = embed_with_cache(embedder(dtype="fp32"), cache, [request(new, "v2")])
+    np.testing.assert_allclose(after.vectors, minilm().embed(new), atol=1e-5)
+    [hit] = embed_with_cache(minilm(), cache, [request(new, "v2")])
     assert hit.cache_hit and hit.vectors.tobytes() == after.vectors.tobytes()
 
 
@@ -204,7 +217,7 @@ def test_a_document_without_chunks_leaves_the_entry_of_its_bytes_alone(cache):
     one cache key: a build without chunks wrote an empty entry over the drafts' vectors, so each
     switch of the setting embedded the drafts again. A document without chunks writes no entry,
     on a warm cache or a cold one."""
-    model = embedder(dtype="fp32")
+    model = minilm()
     [included] = embed_with_cache(model, cache, [request(TEXTS, "draft")])
     [left_out, empty] = embed_with_cache(model, cache, [request((), "draft"), request((), "e")])
     assert (left_out.entry, empty.entry, left_out.vectors.shape) == (None, None, (0, 384))
@@ -215,7 +228,7 @@ def test_a_document_without_chunks_leaves_the_entry_of_its_bytes_alone(cache):
 
 
 def test_a_batch_is_embedded_in_one_call_in_request_order(cache, monkeypatch):
-    model = embedder(dtype="fp32")
+    model = minilm()
     embed_with_cache(model, cache, [request(TEXTS[:2], "warm")])
     calls: list[int] = []
     real = model.embed_encoded
@@ -241,20 +254,20 @@ def test_a_batch_is_embedded_in_one_call_in_request_order(cache, monkeypatch):
 
 
 def test_without_a_cache_everything_is_embedded():
-    [result] = embed_with_cache(embedder(dtype="fp32"), None, [request()])
+    [result] = embed_with_cache(minilm(), None, [request()])
     assert (result.cache_hit, result.embedded) == (False, len(TEXTS))
 
 
 def test_truncated_chunks_are_counted_on_miss_and_on_hit(cache):
     long = " ".join(f"token{i}" for i in range(500))
-    [miss] = embed_with_cache(embedder(dtype="fp32"), cache, [request((TEXTS[0], long), "long")])
-    [hit] = embed_with_cache(embedder(dtype="fp32"), cache, [request((TEXTS[0], long), "long")])
+    [miss] = embed_with_cache(minilm(), cache, [request((TEXTS[0], long), "long")])
+    [hit] = embed_with_cache(minilm(), cache, [request((TEXTS[0], long), "long")])
     assert miss.truncated == 1 and hit.cache_hit and hit.truncated == 1
 
 
 def test_concurrent_writers_of_one_entry_never_expose_a_partial_entry(cache):
-    vectors = embedder(dtype="fp32").embed(list(TEXTS))
-    key = CacheKey(STRATEGY, embedder(dtype="fp32").key, sha("contended"))
+    vectors = minilm().embed(list(TEXTS))
+    key = CacheKey(STRATEGY, minilm().key, sha("contended"))
     entry = CacheEntry(key, text_hashes(TEXTS), vectors)
     stop = time.monotonic() + 2.0
     seen: list[bool] = []
@@ -299,7 +312,7 @@ def test_documents_whose_offsets_go_back_are_refused(cache):
     with pytest.raises(ValueError, match="offsets must not decrease"):
         Documents(STRATEGY, [sha("a"), sha("b")], [None, None], texts, chunk_offsets([3, -1]))
     good = Documents(STRATEGY, [sha("a"), sha("b")], [None, None], texts, chunk_offsets([2, 0]))
-    [found] = embed_documents(embedder(dtype="fp32"), cache, [good]).results
+    [found] = embed_documents(minilm(), cache, [good]).results
     assert found.embedded.tolist() == [2, 0] and found.vectors.shape[0] == 2
 
 
@@ -309,14 +322,14 @@ def test_an_empty_cache_root_is_refused(root, tmp_path, monkeypatch):
     None was "argument of type 'NoneType' is not iterable"."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=f"the cache root must be a path or URI, got {root!r}"):
-        embed_with_cache(embedder(dtype="fp32"), EmbeddingCache(root), [request()])
+        embed_with_cache(minilm(), EmbeddingCache(root), [request()])
     assert list(tmp_path.iterdir()) == []
 
 
 def test_memory_filesystem_cache():
     cache = EmbeddingCache("memory://embedding-cache-test/root")
-    [first] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
-    [hit] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+    [first] = embed_with_cache(minilm(), cache, [request()])
+    [hit] = embed_with_cache(minilm(), cache, [request()])
     assert hit.cache_hit and hit.vectors.tobytes() == first.vectors.tobytes()
     fsspec.filesystem("memory").rm("/embedding-cache-test", recursive=True)
 
@@ -325,20 +338,20 @@ def test_cache_on_moto_s3(s3_server):
     bucket = s3_server.make_bucket("embedding-cache")
     cache = EmbeddingCache(f"{bucket}/out/.embedding-cache", s3_server.storage_options)
     requests = [request(TEXTS[i : i + 2], f"doc-{i}") for i in range(5)]
-    first = embed_with_cache(embedder(dtype="fp32"), cache, requests)
+    first = embed_with_cache(minilm(), cache, requests)
     assert not any(r.cache_hit for r in first)
     fresh = EmbeddingCache(f"{bucket}/out/.embedding-cache", s3_server.storage_options)
-    second = embed_with_cache(embedder(dtype="fp32"), fresh, requests)
+    second = embed_with_cache(minilm(), fresh, requests)
     assert all(r.cache_hit for r in second)
     for a, b in zip(first, second, strict=True):
         assert a.vectors.tobytes() == b.vectors.tobytes()
     s3 = s3_server.filesystem()
-    folder = fresh.entry_path(CacheKey(STRATEGY, embedder(dtype="fp32").key, sha("doc-3")))
+    folder = fresh.entry_path(CacheKey(STRATEGY, minilm().key, sha("doc-3")))
     s3.pipe(f"{folder}/chunk-1.bin", s3.cat(f"{folder}/chunk-1.bin")[:100])  # a truncated object
-    third = embed_with_cache(embedder(dtype="fp32"), fresh, requests)
+    third = embed_with_cache(minilm(), fresh, requests)
     assert [r.cache_hit for r in third] == [True, True, True, False, True]
     np.testing.assert_allclose(third[3].vectors, first[3].vectors, atol=1e-6)
-    assert all(r.cache_hit for r in embed_with_cache(embedder(dtype="fp32"), fresh, requests))
+    assert all(r.cache_hit for r in embed_with_cache(minilm(), fresh, requests))
 
 
 @pytest.mark.parametrize("store", ["local", "s3"])
@@ -353,10 +366,10 @@ def test_a_cache_under_a_folder_named_with_two_colons_stays_under_it(tmp_path, s
         fs, top = s3_server.filesystem(), s3_server.make_bucket("embedding-cache-colons")
         options = s3_server.storage_options
     root = f"{top}/docs::v2/.embedding-cache"
-    [first] = embed_with_cache(embedder(dtype="fp32"), EmbeddingCache(root, options), [request()])
+    [first] = embed_with_cache(minilm(), EmbeddingCache(root, options), [request()])
     written = fs.find(fs._strip_protocol(top))
     assert written and all("/docs::v2/.embedding-cache/" in path for path in written)
-    [again] = embed_with_cache(embedder(dtype="fp32"), EmbeddingCache(root, options), [request()])
+    [again] = embed_with_cache(minilm(), EmbeddingCache(root, options), [request()])
     assert again.cache_hit and again.vectors.tobytes() == first.vectors.tobytes()
 
 
@@ -366,21 +379,21 @@ def test_a_cache_on_s3_finds_entries_another_client_wrote_after_a_listing(s3_ser
     does not answer from a listing made before another process wrote the folder."""
     bucket = s3_server.make_bucket("embedding-cache-listings")
     root = f"{bucket}/out/.embedding-cache"
-    key = CacheKey(STRATEGY, embedder(dtype="fp32").key, sha("doc-a"))
+    key = CacheKey(STRATEGY, minilm().key, sha("doc-a"))
     first = EmbeddingCache(root, s3_server.storage_options)
     folder = f"{first.root}/{STRATEGY}"
     first.fs.pipe(f"{folder}/other-model/x", b"")  # the strategy folder exists
     assert first.fs.ls(folder) == [f"{folder}/other-model"]
     assert first.get(key, dim=384) is None
     writer = EmbeddingCache(root, {**s3_server.storage_options, "skip_instance_cache": True})
-    [written] = embed_with_cache(embedder(dtype="fp32"), writer, [request()])
+    [written] = embed_with_cache(minilm(), writer, [request()])
     found = EmbeddingCache(root, s3_server.storage_options).get(key, dim=384)
     assert found is not None and found.vectors.tobytes() == written.vectors.tobytes()
 
 
 def test_queries_are_cached_apart_from_passages(cache):
     questions = ("How do I cache embeddings?", "What does the router do?")
-    model = embedder(dtype="fp32")
+    model = minilm()
     passage = DocRequest(STRATEGY, sha("qa"), questions)
     query = DocRequest("questions", sha("qa"), questions, query=True)
     [as_passage, as_query] = embed_with_cache(model, cache, [passage, query])
@@ -396,12 +409,12 @@ def test_queries_are_cached_apart_from_passages(cache):
 
 def test_two_entries_with_swapped_files_are_both_recomputed(cache):
     requests = [request(TEXTS[:3], "doc-a"), request(TEXTS[3:], "doc-b")]
-    first = embed_with_cache(embedder(dtype="fp32"), cache, requests)
+    first = embed_with_cache(minilm(), cache, requests)
     a, b = entry_path(cache, "doc-a"), entry_path(cache, "doc-b")
     for name in ("chunk-0.bin", "metadata.json"):
         data_a, data_b = cache.fs.cat(f"{a}/{name}"), cache.fs.cat(f"{b}/{name}")
         cache.fs.pipe({f"{a}/{name}": data_b, f"{b}/{name}": data_a})
-    again = embed_with_cache(embedder(dtype="fp32"), cache, requests)
+    again = embed_with_cache(minilm(), cache, requests)
     assert [r.cache_hit for r in again] == [False, False]
     for before, after in zip(first, again, strict=True):
         np.testing.assert_allclose(after.vectors, before.vectors, atol=1e-6)
@@ -411,7 +424,7 @@ def test_an_entry_path_that_is_a_directory_is_a_warning(cache, caplog):
     folder = entry_path(cache)
     cache.fs.makedirs(f"{folder}/metadata.json/x")
     with caplog.at_level("WARNING", logger="embedding.cache"):
-        [result] = embed_with_cache(embedder(dtype="fp32"), cache, [request()])
+        [result] = embed_with_cache(minilm(), cache, [request()])
     assert result.embedded == len(TEXTS) and result.vectors.shape == (len(TEXTS), 384)
     assert result.cache_warning.startswith(f"cache entry {folder} not written: Is a directory")
     assert f"{folder}/metadata.json" in result.cache_warning and folder in caplog.text
@@ -446,7 +459,7 @@ def test_links_inside_the_cache_never_lead_writes_out(tmp_path):
     outside.mkdir()
     (outside / "kept.bin").write_bytes(b"precious")
     cache = EmbeddingCache(str(tmp_path / "cache"))
-    model = embedder(dtype="fp32")
+    model = minilm()
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / STRATEGY).symlink_to(outside)
     [result] = embed_with_cache(model, cache, [request()])
@@ -467,7 +480,7 @@ def test_an_entry_folder_that_is_a_link_is_resolved_on_its_own(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     cache = EmbeddingCache(str(tmp_path / "cache"))
-    model = embedder(dtype="fp32")
+    model = minilm()
     out_of_root = entry_path(cache, "doc-out")
     inside = entry_path(cache, "doc-in")
     cache.fs.makedirs(os.path.dirname(out_of_root))
@@ -496,7 +509,7 @@ def test_embed_documents_tells_its_progress_per_micro_batch():
     docs = Documents(STRATEGY, [sha("progress")], [None], texts, chunk_offsets([len(texts)]))
     asked = Documents(STRATEGY, [sha("qa")], [None], ["Why?"], chunk_offsets([1]), query=True)
     told: list[int] = []
-    model = embedder(dtype="fp32")
+    model = minilm()
     found, _ = embed_documents(model, None, [docs, asked], progress=told.append).results
     assert len(told) > 1 and sum(told) == len(set(texts)) == len(texts) - 1
     assert int(found.embedded.sum()) == len(texts)
