@@ -8,7 +8,8 @@ are listed. Python-Markdown's indented containers (MkDocs and MkDocs Material: a
 (`_admonition`), not a title line followed by indented code, and so are colon fences (MyST's
 `:::{tip}`, VitePress' `::: warning`, Docusaurus' `:::note`; `_colon_fence`). A MyST directive of
 markdown content written as a fence (```{note}) stays a fence whose lines are of its content's
-kinds (`MARKDOWN_DIRECTIVES`), and a MyST target line (`(label)=`) is part of the heading it labels.
+kinds (`MARKDOWN_DIRECTIVES`), and a MyST target line (`(label)=`) or a line of empty HTML anchors
+(`<a id="v2"></a>`) is part of the heading it labels.
 """
 
 from __future__ import annotations
@@ -39,15 +40,24 @@ NOT_SPACE = re.compile(r"\S")  # what `str.strip` keeps (both read `str.isspace`
 _QUOTE_BEFORE_LIST = re.compile(r">(?=[^\s>])")  # a quote marker with no space after it
 _START_LINE = attrgetter("start_line")
 _NEWLINE = re.compile("\n")
-# A MyST target line, `(label)=`: a label for cross-references to the block after it.
-_TARGET = re.compile(r"[ \t]{0,3}\([^()\s]+\)=[ \t]*")
+# A MyST target line, `(label)=`, or a line of empty HTML anchors, `<a id="v1.2.0"></a>` (GitHub
+# changelogs, READMEs): a label for links to the block after it, rendering nothing.
+_TARGET = re.compile(
+    r"[ \t]{0,3}(?:\([^()\s]+\)=|(?:<a\s[^<>]*\b(?:id|name)\s*=[^<>]*>\s*</a>[ \t]*)+)[ \t]*"
+)
 
 
 # A trailing attribute list (mkdocs attr_list, Pandoc): `{ #anchor .class key=value }`.
 _ATTRIBUTE = r"(?:[#.][\w:-]+|[\w-]+=\S+)"
 _ATTRIBUTE_LIST = re.compile(rf"\s*\{{\s*{_ATTRIBUTE}(?:\s+{_ATTRIBUTE})*\s*\}}\s*$")
-# Trailing self-closing tags: VitePress' `<Badge type="tip" text="v2.0" />`, an MDX component.
-_TRAILING_TAGS = re.compile(r"(?:\s*<[A-Za-z][\w.:-]*(?:\s[^<>]*)?/>)+\s*$")
+# Trailing badges: self-closing tags (VitePress' `<Badge type="tip" text="v2.0" />`, an MDX
+# component) and images, linked or not, inline or by reference (a README's `# tool
+# [![CI](https://…/badge.svg)](https://…) ![npm][npm-badge]`).
+_IMAGE = r"!\[[^\]]*\](?:\([^)]*\)|\[[^\]]*\])"
+_BADGE = rf"<[A-Za-z][\w.:-]*(?:\s[^<>]*)?/>|\[{_IMAGE}\](?:\([^)]*\)|\[[^\]]*\])|{_IMAGE}"
+_TRAILING_BADGES = re.compile(rf"(?:\s*(?:{_BADGE}))+\s*$")
+# Leading empty anchors, a README's `<a name="opts"></a> Options` (a link target, no text).
+_LEADING_ANCHORS = re.compile(r"^(?:<a\s[^<>]*>\s*</a>\s*)+")
 
 
 @dataclass(frozen=True)
@@ -70,10 +80,11 @@ class Heading:
 
 def heading_title(text: str) -> str:
     """A heading's text without a trailing attribute list, `First Steps { #first-steps }` titled
-    `First Steps`, then without trailing self-closing tags where text is left, `Options <Badge
-    text="beta" />` titled `Options` (chunk text keeps the heading as written)."""
+    `First Steps`, then without trailing badges and leading empty anchors where text is left:
+    `Options <Badge text="beta" />`, `rustfmt [![linux](…/badge.svg)](…)` and `<a name="o"></a>
+    Options` titled `Options`, `rustfmt` and `Options` (chunk text keeps the heading as written)."""
     text = _ATTRIBUTE_LIST.sub("", text)
-    return _TRAILING_TAGS.sub("", text) or text
+    return _LEADING_ANCHORS.sub("", _TRAILING_BADGES.sub("", text)) or text
 
 
 @dataclass(frozen=True)
@@ -425,9 +436,10 @@ def implied_headings(front_matter: dict, blocks: Sequence[Block]) -> tuple[Headi
 
 
 def _targets_on_headings(lines: tuple[str, ...], blocks: list[Block]) -> list[Block]:
-    """`blocks`, where a heading follows a paragraph of MyST target lines only (`(install)=`, the
-    label a cross-reference names the heading by), with that heading starting at the paragraph: a
-    target is no text of its own (MyST renders nothing), it belongs to the heading it labels."""
+    """`blocks`, where a heading follows a paragraph of target lines only (MyST's `(install)=`, the
+    label a cross-reference names the heading by, or HTML anchors, `<a id="20.1.0"></a>`), with
+    that heading starting at the paragraph: a target is no text of its own (it renders nothing),
+    it belongs to the heading it labels."""
     out: list[Block] = []
     for block in blocks:
         before = out[-1] if out else None

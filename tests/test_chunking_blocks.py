@@ -181,6 +181,31 @@ def test_heading_title_drops_trailing_badges():
     assert heading_title("a <br/> b") == "a <br/> b"
 
 
+def test_heading_title_drops_readme_badges_and_leading_anchors():
+    """GitHub READMEs put CI and registry badges after the project's name, and empty anchors
+    before an API heading: rustfmt's README was titled `rustfmt [![linux](https://github.com/…`
+    (all four badges' URLs, in every chunk's title and path and its topic's title), libnpmorg's
+    `<a name="set"></a> `> org.set(…)``."""
+    readme = (
+        "# rustfmt [![linux](https://ci.example/linux.svg)](https://ci.example/linux) "
+        "[![crates.io](https://img.shields.io/crates/v/rustfmt.svg)](https://crates.io/rustfmt)"
+        "\n\nA tool for formatting Rust code.\n\n"
+        '## <a name="set"></a> `org.set(org, user)` ![beta][beta-badge]\n\nSets a role.\n\n'
+        "[beta-badge]: https://img.shields.io/badge/beta-yes.svg\n"
+    )
+    for strategy in ("semantic", "structural", "hierarchical", "headers"):
+        chunks = chunk_document(readme, strategy=strategy)
+        assert {c.title for c in chunks} <= {"rustfmt", "`org.set(org, user)`"}, strategy
+        paths = {c.header_path for c in chunks}
+        assert paths <= {"# rustfmt", "# rustfmt > ## `org.set(org, user)`"}, strategy
+    assert heading_title("QRCode [![Build Status][travis-img]][travis-url]") == "QRCode"
+    assert heading_title("Tool ![npm](https://npm.example/v.svg) { #tool }") == "Tool"
+    assert heading_title("a ![x](y.png) b") == "a ![x](y.png) b"  # not trailing: kept
+    assert heading_title("![logo](logo.png)") == "![logo](logo.png)"  # nothing else: kept
+    assert heading_title('<a id="intro">1.</a> Introduction') == '<a id="intro">1.</a> Introduction'
+    assert heading_title('<a name="x"></a>') == '<a name="x"></a>'
+
+
 @pytest.mark.parametrize(
     ("text", "implied"),
     [
@@ -347,3 +372,35 @@ def test_a_myst_target_line_belongs_to_the_heading_it_labels():
         ("paragraph", 6, 6),
         ("paragraph", 8, 8),
     ]
+
+
+def test_an_html_anchor_line_belongs_to_the_heading_it_labels():
+    """Node.js' changelogs put `<a id="20.1.0"></a>` above each version's heading, Rust's
+    releases.md `<a id="1.95-Cargo"></a>` above each setext heading: the anchor ended the chunk of
+    the version before (structural, hierarchical, semantic), and the page's H1 with the first
+    anchor was a chunk of no content (`# Node.js 20 ChangeLog` and `<a id="20.0.0"></a>`)."""
+    text = (
+        "# Node.js 20 ChangeLog\n\n"
+        '<a id="20.1.0"></a>\n\n## 2023-05-03, Version 20.1.0\n\nFixes.\n\n'
+        '<a name="cargo"></a>\nCargo\n-----\n\nBuilds.\n\n'
+        '<a id="x">1.</a>\n\n## Kept\n\nText.\n'
+    )
+    doc = parse(normalize(text))
+    assert [(b.kind, b.start_line, b.end_line) for b in doc.blocks] == [
+        ("heading", 1, 1),
+        ("heading", 3, 5),
+        ("paragraph", 7, 7),
+        ("heading", 9, 11),
+        ("paragraph", 13, 13),
+        ("paragraph", 15, 15),  # an anchor holding text is text
+        ("heading", 17, 17),
+        ("paragraph", 19, 19),
+    ]
+    small = {"semantic": {"max_tokens": 40, "min_tokens": 10}}
+    for strategy in ("semantic", "structural", "hierarchical"):
+        chunks = chunk_document(text, strategy=strategy, **small.get(strategy, {}))
+        for chunk in chunks:
+            lines = chunk.text.split("\n")
+            assert "</a>" not in lines[-1] or "1.</a>" in lines[-1], (strategy, chunk.text)
+            assert lines[-1].strip() != "# Node.js 20 ChangeLog", (strategy, chunk.text)
+        assert "Cargo" in {c.title for c in chunks}, strategy
