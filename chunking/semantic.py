@@ -70,6 +70,7 @@ from chunking.blocks import (
     fence_prefix,
     fence_reopener,
     indented_container_opener,
+    parse_tokens,
     unclosed_fences,
 )
 from chunking.strategy import Draft, Split, Strategy, register
@@ -134,10 +135,12 @@ class _Chunk:
     # can parse otherwise without the block's start around them (a fence opens or does not), or
     # holds the first piece of a line that starts like a fence opener; `reserve` units are kept
     # for closing a fence that its own lines leave open. `container_end`: the last line of the
-    # container it starts in, until it takes a line after it (`_Window.leave_container`).
+    # container it starts in, until it takes a line after it (`_Window.leave_container`), and
+    # `container_html` whether that container is an HTML block.
     alone: bool = False
     reserve: int = 0
     container_end: int | None = None
+    container_html: bool = False
     # Own content: (first line, last line, None, True) for whole source lines, (n, n, text,
     # ends) for a piece of line n, `ends` saying whether the piece ends where the line does.
     segments: list[tuple[int, int, str | None, bool]] = field(default_factory=list)
@@ -197,6 +200,7 @@ class _Window:
         self.indented_starts = [first for first, _, _ in self.indented]
         self.containers = [(b.start_line, b.end_line) for b in doc.blocks if b.kind in _CONTAINERS]
         self.container_starts = [first for first, _ in self.containers]
+        self.html_starts = {b.start_line for b in doc.blocks if b.kind == "html_block"}
         # A fence its list item or block quote ends (or the end of the file) gets a closing line
         # after its last non-blank line in the chunk text, since a chunk may not hold that
         # container.
@@ -603,6 +607,7 @@ class _Window:
         if container is not None:
             chunk.alone = True
             chunk.container_end = container[1]
+            chunk.container_html = container[0] in self.html_starts
             chunk.reserve = self.fence_room(number, container[1])
             chunk.overhead += chunk.reserve
         chunk.start_level = chunk.deepest = parents[-1].level if parents else None
@@ -644,8 +649,11 @@ class _Window:
     def leave_container(self, last: int) -> None:
         """Before the chunk takes lines up to `last`: when a chunk read alone goes past the end
         of the container it started in, and its lines to that end leave a fence open there, the
-        fences after it pair otherwise than in the file; room is then kept for the longest
-        fence-like line of the rest of the file."""
+        fences after it pair otherwise than in the file; so do the lines after it where that
+        container is an HTML block and its lines, read as markdown alone, end inside an MkDocs
+        container (a `!!! note` line the block ran on over: indented code after the block is
+        its body there, and a fence in it). Room is then kept for the longest fence-like line of
+        the rest of the file."""
         chunk = self.chunk
         end = chunk.container_end
         if end is None or last <= end:
@@ -653,8 +661,8 @@ class _Window:
         chunk.container_end = None
         after = chunk.segments[-1][1] + 1 if chunk.segments else end + 1
         rest = [(after, end, None, True)] if after <= end else []
-        own = self.own_lines(chunk.segments + rest)[0]
-        if unclosed_fences("\n".join([chunk.reopen, *own])):
+        own = "\n".join([chunk.reopen, *self.own_lines(chunk.segments + rest)[0]])
+        if unclosed_fences(own) or (chunk.container_html and _ends_in_admonition(own)):
             self.keep_room(self.fence_room(end + 1, len(self.doc.lines)))
 
     def keep_room(self, units: int) -> None:
@@ -804,6 +812,17 @@ def _sections(doc: ParsedDocument) -> list[tuple[Block | None, list[tuple[int, i
     if line <= len(doc.lines):
         sections[-1][1].append((line, len(doc.lines)))
     return sections
+
+
+def _ends_in_admonition(text: str) -> bool:
+    """Whether the last line of `text` is in a top-level MkDocs container (`!!! note`), which
+    indented lines after it continue."""
+    text = text if text.endswith("\n") else text + "\n"
+    last = text.count("\n")
+    return any(
+        token.level == 0 and token.type == "admonition_open" and token.map[1] >= last
+        for token in parse_tokens(text)
+    )
 
 
 def _fence_end(doc: ParsedDocument, fence: Block) -> int:
