@@ -199,6 +199,38 @@ def indented_container_opener(doc: ParsedDocument, block: Block) -> str:
     return line if _ADMONITION.fullmatch(line.lstrip(" \t")) else ""
 
 
+def indented_containers(doc: ParsedDocument, block: Block) -> tuple[tuple[int, int, str], ...]:
+    """The Python-Markdown indented containers of top-level `block`, as (first line, last line,
+    first line's text): the block itself when it is one (see `indented_container_opener`), then
+    those nested right in its body at any depth (a `!!! note` in a `=== "pip"` tab), whose body
+    lines read as indented code inside the container around them without their first line; ()
+    for any other block."""
+    top = indented_container_opener(doc, block)
+    if not top:
+        return ()
+    lines = doc.lines[block.start_line - 1 : block.end_line]
+    found = [(block.start_line, block.end_line, top)]
+    around: list[bool] = []  # per open container token: an indented container's
+    for token in parse_tokens("\n".join(lines)):
+        if token.nesting == 1:
+            indented = token.type == "admonition_open" and bool(
+                _ADMONITION.fullmatch(lines[token.map[0]].lstrip(" \t"))
+            )
+            if indented and around and all(around):
+                first = block.start_line + token.map[0]
+                found.append((first, block.start_line + token.map[1] - 1, lines[token.map[0]]))
+            around.append(indented)
+        elif token.nesting == -1:
+            around.pop()
+    return tuple(found)
+
+
+def container_openers(containers: Sequence[tuple[int, int, str]], line: int) -> str:
+    """The first lines of the `containers` (see `indented_containers`) whose body holds `line`,
+    outermost first, one a line; '' for none."""
+    return "\n".join(text for first, last, text in containers if first < line <= last)
+
+
 # MyST directives whose content is markdown (admonitions, version notes, sphinx-design's tabs,
 # cards and dropdowns, docutils' body elements, Jupyter Book's exercises). Written as a fence with
 # a braced info string (```{note}), such a directive stays a fence (cut, closed and reopened as

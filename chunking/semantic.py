@@ -65,11 +65,12 @@ from chunking.blocks import (
     ParsedDocument,
     check_fence_marker,
     closers_for_open_fences,
+    container_openers,
     fence_closer,
     fence_line_kind,
     fence_prefix,
     fence_reopener,
-    indented_container_opener,
+    indented_containers,
     parse_tokens,
     unclosed_fences,
 )
@@ -129,7 +130,7 @@ class _Chunk:
     reopen: str = ""  # fence opener repeated at the top when the chunk starts inside a fence
     reopen_kind: int = FENCE_MARK  # its line's kind (TEXT for a MyST directive's, with its info)
     header: str = ""  # a table's header and delimiter rows, when it starts between its rows
-    opener: str = ""  # an indented container's first line, when it starts inside its body
+    opener: str = ""  # indented containers' first lines, when it starts inside their body
     overhead: int = 0  # units of the prefix, opener, header and reopen lines, and the reserve
     # Read again alone: it starts inside a top-level list, block quote or HTML block, whose lines
     # can parse otherwise without the block's start around them (a fence opens or does not), or
@@ -193,9 +194,9 @@ class _Window:
         self.tables = [(b.start_line, b.end_line) for b in doc.blocks if b.kind == "table"]
         self.table_starts = [first for first, _ in self.tables]
         self.indented = [
-            (b.start_line, b.end_line, opener)
+            (b.start_line, b.end_line, containers)
             for b in doc.blocks
-            if (opener := indented_container_opener(doc, b))
+            if (containers := indented_containers(doc, b))
         ]
         self.indented_starts = [first for first, _, _ in self.indented]
         self.containers = [(b.start_line, b.end_line) for b in doc.blocks if b.kind in _CONTAINERS]
@@ -625,12 +626,12 @@ class _Window:
         return "\n".join(self.doc.lines[first - 1 : min(number - 1, first + 1)])
 
     def indented_opener(self, number: int) -> str:
-        """The first line of the top-level indented container (`!!! note`, `=== "pip"`) whose
-        body holds line `number`; '' elsewhere."""
+        """The first lines of the indented containers (`!!! note`, `=== "pip"`) whose body holds
+        line `number`, the top-level one and those nested in it, outermost first; '' elsewhere."""
         index = bisect_right(self.indented_starts, number) - 1
         if index < 0 or not self.indented[index][0] < number <= self.indented[index][1]:
             return ""
-        return self.indented[index][2]
+        return container_openers(self.indented[index][2], number)
 
     def fence_room(self, first: int, last: int) -> int:
         """Units of the longest fence-like line (`_OPENS_FENCE`) among lines first..last (bisects
@@ -739,7 +740,7 @@ class _Window:
         end = next(i for i in range(len(own) - 1, -1, -1) if own[i].strip())
         texts = [h.markdown for h in chunk.prefix]
         if chunk.opener:
-            texts.append(chunk.opener)
+            texts.extend(chunk.opener.split("\n"))
         line_kinds = bytearray([TEXT] * len(texts))
         if chunk.header:
             rows = chunk.header.split("\n")

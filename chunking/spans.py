@@ -24,10 +24,11 @@ from chunking.blocks import (
     ParsedDocument,
     check_fence_marker,
     closers_for_open_fences,
+    container_openers,
     fence_closer,
     fence_reopener,
     fences_opening,
-    indented_container_opener,
+    indented_containers,
     last_fence_opened,
 )
 from chunking.record import CHUNKING_FAILED, ChunkingError
@@ -341,9 +342,11 @@ def line_pieces(
     block's first line: cut with it when the two do not fit together).
 
     A piece after the first of an indented container (`!!! note "T"`, `=== "pip"`, whose body
-    lines read as indented code without it) starts with the container's first line, as a piece of
-    a table with its header rows (unless that line would take over half of `limit`); one that
-    starts inside a line's indentation gets the rest of it, one inside its text 4 columns of it.
+    lines read as indented code without it) starts with the container's first line, and those of
+    the containers nested in it that hold the piece's first line (a `!!! note` in a tab), as a
+    piece of a table with its header rows (unless those lines would take over half of `limit`);
+    one that starts inside a line's indentation gets the rest of it, one inside its text the
+    innermost body's indentation.
 
     A cut inside a fenced code block, at any nesting, closes the fence at the end of one piece
     and reopens it (same marker, info string and indentation; the bare marker when those would
@@ -371,10 +374,13 @@ def line_pieces(
             )
         reserve = max(reserve, context)
     first_line = src.first_line(span)
-    opener = _container_opener(doc, first_line)
-    if opener and 2 * (measure.size_of(opener) + reserve + 5) > limit:
-        opener = ""
-    reserve += measure.size_of(opener) + 5 if opener else 0  # its line, a newline, an indentation
+    containers = _containers(doc, first_line)
+    chains = [container_openers(containers, first + 1) for first, _, _ in containers]
+    longest = max(chains, key=measure.size_of, default="")
+    room = measure.size_of(longest) + 5 * (longest.count("\n") + 1)  # lines, newlines, indent
+    if containers and 2 * (room + reserve) > limit:
+        containers = ()
+    reserve += room if containers else 0
     budget = max(1, limit - reserve)
     parts: list[Span] = []
     lines = line_spans(src, span)
@@ -391,9 +397,12 @@ def line_pieces(
         reopen = _fence_around(fences, src.line_of(start), reopen=True)
         close = _fence_around(fences, src.line_of(max(start, end - 1)), reopen=False)
         prefix = reopeners[reopen.start_line] + "\n" if reopen else ""
-        if opener and src.line_of(start) > first_line:
+        opener = container_openers(containers, src.line_of(start))
+        if opener:
             before = src.text[src.line_starts[src.line_of(start) - 1] : start]
-            prefix = opener + "\n" + prefix + ("    " if before.strip() else before)
+            inner = opener[opener.rfind("\n") + 1 :]  # the innermost container's, 4 columns in
+            body = " " * (len(inner) - len(inner.lstrip(" ")) + 4)
+            prefix = opener + "\n" + prefix + (body if before.strip() else before)
         return _balanced(
             src,
             Span(
@@ -411,12 +420,13 @@ def line_pieces(
     return packed_pieces(parts, measure, budget, piece_of, too_big)
 
 
-def _container_opener(doc: ParsedDocument, line: int) -> str:
-    """The first line of the top-level indented container that starts on `line`, '' if none."""
+def _containers(doc: ParsedDocument, line: int) -> tuple[tuple[int, int, str], ...]:
+    """The indented containers of the top-level block that starts on `line` (see
+    `indented_containers`), () if none."""
     index = bisect_left(doc.blocks, line, key=attrgetter("start_line"))
     if index < len(doc.blocks) and doc.blocks[index].start_line == line:
-        return indented_container_opener(doc, doc.blocks[index])
-    return ""
+        return indented_containers(doc, doc.blocks[index])
+    return ()
 
 
 def balanced(src: SourceText, span: Span, unclosed: UnclosedFences) -> Span:

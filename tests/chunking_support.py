@@ -9,7 +9,7 @@ import re
 from hypothesis import strategies as st
 
 from chunking import ChunkedDocument, chunk_source
-from chunking.blocks import heading_title, indented_container_opener, parse, unclosed_fences
+from chunking.blocks import heading_title, indented_containers, parse, unclosed_fences
 from chunking.normalize import normalize
 from chunking.strategy import get_strategy
 
@@ -158,8 +158,9 @@ def check_invariants(data: bytes | str, strategy: str, **options) -> ChunkedDocu
         if b.kind == "table"
         for number in (b.start_line, b.start_line + 1)
     }
-    # the first lines of indented containers (`!!! note`), repeated above lines cut from their body
-    openers = {_collapse(indented_container_opener(doc, b)) for b in doc.blocks} - {""}
+    # the first lines of indented containers (`!!! note`, nested ones too), repeated above lines
+    # cut from their body
+    openers = {_collapse(text) for b in doc.blocks for _, _, text in indented_containers(doc, b)}
     context = heading_lines | table_headers | openers
     limit = chunker.hard_max_tokens
     assert [c.ordinal for c in first.chunks] == list(range(len(first.chunks)))

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from chunking import CHUNKING_FAILED, ChunkingError, chunk_source, list_strategies
+from chunking.blocks import parse_tokens
 from tests.chunking_support import check_invariants, markdown_documents
 
 STRATEGIES = sorted(list_strategies())
@@ -270,3 +271,28 @@ def test_a_front_matter_title_beside_an_h1_or_of_no_text_changes_nothing(strateg
         for key in ("title", "subtitle")
     ]
     assert records[0] == records[1]
+
+
+@pytest.mark.parametrize("strategy", ["semantic", "structural", "hierarchical"])
+def test_a_chunk_cut_inside_a_nested_container_repeats_every_first_line(strategy):
+    """A `!!! note` inside a `=== "pip"` tab (MkDocs Material): a chunk cut inside the note's
+    body repeated only the tab's first line, and the note's lines, 8 columns in, were indented
+    code inside the tab (their text no hint of the note they continued)."""
+    note = [f"        Step {i}: the workers {'drain and stop ' * 4}first." for i in range(14)]
+    tip = [f"            Tip {i} {'keep the old schema readable ' * 3}." for i in range(10)]
+    text = "\n".join(
+        ["# Upgrade", "", '=== "pip"', "", "    Run pip.", "", '    !!! note "Workers"', ""]
+        + [line for step in note for line in (step, "")]
+        + ["        ??? tip", ""]
+        + tip
+    )
+    document = check_invariants(text + "\n", strategy, **SMALL[strategy])
+    inner = [c for c in document.chunks if c.start_line > 9]
+    assert len(inner) > 2
+    for chunk in inner:
+        lines = chunk.text.split("\n")
+        assert '=== "pip"' in lines and '    !!! note "Workers"' in lines, chunk.text
+        if chunk.start_line > 37:  # inside the tip's body (the tip's first line is line 37)
+            assert "        ??? tip" in lines, chunk.text
+        kinds = {token.type for token in parse_tokens(chunk.text)}
+        assert "code_block" not in kinds, chunk.text
