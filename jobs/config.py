@@ -173,6 +173,11 @@ class ResourcesConfig:
     # process died (its batches then run again); a crash loop ends with exit 1, not a hang. At most
     # 1,000: Ray's limit is 2**31 - 1, past which the first task failed after Ray had started.
     retries: int = field(default=3, metadata={"min": 0, "max": 1000})
+    # How long a build on a cluster joined through RAY_ADDRESS waits while no live node can hold
+    # one of its stages (for the autoscaler to add one) before it fails, exit 1; None: for ever,
+    # 0: at the first look. Cloud GPU nodes take 5-15 minutes to come up: 30 minutes is a slow
+    # start and a second try (a failed launch, a zone out of stock) before a scheduled run stops.
+    node_wait_seconds: float | None = field(default=1800.0, metadata={"min": 0, "max": 86400.0})
     chunk: TaskResources = field(default_factory=TaskResources)
     embed: EmbedResources = field(default_factory=EmbedResources)
     index: IndexResources = field(default_factory=IndexResources)

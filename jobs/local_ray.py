@@ -3,11 +3,15 @@ instance started for the build."""
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import os
 import shutil
+import signal
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from importlib import import_module
 
@@ -182,14 +186,15 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
         context = ray.init(address="auto", logging_level=logging.WARNING)
         exit_on_sigterm()
         log.info("joined the Ray cluster at %s", context.address_info["gcs_address"])
-        nodes = _live_nodes()
-        if missing := infeasible(config.resources, [node["Resources"] for node in nodes]):
+        if missing := waiting_for(config.resources):
+            bound = config.resources.node_wait_seconds
             log.warning(
                 "%s, and no node of the cluster has that: the build waits until the autoscaler "
-                "adds one (its node types must offer it)",
+                "adds one (its node types must offer it), %s (resources.node_wait_seconds)",
                 "; ".join(missing),
+                "for ever" if bound is None else f"at most {bound:g} s",
             )
-        check_nodes(landmarks, [node["NodeID"] for node in nodes])
+        check_nodes(landmarks, [node["NodeID"] for node in _live_nodes()])
         return True
     if folder := ray_folder():
         check_ray_folder(folder)
@@ -205,7 +210,7 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
         )
     exit_on_sigterm()
     log.info("started a local Ray instance (logs in %s)", context.address_info["session_dir"])
-    totals = [node["Resources"] for node in _live_nodes()]
+    totals = live_resources()
     check_local_fit(config, totals[0] if totals else {})  # a local instance is one node
     # One-CPU tasks, not awaited: each imports our modules in one of the worker processes Ray
     # starts with the instance, while the driver sets up the pipeline, and the build's first
@@ -253,16 +258,125 @@ def check_ray_folder(folder: str, min_free: int = RAY_FOLDER_MIN_FREE) -> None:
 
 def node_gpu_counts() -> tuple[float, ...]:
     """The GPUs of each live node of the Ray instance this process is connected to."""
-    return tuple(float(node["Resources"].get("GPU", 0.0)) for node in _live_nodes())
+    return tuple(float(node.get("GPU", 0.0)) for node in live_resources())
 
 
-def waiting_note(resources: ResourcesConfig) -> str:
-    """For a progress line of a build on a cluster that may grow: "; waiting for a node: …" naming
-    what no live node can hold (an embedding actor's GPU on a cluster whose GPU nodes have not
-    joined, or are gone), else "". The build waits for such a node: its progress said "0 chunks
-    embedded" and no more, a warning at its start the only word of the wait."""
-    missing = infeasible(resources, [node["Resources"] for node in _live_nodes()])
-    return f"; waiting for a node: {'; '.join(missing)}" if missing else ""
+def live_resources() -> list[dict[str, float]]:
+    """The total resources of each live node of the Ray instance this process is connected to."""
+    return [node["Resources"] for node in _live_nodes()]
+
+
+def waiting_for(resources: ResourcesConfig) -> list[str]:
+    """What one task or actor of each stage that no live node can hold asks for, in words
+    (`jobs.resources.infeasible`): an embedding actor's GPU on a cluster whose GPU nodes have not
+    joined, or are gone. Empty when every stage fits."""
+    return infeasible(resources, live_resources())
+
+
+class NodeWaitTooLong(KnownFailure):
+    """No live node of the joined cluster could hold a stage of the build for
+    `resources.node_wait_seconds`: its autoscaler added none (no node type offers it, or none
+    could be had). The build fails as any failed build does (exit 1, its report written)."""
+
+
+# How often a build on a cluster that may grow asks what its live nodes cannot hold (`NodeWatch`;
+# one call to the cluster's control store, which lists its nodes).
+NODE_CHECK_SECONDS = 5.0
+
+
+class NodeWatch:
+    """What no live node of the cluster can hold, looked at every `NODE_CHECK_SECONDS` by a daemon
+    thread while the pipeline runs (`watching_nodes`), for the progress lines (`note`). Once some
+    stage has waited `resources.node_wait_seconds` (Ray Data and `ray.wait` would wait for ever),
+    it stops the build: it interrupts the main thread as a SIGTERM would
+    (`_thread.interrupt_main`, which sends no signal: the handler `start_ray` put there raises,
+    out of Ray's waits too), and `watching_nodes` raises its `failure` in that exit's stead. A
+    build run outside the main thread, which no signal handler of its own stops either, is not
+    bounded."""
+
+    def __init__(self, resources: ResourcesConfig) -> None:
+        self._resources = resources
+        self._bound = resources.node_wait_seconds
+        self._stops = threading.current_thread() is threading.main_thread()
+        self._missing: list[str] = []
+        self._since = 0.0  # when `_missing` was first found, by time.monotonic
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mdindex-nodes", daemon=True)
+        self.failure: NodeWaitTooLong | None = None
+
+    def look(self) -> None:
+        """Ask the cluster once; stop the build if some stage has waited the bound."""
+        missing = waiting_for(self._resources)
+        now = time.monotonic()
+        with self._lock:
+            if self._closed.is_set():
+                return
+            if missing and not self._missing:
+                self._since = now
+            self._missing = missing
+            waited = now - self._since
+            if not missing or self._bound is None or waited < self._bound or not self._stops:
+                return
+            self.failure = NodeWaitTooLong(
+                f"{'; '.join(missing)}, and no live node of the Ray cluster has had that for "
+                f"{waited:.0f} s (resources.node_wait_seconds: {self._bound:g}): give the cluster "
+                "a node type that offers it, ask for less, or set resources.node_wait_seconds "
+                "higher (null: wait for ever)"
+            )
+            self._closed.set()  # no more looks
+            _thread.interrupt_main(signal.SIGTERM)
+
+    def note(self) -> str:
+        """For a progress line: "; waiting for a node (95 s, at most 1800 s): …" naming what no
+        live node could hold at the last look, else "". The build waits for such a node: its
+        progress said "0 chunks embedded" and no more, a warning at its start the only word of
+        the wait."""
+        with self._lock:
+            missing, waited = self._missing, time.monotonic() - self._since
+        if not missing:
+            return ""
+        bound = "" if self._bound is None else f", at most {self._bound:g} s"
+        return f"; waiting for a node ({waited:.0f} s{bound}): {'; '.join(missing)}"
+
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self.look()
+            except Exception:  # noqa: BLE001 - a look that failed (the control store busy) stops no build
+                log.debug("could not list the cluster's nodes", exc_info=True)
+            self._closed.wait(NODE_CHECK_SECONDS)
+
+    def start(self) -> None:
+        """Look now, then every `NODE_CHECK_SECONDS` until `close`."""
+        self._thread.start()
+
+    def close(self) -> None:
+        """Look no more (a stop already made is taken by the main thread by this one's end)."""
+        with self._lock:
+            self._closed.set()
+        self._thread.join()
+
+
+@contextlib.contextmanager
+def watching_nodes(resources: ResourcesConfig, grows: bool) -> Iterator[NodeWatch]:
+    """A `NodeWatch` for the pipeline of a build on a cluster that may grow (`grows`; on another
+    Ray it never looks, and its note is empty). Where it stopped the build, its `NodeWaitTooLong`
+    comes out, not the exit its interruption raised."""
+    watch = NodeWatch(resources)
+    if not grows:
+        yield watch
+        return
+    watch.start()
+    try:
+        try:
+            yield watch
+        finally:
+            watch.close()
+    except BaseException:  # the interruption's exit (Ray gives it out of a wait as a SystemExit)
+        if watch.failure is None:
+            raise
+        raise watch.failure from None
 
 
 def _live_nodes() -> list[dict]:

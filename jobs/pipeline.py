@@ -33,7 +33,7 @@ from jobs.discovery import (
 )
 from jobs.finish import finish, index_settings
 from jobs.landmarks import Landmark, landmarks
-from jobs.local_ray import node_gpu_counts, start_ray, waiting_note
+from jobs.local_ray import node_gpu_counts, start_ray, watching_nodes
 from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.path_set import PathSet
@@ -276,7 +276,8 @@ def build_topics(
     """Rebuild every topic the plan says to, with a heartbeat; collect summaries and counters.
     `check` is called before each topic's reduce starts (`jobs.lock`); `marks` are what the
     driver's local folders hold, for the tasks to check (`jobs.landmarks`); `grows`: the cluster
-    may add nodes meanwhile (a GPU pool then grows as GPU nodes join, `embed_pool`); `began`:
+    may add nodes meanwhile (a GPU pool then grows as GPU nodes join, `embed_pool`; a stage no
+    live node holds fails the build after `resources.node_wait_seconds`); `began`:
     when the build began (epoch seconds, its report's `started_at`), which the progress lines'
     seconds count from (not the pipeline's start, 8 to 25 s later: Ray's start, the plan).
 
@@ -301,10 +302,12 @@ def build_topics(
 
     def status() -> str:
         line = progress_line(ray.get(collector.progress.remote()), goal, time.time())
-        return line + (waiting_note(config.resources) if grows else "")
+        return line + watch.note()  # what no live node of a cluster that grows can hold
 
     try:
-        with Heartbeat(status, began=began):
+        # on a cluster that grows, a build stopped once no node could hold a stage for
+        # resources.node_wait_seconds
+        with watching_nodes(config.resources, grows) as watch, Heartbeat(status, began=began):
             while True:
                 pool = None
                 if work.embeds:

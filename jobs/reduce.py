@@ -24,6 +24,7 @@ from ray.data import Dataset
 from jobs.blocks import Span, rows_in
 from jobs.gc_pause import gc_paused
 from jobs.landmarks import check_landmarks
+from jobs.local_ray import live_resources
 from jobs.lock import Check
 from jobs.stages.topic import TopicContext, build_and_write
 
@@ -93,8 +94,19 @@ def reduce_topics(
             yield from _finished(done, running)
     except BaseException:
         if running:  # a failed job returns only once none of its topics is still being written
-            ray.wait(list(running), num_returns=len(running))
+            settle(list(running), options)
         raise
+
+
+def settle(reduces: list, options: dict[str, Any]) -> None:
+    """Wait until none of the `reduces` (their Ray tasks' references) still runs. Where no live
+    node can hold one (`options`: their Ray options), none started and none will: they are
+    cancelled, not waited for for ever (a build stopped while its reduces waited for such a node,
+    by `resources.node_wait_seconds` or a SIGTERM, hung there)."""
+    if not any(options["num_cpus"] <= node.get("CPU", 0.0) for node in live_resources()):
+        for ref in reduces:
+            ray.cancel(ref)
+    ray.wait(reduces, num_returns=len(reduces))
 
 
 def _finished(

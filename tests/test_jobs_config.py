@@ -229,6 +229,13 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
             "resources.embed.num_gpus: 5e-05 is below Ray's smallest share (0.0001); give 0",
         ),
         ({"resources": {"num_cpus": 10**12}}, "resources.num_cpus: must be <= 1000000, got 1"),
+        # the wait for a node that can hold a stage: seconds, or null for no bound
+        ({"resources": {"node_wait_seconds": -1}}, "resources.node_wait_seconds: must be >= 0"),
+        ({"resources": {"node_wait_seconds": "15m"}}, "resources.node_wait_seconds: expected a n"),
+        ({"resources": {"node_wait_seconds": True}}, "resources.node_wait_seconds: expected a n"),
+        ({"resources": {"node_wait_seconds": float("inf")}}, "resources.node_wait_seconds: must b"),
+        ({"resources": {"node_wait_seconds": 10**6}}, "resources.node_wait_seconds: must be <= 8"),
+        ({"resources": {"node_wait": 60}}, "resources.node_wait: unknown key"),
     ],
 )
 def test_bad_values_are_rejected_with_their_dotted_key(raw, message):
@@ -318,6 +325,20 @@ def test_a_bad_device_is_told_the_devices_that_run():
 def test_input_is_required():
     with pytest.raises(ConfigError, match="input: required"):
         config_from_dict({})
+
+
+def test_a_builds_wait_for_a_node_is_bounded_unless_the_config_says_null(tmp_path):
+    """A stage no live node of a joined cluster can hold waits 30 minutes by default (a cloud
+    GPU node's 5-15 minute start, twice), the configs' value; null waits for ever, 0 not at all."""
+    for name in ("local.yaml", "cluster-gpu.yaml"):
+        config = load_config(str(ROOT / "configs" / name), overrides={"input": "/tmp/docs"})
+        assert config.resources.node_wait_seconds == 1800.0
+    assert config_from_dict({"input": "/tmp/docs"}).resources.node_wait_seconds == 1800.0
+    path = tmp_path / "c.yaml"
+    path.write_text("input: /tmp/docs\n")
+    for value, bound in (("null", None), ("0", 0.0), ("90.5", 90.5)):
+        config = load_config(str(path), settings=[f"resources.node_wait_seconds={value}"])
+        assert config.resources.node_wait_seconds == bound
 
 
 def test_set_overrides_parse_yaml_scalars(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,41 +139,73 @@ def test_a_stage_the_local_instance_cannot_hold_fails_the_build_at_once(
     assert not output.exists()
 
 
-JOIN = """
-import logging, sys
-from jobs.config import load_config
-from jobs.local_ray import start_ray, waiting_note
-
-logging.basicConfig(level=logging.INFO)
-config = load_config(sys.argv[1], overrides={"input": "."}, settings=sys.argv[2:])
-joined = start_ray(config)
-print(waiting_note(config.resources))  # what the build's progress lines add while it waits
-sys.exit(0 if joined else 5)  # a joined cluster may grow: a GPU pool then grows with it
-"""
-
-
-def test_a_stage_no_node_of_a_joined_cluster_can_hold_is_a_warning(ray_session):
+def test_a_stage_no_node_of_a_joined_cluster_can_hold_is_a_warning_then_exit_1(
+    ray_session, tmp_path
+):
     """A cluster may grow (its autoscaler adds nodes): the build waits for one, and says so at
-    its start and in each progress line while no node can hold the stage (its progress said "0
-    chunks embedded" and no more, waiting for a GPU node that never joined)."""
+    its start (its progress said "0 chunks embedded" and no more, waiting for a GPU node that
+    never joined). Not for ever: once no live node has held the stage for
+    `resources.node_wait_seconds` (here 0: at the first look), the build fails as any failed
+    build does (it waited until a scheduler's timeout killed it): exit 1, one line naming what
+    waited, how long and what to set, its report written and the lock released."""
     import ray
 
     # this process's RAY_AUTH_MODE: the child must authenticate as the session's Ray expects
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     env["PYTHONPATH"] = str(REPO)
+    output = tmp_path / "out"
     config = str(REPO / "configs" / "local.yaml")
-    done = subprocess.run(
-        [sys.executable, "-c", JOIN, config, "resources.index.num_cpus=512"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    command = [sys.executable, "-m", "jobs.reindex", "--config", config]
+    command += ["--input", str(REPO / "examples" / "corpus"), "--output", str(output)]
+    command += ["--cache", str(tmp_path / "cache"), "--set", "resources.index.num_cpus=512"]
+    command += ["--set", "resources.node_wait_seconds=0"]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-3000:]
+    waiting = "a topic's reduce (resources.index) asks for 512 CPUs and no GPU"
     warning = (
-        "a topic's reduce (resources.index) asks for 512 CPUs and no GPU, and no node of the "
-        "cluster has that: the build waits until the autoscaler adds one"
+        f"{waiting}, and no node of the cluster has that: the build waits until the autoscaler "
+        "adds one (its node types must offer it), at most 0 s (resources.node_wait_seconds)"
     )
     assert warning in done.stderr, done.stderr[-3000:]
+    error = (
+        rf"NodeWaitTooLong: {re.escape(waiting)}, and no live node of the Ray cluster has had "
+        r"that for \d+ s \(resources.node_wait_seconds: 0\): give the cluster a node type "
+        r"that offers it, ask for less, or set resources.node_wait_seconds higher \(null: wait "
+        r"for ever\)"
+    )
+    assert re.search(rf"^mdindex build: the job failed: {error}$", done.stderr, re.M), done.stderr
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert (report["status"], report["exit_code"]) == ("failed", 1)
+    assert re.fullmatch(error, report["error"])
+    assert (output / "_reindex" / "build.lock").read_bytes() == b""  # released
+
+
+def test_a_node_watch_says_what_no_live_node_holds_and_reduces_none_can_are_not_awaited(
+    ray_session,
+):
+    """The progress lines' note of what no live node can hold, and how long it has waited; and
+    a stopped build's wait for its running reduces: those no node can hold never start, so they
+    are cancelled (the wait for them had no end)."""
+    import ray
+
+    from jobs.config import IndexResources, ResourcesConfig
+    from jobs.local_ray import NodeWatch
+    from jobs.reduce import settle
+
+    big = ResourcesConfig(index=IndexResources(num_cpus=512), node_wait_seconds=None)
+    watch = NodeWatch(big)
+    watch.look()
     waiting = "a topic's reduce (resources.index) asks for 512 CPUs and no GPU"
-    assert done.stdout.strip() == f"; waiting for a node: {waiting}"
+    assert re.fullmatch(rf"; waiting for a node \(\d+ s\): {re.escape(waiting)}", watch.note())
+    assert watch.failure is None  # no bound: it waits for ever
+    fits = NodeWatch(ResourcesConfig())
+    fits.look()
+    assert fits.note() == ""
+
+    reduces = [ray.remote(num_cpus=512)(lambda: None).remote() for _ in range(2)]
+    began = time.monotonic()
+    settle(reduces, {"num_cpus": 512})
+    assert time.monotonic() - began < 10
 
 
 def test_a_nodes_check_that_hangs_is_a_warning(ray_session, tmp_path, monkeypatch):
