@@ -95,6 +95,13 @@ def register(subparsers) -> None:
     )
     query.add_argument("root", help="output root of the index (path, s3://..., http://...)")
     query.add_argument(
+        "words",
+        nargs="*",
+        type=_utf8,
+        metavar="QUESTION",
+        help="a question to look up, quoted or not (the same as --question)",
+    )
+    query.add_argument(
         "--topic", type=_topic, help='topic id, e.g. "libraries/stj" ("" for the root)'
     )
     query.add_argument(
@@ -248,8 +255,21 @@ def run_query(args: argparse.Namespace) -> int:
     """`mdindex query`: 0 on success, 1 when the index lacks what was asked or is damaged or
     unreachable (one line naming the file or URL), 2 on bad usage (a root of no protocol fsspec
     knows included, as for `mdindex report`, and storage options its client refuses)."""
+    if args.words:  # `mdindex query ROOT how do I ...`, as a newcomer first types it
+        if args.question is not None:
+            print(
+                "mdindex query: give the question once, after ROOT or as --question",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            question = _question(" ".join(args.words))
+        except argparse.ArgumentTypeError as error:
+            print(f"mdindex query: argument QUESTION: {error}", file=sys.stderr)
+            return 2
+        args = argparse.Namespace(**{**vars(args), "question": question})
     if args.topic is None and args.question is None:
-        print("mdindex query: give --topic, --question or both", file=sys.stderr)
+        print("mdindex query: give a question, --topic or both", file=sys.stderr)
         return 2
     if args.question and (args.source or args.technical):  # they were left out, unsaid
         message = "--source and --technical pick a topic's chunks, not a question's"

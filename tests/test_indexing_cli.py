@@ -1093,6 +1093,27 @@ def test_a_question_that_is_not_utf8_is_bad_usage(index_root, capsys):
     assert "argument --question: is not UTF-8 text" in capsys.readouterr().err
 
 
+def test_a_question_may_follow_the_root_as_words(index_root, capsys):
+    """`mdindex query OUT "How do I install the tool?"` (or its words unquoted), as a newcomer first
+    types it, was "unrecognized arguments" (exit 2): the words after the root are the question,
+    as --question gives it. Both at once, or words that are blank, are bad usage."""
+    root = str(index_root)
+    flagged = run_cli(["query", root, "--question", QUESTIONS[0], "--json"], capsys)
+    assert flagged[0] == 0 and json.loads(flagged[1])["question"] == QUESTIONS[0]
+    for words in ([QUESTIONS[0]], QUESTIONS[0].split()):
+        assert run_cli(["query", root, *words, "--json"], capsys) == flagged
+    for argv, said in (
+        ([root, "install", "--question", "install"], "give the question once"),
+        ([root, " ", ""], "argument QUESTION: must not be empty"),
+    ):
+        code, out, err = run_cli(["query", *argv], capsys)
+        assert (code, out) == (2, "") and said in err, err
+    with pytest.raises(SystemExit) as stop:
+        run_cli(["query", root, "caf\udce9"], capsys)
+    assert stop.value.code == 2
+    assert "argument QUESTION: is not UTF-8 text" in capsys.readouterr().err
+
+
 def test_a_topic_or_source_that_is_not_utf8_is_bad_usage(server, capsys):
     """An index names its topics and sources in JSON, UTF-8 text alone. `--topic caf\\xe9` over
     http failed in a message naming nothing ("'utf-8' codec can't encode character '\\udce9'",
