@@ -33,11 +33,20 @@ class Stopped(SystemExit):
     """A stopping signal in the driver: exits with its number (`code`), as `sys.exit(signum)`."""
 
 
+# The stopping signals whose handler (`_raise_stopped`) raised in this process, in turn.
+_STOPPED_BY: list[int] = []
+
+
 def stopping_signal(exc: SystemExit) -> int | None:
     """The signal a `SystemExit` stands for: `Stopped`'s, or SIGTERM for `ray.init`'s handler's
-    `sys.exit(15)`; None for any other exit."""
+    `sys.exit(15)`; or the last stopping signal's where Ray gave its `Stopped` as `SystemExit(1)`:
+    raised while the driver waited in `ray.wait` or `ray.get` (for the last topics' reduces),
+    it lost its class and code there, and the build exited 1 without a word, its report left
+    "unfinished". None for any other exit."""
     if isinstance(exc, Stopped) or exc.code == signal.SIGTERM:
         return exc.code
+    if exc.code == 1 and _STOPPED_BY:
+        return _STOPPED_BY[-1]
     return None
 
 
@@ -105,6 +114,7 @@ def open_closed_streams() -> None:
 
 
 def _raise_stopped(signum: int, frame) -> None:
+    _STOPPED_BY.append(signum)
     raise Stopped(signum)
 
 

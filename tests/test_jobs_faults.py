@@ -618,6 +618,26 @@ def test_a_second_sigterm_while_a_stopped_build_writes_its_report_exits_143():
     assert (done.returncode, done.stderr) == (143, b"")
 
 
+def test_a_sigterm_while_the_driver_waits_in_ray_is_taken_as_the_signal_it_was():
+    """Ray gives a SystemExit that the SIGTERM handler raised while the driver waited in
+    `ray.wait` or `ray.get` (for the last topics' reduces) as SystemExit(1), its class and code
+    lost: the build exited 1 without a word, its report left "unfinished" (found by use: a
+    SIGTERM to a build whose reduces waited for a node). It stands for that SIGTERM."""
+    from jobs.build_cli import ending
+    from jobs.signals import callers_handler, exit_on_sigterm
+
+    never = ray.remote(num_cpus=512)(lambda: None).remote()  # no node holds it: no end
+    with callers_handler():
+        exit_on_sigterm()
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        with pytest.raises(SystemExit) as caught:
+            ray.wait([never])
+    ray.cancel(never)
+    assert caught.value.code == 1  # Ray's stand-in for the handler's exit
+    end = ending(caught.value)
+    assert (end.code, end.message) == (143, "mdindex build: stopped by SIGTERM; a re-run converges")
+
+
 # A command that leaves Ctrl-C to Python (`mdindex query` waiting on a server, loading a model).
 CTRL_C = """
 import os, signal
