@@ -81,6 +81,7 @@ from chunking.tokens import TokenCounter
 # markers or list markers. The whole match measures at least the line that would close it.
 _OPENS_FENCE = re.compile(r"(?:[ \t>]*(?:[-+*]|\d{1,9}[.)])(?=[ \t]))*[ \t>]*(`{3,}|~{3,})")
 _CONTAINERS = frozenset({"bullet_list", "ordered_list", "blockquote", "html_block"})
+_HTML_ROW = re.compile(r"[ \t]*<tr[\s>]", re.IGNORECASE)  # an HTML table row's first line
 # Runs of words that can be such markers, one after another (possessive: linear on any line);
 # those holding a fence marker are what `pieces` may move to the end of the piece before a cut.
 _MARKER_RUN = re.compile(
@@ -349,9 +350,37 @@ class _Window:
         one (each range at once or line by line)."""
         if not self.try_add(blocks[0][0], blocks[-1][1]):
             for first, last in blocks:
-                if not self.try_add(first, last):
-                    for number in range(first, last + 1):
-                        self.add_line(number)
+                if self.try_add(first, last):
+                    continue
+                rows = self.html_rows(first, last) if first in self.html_starts else []
+                for number in range(first, rows[0] if rows else last + 1):
+                    self.add_line(number)
+                for index, row in enumerate(rows):
+                    self.add_row(row, rows[index + 1] - 1 if index + 1 < len(rows) else last)
+
+    def html_rows(self, first: int, last: int) -> list[int]:
+        """The first lines of an HTML table's rows (`<tr>` lines) among HTML block lines
+        first..last."""
+        lines = self.doc.lines
+        return [n for n in range(first, last + 1) if _HTML_ROW.match(lines[n - 1])]
+
+    def add_row(self, first: int, last: int) -> None:
+        """Add an HTML table's row, lines first..last (`<tr>` to the next row): at once when it
+        fits, else in the next chunk when it fits there, whole as a markdown table's row is
+        (until 2026-11-30 a chunk could end between a row's cells), else line by line."""
+        if self.try_add(first, last):
+            return
+        fresh = self.continuation(first)
+        if (
+            self.chunk.has_content
+            and not self.below_heading(first)
+            and fresh.overhead + self.lines_units(first, last) <= self.limit
+        ):
+            self.seal(fresh)
+            if self.try_add(first, last):
+                return
+        for number in range(first, last + 1):
+            self.add_line(number)
 
     def add_range(self, first: int, last: int) -> None:
         """Add source lines first..last: at once when every line of them fits, else line by line."""

@@ -641,3 +641,25 @@ def test_a_line_longer_than_the_maximum_in_an_indented_container_stays_inside_it
     cut = [c.text.split("\n", 2)[2] for c in pieces]
     assert all(piece.startswith("    w") for piece in cut)
     assert "".join(piece.removeprefix("    ") for piece in cut) == line
+
+
+def test_a_chunk_cut_inside_an_html_table_ends_between_its_rows():
+    """Node.js' os.md lists signals and error codes as HTML tables (`<tr>`, a `<td>` per cell
+    on its own line): a chunk ended between a row's cells, `<td><code>SIGIO</code></td>` in one
+    chunk and `<td>Sent to a process when I/O is available.</td>` atop the next."""
+    rows = [
+        f"  <tr>\n    <td><code>SIG{i}</code></td>\n"
+        f"    <td>Sent to a process when event number {i} happens.</td>\n  </tr>"
+        for i in range(20)
+    ]
+    header = "<table>\n  <tr>\n    <th>Constant</th>\n    <th>Description</th>\n  </tr>"
+    text = "\n".join(["# OS", "", "## Signals", "", header, *rows, "</table>", "", "Done."])
+    document = check_invariants(text + "\n", "semantic", max_tokens=80, min_tokens=20)
+    assert len(document.chunks) > 3
+    lines = text.split("\n")
+    for chunk in document.chunks[1:]:
+        assert lines[chunk.start_line - 1] == "  <tr>", chunk.text
+    for chunk in document.chunks[:-1]:
+        assert lines[chunk.end_line - 1] == "  </tr>", chunk.text
+    cells = [line for c in document.chunks for line in c.text.split("\n") if "<td>" in line]
+    assert len(cells) == 40  # each cell once
