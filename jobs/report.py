@@ -45,6 +45,7 @@ from jobs.report_html import (
     unmatched_text,
     unwritten_cache_entries,
 )
+from jobs.runs import RUNS_PATH, runs_bytes, stored_runs, updated_runs
 from jobs.stats import NAMED, RunStats, StageStats
 from jobs.storage import Storage
 
@@ -229,12 +230,19 @@ def report_bytes(report: dict[str, Any]) -> bytes:
 
 
 def write_report(output: Storage, report: dict[str, Any]) -> None:
-    """Write `_reindex/report.html` and then, from the same dict, `_reindex/report.json` (a failed
-    run's report too: the page renders whatever sections the report has). On local disk the JSON
+    """Write `_reindex/report.html`, the run history `_reindex/runs.jsonl` with the report's line
+    in it (`jobs.runs`: its unfinished one replaced) and then, from the same dict,
+    `_reindex/report.json` (a failed run's report too: the page renders whatever sections the
+    report has, and the last runs). On local disk the JSON
     is renamed into place last: the run is reported once it is there (`jobs.pipeline.run_job`'s
     `reported`), with its page beside it."""
+    runs = updated_runs(stored_runs(output), report)
     output.write_many(
-        {REPORT_HTML_PATH: render_html(report).encode(), REPORT_PATH: report_bytes(report)}
+        {
+            REPORT_HTML_PATH: render_html(report, runs).encode(),
+            RUNS_PATH: runs_bytes(runs),
+            REPORT_PATH: report_bytes(report),
+        }
     )
 
 

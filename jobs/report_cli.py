@@ -1,7 +1,7 @@
 """The `mdindex report OUT` sub-command: the last run's summary from `{OUT}/_reindex/report.json`
 (a local path or any fsspec URI, e.g. s3://), and where its report.html is: next to report.json
 for a local output, or written to a local file (`--html`) for a remote one. `--open` opens the
-page in the default browser."""
+page in the default browser; `--runs` prints the output's run history instead (`jobs.runs`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from indexing.cli import json_object
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jobs.storage import Storage
 
 DEFAULT_HTML = "mdindex-report.html"
@@ -36,6 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="local file to write the page to (default: a local output's own report.html, "
         f"./{DEFAULT_HTML} for a remote output's)",
+    )
+    parser.add_argument(
+        "--runs",
+        action="store_true",
+        help="print the output's run history (_reindex/runs.jsonl, the last 100 runs) newest "
+        "first instead of the last run's summary",
     )
     parser.add_argument(
         "--storage-options", type=json_object, default=None, help="fsspec options as a JSON object"
@@ -67,6 +75,7 @@ def run_report(args: argparse.Namespace) -> int:
     from jobs.lock import missing_bucket
     from jobs.manifest import REPORT_PATH
     from jobs.report import error_text
+    from jobs.runs import RUNS_PATH, DamagedHistory
     from jobs.storage import Storage
 
     try:
@@ -75,7 +84,13 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"mdindex report: {exc}", file=sys.stderr)
         return 2
     output = Storage(args.output, args.storage_options or {})
+    if args.runs and (args.open or args.html or args.check):
+        print("mdindex report: --runs prints the run history alone, without --open, --html or "
+              "--check", file=sys.stderr)  # fmt: skip
+        return 2
     try:
+        if args.runs:
+            return print_runs(output)
         data = read_report(output)
         if data is None:  # in a bucket that does not exist, as the build names it
             missing = f"output {output.uri()}: no such bucket" if missing_bucket(output) else ""
@@ -85,6 +100,9 @@ def run_report(args: argparse.Namespace) -> int:
         text, page = show(output, report, args.html)
     except DamagedReport as exc:
         print(f"mdindex report: {output.uri(REPORT_PATH)} is damaged: {exc}", file=sys.stderr)
+        return 2
+    except DamagedHistory as exc:
+        print(f"mdindex report: {output.uri(RUNS_PATH)} is damaged: {exc}", file=sys.stderr)
         return 2
     except UnsuitedOptions as exc:  # bad usage, as options that are no JSON object are
         print(f"mdindex report: {exc}", file=sys.stderr)
@@ -104,6 +122,28 @@ def run_report(args: argparse.Namespace) -> int:
         print("mdindex report: no browser found to open the page: open it from the path above",
               file=sys.stderr)  # fmt: skip
     return outcome_code(report) if args.check else 0
+
+
+def print_runs(output: Storage) -> int:
+    """Print the output's run history as a table, newest first (0); say in one line that it has
+    none (2: an output built before 2026-11-30, or none); DamagedHistory where it is damaged."""
+    from indexing.terminal import printable, write_out
+    from jobs.runs import KEPT, RUNS_PATH, parse_runs, runs_table
+
+    try:
+        data = output.read_optional(RUNS_PATH)
+    except NotADirectoryError:  # OUT a file
+        data = None
+    runs = parse_runs(data)
+    if not runs:
+        print(f"mdindex report: no run history in {output.uri(RUNS_PATH)}", file=sys.stderr)
+        return 2
+    head = f"runs of {output.uri()}: {len(runs)}, newest first (the last {KEPT} are kept)"
+    text = "\n".join(printable(line) for line in [head, *runs_table(runs).splitlines()])
+    with contextlib.suppress(BrokenPipeError):
+        if not write_out(f"{text}\n", "mdindex report"):
+            return 1
+    return 0
 
 
 def outcome_code(report: dict[str, Any]) -> int:
@@ -159,7 +199,7 @@ def show(output: Storage, report: dict[str, Any], html: str | None) -> tuple[str
     DamagedReport where a field has the wrong shape."""
     from jobs.manifest import REPORT_HTML_PATH
 
-    text, rendered = render(report)
+    text, rendered = render(report, page_runs(output))
     if html is not None or not output.is_local:  # `--html` for a local output was ignored
         page = Path(html or DEFAULT_HTML)
         page.write_text(rendered, encoding="utf-8")
@@ -170,9 +210,21 @@ def show(output: Storage, report: dict[str, Any], html: str | None) -> tuple[str
     return text, page
 
 
-def render(report: dict[str, Any]) -> tuple[str, str]:
-    """The summary lines and the page of a report; DamagedReport where a field is missing or of
-    the wrong type (a run's own report always renders: its fields are the build's)."""
+def page_runs(output: Storage) -> list[dict[str, Any]]:
+    """The run history a page rendered here shows: none where the output has none or a damaged
+    one (the report is what was asked for)."""
+    from jobs.runs import RUNS_PATH, DamagedHistory, parse_runs
+
+    try:
+        return parse_runs(output.read_optional(RUNS_PATH))
+    except (DamagedHistory, OSError):
+        return []
+
+
+def render(report: dict[str, Any], runs: Sequence[dict[str, Any]] = ()) -> tuple[str, str]:
+    """The summary lines and the page of a report (with the output's last `runs`); DamagedReport
+    where a field is missing or of the wrong type (a run's own report always renders: its fields
+    are the build's)."""
     from indexing.terminal import printable
     from jobs.report import summary
     from jobs.report_html import render_html
@@ -183,7 +235,7 @@ def render(report: dict[str, Any]) -> tuple[str, str]:
     try:
         # a failed run's report may hold no counts, only what went wrong
         counts = summary(report) if "sources" in report else f"  {report.get('error', 'no counts')}"
-        page = render_html(report)
+        page = render_html(report, runs)
     except KeyError as exc:
         raise DamagedReport(f"no {exc.args[0]!r}") from exc
     except (LookupError, TypeError, AttributeError, ValueError, ArithmeticError) as exc:

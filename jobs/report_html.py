@@ -1,11 +1,11 @@
 """`{output}/_reindex/report.html`: the run report (`jobs.report`) as one self-contained page with
 inline SVG charts (`jobs.svg`), for the people who read a nightly run days later.
 
-Sections: the outcome, exit code and key settings; sources (numbers and a bar); per-stage
-worker-seconds and throughput with the efficiency; chunk token counts per strategy (histogram with
-min and max marked, truncated chunks and skipped content); cache outcomes; failures grouped by
-code (a code of many: its kinds of message counted, its paths folded); the slowest sources. A
-report with sections missing (a failed run) renders what it has.
+Sections: the outcome, exit code and key settings; the output's last runs (`jobs.runs`); sources
+(numbers and a bar); per-stage worker-seconds and throughput with the efficiency; chunk token
+counts per strategy (histogram with min and max marked, truncated chunks and skipped content);
+cache outcomes; failures grouped by code (a code of many: its kinds of message counted, its paths
+folded); the slowest sources. A report with sections missing (a failed run) renders what it has.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import json
 import math
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
 
 from indexing.terminal import counted, printable
 from jobs.plan import unmatched_note
+from jobs.runs import COLUMNS, NUMBERS, SHOWN, run_row
 from jobs.stats import NAMED
 from jobs.svg import Bar, Bin, bar_chart, histogram, stacked_bar
 
@@ -64,10 +66,12 @@ code { font-size: .92em; }
 """
 
 
-def render_html(report: dict[str, Any]) -> str:
-    """The report page for one run report (the dict `jobs.report.build_report` makes)."""
+def render_html(report: dict[str, Any], runs: Sequence[dict[str, Any]] = ()) -> str:
+    """The report page for one run report (the dict `jobs.report.build_report` makes), and the
+    last of the output's `runs` (`jobs.runs`, oldest first; none: no such section)."""
     sections = [
         _outcome(report),
+        _runs(runs),
         _sources(report),
         _stages(report),
         _chunks(report),
@@ -135,6 +139,23 @@ def _outcome(report: dict[str, Any]) -> str:
         f"exit code <b>{escape(_number(report.get('exit_code')))}</b></p>"
         f"<h2>Run and settings</h2><table>{table}</table>"
     )
+
+
+def _runs(runs: Sequence[dict[str, Any]]) -> str:
+    """The last SHOWN runs of the output's history, newest first (this one among them)."""
+    if not runs:  # a page rendered from a report alone
+        return ""
+    head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS) + "<th></th>"
+    rows = []
+    for run in reversed(runs[-SHOWN:]):
+        row = run_row(run)
+        cells = "".join(
+            f'<td class="n">{escape(row[c])}</td>' if c in NUMBERS else f"<td>{escape(row[c])}</td>"
+            for c in COLUMNS
+        )
+        rows.append(f"<tr>{cells}<td>{escape(row['note'])}</td></tr>")
+    kept = f"the last {len(runs[-SHOWN:])} of {len(runs)} in _reindex/runs.jsonl, newest first"
+    return f"<h2>Last runs</h2><p>{escape(kept)}</p><table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def unfinished_note(run: dict[str, Any]) -> str:

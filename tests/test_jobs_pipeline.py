@@ -448,6 +448,7 @@ def test_s3_keys_with_an_empty_folder_name_are_reported(small_vectors, s3_server
         "out/_reindex/build.lock",  # taken and released: its versions and delete markers
         "out/_reindex/report.html",
         "out/_reindex/report.json",
+        "out/_reindex/runs.jsonl",  # its line in the run history (`jobs.runs`)
     ]
 
 

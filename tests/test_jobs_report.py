@@ -32,6 +32,7 @@ from jobs.pipeline import run_job
 from jobs.reindex import main
 from jobs.report import chunk_notes, error_text, run_facts, summary, write_failed_report
 from jobs.report_html import SETTINGS_CHANGED, render_html, token_bins
+from jobs.storage import Storage
 from tests.embedding_support import embedder
 from tests.jobs_support import gone_endpoint, s3_options
 
@@ -63,6 +64,12 @@ def report_and_page(output: Path) -> tuple[dict, str]:
     return json.loads((folder / "report.json").read_text()), (folder / "report.html").read_text()
 
 
+def stored_runs(output: Path) -> list[dict]:
+    """The output's run history, `_reindex/runs.jsonl`, oldest first."""
+    lines = (output / "_reindex" / "runs.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
 def svgs(page: str) -> list[ET.Element]:
     """Every inline chart, parsed as XML (so each is well-formed)."""
     return [ET.fromstring(svg) for svg in re.findall(r"<svg .*?</svg>", page, re.S)]
@@ -70,7 +77,8 @@ def svgs(page: str) -> list[ET.Element]:
 
 def test_report_html_shows_every_section_from_the_report_data(built):
     report, page = report_and_page(built)
-    assert page == render_html(report)  # the same data, nothing else
+    assert page == render_html(report, stored_runs(built))  # the same data, nothing else
+    assert "Last runs</h2><p>the last 1 of 1 in _reindex/runs.jsonl" in page
     for section in SECTIONS:
         assert f"{section}</h2>" in page, section
     assert not re.search(r"""(src|href)=|<script|<link|@import|url\(""", page)  # self-contained
@@ -336,6 +344,15 @@ def test_a_failed_runs_report_says_when_it_began(tmp_path, capsys):
     )
     assert mdindex(["report", "--check", str(tmp_path)]) == 143
     assert "<th>started</th><td><code>2026-09-21T14:13:20+00:00" in report_and_page(tmp_path)[1]
+    # a failed run has its line in the output's run history, as every run does
+    assert stored_runs(tmp_path) == [
+        {
+            **{key: report[key] for key in ("started_at", "finished_at", "status", "exit_code")},
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "error": "Interrupted: stopped by SIGTERM",
+        }
+    ]
 
 
 def test_a_failed_runs_error_is_plain_text_when_an_actor_died_in_its_init(tmp_path):
@@ -374,7 +391,7 @@ def test_report_command_prints_the_last_runs_summary(built, capsys):
     assert "mdindex build: 7 sources in 4 topics" in out and f"FAILED {BROKEN}" in out
     assert out.rstrip().endswith(f"report: {built / '_reindex' / 'report.html'}")
     report, page = report_and_page(built)
-    assert page == render_html(report)
+    assert page == render_html(report, stored_runs(built))
     assert mdindex(["report", str(built / "nothing")]) == 2
 
 
@@ -385,8 +402,8 @@ def test_report_command_writes_the_page_where_html_says_for_a_local_output_too(
     page = tmp_path / "page.html"
     assert mdindex(["report", str(built), "--html", str(page)]) == 0
     assert capsys.readouterr().out.rstrip().endswith(f"report: {page}")
-    report, _ = report_and_page(built)
-    assert page.read_text() == render_html(report)
+    report, built_page = report_and_page(built)
+    assert page.read_text() == render_html(report, stored_runs(built)) == built_page
 
 
 def test_report_command_on_a_report_without_an_exit_code_says_it_is_unknown(
@@ -426,6 +443,33 @@ def test_report_command_reads_an_s3_output_and_writes_the_page_locally(
     assert mdindex(["report", "s3://no-such-bucket/out"]) == 2
     needs = "mdindex report: output s3://no-such-bucket/out: no such bucket\n"
     assert capsys.readouterr().err == needs
+
+
+def test_an_s3_outputs_run_history_is_kept_beside_its_report(s3_server, tmp_path, capsys):
+    """The run history of an S3 output, written with its report (no build): a run's unfinished
+    line replaced by its failed one, the next run's after it, shown by `mdindex report --runs`
+    and on the page written locally."""
+    bucket = s3_server.make_bucket("history")
+    output = Storage(f"{bucket}/out", s3_server.storage_options)
+    where = {"host": "night", "pid": 7, "output": f"{bucket}/out"}
+    monday = {"started_at": "2026-11-30T02:00:00+00:00", **where}
+    jobs.report.write_report(output, {**monday, "status": "unfinished", "exit_code": None})
+    stopped = {**monday, "status": "failed", "exit_code": 143, "error": "Interrupted: stopped"}
+    jobs.report.write_report(output, {**stopped, "finished_at": "2026-11-30T02:01:00+00:00"})
+    tuesday = {"started_at": "2026-12-01T02:00:00+00:00", **where, "status": "failed"}
+    jobs.report.write_report(output, {**tuesday, "exit_code": 1, "error": "OSError: full"})
+    runs = [json.loads(line) for line in output.read_bytes("_reindex/runs.jsonl").splitlines()]
+    assert [(run["started_at"], run["exit_code"]) for run in runs] == [
+        ("2026-11-30T02:00:00+00:00", 143),
+        ("2026-12-01T02:00:00+00:00", 1),
+    ]
+    assert mdindex(["report", f"{bucket}/out", "--runs"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].startswith("2026-12-01 02:00  failed") and out[2].endswith("  OSError: full")
+    assert out[3].endswith("1 min 00 s        -        -       -         -  Interrupted: stopped")
+    page = tmp_path / "report.html"
+    assert mdindex(["report", f"{bucket}/out", "--html", str(page)]) == 0
+    assert "the last 2 of 2 in _reindex/runs.jsonl" in page.read_text()
 
 
 DAMAGED = {
@@ -890,11 +934,14 @@ def test_a_run_names_the_links_of_the_index_to_pages_the_corpus_lacks(built, tmp
     assert gone["broken_links"] == {"count": 2, "first": [typo, questions]}
 
 
-def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, caplog):
+def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, caplog, capsys):
     """A run killed where it could not report (kill -9, out of memory) leaves its `unfinished`
     report; the next run replaced it and said nothing of it, so a scheduled pipeline's report
     read days later never showed a night whose build had died. The next run's log, report,
-    summary and page name it; the run after that does not. An unchanged run: no Ray."""
+    summary and page name it; the run after that does not. Every run's line stays in the
+    output's run history, the killed one's `unfinished`, and `mdindex report --runs` shows them
+    newest first (each report replaced the night before's: a failed night left no trace). An
+    unchanged run: no Ray."""
     output = tmp_path / "out"
     shutil.copytree(built, output)
     config = load_config(CONFIG, overrides={"input": str(CORPUS), "output": str(output)})
@@ -907,7 +954,27 @@ def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, capl
     assert f"the last run, {said}" in caplog.text
     assert f"  before:  the run before this one, {said}" in summary(report)
     assert said in render_html(report)
-    assert run_job(config)["last_run_unfinished"] is None
+    again = run_job(config)
+    assert again["last_run_unfinished"] is None
+    runs = stored_runs(output)
+    assert [(run["status"], run["exit_code"]) for run in runs] == [
+        ("sources_failed", 3),  # the built fixture's
+        ("unfinished", None),  # the killed run's
+        ("sources_failed", 3),
+        ("sources_failed", 3),
+    ]
+    assert runs[1] == {**killed, "pid": os.getpid(), "finished_at": None,
+                       "status": "unfinished", "exit_code": None}  # fmt: skip
+    assert runs[3]["started_at"] == again["started_at"] and runs[3]["pid"] == os.getpid()
+    assert runs[3]["failures"] == {"CHUNKING_FAILED": 1} and runs[3]["sources"]["failed"] == 1
+    capsys.readouterr()
+    assert mdindex(["report", str(output), "--runs"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == f"runs of {output}: 4, newest first (the last 100 are kept)"
+    assert table[-2].startswith("2027-01-15 08:00  unfinished ")
+    assert table[2].endswith("  1 CHUNKING_FAILED") and " sources_failed " in table[2]
+    page = report_and_page(output)[1]
+    assert "Last runs</h2><p>the last 4 of 4 in _reindex/runs.jsonl, newest first" in page
 
 
 def test_report_check_help_names_every_code_it_gives(capsys):
