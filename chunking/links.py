@@ -53,6 +53,7 @@ def _inline_parser() -> MarkdownIt:
         md.inline.ruler.at(name, _positioned(rules[name]))
     md.inline.ruler.before("link", "wikilink", _positioned(_wikilink))
     md.inline.ruler.before("link", "myst_role", _positioned(_myst_role))
+    md.inline.ruler.before("link", "hugo_ref", _positioned(_hugo_ref))
     return md
 
 
@@ -62,6 +63,11 @@ _WIKILINK = re.compile(r"\[\[([^\[\]|\n]+?)(?:\|([^\[\]\n]*))?\]\]")
 # MyST's cross-reference roles to a page: {doc}`path` or {doc}`label <path>` (a path without
 # extension, relative to the page, `/` the source root), {download}`file`.
 _MYST_ROLE = re.compile(r"\{(doc|download)\}`([^`\n]*?)(?:\s*<([^<>`\n]+)>)?`")
+# Hugo's ref and relref shortcodes as a link's destination, `[Install]({{< ref "install.md" >}})`
+# (`{{% relref "/docs/a#b" %}}` too): the page's path as written, quoted or not.
+_HUGO_REF = re.compile(
+    r"\(\s*\{\{([<%])\s*(?:rel)?ref\s+(?:\"([^\"\n]*)\"|`([^`\n]*)`|([^\s\"`<>%{}]+))\s*([>%])\}\}\s*\)"
+)
 
 
 def _wikilink(state: StateInline, silent: bool) -> bool:
@@ -94,6 +100,28 @@ def _myst_role(state: StateInline, silent: bool) -> bool:
         label, target = match.group(2), match.group(3)
         target = (target or label).strip()
         _push_link(state, target, label.strip() if match.group(3) else target)
+    state.pos = match.end()
+    return True
+
+
+def _hugo_ref(state: StateInline, silent: bool) -> bool:
+    """Inline rule: a link whose destination is Hugo's ref or relref shortcode as a link to the
+    shortcode's path, resolved as a relative link is (from the page's folder, `/` the root)."""
+    if state.src[state.pos] != "[" or not state.env["shortcodes"]:
+        return False
+    label_end = state.md.helpers.parseLinkLabel(state, state.pos, True)
+    match = _HUGO_REF.match(state.src, label_end + 1) if label_end >= 0 else None
+    path = "" if match is None else "".join(filter(None, match.group(2, 3, 4))).strip()
+    if not path or match.group(1) + match.group(5) not in ("<>", "%%"):
+        return False
+    if not silent:
+        state.push("link_open", "a", 1).attrs = {"href": path}
+        end, state.pos, state.posMax = state.posMax, state.pos + 1, label_end
+        state.linkLevel += 1
+        state.md.inline.tokenize(state)
+        state.linkLevel -= 1
+        state.posMax = end
+        state.push("link_close", "a", -1)
     state.pos = match.end()
     return True
 
@@ -132,6 +160,7 @@ def find_links(
         if token.type != "inline" or not _may_link(token.content, references):
             continue
         children: list[Token] = []
+        env["shortcodes"] = "{{" in token.content  # `_hugo_ref` looks for none otherwise
         md.inline.parse(token.content, md, env, children)
         breaks = [match.start() for match in _NEWLINE.finditer(token.content)]
         found.extend(_links_in(children, token.content, breaks, token.map[0] + line_offset + 1))

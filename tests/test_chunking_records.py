@@ -465,3 +465,28 @@ def test_wiki_links_and_myst_doc_roles_are_links_to_the_pages_they_name():
         Link("guide/install", "the install guide", "internal", "notes/guide/install.md"),
         Link("diagram.png", "", "image", None),
     )
+
+
+def test_hugo_ref_shortcodes_in_a_link_are_links_to_the_pages_they_name():
+    """A Hugo page's `[Install]({{< ref "install.md" >}})` was no link (a destination with spaces):
+    its site's internal links had no `target_document`. `ref` and `relref`, `{{< >}}` or `{{% %}}`,
+    name a path from the page's folder (`/`: the root) with an optional `#anchor`; a shortcode of
+    mismatched delimiters or in code is none."""
+    corpus = frozenset({"docs/install.md", "docs/config/_index.md", "faq.md"})
+    text = (
+        "# Start\n\n"
+        'See [the install guide]({{< ref "install.md" >}}), [options]({{< relref\n'
+        '"/docs/config/_index.md#options" >}}) and [FAQ]({{% ref "../faq" %}}),\n'
+        '[below]({{< ref "#next" >}}), [gone]({{< relref `setup.md` >}}).\n'
+        '`[code]({{< ref "x.md" >}})` [odd]({{< ref "faq.md" %}})\n'
+    )
+    document = chunk_source(text, document_path="docs/start.md", corpus_paths=corpus)
+    (chunk,) = document.chunks
+    assert chunk.links == (
+        Link("install.md", "the install guide", "internal", "docs/install.md"),
+        Link("/docs/config/_index.md#options", "options", "internal", "docs/config/_index.md"),
+        Link("../faq", "FAQ", "internal", "faq.md"),
+        Link("#next", "below", "anchor", "docs/start.md"),
+        Link("setup.md", "gone", "internal", None),
+    )
+    assert target_paths(chunk.links[-1], "docs/start.md") == ("docs/setup.md",)
