@@ -33,7 +33,8 @@ class Stopped(SystemExit):
     """A stopping signal in the driver: exits with its number (`code`), as `sys.exit(signum)`."""
 
 
-# The stopping signals whose handler (`_raise_stopped`) raised in this process, in turn.
+# The stopping signals whose handler (`_raise_stopped`) raised in this build, in turn (a build's
+# `callers_handler` starts it empty).
 _STOPPED_BY: list[int] = []
 
 
@@ -42,7 +43,9 @@ def stopping_signal(exc: SystemExit) -> int | None:
     `sys.exit(15)`; or the last stopping signal's where Ray gave its `Stopped` as `SystemExit(1)`:
     raised while the driver waited in `ray.wait` or `ray.get` (for the last topics' reduces),
     it lost its class and code there, and the build exited 1 without a word, its report left
-    "unfinished". None for any other exit."""
+    "unfinished". Only a signal of this build counts (`callers_handler`): one that stopped an
+    earlier build in the process, or a `NodeWatch` that stopped it, made a later build's own
+    exit 1 read as that signal (143). None for any other exit."""
     if isinstance(exc, Stopped) or exc.code == signal.SIGTERM:
         return exc.code
     if exc.code == 1 and _STOPPED_BY:
@@ -148,8 +151,10 @@ def callers_handler() -> Iterator[None]:
     run in-process (a test, a program that builds twice) does not leave its own. A handler
     installed outside Python (`signal.getsignal` gives None) cannot be put back: `exit_on_sigterm`'s
     (SIGINT: Python's own) then stands. Nor are `program_start`'s: the program's end follows, and
-    the build's handlers hold until then."""
+    the build's handlers hold until then. A build's record of the signals that stopped it
+    (`stopping_signal`) starts here, empty."""
     before = {signum: signal.getsignal(signum) for signum in REPORTED}
+    _STOPPED_BY.clear()
     try:
         yield
     finally:

@@ -638,6 +638,23 @@ def test_a_sigterm_while_the_driver_waits_in_ray_is_taken_as_the_signal_it_was()
     assert (end.code, end.message) == (143, "mdindex build: stopped by SIGTERM; a re-run converges")
 
 
+def test_a_sigterm_that_stopped_an_earlier_build_in_the_process_is_not_a_later_builds():
+    """The record of the signals that stopped a build (Ray gives their exit as SystemExit(1))
+    is the build's: once a build in the process was stopped by SIGTERM (or by a `NodeWatch`,
+    which interrupts as SIGTERM does), a later build's own exit 1 was read as that SIGTERM:
+    exit 143, "stopped by SIGTERM"."""
+    from jobs.build_cli import ending
+    from jobs.signals import Stopped, callers_handler, exit_on_sigterm
+
+    with callers_handler():
+        exit_on_sigterm()
+        with pytest.raises(Stopped):
+            signal.raise_signal(signal.SIGTERM)
+    with callers_handler():
+        exit_on_sigterm()
+        assert ending(SystemExit(1)) is None  # not the build's to report: it goes on up
+
+
 # A command that leaves Ctrl-C to Python (`mdindex query` waiting on a server, loading a model).
 CTRL_C = """
 import os, signal
