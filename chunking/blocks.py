@@ -191,31 +191,43 @@ def _admonition(state, start: int, end: int, silent: bool) -> bool:
 
 def indented_container_opener(doc: ParsedDocument, block: Block) -> str:
     """The first line of top-level `block` when it is a Python-Markdown indented container
-    (`!!! note "T"`, `??? tip`, `=== "pip"`), '' otherwise: its body lines, 4 columns in, read as
-    indented code without it, so a chunk starting inside its body repeats it."""
-    if block.kind != "admonition":
-        return ""
+    (`!!! note "T"`, `??? tip`, `=== "pip"`) or a colon fence (`:::{tip}`), '' otherwise: its
+    body lines, 4 columns in, read as indented code without it, and a colon fence's as text
+    whose closing line closes nothing, so a chunk starting inside its body repeats it."""
     line = doc.lines[block.start_line - 1]
-    return line if _ADMONITION.fullmatch(line.lstrip(" \t")) else ""
+    return line if block.kind == "admonition" and _repeated_opener(line) else ""
+
+
+def _repeated_opener(line: str) -> bool:
+    """Whether `line` opens an indented container or a colon fence (see
+    `indented_container_opener`); a MyST directive written as a code fence is reopened as one."""
+    first = line.lstrip(" \t")
+    return bool(_ADMONITION.fullmatch(first) or _COLON_OPENER.match(first))
+
+
+def container_body_indent(opener: str) -> str:
+    """The indentation of the body of the container that `opener` (see
+    `indented_container_opener`) opens: 4 columns in for an indented container, none more for a
+    colon fence."""
+    indent = opener[: len(opener) - len(opener.lstrip(" "))]
+    return indent if _COLON_OPENER.match(opener.lstrip(" \t")) else indent + "    "
 
 
 def indented_containers(doc: ParsedDocument, block: Block) -> tuple[tuple[int, int, str], ...]:
-    """The Python-Markdown indented containers of top-level `block`, as (first line, last line,
+    """The indented containers and colon fences of top-level `block`, as (first line, last line,
     first line's text): the block itself when it is one (see `indented_container_opener`), then
-    those nested right in its body at any depth (a `!!! note` in a `=== "pip"` tab), whose body
-    lines read as indented code inside the container around them without their first line; ()
-    for any other block."""
+    those nested right in its body at any depth (a `!!! note` in a `=== "pip"` tab, a
+    `:::{tab-item}` in a `::::{tab-set}`), whose body lines read otherwise inside the container
+    around them without their first line; () for any other block."""
     top = indented_container_opener(doc, block)
     if not top:
         return ()
     lines = doc.lines[block.start_line - 1 : block.end_line]
     found = [(block.start_line, block.end_line, top)]
-    around: list[bool] = []  # per open container token: an indented container's
+    around: list[bool] = []  # per open container token: an indented container's or colon fence's
     for token in parse_tokens("\n".join(lines)):
         if token.nesting == 1:
-            indented = token.type == "admonition_open" and bool(
-                _ADMONITION.fullmatch(lines[token.map[0]].lstrip(" \t"))
-            )
+            indented = token.type == "admonition_open" and _repeated_opener(lines[token.map[0]])
             if indented and around and all(around):
                 first = block.start_line + token.map[0]
                 found.append((first, block.start_line + token.map[1] - 1, lines[token.map[0]]))

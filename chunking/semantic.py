@@ -131,7 +131,7 @@ class _Chunk:
     reopen: str = ""  # fence opener repeated at the top when the chunk starts inside a fence
     reopen_kind: int = FENCE_MARK  # its line's kind (TEXT for a MyST directive's, with its info)
     header: str = ""  # a table's header and delimiter rows, when it starts between its rows
-    opener: str = ""  # indented containers' first lines, when it starts inside their body
+    opener: str = ""  # containers' first lines (`!!! note`, `:::{tip}`), if it starts in their body
     overhead: int = 0  # units of the prefix, opener, header and reopen lines, and the reserve
     # Read again alone: it starts inside a top-level list, block quote or HTML block, whose lines
     # can parse otherwise without the block's start around them (a fence opens or does not), or
@@ -655,8 +655,9 @@ class _Window:
         return "\n".join(self.doc.lines[first - 1 : min(number - 1, first + 1)])
 
     def indented_opener(self, number: int) -> str:
-        """The first lines of the indented containers (`!!! note`, `=== "pip"`) whose body holds
-        line `number`, the top-level one and those nested in it, outermost first; '' elsewhere."""
+        """The first lines of the indented containers (`!!! note`, `=== "pip"`) and colon fences
+        (`:::{tip}`) whose body holds line `number`, the top-level one and those nested in it,
+        outermost first; '' elsewhere."""
         index = bisect_right(self.indented_starts, number) - 1
         if index < 0 or not self.indented[index][0] < number <= self.indented[index][1]:
             return ""

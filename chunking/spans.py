@@ -24,6 +24,7 @@ from chunking.blocks import (
     ParsedDocument,
     check_fence_marker,
     closers_for_open_fences,
+    container_body_indent,
     container_openers,
     fence_closer,
     fence_reopener,
@@ -342,11 +343,11 @@ def line_pieces(
     block's first line: cut with it when the two do not fit together).
 
     A piece after the first of an indented container (`!!! note "T"`, `=== "pip"`, whose body
-    lines read as indented code without it) starts with the container's first line, and those of
-    the containers nested in it that hold the piece's first line (a `!!! note` in a tab), as a
-    piece of a table with its header rows (unless those lines would take over half of `limit`);
-    one that starts inside a line's indentation gets the rest of it, one inside its text the
-    innermost body's indentation.
+    lines read as indented code without it) or a colon fence (`:::{tip}`) starts with its first
+    line, and those of the containers nested in it that hold the piece's first line (a `!!! note`
+    in a tab), as a piece of a table with its header rows (unless those lines would take over half
+    of `limit`); one that starts inside a line's indentation gets the rest of it, one inside its
+    text the innermost body's indentation (`container_body_indent`).
 
     A cut inside a fenced code block, at any nesting, closes the fence at the end of one piece
     and reopens it (same marker, info string and indentation; the bare marker when those would
@@ -400,8 +401,7 @@ def line_pieces(
         opener = container_openers(containers, src.line_of(start))
         if opener:
             before = src.text[src.line_starts[src.line_of(start) - 1] : start]
-            inner = opener[opener.rfind("\n") + 1 :]  # the innermost container's, 4 columns in
-            body = " " * (len(inner) - len(inner.lstrip(" ")) + 4)
+            body = container_body_indent(opener[opener.rfind("\n") + 1 :])  # the innermost's
             prefix = opener + "\n" + prefix + (body if before.strip() else before)
         return _balanced(
             src,
@@ -421,8 +421,8 @@ def line_pieces(
 
 
 def _containers(doc: ParsedDocument, line: int) -> tuple[tuple[int, int, str], ...]:
-    """The indented containers of the top-level block that starts on `line` (see
-    `indented_containers`), () if none."""
+    """The indented containers and colon fences of the top-level block that starts on `line`
+    (see `indented_containers`), () if none."""
     index = bisect_left(doc.blocks, line, key=attrgetter("start_line"))
     if index < len(doc.blocks) and doc.blocks[index].start_line == line:
         return indented_containers(doc, doc.blocks[index])

@@ -389,3 +389,18 @@ def test_a_piece_of_an_indented_container_starts_with_its_first_line():
     assert len(pieces) > 2
     assert all(c.text.split("\n")[:1] == [opener] for c in pieces)
     assert all(c.text.split("\n")[1].startswith("    w") for c in pieces)
+
+
+def test_a_piece_of_a_colon_fence_starts_with_its_first_line_and_no_indentation():
+    """A piece cut inside a colon fence (`:::{note}`) started with its body: it begins with the
+    fence's first line, then its text where a line is cut, not indented as an MkDocs
+    container's body is (4 columns in: indented code in a colon fence)."""
+    paragraphs = [" ".join(f"w{i}x{j}" for j in range(60)) + "." for i in range(6)]
+    body = "\n\n".join(paragraphs)
+    text = f"## Install\n\n:::{{note}}\n{body}\n:::\n"
+    options = {"max_chunk_size": 300, "overlap_size": 60, "hard_max_size": 600}
+    document = check_invariants(text, "hierarchical", **options)
+    pieces = [c for c in document.chunks if c.start_line > 3]  # after the fence's first line
+    assert len(pieces) > 2
+    assert all(c.text.split("\n")[:1] == [":::{note}"] for c in pieces)
+    assert all(c.text.split("\n")[1].startswith("w") for c in pieces)

@@ -643,6 +643,27 @@ def test_a_line_longer_than_the_maximum_in_an_indented_container_stays_inside_it
     assert "".join(piece.removeprefix("    ") for piece in cut) == line
 
 
+@pytest.mark.parametrize("openers", [[":::{tip}"], ["::::{tab-set}", ":::{tab-item} pip"]])
+def test_a_chunk_cut_inside_a_colon_fence_repeats_its_first_line(openers):
+    """A chunk cut inside a colon fence (MyST's `:::{tip}`, a `:::{tab-item}` in a
+    `::::{tab-set}`) started with its body, and the last one ended with a bare `:::` that closed
+    nothing: each begins with the fences' first lines, outermost first, as a chunk cut inside an
+    MkDocs container does, so the last one reads as the container it ends."""
+    paragraphs = [f"Paragraph {i} {words(40, 'workers')}." for i in range(8)]
+    closers = [opener.split("{")[0] for opener in reversed(openers)]
+    body = "\n\n".join(paragraphs)
+    text = "\n".join(["# Upgrading", "", "## Database", "", *openers, body, *closers, ""])
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=50)
+    assert len(document.chunks) >= 3
+    for chunk in document.chunks[1:]:
+        head = chunk.text.split("\n")[: 2 + len(openers)]
+        assert head == ["# Upgrading", "## Database", *openers]
+    blocks = parse(normalize(document.chunks[-1].text)).blocks
+    assert [b.kind for b in blocks if b.kind != "heading"] == ["admonition"]
+    seen = [line for c in document.chunks for line in c.text.split("\n") if "Paragraph" in line]
+    assert seen == paragraphs
+
+
 def test_a_chunk_cut_inside_an_html_table_ends_between_its_rows():
     """Node.js' os.md lists signals and error codes as HTML tables (`<tr>`, a `<td>` per cell
     on its own line): a chunk ended between a row's cells, `<td><code>SIGIO</code></td>` in one
