@@ -122,11 +122,15 @@ def runs_bytes(runs: list[dict[str, Any]]) -> bytes:
 
 def run_row(run: dict[str, Any]) -> dict[str, str]:
     """A run's cells in the history's table (`COLUMNS`; "-" where its line has no figure), and
-    its note: the failure codes with their counts, or a failed run's error."""
-    sources = run.get("sources") or {}
-    changed = None if not sources else sources.get("added", 0) + sources.get("changed", 0)
+    its note: the failure codes with their counts, or a failed run's error. A figure of another
+    shape (a line another version of mdindex wrote, or one edited by hand) shows as it is, or "-":
+    a `sources` that was a list stopped every build that rendered the history (its report not
+    written: exit 1) and `mdindex report --runs` with a traceback."""
+    sources = _mapping(run.get("sources"))
+    both = (sources.get("added", 0), sources.get("changed", 0))
+    changed = sum(both) if sources and all(isinstance(n, int) for n in both) else None
     code = run.get("exit_code")
-    failures = ", ".join(f"{n} {code}" for code, n in (run.get("failures") or {}).items())
+    failures = ", ".join(f"{n} {code}" for code, n in _mapping(run.get("failures")).items())
     cells = {
         "started": _when(run.get("started_at") or run.get("finished_at")),
         "status": str(run.get("status")),
@@ -135,7 +139,7 @@ def run_row(run: dict[str, Any]) -> dict[str, str]:
         "changed": _figure(changed),
         "deleted": _figure(sources.get("deleted")),
         "failed": _figure(sources.get("failed")),
-        "embedded": _figure((run.get("chunks") or {}).get("embedded")),
+        "embedded": _figure(_mapping(run.get("chunks")).get("embedded")),
     }
     if run.get("status") == "unfinished":
         failures = "no end reported: still running, or killed (kill -9, out of memory)"
@@ -154,6 +158,11 @@ def runs_table(runs: list[dict[str, Any]]) -> str:
         return "  ".join([*cells, row.get("note", "")]).rstrip()
 
     return "\n".join(line(row) for row in rows)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """A line's section (`sources`, `chunks`, `failures`) where it is one, else none."""
+    return value if isinstance(value, dict) else {}
 
 
 def _figure(value: Any) -> str:

@@ -131,6 +131,28 @@ def test_a_damaged_or_foreign_history_is_replaced_with_one_warning(case, tmp_pat
     assert mdindex(["report", str(tmp_path), "--runs"]) == 0
 
 
+def test_a_line_of_another_shape_is_kept_and_stops_no_build(tmp_path, capsys):
+    """A run's line whose sections have another shape (another version of mdindex wrote it, or a
+    hand edited it): every build that rendered the history failed, exit 1, its report not
+    written, and `report --runs` printed a traceback. It is kept, its figures "-"."""
+    odd = [
+        {"status": "ok", "sources": [1, 2]},
+        {"status": "ok", "failures": ["CHUNKING_FAILED"], "chunks": 5},
+        {"status": "ok", "sources": {"added": None, "deleted": 2}},
+    ]
+    (tmp_path / "_reindex").mkdir()
+    (tmp_path / RUNS_PATH).write_bytes(runs_bytes(odd))
+    tuesday = failed("2026-12-01T02:00:00+00:00")
+    write_report(Storage(str(tmp_path)), tuesday)
+    assert parse_runs((tmp_path / RUNS_PATH).read_bytes()) == [*odd, run_entry(tuesday)]
+    capsys.readouterr()
+    assert mdindex(["report", str(tmp_path), "--runs"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]  # newest first, after the head and columns
+    assert rows[0].split()[2] == "failed"
+    shown = [["-", "ok", "-", "-", "-", "2", "-", "-"], *[["-", "ok", *"-" * 6]] * 2]
+    assert [row.split() for row in rows[1:]] == shown  # its deletions shown where they are a figure
+
+
 def test_the_history_table_is_newest_first_with_each_runs_note(tmp_path, capsys):
     runs = [
         MONDAY_LINE,
