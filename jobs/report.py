@@ -45,7 +45,7 @@ from jobs.report_html import (
     unmatched_text,
     unwritten_cache_entries,
 )
-from jobs.runs import RUNS_PATH, runs_bytes, stored_runs, updated_runs
+from jobs.runs import RUNS_PATH, runs_bytes, same_run, stored_runs, updated_runs
 from jobs.stats import NAMED, RunStats, StageStats
 from jobs.storage import Storage
 
@@ -231,12 +231,14 @@ def report_bytes(report: dict[str, Any]) -> bytes:
 
 def write_report(output: Storage, report: dict[str, Any]) -> None:
     """Write `_reindex/report.html`, the run history `_reindex/runs.jsonl` with the report's line
-    in it (`jobs.runs`: its unfinished one replaced) and then, from the same dict,
+    in it (`jobs.runs`: its unfinished one replaced, or its own line where its end's report.json
+    was not written) and then, from the same dict,
     `_reindex/report.json` (a failed run's report too: the page renders whatever sections the
     report has, and the last runs). On local disk the JSON
     is renamed into place last: the run is reported once it is there (`jobs.pipeline.run_job`'s
     `reported`), with its page beside it."""
-    runs = updated_runs(stored_runs(output), report)
+    unreported = same_run(unfinished_run(output) or {}, report)  # its own report.json not written
+    runs = updated_runs(stored_runs(output), report, unreported)
     output.write_many(
         {
             REPORT_HTML_PATH: render_html(report, runs).encode(),

@@ -96,12 +96,20 @@ def stored_runs(output: Storage) -> list[dict[str, Any]]:
         return []
 
 
-def updated_runs(runs: list[dict[str, Any]], report: dict[str, Any]) -> list[dict[str, Any]]:
+def updated_runs(
+    runs: list[dict[str, Any]], report: dict[str, Any], unreported: bool = False
+) -> list[dict[str, Any]]:
     """The history with `report`'s line last, in place of its run's unfinished line (the same
     start, host and pid: two runs of one process in one second are two lines), after a line for
-    the unfinished run it names before it where the history has none; the last KEPT."""
+    the unfinished run it names before it where the history has none; the last KEPT.
+    `unreported`: the output's report.json still says this run is unfinished; where the history
+    has no unfinished line of it but ends with its line, its end's report stopped between
+    runs.jsonl and report.json (a SIGTERM there, then its failed report), and this line replaces
+    that one (one run was two lines, "ok 0" and "failed 143")."""
     entry = run_entry(report)
     kept = [run for run in runs if run["status"] != "unfinished" or not same_run(run, entry)]
+    if unreported and len(kept) == len(runs) and kept and same_run(kept[-1], entry):
+        kept.pop()
     before = report.get("last_run_unfinished")
     if before and not any(same_run(run, before) for run in kept):
         kept.append({**before, "status": "unfinished", "exit_code": None, "finished_at": None})

@@ -105,6 +105,24 @@ def test_a_run_killed_before_the_history_is_added_from_the_report_it_left():
     assert updated_runs(runs[:1], report) == runs  # already there: not twice
 
 
+def test_a_run_stopped_between_its_history_and_its_report_is_one_line(tmp_path):
+    """A SIGTERM while a run wrote its end's report, after runs.jsonl and before report.json
+    (found by use: the driver signalled at that write): its failed report added a second line,
+    the run both "ok 0" and "failed 143". Its failed line replaces its ok one."""
+    output = Storage(str(tmp_path))
+    start = MONDAY["started_at"]
+    write_report(output, unfinished(start))
+    at_start = (tmp_path / "_reindex/report.json").read_bytes()
+    ended = {**failed(start, 0, ""), "status": "ok"}  # its end, without counts
+    write_report(output, ended)
+    (tmp_path / "_reindex/report.json").write_bytes(at_start)  # its write stopped before this
+    stopped = failed(start, 143, "Interrupted: stopped by SIGTERM")
+    write_report(output, stopped)
+    assert parse_runs((tmp_path / RUNS_PATH).read_bytes()) == [run_entry(stopped)]
+    write_report(output, ended)  # a later run of the same start, pid and host: its own line
+    assert len(parse_runs((tmp_path / RUNS_PATH).read_bytes())) == 2
+
+
 FOREIGN = {
     "not-json": b'{"status": "ok"}\nnot json\n',
     "a-list": b"[1, 2]\n",
