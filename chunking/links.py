@@ -63,11 +63,12 @@ _WIKILINK = re.compile(r"\[\[([^\[\]|\n]+?)(?:\|([^\[\]\n]*))?\]\]")
 # MyST's cross-reference roles to a page: {doc}`path` or {doc}`label <path>` (a path without
 # extension, relative to the page, `/` the source root), {download}`file`.
 _MYST_ROLE = re.compile(r"\{(doc|download)\}`([^`\n]*?)(?:\s*<([^<>`\n]+)>)?`")
-# Hugo's ref and relref shortcodes as a link's destination, `[Install]({{< ref "install.md" >}})`
-# (`{{% relref "/docs/a#b" %}}` too): the page's path as written, quoted or not.
+# Hugo's ref and relref shortcodes, `{{< ref "install.md" >}}`, `{{% relref "/docs/a#b" %}}`: a
+# page's path, quoted or not (`hugo_ref_path`); as a link's destination, in parentheses.
 _HUGO_REF = re.compile(
-    r"\(\s*\{\{([<%])\s*(?:rel)?ref\s+(?:\"([^\"\n]*)\"|`([^`\n]*)`|([^\s\"`<>%{}]+))\s*([>%])\}\}\s*\)"
+    r"\{\{([<%])\s*(?:rel)?ref\s+(?:\"([^\"\n]*)\"|`([^`\n]*)`|([^\s\"`<>%{}]+))\s*([>%])\}\}"
 )
+_HUGO_DESTINATION = re.compile(rf"\(\s*({_HUGO_REF.pattern})\s*\)")
 
 
 def _wikilink(state: StateInline, silent: bool) -> bool:
@@ -105,17 +106,17 @@ def _myst_role(state: StateInline, silent: bool) -> bool:
 
 
 def _hugo_ref(state: StateInline, silent: bool) -> bool:
-    """Inline rule: a link whose destination is Hugo's ref or relref shortcode as a link to the
-    shortcode's path, resolved as a relative link is (from the page's folder, `/` the root)."""
+    """Inline rule: a link whose destination is Hugo's ref or relref shortcode as a link to that
+    shortcode (its spaces collapsed), which `hugo_ref_path` reads."""
     if state.src[state.pos] != "[" or not state.env["shortcodes"]:
         return False
     label_end = state.md.helpers.parseLinkLabel(state, state.pos, True)
-    match = _HUGO_REF.match(state.src, label_end + 1) if label_end >= 0 else None
-    path = "" if match is None else "".join(filter(None, match.group(2, 3, 4))).strip()
-    if not path or match.group(1) + match.group(5) not in ("<>", "%%"):
+    match = _HUGO_DESTINATION.match(state.src, label_end + 1) if label_end >= 0 else None
+    href = " ".join(match.group(1).split()) if match else ""
+    if not hugo_ref_path(href):
         return False
     if not silent:
-        state.push("link_open", "a", 1).attrs = {"href": path}
+        state.push("link_open", "a", 1).attrs = {"href": href}
         end, state.pos, state.posMax = state.posMax, state.pos + 1, label_end
         state.linkLevel += 1
         state.md.inline.tokenize(state)
@@ -124,6 +125,28 @@ def _hugo_ref(state: StateInline, silent: bool) -> bool:
         state.push("link_close", "a", -1)
     state.pos = match.end()
     return True
+
+
+def hugo_ref_path(url: str) -> str:
+    """The page path (`#anchor` included) of a URL that is Hugo's ref or relref shortcode
+    (`{{< ref "install.md" >}}`, `{{% relref /docs/a %}}`); '' for any other URL."""
+    match = _HUGO_REF.fullmatch(url)
+    if match is None or match.group(1) + match.group(5) not in ("<>", "%%"):
+        return ""
+    return "".join(filter(None, match.group(2, 3, 4))).strip()
+
+
+def hugo_readings(url: str, document_path: str) -> tuple[str, ...]:
+    """The relative links a Hugo ref (see `hugo_ref_path`) of the document at `document_path`
+    reads as, in Hugo's order: its path from the page's folder, then from the content root (a
+    path with a leading `/`: from the root only), each written from the page's folder; () for
+    an #anchor alone and any other URL."""
+    page = hugo_ref_path(url).split("#", 1)[0]
+    if not page:
+        return ()
+    from_root = posixpath.relpath("/" + page.lstrip("/"), "/" + posixpath.dirname(document_path))
+    from_root += "/" if page.endswith("/") else ""
+    return (from_root,) if page.startswith("/") or page == from_root else (page, from_root)
 
 
 def _push_link(state: StateInline, href: str, text: str) -> None:
@@ -216,6 +239,7 @@ def link_type(url: str, is_image: bool) -> str:
     """Seed 002 section 9 link type: image, anchor, email, external, internal or other."""
     if is_image:
         return "image"
+    url = hugo_ref_path(url) or url
     if url.startswith("#"):
         return "anchor"
     lowered = url.lower()
@@ -260,7 +284,10 @@ def candidate_paths(url: str, document_path: str, *, page: bool) -> tuple[str, .
     then, for a `page` link (not an image) whose last name has no extension or that ends with
     `/` (Docusaurus' `./setup`, MkDocs' `../api/`), `X.md`, `X.mdx`, `X/index.md`, `X/index.mdx`
     and `X/README.md` (Docusaurus' pages are MDX as often as markdown; the root folder's
-    `index.md`, `index.mdx` and `README.md` for `/` or `./` in a root document)."""
+    `index.md`, `index.mdx` and `README.md` for `/` or `./` in a root document). A Hugo ref's
+    are those of its readings (`hugo_readings`), each with Hugo's section page, `X/_index.md`."""
+    if hugo_ref_path(url):
+        return _hugo_candidates(url, document_path)
     path = _url_path(url)
     normal = _normal_path(path, document_path) if path else None
     if normal is None:
@@ -278,6 +305,25 @@ def candidate_paths(url: str, document_path: str, *, page: bool) -> tuple[str, .
         f"{normal}/index.mdx",
         f"{normal}/README.md",
     )
+
+
+def _hugo_candidates(url: str, document_path: str) -> tuple[str, ...]:
+    """The `candidate_paths` of a Hugo ref's readings (`hugo_readings`), in order, each page link
+    without an extension naming its folder's `_index.md` last (a section's page)."""
+    found: list[str] = []
+    for reading in hugo_readings(url, document_path):
+        candidates = candidate_paths(reading, document_path, page=True)
+        found += (*candidates, *_section_page(candidates))
+    return tuple(dict.fromkeys(found))
+
+
+def _section_page(candidates: tuple[str, ...]) -> tuple[str, ...]:
+    """Hugo's section page (`X/_index.md`) for the `candidate_paths` of a page link without an
+    extension (`X`, ..., `X/README.md`; the root's `index.md`, ...); () for others."""
+    if len(candidates) < 2:
+        return ()
+    folder = posixpath.dirname(candidates[-1])
+    return (posixpath.join(folder, "_index.md"),)
 
 
 def _url_path(url: str) -> str:

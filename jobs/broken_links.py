@@ -10,7 +10,8 @@ the listing did not follow). Not judged: a link to a path the listing could not 
 hidden or `_` folder, or left out by `sources.exclude`), an extensionless link to a folder the
 listing holds files in (a site may make a page of it: Docusaurus' generated index), and a
 root-absolute one without an extension (`/docs/intro`: a site's route, which its base URL maps
-to a file).
+to a file). A Hugo ref (`{{< ref "install.md" >}}`) is broken where each of its readings is, from
+the page's folder and from the root (`chunking.links.hugo_readings`): Hugo tries both.
 
 A topic's reduce records its links to pages no source is (`page_links`, in its manifest entry);
 every run judges the whole index's against its own listing (`index_broken_links`), whether or
@@ -26,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from chunking.links import candidate_paths
+from chunking.links import candidate_paths, hugo_readings
 from indexing import SourceInput
 from jobs.manifest import TopicEntry
 from jobs.path_set import PathSet
@@ -78,6 +79,9 @@ def page_paths(href: str, document_path: str) -> tuple[str, ...]:
 def is_broken(href: str, document_path: str, listed: Listed) -> bool:
     """Whether the link `href` of the document at `document_path`, which names no source, names
     a page the listing lacks (the module's rule)."""
+    readings = hugo_readings(href, document_path)
+    if readings:
+        return all(is_broken(reading, document_path, listed) for reading in readings)
     candidates = page_paths(href, document_path)
     # `X`, `X/`: `X.md`, ..., `X/README.md` (the root's for `./`); a listed folder may be a page
     # a site makes (Docusaurus' generated index)

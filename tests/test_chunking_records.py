@@ -470,23 +470,27 @@ def test_wiki_links_and_myst_doc_roles_are_links_to_the_pages_they_name():
 def test_hugo_ref_shortcodes_in_a_link_are_links_to_the_pages_they_name():
     """A Hugo page's `[Install]({{< ref "install.md" >}})` was no link (a destination with spaces):
     its site's internal links had no `target_document`. `ref` and `relref`, `{{< >}}` or `{{% %}}`,
-    name a path from the page's folder (`/`: the root) with an optional `#anchor`; a shortcode of
-    mismatched delimiters or in code is none."""
-    corpus = frozenset({"docs/install.md", "docs/config/_index.md", "faq.md"})
+    name a path (`#anchor` aside) from the page's folder, then from the root (a leading `/`: from
+    the root only), a folder its `index.md` or `_index.md`, as Hugo resolves them; the URL is the
+    shortcode. A shortcode of mismatched delimiters or in code is none."""
+    corpus = frozenset({"docs/install.md", "docs/config/_index.md", "faq.md", "blog/post.md"})
     text = (
         "# Start\n\n"
         'See [the install guide]({{< ref "install.md" >}}), [options]({{< relref\n'
-        '"/docs/config/_index.md#options" >}}) and [FAQ]({{% ref "../faq" %}}),\n'
+        '"/docs/config#options" >}}), [FAQ]({{% ref "../faq" %}}), [post]({{< ref blog/post >}}),\n'
         '[below]({{< ref "#next" >}}), [gone]({{< relref `setup.md` >}}).\n'
         '`[code]({{< ref "x.md" >}})` [odd]({{< ref "faq.md" %}})\n'
     )
     document = chunk_source(text, document_path="docs/start.md", corpus_paths=corpus)
     (chunk,) = document.chunks
     assert chunk.links == (
-        Link("install.md", "the install guide", "internal", "docs/install.md"),
-        Link("/docs/config/_index.md#options", "options", "internal", "docs/config/_index.md"),
-        Link("../faq", "FAQ", "internal", "faq.md"),
-        Link("#next", "below", "anchor", "docs/start.md"),
-        Link("setup.md", "gone", "internal", None),
+        Link('{{< ref "install.md" >}}', "the install guide", "internal", "docs/install.md"),
+        Link(
+            '{{< relref "/docs/config#options" >}}', "options", "internal", "docs/config/_index.md"
+        ),
+        Link('{{% ref "../faq" %}}', "FAQ", "internal", "faq.md"),
+        Link("{{< ref blog/post >}}", "post", "internal", "blog/post.md"),
+        Link('{{< ref "#next" >}}', "below", "anchor", "docs/start.md"),
+        Link("{{< relref `setup.md` >}}", "gone", "internal", None),
     )
-    assert target_paths(chunk.links[-1], "docs/start.md") == ("docs/setup.md",)
+    assert target_paths(chunk.links[-1], "docs/start.md") == ("docs/setup.md", "setup.md")

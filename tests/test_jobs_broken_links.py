@@ -69,6 +69,23 @@ def test_a_link_to_a_page_no_listed_file_is_is_broken_and_no_other_link():
     assert broken([entry(chunked("guides/setup.md", SETUP))], exclude=()).count == 7
 
 
+def test_a_hugo_ref_is_broken_where_hugo_finds_no_page_from_the_pages_folder_or_the_root():
+    """Hugo's `{{< ref >}}` links were no links, never judged. A ref names a path from the
+    page's folder, then from the root (Hugo tries both), so `reference/cli.md` from a guide is
+    fine; `/guides/gone` is a content path, not a site's route."""
+    hugo = (
+        '# Hugo\n\n[a]({{< ref "intro.md" >}}) [b]({{< ref "reference/cli.md" >}})\n'
+        '[c]({{< ref "/reference" >}}) [d]({{< relref "instal.md#x" >}})\n'
+        '[e]({{% ref "/guides/gone" %}}) [f]({{< ref "reference/clii" >}})\n'
+    )
+    found = broken([entry(chunked("guides/setup.md", hugo))])
+    assert [href for _, _, href in found.first] == [
+        '{{< relref "instal.md#x" >}}',
+        '{{% ref "/guides/gone" %}}',
+        '{{< ref "reference/clii" >}}',
+    ]
+
+
 def test_a_kept_topics_links_are_judged_against_each_runs_listing():
     """A topic records its links to pages no source is, and every run judges them: a listed
     file one names that goes (a licence, topic-spec.md), or a folder an extensionless one names
