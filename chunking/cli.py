@@ -84,6 +84,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         with fsspec.open(args.file, "rb") as handle:
             data = handle.read()
+    except IsADirectoryError:  # `mdindex chunk docs/`: a folder is the build's to index
+        print(
+            f"mdindex chunk: {args.file} is a folder: give one markdown file "
+            "(mdindex build indexes a folder)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     except Exception as exc:  # fsspec's backends raise their own: botocore's, aiohttp's
         print(f"mdindex chunk: {args.file}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -119,6 +119,13 @@ def test_bad_usage_exits_2(tmp_path):
     missing = mdindex(str(tmp_path / "missing.md"))
     assert missing.returncode == 2 and missing.stderr.startswith("mdindex chunk: ")
     assert "missing.md" in missing.stderr
+    # a folder was "IsADirectoryError: [Errno 21] Is a directory: '…'"
+    folder = mdindex(str(tmp_path))
+    assert (folder.returncode, folder.stdout) == (2, "")
+    assert folder.stderr == (
+        f"mdindex chunk: {tmp_path} is a folder: give one markdown file "
+        "(mdindex build indexes a folder)\n"
+    )
 
 
 def test_a_set_value_that_is_not_yaml_is_bad_usage_in_one_line():
