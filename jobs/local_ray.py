@@ -266,11 +266,12 @@ def live_resources() -> list[dict[str, float]]:
     return [node["Resources"] for node in _live_nodes()]
 
 
-def waiting_for(resources: ResourcesConfig) -> list[str]:
+def waiting_for(resources: ResourcesConfig, embeds: bool = True) -> list[str]:
     """What one task or actor of each stage that no live node can hold asks for, in words
-    (`jobs.resources.infeasible`): an embedding actor's GPU on a cluster whose GPU nodes have not
-    joined, or are gone. Empty when every stage fits."""
-    return infeasible(resources, live_resources())
+    (`jobs.resources.infeasible`; `embeds` False: a pass that starts no embedding actor): an
+    embedding actor's GPU on a cluster whose GPU nodes have not joined, or are gone. Empty when
+    every stage fits."""
+    return infeasible(resources, live_resources(), embeds)
 
 
 class NodeWaitTooLong(KnownFailure):
@@ -294,8 +295,9 @@ class NodeWatch:
     build run outside the main thread, which no signal handler of its own stops either, is not
     bounded."""
 
-    def __init__(self, resources: ResourcesConfig) -> None:
+    def __init__(self, resources: ResourcesConfig, embeds: bool = True) -> None:
         self._resources = resources
+        self._embeds = embeds  # whether the pass it watches starts an embedding pool
         self._bound = resources.node_wait_seconds
         self._stops = threading.current_thread() is threading.main_thread()
         self._missing: list[str] = []
@@ -307,7 +309,7 @@ class NodeWatch:
 
     def look(self) -> None:
         """Ask the cluster once; stop the build if some stage has waited the bound."""
-        missing = waiting_for(self._resources)
+        missing = waiting_for(self._resources, self._embeds)
         now = time.monotonic()
         with self._lock:
             if self._closed.is_set():
@@ -326,6 +328,11 @@ class NodeWatch:
             )
             self._closed.set()  # no more looks
             _thread.interrupt_main(signal.SIGTERM)
+
+    def expect(self, embeds: bool) -> None:
+        """Watch for what the next pass asks for: with an embedding pool, or without one (a
+        pass with nothing to embed starts no actor: a GPU that no node has is then no wait)."""
+        self._embeds = embeds
 
     def note(self) -> str:
         """For a progress line: "; waiting for a node (95 s, at most 1800 s): …" naming what no
@@ -359,11 +366,12 @@ class NodeWatch:
 
 
 @contextlib.contextmanager
-def watching_nodes(resources: ResourcesConfig, grows: bool) -> Iterator[NodeWatch]:
+def watching_nodes(resources: ResourcesConfig, grows: bool, embeds: bool) -> Iterator[NodeWatch]:
     """A `NodeWatch` for the pipeline of a build on a cluster that may grow (`grows`; on another
-    Ray it never looks, and its note is empty). Where it stopped the build, its `NodeWaitTooLong`
-    comes out, not the exit its interruption raised."""
-    watch = NodeWatch(resources)
+    Ray it never looks, and its note is empty), its first pass embedding or not (`embeds`).
+    Where it stopped the build, its `NodeWaitTooLong` comes out, not the exit its interruption
+    raised."""
+    watch = NodeWatch(resources, embeds)
     if not grows:
         yield watch
         return

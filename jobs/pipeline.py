@@ -307,8 +307,10 @@ def build_topics(
     try:
         # on a cluster that grows, a build stopped once no node could hold a stage for
         # resources.node_wait_seconds
-        with watching_nodes(config.resources, grows) as watch, Heartbeat(status, began=began):
+        watched = watching_nodes(config.resources, grows, work.embeds)
+        with watched as watch, Heartbeat(status, began=began):
             while True:
+                watch.expect(work.embeds)  # a pass with nothing to embed asks for no GPU
                 pool = None
                 if work.embeds:
                     batches = embedding_batches(work)

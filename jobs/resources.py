@@ -94,10 +94,13 @@ def embed_pool(
     return EmbedPool(actors, resources.max_actors, 0.0, 0.0, threads)
 
 
-def infeasible(resources: ResourcesConfig, nodes: list[dict[str, float]]) -> list[str]:
+def infeasible(
+    resources: ResourcesConfig, nodes: list[dict[str, float]], embeds: bool = True
+) -> list[str]:
     """What one task or actor asks for, in words, for each stage that no node can hold (`nodes`:
     each live node's total resources, as `ray.nodes()` gives them); empty when every stage fits.
-    Ray Data would wait for such a node for ever; only a cluster that grows can bring one."""
+    Ray Data would wait for such a node for ever; only a cluster that grows can bring one.
+    `embeds` False: a pass with nothing to embed, which starts no embedding actor."""
     most_cpus = max((node.get("CPU", 0.0) for node in nodes), default=0.0)
     most_gpus = max((node.get("GPU", 0.0) for node in nodes), default=0.0)
     actor = embed_pool(resources.embed, most_cpus, 1, (most_gpus,))  # what one actor reserves
@@ -106,12 +109,14 @@ def infeasible(resources: ResourcesConfig, nodes: list[dict[str, float]]) -> lis
         "an embedding actor (resources.embed)": (actor.num_cpus, actor.num_gpus),
         "a topic's reduce (resources.index)": (resources.index.num_cpus, 0.0),
     }
+    if not embeds:
+        del asks["an embedding actor (resources.embed)"]
     missing = [
         f"{stage} asks for {describe_resources(cpus, gpus)}"
         for stage, (cpus, gpus) in asks.items()
         if not any(cpus <= n.get("CPU", 0.0) and gpus <= n.get("GPU", 0.0) for n in nodes)
     ]
-    return missing or _crowded_out(resources, nodes)
+    return missing or (_crowded_out(resources, nodes) if embeds else [])
 
 
 def too_many_actors(resources: EmbedResources, cpus: float) -> str | None:

@@ -188,8 +188,8 @@ def test_a_node_watch_says_what_no_live_node_holds_and_reduces_none_can_are_not_
     are cancelled (the wait for them had no end)."""
     import ray
 
-    from jobs.config import IndexResources, ResourcesConfig
-    from jobs.local_ray import NodeWatch
+    from jobs.config import EmbedResources, IndexResources, ResourcesConfig
+    from jobs.local_ray import NodeWatch, waiting_for
     from jobs.reduce import settle
 
     big = ResourcesConfig(index=IndexResources(num_cpus=512), node_wait_seconds=None)
@@ -201,6 +201,12 @@ def test_a_node_watch_says_what_no_live_node_holds_and_reduces_none_can_are_not_
     fits = NodeWatch(ResourcesConfig())
     fits.look()
     assert fits.note() == ""
+    gpus = ResourcesConfig(embed=EmbedResources(num_gpus=4), node_wait_seconds=0)
+    carried = NodeWatch(gpus, embeds=False)  # a pass that starts no embedding actor
+    carried.look()
+    assert (carried.note(), carried.failure) == ("", None)
+    actor = "an embedding actor (resources.embed) asks for 1 CPU and 4 GPUs"
+    assert waiting_for(gpus) == [actor] and waiting_for(gpus, embeds=False) == []
 
     reduces = [ray.remote(num_cpus=512)(lambda: None).remote() for _ in range(2)]
     began = time.monotonic()

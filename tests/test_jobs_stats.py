@@ -339,6 +339,13 @@ def test_a_stage_that_no_node_can_hold_is_named_with_what_one_task_or_actor_asks
     reduce = "a topic's reduce (resources.index) asks for 4 CPUs and no GPU"
     assert infeasible(big, [{"CPU": 2.0, "GPU": 1.0}]) == [reduce]
     assert infeasible(big, [{"CPU": 2.0}, {"CPU": 4.0}]) == []
+    # A pass with nothing to embed (every changed topic's sources carried) starts no actor: the
+    # GPU no node has yet is no wait, nor the CPUs its actors would hold (the node watch counted
+    # it, and a long such pass on a cluster whose GPU nodes scale to zero failed NodeWaitTooLong).
+    assert infeasible(gpu, [{"CPU": 2.0}], embeds=False) == []
+    assert infeasible(replace(gpu, index=big.index), [{"CPU": 2.0}], embeds=False) == [reduce]
+    crowded = ResourcesConfig(embed=EmbedResources(actors=2, num_cpus=1))
+    assert infeasible(crowded, [{"CPU": 2.0}], embeds=False) == []
 
 
 def test_embedding_actors_that_hold_every_cpu_a_chunk_task_could_take_are_named():
