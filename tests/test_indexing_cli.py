@@ -178,7 +178,7 @@ def test_query_text_output_and_errors(index_root, capsys):
     code, _, err = run_cli(["query", str(index_root), "--topic", "missing/topic"], capsys)
     assert code == 1 and "no index.json for topic 'missing/topic'" in err
     code, _, err = run_cli(["query", str(index_root)], capsys)
-    assert code == 2 and "--topic, --question" in err
+    assert code == 2 and "give a question, --topic or both" in err
 
 
 @needs_full_disk

@@ -231,6 +231,7 @@ def test_a_store_that_refuses_a_conditional_write_fails_the_build_at_its_lock(be
 
 
 DENIED = ["refuses the credentials", "denies writes", "denies deletes"]
+REPORT_FILES = ("report.html", "report.json", "runs.jsonl")  # a failed run's, in sorted order
 
 
 @pytest.mark.parametrize("s3_behind", DENIED, indirect=True)
@@ -256,7 +257,8 @@ def test_a_build_on_a_store_that_refuses_if_match_exits_1_with_a_report_that_say
     behind, s3_behind, tmp_path, capsys, caplog
 ):
     """The whole build: exit 1 at its lock, before any of the index's writes; the output holds
-    only the failed run's report, naming the store and the header. Its log says so in one line:
+    only the failed run's report (and its line in the run history), naming the store and the
+    header. Its log says so in one line:
     the traceback it logged before added nothing to the message."""
     output = behind[0]
     docs = tmp_path / "docs"
@@ -271,7 +273,7 @@ def test_a_build_on_a_store_that_refuses_if_match_exits_1_with_a_report_that_say
     failed = [r for r in caplog.records if r.getMessage() == "the job failed"]
     assert len(failed) == 1 and failed[0].exc_info is None
     fs = output.filesystem()
-    reports = [output.full_path(f"_reindex/report.{kind}") for kind in ("html", "json")]
+    reports = [output.full_path(f"_reindex/{name}") for name in REPORT_FILES]
     assert sorted(fs.find(output.full_path(""))) == reports
     report = json.loads(fs.cat_file(reports[1]))
     assert report["status"] == "failed" and needs in report["error"]
