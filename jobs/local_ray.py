@@ -24,7 +24,7 @@ from jobs.config import JobConfig, ResourcesConfig
 from jobs.known import KnownFailure
 from jobs.landmarks import Landmark, NotTheDriversFolder, check_landmarks
 from jobs.resources import describe_resources, infeasible, too_many_actors
-from jobs.signals import exit_on_sigterm
+from jobs.signals import exit_on_sigterm, stopping
 
 log = logging.getLogger("mdindex.build")
 
@@ -319,6 +319,8 @@ class NodeWatch:
             self._missing = missing
             waited = now - self._since
             if not missing or self._bound is None or waited < self._bound or not self._stops:
+                return
+            if stopping():  # stopped by a signal already: its wait for the running reduces holds
                 return
             self.failure = NodeWaitTooLong(
                 f"{'; '.join(missing)}, and no live node of the Ray cluster has had that for "

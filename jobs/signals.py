@@ -38,6 +38,13 @@ class Stopped(SystemExit):
 _STOPPED_BY: list[int] = []
 
 
+def stopping() -> bool:
+    """Whether a stopping signal has stopped the build this process runs (its handler raised):
+    it is on its way out, waiting for its running reduces, and nothing else may cut that short
+    (`jobs.local_ray.NodeWatch`)."""
+    return bool(_STOPPED_BY)
+
+
 def stopping_signal(exc: SystemExit) -> int | None:
     """The signal a `SystemExit` stands for: `Stopped`'s, or SIGTERM for `ray.init`'s handler's
     `sys.exit(15)`; or the last stopping signal's where Ray gave its `Stopped` as `SystemExit(1)`:

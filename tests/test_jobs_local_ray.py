@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -212,6 +213,24 @@ def test_a_node_watch_says_what_no_live_node_holds_and_reduces_none_can_are_not_
     began = time.monotonic()
     settle(reduces, {"num_cpus": 512})
     assert time.monotonic() - began < 10
+
+
+def test_a_node_watch_leaves_a_build_a_signal_stopped_to_wait_for_its_reduces(ray_session):
+    """Once a SIGTERM has stopped the build, its wait for its running reduces must hold: a node
+    watch reaching its bound then interrupted that wait too (exit 1 for 143, and reduces still
+    writing once the lock was released; helper 91's review)."""
+    from jobs.config import IndexResources, ResourcesConfig
+    from jobs.local_ray import NodeWatch
+    from jobs.signals import Stopped, callers_handler, exit_on_sigterm
+
+    big = ResourcesConfig(index=IndexResources(num_cpus=512), node_wait_seconds=0)
+    with callers_handler():
+        exit_on_sigterm()
+        with pytest.raises(Stopped):
+            signal.raise_signal(signal.SIGTERM)
+        watch = NodeWatch(big)
+        watch.look()  # past its bound: it would stop a build that is stopping already
+        assert watch.failure is None and "asks for 512 CPUs" in watch.note()
 
 
 def test_a_nodes_check_that_hangs_is_a_warning(ray_session, tmp_path, monkeypatch):
