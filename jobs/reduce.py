@@ -26,6 +26,7 @@ from jobs.gc_pause import gc_paused
 from jobs.landmarks import check_landmarks
 from jobs.local_ray import live_resources
 from jobs.lock import Check
+from jobs.resources import some_node_holds
 from jobs.stages.topic import TopicContext, build_and_write
 
 
@@ -103,7 +104,7 @@ def settle(reduces: list, options: dict[str, Any]) -> None:
     node can hold one (`options`: their Ray options), none started and none will: they are
     cancelled, not waited for for ever (a build stopped while its reduces waited for such a node,
     by `resources.node_wait_seconds` or a SIGTERM, hung there)."""
-    if not any(options["num_cpus"] <= node.get("CPU", 0.0) for node in live_resources()):
+    if not some_node_holds(live_resources(), options["num_cpus"]):
         for ref in reduces:
             ray.cancel(ref)
     ray.wait(reduces, num_returns=len(reduces))

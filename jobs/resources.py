@@ -114,9 +114,15 @@ def infeasible(
     missing = [
         f"{stage} asks for {describe_resources(cpus, gpus)}"
         for stage, (cpus, gpus) in asks.items()
-        if not any(cpus <= n.get("CPU", 0.0) and gpus <= n.get("GPU", 0.0) for n in nodes)
+        if not some_node_holds(nodes, cpus, gpus)
     ]
     return missing or (_crowded_out(resources, nodes) if embeds else [])
+
+
+def some_node_holds(nodes: list[dict[str, float]], cpus: float, gpus: float = 0.0) -> bool:
+    """Whether one of the `nodes` (each's total resources, as `ray.nodes()` gives them) can hold a
+    task or actor asking for `cpus` and `gpus`."""
+    return any(cpus <= n.get("CPU", 0.0) and gpus <= n.get("GPU", 0.0) for n in nodes)
 
 
 def too_many_actors(resources: EmbedResources, cpus: float) -> str | None:
