@@ -237,6 +237,15 @@ def indented_containers(doc: ParsedDocument, block: Block) -> tuple[tuple[int, i
     return tuple(found)
 
 
+def containers_starting_at(doc: ParsedDocument, line: int) -> tuple[tuple[int, int, str], ...]:
+    """The indented containers and colon fences (`indented_containers`) of the top-level block
+    that starts on `line`, () if none."""
+    index = bisect_left(doc.blocks, line, key=_START_LINE)
+    if index < len(doc.blocks) and doc.blocks[index].start_line == line:
+        return indented_containers(doc, doc.blocks[index])
+    return ()
+
+
 def container_openers(containers: Sequence[tuple[int, int, str]], line: int) -> str:
     """The first lines of the `containers` (see `indented_containers`) whose body holds `line`,
     outermost first, one a line; '' for none."""

@@ -16,7 +16,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from operator import attrgetter
 
 from chunking.blocks import (
     NOT_SPACE,
@@ -26,10 +25,10 @@ from chunking.blocks import (
     closers_for_open_fences,
     container_body_indent,
     container_openers,
+    containers_starting_at,
     fence_closer,
     fence_reopener,
     fences_opening,
-    indented_containers,
     last_fence_opened,
 )
 from chunking.record import CHUNKING_FAILED, ChunkingError
@@ -375,7 +374,7 @@ def line_pieces(
             )
         reserve = max(reserve, context)
     first_line = src.first_line(span)
-    containers = _containers(doc, first_line)
+    containers = containers_starting_at(doc, first_line)
     chains = [container_openers(containers, first + 1) for first, _, _ in containers]
     longest = max(chains, key=measure.size_of, default="")
     room = measure.size_of(longest) + 5 * (longest.count("\n") + 1)  # lines, newlines, indent
@@ -418,15 +417,6 @@ def line_pieces(
         return size + measure.size_of(piece.prefix + piece.suffix) > limit
 
     return packed_pieces(parts, measure, budget, piece_of, too_big)
-
-
-def _containers(doc: ParsedDocument, line: int) -> tuple[tuple[int, int, str], ...]:
-    """The indented containers and colon fences of the top-level block that starts on `line`
-    (see `indented_containers`), () if none."""
-    index = bisect_left(doc.blocks, line, key=attrgetter("start_line"))
-    if index < len(doc.blocks) and doc.blocks[index].start_line == line:
-        return indented_containers(doc, doc.blocks[index])
-    return ()
 
 
 def balanced(src: SourceText, span: Span, unclosed: UnclosedFences) -> Span:
