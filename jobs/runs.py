@@ -138,7 +138,7 @@ def run_row(run: dict[str, Any]) -> dict[str, str]:
     both = (sources.get("added", 0), sources.get("changed", 0))
     changed = sum(both) if sources and all(isinstance(n, int) for n in both) else None
     code = run.get("exit_code")
-    failures = ", ".join(f"{n} {code}" for code, n in _mapping(run.get("failures")).items())
+    failures = ", ".join(f"{n} {name}" for name, n in _mapping(run.get("failures")).items())
     cells = {
         "started": _when(run.get("started_at") or run.get("finished_at")),
         "status": str(run.get("status")),
