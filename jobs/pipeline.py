@@ -310,7 +310,6 @@ def build_topics(
         watched = watching_nodes(config.resources, grows, work.embeds)
         with watched as watch, Heartbeat(status, began=began):
             while True:
-                watch.expect(work.embeds)  # a pass with nothing to embed asks for no GPU
                 pool = None
                 if work.embeds:
                     batches = embedding_batches(work)
@@ -348,6 +347,7 @@ def build_topics(
                     sum(map(len, recarry.values())),
                 )
                 work = prepare_work(config, recarry_rows(recarry, previous, sizes), cpus)
+                watch.expect(work.embeds)  # a pass with nothing to embed asks for no GPU
                 kept = pieces_of
                 goal = Goal(goal.sources + work.sources, goal.bytes + work.bytes, goal.topics)
         stats = ray.get(collector.total.remote())
