@@ -40,6 +40,7 @@ from jobs.plan import keep_directory
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", *DTYPE_NAMES)
 FAILURE_POLICIES = ("continue", "abort")
+BROKEN_LINK_CHECKS = ("note", "fail")
 # The smallest share of a resource Ray takes (ray_constants.MIN_RESOURCE_GRANULARITY): Ray refuses
 # a GPU share below it, which failed after Ray had started.
 RAY_SMALLEST_SHARE = 0.0001
@@ -222,6 +223,15 @@ class S3Config:
 
 
 @dataclass(frozen=True)
+class ChecksConfig:
+    """What the corpus's problems that fail no source do to a run: `broken_links`, its links to
+    pages the corpus does not have (`jobs.broken_links`): `note` names them in the summary and
+    the report, the run `ok`; `fail` makes it `sources_failed`, exit 3 (a docs check in CI)."""
+
+    broken_links: str = _choices(BROKEN_LINK_CHECKS, "note")
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """A whole job: `output` defaults to `input`, `cache` to `{output}/.embedding-cache`."""
 
@@ -237,6 +247,7 @@ class JobConfig:
     prompts: PromptsConfig = field(default_factory=PromptsConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
     s3: S3Config = field(default_factory=S3Config)
+    checks: ChecksConfig = field(default_factory=ChecksConfig)
     failure_policy: str = _choices(FAILURE_POLICIES, "continue")
 
     def s3_note(self) -> str | None:
