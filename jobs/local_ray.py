@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -46,6 +47,14 @@ LANDMARKS_TIMEOUT_S = 120.0
 # The room a local instance's session folder needs: its logs and sockets took 0.4-3.1 MB for
 # laptop builds (56 and 5,000 sources); Ray's start timed out with 24 KB free.
 RAY_FOLDER_MIN_FREE = 16_000_000
+# How many sessions of finished builds' local instances stay in Ray's folder (their logs), besides
+# those of builds still running. Ray removes none: a build every hour left 24 folders a day, most
+# 0.4-1 MB, some 15-42 MB (a build that waited long: its GCS and driver logs), until /tmp filled.
+KEEP_SESSIONS = 10
+# The file a build's local instance is marked by in its session folder, locked (`flock`) while the
+# build's process lives: the kernel drops the lock however the process ends, `kill -9` included.
+SESSION_MARK = "mdindex-build.lock"
+_SESSION_LOCKS: list[int] = []  # the descriptors holding this process's marks: open until it ends
 
 
 @ray.remote(num_cpus=1)
@@ -209,7 +218,16 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
             _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS},
         )
     exit_on_sigterm()
-    log.info("started a local Ray instance (logs in %s)", context.address_info["session_dir"])
+    session = context.address_info["session_dir"]
+    mark_session(session)
+    removed = prune_sessions(os.path.dirname(session))
+    log.info(
+        "started a local Ray instance (logs in %s; Ray's folder keeps the sessions of the last %d "
+        "finished builds: %d older ones removed)",
+        session,
+        KEEP_SESSIONS,
+        removed,
+    )
     totals = live_resources()
     check_local_fit(config, totals[0] if totals else {})  # a local instance is one node
     # One-CPU tasks, not awaited: each imports our modules in one of the worker processes Ray
@@ -230,6 +248,66 @@ def ray_folder() -> str | None:
         with contextlib.suppress(ImportError, AttributeError):
             return import_module(module).get_default_ray_temp_dir()
     return None
+
+
+def mark_session(session: str) -> None:
+    """Mark the session folder of the local instance this build started as this build's, its mark
+    locked until the process ends (`SESSION_MARK`). The mark is locked before it takes its name,
+    so another build's `prune_sessions` never finds it unlocked while this one runs."""
+    staged = os.path.join(session, f".{SESSION_MARK}.{os.getpid()}")
+    descriptor = os.open(staged, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    os.rename(staged, os.path.join(session, SESSION_MARK))
+    _SESSION_LOCKS.append(descriptor)
+
+
+def prune_sessions(folder: str, keep: int = KEEP_SESSIONS) -> int:
+    """Remove from Ray's `folder` the session folders of finished builds' local instances but the
+    newest `keep` (their names start with the time they started); returns how many it removed.
+
+    A build's session is one its `mark_session` marked, the mark owned by this user; a finished
+    build's is one whose mark no process holds locked. Sessions of other Ray users (`ray start`,
+    a test, another user's builds) and of a cluster joined through RAY_ADDRESS have no such mark
+    and are left alone, as are those of builds still running. A folder that cannot be removed
+    whole (a file in use) is left to the next build, unsaid: it never fails the build."""
+    try:
+        names = sorted(os.listdir(folder), reverse=True)
+    except OSError:
+        return 0
+    finished = 0
+    removed = 0
+    for name in names:
+        session = os.path.join(folder, name)
+        if not name.startswith("session_2") or os.path.islink(session):
+            continue
+        with _unlocked_mark(os.path.join(session, SESSION_MARK)) as unlocked:
+            if not unlocked:
+                continue
+            finished += 1
+            if finished > keep:
+                shutil.rmtree(session, ignore_errors=True)
+                removed += not os.path.exists(session)
+    return removed
+
+
+@contextlib.contextmanager
+def _unlocked_mark(path: str) -> Iterator[bool]:
+    """Whether `path` is a session's mark owned by this user that no process holds, held locked
+    by this one meanwhile (another build's prune then passes it by)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # no mark: not a build's session
+        yield False
+        return
+    try:
+        ours = os.fstat(descriptor).st_uid == os.getuid()
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: a build still running
+            ours = False
+        yield ours
+    finally:
+        os.close(descriptor)
 
 
 def check_ray_folder(folder: str, min_free: int = RAY_FOLDER_MIN_FREE) -> None:

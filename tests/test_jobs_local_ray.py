@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -331,3 +332,43 @@ def test_a_ray_folder_without_room_is_refused_naming_its_free_space(tmp_path):
     free = shutil.disk_usage(tmp_path).free
     with pytest.raises(RayFolderUnusable, match=r"ray cannot be used \(\d+\.\d MB free, under the"):
         check_ray_folder(str(tmp_path / "ray"), min_free=free + 10**9)
+
+
+def test_a_build_keeps_the_last_sessions_of_finished_builds_and_no_other_users_or_running(
+    tmp_path,
+):
+    """Every build on a local instance left its session folder in Ray's folder (`{RAY_TMPDIR or
+    TMPDIR}/ray`), about 1 MB each, some 15-42 MB: a cron job filled /tmp. Now a build removes
+    the sessions of finished builds but the newest `KEEP_SESSIONS`; another Ray user's session
+    (no mark), a running build's (its mark locked) and its own stay."""
+    import fcntl
+
+    from jobs.local_ray import KEEP_SESSIONS, SESSION_MARK
+
+    temporary = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # Ray's socket paths are short
+    try:
+        folder = temporary / "ray"
+        finished = [folder / f"session_2020-01-01_00-00-{i:02}_000000_{i}" for i in range(12)]
+        other, running = folder / "session_2019-01-01_other", folder / "session_2019-01-02_run"
+        for session in [*finished, other, running]:
+            (session / "logs").mkdir(parents=True)
+            (session / "logs" / "raylet.out").write_text("log\n")
+        for session in [*finished, running]:
+            (session / SESSION_MARK).write_text("")
+        with open(running / SESSION_MARK) as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # a build still running
+            env = {**own_ray_environment(), "RAY_TMPDIR": str(temporary)}
+            done = subprocess.run(
+                one_page_build(tmp_path), cwd=REPO, env=env, capture_output=True, text=True,
+                timeout=180,
+            )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        left = {path.name for path in folder.glob("session_2*")}
+        [own] = left - {session.name for session in [*finished, other, running]}
+        assert (folder / own / SESSION_MARK).exists()
+        kept = {session.name for session in finished[-KEEP_SESSIONS:]}
+        assert left == {other.name, running.name, *kept, own}
+        assert f"logs in {folder / own};" in done.stderr
+        assert "2 older ones removed" in done.stderr
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
