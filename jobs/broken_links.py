@@ -15,7 +15,13 @@ the page's folder and from the root (`chunking.links.hugo_readings`): Hugo tries
 
 A topic's reduce records its links to pages no source is (`page_links`, in its manifest entry);
 every run judges the whole index's against its own listing (`index_broken_links`), whether or
-not it rebuilt their topics.
+not it rebuilt their topics. The line of each the report names is looked up in its source at the
+end of the run (`link_lines`): a writer fixes `guides/a.md:14`, and a topic records no lines.
+`checks.broken_links: fail` makes a run with any `sources_failed`, exit 3 (`BrokenLinks.fails`).
+
+Not judged: a link's anchor (`page.md#nope`, `#nowhere`): site generators make a heading's id
+each their own way, and the chunk records hold the headings that start a chunk, not every one;
+nor a link in text no chunk holds (a short final section `semantic` skips, a draft).
 """
 
 from __future__ import annotations
@@ -24,15 +30,18 @@ import heapq
 import posixpath
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from chunking.blocks import parse
 from chunking.links import candidate_paths, hugo_readings
+from chunking.normalize import normalize
 from indexing import SourceInput
 from jobs.manifest import TopicEntry
 from jobs.path_set import PathSet
 from jobs.plan import excluded, keep_directory, name_problem
 from jobs.stats import NAMED
+from jobs.storage import Storage
 
 PAGE_EXTENSIONS = (".md", ".mdx", ".markdown")
 
@@ -112,42 +121,103 @@ def page_links(sources: Iterable[SourceInput]) -> tuple[tuple[str, str], ...]:
     )
 
 
-@dataclass(frozen=True)
-class BrokenLinks:
-    """Links to pages the corpus does not have (`jobs.broken_links`): how many, and the first
-    NAMED by source path, then position in it, as (source, position, href)."""
+@dataclass(frozen=True, order=True)
+class BrokenLink:
+    """One link to a page the corpus does not have: its source, its place among that source's
+    (the order its chunks have them), its href as written and the line of the source it is
+    first on (None: not looked up, or the source could not be read again)."""
 
-    count: int = 0
-    first: tuple[tuple[str, int, str], ...] = ()
-
-    @classmethod
-    def of(cls, pairs: Iterable[tuple[str, str]]) -> BrokenLinks:
-        """The record of the (source, href) `pairs`, each source's in the order it has them
-        (those of several topics in any order of the topics)."""
-        found: list[tuple[str, int, str]] = []
-        seen: Counter[str] = Counter()
-        for source, href in pairs:
-            found.append((source, seen[source], href))
-            seen[source] += 1
-        return cls(len(found), tuple(heapq.nsmallest(NAMED, found)))
+    source: str
+    position: int
+    href: str
+    line: int | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """Their count, and the first of them as {source, href} objects."""
+        """{source, href, line} (`line` null where unknown)."""
+        return {"source": self.source, "href": self.href, "line": self.line}
+
+
+@dataclass(frozen=True)
+class BrokenLinks:
+    """Links to pages the corpus does not have (`jobs.broken_links`): how many, the first NAMED
+    by source path, then position in it, and the check's setting (`checks.broken_links`)."""
+
+    count: int = 0
+    first: tuple[BrokenLink, ...] = ()
+    check: str = "note"
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str]], check: str = "note") -> BrokenLinks:
+        """The record of the (source, href) `pairs`, each source's in the order it has them
+        (those of several topics in any order of the topics)."""
+        found: list[BrokenLink] = []
+        seen: Counter[str] = Counter()
+        for source, href in pairs:
+            found.append(BrokenLink(source, seen[source], href))
+            seen[source] += 1
+        return cls(len(found), tuple(heapq.nsmallest(NAMED, found)), check)
+
+    @property
+    def fails(self) -> bool:
+        """Whether they fail the run (exit 3): some, under `checks.broken_links: fail`."""
+        return self.check == "fail" and self.count > 0
+
+    def with_lines(self, source: Storage) -> BrokenLinks:
+        """These with the line of each of the first, from their sources in `source` (the
+        input), read again (NAMED files at most); a source that cannot be read, or no longer
+        holds the link, leaves its lines unknown."""
+        paths = sorted({link.source for link in self.first})
+        lines = {
+            path: link_lines(data)
+            for path, data in source.read_many(paths).items()
+            if isinstance(data, bytes)
+        }
+        first = tuple(
+            replace(link, line=lines.get(link.source, {}).get(link.href)) for link in self.first
+        )
+        return replace(self, first=first)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Their count, the first of them as {source, href, line} objects, and the check."""
         return {
             "count": self.count,
-            "first": [{"source": source, "href": href} for source, _, href in self.first],
+            "first": [link.to_dict() for link in self.first],
+            "check": self.check,
         }
 
 
+def link_lines(data: bytes) -> dict[str, int]:
+    """The line each href of the markdown source `data` is first on, as chunking finds its links
+    (`chunking.blocks.parse`: a reference link's is the line it is used on); {} for a source
+    chunking cannot read."""
+    try:
+        links = parse(normalize(data)).links
+    except ValueError:  # ChunkingError: not text, a front matter that is no mapping
+        return {}
+    lines: dict[str, int] = {}
+    for found in links:
+        lines.setdefault(found.url, found.line)
+    return lines
+
+
 def index_broken_links(
-    topics: Iterable[TopicEntry], paths: Iterable[str], exclude: tuple[str, ...]
+    topics: Iterable[TopicEntry],
+    paths: Iterable[str],
+    exclude: tuple[str, ...],
+    check: str = "note",
+    source: Storage | None = None,
 ) -> BrokenLinks:
     """The whole index's broken links: those of the links its manifest's `topics` record
     (`TopicEntry.page_links`) that the input's listed `paths` lack (`exclude`: its
     `sources.exclude`), judged on every run, so a kept topic's are true when a file or folder a
-    link names appears or goes. The listing is not looked at when no topic has any."""
+    link names appears or goes; `check`: `checks.broken_links`; with the input's `source`, the
+    lines of the first (`BrokenLinks.with_lines`). The listing is not looked at when no topic
+    has any."""
     pairs = [pair for entry in topics for pair in entry.page_links]
     if not pairs:
-        return BrokenLinks()
+        return BrokenLinks(check=check)
     listed = Listed.of(paths, exclude)
-    return BrokenLinks.of((path, href) for path, href in pairs if is_broken(href, path, listed))
+    broken = BrokenLinks.of(
+        ((path, href) for path, href in pairs if is_broken(href, path, listed)), check
+    )
+    return broken.with_lines(source) if source is not None and broken.count else broken

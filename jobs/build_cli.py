@@ -3,7 +3,8 @@
 
 Exit codes: 0 everything succeeded; 1 the job itself failed; 2 bad usage or config (an input
 that does not exist, or lists no sources while the output holds some);
-3 some sources failed (everything else was written); 75 another build is running on the output
+3 some sources failed (everything else was written), or, under `checks.broken_links: fail`,
+links name pages the corpus does not have; 75 another build is running on the output
 (nothing done: try again later), or took over this build's S3 lock (it stopped before its next
 write); 129, 130 and 143 stopped by SIGHUP (the terminal gone; not under nohup), SIGINT
 (Ctrl-C) or SIGTERM (a scheduler's), 128 plus the signal's number as a shell gives it.
@@ -87,7 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "build",
         help="build or refresh the index of a markdown corpus (Ray Data job)",
         description="Build or refresh the index of a markdown corpus. Exit codes: 0 success, "
-        "1 the job failed, 2 bad usage or config, 3 some sources failed (all else written), "
+        "1 the job failed, 2 bad usage or config, 3 some sources failed (all else written) or "
+        "links broken under checks.broken_links: fail, "
         "75 another build is running on the output (or took over its S3 lock), 129/130/143 stopped "
         "by SIGHUP/SIGINT/SIGTERM.",
     )

@@ -235,7 +235,11 @@ def _run_locked(
         cpus=built.cpus,
         pool=built.pool.to_dict() if built.pool else None,
         broken_links=index_broken_links(
-            manifest.topics.values(), (f.path for f in listing), config.sources.exclude
+            manifest.topics.values(),
+            (f.path for f in listing),
+            config.sources.exclude,
+            check=config.checks.broken_links,
+            source=source,
         ),
         facts={
             **run_facts(),

@@ -35,11 +35,14 @@ from jobs.lock import describe_holder, holder, this_process, utc
 from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.plan import distinct_failures
 from jobs.report_html import (
+    FAIL_ON_BROKEN,
     SETTINGS_CHANGED,
     SHOWN_FAILURES,
     broken_text,
     failed_non_sources,
+    failing_links,
     failure_groups,
+    link_place,
     render_html,
     unfinished_note,
     unmatched_text,
@@ -75,6 +78,7 @@ def key_settings(config: JobConfig) -> dict[str, Any]:
         "globs": list(config.sources.globs),
         **({"exclude": list(config.sources.exclude)} if config.sources.exclude else {}),
         "failure_policy": config.failure_policy,
+        "checks": {"broken_links": config.checks.broken_links},
         "tenant": config.tenant,
     }
 
@@ -94,7 +98,8 @@ def build_report(
     broken_links: BrokenLinks,
 ) -> dict[str, Any]:
     """The report document: counts, timings with throughput and the embedding `pool` that ran
-    (None: no pipeline ran), the index's `broken_links`, failures once each, sorted by path.
+    (None: no pipeline ran), the index's `broken_links`, failures once each, sorted by path. A run
+    with failures, or broken links that fail it (`BrokenLinks.fails`), is `sources_failed`.
     `began`: when the run began (epoch seconds); `finish_cpu`: the driver's CPU seconds in the
     finish (its worker-seconds; its wall time is `wall["finish"]`)."""
     failures = distinct_failures(failures)
@@ -130,9 +135,10 @@ def build_report(
         )
     )
     ran = "pipeline" in wall and worker_seconds > 0
+    failed = bool(failures) or broken_links.fails  # `checks.broken_links: fail`
     return {
-        "status": "sources_failed" if failures else "ok",
-        "exit_code": EXIT_SOURCES_FAILED if failures else EXIT_OK,
+        "status": "sources_failed" if failed else "ok",
+        "exit_code": EXIT_SOURCES_FAILED if failed else EXIT_OK,
         "started_at": utc(began),
         "finished_at": utc(finished),
         **facts,
@@ -353,7 +359,7 @@ def summary(report: dict[str, Any]) -> str:
             f"  other:   {others} failed or skipped, not sources (symbolic links not "
             "followed, qa-pairs.md, keywords or topic files)"
         )
-    lines += failure_lines(report["failures"])
+    lines += failure_lines(report["failures"]) + broken_lines(report)
     return "\n".join(printable(line) for line in lines)
 
 
@@ -423,7 +429,26 @@ def listing_notes(report: dict[str, Any]) -> list[str]:
     so, its report did not), and one naming the first few links of the index to pages the corpus
     does not have (nothing said so, and their chunks' rows had no `target_document`); none where
     there are none, or in a report before 2026-11-30."""
-    return [f"  note:    {note}" for note in (unmatched_text(report), broken_text(report)) if note]
+    broken = None if failing_links(report) else broken_text(report)  # else `broken_lines`
+    return [f"  note:    {note}" for note in (unmatched_text(report), broken) if note]
+
+
+def broken_lines(report: dict[str, Any]) -> list[str]:
+    """Where broken links failed the run, a line saying so, then one for each the report names,
+    `BROKEN path:line: href` as a writer's editor and CI log reader find them, by path and place
+    in it, and how many more there are; none otherwise (a `note:` names the first three)."""
+    if not failing_links(report):
+        return []
+    broken = report["broken_links"]
+    count, first = broken["count"], broken["first"]
+    names = "names a page" if count == 1 else "name pages"
+    lines = [
+        f"  links:   {counted(count, 'link')} {names} the corpus does not have ({FAIL_ON_BROKEN})"
+    ]
+    lines += [f"  BROKEN  {link_place(link)}: {link['href']}" for link in first]
+    if more := count - len(first):
+        lines.append(f"  ...      {more} more broken links: fix these and build again")
+    return lines
 
 
 def cache_warnings(report: dict[str, Any]) -> list[str]:

@@ -51,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="exit with the last run's exit code (0 ok, 3 sources failed, 1 failed, 129/130/143 "
+        help="exit with the last run's exit code (0 ok, 3 sources failed or links broken under "
+        "checks.broken_links: fail, 1 failed, 129/130/143 "
         "stopped by a signal; 75 unfinished: still running, or killed where it could not report; "
         "2 no report, or a damaged one)",
     )

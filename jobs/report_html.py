@@ -29,6 +29,7 @@ BINS = 24  # about this many bars in the token histogram
 # failures the summary prints one a line (past it: a few of each code), and rows of a code's table
 # the page shows open (past it: folded, its kinds above it)
 SHOWN_FAILURES = 20
+FAIL_ON_BROKEN = "checks.broken_links: fail"  # the setting that makes broken links fail a run
 _NUMBER = re.compile(r"\d+")  # "invalid UTF-8 at byte offset 90" and "... 87" are one kind
 RUN_FACTS = ("host", "pid", "mdindex_version")  # `jobs.report.run_facts`: reports since 2026-11-29
 # lower is better: 1.0 is every CPU busy with stage work all along (the label said only the ratio)
@@ -214,7 +215,8 @@ def _sources(report: dict[str, Any]) -> str:
     if note := unmatched_text(report):
         html += f'<p><span class="status warn">not sources</span> {escape(note)}</p>'
     if note := broken_text(report, shown=NAMED):
-        html += f'<p><span class="status warn">broken links</span> {escape(note)}</p>'
+        css = "bad" if failing_links(report) else "warn"
+        html += f'<p><span class="status {css}">broken links</span> {escape(note)}</p>'
     return html + _changes(report)
 
 
@@ -250,12 +252,28 @@ def broken_text(report: dict[str, Any], shown: int = 3) -> str | None:
     if not (count := broken.get("count")):
         return None
     first = broken["first"][:shown]
-    named = ", ".join(f"{printable(link['source'])} → {printable(link['href'])}" for link in first)
+    named = ", ".join(
+        f"{printable(link_place(link))} → {printable(link['href'])}" for link in first
+    )
     names = "names a page" if count == 1 else "name pages"
+    fails = "" if failing_links(report) else f" ({FAIL_ON_BROKEN} fails the run on them)"
     return (
         f"{counted(count, 'link')} {names} the corpus does not have: "
-        f"{named}{', …' if count > len(first) else ''}"
+        f"{named}{', …' if count > len(first) else ''}{fails}"
     )
+
+
+def failing_links(report: dict[str, Any]) -> bool:
+    """Whether the report's broken links failed its run (`checks.broken_links: fail`)."""
+    broken = report.get("broken_links") or {}
+    return broken.get("check") == "fail" and bool(broken.get("count"))
+
+
+def link_place(link: dict[str, Any]) -> str:
+    """Where a broken link of a report is: `guides/a.md:14`, its source alone where its line is
+    unknown (a report before lines were looked up, 2026-11-30, or a source not read again)."""
+    line = link.get("line")
+    return link["source"] if line is None else f"{link['source']}:{line}"
 
 
 def failed_non_sources(report: dict[str, Any]) -> int:

@@ -4,13 +4,29 @@ A link to a renamed page or a typo was left without `target_document`, and no re
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
 from chunking import chunk_source
 from indexing import SourceInput
-from jobs.broken_links import BrokenLinks, index_broken_links, page_links
+from jobs.broken_links import (
+    BrokenLink,
+    BrokenLinks,
+    index_broken_links,
+    link_lines,
+    page_links,
+)
+from jobs.config import ConfigError, load_config
 from jobs.manifest import Manifest, TopicEntry
 from jobs.path_set import PathSet
-from jobs.report import listing_notes
+from jobs.report import broken_lines, build_report, listing_notes
 from jobs.report_html import render_html
+from jobs.stats import RunStats
+from jobs.storage import Storage
+
+CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "local.yaml")
 
 SOURCES = ["a.md", "api/index.md", "guides/intro.md", "guides/setup.md", "reference/cli.md"]
 OTHERS = ["guides/topic-spec.md", "guides/diagram.png", "LICENSE", "vendored/linked.md"]
@@ -56,7 +72,7 @@ def test_a_link_to_a_page_no_listed_file_is_is_broken_and_no_other_link():
     root, under a folder the listing skips or excludes, to a listed folder, or a site route is
     not judged."""
     found = broken([entry(chunked("guides/setup.md", SETUP))])
-    assert [href for _, _, href in found.first] == [
+    assert [link.href for link in found.first] == [
         "./instal.md",
         "../guides/old-page/",
         "./gone",
@@ -64,7 +80,7 @@ def test_a_link_to_a_page_no_listed_file_is_is_broken_and_no_other_link():
         "notes.markdown",
         "./instal.md#step",
     ]
-    assert found.first[0] == ("guides/setup.md", 0, "./instal.md")
+    assert found.first[0] == BrokenLink("guides/setup.md", 0, "./instal.md")
     # without the exclude pattern, the draft page is one the listing would have shown
     assert broken([entry(chunked("guides/setup.md", SETUP))], exclude=()).count == 7
 
@@ -79,7 +95,7 @@ def test_a_hugo_ref_is_broken_where_hugo_finds_no_page_from_the_pages_folder_or_
         '[e]({{% ref "/guides/gone" %}}) [f]({{< ref "reference/clii" >}})\n'
     )
     found = broken([entry(chunked("guides/setup.md", hugo))])
-    assert [href for _, _, href in found.first] == [
+    assert [link.href for link in found.first] == [
         '{{< relref "instal.md#x" >}}',
         '{{% ref "/guides/gone" %}}',
         '{{< ref "reference/clii" >}}',
@@ -95,7 +111,7 @@ def test_a_kept_topics_links_are_judged_against_each_runs_listing():
     assert broken([kept]).count == 6
     gone = [p for p in SOURCES + OTHERS if p not in ("LICENSE", "guides/topic-spec.md")]
     changed = [*gone, "guides/old-page/diagram.png", "guides/gone/notes.txt"]
-    assert [href for _, _, href in broken([kept], changed).first] == [
+    assert [link.href for link in broken([kept], changed).first] == [
         "./instal.md",
         "./Page.mdx",
         "notes.markdown",
@@ -117,7 +133,7 @@ def test_broken_links_are_counted_in_all_and_the_first_20_kept_by_source_then_po
     topics = [late, entry(), early]
     total = broken(topics)
     assert total == broken(topics[::-1]) and total.count == 26
-    hrefs = [href for _, _, href in total.first]
+    hrefs = [link.href for link in total.first]
     assert hrefs == ["./nowhere.md"] + [f"./missing-{i:02d}.md" for i in range(19)]
     failed = SourceInput("b.md", None, None, error=("CHUNKING_FAILED", "x"))  # kept rows: left
     assert page_links([failed]) == ()
@@ -125,25 +141,100 @@ def test_broken_links_are_counted_in_all_and_the_first_20_kept_by_source_then_po
 
 
 def test_a_report_names_broken_links_in_a_note_and_on_its_page_and_an_older_one_as_before():
-    """The summary's note and `mdindex report` name the first three, the page all 20 it holds;
-    a report from before they were counted, or of none, has neither."""
+    """The summary's note and `mdindex report` name the first three, the page all 20 it holds,
+    and say which setting fails the run on them; a report from before they were counted, or of
+    none, has neither; one from before their lines, its sources alone."""
     report = {"broken_links": broken([entry(chunked("guides/setup.md", SETUP))]).to_dict()}
     note = (
         "6 links name pages the corpus does not have: "
         "guides/setup.md → ./instal.md, guides/setup.md → ../guides/old-page/, "
-        "guides/setup.md → ./gone, …"
+        "guides/setup.md → ./gone, … (checks.broken_links: fail fails the run on them)"
     )
     assert listing_notes(report) == [f"  note:    {note}"]
     one = {"broken_links": {"count": 1, "first": [{"source": "a.md", "href": "b.md"}]}}
     assert listing_notes(one) == [
-        "  note:    1 link names a page the corpus does not have: a.md → b.md"
+        "  note:    1 link names a page the corpus does not have: a.md → b.md "
+        "(checks.broken_links: fail fails the run on them)"
     ]
-    assert listing_notes({}) == []
+    assert listing_notes({}) == [] and broken_lines({}) == []
     assert listing_notes({"broken_links": BrokenLinks().to_dict()}) == []
     page = render_html(_report(report))
     assert "broken links</span> 6 links name pages the corpus does not have" in page
-    assert "guides/setup.md → ./instal.md#step</p>" in page
+    assert "guides/setup.md → ./instal.md#step (checks.broken_links" in page
     assert "broken links</span>" not in render_html(_report({}))
+
+
+def test_broken_links_are_named_with_the_line_each_is_on_in_its_source(tmp_path):
+    """A writer fixes `guides/setup.md:6`: the report names the line of each of its first broken
+    links, the file's own (front matter counted), looked up in the input at the run's end: a
+    link written twice, the first; a reference link, where it is used. A source gone by then
+    (or not text) leaves its links' lines unknown, and fails nothing."""
+    text = f"---\ntitle: Setup\n---\n{SETUP}\nSee [ref][r].\n\n[r]: ./refd.md\n"
+    (tmp_path / "guides").mkdir()
+    (tmp_path / "guides" / "setup.md").write_text(text)
+    gone = entry(chunked("a.md", "# A\n\n[x](./nowhere.md)\n"))
+    topics = [entry(chunked("guides/setup.md", text)), gone]
+    found = index_broken_links(topics, SOURCES + OTHERS, DRAFTS, source=Storage(str(tmp_path)))
+    assert [(link.source, link.line, link.href) for link in found.first] == [
+        ("a.md", None, "./nowhere.md"),
+        ("guides/setup.md", 6, "./instal.md"),
+        ("guides/setup.md", 6, "../guides/old-page/"),
+        ("guides/setup.md", 6, "./gone"),
+        ("guides/setup.md", 6, "./Page.mdx"),
+        ("guides/setup.md", 7, "notes.markdown"),
+        ("guides/setup.md", 7, "./instal.md#step"),
+        ("guides/setup.md", 17, "./refd.md"),
+    ]
+    assert found.to_dict()["first"][1] == {
+        "source": "guides/setup.md",
+        "href": "./instal.md",
+        "line": 6,
+    }
+    assert found == broken(topics)  # the lines are no part of what is broken
+    assert link_lines(b"\xff\xfe\x00broken") == {}
+
+
+def test_checks_broken_links_fail_makes_the_run_fail_and_names_each_on_a_line_of_its_own():
+    """`checks.broken_links: fail` (a docs check in CI): a run with broken links is
+    `sources_failed`, exit 3, as one with a failed source; its summary names each of the first
+    20 on a `BROKEN path:line: href` line, in the report's order, and how many more, where a
+    note named three on one line. Without any, or under `note` (the default), the run is ok.
+    Another value is refused, naming the key."""
+    links = [(f"guides/p{i:02d}.md", "./gone.md") for i in range(22)]
+    failing = BrokenLinks.of(links, check="fail")
+    assert failing.fails and not BrokenLinks.of(links).fails
+    assert not BrokenLinks(check="fail").fails
+    for links_found, outcome in (
+        (failing, ("sources_failed", 3)),
+        (BrokenLinks.of(links), ("ok", 0)),
+        (BrokenLinks(check="fail"), ("ok", 0)),
+    ):
+        report = build_report(
+            RunStats(),
+            failures=[],
+            sources={},
+            topics={"seen": 0},
+            began=0.0,
+            wall={"total": 1.0, "finish": 0.0},
+            finish_cpu=0.0,
+            cpus=1.0,
+            facts={},
+            pool=None,
+            broken_links=links_found,
+        )
+        assert (report["status"], report["exit_code"]) == outcome
+    report = {"broken_links": replace(failing, first=failing.first[:2]).to_dict()}
+    report["broken_links"]["first"][0]["line"] = 12
+    assert listing_notes(report) == []
+    assert broken_lines(report) == [
+        "  links:   22 links name pages the corpus does not have (checks.broken_links: fail)",
+        "  BROKEN  guides/p00.md:12: ./gone.md",
+        "  BROKEN  guides/p01.md: ./gone.md",
+        "  ...      20 more broken links: fix these and build again",
+    ]
+    assert '<span class="status bad">broken links</span>' in render_html(_report(report))
+    with pytest.raises(ConfigError, match="checks.broken_links: 'warn' is not one of: note, fail"):
+        load_config(CONFIG, overrides={"input": "."}, settings=["checks.broken_links=warn"])
 
 
 def _report(extra: dict) -> dict:

@@ -888,10 +888,13 @@ def test_a_run_names_the_links_of_the_index_to_pages_the_corpus_lacks(built, tmp
     file that is no source, qa-pairs.md, is not broken), the whole index's: a run that rebuilds
     no topic names them still (it named none), and one that puts the page back names the typo
     alone; one that deletes qa-pairs.md names the link to it too (its page's topic kept, the
-    record it had was named until that topic's next rebuild)."""
+    record it had was named until that topic's next rebuild). Each is named with its line, and
+    `checks.broken_links: fail` makes them fail a run, exit 3, each on a `BROKEN path:line` line
+    (a docs check in CI: they were a note, exit 0, and named no line)."""
     corpus, output = tmp_path / "docs", tmp_path / "out"
     shutil.copytree(CORPUS, corpus)
     shutil.copytree(built, output)
+    (corpus / BROKEN).unlink()  # a run with no failed source: exit 0 unless its links fail it
     (corpus / "guides" / "installation.md").unlink()
     guide = corpus / "libraries" / "http-client" / "guide.md"
     guide.write_text(
@@ -904,18 +907,20 @@ def test_a_run_names_the_links_of_the_index_to_pages_the_corpus_lacks(built, tmp
     )
     config = load_config(CONFIG, overrides={"input": str(corpus), "output": str(output)})
     report = run_job(config)
-    typo = {"source": "libraries/http-client/guide.md", "href": "../../guides/instal.md"}
-    assert report["broken_links"] == {
-        "count": 2,
-        "first": [
-            {"source": "libraries/http-client/guide.md", "href": "../../guides/installation.md"},
-            typo,
-        ],
-    }
+    source = "libraries/http-client/guide.md"
+    typo = {"source": source, "href": "../../guides/instal.md", "line": 7}
+    assert (report["exit_code"], report["broken_links"]) == (
+        0,
+        {
+            "count": 2,
+            "first": [{"source": source, "href": "../../guides/installation.md", "line": 7}, typo],
+            "check": "note",
+        },
+    )
     note = (
         "2 links name pages the corpus does not have: "
-        "libraries/http-client/guide.md → ../../guides/installation.md, "
-        "libraries/http-client/guide.md → ../../guides/instal.md"
+        f"{source}:7 → ../../guides/installation.md, {source}:7 → ../../guides/instal.md "
+        "(checks.broken_links: fail fails the run on them)"
     )
     assert f"  note:    {note}" in summary(report).splitlines()
     assert mdindex(["report", str(output)]) == 0 and note in capsys.readouterr().out
@@ -926,12 +931,24 @@ def test_a_run_names_the_links_of_the_index_to_pages_the_corpus_lacks(built, tmp
     shutil.copy(CORPUS / "guides" / "installation.md", corpus / "guides" / "installation.md")
     put_back = run_job(config)
     assert put_back["topics"]["rebuilt"] == 2  # guides, and http-client (`jobs.plan.links_moved`)
-    assert put_back["broken_links"] == {"count": 1, "first": [typo]}
+    assert put_back["broken_links"]["first"] == [typo]
     (corpus / "guides" / "qa-pairs.md").unlink()  # a listed file that no source is: judged again
-    questions = {"source": "libraries/http-client/guide.md", "href": "../../guides/qa-pairs.md"}
+    questions = {"source": source, "href": "../../guides/qa-pairs.md", "line": 8}
     gone = run_job(config)
     assert gone["topics"]["rebuilt"] == 1  # guides: http-client is kept, its record stale
-    assert gone["broken_links"] == {"count": 2, "first": [typo, questions]}
+    assert gone["broken_links"]["first"] == [typo, questions]
+    capsys.readouterr()
+    check = ["--set", "checks.broken_links=fail"]  # an unchanged run: no Ray
+    assert main(["--config", CONFIG, "--input", str(corpus), "--output", str(output), *check]) == 3
+    assert capsys.readouterr().out.splitlines()[-3:] == [
+        "  links:   2 links name pages the corpus does not have (checks.broken_links: fail)",
+        f"  BROKEN  {source}:7: ../../guides/instal.md",
+        f"  BROKEN  {source}:8: ../../guides/qa-pairs.md",
+    ]
+    failed, page = report_and_page(output)
+    assert (failed["status"], failed["broken_links"]["check"]) == ("sources_failed", "fail")
+    assert '<span class="status bad">broken links</span> 2 links' in page
+    assert mdindex(["report", str(output), "--check"]) == 3
 
 
 def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, caplog, capsys):
