@@ -11,13 +11,13 @@ def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every sub-command registered."""
     from chunking import cli as chunking_cli
     from indexing import cli as indexing_cli
-    from jobs import build_cli, report_cli
+    from jobs import build_cli, cache_cli, report_cli
 
     parser = argparse.ArgumentParser(
         prog="mdindex", description="Build and query a static retrieval index of markdown docs."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (chunking_cli, build_cli, report_cli, indexing_cli):
+    for module in (chunking_cli, build_cli, report_cli, cache_cli, indexing_cli):
         module.register(sub)
     return parser
 

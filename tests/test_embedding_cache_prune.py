@@ -1,0 +1,138 @@
+"""Pruning the embedding cache (`embedding.prune`, `mdindex cache prune`): an edited source left
+the entry of its old bytes for ever, a chunking settings change a whole folder of old keys; a
+cache built every day for a year grew by every edit (5% edits of 300 tldr pages: 15 entries, about
+190 KB on disk, a run)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embedding.cache import CacheEntry, CacheKey, EmbeddingCache
+from embedding.prune import Needed, cache_entries, plan_prune, prune
+from jobs.cli import main
+
+CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "local.yaml")
+DAY = 86_400.0
+STRATEGY, MODEL = "semantic-150-250-0000", "model-a"
+
+
+def digest(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+def put(cache: EmbeddingCache, strategy: str, model: str, name: str) -> CacheKey:
+    """Write a two-chunk entry for the bytes `name` under `strategy`/`model`."""
+    key = CacheKey(strategy, model, digest(name))
+    vectors = np.arange(8, dtype=np.float32).reshape(2, 4)
+    assert cache.put(CacheEntry(key, (digest("c0"), digest("c1")), vectors)) == ""
+    return key
+
+
+def age(cache: EmbeddingCache, key: CacheKey, seconds: float) -> None:
+    """Make a local entry's files `seconds` old."""
+    folder = Path(cache.entry_path(key))
+    for path in folder.iterdir():
+        os.utime(path, (time.time() - seconds, time.time() - seconds))
+
+
+def test_a_local_prune_removes_old_unneeded_entries_and_keeps_needed_recent_and_foreign_files(
+    tmp_path,
+):
+    cache = EmbeddingCache(str(tmp_path / "cache"))
+    needed = put(cache, STRATEGY, MODEL, "v2")
+    old = put(cache, STRATEGY, MODEL, "v1")  # the source's bytes before its edit
+    recent = put(cache, STRATEGY, MODEL, "v3")  # a running build's, not in a manifest yet
+    settings = put(cache, "semantic-100-200-1111", MODEL, "v2")  # chunking settings since changed
+    edited = put(cache, STRATEGY, MODEL, "w2")  # another source, edited since the model changed
+    model = put(cache, STRATEGY, "model-old", "v2")  # the model before, which lacks w2
+    for key in (needed, old, settings, edited, model):
+        age(cache, key, 2 * DAY)
+    stray = tmp_path / "cache" / STRATEGY / "notes.txt"
+    stray.write_text("not an entry")
+    outside = tmp_path / "elsewhere" / "0123456789abcdef"
+    outside.mkdir(parents=True)
+    (outside / "metadata.json").write_text("{}")
+    os.utime(outside / "metadata.json", (0, 0))
+    (tmp_path / "cache" / STRATEGY / MODEL / "0123456789abcdef").symlink_to(outside)
+
+    wanted = Needed(frozenset({digest("v2")[:16], digest("w2")[:16]}), frozenset({STRATEGY}))
+    plan = plan_prune(cache_entries(cache), [wanted], DAY, time.time())
+    assert sorted(e.relpath for e in plan.needed) == sorted([needed.relpath, edited.relpath])
+    assert [e.relpath for e in plan.young] == [recent.relpath]
+    removed = [old.relpath, settings.relpath, model.relpath]
+    assert sorted(e.relpath for e in plan.remove) == sorted(removed)
+    assert plan.lines()[-1].startswith("3 entries to remove (0.0 MB in 9 files); 3 kept")
+    # before the edit both model folders held every source: both kept, neither known stale
+    before = [e for e in cache_entries(cache) if e.relpath != edited.relpath]
+    assert model.relpath not in {e.relpath for e in plan_prune(before, [wanted], DAY, 0).remove}
+    prune(cache, plan.remove)
+
+    fresh = EmbeddingCache(str(tmp_path / "cache"))
+    assert fresh.get(needed, 4) is not None and fresh.get(recent, 4) is not None
+    assert not Path(cache.entry_path(old)).exists()
+    assert not (tmp_path / "cache" / "semantic-100-200-1111").exists()  # its empty folders too
+    assert not (tmp_path / "cache" / STRATEGY / "model-old").exists()
+    assert stray.read_text() == "not an entry"
+    assert (outside / "metadata.json").read_text() == "{}"  # a link is never followed out
+
+
+def test_a_prune_on_s3_removes_what_no_output_needs_under_any_strategy_when_unknown(s3_server):
+    bucket = s3_server.make_bucket("prune-cache")
+    cache = EmbeddingCache(f"{bucket}/shared", s3_server.storage_options)
+    first = put(cache, STRATEGY, MODEL, "a")
+    second = put(cache, "questions", MODEL, "b")
+    gone = put(cache, STRATEGY, MODEL, "c")
+    outputs = [  # two outputs share the cache; one's strategy keys could not be read
+        Needed(frozenset({digest("a")[:16]}), frozenset({STRATEGY})),
+        Needed(frozenset({digest("b")[:16]}), None),
+    ]
+    later = time.time() + 2 * DAY  # S3 sets LastModified itself: the prune runs two days later
+    plan = plan_prune(cache_entries(cache), outputs, DAY, later)
+    assert [e.relpath for e in plan.remove] == [gone.relpath]
+    assert plan_prune(cache_entries(cache), outputs, DAY, time.time()).remove == ()
+    prune(cache, plan.remove)
+    fresh = EmbeddingCache(f"{bucket}/shared", s3_server.storage_options)
+    assert fresh.get(first, 4) is not None and fresh.get(second, 4) is not None
+    assert s3_server.filesystem().find(f"prune-cache/shared/{gone.relpath}") == []
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_mdindex_cache_prune_keeps_what_the_outputs_manifest_and_tables_name(tmp_path, capsys):
+    """A real build's output: the entries of its sources' bytes under its strategy key stay;
+    an edited source's old entry and another strategy's go once older than --min-age, a dry run
+    removes nothing, and an output without a manifest (a mistyped path) removes nothing."""
+    docs, out = tmp_path / "docs", tmp_path / "out"
+    texts = {"t/alpha.md": "# Alpha\n\nAlpha text.\n", "t/beta.md": "# Beta\n\nBeta text.\n"}
+    for path, text in texts.items():
+        (docs / path).parent.mkdir(parents=True, exist_ok=True)
+        (docs / path).write_text(text)
+    assert main(["build", "--config", CONFIG, "--input", str(docs), "--output", str(out)]) == 0
+    cache = EmbeddingCache(str(out / ".embedding-cache"))
+    [built] = cache_entries(cache)[:1]
+    strategy, model = built.relpath.split("/")[:2]
+    old = put(cache, strategy, model, "# Alpha\n\nAlpha text before its edit.\n")
+    other = put(cache, "semantic-1-2-ffff", model, texts["t/alpha.md"])
+    young = put(cache, strategy, model, "written by a build still running")
+    for key in (old, other):
+        age(cache, key, 2 * DAY)
+    capsys.readouterr()
+
+    assert main(["cache", "prune", "--output", str(tmp_path / "typo")]) == 2
+    assert "no manifest this version reads" in capsys.readouterr().err
+    assert main(["cache", "prune", "--output", str(out), "--dry-run"]) == 0
+    said = capsys.readouterr().out
+    assert f"cache {out / '.embedding-cache'}, for 1 outputs:" in said
+    assert "2 entries to remove" in said and said.endswith("dry run: nothing removed\n")
+    assert len(cache_entries(cache)) == 5
+
+    assert main(["cache", "prune", "--output", str(out)]) == 0
+    assert capsys.readouterr().out.endswith("removed 2 entries\n")
+    sources = {hashlib.sha256(text.encode()).hexdigest()[:16] for text in texts.values()}
+    left = {e.relpath for e in cache_entries(cache)}
+    assert left == {f"{strategy}/{model}/{prefix}" for prefix in sources} | {young.relpath}
