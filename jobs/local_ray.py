@@ -219,7 +219,10 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
         )
     exit_on_sigterm()
     session = context.address_info["session_dir"]
-    mark_session(session)
+    try:
+        mark_session(session)
+    except OSError as error:  # a folder without locks (some network mounts): it stays, unmarked
+        log.warning("Ray's session %s stays after the build: %s", session, error)
     removed = prune_sessions(os.path.dirname(session))
     log.info(
         "started a local Ray instance (logs in %s; Ray's folder keeps the sessions of the last %d "
@@ -278,7 +281,7 @@ def prune_sessions(folder: str, keep: int = KEEP_SESSIONS) -> int:
     removed = 0
     for name in names:
         session = os.path.join(folder, name)
-        if not name.startswith("session_2") or os.path.islink(session):
+        if not name.startswith("session_") or os.path.islink(session):  # session_latest: a link
             continue
         with _unlocked_mark(os.path.join(session, SESSION_MARK)) as unlocked:
             if not unlocked:
