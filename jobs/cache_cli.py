@@ -95,7 +95,8 @@ def run_prune(args: argparse.Namespace) -> int:
         print(f"mdindex cache prune: {error_text(exc)}", file=sys.stderr)
         return 1
     done = "dry run: nothing removed" if args.dry_run else f"removed {len(plan.remove)} entries"
-    lines = [f"cache {uri}, for {len(outputs)} outputs:", *plan.lines(), done]
+    named = f"{len(outputs)} output{'' if len(outputs) == 1 else 's'}"
+    lines = [f"cache {uri}, for {named}:", *plan.lines(), done]
     return 0 if write_out("\n".join(lines) + "\n", "mdindex cache prune") else 1
 
 

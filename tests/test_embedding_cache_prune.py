@@ -127,7 +127,7 @@ def test_mdindex_cache_prune_keeps_what_the_outputs_manifest_and_tables_name(tmp
     assert "no manifest this version reads" in capsys.readouterr().err
     assert main(["cache", "prune", "--output", str(out), "--dry-run"]) == 0
     said = capsys.readouterr().out
-    assert f"cache {out / '.embedding-cache'}, for 1 outputs:" in said
+    assert f"cache {out / '.embedding-cache'}, for 1 output:" in said
     assert "2 entries to remove" in said and said.endswith("dry run: nothing removed\n")
     assert len(cache_entries(cache)) == 5
 
