@@ -39,6 +39,7 @@ from jobs.report_html import (
     SETTINGS_CHANGED,
     SHOWN_FAILURES,
     broken_text,
+    empty_text,
     failed_non_sources,
     failing_links,
     failure_groups,
@@ -154,6 +155,7 @@ def build_report(
             "skipped_tail": stats.chunk.skipped_tail,
             "skipped_tokens": stats.chunk.skipped_tokens,
             "skipped_drafts": stats.chunk.skipped_drafts,
+            "empty_sources": stats.chunk.empty.to_dict(),
             "tokens": {facts.get("strategy", "chunks"): stats.chunk.tokens.to_dict()},
         },
         # the whole index's links to pages the corpus does not have (`jobs.broken_links`)
@@ -387,8 +389,8 @@ def failure_lines(failures: list[dict[str, str]]) -> list[str]:
 def chunk_notes(chunks: dict[str, Any]) -> list[str]:
     """Lines for text the index holds in part: chunks cut to the model's window (a default
     build's 750-token chunks with MiniLM), short final sections the strategy skipped (seed
-    003's rule) and drafts left out, each with the option that keeps it (counts absent from
-    older reports: none)."""
+    003's rule) and drafts left out, each with the option that keeps it, and sources that made
+    no chunk, the first three named (counts absent from older reports: none)."""
     notes = []
     if truncated := chunks.get("truncated"):
         notes.append(
@@ -416,6 +418,8 @@ def chunk_notes(chunks: dict[str, Any]) -> list[str]:
             "(front matter draft: true or published: false: pages their site does not show; "
             "sources.include_drafts: true indexes them)"
         )
+    if empty := empty_text(chunks):
+        notes.append(f"  note:    {empty}")
     return notes
 
 

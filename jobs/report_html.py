@@ -217,6 +217,8 @@ def _sources(report: dict[str, Any]) -> str:
     if note := broken_text(report, shown=NAMED):
         css = "bad" if failing_links(report) else "warn"
         html += f'<p><span class="status {css}">broken links</span> {escape(note)}</p>'
+    if note := empty_text(report.get("chunks") or {}, shown=NAMED):
+        html += f'<p><span class="status warn">no chunk</span> {escape(note)}</p>'
     return html + _changes(report)
 
 
@@ -260,6 +262,21 @@ def broken_text(report: dict[str, Any], shown: int = 3) -> str | None:
     return (
         f"{counted(count, 'link')} {names} the corpus does not have: "
         f"{named}{', …' if count > len(first) else ''}{fails}"
+    )
+
+
+def empty_text(chunks: dict[str, Any], shown: int = 3) -> str | None:
+    """The sources this run chunked that made no chunk (empty, blank or front matter alone), from
+    a report's `chunks`, the first `shown` named (None where there are none, or in a report
+    before they were counted)."""
+    empty = chunks.get("empty_sources") or {}
+    if not (count := empty.get("count")):
+        return None
+    first = empty["first"][:shown]
+    named = ", ".join(printable(path) for path in first) + (", …" if count > len(first) else "")
+    made = "source made" if count == 1 else "sources made"
+    return (
+        f"{count} {made} no chunk (empty, blank or front matter alone: nothing to index): {named}"
     )
 
 

@@ -194,6 +194,30 @@ class Slowest(Stats):
 
 
 @dataclass(frozen=True)
+class Paths(Stats):
+    """Paths counted, and the first NAMED of them in path order (whatever the batches' order)."""
+
+    count: int = 0
+    first: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, paths: Iterable[str]) -> Paths:
+        """The record of `paths`."""
+        paths = list(paths)
+        return cls(len(paths), tuple(heapq.nsmallest(NAMED, paths)))
+
+    def __add__(self, other: Paths) -> Paths:
+        if type(other) is not type(self):
+            return NotImplemented
+        first = tuple(heapq.nsmallest(NAMED, self.first + other.first))
+        return Paths(self.count + other.count, first)
+
+    def to_dict(self) -> dict[str, Any]:
+        """{count, first}: the count and the first paths."""
+        return {"count": self.count, "first": list(self.first)}
+
+
+@dataclass(frozen=True)
 class Notes(Stats):
     """Warning messages, the first NOTES of them kept (their count is a counter beside)."""
 
@@ -259,6 +283,9 @@ class ChunkStats(StageStats):
     skipped_tail: int = 0  # sources whose final chunk the strategy skipped (seed 003)
     skipped_tokens: int = 0  # the tokens of those skipped final chunks
     skipped_drafts: int = 0  # drafts left out: no chunks (`chunking.ChunkedDocument.is_draft`)
+    # sources (drafts aside) that made no chunk: empty, blank, front matter alone (or, for
+    # `hierarchical`, headings alone); a page a change emptied was said nowhere
+    empty: Paths = dataclasses.field(default_factory=Paths)
     files: int = 0  # chunk files written ahead of the topic reduce (`jobs.stages.chunk_files`)
     tokens: Histogram = dataclasses.field(default_factory=Histogram)  # token counts of the chunks
     slowest: Slowest = dataclasses.field(default_factory=Slowest)

@@ -776,6 +776,29 @@ def test_a_sigterm_once_the_report_is_in_place_ends_the_build_with_its_code(tmp_
     assert (report_of(output)["status"], report_of(output)["exit_code"]) == ("ok", 0)
 
 
+def test_sources_that_make_no_chunk_are_counted_and_named_drafts_aside(tmp_path):
+    """An empty page, a blank one and one of front matter alone made no chunk and were said
+    nowhere (a page a change emptied); a draft is counted as one (`skipped_drafts`)."""
+    pages = {
+        "t/a.md": TEXT.format("Alpha").encode(),
+        "t/blank.md": b"\n  \n",
+        "t/draft.md": b"---\ndraft: true\n---\n# Draft\n\nNot yet.\n",
+        "t/empty.md": b"",
+        "t/front.md": b"---\ntitle: Section\n---\n",
+    }
+    (tmp_path / "t").mkdir()
+    for path, data in pages.items():
+        (tmp_path / path).write_bytes(data)
+    storage = Storage(str(tmp_path))
+    batch, _ = read_sources(to_table([new_row("t", SOURCE, p) for p in pages]), storage)
+    _, stats, _ = chunk_sources(batch, ChunkSettings("semantic"), storage)
+    assert stats.empty.to_dict() == {
+        "count": 3,
+        "first": ["t/blank.md", "t/empty.md", "t/front.md"],
+    }
+    assert (stats.sources, stats.skipped_drafts, stats.failed) == (5, 1, 0)
+
+
 def test_an_exception_the_chunker_did_not_raise_on_purpose_is_a_chunker_error(tmp_path):
     """CHUNKER_ERROR, not the chunker's own (settled) CHUNKING_FAILED: the next run retries it."""
     (tmp_path / "t").mkdir()

@@ -42,9 +42,11 @@ from indexing import (
 )
 from jobs import lock, progress
 from jobs.cli import main as mdindex
+from jobs.manifest import REPORT_HTML_PATH
 from jobs.previous import Expected, carried_document, read_previous
 from jobs.records import document_from_json, document_to_json
 from jobs.reindex import main
+from jobs.report import summary
 from jobs.storage import Storage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -702,6 +704,14 @@ def test_an_empty_source_that_turns_bad_fails_alone(small_vectors, tmp_path):
     write_pages(docs, {"t/a.md": retry_page("a"), "t/empty.md": ""})
     cache = cache_copy(small_vectors, tmp_path)
     assert build("--input", str(docs), "--output", str(out), *cache) == 0
+    said = (
+        "1 source made no chunk (empty, blank or front matter alone: nothing to index): t/empty.md"
+    )
+    assert report_of(out)["chunks"]["empty_sources"] == {"count": 1, "first": ["t/empty.md"]}
+    assert f"  note:    {said}" in summary(report_of(out)).splitlines()
+    assert (
+        f'<span class="status warn">no chunk</span> {said}' in (out / REPORT_HTML_PATH).read_text()
+    )
     [_, empty] = shard_rows(out, "documents", "t")
     (docs / "t" / "empty.md").write_bytes(b"# Empty\n\nnow \xff bad\n")
     assert build("--input", str(docs), "--output", str(out), *cache) == 3

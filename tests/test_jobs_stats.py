@@ -28,12 +28,14 @@ from jobs.records import SOURCE, entry_to_json, new_row, to_table
 from jobs.resources import GPU_CALL_BYTES, actor_stage_args, call_rows, embed_pool, infeasible
 from jobs.stages.store import store_entries
 from jobs.stats import (
+    NAMED,
     SLOWEST,
     ChunkStats,
     EmbedStats,
     Histogram,
     IndexStats,
     Names,
+    Paths,
     ReadStats,
     RunStats,
     SharedClock,
@@ -59,6 +61,7 @@ def test_records_add_field_by_field_and_nest():
         "skipped_tail": 0,
         "skipped_tokens": 0,
         "skipped_drafts": 0,
+        "empty": {"count": 0, "first": []},
         "files": 0,
         "seconds": 0.75,
         "tokens": {"bucket": 10, "buckets": [], "min": None, "max": None, "count": 0},
@@ -87,6 +90,13 @@ def test_token_histograms_and_slowest_sources_merge_like_counters():
     assert {"path": "b.md", "seconds": 7.5, "bytes": 99, "chunks": 4} in slowest
     assert slowest[-1]["path"] == "a1.md"  # a0.md, the fastest, fell off
     assert Histogram() + Histogram.of([]) == Histogram()  # empty: no min or max
+
+
+def test_paths_keep_their_count_and_the_first_in_path_order_whatever_the_batches():
+    names = [f"t/{i:03d}.md" for i in range(NAMED + 5)]
+    one, two = Paths.of(names[1::2]), Paths.of(names[::2])
+    assert (one + two) == (two + one) == Paths(NAMED + 5, tuple(names[:NAMED]))
+    assert Paths() + Paths.of([]) == Paths()
 
 
 def test_a_source_that_cannot_be_read_is_done_for_the_progress_line():

@@ -30,7 +30,7 @@ from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, with_column
 from jobs.stages.chunk_files import write_chunk_files
 from jobs.stages.read import read_sources
 from jobs.stages.tokenize import tokenize_sources
-from jobs.stats import ChunkStats, Clock, Histogram, RunStats, Slowest
+from jobs.stats import ChunkStats, Clock, Histogram, Paths, RunStats, Slowest
 from jobs.storage import Storage
 
 QUESTIONS_FAILED = "QUESTIONS_FAILED"
@@ -134,6 +134,11 @@ def chunk_sources(
         skipped_tail=sum(1 for doc in documents if doc.skipped_tail_tokens),
         skipped_tokens=sum(doc.skipped_tail_tokens for doc in documents),
         skipped_drafts=0 if settings.include_drafts else sum(doc.is_draft for doc in documents),
+        empty=Paths.of(
+            path
+            for path, doc in zip(paths, chunked, strict=True)
+            if doc is not None and not doc.chunks and not doc.is_draft
+        ),
         files=sum(len(names) for names in written if names),
         tokens=Histogram.of(chunk.token_count for doc in documents for chunk in doc.chunks),
         slowest=Slowest.of(timed),
