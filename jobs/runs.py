@@ -18,6 +18,8 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from indexing.terminal import counted
+
 if TYPE_CHECKING:
     from jobs.storage import Storage
 
@@ -130,15 +132,18 @@ def runs_bytes(runs: list[dict[str, Any]]) -> bytes:
 
 def run_row(run: dict[str, Any]) -> dict[str, str]:
     """A run's cells in the history's table (`COLUMNS`; "-" where its line has no figure), and
-    its note: the failure codes with their counts, or a failed run's error. A figure of another
-    shape (a line another version of mdindex wrote, or one edited by hand) shows as it is, or "-":
-    a `sources` that was a list stopped every build that rendered the history (its report not
-    written: exit 1) and `mdindex report --runs` with a traceback."""
+    its note: the failure codes with their counts and the broken links, or a failed run's
+    error. A figure of another shape (a line another version of mdindex wrote, or one edited by
+    hand) shows as it is, or "-": a `sources` that was a list stopped every build that rendered
+    the history (its report not written: exit 1) and `mdindex report --runs` with a traceback."""
     sources = _mapping(run.get("sources"))
     both = (sources.get("added", 0), sources.get("changed", 0))
     changed = sum(both) if sources and all(isinstance(n, int) for n in both) else None
     code = run.get("exit_code")
-    failures = ", ".join(f"{n} {name}" for name, n in _mapping(run.get("failures")).items())
+    notes = [f"{n} {name}" for name, n in _mapping(run.get("failures")).items()]
+    if isinstance(broken := run.get("broken_links"), int) and broken > 0:
+        notes.append(counted(broken, "broken link"))  # the reason for a fail check's exit 3
+    failures = ", ".join(notes)
     cells = {
         "started": _when(run.get("started_at") or run.get("finished_at")),
         "status": str(run.get("status")),

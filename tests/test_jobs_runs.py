@@ -184,7 +184,7 @@ def test_the_history_table_is_newest_first_with_each_runs_note(tmp_path, capsys)
         "2026-12-01 02:00  unfinished         -           -        -        -       -         -"
         "  no end reported: still running, or killed (kill -9, out of memory)",
         "2026-11-30 02:00  sources_failed     3  7 min 05 s        3        1       2        30"
-        "  2 CHUNKING_FAILED, 1 SYMLINK_SKIPPED",
+        "  2 CHUNKING_FAILED, 1 SYMLINK_SKIPPED, 1 broken link",
     ]
     (tmp_path / "_reindex").mkdir()
     assert mdindex(["report", str(tmp_path), "--runs"]) == 2  # no history
