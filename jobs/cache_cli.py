@@ -72,7 +72,7 @@ def run_prune(args: argparse.Namespace) -> int:
 
     from embedding.cache import EmbeddingCache
     from embedding.prune import cache_entries, plan_prune, prune
-    from indexing.terminal import write_out
+    from indexing.terminal import counted, write_out
     from jobs.report import error_text
     from jobs.storage import Storage
 
@@ -95,8 +95,7 @@ def run_prune(args: argparse.Namespace) -> int:
         print(f"mdindex cache prune: {error_text(exc)}", file=sys.stderr)
         return 1
     done = "dry run: nothing removed" if args.dry_run else f"removed {len(plan.remove)} entries"
-    named = f"{len(outputs)} output{'' if len(outputs) == 1 else 's'}"
-    lines = [f"cache {uri}, for {named}:", *plan.lines(), done]
+    lines = [f"cache {uri}, for {counted(len(outputs), 'output')}:", *plan.lines(), done]
     return 0 if write_out("\n".join(lines) + "\n", "mdindex cache prune") else 1
 
 
@@ -151,6 +150,7 @@ def cache_of(outputs: list[Storage]) -> str:
     report: its own `.embedding-cache`). `PruneRefused` where they used different ones."""
     import json
 
+    from jobs.config import DEFAULT_CACHE
     from jobs.manifest import REPORT_PATH
 
     caches = set()
@@ -160,7 +160,7 @@ def cache_of(outputs: list[Storage]) -> str:
         except ValueError:
             report = {}
         used = report.get("cache") if isinstance(report, dict) else None
-        caches.add(used if isinstance(used, str) and used else output.uri(".embedding-cache"))
+        caches.add(used if isinstance(used, str) and used else output.uri(DEFAULT_CACHE))
     if len(caches) > 1:
         raise PruneRefused(
             f"the outputs' last builds used different caches ({', '.join(sorted(caches))}): "

@@ -41,6 +41,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("auto", *DTYPE_NAMES)
 FAILURE_POLICIES = ("continue", "abort")
 BROKEN_LINK_CHECKS = ("note", "fail")
+DEFAULT_CACHE = ".embedding-cache"  # an output's own cache folder, where `cache` is not set
 # The smallest share of a resource Ray takes (ray_constants.MIN_RESOURCE_GRANULARITY): Ray refuses
 # a GPU share below it, which failed after Ray had started.
 RAY_SMALLEST_SHARE = 0.0001
@@ -788,7 +789,7 @@ def _check_nesting(source: str, output: str) -> None:
 def _default_cache(output: str) -> str:
     """`{output}/.embedding-cache`, refused when it is a local symbolic link leading out of the
     output root (an in-place corpus must not send the cache's writes elsewhere)."""
-    cache = posixpath.join(output.rstrip("/"), ".embedding-cache")
+    cache = posixpath.join(output.rstrip("/"), DEFAULT_CACHE)
     if protocol_of(cache) in LOCAL_PROTOCOLS:
         real, root = os.path.realpath(cache), os.path.realpath(output)
         if not is_within(real, root):
