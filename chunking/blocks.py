@@ -237,19 +237,164 @@ def indented_containers(doc: ParsedDocument, block: Block) -> tuple[tuple[int, i
     return tuple(found)
 
 
-def containers_starting_at(doc: ParsedDocument, line: int) -> tuple[tuple[int, int, str], ...]:
-    """The indented containers and colon fences (`indented_containers`) of the top-level block
-    that starts on `line`, () if none."""
+def block_starting_at(doc: ParsedDocument, line: int) -> Block | None:
+    """The top-level block that starts on `line`, None if none."""
     index = bisect_left(doc.blocks, line, key=_START_LINE)
     if index < len(doc.blocks) and doc.blocks[index].start_line == line:
-        return indented_containers(doc, doc.blocks[index])
-    return ()
+        return doc.blocks[index]
+    return None
 
 
 def container_openers(containers: Sequence[tuple[int, int, str]], line: int) -> str:
     """The first lines of the `containers` (see `indented_containers`) whose body holds `line`,
     outermost first, one a line; '' for none."""
     return "\n".join(text for first, last, text in containers if first < line <= last)
+
+
+def colon_closers(
+    doc: ParsedDocument, containers: Sequence[tuple[int, int, str]]
+) -> tuple[tuple[int, int, str], ...]:
+    """The colon fences among `containers` (see `indented_containers`) as (first line, closing
+    line, closing line's text): a chunk that holds a colon fence's first line (its own or
+    repeated) and ends before its closing line ends with that line (markdown-it-container and
+    MyST would read the fence on past the chunk's end), as a cut code fence is closed."""
+    return tuple(
+        (first, last, doc.lines[last - 1].rstrip())
+        for first, last, text in containers
+        if _COLON_OPENER.match(text.lstrip(" \t"))
+    )
+
+
+def closers_after(closers: Sequence[tuple[int, int, str]], line: int, since: int) -> list[str]:
+    """The closing lines of `closers` (see `colon_closers`, outermost first) open after `line`
+    whose first line is a chunk's line since line `since` (0: all, repeated ones too),
+    innermost first."""
+    return [text for first, last, text in reversed(closers) if since <= first <= line < last]
+
+
+# An HTML table in a top-level HTML block (`HtmlTable`): its `<table>` tag, a row's `<tr>` tag
+# (each at the start of its line), a header cell, and the tags that open or close its parts.
+_HTML_TABLE = re.compile(r"[ \t]*<table[\s>]", re.IGNORECASE)
+_HTML_ROW = re.compile(r"[ \t]*<tr[\s>]", re.IGNORECASE)
+_HTML_HEADER_CELL = re.compile(r"<th[\s>]", re.IGNORECASE)
+_HTML_TABLE_PART = re.compile(r"<(/?)(table|thead|tbody|tfoot)(?=[\s>])", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class HtmlTable:
+    """An HTML table of a top-level HTML block (its `<table>` tag starting a line), with a row
+    after its header: a chunk that starts at such a row begins with `head` (valid HTML again,
+    as a cut markdown table's rows get its header rows), and one that holds its first line (its
+    own or repeated) and ends inside it ends with the lines that close its open parts."""
+
+    first: int  # the line of its `<table>` tag
+    body: int  # its first row after the header (`<thead>`'s rows, a first row of `<th>` cells)
+    last: int  # the line of its `</table>` tag (the block's last line when none)
+    rows: frozenset[int]  # the first lines of its rows (`<tr>` lines) from `body` on
+    head: str  # lines first..body - 1: `<table>`, the header row, `<tbody>`
+    # closers[n - first]: the lines closing its parts open after line n (`</tbody>\n</table>`),
+    # each tag indented as the line it opened on
+    closers: tuple[str, ...]
+
+    def closing(self, line: int) -> str:
+        """The lines that close the table's parts open after `line`; '' outside it and from
+        its last line on."""
+        return self.closers[line - self.first] if self.first <= line < self.last else ""
+
+
+def html_tables(doc: ParsedDocument, block: Block) -> tuple[HtmlTable, ...]:
+    """The HTML tables of top-level `block` (see `HtmlTable`), in order; () for any other block.
+    A table nested in another is none, nor are the one around it and those after it."""
+    if block.kind != "html_block":
+        return ()
+    lines, found = doc.lines, []
+    number = block.start_line
+    while number <= block.end_line:
+        if _HTML_TABLE.match(lines[number - 1]):
+            table = _html_table(lines, number, block.end_line)
+            if table is None:
+                break
+            found.append(table)
+            number = table.last
+        number += 1
+    return tuple(t for t in found if t.rows)
+
+
+def _html_table(lines: tuple[str, ...], first: int, end: int) -> HtmlTable | None:
+    """The table whose `<table>` tag starts line `first`, within lines first..end; None for a
+    table in or around another one."""
+    stack: list[tuple[str, str]] = []  # open parts: (tag, indentation of its line)
+    closers: list[str] = []
+    rows: list[int] = []
+    head_end = None  # the line that ends a `<thead>`: its `</thead>`, or a `<tbody>` after it
+    for number in range(first, end + 1):
+        line = lines[number - 1]
+        if _HTML_ROW.match(line):
+            rows.append(number)
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        for match in _HTML_TABLE_PART.finditer(line):
+            tag = match.group(2).lower()
+            if not match.group(1):
+                if tag == "table" and stack:
+                    return None  # nested
+                if tag == "tbody" and any(t == "thead" for t, _ in stack):
+                    stack = [part for part in stack if part[0] != "thead"]
+                    head_end = head_end or number
+                stack.append((tag, indent))
+            elif any(t == tag for t, _ in stack):
+                while stack.pop()[0] != tag:
+                    pass
+                if tag == "thead":
+                    head_end = head_end or number
+        if not stack:
+            break
+        text = "\n".join(f"{indent}</{tag}>" for tag, indent in reversed(stack))
+        closers.append(closers[-1] if closers and closers[-1] == text else text)
+    if head_end is not None:
+        later = [row for row in rows if row > head_end]
+    elif rows and any(
+        _HTML_HEADER_CELL.search(line)
+        for line in lines[rows[0] - 1 : (rows[1] if len(rows) > 1 else number) - 1]
+    ):
+        later = rows[1:]
+    else:
+        later = rows
+    body = later[0] if later else number
+    return HtmlTable(
+        first=first,
+        body=body,
+        last=number,
+        rows=frozenset(later),
+        head="\n".join(lines[first - 1 : body - 1]),
+        closers=tuple(closers),
+    )
+
+
+def html_rows(doc: ParsedDocument, block: Block) -> list[tuple[int, int]]:
+    """(first, last) line of each row of HTML block `block` that chunking keeps whole where it
+    fits: a `<tr>` line to the line before the next; in an `HtmlTable` its header joined to its
+    first row after it (from its `<table>` line), and its last row ending at its `</table>`
+    line. Lines in no row (before the first, after a table) are not listed; [] for any other
+    block."""
+    if block.kind != "html_block":
+        return []
+    tables = html_tables(doc, block)
+    heads = {n for t in tables for n in range(t.first + 1, t.body + 1)}
+    firsts = {t.first for t in tables}
+    starts = [
+        n
+        for n in range(block.start_line, block.end_line + 1)
+        if n in firsts or (n not in heads and _HTML_ROW.match(doc.lines[n - 1]))
+    ]
+    lasts = [t.last for t in tables]
+    rows = []
+    for index, start in enumerate(starts):
+        end = starts[index + 1] - 1 if index + 1 < len(starts) else block.end_line
+        table = bisect_left(lasts, start)  # the table holding `start`, if any
+        if table < len(tables) and tables[table].first <= start:
+            end = min(end, tables[table].last)
+        rows.append((start, end))
+    return rows
 
 
 # MyST directives whose content is markdown (admonitions, version notes, sphinx-design's tabs,

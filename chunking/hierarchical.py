@@ -9,7 +9,8 @@ descriptive section is packed into pieces of max_chunk_size - overlap_size, so t
 its overlap stays within max_chunk_size.
 - Atomic types (all but descriptive_text) stay one chunk up to `hard_max_size` (4000) characters;
   a bigger one is cut between blocks, then between lines (fences closed and reopened), table rows
-  (header repeated) or sentences, into pieces of at most `hard_max_size`.
+  (header repeated; an HTML table's head too, the table closed) or sentences, into pieces of at
+  most `hard_max_size`.
 - descriptive_text over `max_chunk_size` (1000) is cut between blocks (seed 004 cuts between
   paragraphs); each later piece starts with the last <= `overlap_size` (200) characters of the
   piece before (whole sentences, else whole words), taken from the source so the text stays a

@@ -13,10 +13,11 @@ Seed 003 rules, applied line by line over the document (headings come from the b
   likewise before a fence's opening line whose next line would not fit, so that no chunk ends
   with an empty code block (`opener_ends_chunk`);
 - a sealed chunk gets its parent headings prepended (BuildChunkWithHierarchy), and a chunk that
-  starts between two rows of a table the header and delimiter rows of that table after them, as
-  its rows mean nothing without them, and one that starts inside the body of an MkDocs container
-  (`!!! note "T"`, `=== "pip"`) its first line, as its body reads as indented code without it (the
-  same context; see `_Window.new_chunk`);
+  starts between two rows of a table the header and delimiter rows of that table after them (an
+  HTML table's head: `<table>`, its header row), as its rows mean nothing without them, and one
+  that starts inside the body of an MkDocs container (`!!! note "T"`, `=== "pip"`) its first
+  line, as its body reads as indented code without it (the same context; see
+  `_Window.new_chunk`);
 - a chunk of nothing but headings is not sealed at a heading by the H1 rule or the minimums
   (the heading joins them), and where the hard maximum seals it, it is not emitted when the next
   chunk prepends all its headings: they head that chunk's content (a heading whose first line
@@ -30,17 +31,18 @@ Seed 003 rules, applied line by line over the document (headings come from the b
 
 Additions (see the README's Decisions): the prepended parents are those active when the chunk
 started; the hard maximum covers the whole emitted text (prepended headings and fence lines
-included); a seal inside a fenced block closes the fence and reopens it in the next chunk, and a
-fence that its list item, block quote or the file ends gets a closing line, so every chunk is
-well-formed markdown (a chunk starting inside a list, block quote or HTML block, whose lines can
-parse otherwise without its start, or holding a table row that starts like a fence opener, is
-parsed again alone: an inserted closing line that opens a fence there is dropped, a fence left
-open is closed); a line longer than the maximum is cut into pieces at word boundaries; a dropped
-final chunk is reported in `skipped_tail_tokens` and kept with `keep_short_tail=True`; a chunk that
-starts with text before its first heading (a preamble) takes that heading's level as its start
-level; a chunk continuing a section after a max-token seal starts at the level of the innermost
-open heading; a chunk's heading path is the stack active at its first own heading (where it starts
-when it holds none).
+included); a seal inside a fenced block closes the fence and reopens it in the next chunk (a chunk
+ending inside a colon fence or an HTML table it holds the first line of ends with their closing
+lines, `closing_text`), and a fence that its list item, block quote or the file ends gets a closing
+line, so every chunk is well-formed markdown (a chunk starting inside a list, block quote or HTML
+block, whose lines can parse otherwise without its start, or holding a table row that starts like a
+fence opener, is parsed again alone: an inserted closing line that opens a fence there is dropped,
+a fence left open is closed); a line longer than the maximum is cut into pieces at word boundaries;
+a dropped final chunk is reported in `skipped_tail_tokens` and kept with `keep_short_tail=True`; a
+chunk that starts with text before its first heading (a preamble) takes that heading's level as its
+start level; a chunk continuing a section after a max-token seal starts at the level of the
+innermost open heading; a chunk's heading path is the stack active at its first own heading (where
+it starts when it holds none).
 
 Whole blocks are added at once when every line of them would fit; otherwise the block is added
 line by line, so the result is that of the line-by-line algorithm. With an additive counter each
@@ -64,12 +66,16 @@ from chunking.blocks import (
     Heading,
     ParsedDocument,
     check_fence_marker,
+    closers_after,
     closers_for_open_fences,
+    colon_closers,
     container_openers,
     fence_closer,
     fence_line_kind,
     fence_prefix,
     fence_reopener,
+    html_rows,
+    html_tables,
     indented_containers,
     parse_tokens,
     unclosed_fences,
@@ -81,7 +87,6 @@ from chunking.tokens import TokenCounter
 # markers or list markers. The whole match measures at least the line that would close it.
 _OPENS_FENCE = re.compile(r"(?:[ \t>]*(?:[-+*]|\d{1,9}[.)])(?=[ \t]))*[ \t>]*(`{3,}|~{3,})")
 _CONTAINERS = frozenset({"bullet_list", "ordered_list", "blockquote", "html_block"})
-_HTML_ROW = re.compile(r"[ \t]*<tr[\s>]", re.IGNORECASE)  # an HTML table row's first line
 # Runs of words that can be such markers, one after another (possessive: linear on any line);
 # those holding a fence marker are what `pieces` may move to the end of the piece before a cut.
 _MARKER_RUN = re.compile(
@@ -130,7 +135,8 @@ class _Chunk:
     prefix: tuple[Heading, ...] = ()  # the parents prepended to the text (see _Window.new_chunk)
     reopen: str = ""  # fence opener repeated at the top when the chunk starts inside a fence
     reopen_kind: int = FENCE_MARK  # its line's kind (TEXT for a MyST directive's, with its info)
-    header: str = ""  # a table's header and delimiter rows, when it starts between its rows
+    header: str = ""  # a table's header and delimiter rows (an HTML table's head), when it
+    # starts between its rows
     opener: str = ""  # containers' first lines (`!!! note`, `:::{tip}`), if it starts in their body
     overhead: int = 0  # units of the prefix, opener, header and reopen lines, and the reserve
     # Read again alone: it starts inside a top-level list, block quote or HTML block, whose lines
@@ -200,9 +206,24 @@ class _Window:
             if (containers := indented_containers(doc, b))
         ]
         self.indented_starts = [first for first, _, _ in self.indented]
+        self.colons = [colon_closers(doc, containers) for _, _, containers in self.indented]
+        html = [b for b in doc.blocks if b.kind == "html_block"]
+        self.html_tables = [table for block in html for table in html_tables(doc, block)]
+        self.html_firsts = [t.first for t in self.html_tables]
+        # Units of the lines that close the colon fences or HTML table open after a line (see
+        # `closing_text`), by line: room is kept for them as for a fence's closing line.
+        self.closing: dict[int, int] = {}
+        for first, last, text in (closer for closers in self.colons for closer in closers):
+            units = self.context_units(text)
+            for number in range(first, last):
+                self.closing[number] = self.closing.get(number, 0) + units
+        for table in self.html_tables:
+            for number in range(table.first, table.last):
+                self.closing[number] = self.context_units(table.closing(number))
+        self.closing_lines = sorted(self.closing)
         self.containers = [(b.start_line, b.end_line) for b in doc.blocks if b.kind in _CONTAINERS]
         self.container_starts = [first for first, _ in self.containers]
-        self.html_starts = {b.start_line for b in doc.blocks if b.kind == "html_block"}
+        self.html_starts = {b.start_line for b in html}
         # A fence its list item or block quote ends (or the end of the file) gets a closing line
         # after its last non-blank line in the chunk text, since a chunk may not hold that
         # container.
@@ -352,29 +373,35 @@ class _Window:
             for first, last in blocks:
                 if self.try_add(first, last):
                     continue
-                rows = self.html_rows(first, last) if first in self.html_starts else []
-                for number in range(first, rows[0] if rows else last + 1):
+                after = first  # the first line not added yet
+                for row, end in self.html_rows(first):
+                    for number in range(after, row):
+                        self.add_line(number)
+                    self.add_row(row, end)
+                    after = end + 1
+                for number in range(after, last + 1):
                     self.add_line(number)
-                for index, row in enumerate(rows):
-                    self.add_row(row, rows[index + 1] - 1 if index + 1 < len(rows) else last)
 
-    def html_rows(self, first: int, last: int) -> list[int]:
-        """The first lines of an HTML table's rows (`<tr>` lines) among HTML block lines
-        first..last."""
-        lines = self.doc.lines
-        return [n for n in range(first, last + 1) if _HTML_ROW.match(lines[n - 1])]
+    def html_rows(self, first: int) -> list[tuple[int, int]]:
+        """The rows (see `blocks.html_rows`) of the HTML block starting on line `first`; []
+        when no HTML block does."""
+        if first not in self.html_starts:
+            return []
+        return html_rows(self.doc, self.doc.blocks[bisect_left(self.block_starts, first)])
 
     def add_row(self, first: int, last: int) -> None:
-        """Add an HTML table's row, lines first..last (`<tr>` to the next row): at once when it
-        fits, else in the next chunk when it fits there, whole as a markdown table's row is
-        (until 2026-11-30 a chunk could end between a row's cells), else line by line."""
+        """Add an HTML table's row, lines first..last (`<tr>` to the next row, a table's header
+        with its first row after it): at once when it fits, else in the next chunk when it fits
+        there, whole as a markdown table's row is (until 2026-11-30 a chunk could end between a
+        row's cells), else line by line."""
         if self.try_add(first, last):
             return
         fresh = self.continuation(first)
+        units = self.lines_units(first, last) + self.largest_closer(first, last)
         if (
             self.chunk.has_content
             and not self.below_heading(first)
-            and fresh.overhead + self.lines_units(first, last) <= self.limit
+            and fresh.overhead + units <= self.limit
         ):
             self.seal(fresh)
             if self.try_add(first, last):
@@ -483,7 +510,8 @@ class _Window:
             return None
         fence = self.doc.fences[index]
         closed = fence.closed and number + 1 == self.fence_ends[index]
-        return self.lines_units(number, number + 1) + (0 if closed else self.closer_units_of(fence))
+        closer = 0 if closed else self.closer_units_of(fence)
+        return self.lines_units(number, number + 1) + closer + self.closing.get(number + 1, 0)
 
     def fits(self, units: int) -> bool:
         """Whether `units` more fit in the chunk."""
@@ -541,18 +569,20 @@ class _Window:
         chunk.has_body = chunk.has_body or body
 
     def closer_units(self, number: int) -> int:
-        """Units of the closing fence line needed if the chunk ended right after line `number`."""
+        """Units of the closing fence line needed if the chunk ended right after line `number`,
+        and of the lines closing the colon fences or HTML table open there."""
         fence = self.open_fence_after(number)
-        return self.closer_units_of(fence) if fence else 0
+        return (self.closer_units_of(fence) if fence else 0) + self.closing.get(number, 0)
 
     def closer_units_of(self, fence: Block) -> int:
         return self.context_units(fence_closer(self.doc, fence))
 
     def largest_closer(self, first: int, last: int) -> int:
-        """The most closer units needed after any line of first..last."""
+        """The most closer units needed after any line of first..last (a fence's closing line,
+        and the lines closing the colon fences or HTML table open there)."""
         low = max(bisect_right(self.fence_starts, first) - 1, 0)
         high = bisect_right(self.fence_starts, last)
-        return max(
+        fence = max(
             (
                 self.closer_units_of(fence)
                 for fence in self.doc.fences[low:high]
@@ -560,6 +590,11 @@ class _Window:
             ),
             default=0,
         )
+        lines = self.closing_lines
+        if not lines:
+            return fence
+        closing = lines[bisect_left(lines, first) : bisect_right(lines, last)]
+        return fence + max(map(self.closing.__getitem__, closing), default=0)
 
     def fence_at(self, number: int) -> Block | None:
         """The fence that line `number` belongs to (its opening line included)."""
@@ -646,8 +681,12 @@ class _Window:
 
     def table_header(self, number: int) -> str:
         """The header and delimiter rows of the top-level table that line `number` is a later
-        line of (the header row alone above its delimiter row); '' elsewhere. A table in a list
+        line of (the header row alone above its delimiter row), or the `HtmlTable.head` of the
+        HTML table that line `number` starts a later row of; '' elsewhere. A table in a list
         or block quote gets none (only top-level tables are repeated, as in `structural`)."""
+        index = bisect_right(self.html_firsts, number) - 1
+        if index >= 0 and number in self.html_tables[index].rows:
+            return self.html_tables[index].head
         index = bisect_right(self.table_starts, number) - 1
         if index < 0 or not self.tables[index][0] < number <= self.tables[index][1]:
             return ""
@@ -764,7 +803,7 @@ class _Window:
 
     def draft(self, chunk: _Chunk) -> Draft:
         """BuildChunkWithHierarchy: parents, container opener, table header or fence reopen, own
-        lines, fence close."""
+        lines, fence close, then the lines closing the colon fences or HTML table left open."""
         own, own_kinds, numbers, inserted = self.own_lines(chunk.segments)
         start = next(i for i, text in enumerate(own) if text.strip())
         end = next(i for i in range(len(own) - 1, -1, -1) if own[i].strip())
@@ -775,7 +814,7 @@ class _Window:
         if chunk.header:
             rows = chunk.header.split("\n")
             texts.extend(rows)
-            line_kinds.extend([TABLE] * len(rows))
+            line_kinds.extend([own_kinds[start]] * len(rows))  # its rows' kind: an HTML row's TEXT
         if chunk.reopen:
             texts.append(chunk.reopen)
             line_kinds.append(chunk.reopen_kind)
@@ -801,6 +840,12 @@ class _Window:
             texts.extend(closers)
             line_kinds.extend([FENCE_MARK] * len(closers))
             exact = exact and not closers
+        closing = self.closing_text(chunk, numbers[0], numbers[-1])
+        if closing:
+            rows = closing.split("\n")
+            texts.extend(rows)
+            line_kinds.extend([TEXT] * len(rows))
+            units += self.context_units(closing)
         return Draft(
             text="\n".join(texts),
             start_line=numbers[0],
@@ -810,6 +855,20 @@ class _Window:
             line_kinds=bytes(line_kinds),
             token_count=self.counter.tokens(units) if exact else None,
         )
+
+    def closing_text(self, chunk: _Chunk, first: int, last: int) -> str:
+        """The lines that close the colon fences or the HTML table open after line `last`, of a
+        chunk whose own lines start on line `first`: those whose first line it holds, its own or
+        repeated (`opener`, `header`), innermost first; '' for none."""
+        index = bisect_right(self.indented_starts, last) - 1
+        if index >= 0 and last <= self.indented[index][1]:
+            closers = closers_after(self.colons[index], last, 0 if chunk.opener else first)
+            return "\n".join(closers)
+        index = bisect_right(self.html_firsts, last) - 1
+        table = self.html_tables[index] if index >= 0 else None
+        if table is None or not (first <= table.first or chunk.header):
+            return ""
+        return table.closing(last)
 
     def target_heading(self, first: int, last: int) -> str | None:
         """Seed 003's target heading: the first heading among the chunk's own lines with content

@@ -20,15 +20,21 @@ from itertools import pairwise
 from chunking.blocks import (
     NOT_SPACE,
     Block,
+    HtmlTable,
     ParsedDocument,
+    block_starting_at,
     check_fence_marker,
+    closers_after,
     closers_for_open_fences,
+    colon_closers,
     container_body_indent,
     container_openers,
-    containers_starting_at,
     fence_closer,
     fence_reopener,
     fences_opening,
+    html_rows,
+    html_tables,
+    indented_containers,
     last_fence_opened,
 )
 from chunking.record import CHUNKING_FAILED, ChunkingError
@@ -337,16 +343,22 @@ def line_pieces(
     limit: int,
     start: int | None = None,
 ) -> list[Span]:
-    """A block cut between lines (a line longer than `limit` is cut within itself first); the
-    first piece starts at `start` when given (a heading line before the block, kept with the
-    block's first line: cut with it when the two do not fit together).
+    """A block cut between lines (a line longer than `limit` is cut within itself first), an
+    HTML block between its rows where they fit (`blocks.html_rows`); the first piece starts at
+    `start` when given (a heading line before the block, kept with the block's first line: cut
+    with it when the two do not fit together).
 
     A piece after the first of an indented container (`!!! note "T"`, `=== "pip"`, whose body
     lines read as indented code without it) or a colon fence (`:::{tip}`) starts with its first
     line, and those of the containers nested in it that hold the piece's first line (a `!!! note`
     in a tab), as a piece of a table with its header rows (unless those lines would take over half
     of `limit`); one that starts inside a line's indentation gets the rest of it, one inside its
-    text the innermost body's indentation (`container_body_indent`).
+    text the innermost body's indentation (`container_body_indent`); a piece that holds a colon
+    fence's first line (its own or repeated) and ends before its closing line ends with that
+    line (`blocks.colon_closers`). A piece that starts at a later row of an HTML table
+    (`blocks.HtmlTable`) starts with its `head`, and one that holds its first line (its own or
+    repeated) and ends inside it ends with the lines that close its open parts, unless those
+    lines would take over half of `limit`.
 
     A cut inside a fenced code block, at any nesting, closes the fence at the end of one piece
     and reopens it (same marker, info string and indentation; the bare marker when those would
@@ -373,50 +385,90 @@ def line_pieces(
                 f"{measure.unit} to reopen and close, over half the chunk limit of {limit}",
             )
         reserve = max(reserve, context)
-    first_line = src.first_line(span)
-    containers = containers_starting_at(doc, first_line)
-    chains = [container_openers(containers, first + 1) for first, _, _ in containers]
-    longest = max(chains, key=measure.size_of, default="")
+    block = block_starting_at(doc, src.first_line(span))
+    containers = indented_containers(doc, block) if block else ()
+    colons = colon_closers(doc, containers)
+    openers = [container_openers(containers, first + 1) for first, _, _ in containers]
+    closers = ["".join("\n" + c for c in closers_after(colons, n, 0)) for n, _, _ in colons]
+    longest = max(openers, key=measure.size_of, default="")
     room = measure.size_of(longest) + 5 * (longest.count("\n") + 1)  # lines, newlines, indent
+    room += max(map(measure.size_of, closers), default=0)
     if containers and 2 * (room + reserve) > limit:
-        containers = ()
+        containers = colons = ()
     reserve += room if containers else 0
+    tables = html_tables(doc, block) if block else ()
+    room = max(  # the head, the longest closing lines, a newline after and before them
+        (measure.size_of(t.head) + measure.size_of(max(t.closers, key=len)) + 2 for t in tables),
+        default=0,
+    )
+    if tables and 2 * (room + reserve) > limit:
+        tables = ()
+    reserve += room if tables else 0
     budget = max(1, limit - reserve)
     parts: list[Span] = []
     lines = line_spans(src, span)
+    numbers = [src.line_of(line.start) for line in lines]
     if start is not None:
         lines[0] = Span(start, lines[0].end)
-    for line in lines:
-        if measure.size(line.start, line.end) <= budget:
-            parts.append(line)
-        else:
-            parts += cut(src, measure, line, budget)
+    rows = dict(html_rows(doc, block)) if block else {}
+    for group in _grouped(lines, numbers, rows):
+        if len(group) > 1 and measure.size(group[0].start, group[-1].end) <= budget:
+            parts.append(Span(group[0].start, group[-1].end))
+            continue
+        for line in group:
+            if measure.size(line.start, line.end) <= budget:
+                parts.append(line)
+            else:
+                parts += cut(src, measure, line, budget)
 
     def piece_of(group: list[Span]) -> Span:
         start, end = group[0].start, group[-1].end
-        reopen = _fence_around(fences, src.line_of(start), reopen=True)
-        close = _fence_around(fences, src.line_of(max(start, end - 1)), reopen=False)
+        first, last = src.line_of(start), src.line_of(max(start, end - 1))
+        reopen = _fence_around(fences, first, reopen=True)
+        close = _fence_around(fences, last, reopen=False)
         prefix = reopeners[reopen.start_line] + "\n" if reopen else ""
-        opener = container_openers(containers, src.line_of(start))
+        opener = container_openers(containers, first)
+        before = src.text[src.line_starts[first - 1] : start]
         if opener:
-            before = src.text[src.line_starts[src.line_of(start) - 1] : start]
             body = container_body_indent(opener[opener.rfind("\n") + 1 :])  # the innermost's
             prefix = opener + "\n" + prefix + (body if before.strip() else before)
-        return _balanced(
-            src,
-            Span(
-                start,
-                end,
-                prefix=prefix,
-                suffix="\n" + fence_closer(doc, close) if close else "",
-            ),
-        )
+        closing = [fence_closer(doc, close)] if close else []
+        closing += closers_after(colons, last, 0)
+        table = _table_at(tables, last)
+        at_line = not before.strip()  # the piece starts at its first line's text
+        if table is not None:
+            at_row = at_line and first in table.rows
+            prefix = table.head + "\n" + prefix if at_row else prefix
+            holds = at_row or first < table.first or first == table.first and at_line
+            closing += [table.closing(last)] if holds and table.closing(last) else []
+        suffix = "".join("\n" + line for line in closing)
+        return _balanced(src, Span(start, end, prefix=prefix, suffix=suffix))
 
     def too_big(piece: Span) -> bool:  # its fence context did not fit
         size = measure.size(piece.start, piece.end)
         return size + measure.size_of(piece.prefix + piece.suffix) > limit
 
     return packed_pieces(parts, measure, budget, piece_of, too_big)
+
+
+def _grouped(lines: list[Span], numbers: list[int], rows: dict[int, int]) -> list[list[Span]]:
+    """`lines` (on lines `numbers`) grouped: those of each of `rows` (first line: last line)
+    together, every other line alone."""
+    groups: list[list[Span]] = []
+    end = 0  # the last line of the row being grouped
+    for line, number in zip(lines, numbers, strict=True):
+        if number <= end:
+            groups[-1].append(line)
+        else:
+            groups.append([line])
+            end = rows.get(number, 0)
+    return groups
+
+
+def _table_at(tables: Sequence[HtmlTable], line: int) -> HtmlTable | None:
+    """The one of `tables` (in line order) that holds `line`, None if none."""
+    index = bisect_right([t.first for t in tables], line) - 1
+    return tables[index] if index >= 0 and line <= tables[index].last else None
 
 
 def balanced(src: SourceText, span: Span, unclosed: UnclosedFences) -> Span:

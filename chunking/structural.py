@@ -11,7 +11,8 @@ Walk the top-level blocks in order, keeping the heading stack:
 - paragraphs, block quotes and HTML blocks under one heading path are merged (section 4.2) until
   the chunk reaches the target (350) or the next block would pass the soft maximum (450);
 - a block over the hard maximum (520) is cut: prose at sentence boundaries, code between lines
-  (fence reopened), tables between rows (header repeated), lists and quotes between lines;
+  (fence reopened), tables between rows (header repeated), HTML blocks between an HTML table's
+  rows (its head repeated, the table closed), lists, quotes and containers between lines;
   a piece still over the limit is cut into token windows of `target` tokens with 15% overlap.
 Overlap (section 6): when a size limit, not structure, ends a prose chunk, the next chunk of the
 same section starts with the previous chunk's last whole sentences, at most 15% of its tokens

@@ -9,7 +9,14 @@ import re
 from hypothesis import strategies as st
 
 from chunking import ChunkedDocument, chunk_source
-from chunking.blocks import heading_title, indented_containers, parse, unclosed_fences
+from chunking.blocks import (
+    colon_closers,
+    heading_title,
+    html_tables,
+    indented_containers,
+    parse,
+    unclosed_fences,
+)
 from chunking.normalize import normalize
 from chunking.strategy import get_strategy
 
@@ -161,7 +168,21 @@ def check_invariants(data: bytes | str, strategy: str, **options) -> ChunkedDocu
     # the first lines of indented containers (`!!! note`, nested ones too), repeated above lines
     # cut from their body
     openers = {_collapse(text) for b in doc.blocks for _, _, text in indented_containers(doc, b)}
-    context = heading_lines | table_headers | openers
+    # colon fences' closing lines, which end a chunk that ends inside one, and HTML tables'
+    # heads, repeated above their later rows, and the lines closing their parts
+    closers = {
+        _collapse(text)
+        for b in doc.blocks
+        for _, _, text in colon_closers(doc, indented_containers(doc, b))
+    }
+    html = {
+        _collapse(line)
+        for b in doc.blocks
+        for table in html_tables(doc, b)
+        for text in {table.head, *table.closers}
+        for line in text.split("\n")
+    }
+    context = heading_lines | table_headers | openers | closers | html
     limit = chunker.hard_max_tokens
     assert [c.ordinal for c in first.chunks] == list(range(len(first.chunks)))
     sources: dict[tuple[int, int], str] = {}  # collapsed line ranges (many chunks share one)
@@ -212,3 +233,37 @@ def check_container_pieces(document: ChunkedDocument, opener: str) -> None:
         blocks = parse(normalize(chunk.text)).blocks
         assert [b.kind for b in blocks if b.kind != "heading"] == ["admonition"], chunk.text
         assert opener in chunk.text.split("\n")
+
+
+def html_table(rows: int, thead: bool) -> tuple[str, str, str]:
+    """An HTML table of `rows` rows, a `<td>` per cell on its own line (as Node.js' API docs
+    write them), its header row in a `<thead>` then a `<tbody>` (`thead`) or first; returns
+    the table, its head (its lines before its first row after the header, repeated above a
+    later row) and the lines that close it after a row."""
+    head = ["<table>", "  <thead>"] if thead else ["<table>"]
+    head += ["  <tr>", "    <th>Constant</th>", "    <th>Description</th>", "  </tr>"]
+    head += ["  </thead>", "  <tbody>"] if thead else []
+    body = [
+        f"  <tr>\n    <td><code>SIG{i}</code></td>\n"
+        f"    <td>Sent to a process when event number {i} happens.</td>\n  </tr>"
+        for i in range(rows)
+    ]
+    closing = "  </tbody>\n</table>" if thead else "</table>"
+    return "\n".join([*head, *body, closing]), "\n".join(head), closing
+
+
+def check_html_table_pieces(document: ChunkedDocument, table: tuple[str, str, str]) -> None:
+    """Every chunk of a document of headings, an HTML `table` (see `html_table`) and text after
+    it holds whole rows, every row once, and reads as the table with its header: one cut from
+    its rows starts with its head, and one ending inside it ends with the tags closing it."""
+    text, head, closing = table
+    cells = []
+    for index, chunk in enumerate(c for c in document.chunks if "<tr>" in c.text):
+        lines = [line for line in chunk.text.split("\n") if not line.startswith("#")]
+        if index:
+            assert "\n".join(lines).startswith(f"{head}\n  <tr>\n"), chunk.text
+        table = "\n".join(lines).split(closing)[0]
+        assert chunk.text.count(closing) == 1 and table.endswith("  </tr>\n"), chunk.text
+        assert table.count("<tr>") == table.count("</tr>"), chunk.text  # whole rows
+        cells += [line for line in lines if "<td>" in line]
+    assert len(cells) == len(set(cells)) == text.count("<td>")

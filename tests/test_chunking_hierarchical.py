@@ -13,7 +13,12 @@ from chunking.blocks import parse, unclosed_fences
 from chunking.hierarchical import BAND
 from chunking.normalize import normalize
 from chunking.strategy import get_strategy
-from tests.chunking_support import check_container_pieces, check_invariants
+from tests.chunking_support import (
+    check_container_pieces,
+    check_html_table_pieces,
+    check_invariants,
+    html_table,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
 
@@ -404,3 +409,19 @@ def test_a_piece_of_a_colon_fence_starts_with_its_first_line_and_no_indentation(
     assert len(pieces) > 2
     assert all(c.text.split("\n")[:1] == [":::{note}"] for c in pieces)
     assert all(c.text.split("\n")[1].startswith("w") for c in pieces)
+    # and each ends with its closing line (until 2026-11-30 all but the last left it open)
+    assert all(c.text.endswith("\n:::") for c in document.chunks)
+    check_container_pieces(document, ":::{note}")
+
+
+@pytest.mark.parametrize("thead", [True, False])
+def test_an_html_table_is_cut_between_rows_and_each_piece_repeats_its_header(thead):
+    """An HTML table over `hard_max_size` was cut between lines: a piece ended between a row's
+    cells, the next started with rows and no header, and the table was left open. Its pieces
+    hold whole rows, each starts with the table's head (as a markdown table's repeat its header
+    rows) and ends with the tags closing it."""
+    table = html_table(80, thead)
+    document = check_invariants(f"## Signals\n\n{table[0]}\n", "hierarchical")
+    assert len(document.chunks) > 2
+    check_html_table_pieces(document, table)
+    assert all(len(c.text) <= 4000 for c in document.chunks)

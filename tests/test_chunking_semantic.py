@@ -10,7 +10,12 @@ from chunking import chunk_source, strategy_key
 from chunking.blocks import TABLE, parse, unclosed_fences
 from chunking.normalize import normalize
 from chunking.tokens import get_counter
-from tests.chunking_support import check_container_pieces, check_invariants
+from tests.chunking_support import (
+    check_container_pieces,
+    check_html_table_pieces,
+    check_invariants,
+    html_table,
+)
 
 COUNT = get_counter("heuristic").count
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
@@ -648,7 +653,8 @@ def test_a_chunk_cut_inside_a_colon_fence_repeats_its_first_line(openers):
     """A chunk cut inside a colon fence (MyST's `:::{tip}`, a `:::{tab-item}` in a
     `::::{tab-set}`) started with its body, and the last one ended with a bare `:::` that closed
     nothing: each begins with the fences' first lines, outermost first, as a chunk cut inside an
-    MkDocs container does, so the last one reads as the container it ends."""
+    MkDocs container does, and ends with their closing lines, as a cut code fence is closed, so
+    each reads as the container it is cut from."""
     paragraphs = [f"Paragraph {i} {words(40, 'workers')}." for i in range(8)]
     closers = [opener.split("{")[0] for opener in reversed(openers)]
     body = "\n\n".join(paragraphs)
@@ -658,8 +664,10 @@ def test_a_chunk_cut_inside_a_colon_fence_repeats_its_first_line(openers):
     for chunk in document.chunks[1:]:
         head = chunk.text.split("\n")[: 2 + len(openers)]
         assert head == ["# Upgrading", "## Database", *openers]
-    blocks = parse(normalize(document.chunks[-1].text)).blocks
-    assert [b.kind for b in blocks if b.kind != "heading"] == ["admonition"]
+    # each ends with the fences' closing lines, innermost first (until 2026-11-30 all but the
+    # last left them open: their text read as paragraphs, the opener as one too)
+    assert all(c.text.endswith("\n".join(["", *closers])) for c in document.chunks)
+    check_container_pieces(document, openers[0])
     seen = [line for c in document.chunks for line in c.text.split("\n") if "Paragraph" in line]
     assert seen == paragraphs
 
@@ -684,3 +692,18 @@ def test_a_chunk_cut_inside_an_html_table_ends_between_its_rows():
         assert lines[chunk.end_line - 1] == "  </tr>", chunk.text
     cells = [line for c in document.chunks for line in c.text.split("\n") if "<td>" in line]
     assert len(cells) == 40  # each cell once
+
+
+@pytest.mark.parametrize("thead", [True, False])
+def test_a_chunk_cut_inside_an_html_table_repeats_its_header_and_closes_it(thead):
+    """A chunk cut from an HTML table's rows started with rows and no header (a markdown
+    table's repeats its header rows), and one ending inside it left the table open: each starts
+    with the table's head (`<table>`, the header row, in a `<thead>` or not) after the prepended
+    headings, and ends with the tags closing it, so each reads as the table with its header."""
+    table = html_table(20, thead)
+    text = f"# OS\n\n## Signals\n\n{table[0]}\n\nDone.\n"
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=20)
+    assert len(document.chunks) > 3
+    check_html_table_pieces(document, table)
+    assert all(c.text.startswith("# OS\n## Signals\n<table>\n") for c in document.chunks[1:])
+    assert document.chunks[-1].text.endswith("</table>\n\nDone.")

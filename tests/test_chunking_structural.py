@@ -16,7 +16,12 @@ from chunking.blocks import parse, unclosed_fences
 from chunking.normalize import normalize
 from chunking.strategy import get_strategy
 from chunking.tokens import get_counter
-from tests.chunking_support import check_container_pieces, check_invariants
+from tests.chunking_support import (
+    check_container_pieces,
+    check_html_table_pieces,
+    check_invariants,
+    html_table,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
 # Words that are one WordPiece token each, so token windows can be checked word by word.
@@ -373,3 +378,30 @@ def test_a_piece_of_an_indented_container_starts_with_its_first_line():
     assert all(c.text.split("\n")[0] == opener for c in pieces)
     assert all(re.match(r"    \S", c.text.split("\n")[1]) for c in pieces)
     assert sum(c.start_line == c.end_line == 17 for c in pieces) > 1  # the long line's pieces
+
+
+@pytest.mark.parametrize("thead", [True, False])
+def test_an_html_table_is_cut_between_rows_and_each_piece_repeats_its_header(thead):
+    """An HTML table over the hard maximum was cut between lines: a piece ended between a
+    row's cells, the next started with rows and no header, and the table was left open. Its
+    pieces hold whole rows, each starts with the table's head (as a markdown table's repeat its
+    header rows) and ends with the tags closing it."""
+    table = html_table(60, thead)
+    document = check_invariants(f"## Signals\n\n{table[0]}\n\nDone.\n", "structural")
+    assert len(document.chunks) > 4 and document.chunks[-1].text == "Done."
+    check_html_table_pieces(document, table)
+
+
+def test_a_piece_of_a_colon_fence_ends_with_its_closing_lines():
+    """A piece cut inside a colon fence (a `:::{tab-item}` in a `::::{tab-set}`) left it
+    open: it ends with the closing lines of the fences around it, innermost first, as a cut
+    code fence is closed, so it reads as the container it is cut from."""
+    paragraphs = [" ".join(f"w{i}x{j}" for j in range(60)) + "." for i in range(6)]
+    openers = ["::::{tab-set}", ":::{tab-item} pip"]
+    text = "\n".join(["## Install", "", *openers, "\n\n".join(paragraphs), ":::", "::::", ""])
+    options = {"target": 60, "soft_max": 80, "hard_max": 100, "overlap_percent": 15}
+    document = check_invariants(text, "structural", **options)
+    assert len(document.chunks) > 4
+    check_container_pieces(document, openers[0])
+    assert all(c.text.endswith("\n:::\n::::") for c in document.chunks)
+    assert all(c.text.split("\n")[:2] == openers for c in document.chunks[1:])
