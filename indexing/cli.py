@@ -165,10 +165,15 @@ def topic_result(
 
 def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
     """The JSON-ready answer to `query --question`: SimHash matches that the topics' index.json
-    still hold, else embedding search (`args.topic`, where given, a topic as
-    `IndexReader.spelled_topic` found it)."""
+    still hold, then, while they are fewer than `args.n`, the embedding search's nearest chunks
+    not among them (`args.topic`, where given, a topic as `IndexReader.spelled_topic` found it).
+    A SimHash match names the chunk its question attached to at build time, mostly one: the
+    embedding search, which ranked it first or not far from it, names the others the asker
+    wants (`--n`); one that near-matched another question's words names the wrong page, and
+    the search the right one after it. `method`: "simhash", "embedding", both joined by "+",
+    or "none" (no SimHash match and no chunk table)."""
     matches: list[dict[str, Any]] = []
-    method = "simhash"
+    methods = []
     found = current_matches(reader, question_matches(reader, args.question, args.topic))
     for m, item in islice(found, args.n):
         matches.append(
@@ -182,22 +187,29 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
                 "path": in_topic(m.topic, href_path(item["href"])),
             }
         )
-    if not matches:
+    if matches:
+        methods.append("simhash")
+    if len(matches) < args.n:
+        listed = {(match["topic"], match["source"], match["index"]) for match in matches}
         topics = [args.topic] if args.topic is not None else reader.topics()
         table = chunk_tables(reader, topics)
-        method = "none" if table is None else "embedding"
+        hits = []
         if table is not None:
-            for hit in embedding_search(table, args.question, args.n, query_embedder(reader)):
-                matches.append(
-                    {
-                        "topic": hit.topic,
-                        "source": hit.source,
-                        "index": hit.index,
-                        "title": hit.title,
-                        "score": hit.score,
-                        "path": hit.path,
-                    }
-                )
+            hits = embedding_search(table, args.question, args.n, query_embedder(reader))
+        hits = [hit for hit in hits if (hit.topic, hit.source, hit.index) not in listed]
+        for hit in hits[: args.n - len(matches)]:
+            matches.append(
+                {
+                    "topic": hit.topic,
+                    "source": hit.source,
+                    "index": hit.index,
+                    "title": hit.title,
+                    "score": hit.score,
+                    "path": hit.path,
+                }
+            )
+        if hits:
+            methods.append("embedding")
     for match in matches:
         relpath = match.pop("path")
         match["href"] = reader.href(relpath)
@@ -206,7 +218,7 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
     return {
         "question": args.question,
         "simhash": simhash64(args.question),
-        "method": method,
+        "method": "+".join(methods) or "none",
         "matches": matches,
     }
 

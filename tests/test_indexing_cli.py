@@ -154,7 +154,7 @@ def test_a_local_indexs_hrefs_are_file_uris_a_client_can_fetch(index_root, tmp_p
     a URL reader took `#2?%/...` for a fragment and fetched `out ` (a space, ambiguous too)."""
     named = tmp_path / "out #2?%"
     shutil.copytree(index_root, named)
-    for asked in (["--topic", TOPIC, "--n", "2"], ["--question", QUESTIONS[0]]):
+    for asked in (["--topic", TOPIC, "--n", "2"], ["--question", QUESTIONS[0], "--n", "1"]):
         code, out, _ = run_cli(["query", str(named), *asked, "--json"], capsys)
         result = json.loads(out)
         hrefs = [c["href"] for s in result.get("sources", []) for c in s["chunks"]]
@@ -195,8 +195,8 @@ def test_query_onto_a_full_disk_says_so_in_one_line_and_exits_1(index_root, form
 def test_question_found_by_simhash_with_exact_uint64(index_root, capsys):
     question = big_question()
     code, out, _ = run_cli(
-        ["query", str(index_root), "--question", question.upper(), "--json"], capsys
-    )
+        ["query", str(index_root), "--question", question.upper(), "--n", "1", "--json"], capsys
+    )  # --n as many as SimHash finds: SimHash alone (more: the search's chunks follow)
     assert code == 0
     result = json.loads(out)
     assert result["method"] == "simhash" and result["simhash"] == simhash64(question) >= 2**63
@@ -221,7 +221,8 @@ def test_query_over_http_matches_local(index_root, server, capsys):
         for chunk in b["chunks"]:
             assert chunk["href"].startswith(server + "/")
             assert requests.get(chunk["href"], timeout=10).text == chunk["text"]
-    code, out, _ = run_cli(["query", server, "--question", QUESTIONS[0], "--json"], capsys)
+    argv = ["query", server, "--question", QUESTIONS[0], "--n", "1", "--json"]
+    code, out, _ = run_cli(argv, capsys)
     assert json.loads(out)["matches"][0]["index"] == 1
 
 
@@ -246,7 +247,8 @@ def test_a_file_a_server_forbids_where_it_is_missing_reads_as_missing(index_root
     try:
         url = f"http://127.0.0.1:{httpd.server_address[1]}"
         assert IndexReader.open(url).read("no/such/file.json") is None
-        code, out, err = run_cli(["query", url, "--question", QUESTIONS[0], "--json"], capsys)
+        argv = ["query", url, "--question", QUESTIONS[0], "--n", "1", "--json"]
+        code, out, err = run_cli(argv, capsys)
         assert (code, err) == (0, ""), err
         assert json.loads(out)["matches"][0]["index"] == 1
         # A private bucket's root reads as missing too: the message says it may be refused.
@@ -1015,7 +1017,8 @@ def test_a_topic_is_found_however_spelled_and_a_folder_of_topics_is_no_topic(ind
         assert run_cli([*argv, "--topic", spelled], capsys) == (0, expected, ""), spelled
         # The library too: `/guides/intro` was "… leads out of the index: it is damaged".
         assert reader.topic(spelled) == reader.topic(TOPIC), spelled
-        code, out, _ = run_cli([*argv, "--topic", spelled, "--question", QUESTIONS[0]], capsys)
+        asked = [*argv, "--topic", spelled, "--question", QUESTIONS[0], "--n", "1"]
+        code, out, _ = run_cli(asked, capsys)
         result = json.loads(out)
         assert code == 0 and result["method"] == "simhash", spelled
         assert [(m["topic"], m["index"]) for m in result["matches"]] == [(TOPIC, 1)], spelled
@@ -1044,12 +1047,12 @@ def test_a_question_leaves_out_simhash_matches_the_index_no_longer_holds(tmp_pat
     renumbered = topic("one", [("Release notes", "New."), *first], [1.0, 0.3, 0.6])
     assert [e[1:] for e in renumbered.prompt_entries] == [("t/one", "s", 2)]
     write_topic(tmp_path, renumbered)  # its switch; the tables still say chunk 1
-    argv = ["query", str(tmp_path), "--question", question, "--json"]
+    argv = ["query", str(tmp_path), "--question", question, "--json", "--n", "2"]
     code, out, _ = run_cli(argv, capsys)
     matches = [(m["topic"], m["index"], m["title"]) for m in json.loads(out)["matches"]]
     assert code == 0 and matches == [("t/three", 1, "Install"), ("t/two", 1, "Install")]
     shutil.rmtree(tmp_path / "t" / "three")  # deleted, its table entries not yet
-    code, out, _ = run_cli(argv, capsys)
+    code, out, _ = run_cli([*argv[:-1], "1"], capsys)
     matches = [(m["topic"], m["index"], m["title"]) for m in json.loads(out)["matches"]]
     assert code == 0 and matches == [("t/two", 1, "Install")]
 
@@ -1098,10 +1101,10 @@ def test_a_question_may_follow_the_root_as_words(index_root, capsys):
     types it, was "unrecognized arguments" (exit 2): the words after the root are the question,
     as --question gives it. Both at once, or words that are blank, are bad usage."""
     root = str(index_root)
-    flagged = run_cli(["query", root, "--question", QUESTIONS[0], "--json"], capsys)
+    flagged = run_cli(["query", root, "--question", QUESTIONS[0], "--n", "1", "--json"], capsys)
     assert flagged[0] == 0 and json.loads(flagged[1])["question"] == QUESTIONS[0]
     for words in ([QUESTIONS[0]], QUESTIONS[0].split()):
-        assert run_cli(["query", root, *words, "--json"], capsys) == flagged
+        assert run_cli(["query", root, *words, "--n", "1", "--json"], capsys) == flagged
     for argv, said in (
         ([root, "install", "--question", "install"], "give the question once"),
         ([root, " ", ""], "argument QUESTION: must not be empty"),
@@ -1147,7 +1150,7 @@ def test_a_root_that_names_an_index_json_is_bad_usage_naming_its_folder(index_ro
 def test_query_text_output_writes_what_a_terminal_acts_on_as_escapes(index_root, tmp_path, capsys):
     """Titles and names come from the index (a remote one too): a title holding an ESC sequence
     (one clears the screen) or a line break reached the terminal as it was."""
-    question = ["--question", QUESTIONS[0]]
+    question = ["--question", QUESTIONS[0], "--n", "1"]
     code, out, _ = run_cli(["query", str(index_root), *question, "--json"], capsys)
     match = json.loads(out)["matches"][0]
     root = tmp_path / "index"
