@@ -393,7 +393,7 @@ class _Window:
         """Add an HTML table's row, lines first..last (`<tr>` to the next row, a table's header
         with its first row after it): at once when it fits, else in the next chunk when it fits
         there, whole as a markdown table's row is (until 2026-11-30 a chunk could end between a
-        row's cells), else line by line."""
+        row's cells), else line by line (a table's header and its first row each as a row)."""
         if self.try_add(first, last):
             return
         fresh = self.continuation(first)
@@ -406,6 +406,12 @@ class _Window:
             self.seal(fresh)
             if self.try_add(first, last):
                 return
+        index = bisect_left(self.html_firsts, first)
+        table = self.html_tables[index] if index < len(self.html_tables) else None
+        if table is not None and table.first == first and table.body <= last:
+            self.add_row(first, table.body - 1)
+            self.add_row(table.body, last)
+            return
         for number in range(first, last + 1):
             self.add_line(number)
 

@@ -707,3 +707,16 @@ def test_a_chunk_cut_inside_an_html_table_repeats_its_header_and_closes_it(thead
     check_html_table_pieces(document, table)
     assert all(c.text.startswith("# OS\n## Signals\n<table>\n") for c in document.chunks[1:])
     assert document.chunks[-1].text.endswith("</table>\n\nDone.")
+
+
+def test_an_html_table_right_below_a_heading_is_cut_between_its_rows():
+    """Where a table's header and first row do not fit after the heading a chunk has just taken
+    (Node.js' crypto.md, "OpenSSL engine constants"), the chunk took them line by line and ended
+    inside the first row, and the next chunk started inside it: the header is taken whole as a
+    row, and the first row starts the next chunk, under the repeated header."""
+    table = html_table(12, False)
+    text = f"# OS\n\n{words(94)}\n\n## Signals\n\n{table[0]}\n"
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=20)
+    check_html_table_pieces(document, table)
+    assert document.chunks[0].text.endswith(f"## Signals\n\n{table[1]}\n</table>")
+    assert document.chunks[1].start_line == 12  # the first row, its header above it
