@@ -565,8 +565,8 @@ def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) 
 def _float32_matrix(vectors: pa.FixedSizeListArray) -> np.ndarray:
     """A chunk table's vectors (float32, as `searched_columns` checked) as a rows x width array,
     read from the Arrow buffer: pyarrow's `to_numpy` (and `take`, `pa.array` of numbers) imports
-    pandas on its first call, a second of every question's time (0.8-1.1 s on the 2-core EPYC)
-    for nothing pandas does."""
+    pandas on its first call: 0.13-0.2 s of every question's time on the 2-core EPYC (0.8 s on
+    one busy with other work) for nothing pandas does."""
     values = vectors.flatten()  # the array's own rows, whatever its offset
     flat = np.frombuffer(
         values.buffers()[1], dtype=np.float32, count=len(values), offset=values.offset * 4

@@ -93,8 +93,8 @@ def test_a_near_match_of_another_pages_question_no_longer_hides_the_right_page(r
 
 
 def test_a_questions_search_imports_no_pandas_and_reads_its_tables_rows(root):
-    """pyarrow's `to_numpy` imports pandas on its first call: a second of every embedding
-    search's time (0.8-1.1 s of a 2-core EPYC's ~7 s `mdindex query`) for nothing it does."""
+    """pyarrow's `to_numpy` imports pandas on its first call: 0.13-0.2 s of every embedding
+    search's time on a 2-core EPYC (0.8 s on a busy one) for nothing it does."""
     probe = f"""
 import sys
 import numpy as np
