@@ -396,7 +396,7 @@ def line_pieces(
     if containers and 2 * (room + reserve) > limit:
         containers = colons = ()
     reserve += room if containers else 0
-    tables = html_tables(doc, block) if block else ()
+    found = tables = html_tables(doc, block) if block else ()
     room = max(  # the head, the longest closing lines, a newline after and before them
         (measure.size_of(t.head) + measure.size_of(max(t.closers, key=len)) + 2 for t in tables),
         default=0,
@@ -411,15 +411,23 @@ def line_pieces(
     if start is not None:
         lines[0] = Span(start, lines[0].end)
     rows = dict(html_rows(doc, block)) if block else {}
-    for group in _grouped(lines, numbers, rows):
-        if len(group) > 1 and measure.size(group[0].start, group[-1].end) <= budget:
-            parts.append(Span(group[0].start, group[-1].end))
-            continue
-        for line in group:
-            if measure.size(line.start, line.end) <= budget:
-                parts.append(line)
-            else:
-                parts += cut(src, measure, line, budget)
+    heads = {table.first: table.body for table in found}  # a header and its first row: a row
+    for group in _grouped(numbers, rows):
+        body = heads.get(numbers[group[0]])
+        if body is not None and _size(measure, lines, group) > budget:
+            split = next(i for i, index in enumerate(group) if numbers[index] >= body)
+            split_rows = [group[:split], group[split:]]  # the two, each whole where it fits
+        else:
+            split_rows = [group]
+        for row in split_rows:
+            if len(row) > 1 and _size(measure, lines, row) <= budget:
+                parts.append(Span(lines[row[0]].start, lines[row[-1]].end))
+                continue
+            for line in (lines[index] for index in row):
+                if measure.size(line.start, line.end) <= budget:
+                    parts.append(line)
+                else:
+                    parts += cut(src, measure, line, budget)
 
     def piece_of(group: list[Span]) -> Span:
         start, end = group[0].start, group[-1].end
@@ -451,18 +459,23 @@ def line_pieces(
     return packed_pieces(parts, measure, budget, piece_of, too_big)
 
 
-def _grouped(lines: list[Span], numbers: list[int], rows: dict[int, int]) -> list[list[Span]]:
-    """`lines` (on lines `numbers`) grouped: those of each of `rows` (first line: last line)
+def _grouped(numbers: list[int], rows: dict[int, int]) -> list[list[int]]:
+    """The indices of lines `numbers` grouped: those of each of `rows` (first line: last line)
     together, every other line alone."""
-    groups: list[list[Span]] = []
+    groups: list[list[int]] = []
     end = 0  # the last line of the row being grouped
-    for line, number in zip(lines, numbers, strict=True):
+    for index, number in enumerate(numbers):
         if number <= end:
-            groups[-1].append(line)
+            groups[-1].append(index)
         else:
-            groups.append([line])
+            groups.append([index])
             end = rows.get(number, 0)
     return groups
+
+
+def _size(measure: Measure, lines: list[Span], group: list[int]) -> int:
+    """The size of `lines` from the first to the last of indices `group`."""
+    return measure.size(lines[group[0]].start, lines[group[-1]].end)
 
 
 def _table_at(tables: Sequence[HtmlTable], line: int) -> HtmlTable | None:

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from chunking.blocks import Block, Heading, ParsedDocument
+from chunking.blocks import Block, Heading, ParsedDocument, html_tables
 from chunking.spans import (
     FENCE_RUN,
     WORD_BOUNDARY,
@@ -124,7 +124,7 @@ class _Open:
     tokens: int = 0
     kind: str = ""  # kind of the last block added ("heading" while it holds headings only)
     last: Span | None = None  # the last block added; its sentences feed the overlap
-    measure: Measure | None = None  # token measure of `last`
+    measure: Measure | None = None  # token measure of `last` (None: no overlap from it)
 
     @property
     def empty(self) -> bool:
@@ -201,6 +201,9 @@ class _Walker:
         if current.tokens + tokens > self.hard:
             self._emit()
             current = self.open
+        # No overlap from an HTML table: its sentences are cells, and the next chunk would start
+        # inside a row, with no header (until 2026-11-30).
+        measure = None if html_tables(self.doc, block) else measure
         if current.empty:
             self.open = _Open(span.start, span.end, tokens, kind, span, measure)
         else:

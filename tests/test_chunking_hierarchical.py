@@ -425,3 +425,15 @@ def test_an_html_table_is_cut_between_rows_and_each_piece_repeats_its_header(the
     assert len(document.chunks) > 2
     check_html_table_pieces(document, table)
     assert all(len(c.text) <= 4000 for c in document.chunks)
+
+
+def test_no_overlap_is_taken_from_an_html_table():
+    """The overlap repeated an HTML table's last "sentences" atop the piece after it: that
+    piece began inside a row (`<td>…</td>\\n  </tr>\\n  <tr>`), with no header. As from a
+    markdown table, no overlap comes from an HTML table's lines."""
+    table = html_table(6, False)[0]
+    intro = " ".join(f"Signal {i} is sent when the event number {i} happens." for i in range(12))
+    after = " ".join(f"The rarer signal {i} is listed in the manual page." for i in range(12))
+    document = check_invariants(f"## Signals\n\n{intro}\n\n{table}\n\n{after}\n", "hierarchical")
+    assert len(document.chunks) == 3 and document.chunks[-1].text == after
+    assert document.chunks[1].text == table

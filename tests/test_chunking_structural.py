@@ -405,3 +405,28 @@ def test_a_piece_of_a_colon_fence_ends_with_its_closing_lines():
     check_container_pieces(document, openers[0])
     assert all(c.text.endswith("\n:::\n::::") for c in document.chunks)
     assert all(c.text.split("\n")[:2] == openers for c in document.chunks[1:])
+
+
+def test_no_overlap_is_taken_from_an_html_table():
+    """The overlap repeated an HTML table's last "sentences" (seed 002 section 6) atop the
+    prose after it: that chunk began inside a row (`</tr>\\n  <tr>\\n    <td>`), with no header.
+    A table's cells are no sentences to repeat: the chunk starts with its own text."""
+    table = html_table(6, False)[0]
+    intro = " ".join(
+        f"Signal number {i} is sent when the event number {i} happens." for i in range(6)
+    )
+    after = " ".join(f"The rarer signal {i} is listed in the manual page." for i in range(6))
+    document = check_invariants(f"## Signals\n\n{intro}\n\n{table}\n\n{after}\n", "structural")
+    first, second = document.chunks
+    assert first.text.endswith(table) and second.text == after
+
+
+def test_an_html_tables_header_and_first_row_that_do_not_fit_together_are_two_rows():
+    """A table's header is kept with its first row (no piece ends with a header and no row);
+    where the two did not fit in a piece together they were cut between lines, and a piece began
+    inside the first row: they are then cut between them, each a row kept whole."""
+    table = html_table(2, False)
+    options = {"target": 60, "soft_max": 80, "hard_max": 100, "overlap_percent": 15}
+    document = check_invariants(f"## Signals\n\n{table[0]}\n", "structural", **options)
+    check_html_table_pieces(document, table)
+    assert [c.start_line for c in document.chunks] == [1, 8, 12]  # the header, then each row
