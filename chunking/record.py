@@ -94,6 +94,9 @@ class ChunkedDocument:
     is_chunked: bool
     skipped_tail_tokens: int = 0  # tokens of a final chunk the strategy dropped (0: none)
     tokenizer: str = ""  # name and version of the token counter, e.g. "words*1.3/v1"
+    # the links of that dropped final chunk, which no chunk holds: the broken-links check judges
+    # them too (`jobs.broken_links.page_links`); in no output file
+    skipped_links: tuple[Link, ...] = ()
 
     @property
     def promotion_level(self) -> str | None:

@@ -38,7 +38,8 @@ line, so every chunk is well-formed markdown (a chunk starting inside a list, bl
 block, whose lines can parse otherwise without its start, or holding a table row that starts like a
 fence opener, is parsed again alone: an inserted closing line that opens a fence there is dropped,
 a fence left open is closed); a line longer than the maximum is cut into pieces at word boundaries;
-a dropped final chunk is reported in `skipped_tail_tokens` and kept with `keep_short_tail=True`; a
+a dropped final chunk is reported in `skipped_tail_tokens` (its links in the document's
+`skipped_links`) and kept with `keep_short_tail=True`; a
 chunk that starts with text before its first heading (a preamble) takes that heading's level as its
 start level; a chunk continuing a section after a max-token seal starts at the level of the
 innermost open heading; a chunk's heading path is the stack active at its first own heading (where
@@ -246,7 +247,7 @@ class _Window:
                 self.chunk.heading_end = heading.end_line
             if blocks:
                 self.add_blocks(blocks)
-        skipped = 0
+        skipped, tail = 0, None
         chunk = self.chunk
         if chunk.has_content:
             tokens = self.counter.tokens(chunk.units)
@@ -254,8 +255,9 @@ class _Window:
             if not self.drafts or (chunk.has_body and keep):
                 self.seal()
             else:
-                skipped = self.counter.count(self.draft(chunk).text)
-        return Split(drafts=tuple(self.drafts), skipped_tail_tokens=skipped)
+                tail = self.draft(chunk)
+                skipped = self.counter.count(tail.text)
+        return Split(drafts=tuple(self.drafts), skipped_tail_tokens=skipped, skipped_tail=tail)
 
     # -- headings ---------------------------------------------------------------------------
 

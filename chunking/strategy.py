@@ -73,6 +73,7 @@ class Split:
     drafts: tuple[Draft, ...]
     is_chunked: bool | None = None  # None: more than one chunk
     skipped_tail_tokens: int = 0  # tokens of a final piece the strategy dropped
+    skipped_tail: Draft | None = None  # that piece (None: none), for its links
 
 
 def register(cls: type[Strategy]) -> type[Strategy]:
@@ -227,7 +228,17 @@ class Strategy:
             is_chunked=len(chunks) > 1 if result.is_chunked is None else result.is_chunked,
             skipped_tail_tokens=result.skipped_tail_tokens,
             tokenizer=counter.name,
+            skipped_links=self._skipped_links(doc, result.skipped_tail, link_lines),
         )
+
+    def _skipped_links(
+        self, doc: ParsedDocument, tail: Draft | None, link_lines: list[int]
+    ) -> tuple[Link, ...]:
+        """The links of the final piece the strategy dropped (`tail`), as a chunk of it would
+        have them; () for none."""
+        if tail is None:
+            return ()
+        return self._links(doc, tail, _link_span(link_lines, tail), None)
 
     def _links(
         self, doc: ParsedDocument, draft: Draft, span: tuple[int, int], index: _LinkIndex | None

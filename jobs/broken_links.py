@@ -21,7 +21,10 @@ end of the run (`link_lines`): a writer fixes `guides/a.md:14`, and a topic reco
 
 Not judged: a link's anchor (`page.md#nope`, `#nowhere`): site generators make a heading's id
 each their own way, and the chunk records hold the headings that start a chunk, not every one;
-nor a link in text no chunk holds (a short final section `semantic` skips, a draft).
+nor a link of a draft (an unpublished page: chunked as an empty page). A short final section
+`semantic` drops (`ChunkedDocument.skipped_links`, often a "Next steps" list of links) is in no
+chunk: its links to pages are recorded whether or not a source is there, and judged likewise
+(until 2026-11-30 they were not; a topic built before is judged so from its next rebuild).
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ from __future__ import annotations
 import heapq
 import posixpath
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chunking.blocks import parse
 from chunking.links import candidate_paths, hugo_readings
 from chunking.normalize import normalize
+from chunking.record import ChunkedDocument
 from indexing import SourceInput
 from jobs.manifest import TopicEntry
 from jobs.path_set import PathSet
@@ -101,24 +105,42 @@ def is_broken(href: str, document_path: str, listed: Listed) -> bool:
     )
 
 
-def page_links(sources: Iterable[SourceInput]) -> tuple[tuple[str, str], ...]:
-    """The links of the chunked `sources` to pages no source is (`page_paths`), as (source,
-    href): each once, in the order of its first chunk (a link in the overlap of two chunks, or
-    written twice, is one to fix). Whether each is broken is the listing's to say, on every run
-    (`index_broken_links`). A failed source's kept rows are left as they were, and not counted."""
+def page_links(
+    sources: Iterable[SourceInput], carried: Mapping[str, Iterable[str]] | None = None
+) -> tuple[tuple[str, str], ...]:
+    """The links of the chunked `sources` to pages (`page_paths`), as (source, href): their
+    chunks' to pages no source is, then those of a final section the strategy dropped
+    (`ChunkedDocument.skipped_links`), to any page (no chunk row holds them, and the plan follows
+    none of them); each once, in that order (a link in the overlap of two chunks, or written
+    twice, is one to fix). `carried`: for each source carried from the last run (rebuilt from
+    the tables, without its dropped section), the hrefs that run recorded for it
+    (`TopicEntry.page_links`), those its chunks do not hold kept: its dropped section's. Whether
+    each is broken is the listing's to say, on every run (`index_broken_links`). A failed
+    source's kept rows are left as they were, and not counted."""
+    carried = carried or {}
     return tuple(
         (source.path, href)
         for source in sources
         if source.document is not None
         for href in dict.fromkeys(
-            link.url
-            for chunk in source.document.chunks
-            for link in chunk.links
-            if link.link_type == "internal"
-            and link.target_document is None
-            and page_paths(link.url, source.path)
+            _page_hrefs(source.path, source.document, carried.get(source.path, ()))
         )
     )
+
+
+def _page_hrefs(path: str, document: ChunkedDocument, recorded: Iterable[str]) -> Iterator[str]:
+    """`page_links`' hrefs of one source, with repeats: its chunks', its dropped section's, then
+    the `recorded` ones its chunks do not hold."""
+    held = [link for chunk in document.chunks for link in chunk.links]
+    for link in held:
+        if link.link_type == "internal" and link.target_document is None:
+            if page_paths(link.url, path):
+                yield link.url
+    for link in document.skipped_links:
+        if link.link_type == "internal" and page_paths(link.url, path):
+            yield link.url
+    urls = {link.url for link in held}
+    yield from (href for href in recorded if href not in urls)
 
 
 @dataclass(frozen=True, order=True)

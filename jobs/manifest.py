@@ -67,12 +67,13 @@ class TopicEntry:
     # the paths its sources' relative links name that could be sources (`jobs.stages.topic`);
     # None: not recorded (a manifest of format 3 or 4)
     link_targets: tuple[str, ...] | None = ()
-    # (source, href) of its sources' links to pages no source is, each source's in order
-    # (`jobs.broken_links.page_links`), which every run judges against its listing for the
-    # report's broken links: a kept topic's sources are unchanged, and the plan rebuilds it when a
-    # path its links name becomes a source or stops being one. A topic last built before they
-    # were recorded has none; one built earlier on 2026-11-30 has its broken ones alone (stored as
-    # `broken_links`), judged again likewise.
+    # (source, href) of its sources' links to pages no source is, and of a final section
+    # `semantic` skipped to any page (since 2026-11-30: a source carried keeps its own from
+    # here), each source's in order (`jobs.broken_links.page_links`), which every run judges
+    # against its listing for the report's broken links: a kept topic's sources are unchanged,
+    # and the plan rebuilds it when a path its chunks' links name becomes a source or stops
+    # being one. A topic last built before they were recorded has none; one built earlier on
+    # 2026-11-30 has its broken ones alone (stored as `broken_links`), judged again likewise.
     page_links: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict:

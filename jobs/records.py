@@ -91,6 +91,7 @@ def document_to_json(document: ChunkedDocument) -> str:
         "is_chunked": document.is_chunked,
         "skipped_tail_tokens": document.skipped_tail_tokens,
         "tokenizer": document.tokenizer,
+        "skipped_links": [vars(link) for link in document.skipped_links],
     }
     return json.dumps(data, ensure_ascii=False, default=str)
 
@@ -108,7 +109,8 @@ def document_from_json(text: str) -> ChunkedDocument:
         )
         for c in data.pop("chunks")
     )
-    return ChunkedDocument(chunks=chunks, **data)
+    skipped = tuple(Link(**link) for link in data.pop("skipped_links"))
+    return ChunkedDocument(chunks=chunks, skipped_links=skipped, **data)
 
 
 def text_columns(documents: list[ChunkedDocument | None]) -> dict[str, list[Any]]:

@@ -32,6 +32,7 @@ def work_rows(
     A source unchanged since a run in which it succeeded gets no row: the topic row names it, and
     the reduce takes it from the previous tables. One that failed is read again (with a settled
     failure, to fail the same way: the reduce keeps its previous rows)."""
+    recorded = recorded_links(previous)
     rows = []
     for topic in topics:
         carried = {}
@@ -51,6 +52,8 @@ def work_rows(
             "children": list(topic.children),
             "keywords": topic.keywords,
             "carried": carried,
+            # the hrefs the last run recorded for each (`jobs.broken_links.page_links`)
+            "carried_links": {path: recorded[path] for path in carried if path in recorded},
             "conflicts": dict(topic.conflicts),  # failed, not read (`jobs.plan.stem_conflicts`)
         }
         rows.append(new_row(topic.topic, TOPIC, "", size=0, payload=json.dumps(facts).encode()))
@@ -60,6 +63,16 @@ def work_rows(
                 new_row(topic.topic, QUESTIONS, topic.questions, size=sizes[topic.questions])
             )
     return rows
+
+
+def recorded_links(manifest: Manifest) -> dict[str, list[str]]:
+    """The hrefs of each source's links to pages that `manifest`'s topics recorded
+    (`TopicEntry.page_links`), in order."""
+    found: dict[str, list[str]] = {}
+    for entry in manifest.topics.values():
+        for path, href in entry.page_links:
+            found.setdefault(path, []).append(href)
+    return found
 
 
 def recarry_rows(

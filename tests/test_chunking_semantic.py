@@ -127,6 +127,27 @@ def test_final_chunk_rule_skips_only_a_short_final_section_under_its_own_heading
     assert document.skipped_tail_tokens == COUNT(f"## See also\n{words(20)}")
 
 
+def test_a_skipped_final_section_keeps_its_links_on_the_document():
+    """A short final section of links ("Next steps") is in no chunk: its links, as a chunk of
+    it has them with `keep_short_tail`, are the document's `skipped_links` (they were lost, so
+    the broken-links check never judged them); a kept one, or a chunk's, leaves none there."""
+    text = (
+        f"## Guide\n{words(300)}\n{words(20)} [intro](./intro.md)\n\n## Next steps\n\n"
+        "Read [setup](./setup.md), the [typo](./instal.md) and the [site](https://example.org/).\n"
+    )
+    paths = {"document_path": "guides/a.md", "corpus_paths": frozenset({"guides/setup.md"})}
+    document = chunk_source(text, **paths)
+    kept = chunk_source(text, keep_short_tail=True, **paths)
+    assert document.chunks == kept.chunks[:1] and document.skipped_tail_tokens
+    assert document.skipped_links == kept.chunks[1].links
+    assert [link.target_document for link in document.skipped_links] == [
+        "guides/setup.md",
+        None,
+        None,
+    ]
+    assert kept.skipped_links == () and chunk_source(EXAMPLE_3).skipped_links == ()
+
+
 def test_a_short_size_split_remainder_is_a_chunk_of_its_own():
     # The previous chunk was sealed because the remainder's first line did not fit, so the two
     # never fit together: a remainder far under min_tokens stays a chunk of its own.

@@ -123,6 +123,42 @@ def test_a_kept_topics_links_are_judged_against_each_runs_listing():
     assert broken([stored], changed) == broken([kept], changed)
 
 
+NEXT_STEPS = (
+    "## Guide\n\n"
+    + "Install the tool and run it on a folder of pages. " * 40
+    + "[cli](../reference/cli.md)\n\n"
+    "## Next steps\n\nRead [setup](./setup.md), the [typo](./instal.md) and [web](https://example.org/).\n"
+)
+
+
+def test_the_links_of_a_final_section_semantic_skips_are_judged_and_a_drafts_are_not():
+    """`semantic` skips a short final section (seed 003), often a "Next steps" list of links,
+    which no chunk holds: they were never judged, and a page it linked to renamed went
+    unreported under `checks.broken_links: fail`. Its links to pages are recorded, those to a
+    source too (the plan follows none of them), and judged against each run's listing; a
+    source carried from the last run keeps those the last run recorded that its chunks do not
+    hold; a draft's (an unpublished page) are not judged."""
+    path = "guides/intro.md"
+    document = chunk_source(NEXT_STEPS, document_path=path, corpus_paths=PathSet.of(SOURCES))
+    assert document.skipped_tail_tokens and len(document.chunks) == 1
+    recorded = entry(SourceInput(path, document, None))
+    assert recorded.page_links == ((path, "./setup.md"), (path, "./instal.md"))
+    assert [link.href for link in broken([recorded]).first] == ["./instal.md"]
+    renamed = [p for p in SOURCES + OTHERS if p != "guides/setup.md"]
+    assert [link.href for link in broken([recorded], renamed).first] == [
+        "./setup.md",
+        "./instal.md",
+    ]
+    # carried: the document the tables give back has no skipped section; a recorded href its
+    # chunks hold (one they resolve to a source now) is theirs to give
+    carried = SourceInput(path, replace(document, skipped_links=()), None)
+    assert page_links([carried]) == ()
+    hrefs = ["../reference/cli.md", "./setup.md", "./instal.md"]
+    assert page_links([carried], {path: hrefs}) == recorded.page_links
+    draft = chunk_source("---\ndraft: true\n---\n" + NEXT_STEPS, document_path=path)
+    assert entry(SourceInput(path, draft, None)).page_links == ()
+
+
 def test_broken_links_are_counted_in_all_and_the_first_20_kept_by_source_then_position():
     """The index's are its topics' (`TopicEntry.page_links`) in any order of the topics; the
     first 20 are by source path, then where in it, so a report names the same ones."""

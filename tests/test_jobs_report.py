@@ -884,11 +884,13 @@ def test_a_rerun_names_the_sources_it_found_added_changed_and_deleted(built, tmp
 
 def test_a_run_names_the_links_of_the_index_to_pages_the_corpus_lacks(built, tmp_path, capsys):
     """A link to a page deleted, and a typo in a link, left the chunks' `target_document` empty
-    and nothing said so: a nightly run's report, read days later, names them (a link to a listed
-    file that is no source, qa-pairs.md, is not broken), the whole index's: a run that rebuilds
-    no topic names them still (it named none), and one that puts the page back names the typo
-    alone; one that deletes qa-pairs.md names the link to it too (its page's topic kept, the
-    record it had was named until that topic's next rebuild). Each is named with its line, and
+    and nothing said so: a nightly run's report, read days later, names them, and one to the
+    deleted page in a final section `semantic` skips, of a page carried unchanged (a link to a
+    listed file that is no source, qa-pairs.md, is not broken), the whole index's: a run that
+    rebuilds no topic names them still (it named none), and one that puts the page back names
+    the typo alone; one that deletes qa-pairs.md names the link to it too (its page's topic
+    kept, the record it had was named until that topic's next rebuild). Each is named with its
+    line, and
     `checks.broken_links: fail` makes them fail a run, exit 3, each on a `BROKEN path:line` line
     (a docs check in CI: they were a note, exit 0, and named no line)."""
     corpus, output = tmp_path / "docs", tmp_path / "out"
@@ -909,18 +911,24 @@ def test_a_run_names_the_links_of_the_index_to_pages_the_corpus_lacks(built, tmp
     report = run_job(config)
     source = "libraries/http-client/guide.md"
     typo = {"source": source, "href": "../../guides/instal.md", "line": 7}
+    # getting-started.md's "Next steps", which semantic skips, carried from the last run
+    steps = {"source": "guides/getting-started.md", "href": "installation.md", "line": 14}
     assert (report["exit_code"], report["broken_links"]) == (
         0,
         {
-            "count": 2,
-            "first": [{"source": source, "href": "../../guides/installation.md", "line": 7}, typo],
+            "count": 3,
+            "first": [
+                steps,
+                {"source": source, "href": "../../guides/installation.md", "line": 7},
+                typo,
+            ],
             "check": "note",
         },
     )
     note = (
-        "2 links name pages the corpus does not have: "
-        f"{source}:7 → ../../guides/installation.md, {source}:7 → ../../guides/instal.md "
-        "(checks.broken_links: fail fails the run on them)"
+        "3 links name pages the corpus does not have: guides/getting-started.md:14 → "
+        f"installation.md, {source}:7 → ../../guides/installation.md, {source}:7 → "
+        "../../guides/instal.md (checks.broken_links: fail fails the run on them)"
     )
     assert f"  note:    {note}" in summary(report).splitlines()
     assert mdindex(["report", str(output)]) == 0 and note in capsys.readouterr().out

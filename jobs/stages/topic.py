@@ -186,7 +186,9 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
             "failures": failures,
             "sources": outcomes,
             "link_targets": link_targets(sources, context.expected.source_globs),
-            "page_links": page_links(sources),
+            "page_links": page_links(
+                sources, {path: facts["carried_links"].get(path, ()) for path in carried}
+            ),
         },
     )
 
