@@ -472,7 +472,10 @@ class _Window:
         # container's body the line's indentation, so that it stays inside the container whose
         # first line its chunk repeats. A line outside fences that starts like
         # an opener (backticks in its info string: "``` a ```") opens a fence in the chunk of its
-        # first piece alone: that chunk is read again and closed, with room kept for the closer.
+        # first piece alone: that chunk is read again and closed, with room kept for the closer;
+        # so does a later piece that starts like an opener (its marker did not fit in the piece
+        # before), and a piece in a fence that starts like a fence line can close it (the chunk
+        # is read again: the closer added after it, which would open a fence, is dropped).
         fence = self.fence_at(number)
         quote = fence_prefix(self.doc, fence) if fence else ""
         quote = quote if ">" in quote else ""
@@ -492,7 +495,9 @@ class _Window:
             if index:
                 self.seal(self.continuation(number, mid_line=True))
                 piece = quote + piece
-            elif opener:
+                if marker := _OPENS_FENCE.match(piece):
+                    self.keep_room(self.context_units(marker.group()))
+            elif opener or fence and _OPENS_FENCE.match(piece):
                 self.chunk.alone = True
             last = index == len(pieces) - 1
             units = self.counter.units(piece) + (tail if last else 0)
@@ -533,16 +538,20 @@ class _Window:
         return [head, *self.cut(text[len(head) :], budget)]
 
     def cut(self, text: str, budget: int) -> list[str]:
-        """`text` cut into pieces of at most `budget` units, none starting like a fence line
-        (a fence marker at a cut, with the quote or list markers before it, goes to the end of
-        the piece before, which has room)."""
+        """`text` cut into pieces of at most `budget` units: a fence marker at a cut, with the
+        quote or list markers before it, goes to the end of the piece before where it fits (with
+        room for the line closing it if that piece then starts like a fence line: "1. - " and
+        "```"), so that few pieces start like one."""
         runs = (run.group() for run in _MARKER_RUN.finditer(text))
         moved = [self.counter.units(run) for run in runs if "```" in run or "~~~" in run]
         room = min(max([self.counter.units("`" * 16), *moved]), budget // 2)
         pieces: list[str] = []
         for piece in self.counter.split(text, max(budget - room, 1)):
             while pieces and (marker := _OPENS_FENCE.match(piece)):
-                if self.counter.units(pieces[-1] + marker.group()) > budget:
+                joined = pieces[-1] + marker.group()
+                opens = _OPENS_FENCE.match(joined)
+                closer = self.counter.units(opens.group()) if opens else 0
+                if self.counter.units(joined) + closer > budget:
                     break
                 pieces[-1] += marker.group()
                 piece = piece[marker.end() :]
