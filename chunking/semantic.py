@@ -685,7 +685,7 @@ class _Window:
         else:
             header = "" if mid_line else self.table_header(number)
             chunk = self.new_chunk(parents, fence, header=header, opener=opener)
-        container = self.container_at(number)
+        container = self.container_at(number, mid_line)
         if container is not None:
             chunk.alone = True
             chunk.container_end = container[1]
@@ -760,13 +760,15 @@ class _Window:
         chunk.overhead += max(units - chunk.reserve, 0)
         chunk.reserve = max(units, chunk.reserve)
 
-    def container_at(self, number: int) -> tuple[int, int] | None:
+    def container_at(self, number: int, mid_line: bool = False) -> tuple[int, int] | None:
         """(first, last) line of the top-level list, block quote or HTML block that line
-        `number` continues."""
+        `number` continues, or that starts with it for a chunk starting inside it (`mid_line`:
+        "<td> a", cut after "<td>", is not an HTML block, nor "- a" cut after "-" a list)."""
         index = bisect_right(self.container_starts, number) - 1
-        if index >= 0 and self.containers[index][0] < number <= self.containers[index][1]:
-            return self.containers[index]
-        return None
+        if index < 0:
+            return None
+        first, last = self.containers[index]
+        return self.containers[index] if first < number + mid_line and number <= last else None
 
     def seal(self, following: _Chunk | None = None) -> None:
         """Emit the current chunk (if it has content) and start `following` (an empty chunk when

@@ -128,15 +128,22 @@ def test_invariants_on_examples_found_before(strategy, newline, path):
 # A long line cut at max_tokens 40 (MiniLM tokens) into pieces, one that starts like a fence line
 # (found by a fuzz check, about 3 documents in 200): the marker "```" moved to the end of the
 # piece before, "1. - - ", made that piece an opener; "~~~" did not fit in the piece before;
-# in a fence, a piece "``` " closed the fence its chunk reopened, and the closer added opened one.
+# in a fence, a piece "``` " closed the fence its chunk reopened, and the closer added opened one;
+# a later piece of an HTML block's first line is no HTML block, so the block's "```py" opened one.
 @pytest.mark.parametrize(
     "text",
     [
         "# -\n## | </tr> <td>\n `code` `code` 安装 > ``` 1. 1. - - ```</td></tr>",
         '!!! note "x"\n    :::::: tip\n    ::: > </tr> ~~~ ``` ~~~ ~~~ :::\n    ::::::',
         "## # > #\n::::{tab-item} pip\n```py\n``` **b** **b** ~~~\n```\n::::",
+        "</tr> [l](x.md) | [l](x.md) ~~~ [l](x.md) ::: ::: ~~~\n```py",
     ],
-    ids=["moved-marker-makes-an-opener", "marker-does-not-fit-back", "piece-closes-its-fence"],
+    ids=[
+        "moved-marker-makes-an-opener",
+        "marker-does-not-fit-back",
+        "piece-closes-its-fence",
+        "piece-of-an-html-blocks-first-line",
+    ],
 )
 def test_no_piece_of_a_cut_line_leaves_a_fence_open(text):
     check_invariants(text, "semantic", max_tokens=40, min_tokens=16, tokenizer="minilm")
