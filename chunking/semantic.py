@@ -61,6 +61,7 @@ from types import MappingProxyType
 
 from chunking.blocks import (
     FENCE_MARK,
+    INDENTED_CODE,
     TABLE,
     TEXT,
     Block,
@@ -469,17 +470,19 @@ class _Window:
         # in the chunk of the heading it follows, which has half its room left). A piece
         # after the first of a line in a fence inside a block quote repeats the quote markers, so
         # that it stays inside the fence its chunk reopens, and one of a line in an indented
-        # container's body the line's indentation, so that it stays inside the container whose
-        # first line its chunk repeats. A line outside fences that starts like
-        # an opener (backticks in its info string: "``` a ```") opens a fence in the chunk of its
-        # first piece alone: that chunk is read again and closed, with room kept for the closer;
-        # so does a later piece that starts like an opener (its marker did not fit in the piece
-        # before), and a piece in a fence that starts like a fence line can close it (the chunk
-        # is read again: the closer added after it, which would open a fence, is dropped).
+        # container's body (or of indented code) the line's indentation, so that it stays inside
+        # the container whose first line its chunk repeats (or stays code). A line outside
+        # fences that starts like an opener (backticks in its info string: "``` a ```") opens a
+        # fence in the chunk of its first piece alone: that chunk is read again and closed, with
+        # room kept for the closer; so does a later piece that starts like an opener (its marker
+        # did not fit in the piece before), and a piece in a fence that starts like a fence line
+        # can close it (the chunk is read again: the closer added after it, which would open a
+        # fence, is dropped).
         fence = self.fence_at(number)
         quote = fence_prefix(self.doc, fence) if fence else ""
         quote = quote if ">" in quote else ""
-        if not quote and self.indented_opener(number):
+        code = self.doc.line_kinds[number - 1] == INDENTED_CODE  # its pieces stay code
+        if not quote and (code or self.indented_opener(number)):
             quote = text[: len(text) - len(text.lstrip(" \t"))]
         opener = None if fence else _OPENS_FENCE.match(text)
         room = self.context_units(quote) + (self.context_units(opener.group()) if opener else 0)

@@ -129,7 +129,8 @@ def test_invariants_on_examples_found_before(strategy, newline, path):
 # (found by a fuzz check, about 3 documents in 200): the marker "```" moved to the end of the
 # piece before, "1. - - ", made that piece an opener; "~~~" did not fit in the piece before;
 # in a fence, a piece "``` " closed the fence its chunk reopened, and the closer added opened one;
-# a later piece of an HTML block's first line is no HTML block, so the block's "```py" opened one.
+# a later piece of an HTML block's first line is no HTML block, so the block's "```py" opened one;
+# one of indented code, "1. gamma", lost the indentation and was a list item holding "    ```py".
 @pytest.mark.parametrize(
     "text",
     [
@@ -137,12 +138,15 @@ def test_invariants_on_examples_found_before(strategy, newline, path):
         '!!! note "x"\n    :::::: tip\n    ::: > </tr> ~~~ ``` ~~~ ~~~ :::\n    ::::::',
         "## # > #\n::::{tab-item} pip\n```py\n``` **b** **b** ~~~\n```\n::::",
         "</tr> [l](x.md) | [l](x.md) ~~~ [l](x.md) ::: ::: ~~~\n```py",
+        "    </tr> gamma - alpha # alpha > | | 1. `code` [l](x.md) 安装 1. **b** ``` 1. <td> alpha"
+        " ::: <td> ~~~ alpha [l](x.md) # 1. gamma 安装\n    ```py",
     ],
     ids=[
         "moved-marker-makes-an-opener",
         "marker-does-not-fit-back",
         "piece-closes-its-fence",
         "piece-of-an-html-blocks-first-line",
+        "piece-of-indented-code",
     ],
 )
 def test_no_piece_of_a_cut_line_leaves_a_fence_open(text):
