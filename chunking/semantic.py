@@ -765,13 +765,18 @@ class _Window:
 
     def container_at(self, number: int, mid_line: bool = False) -> tuple[int, int] | None:
         """(first, last) line of the top-level list, block quote or HTML block that line
-        `number` continues, or that starts with it for a chunk starting inside it (`mid_line`:
-        "<td> a", cut after "<td>", is not an HTML block, nor "- a" cut after "-" a list)."""
+        `number` continues, or, for a chunk starting inside line `number` (`mid_line`), of the
+        top-level block that holds it: alone, "<td> a" cut after "<td>" is no HTML block, and
+        "a - b" cut before "- b" is a list, whose item the block's next lines can continue."""
+        if mid_line:
+            index = bisect_right(self.block_starts, number) - 1
+            block = self.doc.blocks[index] if index >= 0 else None
+            inside = block is not None and number <= block.end_line
+            return (block.start_line, block.end_line) if inside else None
         index = bisect_right(self.container_starts, number) - 1
-        if index < 0:
-            return None
-        first, last = self.containers[index]
-        return self.containers[index] if first < number + mid_line and number <= last else None
+        if index >= 0 and self.containers[index][0] < number <= self.containers[index][1]:
+            return self.containers[index]
+        return None
 
     def seal(self, following: _Chunk | None = None) -> None:
         """Emit the current chunk (if it has content) and start `following` (an empty chunk when

@@ -125,12 +125,14 @@ def test_invariants_on_examples_found_before(strategy, newline, path):
     check_invariants(text, strategy)
 
 
-# A long line cut at max_tokens 40 (MiniLM tokens) into pieces, one that starts like a fence line
-# (found by a fuzz check, about 3 documents in 200): the marker "```" moved to the end of the
+# A long line cut at max_tokens 40 (MiniLM tokens) or 60 into pieces, one that starts like a fence
+# line (found by a fuzz check, about 3 documents in 200): the marker "```" moved to the end of the
 # piece before, "1. - - ", made that piece an opener; "~~~" did not fit in the piece before;
 # in a fence, a piece "``` " closed the fence its chunk reopened, and the closer added opened one;
 # a later piece of an HTML block's first line is no HTML block, so the block's "```py" opened one;
-# one of indented code, "1. gamma", lost the indentation and was a list item holding "    ```py".
+# one of indented code, "1. gamma", lost the indentation and was a list item holding "    ```py";
+# one of a paragraph line, "- gamma - >", was a list item that the next line, "    ```py",
+# continued (at max_tokens 60).
 @pytest.mark.parametrize(
     "text",
     [
@@ -140,6 +142,9 @@ def test_invariants_on_examples_found_before(strategy, newline, path):
         "</tr> [l](x.md) | [l](x.md) ~~~ [l](x.md) ::: ::: ~~~\n```py",
         "    </tr> gamma - alpha # alpha > | | 1. `code` [l](x.md) 安装 1. **b** ``` 1. <td> alpha"
         " ::: <td> ~~~ alpha [l](x.md) # 1. gamma 安装\n    ```py",
+        "``` alpha **b** ~~~ `code` > gamma > alpha # ~~~ # <td> `code` <td> alpha ::: 1. 1. 1. # #"
+        " **b** <td> ::: | # **b** ``` alpha alpha **b** - # # ::: | gamma gamma [l](x.md) 1. >"
+        " </tr> - gamma - >\n    ```py",
     ],
     ids=[
         "moved-marker-makes-an-opener",
@@ -147,10 +152,12 @@ def test_invariants_on_examples_found_before(strategy, newline, path):
         "piece-closes-its-fence",
         "piece-of-an-html-blocks-first-line",
         "piece-of-indented-code",
+        "piece-of-a-paragraph-line",
     ],
 )
 def test_no_piece_of_a_cut_line_leaves_a_fence_open(text):
     check_invariants(text, "semantic", max_tokens=40, min_tokens=16, tokenizer="minilm")
+    check_invariants(text, "semantic", max_tokens=60, min_tokens=20)
 
 
 # -- bad input: chunks or a clear ChunkingError, never a crash or a hang -------------------------
