@@ -88,18 +88,26 @@ def decode(data: bytes) -> str:
     if utf16:
         raise ChunkingError(CHUNKING_FAILED, f"looks like UTF-16 ({utf16}); save it as UTF-8")
     nul = data.find(b"\x00")
-    binary = ChunkingError(CHUNKING_FAILED, f"binary content: NUL byte at byte offset {nul}")
+    binary = ChunkingError(
+        CHUNKING_FAILED, f"binary content: NUL byte at byte offset {nul}{_line_of(data, nul)}"
+    )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         if 0 <= nul < exc.start:  # the first thing wrong (an executable's NUL at byte 7)
             raise binary from None
-        raise ChunkingError(
-            CHUNKING_FAILED, f"invalid UTF-8 at byte offset {exc.start}: {exc.reason}"
-        ) from None
+        where = f"byte offset {exc.start}{_line_of(data, exc.start)}"
+        raise ChunkingError(CHUNKING_FAILED, f"invalid UTF-8 at {where}: {exc.reason}") from None
     if nul >= 0:
         raise binary
     return text.removeprefix(_BOM)
+
+
+def _line_of(data: bytes, offset: int) -> str:
+    """' (line N)' for the line of `data` that byte `offset` is on: a writer's editor goes to a
+    line, not a byte (until 2026-11-30 the message gave the offset alone)."""
+    line = data.count(b"\n", 0, offset) + 1
+    return f" (line {line})"
 
 
 def _utf16_hint(data: bytes) -> str:

@@ -17,20 +17,21 @@ from chunking import (
 from chunking.normalize import normalize
 
 
-def test_invalid_utf8_names_the_byte_offset():
+def test_invalid_utf8_names_the_byte_offset_and_its_line():
+    """A writer's editor goes to a line: the offset alone was all the message said."""
     data = "# Title\n\ncafé ".encode() + b"\xff\xfe rest"
     with pytest.raises(ChunkingError) as caught:
         normalize(data)
     assert caught.value.code == CHUNKING_FAILED
     offset = len("# Title\n\ncafé ".encode())
-    assert f"byte offset {offset}:" in caught.value.message
+    assert f"byte offset {offset} (line 3):" in caught.value.message
 
 
 def test_nul_byte_is_binary_content():
     with pytest.raises(ChunkingError) as caught:
         normalize(b"# Title\n\x00\x01\x02")
     assert caught.value.code == CHUNKING_FAILED
-    assert "byte offset 8" in caught.value.message
+    assert caught.value.message.endswith("byte offset 8 (line 2)")
 
 
 def test_bom_dropped_and_line_endings_normalised():

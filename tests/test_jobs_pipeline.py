@@ -1102,8 +1102,8 @@ def test_abort_policy_stops_at_the_first_failed_source(tmp_path):
     code = build("--input", str(CORPUS), "--output", str(output), "--set", "failure_policy=abort")
     assert code == 1
     assert report_of(output)["error"] == (
-        f"SourceFailed: {BROKEN}: CHUNKING_FAILED: invalid UTF-8 at byte offset 49: invalid start "
-        "byte"
+        f"SourceFailed: {BROKEN}: CHUNKING_FAILED: invalid UTF-8 at byte offset 49 (line 3): "
+        "invalid start byte"
     )
     manifest = json.loads((output / "_reindex" / "manifest.json").read_bytes())
     assert manifest["sources"] == {} and manifest["topics"]
