@@ -148,18 +148,12 @@ def built_strategies(output: Storage, topics: dict[str, Any]) -> set[str] | None
 def cache_of(outputs: list[Storage]) -> str:
     """The cache the outputs' last builds used (their reports' `cache`; an output without a
     report: its own `.embedding-cache`). `PruneRefused` where they used different ones."""
-    import json
-
     from jobs.config import DEFAULT_CACHE
-    from jobs.manifest import REPORT_PATH
+    from jobs.report import stored_report
 
     caches = set()
     for output in outputs:
-        try:
-            report = json.loads(output.read_optional(REPORT_PATH) or b"{}")
-        except ValueError:
-            report = {}
-        used = report.get("cache") if isinstance(report, dict) else None
+        used = (stored_report(output) or {}).get("cache")
         caches.add(used if isinstance(used, str) and used else output.uri(DEFAULT_CACHE))
     if len(caches) > 1:
         raise PruneRefused(

@@ -308,12 +308,23 @@ def unfinished_run(output: Storage) -> dict[str, Any] | None:
     gone), whose report this run's replaces, which then said nothing of it. None for any other
     report, none, or one that cannot be read (a damaged report is no reason to stop a build)."""
     try:
-        last = json.loads(output.read_optional(REPORT_PATH) or b"null")
-    except (OSError, ValueError, RecursionError):
+        last = stored_report(output)
+    except OSError:
         return None
-    if not isinstance(last, dict) or last.get("status") != "unfinished":
+    if last is None or last.get("status") != "unfinished":
         return None
     return {key: last.get(key) for key in ("started_at", "host", "pid")}
+
+
+def stored_report(output: Storage) -> dict[str, Any] | None:
+    """The output's report.json as a mapping, for a reader that only looks at it; None where
+    there is none or it is damaged (not JSON, nested past the parser, no object). A store that
+    cannot be read raises (OSError)."""
+    try:
+        report = json.loads(output.read_optional(REPORT_PATH) or b"null")
+    except (ValueError, RecursionError):
+        return None
+    return report if isinstance(report, dict) else None
 
 
 def _write_without_counts(config: JobConfig, outcome: dict[str, Any]) -> None:
