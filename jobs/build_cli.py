@@ -113,6 +113,7 @@ def run_build(args: argparse.Namespace) -> int:
     the program's `exit_with`); run in-process, the caller's handler is put back."""
     from embedding.models import ModelNotFound
     from indexing.terminal import write_out
+    from jobs.annotations import github_actions
     from jobs.discovery import InputNotFound
     from jobs.dry_run import describe, dry_run
     from jobs.local_ray import InfeasibleResources
@@ -159,7 +160,7 @@ def run_build(args: argparse.Namespace) -> int:
         exit_at_once_on_sigterm(code)  # reported (a failed run too): the summary is no part of it
         if report:  # a reader that stopped, or a full disk (said in one line): the code stands
             with contextlib.suppress(BrokenPipeError):
-                write_out(f"{summary(report)}\n", "mdindex build")
+                write_out(f"{summary(report)}\n{github_actions(report)}", "mdindex build")
         return code
 
 

@@ -16,6 +16,10 @@ from hypothesis import settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# A suite run in GitHub Actions builds as elsewhere: no workflow commands after a build's summary
+# (tests read its last lines), nothing appended to the job's step summary (`jobs.annotations`)
+for name in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"):
+    os.environ.pop(name, None)
 
 # On CI, hypothesis replays the same examples every run (a red CI then means the change, not a
 # new random draw); locally it keeps exploring new examples.

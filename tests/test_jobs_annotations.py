@@ -1,0 +1,204 @@
+"""A build in GitHub Actions: its failed sources and broken links as annotations on the pull
+request's diff (workflow commands after the summary) and a markdown step summary
+(`jobs.annotations`; a docs team's CI printed them on summary lines of the raw log alone)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from jobs.annotations import (
+    checkout_prefix,
+    github_actions,
+    problems,
+    step_summary,
+    workflow_commands,
+)
+from jobs.reindex import main
+
+CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "local.yaml")
+FRONT = "YAML front matter at line 2: expected the node content, but found '<stream end>'"
+NO_PAGE = "names a page the corpus does not have (checks.broken_links: fail)"
+
+
+def report(*failures: dict, links: list[dict] = (), count: int | None = None, check="fail"):
+    """A finished run's report of `failures` and broken `links` (`count` of them in all)."""
+    counts = dict.fromkeys(("seen", "changed", "failed"), 2)
+    return {
+        "status": "sources_failed" if failures or check == "fail" else "ok",
+        "exit_code": 3 if failures or check == "fail" else 0,
+        "input": "/repo/docs",
+        "sources": counts,
+        "topics": {"seen": 1},
+        "failures": list(failures),
+        "broken_links": {
+            "count": len(links) if count is None else count,
+            "first": list(links),
+            "check": check,
+        },
+    }
+
+
+def failure(path: str, code: str = "INVALID_FRONT_MATTER", message: str = FRONT) -> dict:
+    return {"path": path, "code": code, "message": message}
+
+
+def link(source: str, href: str = "./instal.md", line: int | None = 5) -> dict:
+    return {"source": source, "href": href, "line": line}
+
+
+def test_each_failure_and_broken_link_is_an_error_on_its_file_and_line_in_the_checkout():
+    """`file=` is the path from the checkout (`docs/` the input's, `--input docs`); `line=` the
+    link's, or the one a failure's message names (front matter, undecodable bytes); none where
+    it is unknown. A broken link under `note` is a warning."""
+    run = report(
+        failure("guides/c.md"),
+        failure("guides/d.md", "CHUNKING_FAILED", "invalid UTF-8 at byte offset 8 (line 3): x"),
+        failure("guides/e.md", "SYMLINK_SKIPPED", "links outside the input"),
+        links=[link("guides/a.md"), link("guides/b.md", "../gone/", None)],
+    )
+    assert workflow_commands(run, "docs/") == [
+        f"::error file=docs/guides/c.md,line=2,title=INVALID_FRONT_MATTER::{FRONT}",
+        "::error file=docs/guides/d.md,line=3,title=CHUNKING_FAILED::invalid UTF-8 at byte "
+        "offset 8 (line 3): x",
+        "::error file=docs/guides/e.md,title=SYMLINK_SKIPPED::links outside the input",
+        f"::error file=docs/guides/a.md,line=5,title=Broken link::./instal.md {NO_PAGE}",
+        f"::error file=docs/guides/b.md,title=Broken link::../gone/ {NO_PAGE}",
+    ]
+    noted = report(links=[link("a.md")], check="note")
+    assert workflow_commands(noted, "") == [
+        "::warning file=a.md,line=5,title=Broken link::./instal.md names a page the corpus does "
+        "not have (a note: checks.broken_links: fail fails the run on it)"
+    ]
+    assert workflow_commands(report(check="note"), "") == []
+
+
+def test_an_input_outside_the_checkout_or_on_s3_names_the_place_in_the_message(tmp_path):
+    """No file of the repository is there: no `file=`, the message names the path in the input
+    and its line."""
+    repo = tmp_path / "repo"
+    (repo / "docs" / "guides").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(repo)
+    assert checkout_prefix(str(repo / "docs" / "guides"), str(tmp_path / "link")) == "docs/guides/"
+    assert checkout_prefix(str(repo), str(repo)) == ""
+    assert checkout_prefix(str(tmp_path / "other"), str(repo)) is None
+    assert checkout_prefix("s3://bucket/docs", str(repo)) is None
+    assert workflow_commands(report(links=[link("guides/a.md")]), None) == [
+        f"::error title=Broken link::guides/a.md:5: ./instal.md {NO_PAGE}"
+    ]
+
+
+def test_a_name_forges_no_command_and_properties_are_escaped():
+    """A file name's newline is written `\\n` as the summary writes it (it started a command of
+    its own); `%` is `%25`, and `:` and `,` in a property `%3A` and `%2C`, as GitHub reads them."""
+    name = "a,b:c%\n::warning::forged.md"
+    run = report(failure(name, message="at line 4\r\n::error::x 100%"), links=[link(name, "%\n")])
+    assert workflow_commands(run, "d:1/") == [
+        "::error file=d%3A1/a%2Cb%3Ac%25\\n%3A%3Awarning%3A%3Aforged.md,line=4,"
+        "title=INVALID_FRONT_MATTER::at line 4\\r\\n::error::x 100%25",
+        "::error file=d%3A1/a%2Cb%3Ac%25\\n%3A%3Awarning%3A%3Aforged.md,line=5,"
+        f"title=Broken link::%25\\n {NO_PAGE}",
+    ]
+
+
+def test_ten_of_each_level_are_annotated_and_a_notice_counts_the_rest():
+    """GitHub shows 10 errors a step: the first 10, then a notice of how many more, those past
+    the report's first 20 broken links counted."""
+    run = report(
+        *(failure(f"f{i:02d}.md") for i in range(8)),
+        links=[link(f"l{i:02d}.md") for i in range(20)],
+        count=25,
+    )
+    lines = workflow_commands(run, "")
+    assert [line.split(",")[0] for line in lines[:10]] == [
+        *(f"::error file=f{i:02d}.md" for i in range(8)),
+        "::error file=l00.md",
+        "::error file=l01.md",
+    ]
+    assert lines[10:] == [
+        "::notice title=mdindex build::23 more failed sources or broken links are not annotated "
+        "(GitHub shows 10 errors and 10 warnings a step): the build's summary names them, "
+        "_reindex/report.json every failure"
+    ]
+    assert len(problems(run)) == 28
+
+
+def test_the_step_summary_is_markdown_that_shows_each_name_as_it_is():
+    """The outcome, the counts and a row for each of the first 20 problems; a name's markdown
+    (a link, an image, a table cell's `|`, HTML) is escaped."""
+    run = report(
+        failure("guides/c.md"),
+        links=[link("x|[y](z)<img>.md"), *(link(f"l{i:02d}.md") for i in range(19))],
+        count=21,
+    )
+    text = step_summary(run, "docs/").splitlines()
+    assert text[:7] == [
+        "### mdindex build: sources_failed (exit code 3)",
+        "",
+        "2 sources in 1 topics\\: 2 changed\\, 2 failed\\; 1 failure\\, 21 broken links",
+        "",
+        "| Where | Problem |",
+        "| --- | --- |",
+        "| docs\\/guides\\/c\\.md\\:2 | INVALID\\_FRONT\\_MATTER\\: YAML front matter at line 2\\: "
+        "expected the node content\\, but found \\'\\<stream end\\>\\' |",
+    ]
+    assert text[7].startswith("| docs\\/x\\|\\[y\\]\\(z\\)\\<img\\>\\.md\\:5 | Broken link\\: ")
+    assert text[8:] == [
+        "| docs\\/l00\\.md\\:5 | Broken link\\: \\.\\/instal\\.md names a page the corpus does not "
+        "have \\(checks\\.broken\\_links\\: fail\\) |",
+        *text[9:26],
+        "",
+        "2 more: see the build's log and _reindex/report.json.",
+    ]
+    assert len(text) == 28
+
+
+def test_only_in_github_actions_and_a_summary_that_cannot_be_written_is_logged(
+    tmp_path, monkeypatch, caplog
+):
+    """Elsewhere nothing is printed or written; in Actions the step summary is appended to, the
+    checkout the working directory where `GITHUB_WORKSPACE` is unset; a step summary that cannot
+    be written is a warning, the annotations printed all the same."""
+    run = report(links=[link("a.md")]) | {"input": str(tmp_path / "docs")}
+    summary = tmp_path / "summary.md"
+    summary.write_text("before\n")
+    assert github_actions(run, {"GITHUB_STEP_SUMMARY": str(summary)}) == ""
+    assert github_actions(run, {"GITHUB_ACTIONS": "false"}) == ""
+    assert summary.read_text() == "before\n"
+    monkeypatch.chdir(tmp_path)
+    actions = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+    line = f"::error file=docs/a.md,line=5,title=Broken link::./instal.md {NO_PAGE}\n"
+    assert github_actions(run, actions) == line
+    assert summary.read_text() == "before\n" + step_summary(run, "docs/")
+    unwritable = {"GITHUB_STEP_SUMMARY": str(tmp_path), "GITHUB_WORKSPACE": run["input"]}
+    with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+        assert github_actions(run, actions | unwritable) == line.replace("docs/", "")
+    assert f"the step summary {tmp_path} could not be written" in caplog.text
+
+
+def test_a_build_in_github_actions_annotates_its_failures_and_broken_links(
+    tmp_path, monkeypatch, capsys, ray_session
+):
+    """A docs PR check (`--input docs` in the checkout, `checks.broken_links: fail`): after the
+    summary, an error on the file and line of the bad front matter and of the broken link, and
+    the step summary appended."""
+    repo = tmp_path / "repo"
+    (repo / "docs" / "guides").mkdir(parents=True)
+    (repo / "docs" / "guides" / "a.md").write_text("# A\n\nText.\n\n[install](./instal.md)\n")
+    (repo / "docs" / "guides" / "c.md").write_text("---\ntitle: [\n---\n# C\n\nText.\n")
+    summary = tmp_path / "summary.md"
+    for name, value in (
+        ("GITHUB_ACTIONS", "true"),
+        ("GITHUB_WORKSPACE", str(repo)),
+        ("GITHUB_STEP_SUMMARY", str(summary)),
+    ):
+        monkeypatch.setenv(name, value)
+    check = ["--set", "checks.broken_links=fail"]
+    argv = ["--config", CONFIG, "--input", str(repo / "docs"), "--output", str(tmp_path / "out")]
+    assert main(argv + check) == 3
+    assert capsys.readouterr().out.splitlines()[-3:] == [
+        "  BROKEN  guides/a.md:5: ./instal.md",
+        f"::error file=docs/guides/c.md,line=2,title=INVALID_FRONT_MATTER::{FRONT}",
+        f"::error file=docs/guides/a.md,line=5,title=Broken link::./instal.md {NO_PAGE}",
+    ]
+    assert summary.read_text().startswith("### mdindex build: sources_failed (exit code 3)\n")
