@@ -11,7 +11,9 @@ Seed 003 rules, applied line by line over the document (headings come from the b
   seed's "lookahead optimization", one line ahead; where the heading and that line would not fit
   in a chunk of their own either, the line is cut and its first piece fills the heading's chunk);
   likewise before a fence's opening line whose next line would not fit, so that no chunk ends
-  with an empty code block (`opener_ends_chunk`);
+  with an empty code block (`opener_ends_chunk`), and before a paragraph ending with a colon
+  whose next block's first line would not fit after it, so that the sentence stays with the code
+  or list it introduces (`intro_ends_chunk`; before the heading right above it, `ends_chunk`);
 - a sealed chunk gets its parent headings prepended (BuildChunkWithHierarchy), and a chunk that
   starts between two rows of a table the header and delimiter rows of that table after them (an
   HTML table's head: `<table>`, its header row), as its rows mean nothing without them, and one
@@ -327,18 +329,22 @@ class _Window:
         heading, which the piece follows as well."""
         if content is None:
             return False
+        parents = tuple(
+            h for level, h in sorted(self.hierarchy.items()) if level < block.heading.level
+        )
+        overhead = self.new_chunk(parents).overhead
+        intro = self.intro_units(content)
+        if intro is not None:  # the heading, its intro and the first line of what it introduces
+            units = self.lines_units(block.start_line, content - 1) + intro
+            if not self.fits(units) and overhead + units <= self.limit:
+                return True
         opener = self.opener_units(content)
         if opener is None:
             units = self.lines_units(block.start_line, content) + self.closer_units(content)
         else:
             units = self.lines_units(block.start_line, content - 1) + opener
-        chunk = self.chunk
-        if chunk.overhead + chunk.units + units <= self.limit:
+        if self.fits(units):
             return False
-        parents = tuple(
-            h for level, h in sorted(self.hierarchy.items()) if level < block.heading.level
-        )
-        overhead = self.new_chunk(parents).overhead
         if overhead + units <= self.limit:
             return True
         line = self.lines_units(content, content) + self.closer_units(content)
@@ -374,6 +380,8 @@ class _Window:
         one (each range at once or line by line)."""
         if not self.try_add(blocks[0][0], blocks[-1][1]):
             for first, last in blocks:
+                if self.intro_ends_chunk(first, last):
+                    self.seal(self.continuation(first))
                 if self.try_add(first, last):
                     continue
                 after = first  # the first line not added yet
@@ -505,6 +513,40 @@ class _Window:
             last = index == len(pieces) - 1
             units = self.counter.units(piece) + (tail if last else 0)
             self.append(number, number, piece, units, bool(piece.strip()), last)
+
+    def intro_ends_chunk(self, first: int, last: int) -> bool:
+        """Whether lines first..last are a paragraph that introduces the next block (it ends with
+        a colon) and fits in the chunk, while the first line of that block (a fence's opening
+        line with its next line) would not fit after it: the max-token seal would part the
+        sentence from the code or list it introduces, so it comes before the paragraph. Not
+        where the two would not fit in a chunk of their own either, nor right below a heading
+        the chunk took (`ends_chunk` moved the seal before the heading where that helps)."""
+        units = self.intro_units(first)
+        if units is None or not self.chunk.has_body or self.below_heading(first):
+            return False
+        if self.fits(units) or not self.fits(self.lines_units(first, last)):
+            return False
+        return self.continuation(first).overhead + units <= self.limit
+
+    def intro_units(self, number: int) -> int | None:
+        """Units of the top-level paragraph starting on line `number` that ends with a colon, the
+        lines after it and the first line of the block it introduces (a fence's opening line
+        with its next line and closing line), as `opener_units` measures them; None where line
+        `number` starts no such paragraph or a heading (or nothing) follows it."""
+        index = bisect_left(self.block_starts, number)
+        blocks = self.doc.blocks
+        if index + 1 >= len(blocks) or blocks[index].start_line != number:
+            return None
+        block, following = blocks[index], blocks[index + 1]
+        if block.kind != "paragraph" or following.kind == "heading":
+            return None
+        if not self.doc.lines[block.end_line - 1].rstrip().endswith((":", "\uff1a")):
+            return None
+        start = following.start_line
+        opener = self.opener_units(start)
+        if opener is None:
+            opener = self.lines_units(start, start) + self.closer_units(start)
+        return self.lines_units(number, start - 1) + opener
 
     def opener_ends_chunk(self, number: int) -> bool:
         """Whether line `number` opens a fence whose next line would not fit after it, so the
