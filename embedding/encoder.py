@@ -77,10 +77,11 @@ def encode(
 
 
 def text_list(texts: Sequence[str]) -> list[str]:
-    """`texts` as a list; TypeError for a single string, whose characters were each taken for a
-    text of their own."""
+    """`texts` as a list; TypeError naming the argument for a single string, whose characters
+    were each taken for a text of their own."""
     if isinstance(texts, str):
-        raise TypeError("expected a sequence of strings, got a single string")
+        shown = texts if len(texts) <= 40 else f"{texts[:40]}…"
+        raise TypeError(f"texts must be a sequence of strings, got the string {shown!r}")
     return list(texts)
 
 

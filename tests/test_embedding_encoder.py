@@ -280,8 +280,10 @@ def test_a_single_string_is_refused_where_a_list_of_texts_is_asked():
     """`encode(enc, "abc")` and `Embedder.encode("abc")` took each character for a text of its
     own (three rows of ids for one text), as `embed` already refused to."""
     encoder = model_encoder("minilm")
-    with pytest.raises(TypeError, match="got a single string"):
+    # the argument named, as the README's Libraries section and `indexing.paths.not_one_string` say
+    refused = "^texts must be a sequence of strings, got the string "
+    with pytest.raises(TypeError, match=refused + "'some text'$"):
         encode(encoder, "some text", parallel=False)
-    with pytest.raises(TypeError, match="got a single string"):
-        embedder(dtype="fp32").encode("some text")
+    with pytest.raises(TypeError, match=refused + "'x{40}…'$"):
+        embedder(dtype="fp32").encode("x" * 41)
     assert len(encode(encoder, ["some text"], parallel=False)) == 1

@@ -426,7 +426,7 @@ def test_empty_uri_and_bad_names_raise_clear_errors(tmp_path):
         load_embedder(device="cpu", pooling="max")
     with pytest.raises(ValueError, match="dtype"):
         load_embedder(device="cpu", dtype="int8")
-    with pytest.raises(TypeError, match="single string"):
+    with pytest.raises(TypeError, match="^texts must be a sequence of strings, got the string"):
         embedder(dtype="fp32").embed("not a list")
     with pytest.raises(TypeError, match="item 1"):
         embedder(dtype="fp32").embed(["fine", 3])
