@@ -91,6 +91,10 @@ from chunking.tokens import TokenCounter
 # markers or list markers. The whole match measures at least the line that would close it.
 _OPENS_FENCE = re.compile(r"(?:[ \t>]*(?:[-+*]|\d{1,9}[.)])(?=[ \t]))*[ \t>]*(`{3,}|~{3,})")
 _CONTAINERS = frozenset({"bullet_list", "ordered_list", "blockquote", "html_block"})
+# Blocks that can end with an intro to the next block (see `_Window.intro`), and the line of a
+# top-level list item that is a whole item on one line.
+_INTRODUCING = frozenset({"paragraph", "bullet_list", "ordered_list"})
+_LIST_ITEM = re.compile(r"( {0,3})(?:[-+*]|\d{1,9}[.)])[ \t]+\S")
 # Runs of words that can be such markers, one after another (possessive: linear on any line);
 # those holding a fence marker are what `pieces` may move to the end of the piece before a cut.
 _MARKER_RUN = re.compile(
@@ -333,9 +337,9 @@ class _Window:
             h for level, h in sorted(self.hierarchy.items()) if level < block.heading.level
         )
         overhead = self.new_chunk(parents).overhead
-        intro = self.intro_units(content)
+        intro = self.intro(content)
         if intro is not None:  # the heading, its intro and the first line of what it introduces
-            units = self.lines_units(block.start_line, content - 1) + intro
+            units = self.lines_units(block.start_line, intro[0] - 1) + intro[1]
             if not self.fits(units) and overhead + units <= self.limit:
                 return True
         opener = self.opener_units(content)
@@ -380,7 +384,11 @@ class _Window:
         one (each range at once or line by line)."""
         if not self.try_add(blocks[0][0], blocks[-1][1]):
             for first, last in blocks:
-                if self.intro_ends_chunk(first, last):
+                intro = self.intro(first)
+                if intro is not None and self.intro_ends_chunk(first, last, *intro):
+                    if intro[0] > first:  # a list's items before its last
+                        self.add_range(first, intro[0] - 1)
+                    first = intro[0]
                     self.seal(self.continuation(first))
                 if self.try_add(first, last):
                     continue
@@ -514,39 +522,49 @@ class _Window:
             units = self.counter.units(piece) + (tail if last else 0)
             self.append(number, number, piece, units, bool(piece.strip()), last)
 
-    def intro_ends_chunk(self, first: int, last: int) -> bool:
-        """Whether lines first..last are a paragraph that introduces the next block (it ends with
-        a colon) and fits in the chunk, while the first line of that block (a fence's opening
-        line with its next line) would not fit after it: the max-token seal would part the
-        sentence from the code or list it introduces, so it comes before the paragraph. Not
-        where the two would not fit in a chunk of their own either, nor right below a heading
-        the chunk took (`ends_chunk` moved the seal before the heading where that helps)."""
-        units = self.intro_units(first)
-        if units is None or not self.chunk.has_body or self.below_heading(first):
+    def intro_ends_chunk(self, first: int, last: int, start: int, units: int) -> bool:
+        """Whether the block of lines first..last ends with an intro from line `start` on (see
+        `intro`, whose `units` reach the first line of the block it introduces) and fits in the
+        chunk, while that first line would not fit after it: the max-token seal would part the
+        sentence from the code or list it introduces (a tldr page's description from its
+        command), so it comes before the intro. Not where the two would not fit in a chunk of
+        their own either, nor right below a heading the chunk took (`ends_chunk` moved the seal
+        before the heading where that helps)."""
+        before = self.lines_units(first, start - 1) if start > first else 0
+        if not before and (not self.chunk.has_body or self.below_heading(first)):
             return False
-        if self.fits(units) or not self.fits(self.lines_units(first, last)):
+        if self.fits(before + units) or not self.fits(self.lines_units(first, last)):
             return False
-        return self.continuation(first).overhead + units <= self.limit
+        return self.continuation(start).overhead + units <= self.limit
 
-    def intro_units(self, number: int) -> int | None:
-        """Units of the top-level paragraph starting on line `number` that ends with a colon, the
-        lines after it and the first line of the block it introduces (a fence's opening line
-        with its next line and closing line), as `opener_units` measures them; None where line
-        `number` starts no such paragraph or a heading (or nothing) follows it."""
+    def intro(self, number: int) -> tuple[int, int] | None:
+        """(first line, units) of the intro that ends the top-level block starting on line
+        `number` where the block's last line ends with a colon: the whole block for a paragraph,
+        the last line for a list whose last item is that one line (tldr-pages' "- Description:"
+        above its command); its units count it, the lines after it and the first line of the
+        block it introduces (a fence's opening line with its next line and closing line), as
+        `opener_units` measures them. None for any other block, or where a heading (or nothing)
+        follows it."""
         index = bisect_left(self.block_starts, number)
         blocks = self.doc.blocks
         if index + 1 >= len(blocks) or blocks[index].start_line != number:
             return None
         block, following = blocks[index], blocks[index + 1]
-        if block.kind != "paragraph" or following.kind == "heading":
+        if following.kind == "heading" or block.kind not in _INTRODUCING:
             return None
-        if not self.doc.lines[block.end_line - 1].rstrip().endswith((":", "\uff1a")):
+        end = self.nonblank_total[block.end_line]  # its last non-blank line (a list's map
+        last = bisect_left(self.nonblank_total, end, number, block.end_line + 1)  # takes blanks)
+        text = self.doc.lines[last - 1]
+        if not text.rstrip().endswith((":", "\uff1a")):
             return None
-        start = following.start_line
-        opener = self.opener_units(start)
+        start = number if block.kind == "paragraph" else last
+        if start != number and not _is_item_of(text, self.doc.lines[number - 1]):
+            return None
+        after = following.start_line
+        opener = self.opener_units(after)
         if opener is None:
-            opener = self.lines_units(start, start) + self.closer_units(start)
-        return self.lines_units(number, start - 1) + opener
+            opener = self.lines_units(after, after) + self.closer_units(after)
+        return start, self.lines_units(start, after - 1) + opener
 
     def opener_ends_chunk(self, number: int) -> bool:
         """Whether line `number` opens a fence whose next line would not fit after it, so the
@@ -971,6 +989,13 @@ def _sections(doc: ParsedDocument) -> list[tuple[Block | None, list[tuple[int, i
     if line <= len(doc.lines):
         sections[-1][1].append((line, len(doc.lines)))
     return sections
+
+
+def _is_item_of(line: str, first: str) -> bool:
+    """Whether `line` starts an item of the list whose first line is `first` (a marker at its
+    indentation), not one nested in an item."""
+    item, top = _LIST_ITEM.match(line), _LIST_ITEM.match(first)
+    return item is not None and top is not None and item.group(1) == top.group(1)
 
 
 def _ends_in_admonition(text: str) -> bool:
