@@ -7,7 +7,7 @@ import ipaddress
 import json
 import os
 import sys
-from itertools import islice
+from collections import Counter
 from typing import Any
 
 from indexing.client import (
@@ -16,10 +16,10 @@ from indexing.client import (
     UnsuitedOptions,
     chunk_tables,
     current_matches,
-    embedding_search,
     is_text,
     query_embedder,
     question_matches,
+    ranked_chunks,
     select_chunks,
 )
 from indexing.paths import INDEX, href_path, in_topic, topic_id
@@ -110,6 +110,12 @@ def register(subparsers) -> None:
         default=5,
         help="chunks per source, or a --question's matches (default 5)",
     )
+    query.add_argument(
+        "--per-page",
+        type=_positive_int,
+        metavar="K",
+        help="at most K of a --question's matches from one page (source); default: no limit",
+    )
     query.add_argument("--source", type=_utf8, help="only this source (file stem)")
     query.add_argument("--technical", action="store_true", help="use the technical stripe order")
     query.add_argument("--show", action="store_true", help="include the chunk text")
@@ -166,7 +172,9 @@ def topic_result(
 def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
     """The JSON-ready answer to `query --question`: SimHash matches that the topics' index.json
     still hold, then, while they are fewer than `args.n`, the embedding search's nearest chunks
-    not among them (`args.topic`, where given, a topic as `IndexReader.spelled_topic` found it).
+    not among them (`args.topic`, where given, a topic as `IndexReader.spelled_topic` found it),
+    at most `args.per_page` (None: any number) of one page (a topic's source), the rest of that
+    page's chunks passed over for the next page's.
     A SimHash match names the chunk its question attached to at build time, mostly one: the
     embedding search, which ranked it first or not far from it, names the others the asker
     wants (`--n`); one that near-matched another question's words names the wrong page, and
@@ -174,41 +182,54 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
     or "none" (no SimHash match and no chunk table)."""
     matches: list[dict[str, Any]] = []
     methods = []
+    pages: Counter[tuple[str, str]] = Counter()
+
+    def room(topic: str, source: str) -> bool:
+        """Whether one more match of this page is within `args.per_page` (and then counts it)."""
+        if pages[topic, source] == args.per_page:
+            return False
+        pages[topic, source] += 1
+        return True
+
     found = current_matches(reader, question_matches(reader, args.question, args.topic))
-    for m, item in islice(found, args.n):
-        matches.append(
-            {
-                "topic": m.topic,
-                "source": m.source,
-                "index": m.index,
-                "distance": m.distance,
-                "prompt_hash": m.hash,
-                "title": item["title"],
-                "path": in_topic(m.topic, href_path(item["href"])),
-            }
-        )
+    for m, item in found:
+        if len(matches) == args.n:
+            break
+        if room(m.topic, m.source):
+            matches.append(
+                {
+                    "topic": m.topic,
+                    "source": m.source,
+                    "index": m.index,
+                    "distance": m.distance,
+                    "prompt_hash": m.hash,
+                    "title": item["title"],
+                    "path": in_topic(m.topic, href_path(item["href"])),
+                }
+            )
     if matches:
         methods.append("simhash")
     if len(matches) < args.n:
         listed = {(match["topic"], match["source"], match["index"]) for match in matches}
         topics = [args.topic] if args.topic is not None else reader.topics()
         table = chunk_tables(reader, topics)
-        hits = []
-        if table is not None:
-            hits = embedding_search(table, args.question, args.n, query_embedder(reader))
-        hits = [hit for hit in hits if (hit.topic, hit.source, hit.index) not in listed]
-        for hit in hits[: args.n - len(matches)]:
-            matches.append(
-                {
-                    "topic": hit.topic,
-                    "source": hit.source,
-                    "index": hit.index,
-                    "title": hit.title,
-                    "score": hit.score,
-                    "path": hit.path,
-                }
-            )
-        if hits:
+        hits = () if table is None else ranked_chunks(table, args.question, query_embedder(reader))
+        searched = len(matches)
+        for hit in hits:
+            if len(matches) == args.n:
+                break
+            if (hit.topic, hit.source, hit.index) not in listed and room(hit.topic, hit.source):
+                matches.append(
+                    {
+                        "topic": hit.topic,
+                        "source": hit.source,
+                        "index": hit.index,
+                        "title": hit.title,
+                        "score": hit.score,
+                        "path": hit.path,
+                    }
+                )
+        if len(matches) > searched:
             methods.append("embedding")
     for match in matches:
         relpath = match.pop("path")
@@ -286,6 +307,9 @@ def run_query(args: argparse.Namespace) -> int:
     if args.question and (args.source or args.technical):  # they were left out, unsaid
         message = "--source and --technical pick a topic's chunks, not a question's"
         print(f"mdindex query: {message}", file=sys.stderr)
+        return 2
+    if args.per_page is not None and not args.question:  # --n is per source there already
+        print("mdindex query: --per-page counts a question's matches", file=sys.stderr)
         return 2
     import aiohttp
     from botocore.exceptions import BotoCoreError  # an S3 endpoint unreachable, no credentials

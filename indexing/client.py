@@ -6,7 +6,7 @@ import json
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import islice, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -534,6 +534,14 @@ def chunk_tables(reader: IndexReader, topics: list[str]) -> pa.Table | None:
 
 def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) -> list[ChunkHit]:
     """The `n` chunks of `table` nearest the question, embedded by the model the table records."""
+    return list(islice(ranked_chunks(table, question, embed), n))
+
+
+def ranked_chunks(table: pa.Table, question: str, embed: EmbedQuery) -> Iterator[ChunkHit]:
+    """The chunks of `table` from the nearest the question (embedded by the model the table
+    records) on: by score rounded to 6 places, then by row; each row read as it is reached.
+    ValueError, at the first, when the table holds several models or vectors of another width
+    than the model's."""
     models = sorted(set(table.column("model").to_pylist()))
     if len(models) != 1:
         raise ValueError(f"the chunk tables were built with several models: {models}")
@@ -546,11 +554,10 @@ def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) 
         )
     matrix = _float32_matrix(embeddings)
     scores = unit_rows(matrix) @ query
-    best = sorted(range(len(table)), key=lambda i: (-round(float(scores[i]), 6), i))[:n]
     named = table.select(["topic", "source", "ordinal", "title", "href"])
-    rows = [named.slice(i, 1).to_pylist()[0] for i in best]  # `take` imports pandas, as below
-    return [
-        ChunkHit(
+    for i in sorted(range(len(table)), key=lambda i: (-round(float(scores[i]), 6), i)):
+        row = named.slice(i, 1).to_pylist()[0]  # `take` imports pandas, as below
+        yield ChunkHit(
             topic=row["topic"],
             source=source_stem(row["source"]),
             index=row["ordinal"],
@@ -558,8 +565,6 @@ def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) 
             score=round(float(scores[i]), 4),
             path=href_path(row["href"]),
         )
-        for i, row in zip(best, rows, strict=True)
-    ]
 
 
 def _float32_matrix(vectors: pa.FixedSizeListArray) -> np.ndarray:

@@ -119,3 +119,66 @@ print(len(hits), "pandas" in sys.modules)
     part = [(h.source, h.score) for h in embedding_search(table.slice(1), "q", 3, embed)]
     first = Path(table["source"][0].as_py()).stem
     assert part == [hit for hit in whole if hit[0] != first] and len(part) == 3
+
+
+DOCKER_FAQ = "How do I deploy my app with Docker?"
+DEPLOY_PAGES = {  # one page of three sections on Docker, three pages of one section each
+    "docker": [
+        ("Deploy with Docker", "Build a Docker image of the app and run it in a container."),
+        ("Docker image", "Write a Dockerfile: FROM python, COPY the app, CMD to start it."),
+        ("Docker container", "docker run -p 80:80 starts the app's Docker container."),
+    ],
+    "kubernetes": [("Kubernetes", "Deploy the app's container image to a Kubernetes cluster.")],
+    "server": [("Run a server manually", "Deploy the app by starting a server process.")],
+    "https": [("About HTTPS", "Serve the deployed app over HTTPS with a certificate.")],
+}
+
+
+@pytest.fixture(scope="module")
+def deploy_root(tmp_path_factory) -> Path:
+    """A topic whose best chunks for a Docker question are all of one page; the FAQ question
+    attaches to several of them."""
+    model = embedder("minilm", dtype="fp32")
+    sources = [
+        source(f"deploy/{stem}.md", sections, model.embed([f"## {t}\n\n{b}" for t, b in sections]))
+        for stem, sections in DEPLOY_PAGES.items()
+    ]
+    inp = dataclasses.replace(
+        topic_input(
+            "deploy",
+            sources,
+            questions=[DOCKER_FAQ],
+            question_vectors=model.embed([DOCKER_FAQ], query=True),
+        ),
+        model="minilm",
+    )
+    out = tmp_path_factory.mktemp("deploy")
+    write_index(out, [build_topic(inp, IndexSettings())], k=6)
+    return out
+
+
+def test_per_page_gives_at_most_k_chunks_of_one_page(deploy_root, capsys):
+    """A question's matches were the nearest chunks whatever their page: on FastAPI's docs the
+    top 10 held 3.7 pages on average ("deploy with docker": one page ten times), a search box
+    showed one page again and again. `--per-page K` takes at most K chunks of a page, the next
+    page's best chunk in place of the rest, in the same order; SimHash matches count too."""
+    plain = ask(deploy_root, "deploy with docker", capsys, "--n", "3")["matches"]
+    assert [m["source"] for m in plain] == ["docker"] * 3
+    one = ask(deploy_root, "deploy with docker", capsys, "--n", "3", "--per-page", "1")
+    pages = [m["source"] for m in one["matches"]]
+    assert pages[0] == "docker" and len(set(pages)) == 3
+    assert chunk(one["matches"][0]) == chunk(plain[0])  # the page's best chunk, first as before
+    scores = [m["score"] for m in one["matches"]]
+    assert scores == sorted(scores, reverse=True)
+    two = ask(deploy_root, "deploy with docker", capsys, "--n", "4", "--per-page", "2")
+    assert [chunk(m) for m in two["matches"][:2]] == [chunk(m) for m in plain[:2]]
+    assert [m["source"] for m in two["matches"]].count("docker") == 2
+    asked = ask(deploy_root, DOCKER_FAQ, capsys, "--n", "3", "--per-page", "1")
+    assert asked["method"] == "simhash+embedding"
+    assert [m["source"] for m in asked["matches"]][0] == "docker"
+    assert len({m["source"] for m in asked["matches"]}) == 3
+    assert "distance" in asked["matches"][0] and "score" in asked["matches"][1]
+    code, _, err = run_cli(
+        ["query", str(deploy_root), "--topic", "deploy", "--per-page", "1"], capsys
+    )
+    assert code == 2 and "--per-page counts a question's matches" in err
