@@ -201,25 +201,21 @@ class Ending:
 
 def ending(error: BaseException) -> Ending | None:
     """How the build that `error` ended says so; None for an exit that is not the build's (a
-    `SystemExit` of another code), which goes on up. A usage error or another build's lock
-    (`OutputBusy`, `LockLost`) writes no report; a signal's (the output stays valid: each topic
-    is switched atomically, and a re-run converges) and any other failure of the job do."""
+    `SystemExit` of another code), which goes on up. A usage error found before the run's
+    `unfinished` report or another build's lock (`OutputBusy`, `LockLost`) writes no report; one
+    found as Ray starts (after that report: `jobs.pipeline`), a signal's (the output stays valid:
+    each topic is switched atomically, and a re-run converges) and any other failure of the job
+    do."""
     from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
     from jobs.local_ray import ClusterUnreachable, FoldersNotShared, InfeasibleResources
     from jobs.lock import OutputBusy, OutputNotFound
     from jobs.report import error_text
 
-    usage = (
-        InputNotFound,
-        InfeasibleResources,
-        ModelNotFound,
-        FoldersNotShared,
-        ClusterUnreachable,
-        OutputNotFound,
-    )
-    if isinstance(error, usage):
+    if isinstance(error, (InputNotFound, ModelNotFound, OutputNotFound)):
         return Ending(EXIT_USAGE, f"mdindex build: {error}")
+    if isinstance(error, (InfeasibleResources, FoldersNotShared, ClusterUnreachable)):
+        return Ending(EXIT_USAGE, f"mdindex build: {error}", error)
     if isinstance(error, OutputBusy):
         return Ending(EXIT_BUSY, f"mdindex build: {error}")
     if isinstance(error, KeyboardInterrupt):
@@ -249,7 +245,7 @@ def report_failure(config: JobConfig, error: BaseException, started: float) -> N
         return
     if isinstance(end.error, Interrupted):
         log.error("%s before the build finished", end.error)
-    else:
+    elif end.code != EXIT_USAGE:  # a usage error's one line follows (`_build`)
         log_failure("the job", end.error)
     write_failed_report(config, end.error, exit_code=end.code, started=started)
     exit_at_once_on_sigterm(end.code)

@@ -25,7 +25,7 @@ from jobs.config import JobConfig, ResourcesConfig
 from jobs.known import KnownFailure
 from jobs.landmarks import Landmark, NotTheDriversFolder, check_landmarks
 from jobs.resources import describe_resources, infeasible, too_many_actors
-from jobs.signals import exit_on_sigterm, stopping
+from jobs.signals import exit_on_sigterm, stopping, stops_not_lost
 
 log = logging.getLogger("mdindex.build")
 
@@ -192,7 +192,8 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
     if address := os.environ.get("RAY_ADDRESS"):
         check_reachable(address)
         # the job's runtime_env already reaches every worker
-        context = ray.init(address="auto", logging_level=logging.WARNING)
+        with stops_not_lost():
+            context = ray.init(address="auto", logging_level=logging.WARNING)
         exit_on_sigterm()
         log.info("joined the Ray cluster at %s", context.address_info["gcs_address"])
         if missing := waiting_for(config.resources):
@@ -209,7 +210,7 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
         check_ray_folder(folder)
     # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
     # runtime_env to forward it would cost every new worker process about a second.
-    with process_groups_of_their_own():
+    with process_groups_of_their_own(), stops_not_lost():
         context = ray.init(
             address="local",
             num_cpus=config.resources.num_cpus,
@@ -364,6 +365,20 @@ class NodeWaitTooLong(KnownFailure):
 # How often a build on a cluster that may grow asks what its live nodes cannot hold (`NodeWatch`;
 # one call to the cluster's control store, which lists its nodes).
 NODE_CHECK_SECONDS = 5.0
+_SETTLING: list[bool] = []  # one entry while a build that failed waits for its reduces
+
+
+@contextlib.contextmanager
+def settling() -> Iterator[None]:
+    """While a build that failed (or was stopped) waits for its running reduces
+    (`jobs.reduce.settle`): a `NodeWatch` stops it no more. Its bound reached there interrupted
+    that wait: the run's report said `NodeWaitTooLong`, not the error that failed it, and its
+    reduces still wrote once the lock was released."""
+    _SETTLING.append(True)
+    try:
+        yield
+    finally:
+        _SETTLING.pop()
 
 
 class NodeWatch:
@@ -401,7 +416,7 @@ class NodeWatch:
             waited = now - self._since
             if not missing or self._bound is None or waited < self._bound or not self._stops:
                 return
-            if stopping():  # stopped by a signal already: its wait for the running reduces holds
+            if stopping() or _SETTLING:  # on its way out: its wait for its reduces holds
                 return
             self.failure = NodeWaitTooLong(
                 f"{'; '.join(missing)}, and no live node of the Ray cluster has had that for "

@@ -68,6 +68,7 @@ from jobs.resources import (
     store_stage_args,
     task_stage_args,
 )
+from jobs.signals import held
 from jobs.stages.chunk import ChunkSettings, SourceFailed, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.stages.store import store_entries
@@ -114,23 +115,30 @@ def run_job(
     lock is released (a failure to list the input or to take the lock: without it); a report
     written after the release stood for the run of a build that took the lock meanwhile.
     `reported` is called with the run's report once it is in place, the lock still held
-    (`jobs.build_cli`: a signal from there on ends the process with the run's exit code)."""
+    (`jobs.build_cli`: a signal from there on ends the process with the run's exit code). From
+    the run's end on (its report's write, or `failed`'s) to the lock's release, a signal waits
+    for the release (`jobs.signals.held`), then is taken: the run's report is whole, and one."""
     started = time.perf_counter()
     began = time.time() if began is None else began
     if note := config.s3_note():
         log.info("%s", note)
-    with contextlib.ExitStack() as lock:  # released after a failure is reported
-        try:
-            listing = list_input(config)
-            check_output_roots(config)
-            check = lock.enter_context(output_lock(output_storage(config)))
-            report = _run_locked(config, listing, check, began=began, started=started)
-            if reported:
-                reported(report)
-        except BaseException as error:
-            if failed:
-                failed(error)
-            raise
+    with contextlib.ExitStack() as end:  # the signals held from the run's end, after the lock
+        with contextlib.ExitStack() as lock:  # released after a failure is reported
+            try:
+                listing = list_input(config)
+                check_output_roots(config)
+                output = output_storage(config)
+                check = lock.enter_context(output_lock(output))
+                report = _run_locked(config, listing, check, began=began, started=started)
+                end.enter_context(held())
+                write_report(output, report)
+                if reported:
+                    reported(report)
+            except BaseException as error:
+                end.enter_context(held())
+                if failed:
+                    failed(error)
+                raise
     return report
 
 
@@ -143,9 +151,12 @@ def _run_locked(
     started: float,
 ) -> dict[str, Any]:
     """`run_job`'s build from the input's `listing`, once the lock is held (`check`: raises
-    `LockLost` once it is no longer held, called before each topic's reduce and before the
-    finish; `began`, `started`: when the run began, in epoch seconds and by
-    `time.perf_counter`)."""
+    `LockLost` once it is no longer held, called before the first write, each topic's reduce and
+    the finish; `began`, `started`: when the run began, in epoch seconds and by
+    `time.perf_counter`); returns its report, for `run_job` to write.
+
+    The run's `unfinished` report, its line in the history, goes in before Ray starts (3-10 s
+    on 2 CPUs): a run killed there (kill -9, out of memory) left no report and no line."""
     wall: dict[str, float] = {}
     found = discover(config, listing)
     source, output, plan = found.source, found.output, found.plan
@@ -167,6 +178,11 @@ def _run_locked(
     if config.failure_policy == "abort" and (stops := abort_stops(plan)):
         raise SourceFailed(stops[0])
 
+    check()
+    left_unfinished = unfinished_run(output)  # a killed run's, which the next line replaces
+    if left_unfinished:
+        log.warning("the last run, %s", unfinished_note(left_unfinished))
+    write_unfinished_report(config, began)  # until the run's own, before any other write
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
     grows = False  # whether the Ray cluster may add nodes during the build
     if rebuilt:
@@ -174,11 +190,7 @@ def _run_locked(
         marks = landmarks(source, output)
         grows = start_ray(config, marks)
         wall["ray_start"] = time.perf_counter() - mark
-    check()
-    left_unfinished = unfinished_run(output)  # a killed run's, which the next line replaces
-    if left_unfinished:
-        log.warning("the last run, %s", unfinished_note(left_unfinished))
-    write_unfinished_report(config, began)  # until the run's own, before any other write
+        check()
     # The manifest in the output while this run goes on: what a run stopped from here leaves.
     stored = interim_manifest(found.previous, plan, found.config_key)
     if stored != found.previous:  # the run changes something
@@ -260,7 +272,6 @@ def _run_locked(
     )
     if manifest != stored:  # an unchanged run writes its report alone
         output.write_bytes(MANIFEST_PATH, manifest.to_json())
-    write_report(output, report)
     return report
 
 

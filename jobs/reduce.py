@@ -24,7 +24,7 @@ from ray.data import Dataset
 from jobs.blocks import Span, rows_in
 from jobs.gc_pause import gc_paused
 from jobs.landmarks import check_landmarks
-from jobs.local_ray import live_resources
+from jobs.local_ray import live_resources, settling
 from jobs.lock import Check
 from jobs.resources import some_node_holds
 from jobs.stages.topic import TopicContext, build_and_write
@@ -103,11 +103,13 @@ def settle(reduces: list, options: dict[str, Any]) -> None:
     """Wait until none of the `reduces` (their Ray tasks' references) still runs. Where no live
     node can hold one (`options`: their Ray options), none started and none will: they are
     cancelled, not waited for for ever (a build stopped while its reduces waited for such a node,
-    by `resources.node_wait_seconds` or a SIGTERM, hung there)."""
-    if not some_node_holds(live_resources(), options["num_cpus"]):
-        for ref in reduces:
-            ray.cancel(ref)
-    ray.wait(reduces, num_returns=len(reduces))
+    by `resources.node_wait_seconds` or a SIGTERM, hung there). A `NodeWatch` does not cut
+    the wait short (`jobs.local_ray.settling`)."""
+    with settling():
+        if not some_node_holds(live_resources(), options["num_cpus"]):
+            for ref in reduces:
+                ray.cancel(ref)
+        ray.wait(reduces, num_returns=len(reduces))
 
 
 def _finished(

@@ -123,6 +123,83 @@ def open_closed_streams() -> None:
             setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w"))
 
 
+# The signals that came while a run's end was written (`held`), in turn; None: none is held.
+_HELD: list[int] | None = None
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """While a run's end is written and its lock released (`jobs.pipeline.run_job`): a stopping
+    signal or Ctrl-C waits for the block's end, then is taken by the handler in place there (once
+    the run is reported, an exit at once with its code: `exit_at_once_on_sigterm`). A SIGTERM
+    between the report's write and its `reported` stopped a run that had reported "ok": its
+    failed report was a second line in the history (`ok 0`, then `failed 143`), and report.json
+    and the exit code said 143 of a run that had finished. Held once: a block within another is
+    the outer one's. In the main thread only (elsewhere Python takes no handler)."""
+    global _HELD
+    if _HELD is not None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {signum: signal.getsignal(signum) for signum in REPORTED}
+    _HELD = []
+    _install(_hold, REPORTED)
+    try:
+        yield
+    finally:
+        came, _HELD = _HELD, None
+        for signum, handler in before.items():
+            if signal.getsignal(signum) is _hold:  # not replaced in the block (`reported`)
+                signal.signal(signum, _stand_in(signum) if handler is None else handler)
+        if came:
+            signal.raise_signal(came[0])
+
+
+@contextlib.contextmanager
+def stops_not_lost() -> Iterator[None]:
+    """Around `ray.init`: a stopping signal that came meanwhile and whose handler's exit was lost
+    stops the build at the block's end (`Stopped`). `ray.init` puts its own SIGTERM handler in
+    place (`sys.exit(15)`) and starts Ray's processes; a signal taken while Python ran its fork
+    hooks there raised in one (logging's `_releaseLock`), where Python ignores what is raised
+    ("Exception ignored in: <function _releaseLock> … SystemExit: 15"): the build went on and
+    reported "ok", exit 0 (1 SIGTERM of about 10 sent during Ray's start). The signals that came
+    are read from Python's wakeup descriptor (`signal.set_wakeup_fd`), which Python's C handler
+    writes each signal's number to, whatever its Python handler then does; in the main thread
+    only. Ctrl-C's too, as the `KeyboardInterrupt` it raises."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read, write = os.pipe()
+    for end in (read, write):
+        os.set_blocking(end, False)
+    before = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(before)
+        try:
+            came = os.read(read, 4096)
+        except BlockingIOError:  # none came
+            came = b""
+        os.close(read)
+        os.close(write)
+    for signum in came:
+        if signum in STOPPING:
+            _raise_stopped(signum, None)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+
+
+def _hold(signum: int, frame) -> None:
+    if _HELD is not None:
+        _HELD.append(signum)
+
+
+def _stand_in(signum: int):
+    """The handler put back for one installed outside Python (`signal.getsignal` gives None),
+    which cannot be: a stopping signal's `_raise_stopped`, Python's own for SIGINT."""
+    return _raise_stopped if signum in STOPPING else signal.default_int_handler
+
+
 def _raise_stopped(signum: int, frame) -> None:
     _STOPPED_BY.append(signum)
     raise Stopped(signum)
@@ -168,8 +245,7 @@ def callers_handler() -> Iterator[None]:
         if threading.current_thread() is threading.main_thread():
             for signum, handler in before.items():
                 if handler is None:
-                    stand_in = _raise_stopped if signum in STOPPING else signal.default_int_handler
-                    signal.signal(signum, stand_in)
+                    signal.signal(signum, _stand_in(signum))
                 elif handler not in (_stop_program, _interrupt_program):
                     signal.signal(signum, handler)
 

@@ -138,7 +138,12 @@ def test_a_stage_the_local_instance_cannot_hold_fails_the_build_at_once(
     assert done.returncode == 2, done.stderr[-3000:]
     assert asks in done.stderr and "a local instance never grows" in done.stderr, done.stderr
     assert ("embedding.device: cpu" in done.stderr) == (config == "cluster-gpu.yaml")
-    assert not output.exists()
+    # found once Ray is up, after the run's unfinished report: its failed one replaces it (the
+    # history said "unfinished" of a run that had ended, and report --check 75)
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert (report["status"], report["exit_code"]) == ("failed", 2)
+    assert report["error"].startswith("InfeasibleResources: this machine's Ray instance has")
+    assert "Traceback" not in done.stderr
 
 
 def test_a_stage_no_node_of_a_joined_cluster_can_hold_is_a_warning_then_exit_1(
@@ -232,6 +237,74 @@ def test_a_node_watch_leaves_a_build_a_signal_stopped_to_wait_for_its_reduces(ra
         watch = NodeWatch(big)
         watch.look()  # past its bound: it would stop a build that is stopping already
         assert watch.failure is None and "asks for 512 CPUs" in watch.note()
+
+
+def test_a_node_watch_leaves_a_failed_build_to_wait_for_its_reduces(ray_session):
+    """A build that failed (a chunk task's error, a lost lock) waits for its running reduces
+    (`jobs.reduce.settle`) before it reports and releases its lock. A node watch reaching its
+    bound meanwhile interrupted that wait: the report named `NodeWaitTooLong`, not the error that
+    failed the build, and its reduces still wrote once the lock was released (helper 100)."""
+    import threading
+
+    import ray
+
+    from jobs.config import IndexResources, ResourcesConfig
+    from jobs.local_ray import NodeWatch
+    from jobs.reduce import settle
+    from jobs.signals import callers_handler, exit_on_sigterm
+
+    big = ResourcesConfig(index=IndexResources(num_cpus=512), node_wait_seconds=0)
+    with callers_handler():
+        exit_on_sigterm()
+        running = ray.remote(num_cpus=0)(lambda: time.sleep(1.5) or "written").remote()
+        watch = NodeWatch(big)
+        look = threading.Timer(0.3, watch.look)  # past its bound, as the reduce still runs
+        look.start()
+        settle([running], {"num_cpus": 0})
+        look.join()
+    assert watch.failure is None and "asks for 512 CPUs" in watch.note()
+    assert ray.get(running, timeout=0) == "written"
+
+
+def test_a_build_killed_while_its_ray_starts_leaves_its_unfinished_line(tmp_path):
+    """A run killed while its private Ray instance starts (3-10 s on 2 CPUs: kill -9, the
+    out-of-memory killer) left no report and no line in the run history, its unfinished report
+    written once Ray was up: an operator reading the history saw nothing of it. It is written
+    before Ray starts now (found by use, helper 100)."""
+    from jobs.runs import RUNS_PATH, parse_runs
+
+    output = tmp_path / "out"
+    env = {**own_ray_environment(), "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)}
+    driver = subprocess.Popen(
+        one_page_build(tmp_path), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert _child_started(driver, "gcs_server"), "Ray's GCS never started"
+    finally:
+        driver.kill()  # in ray.init, which waits for the GCS, then starts the raylet
+        rest = driver.communicate(timeout=60)[1]
+    runs = parse_runs((output / RUNS_PATH).read_bytes())
+    assert [(run["status"], run["pid"]) for run in runs] == [("unfinished", driver.pid)], rest
+    assert json.loads((output / "_reindex" / "report.json").read_text())["status"] == "unfinished"
+
+
+def _child_started(parent: subprocess.Popen, name: str, timeout: float = 60.0) -> bool:
+    """Whether a child process of `parent` whose command line holds `name` runs within `timeout`
+    seconds (False once `parent` has ended without one)."""
+    deadline = time.monotonic() + timeout
+    pid = parent.pid
+    while time.monotonic() < deadline and parent.poll() is None:
+        for entry in Path("/proc").iterdir():
+            try:
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    if name.encode() in (entry / "cmdline").read_bytes():
+                        return True
+            except (OSError, ValueError, IndexError):  # not a process, or gone meanwhile
+                continue
+        time.sleep(0.05)
+    return False
 
 
 def test_a_nodes_check_that_hangs_is_a_warning(ray_session, tmp_path, monkeypatch):

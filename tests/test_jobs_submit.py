@@ -308,9 +308,9 @@ def test_a_local_output_that_is_another_folder_on_the_nodes_stops_the_build_befo
     mount namespace of its own, where the output's path is another folder than the node sees
     there (as on a second machine's disk). The node's check finds that the lock file there does
     not name this build, and the build stops with exit code 2 and one line naming the folder,
-    before any work: nothing is written where the node looks, and the driver's folder is left as
-    it was. (Before, the topics were written where the node looks, the driver's manifest naming
-    them.)"""
+    before any work: nothing is written where the node looks, and the driver's folder holds the
+    run's report (its unfinished one goes in before Ray starts, and its failed one replaces it).
+    (Before, the topics were written where the node looks, the driver's manifest naming them.)"""
     if not can_mount_privately():
         pytest.skip("needs a mount namespace of its own (unshare --mount)")
     output, drivers = tmp_path / "out", tmp_path / "drivers"
@@ -329,7 +329,9 @@ def test_a_local_output_that_is_another_folder_on_the_nodes_stops_the_build_befo
     ), done.stderr[-3000:]
     assert "its _reindex/build.lock does not name this build" in last
     assert list(output.rglob("*")) == []  # nothing written where the node looks
-    assert list(drivers.rglob("*")) == []  # the lock's folder it made is gone again
+    report = json.loads((drivers / "_reindex" / "report.json").read_text())
+    assert (report["status"], report["exit_code"]) == ("failed", 2)
+    assert report["error"] == f"FoldersNotShared: {last.removeprefix('mdindex build: ')}"
 
 
 def test_a_build_that_finds_the_cluster_joined_is_stopped_by_its_first_chunk_task(

@@ -1,0 +1,101 @@
+"""Signals at a run's edges (`jobs.signals`): one that comes while the run's end is written waits
+for it, and the run exits with its own code, one line in its history; one whose handler's exit
+Python ignored (raised in a hook, as in `ray.init`'s fork hooks) still stops the build. No Ray: an
+empty corpus builds without it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from environment_support import fault_environment, own_ray_environment
+
+from jobs.runs import RUNS_PATH, parse_runs
+from jobs.signals import Stopped, callers_handler, exit_on_sigterm, stops_not_lost
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "configs" / "local.yaml")
+
+# `mdindex build ...` whose driver sends itself SIGTERM once its run's report is in place, just
+# before the build is told so (`reported`, which makes a signal exit at once with the run's code).
+SIGNAL_WHEN_REPORTED = """
+import os, signal, sys
+import jobs.build_cli as cli
+from jobs.cli import run
+
+told = cli.exit_at_once_on_sigterm
+
+def reported(code):
+    cli.exit_at_once_on_sigterm = told
+    os.kill(os.getpid(), signal.SIGTERM)
+    told(code)
+
+cli.exit_at_once_on_sigterm = reported
+sys.argv = ["mdindex", *sys.argv[1:]]
+run()
+"""
+
+
+@pytest.mark.parametrize("when", ["reported", "writing"])
+def test_a_sigterm_at_the_runs_end_leaves_its_report_and_one_line(tmp_path, when):
+    """A SIGTERM once the run's report was in place, before the build was told so (`reported`),
+    stopped a run that had finished: its failed report was a second line in the history ("ok 0",
+    then "failed 143"), and report.json and the exit code said 143. One that came while the
+    end's report was written (runs.jsonl written, report.json not: `writing`) left one line, but
+    "failed 143" for a run that had finished. Now the signal waits for the report and the
+    lock's release, and the run exits with its own code (found by use, helper 100)."""
+    docs, output = tmp_path / "docs", tmp_path / "out"
+    docs.mkdir()
+    build = ["build", "--config", CONFIG, "--input", str(docs), "--output", str(output)]
+    if when == "reported":
+        done = subprocess.run(
+            [sys.executable, "-c", SIGNAL_WHEN_REPORTED, *build],
+            cwd=ROOT, env=own_ray_environment(), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        code, rest = done.returncode, done.stderr
+    else:  # paused before the end's report.json takes its name (the first is the unfinished one)
+        env = fault_environment("pause", str(output), match="report.json", count="2")
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "jobs.cli", *build],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not Path(f"{output}.paused").exists() and driver.poll() is None:
+            assert time.monotonic() < deadline, "the build never paused"
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGTERM)
+        Path(f"{output}.go").touch()
+        code, rest = driver.wait(timeout=60), driver.stderr.read()
+    assert code == 0, rest[-3000:]
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert (report["status"], report["exit_code"]) == ("ok", 0)
+    runs = parse_runs((output / RUNS_PATH).read_bytes())
+    assert [(run["status"], run["exit_code"]) for run in runs] == [("ok", 0)]
+    assert (output / "_reindex" / "build.lock").read_bytes() == b""  # released, then the exit
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_sigterm_whose_exit_python_ignored_still_stops_the_build():
+    """`ray.init` puts its own SIGTERM handler (`sys.exit(15)`) in place and starts Ray's
+    processes: a SIGTERM taken while Python ran its fork hooks raised there, where Python ignores
+    what is raised ("Exception ignored in: <function _releaseLock>"), and the build went on to
+    report "ok", exit 0 (found by use: 1 SIGTERM in about 10 sent during Ray's start). Around
+    `ray.init` the signal stops the build at the block's end. Here the hook is a `__del__`."""
+
+    class Hook:
+        def __del__(self) -> None:
+            signal.raise_signal(signal.SIGTERM)  # its handler's `Stopped` is ignored in here
+
+    went_on = False
+    with callers_handler():
+        exit_on_sigterm()
+        with pytest.raises(Stopped) as stopped:
+            with stops_not_lost():
+                Hook()
+                went_on = True
+    assert went_on and stopped.value.code == signal.SIGTERM
