@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -105,7 +106,7 @@ class Span:
 
 class IndexRequestHandler(SimpleHTTPRequestHandler):
     """A static file handler with CORS headers, OPTIONS preflight, validators (ETag,
-    Last-Modified, 304) and HTTP Range (206, If-Range); every directory is 404."""
+    Last-Modified, 304) and HTTP Range (206, If-Range); every directory is 404; errors in JSON."""
 
     # A client's socket stays idle at most this long (a request sent half, a download not read):
     # without it each such client held a thread for ever (50 half requests: 50 more threads).
@@ -128,6 +129,24 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         )
         self.send_header("Accept-Ranges", "bytes")
         super().end_headers()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """An error answer whose body is JSON, `{"status": 404, "error": "File not found"}`, as
+        the index's own files are: a web client's `response.json()` of one was a SyntaxError on
+        the HTML page `http.server` writes. No body for a HEAD, a 204 or a 304."""
+        short, _ = self.responses.get(code, ("???", "???"))
+        message = short if message is None else message
+        self.log_error("code %d, message %s", code, message)
+        self.send_response(code, message)
+        self.send_header("Connection", "close")
+        body = b""
+        if code >= 200 and code not in (HTTPStatus.NO_CONTENT, HTTPStatus.NOT_MODIFIED):
+            body = json.dumps({"status": code, "error": message}).encode() + b"\n"
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD" and body:
+            self.wfile.write(body)
 
     def do_OPTIONS(self) -> None:
         """CORS preflight: no body, the allow headers only."""

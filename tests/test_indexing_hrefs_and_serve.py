@@ -157,3 +157,37 @@ def test_serve_answers_404_for_a_nul_byte_and_for_every_directory(tmp_path):
                 assert reply.status_code == 404 and "a page" not in reply.text, (method, path)
                 assert "Location" not in reply.headers
         assert requests.get(base + "/page/index.html", timeout=10).text == "<p>a page</p>"
+
+
+def _raw_answer(port: int, request: bytes) -> tuple[bytes, bytes]:
+    """The status line and body a raw request gets (the server closes the connection)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        client.sendall(request)
+        answer = b"".join(iter(lambda: client.recv(65536), b""))
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0], body
+
+
+def test_serve_answers_errors_in_json(tmp_path):
+    """A web client's `response.json()` of an error was a SyntaxError: `http.server` wrote an
+    HTML page for a 404, a POST (501), a request line too long (414). Each is JSON now, with
+    CORS, naming the status (a method's name as the client wrote it, quote and backslash
+    escaped); a HEAD's error has no body."""
+    (tmp_path / "index.json").write_text("{}")
+    with serving(tmp_path) as base:
+        for method, path, status in (
+            ("GET", "/missing.json", 404),
+            ("GET", "/", 404),
+            ("POST", "/index.json", 501),
+            ("GET", "/" + "a" * 70_000, 414),
+        ):
+            reply = requests.request(method, base + path, timeout=10)
+            assert reply.status_code == status, (method, path[:20])
+            assert reply.headers["Content-Type"] == "application/json"
+            assert reply.headers["Access-Control-Allow-Origin"] == "*"
+            assert reply.json()["status"] == status and reply.json()["error"]
+        head = requests.head(base + "/missing.json", timeout=10)
+        assert head.status_code == 404 and head.content == b""
+        line, body = _raw_answer(int(base.rsplit(":", 1)[1]), b'B"\\W /x HTTP/1.1\r\n\r\n')
+        assert line.startswith(b"HTTP/1.0 501 ")
+        assert json.loads(body) == {"status": 501, "error": "Unsupported method ('B\"\\\\W')"}
