@@ -253,9 +253,13 @@ def report_failure(config: JobConfig, error: BaseException, started: float) -> N
 
 def log_failure(what: str, error: BaseException) -> None:
     """Log that `what` failed, in the handler of the exception that failed it: one line for a
-    `KnownFailure` (`error`, or what it stands for), whose message follows alone, the traceback
-    otherwise."""
-    if isinstance(error, KnownFailure):
+    `KnownFailure` (`error`, or what it stands for) or missing S3 credentials, whose message
+    follows alone, the traceback otherwise."""
+    from botocore.exceptions import NoCredentialsError
+
+    # no credentials is the machine's setting, not our error: its 25 lines of s3fs and
+    # aiobotocore frames said no more than "NoCredentialsError: Unable to locate credentials"
+    if isinstance(error, KnownFailure | NoCredentialsError):
         log.error("%s failed", what)
     else:
         log.exception("%s failed", what)
