@@ -137,7 +137,8 @@ def step_summary(report: dict[str, Any], prefix: str | None) -> str:
         f"### mdindex build: {report['status']} (exit code {report['exit_code']})",
         "",
         _markdown(
-            f"{sources['seen']} sources in {topics['seen']} topics: {sources['changed']} changed, "
+            f"{counted(sources['seen'], 'source')} in {counted(topics['seen'], 'topic')}: "
+            f"{sources['changed']} changed, "
             f"{sources['failed']} failed; {counted(len(report.get('failures', [])), 'failure')}, "
             f"{counted((report.get('broken_links') or {}).get('count', 0), 'broken link')}"
         ),

@@ -21,6 +21,7 @@ import ray
 import tokenizers
 
 from embedding.encoder import encoder_digest
+from indexing.terminal import counted
 from jobs.broken_links import index_broken_links
 from jobs.config import JobConfig
 from jobs.discovery import (
@@ -163,12 +164,12 @@ def _run_locked(
     rebuilt = [t.topic for t in plan.topics if t.action == REBUILD]
     wall["discover"] = time.perf_counter() - started
     log.info(
-        "%d sources in %d topics: %d changed, %d deleted; %d topics to rebuild",
-        len(plan.fingerprints),
-        len(plan.topics),
+        "%s in %s: %d changed, %d deleted; %s to rebuild",
+        counted(len(plan.fingerprints), "source"),
+        counted(len(plan.topics), "topic"),
         len(plan.changed),
         len(plan.deleted),
-        len(rebuilt),
+        counted(len(rebuilt), "topic"),
     )
     settings_changed = settings_differ(found.previous, found.config_key)
     if settings_changed:
@@ -357,9 +358,9 @@ def build_topics(
                 if not recarry:
                     break
                 log.info(
-                    "%d topics could not carry %d unchanged sources; reading them",
-                    len(recarry),
-                    sum(map(len, recarry.values())),
+                    "%s could not carry %s; reading them",
+                    counted(len(recarry), "topic"),
+                    counted(sum(map(len, recarry.values())), "unchanged source"),
                 )
                 work = prepare_work(config, recarry_rows(recarry, previous, sizes), cpus)
                 watch.expect(work.embeds)  # a pass with nothing to embed asks for no GPU

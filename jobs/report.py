@@ -351,7 +351,8 @@ def summary(report: dict[str, Any]) -> str:
     unread = s.get("failed_unchanged")  # absent from reports before it was counted
     settled = f" ({unread} unchanged, not read again)" if unread else ""
     lines = [
-        f"mdindex build: {s['seen']} sources in {t['seen']} topics -> {report['output']}",
+        f"mdindex build: {counted(s['seen'], 'source')} in {counted(t['seen'], 'topic')} "
+        f"-> {report['output']}",
         f"  sources: {s['changed']} changed, {s['unchanged']} unchanged, {s['deleted']} deleted, "
         f"{s['failed']} failed{settled}; {s['chunked']} chunked, {s['carried']} carried",
         f"  topics:  {t['rebuilt']} rebuilt, {t['relinked']} relinked, {t['kept']} kept, "

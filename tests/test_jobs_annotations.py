@@ -135,7 +135,7 @@ def test_the_step_summary_is_markdown_that_shows_each_name_as_it_is():
     assert text[:7] == [
         "### mdindex build: sources_failed (exit code 3)",
         "",
-        "2 sources in 1 topics\\: 2 changed\\, 2 failed\\; 1 failure\\, 21 broken links",
+        "2 sources in 1 topic\\: 2 changed\\, 2 failed\\; 1 failure\\, 21 broken links",
         "",
         "| Where | Problem |",
         "| --- | --- |",

@@ -869,7 +869,7 @@ def test_a_source_missing_from_its_topics_previous_tables_is_read_alone_and_coun
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.05)
     with caplog.at_level(logging.INFO, logger="mdindex.build"):
         assert build("--input", str(docs), "--output", str(out), *cache) == 0
-    assert "1 topics could not carry 1 unchanged sources" in caplog.text
+    assert "1 topic could not carry 1 unchanged source" in caplog.text
     lines = re.findall(r"(\d+)/(\d+) sources done", caplog.text)
     assert lines and all(int(done) <= int(goal) for done, goal in lines), lines
     assert ("2", "2") in lines  # the second pass's: a.md, then b.md
