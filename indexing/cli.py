@@ -7,10 +7,16 @@ import ipaddress
 import json
 import os
 import sys
+import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs, quote
+
+import numpy as np
 
 from indexing.client import (
+    EmbedQuery,
     IndexReader,
     NotInIndex,
     UnsuitedOptions,
@@ -23,7 +29,7 @@ from indexing.client import (
     select_chunks,
 )
 from indexing.paths import INDEX, href_path, in_topic, topic_id
-from indexing.server import checked_port, make_server
+from indexing.server import SEARCH_PATH, Search, SearchError, checked_port, make_server
 from indexing.simhash import simhash64
 from indexing.terminal import counted, names_no_place, printable, write_out
 
@@ -136,6 +142,11 @@ def register(subparsers) -> None:
     serve.add_argument("directory", help="local output root to serve")
     serve.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0 picks one)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument(
+        "--search",
+        action="store_true",
+        help=f"also answer questions at {SEARCH_PATH}?q=... (the model loads at the first)",
+    )
     serve.set_defaults(run=run_serve)
 
 
@@ -169,7 +180,12 @@ def topic_result(
     return {"topic": args.topic, "title": index["title"], "sources": sources}
 
 
-def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, Any]:
+def question_result(
+    reader: IndexReader,
+    args: argparse.Namespace,
+    href: Callable[[str], str] | None = None,
+    embed: EmbedQuery | None = None,
+) -> dict[str, Any]:
     """The JSON-ready answer to `query --question`: SimHash matches that the topics' index.json
     still hold, then, while they are fewer than `args.n`, the embedding search's nearest chunks
     not among them (`args.topic`, where given, a topic as `IndexReader.spelled_topic` found it),
@@ -179,7 +195,9 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
     embedding search, which ranked it first or not far from it, names the others the asker
     wants (`--n`); one that near-matched another question's words names the wrong page, and
     the search the right one after it. `method`: "simhash", "embedding", both joined by "+",
-    or "none" (no SimHash match and no chunk table)."""
+    or "none" (no SimHash match and no chunk table). `href`: a chunk's URL from its
+    output-root-relative path (default `reader.href`); `embed`: the question's embedder
+    (default: `query_embedder`'s, made for this question)."""
     matches: list[dict[str, Any]] = []
     methods = []
     pages: Counter[tuple[str, str]] = Counter()
@@ -213,7 +231,9 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
         listed = {(match["topic"], match["source"], match["index"]) for match in matches}
         topics = [args.topic] if args.topic is not None else reader.topics()
         table = chunk_tables(reader, topics)
-        hits = () if table is None else ranked_chunks(table, args.question, query_embedder(reader))
+        hits = ()
+        if table is not None:
+            hits = ranked_chunks(table, args.question, embed or query_embedder(reader))
         searched = len(matches)
         for hit in hits:
             if len(matches) == args.n:
@@ -233,7 +253,7 @@ def question_result(reader: IndexReader, args: argparse.Namespace) -> dict[str, 
             methods.append("embedding")
     for match in matches:
         relpath = match.pop("path")
-        match["href"] = reader.href(relpath)
+        match["href"] = (href or reader.href)(relpath)
         if args.show:
             match["text"] = _text(reader, relpath)
     return {
@@ -349,15 +369,92 @@ def run_query(args: argparse.Namespace) -> int:
     return 0 if write_out(text, "mdindex query") else 1
 
 
-def banner(directory: str, host: str, port: int) -> str:
+MAX_SEARCH_N = 100
+
+
+def _search_parameter(params: dict[str, list[str]], name: str) -> str | None:
+    """The one value of a search parameter, or None; SearchError (400) for one given twice."""
+    values = params.get(name, [])
+    if len(values) > 1:
+        raise SearchError(400, f"{name}: given {len(values)} times")
+    return values[0] if values else None
+
+
+def _search_count(params: dict[str, list[str]], name: str, default: int | None) -> int | None:
+    """A whole-number search parameter from 1 to `MAX_SEARCH_N`; SearchError (400) otherwise."""
+    text = _search_parameter(params, name)
+    if text is None:
+        return default
+    try:
+        value = _positive_int(text)
+    except argparse.ArgumentTypeError as error:
+        raise SearchError(400, f"{name}: {error}") from None
+    if value > MAX_SEARCH_N:
+        raise SearchError(400, f"{name}: must be at most {MAX_SEARCH_N}, got {value}")
+    return value
+
+
+def question_search(directory: str) -> Search:
+    """`mdindex serve --search`'s answer to a query string (`q`, `n`: default 5, `per_page`,
+    `topic`): `query --question --json`'s answer for the index in `directory`, hrefs its
+    server's root-relative URLs. SearchError: 400 naming a parameter that is missing, blank,
+    given twice, not UTF-8 or out of range; 404 for a topic the index lacks; 500 naming a
+    damaged index or a model that fails (a file by its URL on the server, not its path). The
+    model is loaded once, at the first question that needs it, and embeds one question at a
+    time (the server answers in threads)."""
+    reader = IndexReader.open(directory)
+    lock = threading.Lock()
+    embedders: list[EmbedQuery] = []
+
+    def embed(model: str, question: str) -> np.ndarray:
+        with lock:
+            if not embedders:
+                embedders.append(query_embedder(reader))
+            return embedders[0](model, question)
+
+    def served(error: Exception) -> str:
+        """`_message`, a file named by its URL on this server, not its path on this machine."""
+        root = reader.location("")
+        return _message(error, root).replace(root + "/", "/").replace(root, "/")
+
+    def answer(query: str) -> dict[str, Any]:
+        try:
+            params = parse_qs(query, keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError:
+            raise SearchError(400, "the query string is not UTF-8 text") from None
+        question = _search_parameter(params, "q")
+        if question is None or not question.strip():
+            raise SearchError(400, "q: give a question (q=...)")
+        n = _search_count(params, "n", 5)
+        per_page = _search_count(params, "per_page", None)
+        topic = _search_parameter(params, "topic")
+        try:
+            if topic is not None:
+                topic, _ = reader.spelled_topic(topic)
+            args = argparse.Namespace(
+                question=question, topic=topic, n=n, per_page=per_page, show=False
+            )
+            return question_result(reader, args, lambda relpath: "/" + quote(relpath), embed)
+        except (FileNotFoundError, NotInIndex) as error:
+            raise SearchError(404, served(error)) from None
+        except (OSError, ValueError) as error:
+            raise SearchError(500, served(error)) from None
+
+    return answer
+
+
+def banner(directory: str, host: str, port: int, search: bool = False) -> str:
     """What `mdindex serve` prints once it listens on `host` (an address) and `port`: the URL to
     open, and for every address (`0.0.0.0`, `::`) the loopback one, as a browser opens no
     0.0.0.0, and a word that the folder is open to anyone who reaches the machine; then the URL
-    of the root's index.json where it has one (the folder's own URL is 404, as every folder's)."""
+    of the root's index.json where it has one (the folder's own URL is 404, as every folder's),
+    and with `search` the URL that answers questions."""
     every = ipaddress.ip_address(host.split("%")[0]).is_unspecified
     shown = ("::1" if ":" in host else "127.0.0.1") if every else host
     url = f"http://{f'[{shown}]' if ':' in shown else shown}:{port}/"
     index = f"its index: {url}{INDEX}; " if os.path.isfile(os.path.join(directory, INDEX)) else ""
+    if search:
+        index += f"questions: {url}{SEARCH_PATH.lstrip('/')}?q=...; "
     if every:
         who = f"on every address of this machine: anyone who can reach it can read {directory}"
         return f"serving {directory} at {url} and {who} ({index}Ctrl-C stops)"
@@ -368,7 +465,8 @@ def run_serve(args: argparse.Namespace) -> int:
     """`mdindex serve`: serve until interrupted; 2 when the directory does not exist or its address
     cannot be listened on (one line naming it)."""
     try:
-        server = make_server(args.directory, args.host, args.port)
+        search = question_search(args.directory) if args.search else None
+        server = make_server(args.directory, args.host, args.port, search=search)
     except NotADirectoryError as error:
         print(f"mdindex serve: {error}", file=sys.stderr)
         return 2
@@ -379,7 +477,7 @@ def run_serve(args: argparse.Namespace) -> int:
         )
         return 2
     host, port = server.server_address[:2]
-    print(banner(args.directory, host, port), flush=True)
+    print(banner(args.directory, host, port, args.search), flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -1,4 +1,5 @@
-"""A static file server for a built index with CORS and byte ranges (seed 000 Deployment)."""
+"""A static file server for a built index with CORS and byte ranges (seed 000 Deployment), and
+optionally a question search."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
 from email.message import Message
@@ -14,10 +16,24 @@ from email.utils import formatdate, parsedate_to_datetime
 from functools import partial
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from typing import BinaryIO
+from typing import Any, BinaryIO
+from urllib.parse import urlsplit
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 IDLE_TIMEOUT_S = 60
+SEARCH_PATH = "/_search"  # no index file's URL: a topic is never a folder named with "_"
+
+
+class SearchError(Exception):
+    """A question the search cannot answer: `status` (400 for its parameters, 404 for a topic
+    the index lacks, 500 for a damaged index) and a message for the client."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+Search = Callable[[str], dict[str, Any]]  # a request's query string -> the JSON-ready answer
 
 
 def parse_range(header: str, size: int) -> tuple[int, int] | None:
@@ -106,7 +122,8 @@ class Span:
 
 class IndexRequestHandler(SimpleHTTPRequestHandler):
     """A static file handler with CORS headers, OPTIONS preflight, validators (ETag,
-    Last-Modified, 304) and HTTP Range (206, If-Range); every directory is 404; errors in JSON."""
+    Last-Modified, 304) and HTTP Range (206, If-Range); every directory is 404; errors in JSON.
+    With `search`, a GET of `SEARCH_PATH` is answered by it, in JSON."""
 
     # A client's socket stays idle at most this long (a request sent half, a download not read):
     # without it each such client held a thread for ever (50 half requests: 50 more threads).
@@ -117,6 +134,29 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         ".json": "application/json",
         ".parquet": "application/vnd.apache.parquet",
     }
+
+    def __init__(self, *args, search: Search | None = None, **kwargs) -> None:
+        self.search = search  # before the base class answers the request
+        super().__init__(*args, **kwargs)
+
+    def do_GET(self) -> None:
+        """A file, or with `search` the answer to a question at `SEARCH_PATH`."""
+        url = urlsplit(self.path)
+        if self.search is None or url.path != SEARCH_PATH:
+            super().do_GET()
+            return
+        try:
+            answer = self.search(url.query)
+        except SearchError as error:
+            self.send_error(error.status, str(error))
+            return
+        body = json.dumps(answer, ensure_ascii=False).encode() + b"\n"
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")  # the index may be rebuilt meanwhile
+        self.end_headers()
+        self.wfile.write(body)
 
     def end_headers(self) -> None:
         self.send_header("Access-Control-Allow-Origin", "*")
@@ -282,10 +322,18 @@ def checked_port(port: object) -> int:
     return port
 
 
-def make_server(directory: str, host: str = "127.0.0.1", port: int = 8000, quiet: bool = False):
-    """An IndexServer serving `directory` (call serve_forever; port 0 picks a free one).
-    ValueError for a port that is none (`checked_port`)."""
+def make_server(
+    directory: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    quiet: bool = False,
+    search: Search | None = None,
+):
+    """An IndexServer serving `directory` (call serve_forever; port 0 picks a free one), and
+    with `search` answering questions at `SEARCH_PATH`. ValueError for a port that is none
+    (`checked_port`)."""
     checked_port(port)
     if not os.path.isdir(directory):
         raise NotADirectoryError(f"not a directory: {directory}")
-    return IndexServer(host, port, partial(IndexRequestHandler, directory=directory), quiet)
+    handler = partial(IndexRequestHandler, directory=directory, search=search)
+    return IndexServer(host, port, handler, quiet)

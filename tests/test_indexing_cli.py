@@ -339,12 +339,17 @@ def serve_command(root, *options: str, env: dict[str, str] | None = None):
 
 @pytest.mark.timeout(120)
 def test_mdindex_serve_command_serves_until_interrupted(index_root):
-    """Ctrl-C (SIGINT) stops it with exit 0."""
+    """Ctrl-C (SIGINT) stops it with exit 0; `--search` answers questions at /_search."""
     with serve_command(index_root) as (base, proc):
         reply = requests.get(
             f"{base}/{TOPIC}/index.json", headers={"Range": "bytes=0-0"}, timeout=10
         )
         assert reply.status_code == 206 and reply.content == b"{"
+        assert requests.get(f"{base}/_search?q=", timeout=10).status_code == 404  # static
+    assert proc.returncode == 0
+    with serve_command(index_root, "--search") as (base, proc):  # a question's 400: no model
+        reply = requests.get(f"{base}/_search?q=x&n=0", timeout=10)
+        assert reply.status_code == 400 and "n: must be at least 1" in reply.json()["error"]
     assert proc.returncode == 0
 
 

@@ -7,11 +7,13 @@ import dataclasses
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import requests
 from embedding_support import embedder
-from indexing_support import run_cli, source, topic_input, write_index
+from indexing_support import run_cli, serving, source, topic_input, write_index
 
 from indexing import IndexSettings, build_topic
 from indexing.client import IndexReader, chunk_tables, embedding_search
@@ -182,3 +184,42 @@ def test_per_page_gives_at_most_k_chunks_of_one_page(deploy_root, capsys):
         ["query", str(deploy_root), "--topic", "deploy", "--per-page", "1"], capsys
     )
     assert code == 2 and "--per-page counts a question's matches" in err
+
+
+def test_serve_search_answers_as_query_json_does_and_refuses_bad_parameters(deploy_root, capsys):
+    """A docs search box on `mdindex serve` had no question to ask: the server was static, and a
+    browser cannot embed one. `serve --search` answers `GET /_search?q=...` with `query
+    --question --json`'s answer (`n`, `per_page`, `topic`), hrefs the server's own URLs, the
+    model loaded once; a bad parameter is a 400 naming it, in JSON, and never a traceback."""
+    from indexing.cli import banner, question_search
+
+    assert "/_search?q=" in banner(str(deploy_root), "127.0.0.1", 8000, search=True)
+    with serving(deploy_root) as base:  # static unless asked
+        assert requests.get(f"{base}/_search?q=docker", timeout=10).status_code == 404
+    with serving(deploy_root, search=question_search(str(deploy_root))) as base:
+        params = {"q": "deploy with docker", "n": "3", "per_page": "1"}
+        reply = requests.get(f"{base}/_search", params=params, timeout=120)
+        assert reply.status_code == 200 and reply.headers["Access-Control-Allow-Origin"] == "*"
+        answer = reply.json()
+        asked = ask(deploy_root, "deploy with docker", capsys, "--n", "3", "--per-page", "1")
+        assert {**answer, "matches": None} == {**asked, "matches": None}
+        for served, queried in zip(answer["matches"], asked["matches"], strict=True):
+            assert {**served, "href": None} == {**queried, "href": None}
+            chunk_file = requests.get(base + served["href"], timeout=10)
+            assert chunk_file.status_code == 200 and chunk_file.text.startswith("## ")
+        with ThreadPoolExecutor(6) as pool:  # the handler's threads share one model
+            replies = list(pool.map(lambda _: requests.get(reply.url, timeout=120), range(6)))
+        assert all(r.status_code == 200 and r.json() == answer for r in replies)
+        for query, status, said in (
+            ("", 400, "q: give a question"),
+            ("q=%20", 400, "q: give a question"),
+            ("q=a&q=b", 400, "q: given 2 times"),
+            ("q=%FF", 400, "not UTF-8"),
+            ("q=x&n=abc", 400, "n: must be a whole number, got 'abc'"),
+            ("q=x&n=101", 400, "n: must be at most 100"),
+            ("q=x&per_page=0", 400, "per_page: must be at least 1"),
+            ("q=x&topic=nope", 404, "no index.json for topic 'nope' under /"),
+        ):
+            refused = requests.get(f"{base}/_search?{query}", timeout=10)
+            assert refused.status_code == status and said in refused.json()["error"], query
+            assert str(deploy_root) not in refused.text  # the server's folder is its own
