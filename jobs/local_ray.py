@@ -24,7 +24,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from jobs.config import JobConfig, ResourcesConfig
 from jobs.known import KnownFailure
 from jobs.landmarks import Landmark, NotTheDriversFolder, check_landmarks
-from jobs.resources import describe_resources, infeasible, too_many_actors
+from jobs.resources import (
+    describe_resources,
+    infeasible,
+    memory_advice,
+    memory_cpus,
+    memory_shortfall,
+    too_many_actors,
+)
 from jobs.signals import exit_on_sigterm, stopping, stops_not_lost
 
 log = logging.getLogger("mdindex.build")
@@ -102,6 +109,89 @@ def check_local_fit(config: JobConfig, node: dict[str, float]) -> None:
             f"this machine's Ray instance has {here}, and a local instance never grows: "
             f"{'; '.join(missing)}, so the build would wait for ever.{hint}"
         )
+
+
+# Where the kernel shows memory cgroups: v2's one hierarchy, or v1's memory controller.
+CGROUP_ROOT = "/sys/fs/cgroup"
+# The share of the memory a local instance may use that Ray's object store gets (Ray's own default
+# share of the memory it sees).
+OBJECT_STORE_SHARE = 0.3
+# The least object store Ray takes (its own lower bound: 75 MiB).
+MIN_OBJECT_STORE = 78_643_200
+
+
+def memory_limit(root: str = CGROUP_ROOT, self_cgroup: str = "/proc/self/cgroup") -> int | None:
+    """The memory limit, in bytes, of the cgroup this process runs in (v2's `memory.max`, v1's
+    `memory.limit_in_bytes`), or of one above it, the smallest; None where there is none, or none
+    below the machine's RAM.
+
+    A container sees its own cgroup at `root` (Docker, Kubernetes, GitLab's runners), and Ray reads
+    the limit there; a process confined from outside (`systemd-run --scope -p MemoryMax=2G`, a
+    cgroup made by hand) sees it only through `/proc/self/cgroup`, and Ray took the machine's RAM
+    for its object store and its memory monitor."""
+    try:
+        with open(self_cgroup, encoding="utf-8") as lines:
+            entries = [line.rstrip("\n").split(":", 2) for line in lines]
+    except OSError:
+        entries = []
+    files = {os.path.join(root, "memory.max")}  # a container's own, at the root
+    files.add(os.path.join(root, "memory", "memory.limit_in_bytes"))
+    for entry in entries:
+        if len(entry) != 3:
+            continue
+        _, controllers, path = entry
+        if controllers == "":  # v2
+            folder, name = root, "memory.max"
+        elif "memory" in controllers.split(","):
+            folder, name = os.path.join(root, "memory"), "memory.limit_in_bytes"
+        else:
+            continue
+        parts = [part for part in path.split("/") if part]
+        for depth in range(len(parts) + 1):
+            files.add(os.path.join(folder, *parts[:depth], name))
+    limits = []
+    for name in files:
+        try:
+            with open(name, encoding="ascii") as file:
+                text = file.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append(int(text))
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    least = min(limits, default=ram)
+    return least if least < ram else None
+
+
+def memory_cpus_for(config: JobConfig, limit: int | None, cpus: int) -> int | None:
+    """The CPUs to start a local instance with on a machine of `cpus` CPUs whose memory is
+    `limit` bytes (None: the machine's RAM, not checked): `resources.num_cpus` where the build fits
+    (`jobs.resources.memory_need`; a GPU pool is not checked); with `resources.num_cpus` null, the
+    most that fit, with a warning where that is fewer than the machine's. `InfeasibleResources`
+    naming the memory and what to set where not even one CPU fits, or `resources.num_cpus` as set
+    does not. Ray's workers were killed instead, and the build failed minutes later, Ray's
+    tracebacks on the screen: in a 2 GiB cgroup Ray's memory monitor killed chunk tasks, tried
+    again for ever, then actors (FastAPI, two actors: exit 1 after 169 s, 230 lines); where Ray did
+    not see the limit, the kernel killed the actors (85 s, "ActorDiedError"); at 1 GiB, 32 s for
+    the tests' 11 pages."""
+    resources = config.resources
+    if limit is None or resources.embed.num_gpus:
+        return resources.num_cpus
+    asked = resources.num_cpus or cpus
+    shortfall = memory_shortfall(resources, asked, limit)
+    if shortfall is None:
+        return resources.num_cpus
+    fits = memory_cpus(resources, asked, limit)
+    if resources.num_cpus is not None or not fits:
+        advice = memory_advice(resources, asked, limit)
+        raise InfeasibleResources(f"this machine's Ray instance: {shortfall}: {advice}")
+    log.warning(
+        "%s: the local Ray instance gets %d of the %d CPUs (resources.num_cpus)",
+        shortfall,
+        fits,
+        cpus,
+    )
+    return fits
 
 
 def expected_local_node(config: JobConfig) -> dict[str, float] | None:
@@ -208,12 +298,15 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
         return True
     if folder := ray_folder():
         check_ray_folder(folder)
+    limit = memory_limit()
+    num_cpus = memory_cpus_for(config, limit, os.cpu_count() or 1)
     # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
     # runtime_env to forward it would cost every new worker process about a second.
     with process_groups_of_their_own(), stops_not_lost():
         context = ray.init(
             address="local",
-            num_cpus=config.resources.num_cpus,
+            num_cpus=num_cpus,
+            object_store_memory=limit and max(MIN_OBJECT_STORE, int(limit * OBJECT_STORE_SHARE)),
             include_dashboard=False,
             logging_level=logging.WARNING,
             _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS},

@@ -94,6 +94,79 @@ def embed_pool(
     return EmbedPool(actors, resources.max_actors, 0.0, 0.0, threads)
 
 
+# The memory of a build's local Ray instance on CPUs, measured with MiniLM (configs/local.yaml) in
+# a memory cgroup on 2 CPUs, the FastAPI docs and 2,000 tldr pages (2026-11-30; resident anonymous
+# memory, what no limit can reclaim without swap): Ray's processes (GCS, raylet, its agents, Ray
+# Data's four actors) 0.70 GB and the driver 0.17-0.27 GB; a worker process running read-and-chunk
+# tasks and reduces 0.15-0.21 GB; an embedding actor 0.63-0.8 GB, growing over the build. Two
+# actors and two chunk tasks peaked at 2.9 GB; at a 2 GB limit Ray's memory monitor killed chunk
+# tasks (tried again for ever) and then actors, and the build failed after 169 s.
+BASE_MEMORY = 900_000_000
+TASK_MEMORY = 200_000_000
+CPU_ACTOR_MEMORY = 800_000_000
+# The share of its memory limit above which Ray's memory monitor kills a worker (Ray's
+# `memory_usage_threshold`): a build fits where its need is at most that.
+MEMORY_MONITOR_SHARE = 0.95
+
+
+def memory_need(resources: ResourcesConfig, cpus: int) -> int:
+    """The bytes a build's local Ray instance of `cpus` CPUs takes at its peak with a CPU embedding
+    pool, by the measured sizes above: Ray's processes and the driver, a worker process per
+    chunk task that can run at once, and the pool's actors at their most (a larger model's
+    actors take more: this is the least)."""
+    tasks = max(1, int(cpus / resources.chunk.num_cpus + 1e-9))
+    if resources.chunk.concurrency is not None:
+        tasks = min(tasks, resources.chunk.concurrency)
+    pool = embed_pool(resources.embed, cpus, cpus)  # no more calls at once than CPUs
+    actors = max(pool.actors, pool.max_actors or 0)
+    return BASE_MEMORY + tasks * TASK_MEMORY + actors * CPU_ACTOR_MEMORY
+
+
+def memory_cpus(resources: ResourcesConfig, cpus: int, limit: int) -> int:
+    """The most CPUs, at most `cpus`, whose build `memory_need` fits in `limit` bytes (below
+    `MEMORY_MONITOR_SHARE` of it); 0 where not even one CPU's does (the need grows with the CPUs:
+    a bisection)."""
+    low, high = 0, cpus
+    while low < high:
+        middle = (low + high + 1) // 2
+        if memory_need(resources, middle) <= limit * MEMORY_MONITOR_SHARE:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def memory_shortfall(resources: ResourcesConfig, cpus: int, limit: int) -> str | None:
+    """Why a CPU build's local Ray instance of `cpus` CPUs does not fit in `limit` bytes, in
+    words, or None where it fits (`memory_need`, below `MEMORY_MONITOR_SHARE` of the limit)."""
+    need = memory_need(resources, cpus)
+    if need <= limit * MEMORY_MONITOR_SHARE:
+        return None
+    return (
+        f"a build on {_cpus(cpus)} needs about {_gb(need)} of memory (Ray's processes and the "
+        f"driver {_gb(BASE_MEMORY)}, {_gb(TASK_MEMORY)} per chunk task, {_gb(CPU_ACTOR_MEMORY)} "
+        f"per embedding actor, measured with MiniLM), more than the {_gb(limit)} it may use (Ray "
+        f"kills workers above {MEMORY_MONITOR_SHARE:.0%} of it)"
+    )
+
+
+def memory_advice(resources: ResourcesConfig, cpus: int, limit: int) -> str:
+    """What to set where a build of `cpus` CPUs does not fit in `limit` bytes: fewer CPUs where
+    some fit (`memory_cpus`), else more memory (or one embedding actor, where more are set)."""
+    if fits := memory_cpus(resources, cpus, limit):
+        need = _gb(memory_need(resources, fits))
+        return f"set resources.num_cpus: {fits} (about {need}), or give it more memory"
+    advice = f"it needs about {_gb(memory_need(resources, 1))} on one CPU: give it more memory"
+    if (resources.embed.actors or 1) > 1:
+        advice += ", or set resources.embed.actors: 1"
+    return advice
+
+
+def _gb(count: float) -> str:
+    """Bytes in GiB (Docker's `--memory 2g`), two significant digits: "2.7 GiB", "0.19 GiB"."""
+    return f"{count / 2**30:.2g} GiB"
+
+
 def infeasible(
     resources: ResourcesConfig, nodes: list[dict[str, float]], embeds: bool = True
 ) -> list[str]:

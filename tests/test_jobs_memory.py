@@ -1,0 +1,174 @@
+"""A build's local Ray instance sized to the memory its cgroup allows (a CI runner of 1-4 GiB):
+the limit read from the cgroup files, fewer CPUs where the machine's do not fit, a one-line
+refusal where one does not. Library-level, no Ray; one real build, where root may make a cgroup."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from jobs.config import EmbedResources, JobConfig, ResourcesConfig
+from jobs.local_ray import InfeasibleResources, memory_cpus_for, memory_limit
+from jobs.resources import memory_need
+from tests.environment_support import own_ray_environment
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = str(ROOT / "configs" / "local.yaml")
+CORPUS = ROOT / "tests" / "fixtures" / "corpus"
+GIB = 2**30
+
+
+def _config(**resources) -> JobConfig:
+    return JobConfig(input="unused", resources=ResourcesConfig(**resources))
+
+
+def _limit_file(folder: Path, name: str, text: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text + "\n")
+
+
+def test_the_limit_is_the_smallest_of_the_process_cgroup_and_those_above_it(tmp_path):
+    """A process confined from outside (`systemd-run --scope -p MemoryMax=2G`, a cgroup made by
+    hand) sees its limit only under its own cgroup's path, which Ray never reads: it sized its
+    object store and memory monitor to the machine's RAM, and the kernel killed the embedding
+    actors (2 GiB, FastAPI: 8 kills, exit 1 after 85 s, "ActorDiedError")."""
+    root = tmp_path / "cgroup"
+    v2 = tmp_path / "v2"
+    v2.write_text("0::/ci/job/build\n")
+    _limit_file(root, "memory.max", "max")
+    _limit_file(root / "ci", "memory.max", str(3 * GIB))
+    _limit_file(root / "ci" / "job" / "build", "memory.max", str(2 * GIB))
+    assert memory_limit(str(root), str(v2)) == 2 * GIB
+    _limit_file(root / "ci", "memory.max", str(GIB))  # a parent's smaller limit holds
+    assert memory_limit(str(root), str(v2)) == GIB
+
+    v1 = tmp_path / "v1"
+    v1.write_text("7:cpu,cpuacct:/\n4:memory:/runner/job\n0::/\n")
+    _limit_file(root / "memory" / "runner" / "job", "memory.limit_in_bytes", str(3 * GIB // 2))
+    assert memory_limit(str(root / "elsewhere"), str(v1)) is None  # no such files: no limit
+    _limit_file(tmp_path / "v1root" / "memory", "memory.limit_in_bytes", str(2**63 - 4096))
+    assert memory_limit(str(tmp_path / "v1root"), str(v1)) is None  # unlimited: the RAM's
+    assert memory_limit(str(root), str(v1)) == 3 * GIB // 2
+
+    # a container's own cgroup at the root, its /proc/self/cgroup saying "/"
+    container = tmp_path / "container"
+    _limit_file(container, "memory.max", str(GIB))
+    (tmp_path / "inside").write_text("0::/\n")
+    assert memory_limit(str(container), str(tmp_path / "inside")) == GIB
+
+
+def test_a_machine_whose_memory_holds_fewer_cpus_gets_a_smaller_ray_instance(caplog):
+    """configs/local.yaml on 2 CPUs: two actors and two chunk tasks peaked at 2.9 GB (FastAPI);
+    at 2 GiB Ray's memory monitor killed chunk tasks and actors, and the build failed after
+    169 s with two tracebacks and Ray's memory report. Now Ray gets the CPUs the memory holds."""
+    config = _config()
+    assert memory_cpus_for(config, None, 2) is None  # no limit: Ray takes every CPU
+    assert memory_cpus_for(config, 4 * GIB, 2) is None  # it fits
+    with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+        assert memory_cpus_for(config, 2 * GIB, 2) == 1
+    (line,) = caplog.messages
+    assert "2.7 GiB of memory" in line and "more than the 2 GiB it may use" in line
+    assert line.endswith("the local Ray instance gets 1 of the 2 CPUs (resources.num_cpus)")
+    many = memory_cpus_for(config, 8 * GIB, 64)
+    assert memory_need(config.resources, many) <= 0.95 * 8 * GIB  # Ray's memory monitor's share
+    assert memory_need(config.resources, many + 1) > 0.95 * 8 * GIB
+    gpu = _config(embed=EmbedResources(num_gpus=1.0, num_cpus=1.0))
+    assert memory_cpus_for(gpu, GIB, 2) is None  # a GPU pool's actors are not these
+
+
+@pytest.mark.parametrize(
+    ("resources", "advice"),
+    [
+        ({}, "it needs about 1.8 GiB on one CPU: give it more memory"),
+        ({"num_cpus": 2}, "it needs about 1.8 GiB on one CPU: give it more memory"),
+        (
+            {"embed": EmbedResources(actors=2)},
+            "on one CPU: give it more memory, or set resources.embed.actors: 1",
+        ),
+    ],
+)
+def test_too_little_memory_for_one_cpu_is_refused_in_one_line(resources, advice):
+    """1-1.5 GiB: the workers killed over and over, a failure minutes later; now refused before
+    Ray starts (exit 2), the line naming the memory and what to set."""
+    with pytest.raises(InfeasibleResources) as refused:
+        memory_cpus_for(_config(**resources), 3 * GIB // 2, 2)
+    message = str(refused.value)
+    assert "\n" not in message and "more than the 1.5 GiB it may use" in message
+    assert message.endswith(advice)
+
+
+def test_cpus_set_that_the_memory_does_not_hold_are_refused_naming_the_ones_it_does():
+    config = _config(num_cpus=4)
+    with pytest.raises(InfeasibleResources, match=r"set resources.num_cpus: 2 \(about 2.7 GiB\)"):
+        memory_cpus_for(config, 3 * GIB, 8)
+    assert memory_cpus_for(replace(config, resources=ResourcesConfig(num_cpus=2)), 3 * GIB, 8) == 2
+
+
+def _memory_cgroup() -> Path | None:
+    """A new memory cgroup (v2, else v1) this user may make and limit, or None (a v2 child gets
+    no `memory.max` where its parent's `cgroup.subtree_control` lacks memory)."""
+    for base in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")):
+        folder = base / f"mdindex-test-{os.getpid()}"
+        try:
+            folder.mkdir()
+        except OSError:
+            continue
+        if any((folder / name).exists() for name in ("memory.max", "memory.limit_in_bytes")):
+            return folder
+        folder.rmdir()
+    return None
+
+
+def _remove(cgroup: Path) -> None:
+    """Remove the test's cgroup, ending first what of the build is still in it (its Ray, where
+    a build went on)."""
+    for pid in _read(cgroup / "cgroup.procs").split():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    for _ in range(50):
+        with contextlib.suppress(OSError):
+            cgroup.rmdir()
+            return
+        time.sleep(0.1)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def test_a_build_in_a_one_gib_cgroup_stops_at_once_with_one_line(tmp_path):
+    """The real CLI confined to 1 GiB: exit 2 before Ray starts, one line naming the memory."""
+    if os.geteuid() != 0 or (cgroup := _memory_cgroup()) is None:
+        pytest.skip("needs root and a memory cgroup to confine a build in")
+    try:
+        name = "memory.max" if (cgroup / "memory.max").exists() else "memory.limit_in_bytes"
+        (cgroup / name).write_text(str(GIB))
+        build = [sys.executable, "-m", "jobs.cli", "build", "--config", CONFIG]
+        build += ["--input", str(CORPUS), "--output", str(tmp_path / "out")]
+        done = subprocess.run(
+            ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "sh", *build],
+            cwd=ROOT,
+            env=dict(own_ray_environment(), RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        _remove(cgroup)
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("mdindex build: this machine's Ray instance: a build on ")
+    assert "more than the 1 GiB it may use" in last and "give it more memory" in last
+    assert "Traceback" not in done.stderr
