@@ -197,12 +197,15 @@ def memory_cpus_for(config: JobConfig, limit: int | None, cpus: int) -> int | No
 def expected_local_node(config: JobConfig) -> dict[str, float] | None:
     """The one node a build's local Ray instance would have, for a dry run, which starts none:
     `resources.num_cpus` or every CPU of the machine (Ray may count fewer, in a container whose
-    CPU quota is smaller: then this expects more than there will be, never less). None where the
-    build would join a cluster (RAY_ADDRESS) or this process's own Ray, or would ask for GPUs,
-    which only a started Ray counts."""
+    CPU quota is smaller: then this expects more than there will be, never less), or those its
+    memory limit holds, or the build's `InfeasibleResources` where it holds none
+    (`memory_cpus_for`). None where the build would join a cluster (RAY_ADDRESS) or this
+    process's own Ray, or would ask for GPUs, which only a started Ray counts."""
     if os.environ.get("RAY_ADDRESS") or ray.is_initialized() or config.resources.embed.num_gpus:
         return None
-    return {"CPU": float(config.resources.num_cpus or os.cpu_count() or 1), "GPU": 0.0}
+    machine = os.cpu_count() or 1
+    cpus = memory_cpus_for(config, memory_limit(), machine) or config.resources.num_cpus
+    return {"CPU": float(cpus or machine), "GPU": 0.0}
 
 
 class ClusterUnreachable(ValueError):
