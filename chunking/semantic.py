@@ -11,9 +11,10 @@ Seed 003 rules, applied line by line over the document (headings come from the b
   seed's "lookahead optimization", one line ahead; where the heading and that line would not fit
   in a chunk of their own either, the line is cut and its first piece fills the heading's chunk);
   likewise before a fence's opening line whose next line would not fit, so that no chunk ends
-  with an empty code block (`opener_ends_chunk`), and before a paragraph ending with a colon
-  whose next block's first line would not fit after it, so that the sentence stays with the code
-  or list it introduces (`intro_ends_chunk`; before the heading right above it, `ends_chunk`);
+  with an empty code block (`opener_ends_chunk`), and before a list's last item, one line ending
+  with a colon, whose next block's first line would not fit after it, so that tldr-pages'
+  "- Description:" stays with its command (`intro_ends_chunk`; before the heading right above
+  it, `ends_chunk`);
 - a sealed chunk gets its parent headings prepended (BuildChunkWithHierarchy), and a chunk that
   starts between two rows of a table the header and delimiter rows of that table after them (an
   HTML table's head: `<table>`, its header row), as its rows mean nothing without them, and one
@@ -91,9 +92,9 @@ from chunking.tokens import TokenCounter
 # markers or list markers. The whole match measures at least the line that would close it.
 _OPENS_FENCE = re.compile(r"(?:[ \t>]*(?:[-+*]|\d{1,9}[.)])(?=[ \t]))*[ \t>]*(`{3,}|~{3,})")
 _CONTAINERS = frozenset({"bullet_list", "ordered_list", "blockquote", "html_block"})
-# Blocks that can end with an intro to the next block (see `_Window.intro`), and the line of a
-# top-level list item that is a whole item on one line.
-_INTRODUCING = frozenset({"paragraph", "bullet_list", "ordered_list"})
+# Blocks that can end with an intro to the next block (see `_Window.intro`; not paragraphs:
+# README, Decisions), and the first line of a list item.
+_INTRODUCING = frozenset({"bullet_list", "ordered_list"})
 _LIST_ITEM = re.compile(r"( {0,3})(?:[-+*]|\d{1,9}[.)])[ \t]+\S")
 # Runs of words that can be such markers, one after another (possessive: linear on any line);
 # those holding a fence marker are what `pieces` may move to the end of the piece before a cut.
@@ -526,10 +527,10 @@ class _Window:
         """Whether the block of lines first..last ends with an intro from line `start` on (see
         `intro`, whose `units` reach the first line of the block it introduces) and fits in the
         chunk, while that first line would not fit after it: the max-token seal would part the
-        sentence from the code or list it introduces (a tldr page's description from its
-        command), so it comes before the intro. Not where the two would not fit in a chunk of
-        their own either, nor right below a heading the chunk took (`ends_chunk` moved the seal
-        before the heading where that helps)."""
+        item from the block it introduces (a tldr page's description from its command), so it
+        comes before the item. Not where the two would not fit in a chunk of their own either,
+        nor right below a heading the chunk took (`ends_chunk` moved the seal before the heading
+        where that helps)."""
         before = self.lines_units(first, start - 1) if start > first else 0
         if not before and (not self.chunk.has_body or self.below_heading(first)):
             return False
@@ -538,9 +539,8 @@ class _Window:
         return self.continuation(start).overhead + units <= self.limit
 
     def intro(self, number: int) -> tuple[int, int] | None:
-        """(first line, units) of the intro that ends the top-level block starting on line
-        `number` where the block's last line ends with a colon: the whole block for a paragraph,
-        the last line for a list whose last item is that one line (tldr-pages' "- Description:"
+        """(line, units) of the intro that ends the top-level list starting on line `number`: its
+        last item, where that is one line ending with a colon (tldr-pages' "- Description:"
         above its command); its units count it, the lines after it and the first line of the
         block it introduces (a fence's opening line with its next line and closing line), as
         `opener_units` measures them. None for any other block, or where a heading (or nothing)
@@ -553,12 +553,11 @@ class _Window:
         if following.kind == "heading" or block.kind not in _INTRODUCING:
             return None
         end = self.nonblank_total[block.end_line]  # its last non-blank line (a list's map
-        last = bisect_left(self.nonblank_total, end, number, block.end_line + 1)  # takes blanks)
-        text = self.doc.lines[last - 1]
+        start = bisect_left(self.nonblank_total, end, number, block.end_line + 1)  # takes blanks)
+        text = self.doc.lines[start - 1]
         if not text.rstrip().endswith((":", "\uff1a")):
             return None
-        start = number if block.kind == "paragraph" else last
-        if start != number and not _is_item_of(text, self.doc.lines[number - 1]):
+        if not _is_item_of(text, self.doc.lines[number - 1]):
             return None
         after = following.start_line
         opener = self.opener_units(after)

@@ -203,10 +203,10 @@ def test_a_fence_whose_first_line_would_not_fit_starts_the_next_chunk():
     with an empty code block (its opener and the closing line added), and the next reopened it
     (317 of FastAPI's 29,044 chunks with configs/local.yaml). The seal now comes before the
     opener, which starts the next chunk, or before the heading right above it."""
-    text = f"# Doc\n{words(100)}\n\nRun it.\n\n```console\n{words(120, 'ipsum')}\n```\n"
+    text = f"# Doc\n{words(100)}\n\nRun it:\n\n```console\n{words(120, 'ipsum')}\n```\n"
     document = chunk_source(text, min_tokens=150, max_tokens=200)
     first, second = document.chunks
-    assert first.text == f"# Doc\n{words(100)}\n\nRun it."  # was "...Run it.\n\n```console\n```"
+    assert first.text == f"# Doc\n{words(100)}\n\nRun it:"  # was "...Run it:\n\n```console\n```"
     assert second.text == f"# Doc\n```console\n{words(120, 'ipsum')}\n```"
     assert spans(document) == [(1, 4), (6, 8)]
     # Right below a heading the seal comes before the heading (it ended "## Run ```console ```").
@@ -216,46 +216,37 @@ def test_a_fence_whose_first_line_would_not_fit_starts_the_next_chunk():
     assert second.text == f"# Doc\n## Run\n\n```console\n{words(120, 'ipsum')}\n```"
 
 
-def test_a_sentence_ending_with_a_colon_starts_the_chunk_of_what_it_introduces():
-    """The max seal came between a paragraph ending with a colon and the block it introduces:
-    "...login prompt again:" ended one chunk and its code (FastAPI's `{* file.py *}` include, a
-    fence, a list) began the next, a chunk of a heading and a file name (22 of the 468 chunks
-    of 60 English FastAPI pages with configs/local.yaml). The seal now comes before the
-    paragraph, or before the heading right above it, where the two fit in a chunk."""
-    code = f"```console\n{words(120, 'ipsum')}\n```"
-    text = f"# Doc\n{words(100)}\n\nRun it:\n\n{code}\n"
-    document = chunk_source(text, min_tokens=150, max_tokens=200)
-    first, second = document.chunks
-    assert first.text == f"# Doc\n{words(100)}"  # was "...\n\nRun it:"
-    assert second.text == f"# Doc\nRun it:\n\n{code}"
-    assert spans(document) == [(1, 2), (4, 8)]
-    # A paragraph of several lines, an include line after it (a paragraph of its own).
-    include = "{* ../../docs_src/app.py hl[1:3] *}"
-    text = f"# Doc\n{words(150)}\n\nFirst line and\nthe next one:\n\n{include}\n"
-    first, second = chunk_source(text, min_tokens=150, max_tokens=165).chunks
-    assert first.text == f"# Doc\n{words(150)}"
-    assert second.text == f"# Doc\nFirst line and\nthe next one:\n\n{include}"
-    # Right below a heading the seal comes before the heading.
-    text = f"# Doc\n{words(100)}\n\n## Run\n\nRun it:\n\n{code}\n"
-    first, second = chunk_source(text, min_tokens=150, max_tokens=200).chunks
-    assert first.text == f"# Doc\n{words(100)}"  # was "...\n\n## Run\n\nRun it:"
-    assert second.text == f"# Doc\n## Run\n\nRun it:\n\n{code}"
-    # A list whose last item is one line ending with a colon: tldr-pages' description above
-    # its command (1,594 of tldr English's 2,166 size seals parted the two: the next chunk
-    # began with a command whose description it did not hold). The item goes; the list's
-    # other items stay, and so does a nested item ending with a colon (its item is longer).
-    page = f"# tar\n\n- {words(100)}\n- Extract an archive:\n\n`tar xf {words(75, 'ipsum')}`\n"
+def test_a_list_item_ending_with_a_colon_starts_the_chunk_of_what_it_introduces():
+    """The max seal came between tldr-pages' "- Description:" and its command: 1,594 of tldr
+    English's 2,166 size seals (configs/local.yaml) ended a chunk with a description and began
+    the next with a command that its chunk did not describe. A list whose last item is one line
+    ending with a colon now starts the next chunk with that item where the two fit in one; the
+    list's other items stay, and so does a nested item (its item is longer)."""
+    command = f"`tar xf {words(75, 'ipsum')}`"
+    page = f"# tar\n\n- {words(100)}\n- Extract an archive:\n\n{command}\n"
     document = chunk_source(page, min_tokens=150, max_tokens=180)
     first, second = document.chunks
     assert first.text == f"# tar\n\n- {words(100)}"  # was "...\n- Extract an archive:"
-    assert second.text == f"# tar\n- Extract an archive:\n\n`tar xf {words(75, 'ipsum')}`"
+    assert second.text == f"# tar\n- Extract an archive:\n\n{command}"
     assert spans(document) == [(1, 3), (4, 6)]
-    nested = page.replace("- Extract", "  - Extract")
+    # tldr's own layout: each item a list of its own, a paragraph between.
+    page = f"# tar\n\n- Create:\n\n`{words(100)}`\n\n- Extract an archive:\n\n{command}\n"
+    first, second = chunk_source(page, min_tokens=150, max_tokens=180).chunks
+    assert first.text == f"# tar\n\n- Create:\n\n`{words(100)}`"
+    assert second.text == f"# tar\n- Extract an archive:\n\n{command}"
+    # An ordered list's item and a fence, right below a heading: the seal comes before it.
+    code = f"```sh\n{words(75, 'ipsum')}\n```"
+    page = f"# Doc\n{words(100)}\n\n## Run\n\n1. Extract an archive:\n\n{code}\n"
+    first, second = chunk_source(page, min_tokens=150, max_tokens=180).chunks
+    assert first.text == f"# Doc\n{words(100)}"  # was "...\n\n## Run\n\n1. Extract..."
+    assert second.text == f"# Doc\n## Run\n\n1. Extract an archive:\n\n{code}"
+    nested = f"# tar\n\n- {words(100)}\n  - Extract an archive:\n\n{command}\n"
     assert chunk_source(nested, min_tokens=150, max_tokens=180).chunks[0].text.endswith("archive:")
-    # Where the two would not fit in a chunk of their own, the seal stays where it was.
-    text = f"# Doc\n{words(100)}\n\n{words(90, 'ipsum')}:\n\n{words(150, 'dolor')}\n"
-    first, *_ = chunk_source(text, min_tokens=150, max_tokens=200).chunks
-    assert first.text == f"# Doc\n{words(100)}\n\n{words(90, 'ipsum')}:"
+    # A paragraph ending with a colon stays where the seal leaves it: moved to the code it
+    # introduces, FastAPI's retrieval benchmark lost paraphrase MRR@10 (0.763 -> 0.748, paired
+    # difference -0.014 [-0.028, -0.002]); a sentence of prose is found better among prose.
+    page = f"# Doc\n{words(100)}\n\nRun it:\n\n{code}\n"
+    assert chunk_source(page, min_tokens=150, max_tokens=180).chunks[0].text.endswith("Run it:")
 
 
 def test_no_seal_before_a_heading_whose_line_fits_below_it_as_a_prepended_parent():
