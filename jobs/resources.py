@@ -97,13 +97,14 @@ def embed_pool(
 # The memory of a build's local Ray instance on CPUs, measured with MiniLM (configs/local.yaml) in
 # a memory cgroup on 2 CPUs, the FastAPI docs and 2,000 tldr pages (2026-11-30; resident anonymous
 # memory, what no limit can reclaim without swap): Ray's processes (GCS, raylet, its agents, Ray
-# Data's four actors) 0.70 GB and the driver 0.17-0.27 GB; a worker process running read-and-chunk
-# tasks and reduces 0.15-0.21 GB; an embedding actor 0.63-0.8 GB, growing over the build. Two
-# actors and two chunk tasks peaked at 2.9 GB; at a 2 GB limit Ray's memory monitor killed chunk
-# tasks (tried again for ever) and then actors, and the build failed after 169 s.
+# Data's four actors) 0.70 GB and the driver 0.17 GB; a worker process running read-and-chunk
+# tasks and reduces 0.15-0.27 GB; an embedding actor 0.63-0.77 GB on tldr, and on FastAPI 0.8 GB
+# growing to 1.1 GB in the first 10 minutes of the build. FastAPI's build on 2 CPUs (two actors,
+# two chunk tasks) held 3.8 GB at 10 minutes; in 2 GiB, on one CPU, Ray's memory monitor killed
+# its actor within 4 minutes (tldr's 2,000 pages passed there, 1.94 GB at the most).
 BASE_MEMORY = 900_000_000
-TASK_MEMORY = 200_000_000
-CPU_ACTOR_MEMORY = 800_000_000
+TASK_MEMORY = 250_000_000
+CPU_ACTOR_MEMORY = 1_000_000_000
 # The share of its memory limit above which Ray's memory monitor kills a worker (Ray's
 # `memory_usage_threshold`): a build fits where its need is at most that.
 MEMORY_MONITOR_SHARE = 0.95
@@ -152,11 +153,13 @@ def memory_shortfall(resources: ResourcesConfig, cpus: int, limit: int) -> str |
 
 def memory_advice(resources: ResourcesConfig, cpus: int, limit: int) -> str:
     """What to set where a build of `cpus` CPUs does not fit in `limit` bytes: fewer CPUs where
-    some fit (`memory_cpus`), else more memory (or one embedding actor, where more are set)."""
+    some fit (`memory_cpus`), else the limit one CPU needs (or one embedding actor, where more
+    are set)."""
     if fits := memory_cpus(resources, cpus, limit):
         need = _gb(memory_need(resources, fits))
         return f"set resources.num_cpus: {fits} (about {need}), or give it more memory"
-    advice = f"it needs about {_gb(memory_need(resources, 1))} on one CPU: give it more memory"
+    least = math.ceil(memory_need(resources, 1) / MEMORY_MONITOR_SHARE / 2**30 * 10) / 10
+    advice = f"give it at least {least:g} GiB (one CPU)"
     if (resources.embed.actors or 1) > 1:
         advice += ", or set resources.embed.actors: 1"
     return advice
