@@ -9,7 +9,9 @@ exit 129 and a report that says so (it killed the build, whose report then said 
 there it stays ignored.
 
 SIGINT (Ctrl-C) stops a build as a `KeyboardInterrupt` (exit 130, a report that says so); once
-the build is reported it too ends the process at once with the build's code, as SIGTERM does."""
+the build is reported it too ends the process at once with the build's code, as SIGTERM does.
+A program stopped by a signal (129, 130, 143) ends without the interpreter's teardown
+(`exit_with`)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from indexing.terminal import escape_what_stdout_cannot_encode
 STOPPING = (signal.SIGTERM, signal.SIGHUP)
 # The signals that end a reported build at once with its code: those and Ctrl-C's.
 REPORTED = (*STOPPING, signal.SIGINT)
+# The exit codes of a program stopped by one of them, as a shell gives them (129, 130, 143).
+STOPPED_CODES = frozenset(128 + signum for signum in REPORTED)
 
 
 class Stopped(SystemExit):
@@ -222,7 +226,7 @@ def _install(handler, signals: tuple[int, ...] = STOPPING) -> None:
                 signal.signal(signum, handler)
 
 
-def _exit_now(code: int) -> None:
+def _exit_now(code: int) -> NoReturn:
     """End the process with `code` now, its printed lines flushed first (no atexit hook runs)."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -252,8 +256,20 @@ def callers_handler() -> Iterator[None]:
 
 def exit_with(code: int) -> NoReturn:
     """The program's end with `code`: a SIGTERM from here on (Ray's shutdown at exit) ends it at
-    once with the same code (`exit_at_once_on_sigterm`)."""
+    once with the same code (`exit_at_once_on_sigterm`).
+
+    A program stopped by a signal (`STOPPED_CODES`: its build reported so, its lock released)
+    ends at once, its printed lines flushed, without the interpreter's teardown: Ray's shutdown
+    at exit and the finalization of a build cut short, with Ray Data's executor, the embedding
+    pool and torch's and tokenizers' threads still alive. There, a build stopped by Ctrl-C,
+    its report "failed" with 130, now and then ended with SIGSEGV (-11) or exit 1 without a
+    word instead: a thread of the driver called Ray's core worker once its shutdown was done
+    ("The core worker process is not initialized yet or already shutdown" in the driver's log),
+    which ends the process with 1 (found by use, helpers 102 and 104: 1 in 13, 1 in 12). Ray's
+    processes end with the driver (`PR_SET_PDEATHSIG`)."""
     exit_at_once_on_sigterm(code)
+    if code in STOPPED_CODES:
+        _exit_now(code)
     sys.exit(code)
 
 
