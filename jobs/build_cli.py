@@ -27,6 +27,7 @@ from jobs.signals import (
     callers_handler,
     exit_at_once_on_sigterm,
     exit_on_sigterm,
+    interrupted,
     stopping_signal,
 )
 
@@ -218,7 +219,7 @@ def ending(error: BaseException) -> Ending | None:
         return Ending(EXIT_USAGE, f"mdindex build: {error}", error)
     if isinstance(error, OutputBusy):
         return Ending(EXIT_BUSY, f"mdindex build: {error}")
-    if isinstance(error, KeyboardInterrupt):
+    if interrupted(error):  # Ctrl-C, also as a class was made (a module's import)
         signum = signal.SIGINT
     elif isinstance(error, SystemExit):  # SIGTERM's handler (ours, then ray.init's), SIGHUP's
         signum = stopping_signal(error)

@@ -193,6 +193,16 @@ def stops_not_lost() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
+def interrupted(error: BaseException) -> bool:
+    """Whether `error` is Ctrl-C's `KeyboardInterrupt`, or Python 3.11's `RuntimeError` around
+    one raised while a class was made ("Error calling __set_name__ on 'Field' instance …"): a
+    Ctrl-C in a build's first seconds, as a module that defines a dataclass was imported, exited
+    1 with a 40-line traceback (found by use, helper 104)."""
+    if isinstance(error, RuntimeError):
+        error = error.__cause__
+    return isinstance(error, KeyboardInterrupt)
+
+
 def _hold(signum: int, frame) -> None:
     if _HELD is not None:
         _HELD.append(signum)
@@ -292,7 +302,9 @@ def run_program(main: Callable[[], int]) -> NoReturn:
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except KeyboardInterrupt:  # Ctrl-C in a command without its own handling (query, report)
+    except (KeyboardInterrupt, RuntimeError) as exc:  # Ctrl-C where nothing handles it (query)
+        if not interrupted(exc):
+            raise
         code = 128 + signal.SIGINT  # as a shell gives it, without a 40-line traceback
     except SystemExit as exc:  # a second SIGTERM while a stopped or failed build wrote its report
         signum = stopping_signal(exc)

@@ -6,6 +6,7 @@ empty corpus builds without it."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -172,3 +173,51 @@ def test_only_a_program_stopped_by_a_signal_ends_without_the_teardown(code, out)
         timeout=60,
     )
     assert (done.returncode, done.stdout, done.stderr) == (code, out, "")
+
+
+class CtrlCAsItIsSet:
+    """A class attribute whose `__set_name__` takes Ctrl-C: a dataclass's field as a module of
+    the build is imported."""
+
+    def __set_name__(self, owner, name):
+        signal.raise_signal(signal.SIGINT)
+
+
+# A program whose command takes Ctrl-C as a class is made (a module imported in its first seconds).
+CTRL_C_AS_A_CLASS_IS_MADE = """
+import signal
+from jobs.signals import run_program
+from test_jobs_signals import CtrlCAsItIsSet
+
+def main():
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's Ctrl-C finds it
+
+    class Draft:
+        extras = CtrlCAsItIsSet()
+
+    return 0
+
+run_program(main)
+"""
+
+
+def test_ctrl_c_as_a_class_is_made_exits_130_quietly():
+    """Python 3.11 gives an error raised in `__set_name__` as a `RuntimeError` ("Error calling
+    __set_name__ on 'Field' instance 'extras' in 'Draft'"): a Ctrl-C 3 s into a build, as its
+    config loaded `chunking.strategy`, exited 1 with a 40-line traceback (found by use, helper
+    104). A build stopped that way after its `unfinished` report says SIGINT too (`ending`)."""
+    from jobs.build_cli import ending
+
+    program = [sys.executable, "-c", CTRL_C_AS_A_CLASS_IS_MADE]
+    tests = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}  # this module, for its class
+    done = subprocess.run(program, cwd=ROOT, env=tests, capture_output=True, timeout=60)
+    assert (done.returncode, done.stderr) == (130, b"")
+    with callers_handler():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with pytest.raises((RuntimeError, KeyboardInterrupt)) as caught:  # 3.12 raises it as is
+
+            class Draft:
+                extras = CtrlCAsItIsSet()
+
+    end = ending(caught.value)
+    assert (end.code, end.message) == (130, "mdindex build: stopped by SIGINT; a re-run converges")
