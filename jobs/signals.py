@@ -270,13 +270,11 @@ def exit_with(code: int) -> NoReturn:
 
     A program stopped by a signal (`STOPPED_CODES`: its build reported so, its lock released)
     ends at once, its printed lines flushed, without the interpreter's teardown: Ray's shutdown
-    at exit and the finalization of a build cut short, with Ray Data's executor, the embedding
-    pool and torch's and tokenizers' threads still alive. There, a build stopped by Ctrl-C,
-    its report "failed" with 130, now and then ended with SIGSEGV (-11) or exit 1 without a
-    word instead: a thread of the driver called Ray's core worker once its shutdown was done
-    ("The core worker process is not initialized yet or already shutdown" in the driver's log),
-    which ends the process with 1 (found by use, helpers 102 and 104: 1 in 13, 1 in 12). Ray's
-    processes end with the driver (`PR_SET_PDEATHSIG`)."""
+    at exit and the finalization of a build cut short. There a build stopped by Ctrl-C, its
+    report "failed" with 130, now and then ended with SIGSEGV (-11; 1 try in 13, helper 102)
+    or exit 1 without a word (3 in 42, helper 104): the driver's Python touched Ray's core
+    worker once its shutdown was done ("The core worker has already been shutdown … The process
+    will exit" in the driver's log). Ray's processes end with the driver (`PR_SET_PDEATHSIG`)."""
     exit_at_once_on_sigterm(code)
     if code in STOPPED_CODES:
         _exit_now(code)

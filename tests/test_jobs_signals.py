@@ -118,12 +118,11 @@ run()
 
 def test_a_build_stopped_by_ctrl_c_exits_130_whatever_the_teardown_does(tmp_path):
     """A build of 200 pages stopped by Ctrl-C, its report "failed" with 130 and its lock
-    released, ended with SIGSEGV (-11) or a silent exit 1 now and then (1 in 13, 1 in 12: found
-    by use, helpers 102 and 104): the interpreter's teardown of a build cut short, where a
-    thread called Ray's core worker after its shutdown. A program stopped by a signal now ends
-    at once after its report, its lines flushed, as a SIGTERM after the report does. Here the
-    build is stopped while it writes its `unfinished` report (no Ray), and the teardown always
-    crashes."""
+    released, now and then ended with SIGSEGV (-11; 1 in 13) or a silent exit 1 (3 in 42), found
+    by use (helpers 102, 104): the interpreter's teardown of a build cut short, where Python
+    touched Ray's core worker after its shutdown. A program stopped by a signal now ends at once
+    after its report, its lines flushed, as a SIGTERM after the report does. Here the build is
+    stopped while it writes its `unfinished` report (no Ray), and the teardown always crashes."""
     docs, output = tmp_path / "docs", tmp_path / "out"
     docs.mkdir()
     env = fault_environment("pause", str(output), match="report.json", count="1")
