@@ -25,11 +25,14 @@ from jobs.config import JobConfig, ResourcesConfig
 from jobs.known import KnownFailure
 from jobs.landmarks import Landmark, NotTheDriversFolder, check_landmarks
 from jobs.resources import (
+    MEMORY_MONITOR_SHARE,
     describe_resources,
     infeasible,
     memory_advice,
     memory_cpus,
+    memory_need,
     memory_shortfall,
+    memory_starts,
     too_many_actors,
 )
 from jobs.signals import exit_on_sigterm, stopping, stops_not_lost
@@ -167,13 +170,15 @@ def memory_cpus_for(config: JobConfig, limit: int | None, cpus: int) -> int | No
     """The CPUs to start a local instance with on a machine of `cpus` CPUs whose memory is
     `limit` bytes (None: the machine's RAM, not checked): `resources.num_cpus` where the build fits
     (`jobs.resources.memory_need`; a GPU pool is not checked); with `resources.num_cpus` null, the
-    most that fit, with a warning where that is fewer than the machine's. `InfeasibleResources`
-    naming the memory and what to set where not even one CPU fits, or `resources.num_cpus` as set
-    does not. Ray's workers were killed instead, and the build failed minutes later, Ray's
-    tracebacks on the screen: in a 2 GiB cgroup Ray's memory monitor killed chunk tasks, tried
-    again for ever, then actors (FastAPI, two actors: exit 1 after 169 s, 230 lines); where Ray did
-    not see the limit, the kernel killed the actors (85 s, "ActorDiedError"); at 1 GiB, 32 s for
-    the tests' 11 pages."""
+    most that fit, with a warning where that is fewer than the machine's; one CPU, with a warning
+    that a large corpus may still run out, where a build starts but its grown actors would not
+    fit (`jobs.resources.memory_starts`: tldr's 2,000 pages built in 2 GiB, FastAPI's did not).
+    `InfeasibleResources` naming the memory and what to set where not even a one-CPU build
+    starts, or `resources.num_cpus` as set does not fit. Ray's workers were killed instead, and
+    the build failed minutes later, Ray's tracebacks on the screen: in a 2 GiB cgroup Ray's
+    memory monitor killed chunk tasks, tried again for ever, then actors (FastAPI, two actors:
+    exit 1 after 169 s, 230 lines); where Ray did not see the limit, the kernel killed the actors
+    (85 s, "ActorDiedError"); at 1 GiB, 32 s for the tests' 11 pages."""
     resources = config.resources
     if limit is None or resources.embed.num_gpus:
         return resources.num_cpus
@@ -181,15 +186,22 @@ def memory_cpus_for(config: JobConfig, limit: int | None, cpus: int) -> int | No
     shortfall = memory_shortfall(resources, asked, limit)
     if shortfall is None:
         return resources.num_cpus
-    fits = memory_cpus(resources, asked, limit)
-    if resources.num_cpus is not None or not fits:
+    fits = memory_cpus(resources, asked, limit) or int(memory_starts(resources, limit))
+    if not fits or fits < (resources.num_cpus or 0):
         advice = memory_advice(resources, asked, limit)
         raise InfeasibleResources(f"this machine's Ray instance: {shortfall}: {advice}")
+    risk = ""
+    if memory_need(resources, fits) > limit * MEMORY_MONITOR_SHARE:
+        risk = (
+            "; it starts, but may run out as its embedding actor grows on a large corpus "
+            f"({memory_advice(resources, 1, limit)})"
+        )
     log.warning(
-        "%s: the local Ray instance gets %d of the %d CPUs (resources.num_cpus)",
+        "%s: the local Ray instance gets %d of the %d CPUs (resources.num_cpus)%s",
         shortfall,
         fits,
         cpus,
+        risk,
     )
     return fits
 

@@ -105,6 +105,7 @@ def embed_pool(
 BASE_MEMORY = 900_000_000
 TASK_MEMORY = 250_000_000
 CPU_ACTOR_MEMORY = 1_000_000_000
+STARTING_ACTOR_MEMORY = 700_000_000  # a MiniLM actor before it grows (tldr's stayed there)
 # The share of its memory limit above which Ray's memory monitor kills a worker (Ray's
 # `memory_usage_threshold`): a build fits where its need is at most that.
 MEMORY_MONITOR_SHARE = 0.95
@@ -137,6 +138,17 @@ def memory_cpus(resources: ResourcesConfig, cpus: int, limit: int) -> int:
     return low
 
 
+def memory_starts(resources: ResourcesConfig, limit: int) -> bool:
+    """Whether a one-CPU build starts in `limit` bytes: Ray's processes and the driver, one chunk
+    task and its actors as they start, below `MEMORY_MONITOR_SHARE` of it. Such a build may still
+    run out as its actors grow (`memory_need`), on a large corpus only: in 2 GiB tldr's 2,000
+    pages passed (1.94 GB at the most) where FastAPI's actor was killed within 4 minutes."""
+    pool = embed_pool(resources.embed, 1, 1)
+    actors = max(pool.actors, pool.max_actors or 0)
+    need = BASE_MEMORY + TASK_MEMORY + actors * STARTING_ACTOR_MEMORY
+    return need <= limit * MEMORY_MONITOR_SHARE
+
+
 def memory_shortfall(resources: ResourcesConfig, cpus: int, limit: int) -> str | None:
     """Why a CPU build's local Ray instance of `cpus` CPUs does not fit in `limit` bytes, in
     words, or None where it fits (`memory_need`, below `MEMORY_MONITOR_SHARE` of the limit)."""
@@ -158,6 +170,8 @@ def memory_advice(resources: ResourcesConfig, cpus: int, limit: int) -> str:
     if fits := memory_cpus(resources, cpus, limit):
         need = _gb(memory_need(resources, fits))
         return f"set resources.num_cpus: {fits} (about {need}), or give it more memory"
+    if cpus > 1 and memory_starts(resources, limit):
+        return "set resources.num_cpus: 1 (a large corpus may run out), or give it more memory"
     least = math.ceil(memory_need(resources, 1) / MEMORY_MONITOR_SHARE / 2**30 * 10) / 10
     advice = f"give it at least {least:g} GiB (one CPU)"
     if (resources.embed.actors or 1) > 1:

@@ -85,11 +85,27 @@ def test_a_machine_whose_memory_holds_fewer_cpus_gets_a_smaller_ray_instance(cap
     assert memory_cpus_for(gpu, GIB, 2) is None  # a GPU pool's actors are not these
 
 
+def test_a_build_that_starts_but_may_outgrow_its_memory_runs_on_one_cpu_with_a_warning(caplog):
+    """2 GiB: tldr's 2,000 pages built on one CPU (1.94 GB at the most) where FastAPI's actor,
+    grown, was killed; refusing it refused a small docs site a 2 GiB CI runner could build. It
+    runs on one CPU, the warning saying a large corpus may run out and what would hold it."""
+    for config in (_config(), _config(num_cpus=1)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+            assert memory_cpus_for(config, 2 * GIB, 2) == 1
+        (line,) = caplog.messages
+        assert "the local Ray instance gets 1 of the 2 CPUs" in line
+        assert line.endswith(
+            "it starts, but may run out as its embedding actor grows on a large corpus (give it "
+            "at least 2.2 GiB (one CPU))"
+        )
+
+
 @pytest.mark.parametrize(
     ("limit", "resources", "advice"),
     [
-        (2 * GIB, {}, "give it at least 2.2 GiB (one CPU)"),
-        (3 * GIB // 2, {"num_cpus": 2}, "give it at least 2.2 GiB (one CPU)"),
+        (3 * GIB // 2, {}, "give it at least 2.2 GiB (one CPU)"),
+        (2 * GIB, {"num_cpus": 2}, "set resources.num_cpus: 1 (a large corpus may run out), or"),
         (GIB, {"embed": EmbedResources(actors=2)}, "(one CPU), or set resources.embed.actors: 1"),
     ],
 )
@@ -100,7 +116,7 @@ def test_too_little_memory_for_one_cpu_is_refused_in_one_line(limit, resources, 
         memory_cpus_for(_config(**resources), limit, 2)
     message = str(refused.value)
     assert "\n" not in message and f"more than the {limit / GIB:g} GiB it may use" in message
-    assert message.endswith(advice)
+    assert advice in message
 
 
 def test_cpus_set_that_the_memory_does_not_hold_are_refused_naming_the_ones_it_does():
