@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,25 @@ def fault_environment(fault: str, root: str, **settings: str) -> dict[str, str]:
     env.update(PYTHONPATH=os.pathsep.join(path), MDINDEX_FAULT=fault, MDINDEX_FAULT_ROOT=root)
     env.update({f"MDINDEX_FAULT_{name.upper()}": value for name, value in settings.items()})
     return env
+
+
+def paused_program(output: Path, fault: str, count: int, command: list[str]) -> subprocess.Popen:
+    """`command` (a build writing `output`) in a child process from the repository root, which
+    `fault`, "pause" or "pause-after" (`tests/faults/sitecustomize.py`), holds at the `count`-th
+    rename onto its report.json; returned once it waits there, until `OUTPUT.go` exists
+    (standard error piped as text). A program that ends first, or never pauses within 60 s, is
+    killed and its standard error is the assertion's message."""
+    env = fault_environment(fault, str(output), match="_reindex/report.json", count=str(count))
+    driver = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not Path(f"{output}.paused").exists():
+        if driver.poll() is not None or time.monotonic() > deadline:
+            driver.kill()
+            raise AssertionError(driver.communicate()[1][-3000:])
+        time.sleep(0.05)
+    return driver
 
 
 def mdindex_onto_full_disk(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:

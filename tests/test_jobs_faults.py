@@ -18,7 +18,12 @@ from pathlib import Path
 
 import pytest
 import ray
-from environment_support import fault_environment, own_ray_environment, without_aws_credentials
+from environment_support import (
+    fault_environment,
+    own_ray_environment,
+    paused_program,
+    without_aws_credentials,
+)
 from jobs_support import cache_copy, gone_endpoint, outputs, s3_options
 
 from jobs.cli import main as mdindex
@@ -721,22 +726,9 @@ def test_a_build_stopped_by_sigterm_before_ray_starts_reports_it_too(tmp_path, s
 
 def paused_build(output: Path, fault: str, count: int, *args: str) -> subprocess.Popen:
     """`python -m jobs.reindex ARGS --output OUTPUT` in a child process (a local Ray of its own,
-    if it starts one) that `fault`, "pause" or "pause-after" (`tests/faults/sitecustomize.py`),
-    holds at the `count`-th rename onto its report.json; returned once it waits there, until
-    `OUTPUT.go` exists."""
-    env = fault_environment(fault, str(output), match="_reindex/report.json", count=str(count))
+    if it starts one) held at the `count`-th rename onto its report.json (`paused_program`)."""
     command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, *args]
-    driver = subprocess.Popen(
-        [*command, "--output", str(output)], env=env, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not Path(f"{output}.paused").exists():
-        if driver.poll() is not None or time.monotonic() > deadline:
-            driver.kill()
-            raise AssertionError(driver.communicate()[1][-3000:])
-        time.sleep(0.05)
-    return driver
+    return paused_program(output, fault, count, [*command, "--output", str(output)])
 
 
 def test_a_failed_build_writes_its_report_before_it_releases_the_lock(tmp_path):

@@ -10,11 +10,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from environment_support import fault_environment, own_ray_environment
+from environment_support import own_ray_environment, paused_program
 
 from jobs.runs import RUNS_PATH, parse_runs
 from jobs.signals import Stopped, callers_handler, exit_on_sigterm, stops_not_lost
@@ -60,15 +59,7 @@ def test_a_sigterm_at_the_runs_end_leaves_its_report_and_one_line(tmp_path, when
         )  # fmt: skip
         code, rest = done.returncode, done.stderr
     else:  # paused before the end's report.json takes its name (the first is the unfinished one)
-        env = fault_environment("pause", str(output), match="report.json", count="2")
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "jobs.cli", *build],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while not Path(f"{output}.paused").exists() and driver.poll() is None:
-            assert time.monotonic() < deadline, "the build never paused"
-            time.sleep(0.05)
+        driver = paused_program(output, "pause", 2, [sys.executable, "-m", "jobs.cli", *build])
         driver.send_signal(signal.SIGTERM)
         Path(f"{output}.go").touch()
         code, rest = driver.wait(timeout=60), driver.stderr.read()
@@ -125,16 +116,8 @@ def test_a_build_stopped_by_ctrl_c_exits_130_whatever_the_teardown_does(tmp_path
     stopped while it writes its `unfinished` report (no Ray), and the teardown always crashes."""
     docs, output = tmp_path / "docs", tmp_path / "out"
     docs.mkdir()
-    env = fault_environment("pause", str(output), match="report.json", count="1")
     build = ["build", "--config", CONFIG, "--input", str(docs), "--output", str(output)]
-    driver = subprocess.Popen(
-        [sys.executable, "-c", CRASHING_TEARDOWN, *build],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not Path(f"{output}.paused").exists() and driver.poll() is None:
-        assert time.monotonic() < deadline, "the build never paused"
-        time.sleep(0.05)
+    driver = paused_program(output, "pause", 1, [sys.executable, "-c", CRASHING_TEARDOWN, *build])
     driver.send_signal(signal.SIGINT)
     code, rest = driver.wait(timeout=60), driver.stderr.read()
     assert code == 130, rest[-3000:]
