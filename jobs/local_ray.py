@@ -25,12 +25,10 @@ from jobs.config import JobConfig, ResourcesConfig
 from jobs.known import KnownFailure
 from jobs.landmarks import Landmark, NotTheDriversFolder, check_landmarks
 from jobs.resources import (
-    MEMORY_MONITOR_SHARE,
     describe_resources,
     infeasible,
     memory_advice,
     memory_cpus,
-    memory_need,
     memory_shortfall,
     memory_starts,
     too_many_actors,
@@ -186,12 +184,13 @@ def memory_cpus_for(config: JobConfig, limit: int | None, cpus: int) -> int | No
     shortfall = memory_shortfall(resources, asked, limit)
     if shortfall is None:
         return resources.num_cpus
-    fits = memory_cpus(resources, asked, limit) or int(memory_starts(resources, limit))
+    grown = memory_cpus(resources, asked, limit)  # the CPUs whose grown actors fit
+    fits = grown or int(memory_starts(resources, limit))
     if not fits or fits < (resources.num_cpus or 0):
         advice = memory_advice(resources, asked, limit)
         raise InfeasibleResources(f"this machine's Ray instance: {shortfall}: {advice}")
     risk = ""
-    if memory_need(resources, fits) > limit * MEMORY_MONITOR_SHARE:
+    if not grown:
         risk = (
             "; it starts, but may run out as its embedding actor grows on a large corpus "
             f"({memory_advice(resources, 1, limit)})"
@@ -216,7 +215,7 @@ def expected_local_node(config: JobConfig) -> dict[str, float] | None:
     if os.environ.get("RAY_ADDRESS") or ray.is_initialized() or config.resources.embed.num_gpus:
         return None
     machine = os.cpu_count() or 1
-    cpus = memory_cpus_for(config, memory_limit(), machine) or config.resources.num_cpus
+    cpus = memory_cpus_for(config, memory_limit(), machine)  # resources.num_cpus where it fits
     return {"CPU": float(cpus or machine), "GPU": 0.0}
 
 

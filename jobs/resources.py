@@ -111,17 +111,17 @@ STARTING_ACTOR_MEMORY = 700_000_000  # a MiniLM actor before it grows (tldr's st
 MEMORY_MONITOR_SHARE = 0.95
 
 
-def memory_need(resources: ResourcesConfig, cpus: int) -> int:
+def memory_need(resources: ResourcesConfig, cpus: int, actor_memory: int = CPU_ACTOR_MEMORY) -> int:
     """The bytes a build's local Ray instance of `cpus` CPUs takes at its peak with a CPU embedding
     pool, by the measured sizes above: Ray's processes and the driver, a worker process per
-    chunk task that can run at once, and the pool's actors at their most (a larger model's
-    actors take more: this is the least)."""
+    chunk task that can run at once, and the pool's actors at their most, `actor_memory` each
+    (a larger model's actors take more: this is the least)."""
     tasks = max(1, int(cpus / resources.chunk.num_cpus + 1e-9))
     if resources.chunk.concurrency is not None:
         tasks = min(tasks, resources.chunk.concurrency)
     pool = embed_pool(resources.embed, cpus, cpus)  # no more calls at once than CPUs
     actors = max(pool.actors, pool.max_actors or 0)
-    return BASE_MEMORY + tasks * TASK_MEMORY + actors * CPU_ACTOR_MEMORY
+    return BASE_MEMORY + tasks * TASK_MEMORY + actors * actor_memory
 
 
 def memory_cpus(resources: ResourcesConfig, cpus: int, limit: int) -> int:
@@ -139,14 +139,12 @@ def memory_cpus(resources: ResourcesConfig, cpus: int, limit: int) -> int:
 
 
 def memory_starts(resources: ResourcesConfig, limit: int) -> bool:
-    """Whether a one-CPU build starts in `limit` bytes: Ray's processes and the driver, one chunk
-    task and its actors as they start, below `MEMORY_MONITOR_SHARE` of it. Such a build may still
-    run out as its actors grow (`memory_need`), on a large corpus only: in 2 GiB tldr's 2,000
-    pages passed (1.94 GB at the most) where FastAPI's actor was killed within 4 minutes."""
-    pool = embed_pool(resources.embed, 1, 1)
-    actors = max(pool.actors, pool.max_actors or 0)
-    need = BASE_MEMORY + TASK_MEMORY + actors * STARTING_ACTOR_MEMORY
-    return need <= limit * MEMORY_MONITOR_SHARE
+    """Whether a one-CPU build starts in `limit` bytes: Ray's processes and the driver, its chunk
+    tasks and its actors as they start (`memory_need` at `STARTING_ACTOR_MEMORY`), below
+    `MEMORY_MONITOR_SHARE` of it. Such a build may still run out as its actors grow, on a large
+    corpus only: in 2 GiB tldr's 2,000 pages passed (1.94 GB at the most) where FastAPI's actor
+    was killed within 4 minutes."""
+    return memory_need(resources, 1, STARTING_ACTOR_MEMORY) <= limit * MEMORY_MONITOR_SHARE
 
 
 def memory_shortfall(resources: ResourcesConfig, cpus: int, limit: int) -> str | None:
