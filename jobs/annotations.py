@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from indexing.terminal import counted, printable
-from jobs.report_html import FAIL_ON_BROKEN, failing_links
+from jobs.report_html import FAIL_ON_BROKEN, failing_links, place
 
 log = logging.getLogger("mdindex.build")
 SHOWN = 10  # annotations of one level GitHub shows a step (errors and warnings apart)
@@ -49,8 +49,8 @@ class Problem:
 
     @property
     def place(self) -> str:
-        """`guides/a.md:3`, the path alone where the line is unknown."""
-        return self.path if self.line is None else f"{self.path}:{self.line}"
+        """`guides/a.md:3`, the path alone where the line is unknown (`report_html.place`)."""
+        return place(self.path, self.line)
 
 
 def in_actions(environ: Mapping[str, str]) -> bool:

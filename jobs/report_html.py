@@ -286,11 +286,15 @@ def failing_links(report: dict[str, Any]) -> bool:
     return broken.get("check") == "fail" and bool(broken.get("count"))
 
 
+def place(path: str, line: int | None) -> str:
+    """`guides/a.md:14`, the path alone where the line is unknown."""
+    return path if line is None else f"{path}:{line}"
+
+
 def link_place(link: dict[str, Any]) -> str:
-    """Where a broken link of a report is: `guides/a.md:14`, its source alone where its line is
-    unknown (a report before lines were looked up, 2026-11-30, or a source not read again)."""
-    line = link.get("line")
-    return link["source"] if line is None else f"{link['source']}:{line}"
+    """Where a broken link of a report is (`place`): its source alone where its line is unknown
+    (a report before lines were looked up, 2026-11-30, or a source not read again)."""
+    return place(link["source"], link.get("line"))
 
 
 def failed_non_sources(report: dict[str, Any]) -> int:
