@@ -25,14 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from indexing.terminal import counted, printable
-from jobs.report_html import FAIL_ON_BROKEN, failing_links, place
+from jobs.report_html import FAIL_ON_BROKEN, failing_links, failure_line, place
 
 log = logging.getLogger("mdindex.build")
 SHOWN = 10  # annotations of one level GitHub shows a step (errors and warnings apart)
 LISTED = 20  # rows of the step summary
-# where a failure's message names the source's line: "YAML front matter at line 3", "invalid
-# UTF-8 at byte offset 49 (line 3)", "TOML front matter at its end, line 7"
-_LINE = re.compile(r"(?:\bat |\bend, |\()line (\d+)\b")
 _MARKDOWN = re.compile(r"([!-/:-@\[-`{-~])")  # ASCII punctuation: CommonMark escapes each
 
 
@@ -75,14 +72,8 @@ def problems(report: dict[str, Any]) -> list[Problem]:
     then place): errors, but broken links that do not fail the run (`checks.broken_links: note`)
     warnings."""
     found = [
-        Problem(
-            "error",
-            failure["path"],
-            int(line[1]) if (line := _LINE.search(failure["message"])) else None,
-            failure["code"],
-            failure["message"],
-        )
-        for failure in report.get("failures", [])
+        Problem("error", f["path"], failure_line(f), f["code"], f["message"])
+        for f in report.get("failures", [])
     ]
     fails = failing_links(report)
     because = f"({FAIL_ON_BROKEN})" if fails else f"(a note: {FAIL_ON_BROKEN} fails the run on it)"
@@ -103,7 +94,10 @@ def left_out(report: dict[str, Any]) -> int:
 def workflow_commands(report: dict[str, Any], prefix: str | None) -> list[str]:
     """A workflow command for each of the first SHOWN problems of each level, `file=` the
     source's path after `prefix` (`checkout_prefix`; None: no `file=`, the message names the
-    place), and a notice of how many more there are."""
+    place), and a notice of how many more there are. A report without counts (a run that failed
+    as a whole, exit 1, or did not finish): one error naming its outcome and what went wrong."""
+    if "sources" not in report:
+        return [_failed(f"mdindex build: {_outcome(report)}: {report.get('error', 'no counts')}")]
     lines, shown = [], dict.fromkeys(("error", "warning"), 0)
     found = problems(report)
     for problem in found:
@@ -131,10 +125,14 @@ def workflow_commands(report: dict[str, Any], prefix: str | None) -> list[str]:
 def step_summary(report: dict[str, Any], prefix: str | None) -> str:
     """The markdown the build appends to the job's summary page: its outcome and counts, and a
     table of the first LISTED failures and broken links, each where it is (its path from the
-    checkout where `prefix` is known), and how many more."""
+    checkout where `prefix` is known), and how many more; a report without counts, what went
+    wrong."""
+    heading = f"### mdindex build: {_outcome(report)}"
+    if "sources" not in report:
+        return f"{heading}\n\n{_markdown(report.get('error', 'no counts'))}\n"
     sources, topics = report["sources"], report["topics"]
     text = [
-        f"### mdindex build: {report['status']} (exit code {report['exit_code']})",
+        heading,
         "",
         _markdown(
             f"{counted(sources['seen'], 'source')} in {counted(topics['seen'], 'topic')}: "
@@ -162,7 +160,8 @@ def github_actions(report: dict[str, Any], environ: Mapping[str, str] = os.envir
     return the `workflow_commands` to print after the build's summary, one a line; "" elsewhere."""
     if not in_actions(environ):
         return ""
-    prefix = checkout_prefix(report["input"], environ.get("GITHUB_WORKSPACE") or os.getcwd())
+    workspace = environ.get("GITHUB_WORKSPACE") or os.getcwd()
+    prefix = checkout_prefix(report.get("input") or "", workspace)
     if path := environ.get("GITHUB_STEP_SUMMARY"):
         try:
             with open(path, "a", encoding="utf-8") as summary:
@@ -170,6 +169,25 @@ def github_actions(report: dict[str, Any], environ: Mapping[str, str] = os.envir
         except OSError as exc:
             log.warning("the step summary %s could not be written: %s", printable(path), exc)
     return "".join(f"{line}\n" for line in workflow_commands(report, prefix))
+
+
+def failed_build(message: str, environ: Mapping[str, str] = os.environ) -> str:
+    """In a GitHub Actions job (`in_actions`), the workflow command of a build that ended without
+    a summary (exit 1 or 2, a signal's): one error whose message is the line the build printed
+    (`mdindex build: the job failed: …`), as a line; "" elsewhere."""
+    return f"{_failed(message)}\n" if in_actions(environ) else ""
+
+
+def _failed(message: str) -> str:
+    """The error a run that failed as a whole is: no file, no line."""
+    return f"::error title=mdindex build::{_data(message)}"
+
+
+def _outcome(report: dict[str, Any]) -> str:
+    """`sources_failed (exit code 3)`: a report's status and code (unknown in a report before
+    `exit_code`, or an unfinished run's)."""
+    code = report.get("exit_code")
+    return f"{report['status']} (exit code {'unknown' if code is None else code})"
 
 
 def _data(text: str) -> str:

@@ -43,6 +43,8 @@ from jobs.report_html import (
     failed_non_sources,
     failing_links,
     failure_groups,
+    failure_line,
+    failure_place,
     link_place,
     render_html,
     unfinished_note,
@@ -99,11 +101,12 @@ def build_report(
     broken_links: BrokenLinks,
 ) -> dict[str, Any]:
     """The report document: counts, timings with throughput and the embedding `pool` that ran
-    (None: no pipeline ran), the index's `broken_links`, failures once each, sorted by path. A run
+    (None: no pipeline ran), the index's `broken_links`, failures once each, sorted by path, each
+    with the `line` of its source it is on (`report_html.failure_line`; null: unknown). A run
     with failures, or broken links that fail it (`BrokenLinks.fails`), is `sources_failed`.
     `began`: when the run began (epoch seconds); `finish_cpu`: the driver's CPU seconds in the
     finish (its worker-seconds; its wall time is `wall["finish"]`)."""
-    failures = distinct_failures(failures)
+    failures = [{**f, "line": failure_line(f)} for f in distinct_failures(failures)]
     total = wall["total"]
     finished = time.time()
 
@@ -377,11 +380,16 @@ def summary(report: dict[str, Any]) -> str:
     return "\n".join(printable(line) for line in lines)
 
 
-def failure_lines(failures: list[dict[str, str]]) -> list[str]:
-    """A FAILED line for each failure, up to SHOWN_FAILURES of them; past that, the count of each
-    code and a few of its failures, one of each kind of message first (a storm of 2,000 failed
-    sources printed 2,000 lines, and the log of every later run as many again)."""
-    line = "  FAILED {path}: {code}: {message}".format_map
+def failure_lines(failures: list[dict[str, Any]]) -> list[str]:
+    """A FAILED line for each failure, `FAILED path:line: CODE: message` as an editor and a CI log
+    reader find it (the path alone where the line is unknown), up to SHOWN_FAILURES of them; past
+    that, the count of each code and a few of its failures, one of each kind of message first (a
+    storm of 2,000 failed sources printed 2,000 lines, and the log of every later run as many
+    again)."""
+
+    def line(failure: dict[str, Any]) -> str:
+        return f"  FAILED {failure_place(failure)}: {failure['code']}: {failure['message']}"
+
     if len(failures) <= SHOWN_FAILURES:
         return [line(failure) for failure in failures]
     groups = failure_groups(failures)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from indexing.cli import json_object
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from jobs.storage import Storage
 
@@ -47,6 +47,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--storage-options", type=json_object, default=None, help="fsspec options as a JSON object"
+    )
+    parser.add_argument(
+        "--annotate",
+        action="store_true",
+        help="in a GitHub Actions job, also print the run's failed sources and broken links as "
+        "annotations and append its step summary, as its build does there (for a build that ran "
+        "elsewhere: on a cluster, in a container)",
     )
     parser.add_argument(
         "--check",
@@ -85,9 +92,9 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"mdindex report: {exc}", file=sys.stderr)
         return 2
     output = Storage(args.output, args.storage_options or {})
-    if args.runs and (args.open or args.html or args.check):
-        print("mdindex report: --runs prints the run history alone, without --open, --html or "
-              "--check", file=sys.stderr)  # fmt: skip
+    if args.runs and (args.open or args.html or args.check or args.annotate):
+        print("mdindex report: --runs prints the run history alone, without --open, --html, "
+              "--check or --annotate", file=sys.stderr)  # fmt: skip
         return 2
     try:
         if args.runs:
@@ -99,6 +106,7 @@ def run_report(args: argparse.Namespace) -> int:
             return 2
         report = parse_report(data)
         text, page = show(output, report, args.html)
+        notes = annotations(report) if args.annotate else ""
     except DamagedReport as exc:
         print(f"mdindex report: {output.uri(REPORT_PATH)} is damaged: {exc}", file=sys.stderr)
         return 2
@@ -116,7 +124,7 @@ def run_report(args: argparse.Namespace) -> int:
     # the closed pipe at once where output is unbuffered (PYTHONUNBUFFERED=1, as under many
     # schedulers), and run_program gives 0 for a BrokenPipeError raised in the command.
     with contextlib.suppress(BrokenPipeError):
-        if not write_out(f"{text}\nreport: {page.resolve()}\n", "mdindex report"):
+        if not write_out(f"{text}\nreport: {page.resolve()}\n{notes}", "mdindex report"):
             return 1  # standard output on a full disk
     if args.open and not webbrowser.open(page.resolve().as_uri()):
         # no browser here (a server, an SSH session): it returned False, and --open said nothing
@@ -233,14 +241,10 @@ def render(report: dict[str, Any], runs: Sequence[dict[str, Any]] = ()) -> tuple
     code = report.get("exit_code")  # not in the reports of versions before it
     code = "unknown" if code is None else code
     status = f"{report.get('status', 'unknown')} (exit code {code})"
-    try:
+    with well_formed():
         # a failed run's report may hold no counts, only what went wrong
         counts = summary(report) if "sources" in report else f"  {report.get('error', 'no counts')}"
         page = render_html(report, runs)
-    except KeyError as exc:
-        raise DamagedReport(f"no {exc.args[0]!r}") from exc
-    except (LookupError, TypeError, AttributeError, ValueError, ArithmeticError) as exc:
-        raise DamagedReport(f"{type(exc).__name__}: {exc}") from exc
     started, finished = report.get("started_at"), report.get("finished_at")
     if started is not None and finished is not None:  # a finished run's (since 2026-11-29)
         when = f"started {started}, finished {finished}"
@@ -252,3 +256,24 @@ def render(report: dict[str, Any], runs: Sequence[dict[str, Any]] = ()) -> tuple
         pid = f", pid {report['pid']}" if report.get("pid") is not None else ","
         when += f"{pid} on {report['host']}"
     return f"{printable(f'last run: {status}, {when}')}\n{counts}", page
+
+
+def annotations(report: dict[str, Any]) -> str:
+    """In a GitHub Actions job, the report's workflow commands, its step summary appended
+    (`jobs.annotations.github_actions`, as its build's); "" elsewhere. DamagedReport where a
+    field has the wrong shape."""
+    from jobs.annotations import github_actions
+
+    with well_formed():
+        return github_actions(report)
+
+
+@contextlib.contextmanager
+def well_formed() -> Iterator[None]:
+    """Raise DamagedReport for the error a report's field missing or of the wrong type raises."""
+    try:
+        yield
+    except KeyError as exc:
+        raise DamagedReport(f"no {exc.args[0]!r}") from exc
+    except (LookupError, TypeError, AttributeError, ValueError, ArithmeticError) as exc:
+        raise DamagedReport(f"{type(exc).__name__}: {exc}") from exc

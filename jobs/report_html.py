@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from chunking import CHUNKING_FAILED, INVALID_FRONT_MATTER
 from indexing.terminal import counted, printable
 from jobs.plan import unmatched_note
 from jobs.runs import COLUMNS, NUMBERS, SHOWN, run_row
@@ -31,6 +32,11 @@ BINS = 24  # about this many bars in the token histogram
 SHOWN_FAILURES = 20
 FAIL_ON_BROKEN = "checks.broken_links: fail"  # the setting that makes broken links fail a run
 _NUMBER = re.compile(r"\d+")  # "invalid UTF-8 at byte offset 90" and "... 87" are one kind
+# where a chunker's failure names the source's line: "YAML front matter at line 3", "invalid UTF-8
+# at byte offset 49 (line 3)", "the code fence opened at line 8", "TOML front matter at its end,
+# line 7"; only its codes' messages are read (another's may hold such words in a file name)
+_LINE = re.compile(r"(?:\bat |\bend, |\()line (\d+)\b")
+_LINE_CODES = frozenset({CHUNKING_FAILED, INVALID_FRONT_MATTER})
 RUN_FACTS = ("host", "pid", "mdindex_version")  # `jobs.report.run_facts`: reports since 2026-11-29
 # lower is better: 1.0 is every CPU busy with stage work all along (the label said only the ratio)
 EFFICIENCY = "efficiency: wall time / (worker-seconds / CPUs); 1 = every CPU busy, more = idle CPUs"
@@ -291,6 +297,22 @@ def place(path: str, line: int | None) -> str:
     return path if line is None else f"{path}:{line}"
 
 
+def failure_line(failure: dict[str, Any]) -> int | None:
+    """The line of its source a report's failure is on (1-based; None: unknown): its `line`
+    where the record has one (report.json's, since 2026-11-30), else the one its message names
+    (a failure as the build records it, or an older report's)."""
+    if "line" in failure:
+        return failure["line"]
+    found = _LINE.search(failure["message"]) if failure["code"] in _LINE_CODES else None
+    return int(found[1]) if found else None
+
+
+def failure_place(failure: dict[str, Any]) -> str:
+    """Where a report's failure is (`place`): `guides/c.md:2`, its path alone where its line is
+    unknown."""
+    return place(failure["path"], failure_line(failure))
+
+
 def link_place(link: dict[str, Any]) -> str:
     """Where a broken link of a report is (`place`): its source alone where its line is unknown
     (a report before lines were looked up, 2026-11-30, or a source not read again)."""
@@ -462,7 +484,7 @@ def _failures(report: dict[str, Any]) -> str:
     for group in failure_groups(failures):
         count = len(group.failures)
         rows = "".join(
-            f"<tr><td><code>{escape(printable(f['path']))}</code></td>"
+            f"<tr><td><code>{escape(printable(failure_place(f)))}</code></td>"
             f"<td>{escape(printable(f['message']))}</td></tr>"
             for f in group.failures
         )
@@ -471,7 +493,7 @@ def _failures(report: dict[str, Any]) -> str:
         if count > SHOWN_FAILURES:  # a table of thousands of rows buried the sections below
             kinds = "".join(
                 f'<tr><td class="n">{_number(n)}</td><td>{escape(printable(first["message"]))}'
-                f"</td><td><code>{escape(printable(first['path']))}</code></td></tr>"
+                f"</td><td><code>{escape(printable(failure_place(first)))}</code></td></tr>"
                 for n, first in group.kinds
             )
             table = (

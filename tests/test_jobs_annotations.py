@@ -4,17 +4,24 @@ request's diff (workflow commands after the summary) and a markdown step summary
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
+import pytest
+
+from chunking import CHUNKING_TIMEOUT, ChunkingError, chunk_source
 from jobs.annotations import (
     checkout_prefix,
+    failed_build,
     github_actions,
     problems,
     step_summary,
     workflow_commands,
 )
+from jobs.cli import main as mdindex
 from jobs.reindex import main
+from jobs.report_html import failure_line
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "local.yaml")
 FRONT = "YAML front matter at line 2: expected the node content, but found '<stream end>'"
@@ -71,6 +78,61 @@ def test_each_failure_and_broken_link_is_an_error_on_its_file_and_line_in_the_ch
         "not have (a note: checks.broken_links: fail fails the run on it)"
     ]
     assert workflow_commands(report(check="note"), "") == []
+
+
+def test_a_failures_line_is_its_records_and_a_message_names_one_for_a_chunkers_code_alone():
+    """report.json's `line` (since 2026-11-30) is the failure's line, null none; an older
+    report's failure has the one its message names, a chunker's code's alone: another's message
+    names a file whose name says `at line 3`, which is no line of it (it was annotated so)."""
+    named = "cannot read /repo/docs/notes at line 3.md: [Errno 13] Permission denied"
+    run = report(
+        failure("a.md", "CHUNKING_FAILED", "the code fence opened at line 8 has a marker")
+        | {"line": 9},
+        failure("b.md") | {"line": None},
+        failure("notes at line 3.md", "READ_FAILED", named),
+        failure("d.md", "CHUNKING_FAILED", "binary content: NUL byte at byte offset 7 (line 4)"),
+    )
+    assert [(p.path, p.line, p.place) for p in problems(run)] == [
+        ("a.md", 9, "a.md:9"),
+        ("b.md", None, "b.md"),
+        ("notes at line 3.md", None, "notes at line 3.md"),
+        ("d.md", 4, "d.md:4"),
+    ]
+    assert workflow_commands(run, "")[2] == (
+        "::error file=notes at line 3.md,title=READ_FAILED::cannot read /repo/docs/notes at line "
+        "3.md: [Errno 13] Permission denied"
+    )
+
+
+def test_every_chunker_failure_that_knows_its_line_gives_it():
+    """The chunker's own failures, as a build records them: each names the line of the source
+    it is on, which the report's `line` and the annotation's `line=` then are (a change of their
+    words that lost it fails here, not silently on a pull request); a budget's names none."""
+    fence = "`" * 400
+    sources = {
+        "---\ntitle: x\nbad: [\n---\n# A\n": 3,  # YAML front matter
+        '+++\ntitle = "x"\nbad = \n+++\n# A\n': 3,  # TOML, at its end
+        '+++\ntitle = "x\nz\n+++\n# A\n': 2,  # TOML, its line and column
+        f"---\ntitle: x\n---\n# A\n\ntext\n\n{fence}\ncode\n{fence}\n": 8,  # a fence's marker
+        "# A\n\nx\n\udcff\n": 4,  # invalid UTF-8
+        "# A\n\nx\n\x00\n": 4,  # binary
+    }
+    lines = {}
+    for text, line in sources.items():
+        with pytest.raises(ChunkingError) as raised:
+            chunk_source(
+                text.encode("utf-8", "surrogateescape"),
+                strategy="structural",
+                document_id="a.md",
+                hard_max=200,
+                soft_max=150,
+                target=100,
+            )
+        error = raised.value
+        lines[error.message] = (failure_line(failure("a.md", error.code, error.message)), line)
+    assert all(found == line for found, line in lines.values()), lines
+    budget = failure("a.md", CHUNKING_TIMEOUT, "chunking ran past its time budget of 5 s")
+    assert failure_line(budget) is None
 
 
 def test_an_input_outside_the_checkout_or_on_s3_names_the_place_in_the_message(tmp_path):
@@ -176,6 +238,27 @@ def test_only_in_github_actions_and_a_summary_that_cannot_be_written_is_logged(
     assert f"the step summary {tmp_path} could not be written" in caplog.text
 
 
+def test_a_run_that_failed_as_a_whole_is_one_error_naming_what_went_wrong(tmp_path):
+    """A build that ended without counts (exit 1, a signal's: a failed report, or none) printed
+    no annotation: the pull request's check said only "exit code 1". Its error, no file."""
+    failed = {"status": "failed", "exit_code": 1, "error": "OSError: disk full", "input": "/r/d"}
+    said = "::error title=mdindex build::mdindex build: failed (exit code 1): OSError: disk full"
+    assert workflow_commands(failed, "d/") == [said]
+    assert step_summary(failed, "d/") == (
+        "### mdindex build: failed (exit code 1)\n\nOSError\\: disk full\n"
+    )
+    unfinished = {"status": "unfinished", "exit_code": None, "error": "100% not done"}
+    assert github_actions(unfinished, {"GITHUB_ACTIONS": "true"}) == (
+        "::error title=mdindex build::mdindex build: unfinished (exit code unknown): 100%25 not "
+        "done\n"
+    )
+    line = "mdindex build: the job failed: ValueError: bad\nline"
+    assert failed_build(line, {}) == ""
+    assert failed_build(line, {"GITHUB_ACTIONS": "true"}) == (
+        "::error title=mdindex build::mdindex build: the job failed: ValueError: bad\\nline\n"
+    )
+
+
 def test_a_build_in_github_actions_annotates_its_failures_and_broken_links(
     tmp_path, monkeypatch, capsys, ray_session
 ):
@@ -196,9 +279,21 @@ def test_a_build_in_github_actions_annotates_its_failures_and_broken_links(
     check = ["--set", "checks.broken_links=fail"]
     argv = ["--config", CONFIG, "--input", str(repo / "docs"), "--output", str(tmp_path / "out")]
     assert main(argv + check) == 3
-    assert capsys.readouterr().out.splitlines()[-3:] == [
+    out = capsys.readouterr().out.splitlines()
+    assert f"  FAILED guides/c.md:2: INVALID_FRONT_MATTER: {FRONT}" in out  # as BROKEN's
+    assert out[-3:] == [
         "  BROKEN  guides/a.md:5: ./instal.md",
         f"::error file=docs/guides/c.md,line=2,title=INVALID_FRONT_MATTER::{FRONT}",
         f"::error file=docs/guides/a.md,line=5,title=Broken link::./instal.md {NO_PAGE}",
     ]
+    report = json.loads((tmp_path / "out" / "_reindex" / "report.json").read_text())
+    assert report["failures"] == [
+        {"path": "guides/c.md", "code": "INVALID_FRONT_MATTER", "message": FRONT, "line": 2}
+    ]
+    # a later step (the build ran on a cluster, in a container): `mdindex report --annotate`
+    assert mdindex(["report", str(tmp_path / "out")]) == 0
+    assert "::" not in capsys.readouterr().out and summary.read_text().count("###") == 1
+    assert mdindex(["report", "--annotate", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == out[-2:]
+    assert summary.read_text().count("### mdindex build: sources_failed (exit code 3)\n") == 2
     assert summary.read_text().startswith("### mdindex build: sources_failed (exit code 3)\n")

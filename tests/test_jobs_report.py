@@ -104,7 +104,10 @@ def test_report_html_shows_every_section_from_the_report_data(built):
     tokens = report["chunks"]["tokens"]["semantic"]
     assert tokens["count"] == report["counters"]["chunk"]["chunks"] > 0
     assert f"min {tokens['min']}" in page and f"max {tokens['max']}" in page
-    assert "<h3>CHUNKING_FAILED (1)</h3>" in page and BROKEN in page
+    assert "<h3>CHUNKING_FAILED (1)</h3>" in page and f"<code>{BROKEN}:3</code>" in page
+    # each failure names the line of its source it is on, for a reader of report.json
+    [failure] = report["failures"]
+    assert (failure["path"], failure["line"]) == (BROKEN, 3) and "(line 3)" in failure["message"]
     slowest = report["slowest_sources"]
     assert len(slowest) == 6 and BROKEN not in {s["path"] for s in slowest}  # chunked ones only
     assert [s["seconds"] for s in slowest] == sorted((s["seconds"] for s in slowest), reverse=True)
@@ -409,17 +412,20 @@ def test_report_command_writes_the_page_where_html_says_for_a_local_output_too(
 def test_report_command_on_a_report_without_an_exit_code_says_it_is_unknown(
     built, tmp_path, capsys
 ):
-    """A report of a version that did not record the exit code: 'exit code None' it said."""
+    """A report of a version that did not record the exit code: 'exit code None' it said. Nor a
+    failure's line (before 2026-11-30): the one its message names."""
     report = json.loads((built / "_reindex" / "report.json").read_text())
     del report["exit_code"]
+    del report["failures"][0]["line"]
     (tmp_path / "_reindex").mkdir()
     (tmp_path / "_reindex" / "report.json").write_text(json.dumps(report))
     assert mdindex(["report", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("last run: sources_failed (exit code unknown), started ")
-    assert "None" not in out
+    assert "None" not in out and f"  FAILED {BROKEN}:3: CHUNKING_FAILED: " in out
     page = (tmp_path / "_reindex" / "report.html").read_text()
     assert "exit code <b>n/a</b>" in page and "None" not in page
+    assert f"<code>{BROKEN}:3</code>" in page
     report["exit_code"] = None  # as damaged
     (tmp_path / "_reindex" / "report.json").write_text(json.dumps(report))
     assert mdindex(["report", str(tmp_path)]) == 0
@@ -790,7 +796,7 @@ def test_control_characters_in_a_path_are_escaped_in_the_summary_the_page_and_th
         text = capsys.readouterr().out
         assert not any(c in text for c in "\x1b\u202e") and "\nFAILED" not in text
         [failed] = [line for line in text.splitlines() if "FAILED" in line]
-        assert failed.startswith(f"  FAILED t/{escaped}: CHUNKING_FAILED: ")
+        assert failed.startswith(f"  FAILED t/{escaped}:3: CHUNKING_FAILED: ")
     _, page = report_and_page(output)
     assert not any(c in page for c in "\x1b\u202e")
     assert f"<code>t/{escaped}</code>" in page and f"<code>t/ok-{escaped}</code>" in page
