@@ -1,9 +1,16 @@
-"""The strategy base class, the registry of strategies by name, and the shared finishing step.
+"""The strategy base class, the strategies by name, and the shared finishing step.
 
 A strategy subclasses `Strategy`, sets `name`, `defaults` (its own options) and `key_options`,
-implements `split(doc) -> Split`, and is decorated with `@register`. `Strategy.chunk` turns the
-drafts into numbered `Chunk` records and runs seed 002's validation checklist (section 11).
-To add a strategy module, list it in `_MODULES` so it is imported on first use.
+and implements `split(doc) -> Split`. `Strategy.chunk` turns the drafts into numbered `Chunk`
+records and runs seed 002's validation checklist (section 11).
+
+A built-in strategy's module is listed in `_MODULES` (imported on first use) and its class is
+decorated with `@register`. A third-party strategy lives in a module of its own package, sets
+`version` too, and is named either by an entry point of the group `mdindex.strategies` (name =
+its `name`; `paragraphs = my_package.paragraphs:Paragraphs`) or, in place of a name, by the
+dotted path `my_package.paragraphs:Paragraphs`. Either is resolved where it is used, the same way
+in every process (a build's Ray workers too), so the package must be importable there: installed
+in their environment, on their PYTHONPATH, or shipped by a Ray job's runtime_env.
 """
 
 from __future__ import annotations
@@ -11,11 +18,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import re
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Mapping, MutableSet
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -40,6 +49,12 @@ _MODULES = {
     "hierarchical": "chunking.hierarchical",
 }
 _REGISTRY: dict[str, type[Strategy]] = {}
+# Where installed packages name their strategies (`[project.entry-points."mdindex.strategies"]`).
+ENTRY_POINTS = "mdindex.strategies"
+# A third-party strategy's `name` and `version` head its cache key, a folder's name.
+_FOREIGN_NAME = re.compile(r"[a-z0-9][a-z0-9_.]*")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+]*")
+_FOREIGN: dict[str, type[Strategy]] = {}  # third-party strategies resolved, by what named them
 
 # Options every strategy understands; they never change chunk texts, except the tokenizer.
 # `embed_context` (default: the strategy's `default_embed_context`) embeds each chunk with its
@@ -77,20 +92,29 @@ class Split:
 
 
 def register(cls: type[Strategy]) -> type[Strategy]:
-    """Class decorator adding a strategy to the registry under `cls.name`."""
+    """Class decorator adding a built-in strategy (one `_MODULES` lists) to the registry. A
+    third-party strategy is not registered: registered on import, it would be known in the
+    process that imported it alone, not in a build's Ray workers (see the module docstring)."""
+    if cls.name not in _MODULES:
+        raise ValueError(
+            f"register: {cls.name!r} is no built-in strategy; name a third-party one by an entry "
+            f"point of the group {ENTRY_POINTS!r} or by its dotted path 'package.module:Class'"
+        )
     _REGISTRY[cls.name] = cls
     return cls
 
 
 def strategy_class(name: str) -> type[Strategy]:
-    """The registered strategy class called `name` (its module is imported on first use)."""
-    if name not in _REGISTRY and name in _MODULES:
-        importlib.import_module(_MODULES[name])
-    if name not in _REGISTRY:
-        raise ValueError(
-            f"unknown chunking strategy {name!r} (known: {', '.join(sorted(_MODULES))})"
-        )
-    return _REGISTRY[name]
+    """The strategy class `name` names: a built-in one (its module imported on first use), an
+    installed entry point's of the group `ENTRY_POINTS`, or a dotted path `package.module:Class`.
+    ValueError naming the known names for any other."""
+    if name in _MODULES:
+        if name not in _REGISTRY:
+            importlib.import_module(_MODULES[name])
+        return _REGISTRY[name]
+    if name not in _FOREIGN:
+        _FOREIGN[name] = _foreign(name)
+    return _FOREIGN[name]
 
 
 def get_strategy(name: str = "semantic", **options: Any) -> Strategy:
@@ -103,6 +127,68 @@ def strategy_names() -> tuple[str, ...]:
     return tuple(sorted(_MODULES))
 
 
+def known_strategies() -> tuple[str, ...]:
+    """Names of every built-in strategy and every installed one (`ENTRY_POINTS`), sorted."""
+    return tuple(sorted({*_MODULES, *(point.name for point in entry_points(group=ENTRY_POINTS))}))
+
+
+def _foreign(name: str) -> type[Strategy]:
+    """The third-party strategy class a dotted path or an entry point's name names."""
+    if ":" in name:
+        module, _, attribute = name.partition(":")
+        try:
+            loaded = getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ValueError(
+                f"chunking strategy {name!r}: cannot import it ({type(exc).__name__}: {exc})"
+            ) from exc
+        return _checked_foreign(loaded, name, None)
+    points = {point.value: point for point in entry_points(group=ENTRY_POINTS, name=name)}
+    if not points:
+        raise ValueError(
+            f"unknown chunking strategy {name!r} (known: {', '.join(known_strategies())}; "
+            "or a class of yours as 'package.module:Class')"
+        )
+    if len(points) > 1:
+        raise ValueError(
+            f"chunking strategy {name!r}: several entry points of {ENTRY_POINTS!r} have that "
+            f"name ({', '.join(sorted(points))})"
+        )
+    [point] = points.values()
+    where = f"{name!r} (entry point {point.value})"
+    try:
+        loaded = point.load()
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(
+            f"chunking strategy {where}: cannot import it ({type(exc).__name__}: {exc})"
+        ) from exc
+    return _checked_foreign(loaded, where, name)
+
+
+def _checked_foreign(loaded: Any, where: str, entry_name: str | None) -> type[Strategy]:
+    """`loaded` if it is a third-party strategy class whose `name` and `version` can head a cache
+    key (and its `name` is the entry point's, `entry_name`); ValueError naming `where` else."""
+    if not (isinstance(loaded, type) and issubclass(loaded, Strategy)):
+        raise ValueError(f"chunking strategy {where}: {loaded!r} is no subclass of {Strategy}")
+    name, version = getattr(loaded, "name", None), loaded.version
+    problem = None
+    if not (isinstance(name, str) and _FOREIGN_NAME.fullmatch(name)) or name in _MODULES:
+        problem = (
+            f"its name {name!r} must be lowercase letters, digits, '_' and '.', and no built-in "
+            f"strategy's ({', '.join(strategy_names())})"
+        )
+    elif entry_name is not None and name != entry_name:
+        problem = f"its name {name!r} is not its entry point's, {entry_name!r}"
+    elif not (isinstance(version, str) and _VERSION.fullmatch(version)):
+        problem = (
+            f"its version {version!r} must be set: letters, digits, '_', '.' and '+' (change it "
+            "whenever the same input and options can chunk differently: it is in the cache key)"
+        )
+    if problem:
+        raise ValueError(f"chunking strategy {where}: {problem}")
+    return loaded
+
+
 class Strategy:
     """Base class: options, cache key, token counter and the shared finishing step."""
 
@@ -111,6 +197,9 @@ class Strategy:
     key_options: ClassVar[tuple[str, ...]] = ()  # spelled out in the cache key, in this order
     default_tokenizer: ClassVar[str] = "heuristic"
     default_embed_context: ClassVar[bool] = False
+    # A third-party strategy's own revision (required of one; built-in ones are covered by
+    # `chunking.REVISION`): in the cache key, so chunks of another version are never carried.
+    version: ClassVar[str] = ""
 
     def __init__(self, **options: Any):
         known = {
@@ -145,8 +234,10 @@ class Strategy:
 
     @property
     def cache_key(self) -> str:
-        """`name-<key options>`, plus a hash of any other option that differs from its default."""
-        parts = [self.name, *(str(self.options[key]) for key in self.key_options)]
+        """`name-<key options>` (`name-v<version>-<key options>` for a third-party strategy), plus
+        a hash of any other option that differs from its default."""
+        version = [f"v{self.version}"] if self.version else []
+        parts = [self.name, *version, *(str(self.options[key]) for key in self.key_options)]
         changed = {
             key: value
             for key, value in self.options.items()
