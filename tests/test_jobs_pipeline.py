@@ -208,10 +208,14 @@ def test_end_to_end_report(local_output):
     assert report["counters"]["chunk"]["files"] == report["chunks"]["total"] > 0
     assert report["counters"]["tokenize"]["chunks"] == report["chunks"]["total"]
     assert report["counters"]["embed"]["pretokenized"] == report["chunks"]["total"]
-    assert report["failures"] == [
-        {"path": BROKEN, "code": "CHUNKING_FAILED", "message": report["failures"][0]["message"]}
-    ]
-    assert "byte offset" in report["failures"][0]["message"]
+    [failure] = report["failures"]
+    assert failure == {
+        "path": BROKEN,
+        "code": "CHUNKING_FAILED",
+        "message": failure["message"],
+        "line": 3,
+    }
+    assert "byte offset 49 (line 3)" in failure["message"]
     total = sum(
         e["count"]
         for topic in TOPICS
@@ -434,8 +438,8 @@ def test_s3_keys_with_an_empty_folder_name_are_reported(small_vectors, s3_server
         "`/`), so no index can name it: rename the object"
     )
     assert report["failures"] == [
-        {"path": "/lead.md", "code": "INVALID_FILE_NAME", "message": message},
-        {"path": "t//dup.md", "code": "INVALID_FILE_NAME", "message": message},
+        {"path": "/lead.md", "code": "INVALID_FILE_NAME", "message": message, "line": None},
+        {"path": "t//dup.md", "code": "INVALID_FILE_NAME", "message": message, "line": None},
     ]  # the PNG is no source: not reported
     assert report["sources"]["seen"] == len(pages) and report["chunks"]["embedded"] == 0
     manifest = json.loads(fs.cat_file("jobs-slashes/out/_reindex/manifest.json"))
