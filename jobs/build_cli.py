@@ -55,6 +55,23 @@ class ActorStartFailed(KnownFailure):
     where (what the failed report names)."""
 
 
+class MemoryKilled(KnownFailure):
+    """Ray's memory monitor killed a task or actor of the build, and its tries again
+    (`resources.retries`) ran out: what it killed, on which node, at what memory, and what to set
+    (what the failed report names, in one line)."""
+
+
+# How Ray's memory monitor words a kill, in the error of the task or actor it killed.
+MEMORY_KILL = "killed due to the node running low on memory"
+# The build's own tasks and actors, by the name Ray gives them (`task name=` in a memory kill).
+RAY_TASK_NAMES = {
+    "EmbedActor": "an embedding actor",
+    "read_and_chunk": "a chunk task",
+    "store_entries": "a store task",
+    "_reduce_topic": "a topic's reduce",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The build arguments: a config file, URI overrides and dotted `--set` overrides."""
     parser.add_argument(
@@ -312,6 +329,38 @@ def start_failure(error: BaseException) -> ActorStartFailed | None:
     return ActorStartFailed(f"{who} failed to start on node {ip} (pid {pid}): {what}")
 
 
+def memory_killed(error: BaseException) -> MemoryKilled | None:
+    """The `MemoryKilled` that Ray's `OutOfMemoryError` (or an actor's death) stands for, where its
+    memory monitor killed the worker; None for any other error. Ray's message was 45 lines (the
+    node's memory, its object store's counts, its ten largest processes, its advice), in the
+    report's error and the build's last line, under two tracebacks of it: 230 lines in all."""
+    from ray.exceptions import OutOfMemoryError, RayActorError
+
+    text = str(error)
+    if not isinstance(error, OutOfMemoryError | RayActorError) or MEMORY_KILL not in text:
+        return None
+    node = re.search(r"\(IP: ([^,)]+)[^)]*\) was ([\d.]+) ?GB used / ([\d.]+) ?GB limit", text)
+    share = re.search(r"exceeded threshold of \d+B \(([\d.]+)% of", text)
+    # one "Selected to kill: (Task: …)" line per worker it killed (Ray 2.56 kills several at once)
+    kills = re.findall(
+        r"task name=(.+?), required resources=.*?pid=(\d+), actual memory used=([\d.]+) ?GB", text
+    )
+    named = []
+    for task, pid, used in kills:
+        known = next((words for key, words in RAY_TASK_NAMES.items() if key in task), None)
+        words = f"{known} ({task}, pid {pid}, using {used} GB)" if known else f"Ray's {task}"
+        named.append((known is None, words))  # the build's own first
+    who = " and ".join(words for _, words in sorted(named)) or "a worker"
+    where = f" on node {node[1]}, its memory {node[2]} GB used of {node[3]} GB" if node else ""
+    bound = share[1].rstrip("0").rstrip(".") if share else "95"
+    return MemoryKilled(
+        f"out of memory: Ray's memory monitor killed {who}{where} (it kills above {bound}%, "
+        "RAY_memory_usage_threshold) and the tries again ran out (resources.retries): run fewer "
+        "at once (resources.num_cpus, resources.embed.actors) or smaller batches "
+        "(resources.chunk.batch_mb, resources.embed.batch_size), or on a machine with more memory"
+    )
+
+
 def root_cause(error: BaseException) -> BaseException:
     """The error one of our Ray tasks raised rather than Ray's wrapper of it (whose message holds
     the task's whole traceback): "OSError: [Errno 28] No space left on device: '...'". A wrapper of
@@ -321,11 +370,15 @@ def root_cause(error: BaseException) -> BaseException:
     source that stopped a chunk task under `failure_policy: abort` is its `SourceFailed`, from the
     line of that message which names it: the report's error and the last line were 20 lines of
     Ray's traceback, where a failure known from the previous run gives the one line. An actor that
-    failed in its start is its `start_failure`."""
+    failed in its start is its `start_failure`, and one that Ray's memory monitor killed its
+    `memory_killed`."""
     from ray.exceptions import RayError
 
     from jobs.stages.chunk import SourceFailed
 
+    killed = memory_killed(error)
+    if killed:
+        return killed
     started = start_failure(error)
     if started:
         return started

@@ -280,6 +280,35 @@ def process_groups_of_their_own() -> Iterator[None]:
         services.ConsolePopen = popen
 
 
+# The variable by which Ray's core worker, as it starts in `ray.init`, reads how often a task that
+# Ray's memory monitor killed is tried again (its `task_oom_retries`: Ray's default -1, for ever,
+# whatever the task's `max_retries`, which bounds the other deaths of its worker).
+OOM_RETRIES_VARIABLE = "RAY_task_oom_retries"
+
+
+@contextlib.contextmanager
+def memory_kill_retries(retries: int) -> Iterator[None]:
+    """While `ray.init` starts this process's core worker (and a local instance's processes, which
+    inherit the environment): a task that Ray's memory monitor killed is tried again at most
+    `retries` times (`resources.retries`), as one whose worker died otherwise is.
+
+    Ray counts memory kills apart and tries such a task again for ever by default: a build whose
+    chunk tasks were killed again and again never ended (found by use with
+    RAY_memory_usage_threshold=0.01: "There are infinite oom retries remaining"). The driver owns
+    the build's tasks, so its core worker's setting is the one that holds, also on a cluster
+    joined through RAY_ADDRESS or `ray job submit`, where `_system_config` cannot be passed; a
+    cluster whose own system config sets `task_oom_retries`, or a RAY_task_oom_retries in the
+    build's environment, wins. Restored once Ray has read it."""
+    if OOM_RETRIES_VARIABLE in os.environ:
+        yield
+        return
+    os.environ[OOM_RETRIES_VARIABLE] = str(retries)
+    try:
+        yield
+    finally:
+        os.environ.pop(OOM_RETRIES_VARIABLE, None)
+
+
 def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
     """Join this process's Ray (a test's) or the cluster RAY_ADDRESS names (`ray job submit` sets
     it), whose live nodes must see the driver's local folders (`landmarks`; else
@@ -296,7 +325,7 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
     if address := os.environ.get("RAY_ADDRESS"):
         check_reachable(address)
         # the job's runtime_env already reaches every worker
-        with stops_not_lost():
+        with memory_kill_retries(config.resources.retries), stops_not_lost():
             context = ray.init(address="auto", logging_level=logging.WARNING)
         exit_on_sigterm()
         log.info("joined the Ray cluster at %s", context.address_info["gcs_address"])
@@ -316,7 +345,11 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
     num_cpus = memory_cpus_for(config, limit, os.cpu_count() or 1)
     # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
     # runtime_env to forward it would cost every new worker process about a second.
-    with process_groups_of_their_own(), stops_not_lost():
+    with (
+        memory_kill_retries(config.resources.retries),
+        process_groups_of_their_own(),
+        stops_not_lost(),
+    ):
         context = ray.init(
             address="local",
             num_cpus=num_cpus,

@@ -190,3 +190,62 @@ def test_a_build_in_a_one_gib_cgroup_stops_at_once_with_one_line(tmp_path):
         assert last.startswith("mdindex build: this machine's Ray instance: a build on ")
         assert "more than the 1 GiB it may use" in last and "give it at least" in last
         assert "Traceback" not in done.stderr
+
+
+# A one-CPU build's Ray (`start_ray`, `resources.retries: 1`) whose memory monitor kills every
+# worker at once (RAY_memory_usage_threshold=0.01), and a task with a reduce's options, by the
+# reduce's name: each try leaves a mark in `argv[1]`; what the build says of its error is printed
+# last (after Ray's lines, which it forwards to standard output).
+MEMORY_KILLED_REDUCE = """
+import os, sys, time
+import ray
+from jobs.build_cli import ending
+from jobs.config import JobConfig, ResourcesConfig
+from jobs.local_ray import start_ray
+from jobs.resources import reduce_task_options
+
+config = JobConfig(input="unused", resources=ResourcesConfig(num_cpus=1, retries=1))
+start_ray(config)
+
+@ray.remote
+def _reduce_topic(marks):
+    open(os.path.join(marks, str(time.monotonic_ns())), "w").close()
+    time.sleep(60)
+
+task = _reduce_topic.options(**reduce_task_options(config.resources.index, 1)).remote(sys.argv[1])
+try:
+    ray.get(task, timeout=60)
+except Exception as error:
+    print(ending(error).message, flush=True)
+os._exit(0)  # not Ray's shutdown at exit: seconds more
+"""
+
+
+def test_a_task_the_memory_monitor_kills_is_tried_as_often_as_the_config_says_then_one_line(
+    tmp_path,
+):
+    """Ray tries a task its memory monitor killed again for ever (its `task_oom_retries`, -1),
+    whatever `resources.retries`: a build whose tasks were killed again and again never ended
+    ("There are infinite oom retries remaining"). Once they ran out, the build's last line and
+    its report's error were Ray's 45-line message, under two tracebacks of it (93-230 lines).
+    Now a killed task is tried `resources.retries` times more, and the error is one line naming
+    memory, what was killed and what to set (found by use, helper 106)."""
+    env = own_ray_environment()
+    env.pop("RAY_task_oom_retries", None)
+    env.update(RAY_memory_usage_threshold="0.01", RAY_memory_monitor_refresh_ms="100")
+    done = subprocess.run(
+        [sys.executable, "-c", MEMORY_KILLED_REDUCE, str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    # Ray's words for each kill of a task it will try again, forwarded to the driver's output
+    assert "infinite oom retries" not in done.stdout
+    assert done.stdout.count("Task _reduce_topic failed due to oom. There are ") == 1
+    assert len(list(tmp_path.iterdir())) <= 2  # a try killed before it began leaves none
+    line = done.stdout.splitlines()[-1]
+    assert line.startswith(
+        "mdindex build: the job failed: MemoryKilled: out of memory: Ray's memory monitor killed "
+        "a topic's reduce (_reduce_topic, pid "
+    )
+    assert "(it kills above 1%, RAY_memory_usage_threshold)" in line
+    assert line.endswith("or on a machine with more memory")
