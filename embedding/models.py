@@ -7,7 +7,10 @@ A model is named by one of:
   version of its files into a local directory (download into a temporary sibling, then rename),
   then loaded from disk; a copy no process has used for `UNUSED_COPY_S` is removed when another
   is placed beside it;
-- a Hugging Face hub id (`org/name`), fetched through the hub cache (offline: the cache only).
+- a Hugging Face hub id (`org/name`), fetched through the hub cache (offline: the cache only);
+- or, in place of a model, a third-party embedding backend (`EmbeddingBackend`): an entry point's
+  name of the group `mdindex.embedders`, or the dotted path `my_package.module:Class`, resolved
+  where it is used (a build's driver, its embedding actors, `mdindex query`) the same way.
 """
 
 from __future__ import annotations
@@ -23,15 +26,23 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib import import_module
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from embedding.files import change_tag, fresh_listings
+
+if TYPE_CHECKING:  # only for annotations: neither is needed to name a backend
+    import numpy as np
+
+    from embedding.embedder import Embedded
+    from embedding.encoder import Encoded
 
 MINILM = "minilm"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -81,8 +92,136 @@ _COPY_NAME = re.compile(r"[A-Za-z0-9._-]+-[0-9a-f]{12}")
 _TEMPORARY_NAME = re.compile(rf"\.{_COPY_NAME.pattern}\.(staging-[0-9]+|[a-z0-9_]+)")
 
 
+# Where installed packages name their embedding backends
+# (`[project.entry-points."mdindex.embedders"]`).
+BACKEND_ENTRY_POINTS = "mdindex.embedders"
+# A backend's `name` and `version` head its cache keys, folders' names.
+_BACKEND_NAME = re.compile(r"[a-z0-9][a-z0-9_.]*")
+_BACKEND_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+]*")
+_BACKEND_KEY = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_BACKENDS: dict[str, type] = {}  # backends resolved, by what named them
+
+
 class ModelNotFound(ValueError):
     """A model that cannot load, known from its name and its small files alone."""
+
+
+class EmbeddingBackend(Protocol):
+    """A third-party embedder, named in place of a model (`embedding.model`, `load_embedder`):
+    what a build's embedding actors, `embedding.embed_documents` and `mdindex query` ask of one.
+
+    The class sets `name` and `version` (change it whenever the same texts can get other vectors:
+    it is in the build's settings key, so every topic is rebuilt) and is made with the device and
+    `load_embedder`'s options (ignoring those that do not apply to it). Its `key` and `query_key`
+    name its cache entries and start with `{name}-v{version}`; `encoder_digest` is not empty.
+    `encode` turns texts into `embedding.encoder.Encoded` ids (its own: a build's chunk tasks never
+    tokenize for a backend) and `embed_encoded` those ids into an `embedding.embedder.Embedded`
+    ((n, dim) float32, in order), the same vectors for the same ids whatever else is in the call.
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[str]
+    key: str
+    query_key: str
+    dim: int
+    encoder_digest: str
+
+    def __init__(self, *, device: str = "auto", **options: Any) -> None: ...
+
+    def encode(self, texts: Sequence[str], *, query: bool = False) -> Encoded: ...
+
+    def embed_encoded(
+        self,
+        encoded: Encoded,
+        *,
+        query: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> Embedded: ...
+
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray: ...
+
+    def warm_up(self) -> int: ...
+
+
+def backend_class(model: str) -> type[EmbeddingBackend] | None:
+    """The backend class `model` names (a dotted path `package.module:Class`, or an entry point's
+    name of `BACKEND_ENTRY_POINTS`); None for a model of files ("minilm", an fsspec URI, a folder,
+    or a name no entry point has: a hub id). ModelNotFound for a dotted path that does not import
+    or a class whose `name` or `version` cannot head a cache key."""
+    if not isinstance(model, str) or model == MINILM or "://" in model or Path(model).is_dir():
+        return None
+    if model in _BACKENDS:
+        return _BACKENDS[model]
+    if ":" in model:
+        module, _, attribute = model.partition(":")
+        try:
+            loaded = getattr(import_module(module), attribute)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ModelNotFound(
+                f"embedding backend {model!r}: cannot import it ({type(exc).__name__}: {exc})"
+            ) from exc
+        where, entry_name = repr(model), None
+    else:
+        group = entry_points(group=BACKEND_ENTRY_POINTS, name=model)
+        points = {point.value: point for point in group}
+        if not points:
+            return None
+        if len(points) > 1:
+            raise ModelNotFound(
+                f"embedding backend {model!r}: several entry points of {BACKEND_ENTRY_POINTS!r} "
+                f"have that name ({', '.join(sorted(points))})"
+            )
+        [point] = points.values()
+        where, entry_name = f"{model!r} (entry point {point.value})", model
+        try:
+            loaded = point.load()
+        except (ImportError, AttributeError) as exc:
+            raise ModelNotFound(
+                f"embedding backend {where}: cannot import it ({type(exc).__name__}: {exc})"
+            ) from exc
+    _BACKENDS[model] = _checked_backend(loaded, where, entry_name)
+    return _BACKENDS[model]
+
+
+def _checked_backend(loaded: Any, where: str, entry_name: str | None) -> type[EmbeddingBackend]:
+    """`loaded` if it is a class whose `name` and `version` can head a cache key (and its `name`
+    is the entry point's, `entry_name`); ModelNotFound naming `where` else."""
+    name, version = getattr(loaded, "name", None), getattr(loaded, "version", None)
+    problem = None
+    if not isinstance(loaded, type):
+        problem = f"{loaded!r} is no class"
+    elif not (isinstance(name, str) and _BACKEND_NAME.fullmatch(name)) or name == MINILM:
+        problem = f"its name {name!r} must be lowercase letters, digits, '_' and '.', not minilm"
+    elif entry_name is not None and name != entry_name:
+        problem = f"its name {name!r} is not its entry point's, {entry_name!r}"
+    elif not (isinstance(version, str) and _BACKEND_VERSION.fullmatch(version)):
+        problem = (
+            f"its version {version!r} must be set: letters, digits, '_', '.' and '+' (change it "
+            "whenever the same texts can get other vectors: it is in the settings key)"
+        )
+    if problem:
+        raise ModelNotFound(f"embedding backend {where}: {problem}")
+    return loaded
+
+
+def load_backend(model: str, device: str, options: dict[str, Any]) -> EmbeddingBackend | None:
+    """The embedder of the backend `model` names, made with `device` and `load_embedder`'s
+    `options`, its keys checked (`EmbeddingBackend`); None for a model of files."""
+    cls = backend_class(model)
+    if cls is None:
+        return None
+    embedder = cls(device=device, **options)
+    head = f"{cls.name}-v{cls.version}"
+    for attribute in ("key", "query_key"):
+        key = getattr(embedder, attribute, None)
+        if not (isinstance(key, str) and _BACKEND_KEY.fullmatch(key) and key.startswith(head)):
+            raise ValueError(
+                f"embedding backend {model!r}: its {attribute} {key!r} must start with {head!r} "
+                "and hold letters, digits, '.', '_' and '-' alone (at most 200)"
+            )
+    if not (isinstance(embedder.encoder_digest, str) and embedder.encoder_digest):
+        raise ValueError(f"embedding backend {model!r}: its encoder_digest is empty")
+    return embedder
 
 
 def _unnamed(model: str) -> str:
@@ -164,6 +303,8 @@ def resolve_model(
         return _from_uri(model, revision, storage_options or {}, local_dir)
     if Path(model).is_dir():
         return _checked(ModelFiles(model, safe_label(Path(model).resolve().name), Path(model)))
+    if backend_class(model) is not None:
+        raise ModelNotFound(f"model {model!r} is an embedding backend: it has no model files")
     if _HUB_ID.match(model):
         return _from_hub(model, revision)
     raise ModelNotFound(_unnamed(model))
@@ -180,7 +321,10 @@ def check_model(
     of the forms above, its folder has no config.json (a hub id offline: not in the hub cache) or
     no tokenizer files, or its sentence-transformers files name what the embedder cannot
     follow (a Dense module; a pooling other than mean or cls, unless `pooling` is set). Never
-    reads the weights."""
+    reads the weights. A backend (`backend_class`) passes when its class imports and names itself
+    well."""
+    if backend_class(model) is not None:
+        return
     folder = model_folder(model, revision=revision, storage_options=storage_options)
     if folder is None:
         raise ModelNotFound(_unnamed(model))
@@ -241,7 +385,9 @@ def model_folder(
     """A model's folder to read its small files from, without fetching its weights: on this
     machine (`minilm`, a directory, a file:// URI), under an fsspec URI, or on the Hugging Face
     hub (cached files first; `HF_HUB_OFFLINE` is honoured). None for a name that is none of these
-    (`check_model` says so)."""
+    (`check_model` says so), and for a backend (`backend_class`), which has no files."""
+    if backend_class(model) is not None:
+        return None
     if model == MINILM:
         return directory_folder(resolve_model(model).directory)
     if _is_remote(model):
@@ -354,7 +500,10 @@ def model_digest(
     weights: for "minilm", a directory or a file:// URI, `fingerprint` of its files (their
     content); for an fsspec URI, the digest its copy is named by (each file's path, size and
     change tag, from one listing); for a hub id, the commit its files come from (the snapshot
-    holding its config.json). New weights under the same name give another digest."""
+    holding its config.json); for a backend, its name and version. New weights under the same
+    model name give another digest."""
+    if (backend := backend_class(model)) is not None:
+        return f"{backend.name}-v{backend.version}"
     if _is_remote(model):
         fs, root = fsspec.core.url_to_fs(model, **fresh_listings(storage_options or {}))
         root = root.rstrip("/")

@@ -1,28 +1,34 @@
-"""Third-party chunking strategies: a class of another package, named by an entry point of the
-group `mdindex.strategies` or by its dotted path, resolved the same way in the driver and in a
-build's Ray workers; its `name` and declared `version` head its cache key.
+"""Third-party chunking strategies and embedding backends: a class of another package, named by
+an entry point (groups `mdindex.strategies`, `mdindex.embedders`) or by its dotted path, resolved
+the same way in the driver and in a build's Ray workers; its `name` and declared `version` are in
+its cache keys and the build's settings key.
 
-The package is `tests/fixtures/strategy_plugin/mdx_paragraphs` with its dist-info beside it (as
-pip would install it), put on `sys.path` rather than installed."""
+The packages are `tests/fixtures/plugins/mdx_paragraphs` and `mdx_hashing`, with a dist-info
+beside them (as pip would install them), put on `sys.path` rather than installed."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from chunking import chunk_document, chunk_source, strategy_key
 from chunking.strategy import Strategy, register, strategy_class
+from embedding import DocRequest, EmbeddingCache, embed_with_cache, load_embedder, model_keys
+from embedding.encoder import model_encoder
+from embedding.models import ModelNotFound, check_model, model_digest
 from jobs.config import ConfigError, config_from_dict
 from jobs.reindex import main
 
 ROOT = Path(__file__).resolve().parents[1]
-PLUGIN = ROOT / "tests" / "fixtures" / "strategy_plugin"
-# The fixture package's module as a dotted path from the repository's root: a build's Ray workers
-# have the driver's working folder (the root, where the suite runs) on their import path.
-DOTTED = "tests.fixtures.strategy_plugin.mdx_paragraphs"
+PLUGIN = ROOT / "tests" / "fixtures" / "plugins"
+# The fixture packages as dotted paths from the repository's root: a build's Ray workers have the
+# driver's working folder (the root, where the suite runs) on their import path.
+DOTTED = "tests.fixtures.plugins.mdx_paragraphs:Paragraphs"
+DOTTED_BACKEND = "tests.fixtures.plugins.mdx_hashing:HashingEmbedder"
 DOCUMENT = "# Title\n\nFirst paragraph,\nits second line.\n\n## Part\n\nSecond one.\n\n- a list\n"
 
 
@@ -95,12 +101,12 @@ class NotAStrategy:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("test_chunking_plugins:Unversioned", "its version '' must be set"),
-        ("test_chunking_plugins:BadVersion", "its version '1/2' must be set"),
-        ("test_chunking_plugins:Builtin", "its name 'semantic' must be .* no built-in"),
-        ("test_chunking_plugins:Slashed", "its name 'a/b' must be"),
-        ("test_chunking_plugins:NotAStrategy", "is no subclass of"),
-        ("test_chunking_plugins:Missing", "cannot import it .*AttributeError"),
+        ("test_plugins:Unversioned", "its version '' must be set"),
+        ("test_plugins:BadVersion", "its version '1/2' must be set"),
+        ("test_plugins:Builtin", "its name 'semantic' must be .* no built-in"),
+        ("test_plugins:Slashed", "its name 'a/b' must be"),
+        ("test_plugins:NotAStrategy", "is no subclass of"),
+        ("test_plugins:Missing", "cannot import it .*AttributeError"),
         (
             "misnamed",
             r"'misnamed' \(entry point mdx_paragraphs:Paragraphs\): its name 'paragraphs' is",
@@ -123,10 +129,64 @@ def test_register_refuses_a_third_party_strategy():
         strategy_class("unversioned")
 
 
+def test_an_installed_embedding_backend_is_named_in_place_of_a_model(installed, tmp_path):
+    """What a build asks of a model, for a backend: it passes the driver's checks, its version is
+    the settings key's model digest, the chunk tasks tokenize nothing for it (no encoder), its
+    keys are known once it is made (no `model_keys`), and its vectors are cached under its key."""
+    check_model("hashing")
+    assert model_digest("hashing") == "hashing-v1"
+    assert model_encoder("hashing", 256) is None and model_keys("hashing", device="cpu") is None
+    embedder = load_embedder("hashing", device="cpu", dtype="fp32", num_threads=1)
+    assert (embedder.key, embedder.dim) == ("hashing-v1-64-256", 64)
+    cache = EmbeddingCache(str(tmp_path / "cache"))
+    request = DocRequest("paragraphs-v1-1", "0" * 64, ("first text", "second text"))
+    [cold] = embed_with_cache(embedder, cache, [request])
+    [warm] = embed_with_cache(load_embedder("hashing"), cache, [request])
+    assert (cold.embedded, warm.cache_hit) == (2, True)
+    assert np.array_equal(warm.vectors, embedder.embed(["first text", "second text"]))
+
+
+class MiniLM:
+    name = "minilm"
+    version = "1"
+
+
+class NoKeyVersion:
+    name = "nokey"
+    version = "1"
+    key = query_key = encoder_digest = "nokey-64"
+    dim = 64
+
+    def __init__(self, **options):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("test_plugins:Unversioned", "embedding backend 'test_plugins:Unversioned': its version"),
+        ("test_plugins:MiniLM", "its name 'minilm' must be"),
+        ("nope.x:Y", "embedding backend 'nope.x:Y': cannot import it"),
+    ],
+)
+def test_a_backend_that_cannot_head_a_cache_key_is_refused_before_any_work(model, message):
+    """Refused by the driver's model check (exit 2 before Ray starts)."""
+    with pytest.raises(ModelNotFound, match=message):
+        check_model(model)
+
+
+def test_a_backend_whose_keys_do_not_carry_its_version_is_refused_as_it_loads():
+    with pytest.raises(ValueError, match="its key 'nokey-64' must start with 'nokey-v1'"):
+        load_embedder("test_plugins:NoKeyVersion")
+
+
 @pytest.mark.usefixtures("ray_session")
-def test_a_build_chunks_with_a_third_party_strategy_in_its_ray_workers(tmp_path, monkeypatch):
-    """The Ray workers resolve the dotted path themselves (nothing registered in the driver
-    reaches them); the tables name the strategy's key, version included."""
+def test_a_build_chunks_and_embeds_with_third_party_classes_in_its_ray_workers(
+    tmp_path, monkeypatch
+):
+    """The Ray workers and actors resolve the dotted paths themselves (nothing registered in the
+    driver reaches them); the tables name the strategy's key, version included, and hold the
+    backend's vectors."""
     monkeypatch.syspath_prepend(str(ROOT))  # the driver's import path as the workers'
     corpus = tmp_path / "in" / "guides"
     corpus.mkdir(parents=True)
@@ -134,8 +194,9 @@ def test_a_build_chunks_with_a_third_party_strategy_in_its_ray_workers(tmp_path,
     output = tmp_path / "out"
     code = main(["--config", str(ROOT / "configs" / "local.yaml"),
                  "--input", str(corpus.parent), "--output", str(output),
-                 "--set", f"chunking.strategy={DOTTED}:Paragraphs",
-                 "--set", "chunking.options={}"])  # fmt: skip
+                 "--set", f"chunking.strategy={DOTTED}",
+                 "--set", "chunking.options={}",
+                 "--set", f"embedding.model={DOTTED_BACKEND}"])  # fmt: skip
     assert code == 0
     rows = pq.read_table(output / "_index" / "chunks" / "guides.parquet").to_pylist()
     assert [(row["text"], row["strategy"]) for row in rows] == [
@@ -143,8 +204,10 @@ def test_a_build_chunks_with_a_third_party_strategy_in_its_ray_workers(tmp_path,
         ("Second one.", "paragraphs-v1-1"),
         ("- a list", "paragraphs-v1-1"),
     ]
+    expected = load_embedder(DOTTED_BACKEND).embed([row["text"] for row in rows])
+    assert np.array_equal(np.array([row["embedding"] for row in rows], np.float32), expected)
     report = json.loads((output / "_reindex" / "report.json").read_text())
-    assert (report["strategy"], report["counters"]["chunk"]["chunks"]) == (
-        f"{DOTTED}:Paragraphs",
-        3,
+    assert (report["strategy"], report["counters"]["embed"]["model_keys"]) == (
+        DOTTED,
+        ["hashing-v1-64-256"],
     )
