@@ -39,7 +39,7 @@ from embedding.keys import (
     query_model_key,
     resolve_options,
 )
-from embedding.models import fingerprint, no_progress_bars
+from embedding.models import EmbeddingBackend, fingerprint, load_backend, no_progress_bars
 
 DTYPES = dict(zip(DTYPE_NAMES, (torch.float32, torch.bfloat16, torch.float16), strict=True))
 # Micro-batch shapes `Embedder.warm_up` prepares: bucket lengths up to 1,024 tokens (all 32 of a
@@ -258,9 +258,10 @@ class Embedder:
 
 def load_embedder(
     model: str | os.PathLike = "minilm", device: str = "auto", **options: Any
-) -> Embedder:
+) -> Embedder | EmbeddingBackend:
     """Load a model by name or folder (see `embedding.models`) onto a device ("auto": CUDA when
-    present).
+    present); a third-party backend's name (`embedding.models.EmbeddingBackend`) gives its
+    embedder, made with the device and these options.
 
     Options (None means the model's own default): dtype ("auto"|"fp32"|"bf16"|"fp16"),
     pooling ("mean"|"cls"), normalize (bool, default True), max_length, query_prefix,
@@ -269,6 +270,8 @@ def load_embedder(
     from CUDA graphs where the model allows: default True), storage_options and local_dir (fsspec
     models).
     """
+    if (backend := load_backend(os.fspath(model), device, options)) is not None:
+        return backend
     resolved = resolve_options(model, device, options)
     model = resolved.model
     _set_threads(resolved.options.get("num_threads"))

@@ -15,6 +15,7 @@ from embedding.encoder import positive_int, window_length
 from embedding.models import (
     ModelFiles,
     SentenceTransformersSettings,
+    backend_class,
     directory_folder,
     fingerprint,
     read_sentence_transformers,
@@ -160,7 +161,10 @@ def model_keys(
     model's files without loading transformers or the weights: on a CPU only (on CUDA the key
     says whether the forward passes replay from CUDA graphs, which only the loaded model tells),
     and only for a `config.json` that names `hidden_size` and `max_position_embeddings` (others
-    name them otherwise, which transformers maps). None where they cannot be known."""
+    name them otherwise, which transformers maps). None where they cannot be known, and for a
+    backend (`embedding.models.backend_class`), whose keys are known once it is made."""
+    if backend_class(os.fspath(model)) is not None:
+        return None
     resolved = resolve_options(model, device, options)
     if device_type(resolved.device) != "cpu":
         return None
