@@ -25,7 +25,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Chunk one markdown file; one JSON object per chunk on stdout.",
     )
     parser.add_argument("file", help="markdown file: a local path or an fsspec URI")
-    parser.add_argument("--strategy", default="semantic", help="strategy name (default: semantic)")
+    parser.add_argument(
+        "--strategy",
+        default="semantic",
+        help="a built-in strategy (semantic, the default, headers, structural, hierarchical), an "
+        "installed one's name (entry point group mdindex.strategies) or package.module:Class",
+    )
     parser.add_argument(
         "--set",
         dest="options",
