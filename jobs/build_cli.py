@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from jobs.config import ConfigError, JobConfig, check_store_options, load_config
 from jobs.known import KnownFailure
 from jobs.signals import (
+    build_ends_program_at_once,
     callers_handler,
     exit_at_once_on_sigterm,
     exit_on_sigterm,
@@ -128,7 +129,8 @@ def one_config(paths: list[str]) -> str:
 def run_build(args: argparse.Namespace) -> int:
     """Load and validate the config, run the job, print the summary; returns the exit code. Once
     the run is reported, a SIGTERM exits at once with that code (`exit_at_once_on_sigterm`, then
-    the program's `exit_with`); run in-process, the caller's handler is put back."""
+    the program's `exit_with`, which then ends the program at once: `build_ends_program_at_once`);
+    run in-process, the caller's handler is put back."""
     from embedding.models import ModelNotFound
     from indexing.terminal import write_out
     from jobs.annotations import github_actions
@@ -172,6 +174,7 @@ def run_build(args: argparse.Namespace) -> int:
         if not write_out(f"{describe(planned)}\n", "mdindex build"):
             return EXIT_JOB_FAILED
         return EXIT_BUSY if planned.locked else EXIT_OK
+    build_ends_program_at_once()
     with callers_handler():
         exit_on_sigterm()
         code, report = _build(config)

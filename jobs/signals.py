@@ -10,12 +10,13 @@ there it stays ignored.
 
 SIGINT (Ctrl-C) stops a build as a `KeyboardInterrupt` (exit 130, a report that says so); once
 the build is reported it too ends the process at once with the build's code, as SIGTERM does.
-A program stopped by a signal (129, 130, 143) ends without the interpreter's teardown
-(`exit_with`)."""
+A program stopped by a signal (129, 130, 143), and one in which a build ran, ends without the
+interpreter's teardown (`exit_with`)."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -264,19 +265,35 @@ def callers_handler() -> Iterator[None]:
                     signal.signal(signum, handler)
 
 
+# Whether a build ran in this program (`build_ends_program_at_once`): `exit_with` ends it at once.
+_BUILT = False
+
+
+def build_ends_program_at_once() -> None:
+    """A build runs in this program (`jobs.build_cli.run_build`): the program's end
+    (`exit_with`) is at once, whatever the build's code."""
+    global _BUILT
+    _BUILT = True
+
+
 def exit_with(code: int) -> NoReturn:
     """The program's end with `code`: a SIGTERM from here on (Ray's shutdown at exit) ends it at
     once with the same code (`exit_at_once_on_sigterm`).
 
-    A program stopped by a signal (`STOPPED_CODES`: its build reported so, its lock released)
-    ends at once, its printed lines flushed, without the interpreter's teardown: Ray's shutdown
-    at exit and the finalization of a build cut short. There a build stopped by Ctrl-C, its
-    report "failed" with 130, now and then ended with SIGSEGV (-11; 1 try in 13, helper 102)
-    or exit 1 without a word (3 in 42, helper 104): the driver's Python touched Ray's core
-    worker once its shutdown was done ("The core worker has already been shutdown … The process
-    will exit" in the driver's log). Ray's processes end with the driver (`PR_SET_PDEATHSIG`)."""
+    A program in which a build ran (its report written and its lock released by now: its code
+    is the report's), or that a signal stopped (`STOPPED_CODES`), ends at once, its logs and
+    printed lines flushed, without the interpreter's teardown: Ray's shutdown at exit and the
+    finalization of the build's objects. There a build stopped by Ctrl-C, its report "failed"
+    with 130, now and then ended with SIGSEGV (-11; 1 try in 13, helper 102) or exit 1 without a
+    word (3 in 42, helper 104): the driver's Python touched Ray's core worker once its shutdown
+    was done ("The core worker has already been shutdown … The process will exit" in the
+    driver's log). In the teardown's last instant Python no longer runs signal handlers, and a
+    SIGTERM or Ctrl-C there killed a build that had reported "ok" (-15, -2: helper 106). Ray's
+    processes end with the driver (`PR_SET_PDEATHSIG`); a job of `ray job submit` ends with its
+    driver's code. Another command's end is Python's own, its atexit hooks run."""
     exit_at_once_on_sigterm(code)
-    if code in STOPPED_CODES:
+    if code in STOPPED_CODES or _BUILT:
+        logging.shutdown()  # the log's handlers flushed (a file's too) and closed
         _exit_now(code)
     sys.exit(code)
 

@@ -203,3 +203,42 @@ def test_ctrl_c_as_a_class_is_made_exits_130_quietly():
 
     end = ending(caught.value)
     assert (end.code, end.message) == (130, "mdindex build: stopped by SIGINT; a re-run converges")
+
+
+# `mdindex ARGS` whose interpreter takes the signal `argv[1]` in its teardown's last instant, as it
+# clears this module (after its atexit hooks: Python runs no signal handler there any more).
+SIGNAL_IN_THE_LAST_INSTANT = """
+import functools, os, signal, sys
+from jobs.cli import run
+
+class LastInstant:
+    def __init__(self, signum):  # the module's names are None by the time of `__del__`
+        self.send = functools.partial(os.kill, os.getpid(), signum)
+
+    def __del__(self):
+        self.send()
+
+last_instant = LastInstant(signal.Signals[sys.argv[1]])
+sys.argv = ["mdindex", *sys.argv[2:]]
+run()
+"""
+
+
+def test_a_finished_build_exits_with_its_reports_code_whatever_comes_in_the_teardown(tmp_path):
+    """A SIGTERM in the last instant of a finished build's program, after its report and the
+    lock's release, killed it (-15) while report.json said "ok", 0: there Python restores the
+    default actions, and its handlers (`exit_at_once_on_sigterm`) no longer run. A crash there
+    (Ray's core worker touched after its shutdown) was -11 or exit 1 (here SIGSEGV instead of
+    SIGTERM: the same). A program in which a build ran now ends at once after its summary, its
+    logs and lines flushed (found by use, helper 106)."""
+    docs, output = tmp_path / "docs", tmp_path / "out"
+    docs.mkdir()
+    build = ["build", "--config", CONFIG, "--input", str(docs), "--output", str(output)]
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_IN_THE_LAST_INSTANT, "SIGTERM", *build],
+        cwd=ROOT, env=own_ray_environment(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("mdindex build: 0 sources"), done.stdout  # flushed, not lost
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert (report["status"], report["exit_code"]) == ("ok", 0)
