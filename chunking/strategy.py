@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import re
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Mapping, MutableSet
@@ -41,6 +40,7 @@ from chunking.record import (
 )
 from chunking.substrings import Substrings
 from chunking.tokens import TokenCounter, get_counter
+from plugins import named_class
 
 _MODULES = {
     "semantic": "chunking.semantic",
@@ -51,9 +51,6 @@ _MODULES = {
 _REGISTRY: dict[str, type[Strategy]] = {}
 # Where installed packages name their strategies (`[project.entry-points."mdindex.strategies"]`).
 ENTRY_POINTS = "mdindex.strategies"
-# A third-party strategy's `name` and `version` head its cache key, a folder's name.
-_FOREIGN_NAME = re.compile(r"[a-z0-9][a-z0-9_.]*")
-_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+]*")
 _FOREIGN: dict[str, type[Strategy]] = {}  # third-party strategies resolved, by what named them
 
 # Options every strategy understands; they never change chunk texts, except the tokenizer.
@@ -133,60 +130,23 @@ def known_strategies() -> tuple[str, ...]:
 
 
 def _foreign(name: str) -> type[Strategy]:
-    """The third-party strategy class a dotted path or an entry point's name names."""
-    if ":" in name:
-        module, _, attribute = name.partition(":")
-        try:
-            loaded = getattr(importlib.import_module(module), attribute)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ValueError(
-                f"chunking strategy {name!r}: cannot import it ({type(exc).__name__}: {exc})"
-            ) from exc
-        return _checked_foreign(loaded, name, None)
-    points = {point.value: point for point in entry_points(group=ENTRY_POINTS, name=name)}
-    if not points:
+    """The third-party strategy class a dotted path or an entry point's name names
+    (`plugins.named_class`); ValueError naming the known names where none does."""
+    found = named_class(
+        name,
+        group=ENTRY_POINTS,
+        kind="chunking strategy",
+        base=Strategy,
+        reserved=_MODULES,
+        version_use="whenever the same input and options can chunk differently: it is in the "
+        "cache key",
+    )
+    if found is None:
         raise ValueError(
             f"unknown chunking strategy {name!r} (known: {', '.join(known_strategies())}; "
             "or a class of yours as 'package.module:Class')"
         )
-    if len(points) > 1:
-        raise ValueError(
-            f"chunking strategy {name!r}: several entry points of {ENTRY_POINTS!r} have that "
-            f"name ({', '.join(sorted(points))})"
-        )
-    [point] = points.values()
-    where = f"{name!r} (entry point {point.value})"
-    try:
-        loaded = point.load()
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(
-            f"chunking strategy {where}: cannot import it ({type(exc).__name__}: {exc})"
-        ) from exc
-    return _checked_foreign(loaded, where, name)
-
-
-def _checked_foreign(loaded: Any, where: str, entry_name: str | None) -> type[Strategy]:
-    """`loaded` if it is a third-party strategy class whose `name` and `version` can head a cache
-    key (and its `name` is the entry point's, `entry_name`); ValueError naming `where` else."""
-    if not (isinstance(loaded, type) and issubclass(loaded, Strategy)):
-        raise ValueError(f"chunking strategy {where}: {loaded!r} is no subclass of {Strategy}")
-    name, version = getattr(loaded, "name", None), loaded.version
-    problem = None
-    if not (isinstance(name, str) and _FOREIGN_NAME.fullmatch(name)) or name in _MODULES:
-        problem = (
-            f"its name {name!r} must be lowercase letters, digits, '_' and '.', and no built-in "
-            f"strategy's ({', '.join(strategy_names())})"
-        )
-    elif entry_name is not None and name != entry_name:
-        problem = f"its name {name!r} is not its entry point's, {entry_name!r}"
-    elif not (isinstance(version, str) and _VERSION.fullmatch(version)):
-        problem = (
-            f"its version {version!r} must be set: letters, digits, '_', '.' and '+' (change it "
-            "whenever the same input and options can chunk differently: it is in the cache key)"
-        )
-    if problem:
-        raise ValueError(f"chunking strategy {where}: {problem}")
-    return loaded
+    return found
 
 
 class Strategy:

@@ -28,8 +28,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from importlib import import_module
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -37,6 +35,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from embedding.files import change_tag, fresh_listings
+from plugins import named_class
 
 if TYPE_CHECKING:  # only for annotations: neither is needed to name a backend
     import numpy as np
@@ -95,9 +94,6 @@ _TEMPORARY_NAME = re.compile(rf"\.{_COPY_NAME.pattern}\.(staging-[0-9]+|[a-z0-9_
 # Where installed packages name their embedding backends
 # (`[project.entry-points."mdindex.embedders"]`).
 BACKEND_ENTRY_POINTS = "mdindex.embedders"
-# A backend's `name` and `version` head its cache keys, folders' names.
-_BACKEND_NAME = re.compile(r"[a-z0-9][a-z0-9_.]*")
-_BACKEND_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+]*")
 _BACKEND_KEY = re.compile(r"[A-Za-z0-9._-]{1,200}")
 _BACKENDS: dict[str, type] = {}  # backends resolved, by what named them
 
@@ -145,63 +141,25 @@ class EmbeddingBackend(Protocol):
 
 def backend_class(model: str) -> type[EmbeddingBackend] | None:
     """The backend class `model` names (a dotted path `package.module:Class`, or an entry point's
-    name of `BACKEND_ENTRY_POINTS`); None for a model of files ("minilm", an fsspec URI, a folder,
-    or a name no entry point has: a hub id). ModelNotFound for a dotted path that does not import
-    or a class whose `name` or `version` cannot head a cache key."""
+    name of `BACKEND_ENTRY_POINTS`: `plugins.named_class`); None for a model of files ("minilm",
+    an fsspec URI, a folder, or a name no entry point has: a hub id). ModelNotFound for a dotted
+    path that does not import or a class whose `name` or `version` cannot head a cache key."""
     if not isinstance(model, str) or model == MINILM or "://" in model or Path(model).is_dir():
         return None
-    if model in _BACKENDS:
-        return _BACKENDS[model]
-    if ":" in model:
-        module, _, attribute = model.partition(":")
-        try:
-            loaded = getattr(import_module(module), attribute)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ModelNotFound(
-                f"embedding backend {model!r}: cannot import it ({type(exc).__name__}: {exc})"
-            ) from exc
-        where, entry_name = repr(model), None
-    else:
-        group = entry_points(group=BACKEND_ENTRY_POINTS, name=model)
-        points = {point.value: point for point in group}
-        if not points:
-            return None
-        if len(points) > 1:
-            raise ModelNotFound(
-                f"embedding backend {model!r}: several entry points of {BACKEND_ENTRY_POINTS!r} "
-                f"have that name ({', '.join(sorted(points))})"
-            )
-        [point] = points.values()
-        where, entry_name = f"{model!r} (entry point {point.value})", model
-        try:
-            loaded = point.load()
-        except (ImportError, AttributeError) as exc:
-            raise ModelNotFound(
-                f"embedding backend {where}: cannot import it ({type(exc).__name__}: {exc})"
-            ) from exc
-    _BACKENDS[model] = _checked_backend(loaded, where, entry_name)
-    return _BACKENDS[model]
-
-
-def _checked_backend(loaded: Any, where: str, entry_name: str | None) -> type[EmbeddingBackend]:
-    """`loaded` if it is a class whose `name` and `version` can head a cache key (and its `name`
-    is the entry point's, `entry_name`); ModelNotFound naming `where` else."""
-    name, version = getattr(loaded, "name", None), getattr(loaded, "version", None)
-    problem = None
-    if not isinstance(loaded, type):
-        problem = f"{loaded!r} is no class"
-    elif not (isinstance(name, str) and _BACKEND_NAME.fullmatch(name)) or name == MINILM:
-        problem = f"its name {name!r} must be lowercase letters, digits, '_' and '.', not minilm"
-    elif entry_name is not None and name != entry_name:
-        problem = f"its name {name!r} is not its entry point's, {entry_name!r}"
-    elif not (isinstance(version, str) and _BACKEND_VERSION.fullmatch(version)):
-        problem = (
-            f"its version {version!r} must be set: letters, digits, '_', '.' and '+' (change it "
-            "whenever the same texts can get other vectors: it is in the settings key)"
+    if model not in _BACKENDS:
+        found = named_class(
+            model,
+            group=BACKEND_ENTRY_POINTS,
+            kind="embedding backend",
+            base=None,
+            reserved=(MINILM,),
+            version_use="whenever the same texts can get other vectors: it is in the settings key",
+            error=ModelNotFound,
         )
-    if problem:
-        raise ModelNotFound(f"embedding backend {where}: {problem}")
-    return loaded
+        if found is None:
+            return None
+        _BACKENDS[model] = found
+    return _BACKENDS[model]
 
 
 def load_backend(model: str, device: str, options: dict[str, Any]) -> EmbeddingBackend | None:

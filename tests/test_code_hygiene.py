@@ -20,7 +20,7 @@ from jobs import config
 from jobs.config import EmbeddingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("chunking", "embedding", "indexing", "jobs", "benchmarks", "examples")
+PACKAGES = ("chunking", "embedding", "indexing", "plugins", "jobs", "benchmarks", "examples")
 SOURCES = sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
 
 
@@ -66,7 +66,7 @@ def test_the_libraries_import_neither_ray_nor_the_job():
     """chunking, embedding and indexing are plain libraries: `mdindex query` printed its
     results with `jobs.logs.printable`, and importing `jobs.logs` started Ray's import."""
     for path, tree in trees():
-        if path.split("/")[0] in ("chunking", "embedding", "indexing"):
+        if path.split("/")[0] in ("chunking", "embedding", "indexing", "plugins"):
             roots = {name.split(".")[0] for name in imported(tree)}
             assert not roots & {"ray", "jobs"}, path
 
