@@ -400,17 +400,18 @@ def question_search(directory: str) -> Search:
     server's root-relative URLs. SearchError: 400 naming a parameter that is missing, blank,
     given twice, not UTF-8 or out of range; 404 for a topic the index lacks; 500 naming a
     damaged index or a model that fails (a file by its URL on the server, not its path). The
-    model is loaded once, at the first question that needs it, and embeds one question at a
-    time (the server answers in threads)."""
-    reader = IndexReader.open(directory)
+    model is loaded at the first question that needs it, again only once a rebuild records
+    another (`query_embedder`), and embeds one question at a time (the server answers in
+    threads). What the index's files hold is kept between questions, each file parsed again
+    once it changed (`IndexReader.read_parsed`): a rebuild's switch is seen at the next
+    question."""
+    reader = IndexReader.open(directory, keep=True)
     lock = threading.Lock()
-    embedders: list[EmbedQuery] = []
+    embed_question = query_embedder(reader)
 
     def embed(model: str, question: str) -> np.ndarray:
         with lock:
-            if not embedders:
-                embedders.append(query_embedder(reader))
-            return embedders[0](model, question)
+            return embed_question(model, question)
 
     def served(error: Exception) -> str:
         """`_message`, a file named by its URL on this server, not its path on this machine."""

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from itertools import islice, pairwise
+from dataclasses import dataclass, field
+from functools import partial
+from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
@@ -187,18 +190,27 @@ class NotInIndex(KeyError):
         return str(self.args[0])
 
 
+Parsed = TypeVar("Parsed")
+Version = tuple[int, int, int]  # a local file's inode, size and modification time in ns
+SETTLED_NS = 2_000_000_000  # a file's age from which its parse is kept (`read_parsed`)
+
+
 @dataclass(frozen=True)
 class IndexReader:
-    """An index's output root on any fsspec filesystem (a local path, s3://..., http(s)://...)."""
+    """An index's output root on any fsspec filesystem (a local path, s3://..., http(s)://...).
+    `kept`: where a reader that answers many questions (`mdindex serve --search`) keeps what it
+    parsed of a local root's files (`read_parsed`); None: each read parses again."""
 
     fs: AbstractFileSystem
     root: str
+    kept: dict[str, tuple[Version, Any]] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def open(cls, uri: str, storage_options: dict | None = None) -> IndexReader:
-        """A reader for the index rooted at `uri`."""
+    def open(cls, uri: str, storage_options: dict | None = None, keep: bool = False) -> IndexReader:
+        """A reader for the index rooted at `uri`; `keep`: one that keeps what it parsed of a
+        local root's files (`read_parsed`)."""
         fs, root = root_filesystem(uri, web_options(uri, storage_options))
-        return cls(fs=fs, root=root)
+        return cls(fs=fs, root=root, kept={} if keep else None)
 
     @property
     def web(self) -> bool:
@@ -220,6 +232,11 @@ class IndexReader:
             return Path(self._path(relpath)).as_uri()
         return self.location(relpath)
 
+    def _inside(self, relpath: str) -> None:
+        """ValueError naming an output-root-relative path that leads out of the root."""
+        if relpath.startswith("/") or ".." in relpath.split("/"):
+            raise ValueError(f"{self.location(relpath)} leads out of the index: it is damaged")
+
     def read(self, relpath: str) -> bytes | None:
         """The bytes of an output-root-relative file, or None when it does not exist; ValueError
         naming a path that leads out of the root (a damaged index's `../` href, which
@@ -227,8 +244,7 @@ class IndexReader:
         filesystem's client refuses an option the reader was opened with. An http(s) server's
         403 is a file's absence too: S3 answers a key it lacks so where the reader may not list
         its bucket."""
-        if relpath.startswith("/") or ".." in relpath.split("/"):
-            raise ValueError(f"{self.location(relpath)} leads out of the index: it is damaged")
+        self._inside(relpath)
         import aiohttp  # fsspec's http client, whose errors a read over http(s) raises
 
         try:
@@ -241,6 +257,36 @@ class IndexReader:
             return None
         except TypeError as error:  # an option the client refused: aiohttp's, aiobotocore's
             raise UnsuitedOptions.at(self.location(""), error) from error
+
+    def read_parsed(self, relpath: str, parse: Callable[[bytes | None], Parsed]) -> Parsed:
+        """`parse` of the bytes of an output-root-relative file (None when it does not exist), as
+        `read` reads them. A reader that keeps (`kept`) a local file's parse gives it again while
+        the file is the version it was parsed from: its inode, size and modification time, taken
+        from the open file it reads (a build replaces a file whole, by a rename: a new inode).
+        A file modified less than `SETTLED_NS` before it is read is not kept (git's rule for
+        "racy" files): a rewrite in place within the clock's tick, to the same size, would pass
+        for the version kept. A parse that fails is not kept. Each path is parsed one way, and
+        what is kept is shared: never changed by its caller."""
+        if self.kept is None or not isinstance(self.fs, LocalFileSystem):
+            return parse(self.read(relpath))
+        self._inside(relpath)
+        try:
+            handle = open(self._path(relpath), "rb")
+        except FileNotFoundError:
+            self.kept.pop(relpath, None)  # a deleted topic's files: not kept for ever
+            return parse(None)
+        with handle:
+            stat = os.fstat(handle.fileno())
+            version = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            kept = self.kept.get(relpath)
+            if kept is not None and kept[0] == version:
+                return kept[1]
+            value = parse(handle.read())
+        if time.time_ns() - stat.st_mtime_ns >= SETTLED_NS:
+            self.kept[relpath] = (version, value)
+        else:
+            self.kept.pop(relpath, None)
+        return value
 
     def parsed(self, relpath: str, data: bytes) -> Any:
         """`data`, the bytes of an output-root-relative file, parsed as JSON; ValueError naming
@@ -257,7 +303,7 @@ class IndexReader:
         ValueError naming it when it is not an index (not JSON; `[]`, say) or is damaged (naming
         the field: `index_problem`). A topic may be spelled as a person does (`topic_id`)."""
         topic = topic_id(topic)
-        return self._index(topic, self.read(in_topic(topic, INDEX)))
+        return self.read_parsed(in_topic(topic, INDEX), partial(self._index, topic))
 
     def _index(self, topic: str, data: bytes | None) -> dict[str, Any]:
         """`index` of the topic id `topic`, whose index.json holds `data` (None: it has none)."""
@@ -279,6 +325,10 @@ class IndexReader:
             raise ValueError(f"{self.location(relpath)} is damaged: {problem}")
         return doc
 
+    def _found_index(self, topic: str, data: bytes | None) -> dict[str, Any] | None:
+        """`_index` of a topic whose index.json holds `data`, or None when it has none."""
+        return None if data is None else self._index(topic, data)
+
     def topic(self, topic: str) -> dict[str, Any]:
         """`index` of a topic that holds sources; NotInIndex naming the topics below it when it
         is a folder of topics alone (a directory index, whose stripe orders are none)."""
@@ -291,14 +341,12 @@ class IndexReader:
         U+00E9). Each index.json is read once; a name the same in both forms (ASCII) probes no
         other."""
         topic = topic_id(topic)
-        data = self.read(in_topic(topic, INDEX))
-        if data is None:
-            forms = dict.fromkeys(unicodedata.normalize(form, topic) for form in ("NFC", "NFD"))
-            for form in forms:
-                if form != topic and (found := self.read(in_topic(form, INDEX))) is not None:
-                    topic, data = form, found
-                    break
-        return topic, _holding_sources(topic, self._index(topic, data))
+        forms = (unicodedata.normalize(form, topic) for form in ("NFC", "NFD"))
+        for form in dict.fromkeys((topic, *forms)):
+            doc = self.read_parsed(in_topic(form, INDEX), partial(self._found_index, form))
+            if doc is not None:
+                return form, _holding_sources(form, doc)
+        return topic, _holding_sources(topic, self._index(topic, None))
 
     def topics(self) -> list[str]:
         """Ids of every topic with chunks, found by walking `_embedded.topics` from the root
@@ -440,41 +488,55 @@ def embedding_settings(model: str, options: dict[str, Any]) -> bytes:
     ).encode()
 
 
+def _recorded_settings(reader: IndexReader, data: bytes | None) -> dict[str, Any]:
+    """The parsed `_index/model.json` of `reader`'s index, which holds `data` (None: there is
+    none, `{}`); ValueError naming it when it is not JSON or is damaged (a field of another kind
+    than the build writes)."""
+    if data is None:
+        return {}
+    recorded = reader.parsed(EMBEDDING_SETTINGS, data)
+    problem = bad_field("the document", recorded, SETTINGS_FIELDS) or bad_field(
+        "options", recorded["options"], OPTION_FIELDS
+    )
+    if problem:
+        raise ValueError(f"{reader.location(EMBEDDING_SETTINGS)} is damaged: {problem}")
+    return recorded
+
+
 def query_embedder(reader: IndexReader) -> EmbedQuery:
     """Embeds a question the way the index was built: with `_index/model.json`'s options when it
-    names the model asked for, else with the model's defaults. Each model is loaded once, on
-    its first question, and kept for the questions after it. ValueError naming the file when it
-    is damaged (a field of another kind than the build writes) or loading the model with its
-    options fails (the loader refuses a value)."""
+    names the model asked for, else with the model's defaults. The model is loaded on its first
+    question and kept while the model asked for and the options recorded for it stay the same;
+    the file is read at every question (a reader that keeps its parses reads it again only once
+    it changed), so a rebuild with another model or other options loads that one in its place
+    (`mdindex serve --search` answered with the old one's vectors, or with the new model under
+    the defaults, until it was restarted). ValueError naming the file when it is damaged or
+    loading the model with its options fails (the loader refuses a value)."""
     where = reader.location(EMBEDDING_SETTINGS)
-    data = reader.read(EMBEDDING_SETTINGS)
-    recorded = {} if data is None else reader.parsed(EMBEDDING_SETTINGS, data)
-    if data is not None:
-        problem = bad_field("the document", recorded, SETTINGS_FIELDS) or bad_field(
-            "options", recorded["options"], OPTION_FIELDS
-        )
-        if problem:
-            raise ValueError(f"{where} is damaged: {problem}")
-    loaded: dict[str, Any] = {}
+    held: dict[tuple[str, tuple], Any] = {}  # one model at most: (model, options) -> embedder
 
     def embed(model: str, question: str) -> np.ndarray:
-        if model not in loaded:
-            from embedding import load_embedder
-            from embedding.keys import resolve_device
+        recorded = reader.read_parsed(EMBEDDING_SETTINGS, partial(_recorded_settings, reader))
+        options = recorded.get("options", {}) if recorded.get("model") == model else {}
+        options = {k: v for k, v in options.items() if k in VECTOR_OPTIONS}
+        from embedding.keys import resolve_device
 
-            options = recorded.get("options", {}) if recorded.get("model") == model else {}
-            options = {k: v for k, v in options.items() if k in VECTOR_OPTIONS}
-            if options.get("dtype") == "fp16" and resolve_device("auto") == "cpu":
-                options["dtype"] = "auto"  # a GPU's fp16: under autocast on a CPU, 3.8x fp32's time
+        if options.get("dtype") == "fp16" and resolve_device("auto") == "cpu":
+            options["dtype"] = "auto"  # a GPU's fp16: under autocast on a CPU, 3.8x fp32's time
+        key = (model, tuple(sorted(options.items())))
+        if key not in held:
+            from embedding import load_embedder
+
+            held.clear()  # the model of the settings before, released before the next loads
             try:
-                loaded[model] = load_embedder(model, **options)
+                held[key] = load_embedder(model, **options)
             except ValueError as error:  # a recorded option's value (a dtype of "x"), say
                 if not options:
                     raise
                 raise ValueError(
                     f"{error} (loading {model!r} with the options of {where})"
                 ) from error
-        return loaded[model].embed([question], query=True)[0]
+        return held[key].embed([question], query=True)[0]
 
     return embed
 
@@ -511,30 +573,31 @@ def _vectors(table: pa.Table) -> str:
     return f"{width}-dimensional vectors of {table['model'][0].as_py()!r}"
 
 
+def _chunk_table(where: str, data: bytes | None) -> pa.Table | None:
+    """`searched_columns` of the chunk-table shard at `where`, which holds `data` (None: the
+    topic has none); ValueError naming it when it is not a chunk table."""
+    if data is None:
+        return None
+    try:
+        return searched_columns(data)
+    except (ValueError, pa.ArrowException) as error:
+        raise ValueError(f"{where} is not a chunk table: {error}") from error
+
+
 def chunk_tables(reader: IndexReader, topics: list[str]) -> pa.Table | None:
     """The chunk-table shards of `topics` (those that exist) as one table, or None; ValueError
     naming a shard that is not a chunk table (truncated, damaged: `searched_columns`) or whose
     vectors are of another width than those of the shard before it (another model's)."""
     tables: dict[str, pa.Table] = {}
     for topic in topics:
-        data = reader.read(chunk_table_path(topic))
-        if data is None:
-            continue
-        where = reader.location(chunk_table_path(topic))
-        try:
-            tables[where] = searched_columns(data)
-        except (ValueError, pa.ArrowException) as error:
-            raise ValueError(f"{where} is not a chunk table: {error}") from error
-    tables = {where: table for where, table in tables.items() if table.num_rows}
+        relpath = chunk_table_path(topic)
+        table = reader.read_parsed(relpath, partial(_chunk_table, reader.location(relpath)))
+        if table is not None and table.num_rows:
+            tables[reader.location(relpath)] = table
     for (previous, before), (where, table) in pairwise(tables.items()):
         if table.schema != before.schema:  # the columns' types are the build's: the widths differ
             raise ValueError(f"{where} holds {_vectors(table)}, {previous} {_vectors(before)}")
     return pa.concat_tables(tables.values()) if tables else None
-
-
-def embedding_search(table: pa.Table, question: str, n: int, embed: EmbedQuery) -> list[ChunkHit]:
-    """The `n` chunks of `table` nearest the question, embedded by the model the table records."""
-    return list(islice(ranked_chunks(table, question, embed), n))
 
 
 def ranked_chunks(table: pa.Table, question: str, embed: EmbedQuery) -> Iterator[ChunkHit]:
@@ -553,16 +616,17 @@ def ranked_chunks(table: pa.Table, question: str, embed: EmbedQuery) -> Iterator
             f"model {models[0]!r} gives {len(query)}"
         )
     matrix = _float32_matrix(embeddings)
-    scores = unit_rows(matrix) @ query
+    scores = (unit_rows(matrix) @ query).tolist()  # Python floats: numpy's, one by one, cost
+    nearest = [-round(score, 6) for score in scores]
     named = table.select(["topic", "source", "ordinal", "title", "href"])
-    for i in sorted(range(len(table)), key=lambda i: (-round(float(scores[i]), 6), i)):
+    for i in sorted(range(len(table)), key=nearest.__getitem__):  # a stable sort: then by row
         row = named.slice(i, 1).to_pylist()[0]  # `take` imports pandas, as below
         yield ChunkHit(
             topic=row["topic"],
             source=source_stem(row["source"]),
             index=row["ordinal"],
             title=row["title"],
-            score=round(float(scores[i]), 4),
+            score=round(scores[i], 4),
             path=href_path(row["href"]),
         )
 
