@@ -367,7 +367,21 @@ class IndexReader:
             links = [link["id"] for link in doc["_embedded"]["topics"]]
             pending += [child for child in links if child not in seen]
             seen.update(links)
+        self._forget_beyond(seen)
         return sorted(found)
+
+    def _forget_beyond(self, linked: set[str]) -> None:
+        """Drop what a keeping reader kept of the topics the walk from the root no longer
+        reaches (`linked`: the topics it reaches): a topic a rebuild deleted or moved, whose
+        index.json and chunk table were kept until the server stopped."""
+        if self.kept is None:
+            return
+        live = {
+            path for topic in linked for path in (in_topic(topic, INDEX), chunk_table_path(topic))
+        }
+        for relpath in list(self.kept):  # a copy: other threads add to it meanwhile
+            if relpath not in live and relpath != EMBEDDING_SETTINGS:
+                self.kept.pop(relpath, None)
 
 
 def _holding_sources(topic: str, doc: dict[str, Any]) -> dict[str, Any]:

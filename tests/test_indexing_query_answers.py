@@ -28,7 +28,7 @@ from indexing_support import (
     write_index,
 )
 
-from indexing import IndexSettings, build_topic
+from indexing import IndexSettings, build_topic, directory_index
 from indexing.client import IndexReader, chunk_tables, ranked_chunks
 
 TOPIC = "cli"
@@ -274,7 +274,8 @@ def test_a_serving_reader_keeps_what_it_parsed_until_a_file_changes(tmp_path):
     """`serve --search` parsed every topic's index.json and chunk table again at each question
     (topics 3.5 ms, tables 7 ms at 779 chunks, 10-100x that on a busy machine); it keeps them
     now, parsed again once a file is replaced (a build's rename), deleted, or was written in
-    the last seconds (a rewrite in place within the clock's tick keeps its size and date)."""
+    the last seconds (a rewrite in place within the clock's tick keeps its size and date); a
+    topic the root no longer links is forgotten (it was kept till the server stopped)."""
     served, builds = versions(tmp_path)
     reader = IndexReader.open(str(served), keep=True)
     assert reader.index("t") is reader.index("t")
@@ -286,6 +287,9 @@ def test_a_serving_reader_keeps_what_it_parsed_until_a_file_changes(tmp_path):
         switch(served, builds["v2"], relpath)
     assert reader.index("t")["_embedded"]["chunks"]["a"]["items"][0]["title"] == "v2 a"
     assert chunk_tables(reader, ["t"]).column("title").to_pylist() == ["v2 a", "v2 b"]
+    assert reader.topics() == ["t"] and "t/index.json" in reader.kept
+    (served / "index.json").write_bytes(directory_index("", []))  # a rebuild deleted the topic
+    assert reader.topics() == [] and not {"t/index.json", table} & set(reader.kept)
     (served / table).write_bytes((builds["v1"] / table).read_bytes())  # in place, just now
     parsed = reader.read_parsed(table, lambda data: data)
     assert reader.read_parsed(table, lambda data: data) is not parsed  # not kept yet
