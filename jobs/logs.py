@@ -62,15 +62,27 @@ EMBED_ACTORS_ABOVE_INPUTS = (
 )
 # How Ray Data's console announces a task's exception (the build reports the error itself)
 TASK_FAILED = ("An exception was raised from a task of operator", "Exception occurred in user code")
+# How it announces an error of its own ("please open an issue"), then its stack
+RAY_ERROR = ("Exception occurred in Ray Data or Ray Core internal code", "Full stack trace")
 
 
 class RayDataConsoleFilter(logging.Filter):
     """Lets through Ray Data's console records of WARNING and above, except the notice that the
-    progress bars are off and its announcements of a task's exception (`TASK_FAILED`)."""
+    progress bars are off, its announcements of a task's exception (`TASK_FAILED`), and those of
+    a task or actor that Ray's memory monitor killed as an error of Ray's own (`RAY_ERROR`, 100
+    lines: the build names the kill in one line, `jobs.build_cli.memory_killed`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING and not record.getMessage().startswith(
+        from ray.exceptions import OutOfMemoryError
+
+        message = record.getMessage()
+        if record.levelno < logging.WARNING or message.startswith(
             (PROGRESS_BARS_DISABLED, *TASK_FAILED)
+        ):
+            return False
+        # logged as Ray Data handles the error: it is the one being handled in this thread
+        return not (
+            message.startswith(RAY_ERROR) and isinstance(sys.exc_info()[1], OutOfMemoryError)
         )
 
 

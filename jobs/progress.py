@@ -228,5 +228,7 @@ class Heartbeat:
             try:
                 line = self._status()
             except Exception as exc:  # noqa: BLE001 - a progress line must never stop the build
-                line = f"unavailable ({exc})"
+                # its first line: Ray's OutOfMemoryError (its stats actor killed) was 45 lines
+                first = str(exc).partition("\n")[0] or type(exc).__name__
+                line = f"unavailable ({first})"
             log.info("progress after %.0f s: %s", time.time() - self._began, line)

@@ -164,3 +164,25 @@ def test_a_build_in_a_terminal_shows_its_progress_bars_as_they_refresh():
         child.kill()
         child.wait()
         os.close(master)
+
+
+def test_ray_datas_stack_of_a_memory_kill_is_left_to_the_builds_one_line():
+    """A task or actor that Ray's memory monitor killed: Ray Data logged it as an error of its own
+    ("please open an issue") with its stack, 100 lines above the build's one line naming the
+    kill (`MemoryKilled`, found by use, helper 106). Any other error of Ray's keeps them."""
+    from ray.exceptions import OutOfMemoryError
+
+    console = RayDataConsoleFilter()
+
+    def passed(message: str) -> bool:
+        record = logging.getLogger("ray.data").makeRecord(
+            "ray.data", logging.ERROR, "x", 1, message, (), None
+        )
+        return bool(console.filter(record))
+
+    internal = "Exception occurred in Ray Data or Ray Core internal code. If you continue to see"
+    for error, shown in ((OutOfMemoryError("1 worker(s) were killed"), False), (KeyError(), True)):
+        try:
+            raise error
+        except (OutOfMemoryError, KeyError):  # as Ray Data logs them: in its handler
+            assert (passed(internal), passed("Full stack trace:")) == (shown, shown)

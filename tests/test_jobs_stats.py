@@ -504,3 +504,17 @@ def test_a_long_embedding_call_is_counted_as_it_goes(ray_session):
     quiet(7)
     assert ray.get(collector.progress.remote()).embed.embedded == 100
     ray.kill(collector)
+
+
+def test_a_progress_line_whose_counts_cannot_be_had_is_one_line(caplog):
+    """Ray's stats actor killed by its memory monitor: each progress line was Ray's 45-line
+    OutOfMemoryError, every 30 s (found by use, helper 106). Its first line stands for it."""
+
+    def status() -> str:
+        raise RuntimeError("1 worker(s) were killed due to memory\nOOM kill reason: ...\nTop 10")
+
+    with caplog.at_level(logging.INFO, logger="mdindex.build"):
+        with Heartbeat(status, 0.01, began=time.time()):
+            time.sleep(0.2)
+    assert caplog.messages and all("\n" not in line for line in caplog.messages)
+    assert caplog.messages[0].endswith(": unavailable (1 worker(s) were killed due to memory)")
