@@ -153,7 +153,7 @@ def run_build(args: argparse.Namespace) -> int:
         )
         check_store_options(config)
     except ConfigError as exc:
-        print(f"mdindex build: config error: {exc}", file=sys.stderr)
+        failed_as_a_whole(f"mdindex build: config error: {exc}")
         return EXIT_USAGE
     if args.dry_run:  # writes nothing, not even a failed run's report
         try:
@@ -204,10 +204,21 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
         end = ending(exc)
         if end is None:
             raise
-        with contextlib.suppress(BrokenPipeError):  # a reader that stopped: the code all the same
-            print(end.message, file=sys.stderr)
+        failed_as_a_whole(end.message)
         return end.code, None
     return report["exit_code"], report
+
+
+def failed_as_a_whole(message: str) -> None:
+    """Print the line of a build that ended without a summary (exit 1 or 2, 75, a signal's) to
+    standard error and, in a GitHub Actions job, its `::error::` to standard output
+    (`jobs.annotations.failed_build`: the pull request's check said "exit code 1" alone). A
+    reader that stopped: the exit code all the same."""
+    from jobs.annotations import failed_build
+
+    with contextlib.suppress(BrokenPipeError):
+        print(message, file=sys.stderr)
+        sys.stdout.write(failed_build(message))
 
 
 @dataclass(frozen=True)

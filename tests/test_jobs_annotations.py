@@ -297,3 +297,23 @@ def test_a_build_in_github_actions_annotates_its_failures_and_broken_links(
     assert capsys.readouterr().out.splitlines()[-2:] == out[-2:]
     assert summary.read_text().count("### mdindex build: sources_failed (exit code 3)\n") == 2
     assert summary.read_text().startswith("### mdindex build: sources_failed (exit code 3)\n")
+
+
+def test_a_build_that_fails_as_a_whole_in_github_actions_is_one_error(
+    tmp_path, monkeypatch, capsys
+):
+    """A build that ends without a summary (its input missing, a config error: exit 2; exit 1,
+    a signal's) printed its line on standard error alone: the pull request's check said "exit
+    code 2" and nothing on the diff or the run's page. In Actions, one `::error` naming it."""
+    argv = ["--config", CONFIG, "--input", str(tmp_path / "gone"), "--output", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    assert main(argv) == 2
+    said = capsys.readouterr()
+    [line] = [line for line in said.err.splitlines() if line.startswith("mdindex build: ")]
+    assert said.out == f"::error title=mdindex build::{line}\n" and "gone" in line
+    assert main([*argv, "--set", "resources.retries=-1"]) == 2
+    assert capsys.readouterr().out.startswith(
+        "::error title=mdindex build::mdindex build: config error: "
+    )
