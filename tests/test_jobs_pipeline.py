@@ -281,18 +281,8 @@ def test_end_to_end_report(local_output):
 @pytest.mark.parametrize(
     ("settings", "pool"),
     [
-        # two actors, one document per embedding batch, one source per chunk task
-        (
-            [
-                "resources.embed.actors=2",
-                "resources.embed.num_cpus=0.5",
-                "resources.embed.batch_size=1",
-                "resources.chunk.batch_mb=0.001",
-                "resources.chunk.num_cpus=0.5",
-                "resources.chunk.concurrency=2",
-            ],
-            "2 actors × 1 torch thread, on CPU",
-        ),
+        # (two actors, one document per embedding batch, one source per chunk task: the build
+        # of `test_a_killed_embedding_actor_is_restarted_and_the_output_is_unchanged`)
         # one actor, so two torch threads (the default: two actors of one thread)
         (
             ["resources.embed.actors=1", "resources.embed.batch_size=7"],
@@ -315,8 +305,8 @@ def test_end_to_end_report(local_output):
             "1 actor × 1 torch thread, 0.5 GPU each",
         ),
         # the actor count left null and batches to share: two actors of half a GPU fill it
-        # (slow: two actors' bytes are 2-actors-batch-1's, a GPU pool's gpu-pool's, and its size
-        # `test_jobs_stats`' without Ray)
+        # (slow: two actors' bytes are the killed actor test's, a GPU pool's gpu-pool's, and its
+        # size `test_jobs_stats`' without Ray)
         pytest.param(
             [
                 "resources.embed.num_gpus=0.5",
@@ -329,7 +319,7 @@ def test_end_to_end_report(local_output):
             marks=pytest.mark.slow,
         ),
     ],
-    ids=["2-actors-batch-1", "batch-7", "batch-64", "gpu-pool", "gpu-pool-shared"],
+    ids=["batch-7", "batch-64", "gpu-pool", "gpu-pool-shared"],
 )
 def test_outputs_are_byte_identical_whatever_the_batching(
     local_output, tmp_path, monkeypatch, settings, pool
@@ -1083,12 +1073,17 @@ def test_a_build_whose_s3_lock_is_taken_over_stops_before_its_first_switch_with_
     assert not fs.exists(path)
 
 
-def test_quickstart_build_command_works_on_the_examples(tmp_path, capsys, monkeypatch):
-    """The `mdindex build` line of examples/quickstart.sh (the README quickstart), in-process."""
+def test_quickstart_build_command_works_on_the_examples(
+    local_output, tmp_path, capsys, monkeypatch
+):
+    """The `mdindex build` line of examples/quickstart.sh (the README quickstart), in-process.
+    The examples are the fixture corpus less its broken page: the module build's vectors, in the
+    output's own cache, are theirs (this build loads no model; the command is the subject)."""
     script = (ROOT / "examples" / "quickstart.sh").read_text()
     [line] = [line for line in script.splitlines() if line.startswith("mdindex build")]
     command = shlex.split(line)
     command[command.index("--output") + 1] = str(tmp_path / "example")  # not out/ of the checkout
+    shutil.copytree(local_output / ".embedding-cache", tmp_path / "example" / ".embedding-cache")
     monkeypatch.chdir(ROOT)  # the script runs from the repository root
     assert mdindex(command[1:]) == 0
     assert "mdindex build:" in capsys.readouterr().out
@@ -1096,6 +1091,7 @@ def test_quickstart_build_command_works_on_the_examples(tmp_path, capsys, monkey
     assert [t["id"] for t in root["_embedded"]["topics"]] == ["guides", "libraries", "reference"]
     report = report_of(tmp_path / "example")
     assert report["status"] == "ok" and report["failures"] == []
+    assert report["counters"]["embed"]["models_loaded"] == 0
 
 
 def test_abort_policy_stops_at_the_first_failed_source(tmp_path):
@@ -1183,9 +1179,24 @@ def embed_actor_pids(*, embedding: bool = False) -> set[int]:
     return found
 
 
+# Two actors of one torch thread, one document per embedding batch, one source per chunk task:
+# the most calls a build of the corpus makes, so an actor killed mid-run has batches to retry.
+TWO_ACTORS_BATCH_1 = [
+    "resources.embed.actors=2",
+    "resources.embed.num_cpus=0.5",
+    "resources.embed.batch_size=1",
+    "resources.chunk.batch_mb=0.001",
+    "resources.chunk.num_cpus=0.5",
+    "resources.chunk.concurrency=2",
+]
+
+
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux /proc")
 def test_a_killed_embedding_actor_is_restarted_and_the_output_is_unchanged(local_output, tmp_path):
-    """SIGKILL the embedding actor once, mid-run: Ray restarts it and retries its batch."""
+    """SIGKILL the embedding actors once, mid-run: Ray restarts them and retries their batches.
+    The output is the module build's bytes: those of two actors and one document per batch
+    (`TWO_ACTORS_BATCH_1`, a case of `test_outputs_are_byte_identical_whatever_the_batching`
+    that this build is), the killed batches' retries included."""
     output = tmp_path / "out"
     cache = tmp_path / "cache"
     before = embed_actor_pids()  # actors of earlier runs that may not have exited yet
@@ -1216,8 +1227,7 @@ def test_a_killed_embedding_actor_is_restarted_and_the_output_is_unchanged(local
             str(output),
             "--cache",
             str(cache),
-            "--set",
-            "resources.embed.batch_size=1",
+            *_sets(TWO_ACTORS_BATCH_1),
         )
     finally:
         done.set()
@@ -1225,6 +1235,8 @@ def test_a_killed_embedding_actor_is_restarted_and_the_output_is_unchanged(local
     assert killed, "the embedding actor was never seen to kill"
     assert restarted, "no embedding actor came up after the kill"
     assert code == 3
+    pool = report_of(output)["timings"]["embed_pool"]["label"]
+    assert pool == "2 actors × 1 torch thread, on CPU"
     ours, theirs = generated_files(local_output), generated_files(output)
     assert sorted(ours) == sorted(theirs)
     assert [p for p in ours if ours[p] != theirs[p]] == []
@@ -1374,14 +1386,17 @@ def test_new_weights_under_the_same_model_name_rebuild_every_topic(tmp_path):
     assert chunk_table_path("guides") in changed
 
 
-def test_an_in_place_build_whose_globs_match_index_json_converges(tmp_path):
+def test_an_in_place_build_whose_globs_match_index_json_converges(local_output, tmp_path):
     """`sources.globs: ["*"]` in place: each run read the last run's index.json files as sources
     (chunk files of `index-….md`, the root and every folder a topic), and the output grew and
-    changed on every run. index.json is never a source; a second run changes nothing."""
+    changed on every run. index.json is never a source; a second run changes nothing. (The
+    module build's vectors, in the input's own cache, are its guides': no model loads.)"""
     corpus = tmp_path / "docs"
     shutil.copytree(CORPUS / "guides", corpus / "guides")
+    shutil.copytree(local_output / ".embedding-cache", corpus / ".embedding-cache")
     options = ("--input", str(corpus), "--set", 'sources.globs=["*"]')
     assert build(*options) == 0
+    assert report_of(corpus)["counters"]["embed"]["models_loaded"] == 0
     first = outputs(corpus)
     assert build(*options) == 0
     assert report_of(corpus)["sources"]["changed"] == 0

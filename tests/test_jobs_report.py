@@ -778,17 +778,20 @@ def test_report_html_renders_in_headless_chromium(built, tmp_path):
 
 
 def test_control_characters_in_a_path_are_escaped_in_the_summary_the_page_and_the_log(
-    tmp_path, capsys, caplog, ray_session
+    built, tmp_path, capsys, caplog
 ):
     """A file name holding a terminal escape, a newline or a right-to-left override: the summary
     printed a FAILED line that cleared the terminal, split in two and reversed its end, and the
-    next run's warning about the settled failure forged a log line of its own."""
+    next run's warning about the settled failure forged a log line of its own. (The page that
+    chunks is one of the module build's: its vectors come from a copy of that cache.)"""
     corpus, output = tmp_path / "docs", tmp_path / "out"
     (corpus / "t").mkdir(parents=True)
     name = "\x1b[2J\u202eevil\nFAILED none.md"
     (corpus / "t" / name).write_bytes(b"# T\n\ncaf\xe9\n")  # CHUNKING_FAILED
-    (corpus / "t" / f"ok-{name}").write_text("# Title\n\nSome text about a client.\n")
+    shutil.copy(CORPUS / "guides" / "installation.md", corpus / "t" / f"ok-{name}")
+    shutil.copytree(built / ".embedding-cache", output / ".embedding-cache")
     assert main(["--config", CONFIG, "--input", str(corpus), "--output", str(output)]) == 3
+    assert report_and_page(output)[0]["counters"]["embed"]["models_loaded"] == 0
     escaped = "\\x1b[2J\\u202eevil\\nFAILED none.md"
     for argv in ([], ["report", str(output)]):
         if argv:
