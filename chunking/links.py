@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import unicodedata
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
@@ -254,15 +255,25 @@ def link_type(url: str, is_image: bool) -> str:
 
 def resolve(found: FoundLink, document_path: str, corpus_paths: AbstractSet[str]) -> Link:
     """The Link record; a relative link to a corpus file gets that file as `target_document`: the
-    first of `candidate_paths` that is one."""
+    first of `candidate_paths` that is one, else the first of their other Unicode normal forms
+    (`spellings`)."""
     kind = link_type(found.url, found.is_image)
     target = None
     if kind == "anchor":
         target = document_path or None
     elif kind in ("internal", "image"):
         candidates = candidate_paths(found.url, document_path, page=kind == "internal")
-        target = next((path for path in candidates if path in corpus_paths), None)
+        target = next((path for path in spellings(candidates) if path in corpus_paths), None)
     return Link(url=found.url, text=found.text, link_type=kind, target_document=target)
+
+
+def spellings(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """`paths` as written, then those of their other Unicode normal forms (NFC, NFD) that differ:
+    a page named on macOS has an NFD name, and a link typed to it most often an NFC one."""
+    if all(path.isascii() for path in paths):
+        return paths
+    forms = (unicodedata.normalize(form, path) for form in ("NFC", "NFD") for path in paths)
+    return tuple(dict.fromkeys((*paths, *forms)))
 
 
 def resolve_again(link: Link, document_path: str, corpus_paths: AbstractSet[str]) -> Link:
@@ -273,10 +284,11 @@ def resolve_again(link: Link, document_path: str, corpus_paths: AbstractSet[str]
 
 def target_paths(link: Link, document_path: str) -> tuple[str, ...]:
     """The corpus paths a relative link or image of a document may name, whether or not they are
-    sources now: which of them are decides its `target_document` (`candidate_paths`)."""
+    sources now: which of them are decides its `target_document` (`candidate_paths`, then their
+    other Unicode normal forms: `spellings`)."""
     if link.link_type not in ("internal", "image"):
         return ()
-    return candidate_paths(link.url, document_path, page=link.link_type == "internal")
+    return spellings(candidate_paths(link.url, document_path, page=link.link_type == "internal"))
 
 
 def candidate_paths(url: str, document_path: str, *, page: bool) -> tuple[str, ...]:

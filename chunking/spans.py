@@ -38,15 +38,22 @@ from chunking.blocks import (
     last_fence_opened,
 )
 from chunking.record import CHUNKING_FAILED, ChunkingError
-from chunking.tokens import CJK, TokenCounter
+from chunking.tokens import CJK, MARKS, TokenCounter
 
-# A sentence ends at . ! ? (then closing quotes or brackets, then whitespace) or at a CJK full stop.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])\s*")
+# A sentence ends at . ! ? (Devanagari's danda । ॥, the Arabic question mark ؟), then closing
+# quotes or brackets, then whitespace; or at a CJK full stop (。！？) and the closing quotes or
+# brackets after it. The closers end the sentence; the gap is the whitespace after them.
+_SENTENCE_END = re.compile(
+    r"[.!?\u0964\u0965\u061f][\"')\]]*(\s+)|[。！？]+[」』）】〕》〉”’\"')\]]*(\s*)"
+)
 FENCE_RUN = re.compile(r"`{3,}|~{3,}")  # a run of backticks or tildes, which can open a fence
 WORD_START = re.compile(r"(?<!\S)\S")  # the first character of a word
 # Where a chunk may start without cutting a word: a word's first character, or a character next
-# to a CJK one (each CJK character is a word of its own).
-WORD_BOUNDARY = re.compile(rf"(?<!\S)\S|[{CJK}]|(?<=[{CJK}])\S")
+# to a CJK one (each CJK character is a word of its own) other than punctuation that ends or
+# continues what is before it (、。，」), which no word starts with, or a mark (`tokens.MARKS`).
+_NO_WORD_START = "、。，．：；！？」』）】〕》〉”’,.:;!?)\\]}" + MARKS
+_MARK = re.compile(f"[{MARKS}]")
+WORD_BOUNDARY = re.compile(rf"(?<!\S)\S|(?![{_NO_WORD_START}])(?:[{CJK}]|(?<=[{CJK}])\S)")
 
 
 @dataclass(frozen=True)
@@ -200,8 +207,9 @@ class Measure:
     def cuts(self, start: int, end: int, budget: int) -> list[int]:
         """Offsets that cut `[start, end)` into pieces of at most `budget` (in units or
         characters; a character cut moves back to the space before the word it would cut when
-        that word fits in a piece: a word longer than that is cut where the piece is full, not
-        after a space at its start, such as the one after a heading's `#`)."""
+        that word fits in a piece: a word longer than that is cut where the piece is full, or
+        before the mark there (`tokens.MARKS`), not after a space at its start, such as the one
+        after a heading's `#`)."""
         if self.counter is not None:
             per_piece = max(1, self.counter.max_units(budget))
             first = bisect_left(self.starts, start)
@@ -210,6 +218,8 @@ class Measure:
         cuts, position, budget = [], start, max(1, budget)
         while end - position > budget:
             full = position + budget
+            while full > position + 1 and _MARK.match(self.text, full):
+                full -= 1  # not between a character and its mark (NFD Hangul's jamo)
             space = self.text.rfind(" ", position + 1, full + 1)
             reach = space + budget  # where a piece from that space ends at the latest
             fits = space > position and (end <= reach or self.text.find(" ", full, reach + 1) >= 0)
@@ -266,8 +276,9 @@ def sentences(src: SourceText, span: Span) -> list[Span]:
     text = src.text[span.start : span.end]
     pieces, begin = [], 0
     for match in _SENTENCE_END.finditer(text):
-        if match.start() > begin:
-            pieces.append(Span(span.start + begin, span.start + match.start()))
+        end = match.start(1) if match.group(1) is not None else match.start(2)
+        if end > begin:
+            pieces.append(Span(span.start + begin, span.start + end))
         begin = match.end()
     if begin < len(text):
         pieces.append(Span(span.start + begin, span.end))

@@ -5,8 +5,8 @@ Walk the top-level blocks in order, keeping the heading stack:
   heading path changes"); a heading with no content before a deeper heading rides along with
   that heading's first chunk, so no chunk is a bare title;
 - tables and code blocks (fenced or indented) are chunks of their own;
-- a list may follow the prose that introduces it (ending with ":") in the same chunk, else it
-  starts one; the chunk ends when the list context switches between bullet and ordered or the
+- a list may follow the prose that introduces it (ending with ":" or "：") in the same chunk, else
+  it starts one; the chunk ends when the list context switches between bullet and ordered or the
   list ends (section 4.1);
 - paragraphs, block quotes and HTML blocks under one heading path are merged (section 4.2) until
   the chunk reaches the target (350) or the next block would pass the soft maximum (450);
@@ -214,8 +214,8 @@ class _Walker:
         """Seed 002 section 4.1: tables and code stand alone; a list ends on switch or exit.
 
         A list also starts a chunk of its own unless the prose right before it ends with a
-        colon (it introduces the list): otherwise each chunk of alternating lists and
-        paragraphs would pair one item's paragraph with the next item.
+        colon, or CJK's full-width one (it introduces the list): otherwise each chunk of
+        alternating lists and paragraphs would pair one item's paragraph with the next item.
         """
         before = self.open.kind
         if kind in _ALONE or before in _ALONE:
@@ -224,7 +224,7 @@ class _Walker:
             return kind != before
         if kind in _LISTS:
             last = self.open.last
-            return last is None or not self.src.text[last.start : last.end].endswith(":")
+            return last is None or not self.src.text[last.start : last.end].endswith((":", "："))
         return False
 
     def _oversized(self, block: Block, kind: str, span: Span, measure: Measure) -> None:

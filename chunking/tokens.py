@@ -37,9 +37,14 @@ CJK = (
     "\uff01-\uffee"  # full-width and half-width forms
     "\U00020000-\U0003134f"  # CJK Extensions B-G
 )
-# A word is one CJK character, or a run of up to 16 other non-space characters (a longer run,
-# e.g. a URL or a base64 blob, counts as one word per 16 characters).
-_WORD = re.compile(f"[{CJK}]|[^\\s{CJK}]{{1,16}}")
+# What belongs to the character before it, so that no cut falls before it: Hangul's vowel and
+# final jamo (a syllable written in NFD, as macOS names files, is two or three jamo), kana's voiced
+# sound marks (NFD's が), combining diacritics and variation selectors (a Han character's
+# ideographic variation sequence).
+MARKS = "\u0300-\u036f\u1160-\u11ff\ud7b0-\ud7ff\u3099\u309a\ufe00-\ufe0f\U000e0100-\U000e01ef"
+# A word is one CJK character with its marks, or a run of up to 16 other non-space characters (a
+# longer run, e.g. a URL or a base64 blob, counts as one word per 16 characters).
+_WORD = re.compile(f"[{CJK}][{MARKS}]*|[^\\s{CJK}]{{1,16}}")
 _ANY_CJK = re.compile(f"[{CJK}]")
 _RUN = re.compile(r"\S{1,16}")  # the same words when the text has no CJK character (faster)
 # Tokenizers whose tokens never cross whitespace, with a per-character normaliser.
