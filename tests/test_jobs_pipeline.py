@@ -288,9 +288,14 @@ def test_end_to_end_report(local_output):
             ["resources.embed.actors=1", "resources.embed.batch_size=7"],
             "1 actor × 2 torch threads, on CPU",
         ),
-        (
+        # (slow: its calls are the module build's: the corpus, 18 KB, is one chunk task by
+        # default too (`jobs.work.MIN_BATCH_BYTES`), and 64 documents hold its 9 rows, so one
+        # call of every row on 1 actor × 2 torch threads; a set batch size's row-aligned packing
+        # is batch-7's, and `aligned_rows` of a call longer than a block `test_jobs_stats`')
+        pytest.param(
             ["resources.embed.batch_size=64", "resources.chunk.batch_mb=100"],
             "1 actor × 2 torch threads, on CPU",  # one chunk task's batch: one actor
+            marks=pytest.mark.slow,
         ),
         # a GPU pool (the session's Ray declares one GPU; the model stays on the CPU) with the
         # batch size left null, which Ray Data refuses for GPU stages: the job sets one (2 MB of
