@@ -174,3 +174,19 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     code = args.run(args)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def loaded_models(monkeypatch) -> list:
+    """The embedders `embedding.load_embedder` makes from here on, in order (each loaded for real:
+    the list only keeps them)."""
+    import embedding
+
+    loaded = []
+    real = embedding.load_embedder
+
+    def keeping_load(*args, **kwargs):
+        loaded.append(real(*args, **kwargs))
+        return loaded[-1]
+
+    monkeypatch.setattr(embedding, "load_embedder", keeping_load)
+    return loaded

@@ -32,6 +32,7 @@ from environment_support import (
     without_aws_credentials,
 )
 from indexing_support import (
+    loaded_models,
     ranked_vectors,
     run_cli,
     serving,
@@ -607,21 +608,13 @@ def test_a_question_to_an_fp16_index_on_a_cpu_runs_in_the_cpus_own_dtype(
     """An index built on GPUs in fp16 (configs/cluster-gpu.yaml) had its questions embedded on a
     CPU under fp16 autocast: 3.8x the time of fp32 on the AMD EPYC. The CPU's own dtype now
     (`auto`: bf16 where it has AVX-512 BF16 or AMX, else fp32); the other options as recorded."""
-    import embedding
 
     root = tmp_path / "index"
     shutil.copytree(index_root, root)
     options = {"dtype": "fp16", "pooling": "mean", "normalize": True}
     (root / "_index").mkdir(exist_ok=True)
     (root / "_index" / "model.json").write_text(json.dumps({"model": "minilm", "options": options}))
-    loaded = []
-    real = embedding.load_embedder
-
-    def keeping_load(*args, **kwargs):
-        loaded.append(real(*args, **kwargs))
-        return loaded[-1]
-
-    monkeypatch.setattr(embedding, "load_embedder", keeping_load)
+    loaded = loaded_models(monkeypatch)
     embed = query_embedder(IndexReader.open(str(root)))
     assert embed("minilm", "How do I install the tool?").shape == (384,)
     assert loaded[0].settings.dtype in ("fp32", "bf16") and loaded[0].settings.pooling == "mean"

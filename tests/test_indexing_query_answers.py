@@ -20,6 +20,7 @@ import pytest
 import requests
 from embedding_support import embedder
 from indexing_support import (
+    loaded_models,
     ranked_vectors,
     run_cli,
     serving,
@@ -333,17 +334,9 @@ def test_serve_search_loads_the_model_a_rebuild_records(root, tmp_path, monkeypa
     query vectors, or the new model under its defaults, until a restart. The recorded options
     are read at every question now, and a change loads the model with them, in the old one's
     place."""
-    import embedding
     from indexing.cli import question_search
 
-    loaded = []
-    real = embedding.load_embedder
-
-    def keeping_load(*args, **kwargs):
-        loaded.append(real(*args, **kwargs))
-        return loaded[-1]
-
-    monkeypatch.setattr(embedding, "load_embedder", keeping_load)
+    loaded = loaded_models(monkeypatch)
     served = tmp_path / "served"
     shutil.copytree(root, served)
     settings = served / "_index" / "model.json"
