@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
+from chunking.links import spellings
 from embedding.files import missing_bucket, protocol_of, protocols_of, root_filesystem
 from indexing.hal import NOT_AN_INDEX, is_index_document
 from indexing.paths import (
@@ -341,8 +342,7 @@ class IndexReader:
         U+00E9). Each index.json is read once; a name the same in both forms (ASCII) probes no
         other."""
         topic = topic_id(topic)
-        forms = (unicodedata.normalize(form, topic) for form in ("NFC", "NFD"))
-        for form in dict.fromkeys((topic, *forms)):
+        for form in spellings((topic,)):
             doc = self.read_parsed(in_topic(form, INDEX), partial(self._found_index, form))
             if doc is not None:
                 return form, _holding_sources(form, doc)
