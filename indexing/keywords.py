@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+# The failure a build reports for a keywords file it cannot read (not UTF-8, or a table
+# `parse_keywords` refuses; `jobs.stages.topic`)
+KEYWORDS_FAILED = "KEYWORDS_FAILED"
 NAME_COLUMNS = ("keyword", "keywords", "name", "term", "phrase")
 SCORE_COLUMNS = ("score", "authority", "authority score")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
@@ -72,24 +75,27 @@ def _score(text: str) -> int | float | None:
     return float(text) if math.isfinite(float(text)) else None
 
 
-def _table_rows(tokens: list[Token], start: int) -> tuple[list[list[str]], int]:
-    """The rows (plain cell texts) of the table opening at tokens[start], and the index after it."""
-    rows: list[list[str]] = []
+def _table_rows(tokens: list[Token], start: int) -> tuple[list[tuple[int, list[str]]], int]:
+    """The rows of the table opening at tokens[start], each its line in the file (1-based) and
+    its plain cell texts, and the index after the table."""
+    rows: list[tuple[int, list[str]]] = []
     i = start
     while tokens[i].type != "table_close":
         if tokens[i].type == "tr_open":
-            rows.append([])
+            rows.append((tokens[i].map[0] + 1, []))
         elif tokens[i].type == "inline" and rows:
-            rows[-1].append(plain_text(tokens[i]))
+            rows[-1][1].append(plain_text(tokens[i]))
         i += 1
     return rows, i + 1
 
 
-def _from_table(rows: list[list[str]]) -> list[Keyword]:
-    """Keywords of one table whose header names a keyword column and a score column; none of a
-    table that names neither (prose); a ValueError for one that names only one of them (`|
-    Keyword | Weight |` gave no keyword, and no error)."""
-    header = [cell.casefold() for cell in rows[0]] if rows else []
+def _from_table(rows: list[tuple[int, list[str]]]) -> list[Keyword]:
+    """Keywords of one table (`_table_rows`) whose header names a keyword column and a score
+    column; none of a table that names neither (prose); a ValueError for one that names only one
+    of them (`| Keyword | Weight |` gave no keyword, and no error). An error names the line
+    before any text of the file ("at line 4", "row 2 (line 7)": `jobs.report_html.failure_line`
+    reads the first; since 2026-11-30)."""
+    header = [cell.casefold() for cell in rows[0][1]] if rows else []
     name_col = next((header.index(c) for c in NAME_COLUMNS if c in header), None)
     score_col = next((header.index(c) for c in SCORE_COLUMNS if c in header), None)
     if name_col is None and score_col is None:
@@ -97,19 +103,19 @@ def _from_table(rows: list[list[str]]) -> list[Keyword]:
     if name_col is None or score_col is None:
         kind, names = ("keyword", NAME_COLUMNS) if name_col is None else ("score", SCORE_COLUMNS)
         raise ValueError(
-            f"keywords table with columns {' | '.join(rows[0])}: no {kind} column "
-            f"(one headed {', '.join(names)})"
+            f"keywords table at line {rows[0][0]} with columns {' | '.join(rows[0][1])}: "
+            f"no {kind} column (one headed {', '.join(names)})"
         )
     found = []
-    for number, row in enumerate(rows[1:], start=1):
+    for number, (line, row) in enumerate(rows[1:], start=1):
         name, raw = row[name_col].strip(), row[score_col].strip()
         if not name:
             continue
         score = _score(raw)
         if score is None:
             raise ValueError(
-                f"keywords table row {number}: score {raw!r} of {name!r} is not a number "
-                "(a finite one; an integer within 64 bits)"
+                f"keywords table row {number} (line {line}): score {raw!r} of {name!r} is not "
+                "a number (a finite one; an integer within 64 bits)"
             )
         found.append(Keyword(name=name, score=score))
     return found

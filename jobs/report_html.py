@@ -20,7 +20,10 @@ from html import escape
 from typing import Any
 
 from chunking import CHUNKING_FAILED, INVALID_FRONT_MATTER
+from indexing.keywords import KEYWORDS_FAILED
+from indexing.questions import QUESTIONS_FAILED
 from indexing.terminal import counted, printable
+from indexing.topic_spec import TOPIC_SPEC_FAILED
 from jobs.plan import unmatched_note
 from jobs.runs import COLUMNS, NUMBERS, SHOWN, run_row
 from jobs.stats import NAMED
@@ -32,11 +35,16 @@ BINS = 24  # about this many bars in the token histogram
 SHOWN_FAILURES = 20
 FAIL_ON_BROKEN = "checks.broken_links: fail"  # the setting that makes broken links fail a run
 _NUMBER = re.compile(r"\d+")  # "invalid UTF-8 at byte offset 90" and "... 87" are one kind
-# where a chunker's failure names the source's line: "YAML front matter at line 3", "invalid UTF-8
-# at byte offset 49 (line 3)", "the code fence opened at line 8", "TOML front matter at its end,
-# line 7"; only its codes' messages are read (another's may hold such words in a file name)
+# where a failure names the line of its file: the chunker's ("YAML front matter at line 3",
+# "invalid UTF-8 at byte offset 49 (line 3)", "the code fence opened at line 8", "TOML front
+# matter at its end, line 7") and, since 2026-11-30, a topic file's (qa-pairs.md's, topic-spec.md's
+# "invalid UTF-8 at byte offset 9 (line 2)", a keywords file's too or "keywords table row 2 (line
+# 5)"); only these codes' messages are read, the first match (another's may hold such words in a
+# file name; these name the line before any text of the file)
 _LINE = re.compile(r"(?:\bat |\bend, |\()line (\d+)\b")
-_LINE_CODES = frozenset({CHUNKING_FAILED, INVALID_FRONT_MATTER})
+_LINE_CODES = frozenset(
+    {CHUNKING_FAILED, INVALID_FRONT_MATTER, QUESTIONS_FAILED, KEYWORDS_FAILED, TOPIC_SPEC_FAILED}
+)
 RUN_FACTS = ("host", "pid", "mdindex_version")  # `jobs.report.run_facts`: reports since 2026-11-29
 # lower is better: 1.0 is every CPU busy with stage work all along (the label said only the ratio)
 EFFICIENCY = "efficiency: wall time / (worker-seconds / CPUs); 1 = every CPU busy, more = idle CPUs"

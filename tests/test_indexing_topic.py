@@ -245,8 +245,18 @@ def test_keywords_from_table_and_list_are_matched_on_word_boundaries():
 
 
 def test_keyword_table_with_bad_score_is_a_clear_error():
-    with pytest.raises(ValueError, match=r"row 2: score 'high' of 'b' is not a number"):
+    """The row is named with its line in the file (a writer's editor goes to a line; a report's
+    `line` and a CI annotation's `line=` are read from it, since 2026-11-30), before the
+    keyword's own text; a table further down, in a list, is counted from the file's top."""
+    with pytest.raises(ValueError, match=r"row 2 \(line 4\): score 'high' of 'b' is not a number"):
         parse_keywords("| keyword | score |\n|---|---|\n| a | 1 |\n| b | high |\n")
+    later = "# Words\n\n- x: 1\n\n- list:\n\n  | term | score |\n  |---|---|\n  | at line 1 | y |\n"
+    with pytest.raises(
+        ValueError, match=r"^keywords table row 1 \(line 9\): score 'y' of 'at line"
+    ):
+        parse_keywords(later)
+    with pytest.raises(ValueError, match=r"^keywords table at line 3 with columns Keyword \| W"):
+        parse_keywords("# Words\n\n| Keyword | Weight |\n|---|---|\n| a | 5 |\n")
 
 
 def test_a_keyword_table_naming_one_column_of_the_two_is_a_clear_error():
@@ -269,7 +279,7 @@ def test_keyword_scores_json_cannot_hold_are_a_clear_error(score):
     range"), an overflowing float became `"score": null` in index.json and `inf` in topic-spec.md:
     now the table's ValueError, which a build reports as KEYWORDS_FAILED."""
     table = f"| keyword | score |\n|---|---|\n| a | 1 |\n| b | {score} |\n"
-    with pytest.raises(ValueError, match=r"row 2: score '.*' of 'b' is not a number"):
+    with pytest.raises(ValueError, match=r"row 2 \(line 4\): score '.*' of 'b' is not a number"):
         parse_keywords(table)
     assert parse_keywords(f"- a: 1\n- b: {score}\n") == [Keyword("a", 1)]  # prose, as before
 

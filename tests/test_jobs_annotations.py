@@ -264,11 +264,19 @@ def test_a_build_in_github_actions_annotates_its_failures_and_broken_links(
 ):
     """A docs PR check (`--input docs` in the checkout, `checks.broken_links: fail`): after the
     summary, an error on the file and line of the bad front matter and of the broken link, and
-    the step summary appended."""
+    the step summary appended. A topic's own files name their line too (since 2026-11-30; their
+    failures had none, in the summary, report.json or the annotation): a qa-pairs.md and a
+    topic-spec.md not UTF-8, a keywords table's bad row (its keyword's text reads "at line 1")."""
     repo = tmp_path / "repo"
     (repo / "docs" / "guides").mkdir(parents=True)
     (repo / "docs" / "guides" / "a.md").write_text("# A\n\nText.\n\n[install](./instal.md)\n")
     (repo / "docs" / "guides" / "c.md").write_text("---\ntitle: [\n---\n# C\n\nText.\n")
+    (repo / "docs" / "guides" / "qa-pairs.md").write_bytes(b"# FAQ\n\n## Why?\n\nAs \xff.\n")
+    (repo / "docs" / "guides" / "topic-spec.md").write_bytes(b"# A\n\nNot\xe9s.\n")  # cp1252
+    (repo / "docs" / "_keywords").mkdir()
+    (repo / "docs" / "_keywords" / "words.md").write_text(
+        "# Words\n\n| keyword | score |\n|---|---|\n| text | 2 |\n| at line 1 | high |\n"
+    )
     summary = tmp_path / "summary.md"
     for name, value in (
         ("GITHUB_ACTIONS", "true"),
@@ -281,20 +289,39 @@ def test_a_build_in_github_actions_annotates_its_failures_and_broken_links(
     assert main(argv + check) == 3
     out = capsys.readouterr().out.splitlines()
     assert f"  FAILED guides/c.md:2: INVALID_FRONT_MATTER: {FRONT}" in out  # as BROKEN's
-    assert out[-3:] == [
+    words = (
+        "keywords table row 2 (line 6): score 'high' of 'at line 1' is not a number (a finite "
+        "one; an integer within 64 bits)"
+    )
+    questions = "invalid UTF-8 at byte offset 19 (line 5): invalid start byte"
+    spec = "invalid UTF-8 at byte offset 8 (line 3): invalid continuation byte; left untouched"
+    spec += ", not updated"
+    assert out[-11:-7] == [
+        f"  FAILED _keywords/words.md:6: KEYWORDS_FAILED: {words}",
+        f"  FAILED guides/c.md:2: INVALID_FRONT_MATTER: {FRONT}",
+        f"  FAILED guides/qa-pairs.md:5: QUESTIONS_FAILED: {questions}",
+        f"  FAILED guides/topic-spec.md:3: TOPIC_SPEC_FAILED: {spec}",
+    ]
+    assert out[-6:] == [
         "  BROKEN  guides/a.md:5: ./instal.md",
+        f"::error file=docs/_keywords/words.md,line=6,title=KEYWORDS_FAILED::{words}",
         f"::error file=docs/guides/c.md,line=2,title=INVALID_FRONT_MATTER::{FRONT}",
+        f"::error file=docs/guides/qa-pairs.md,line=5,title=QUESTIONS_FAILED::{questions}",
+        f"::error file=docs/guides/topic-spec.md,line=3,title=TOPIC_SPEC_FAILED::{spec}",
         f"::error file=docs/guides/a.md,line=5,title=Broken link::./instal.md {NO_PAGE}",
     ]
     report = json.loads((tmp_path / "out" / "_reindex" / "report.json").read_text())
     assert report["failures"] == [
-        {"path": "guides/c.md", "code": "INVALID_FRONT_MATTER", "message": FRONT, "line": 2}
+        {"path": "_keywords/words.md", "code": "KEYWORDS_FAILED", "message": words, "line": 6},
+        {"path": "guides/c.md", "code": "INVALID_FRONT_MATTER", "message": FRONT, "line": 2},
+        {"path": "guides/qa-pairs.md", "code": "QUESTIONS_FAILED", "message": questions, "line": 5},
+        {"path": "guides/topic-spec.md", "code": "TOPIC_SPEC_FAILED", "message": spec, "line": 3},
     ]
     # a later step (the build ran on a cluster, in a container): `mdindex report --annotate`
     assert mdindex(["report", str(tmp_path / "out")]) == 0
     assert "::" not in capsys.readouterr().out and summary.read_text().count("###") == 1
     assert mdindex(["report", "--annotate", str(tmp_path / "out")]) == 0
-    assert capsys.readouterr().out.splitlines()[-2:] == out[-2:]
+    assert capsys.readouterr().out.splitlines()[-5:] == out[-5:]
     assert summary.read_text().count("### mdindex build: sources_failed (exit code 3)\n") == 2
     assert summary.read_text().startswith("### mdindex build: sources_failed (exit code 3)\n")
 

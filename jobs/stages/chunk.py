@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from chunking import ChunkedDocument, ChunkingError, chunk_source, token_counter
 from indexing import parse_questions
+from indexing.questions import QUESTIONS_FAILED
 from indexing.terminal import printable
 from jobs.gc_pause import gc_paused
 from jobs.known import KnownFailure
@@ -33,7 +34,6 @@ from jobs.stages.tokenize import tokenize_sources
 from jobs.stats import ChunkStats, Clock, Histogram, Paths, RunStats, Slowest
 from jobs.storage import Storage
 
-QUESTIONS_FAILED = "QUESTIONS_FAILED"
 # An exception other than the chunker's own ChunkingError: a bug, or the machine (memory). Unlike
 # the chunker's deterministic codes, it is retried on every run (`jobs.plan`).
 CHUNKER_ERROR = "CHUNKER_ERROR"
@@ -176,5 +176,13 @@ def _questions(data: bytes) -> tuple[str | None, Failure | None]:
     try:
         text = data.decode("utf-8").removeprefix("\ufeff")  # a BOM dropped, as from sources
     except UnicodeDecodeError as exc:
-        return None, (QUESTIONS_FAILED, f"invalid UTF-8 at byte offset {exc.start}")
+        return None, (QUESTIONS_FAILED, invalid_utf8(data, exc))
     return json.dumps(parse_questions(text), ensure_ascii=False), None
+
+
+def invalid_utf8(data: bytes, error: UnicodeDecodeError) -> str:
+    """Where a topic's own file (qa-pairs.md, a keywords file, topic-spec.md) is not UTF-8, in the
+    words of a source's CHUNKING_FAILED: "invalid UTF-8 at byte offset 90 (line 3): invalid start
+    byte" (`jobs.report_html.failure_line` reads the line; until 2026-11-30 none said it)."""
+    line = data.count(b"\n", 0, error.start) + 1
+    return f"invalid UTF-8 at byte offset {error.start} (line {line}): {error.reason}"

@@ -30,6 +30,7 @@ from indexing import (
     stale_files,
 )
 from indexing.hal import moved_index, not_an_index
+from indexing.keywords import KEYWORDS_FAILED
 from indexing.paths import (
     CHUNKS_DIR,
     INDEX,
@@ -37,8 +38,10 @@ from indexing.paths import (
     in_topic,
     is_chunk_file,
 )
+from indexing.questions import QUESTIONS_FAILED
 from indexing.sources import is_source
 from indexing.terminal import printable
+from indexing.topic_spec import TOPIC_SPEC_FAILED
 from jobs.broken_links import page_links
 from jobs.landmarks import Landmark
 from jobs.plan import STEM_CONFLICT
@@ -51,7 +54,7 @@ from jobs.previous import (
 )
 from jobs.progress import report_stats, rows_key
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
-from jobs.stages.chunk import QUESTIONS_FAILED
+from jobs.stages.chunk import invalid_utf8
 from jobs.stages.read import READ_FAILED
 from jobs.stats import Clock, IndexStats, RunStats
 from jobs.storage import Storage, SymlinkRefused
@@ -59,8 +62,6 @@ from jobs.storage import Storage, SymlinkRefused
 log = logging.getLogger("mdindex.build")
 
 INDEX_JSON_FAILED = "INDEX_JSON_FAILED"
-KEYWORDS_FAILED = "KEYWORDS_FAILED"
-TOPIC_SPEC_FAILED = "TOPIC_SPEC_FAILED"
 # Failures that a file's bytes and the settings decide, for files whose fingerprint the plan
 # compares (sources, qa-pairs.md, keywords files): settled, not retried until one changes
 # (`jobs.plan`). A read that fails is READ_FAILED, retried; so are timeouts, CHUNKER_ERROR and
@@ -365,8 +366,12 @@ def _keywords(source: Storage, path: str | None) -> tuple[list, list[dict[str, s
     except OSError as exc:
         return [], [{"path": path, "code": READ_FAILED, "message": str(exc)}]
     try:
-        return parse_keywords(data.decode("utf-8").removeprefix("\ufeff")), []  # BOM, as sources
-    except (UnicodeDecodeError, ValueError) as exc:
+        text = data.decode("utf-8").removeprefix("\ufeff")  # a BOM dropped, as from sources
+    except UnicodeDecodeError as exc:
+        return [], [{"path": path, "code": KEYWORDS_FAILED, "message": invalid_utf8(data, exc)}]
+    try:
+        return parse_keywords(text), []
+    except ValueError as exc:
         return [], [{"path": path, "code": KEYWORDS_FAILED, "message": str(exc)}]
 
 
@@ -393,7 +398,7 @@ def _existing_spec(
     try:
         return data.decode("utf-8"), False, []
     except UnicodeDecodeError as exc:
-        message = f"not UTF-8 (invalid byte at offset {exc.start}): left untouched, not updated"
+        message = f"{invalid_utf8(data, exc)}; left untouched, not updated"
         return None, True, [{"path": path, "code": TOPIC_SPEC_FAILED, "message": message}]
 
 
