@@ -240,15 +240,17 @@ def report_bytes(report: dict[str, Any]) -> bytes:
     return (json.dumps(report, indent=2) + "\n").encode()
 
 
-def write_report(output: Storage, report: dict[str, Any]) -> None:
+def write_report(output: Storage, report: dict[str, Any], unreported: bool | None = None) -> None:
     """Write `_reindex/report.html`, the run history `_reindex/runs.jsonl` with the report's line
     in it (`jobs.runs`: its unfinished one replaced, or its own line where its end's report.json
     was not written) and then, from the same dict,
     `_reindex/report.json` (a failed run's report too: the page renders whatever sections the
     report has, and the last runs). On local disk the JSON
     is renamed into place last: the run is reported once it is there (`jobs.pipeline.run_job`'s
-    `reported`), with its page beside it."""
-    unreported = same_run(unfinished_run(output) or {}, report)  # its own report.json not written
+    `reported`), with its page beside it. `unreported`: whether the output's report.json still
+    says this run is unfinished (its own report.json not written), read here where not told."""
+    if unreported is None:
+        unreported = same_run(unfinished_run(output) or {}, report)
     runs = updated_runs(stored_runs(output), report, unreported)
     output.write_many(
         {
@@ -285,24 +287,27 @@ def write_failed_report(
     )
 
 
-def write_unfinished_report(config: JobConfig, started: float) -> None:
+def write_unfinished_report(
+    config: JobConfig, started: float, standing: dict[str, Any] | None
+) -> None:
     """Write the report that stands while this process's run (begun at `started`, epoch
     seconds) goes on, until its own replaces it at its end: status "unfinished", no exit code.
     A run killed where it could not report (kill -9, out of memory, its machine gone) left the
-    last run's report, which said "ok"; now it leaves one that says it never finished."""
-    _write_without_counts(
-        config,
-        {
-            "status": "unfinished",
-            "exit_code": None,
-            "started_at": utc(started),
-            "error": (
-                f"{describe_holder(holder(started))}, has not reported its end: it is still "
-                "running, or it was stopped where it could not (kill -9, out of memory, its "
-                "machine or container gone); the next build redoes what it changed"
-            ),
-        },
-    )
+    last run's report, which said "ok"; now it leaves one that says it never finished.
+    `standing`: the unfinished run the output's report.json names (`unfinished_run`), as the
+    caller read it just before under the build lock; not read again (one GET fewer on S3)."""
+    outcome = {
+        "status": "unfinished",
+        "exit_code": None,
+        "started_at": utc(started),
+        "error": (
+            f"{describe_holder(holder(started))}, has not reported its end: it is still "
+            "running, or it was stopped where it could not (kill -9, out of memory, its "
+            "machine or container gone); the next build redoes what it changed"
+        ),
+    }
+    unreported = same_run(standing or {}, {**outcome, **this_process()})
+    _write_without_counts(config, outcome, unreported)
 
 
 def unfinished_run(output: Storage) -> dict[str, Any] | None:
@@ -330,10 +335,13 @@ def stored_report(output: Storage) -> dict[str, Any] | None:
     return report if isinstance(report, dict) else None
 
 
-def _write_without_counts(config: JobConfig, outcome: dict[str, Any]) -> None:
+def _write_without_counts(
+    config: JobConfig, outcome: dict[str, Any], unreported: bool | None = None
+) -> None:
     """Write a report of `outcome` (status, exit code, time, error) and the run's input, output
     and settings. Where the output cannot take even that (a full or read-only disk, an S3 store
-    without credentials: botocore's `NoCredentialsError` is no `OSError`), it is only logged."""
+    without credentials: botocore's `NoCredentialsError` is no `OSError`), it is only logged.
+    `unreported`: as `write_report` takes it."""
     report = {
         **outcome,
         **run_facts(),
@@ -342,7 +350,7 @@ def _write_without_counts(config: JobConfig, outcome: dict[str, Any]) -> None:
         "settings": key_settings(config),
     }
     try:
-        write_report(Storage(config.output, config.storage_options), report)
+        write_report(Storage(config.output, config.storage_options), report, unreported)
     except Exception as exc:  # noqa: BLE001 - the run's own error, not this one, is its outcome
         log.warning("the run's %s report could not be written: %s", outcome["status"], exc)
 

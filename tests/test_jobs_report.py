@@ -979,7 +979,7 @@ def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, capl
     output = tmp_path / "out"
     shutil.copytree(built, output)
     config = load_config(CONFIG, overrides={"input": str(CORPUS), "output": str(output)})
-    jobs.report.write_unfinished_report(config, 1_800_000_000.0)  # what the killed run left
+    jobs.report.write_unfinished_report(config, 1_800_000_000.0, None)  # a killed run's
     with caplog.at_level(logging.WARNING, logger="mdindex.build"):
         report = run_job(config)
     killed = {"started_at": "2027-01-15T08:00:00+00:00", "host": socket.gethostname()}

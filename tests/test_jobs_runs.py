@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
 from jobs.cli import main as mdindex
-from jobs.report import write_report
+from jobs.config import load_config
+from jobs.report import unfinished_run, write_report, write_unfinished_report
 from jobs.report_html import render_html
 from jobs.runs import (
     KEPT,
@@ -25,7 +27,9 @@ from jobs.runs import (
     updated_runs,
 )
 from jobs.storage import Storage
+from tests.test_object_store_requests import counted  # noqa: F401 - its counting S3 server
 
+CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "local.yaml")
 WHERE = {"host": "night", "pid": 41}
 MONDAY = {
     "status": "sources_failed",
@@ -121,6 +125,30 @@ def test_a_run_stopped_between_its_history_and_its_report_is_one_line(tmp_path):
     assert parse_runs((tmp_path / RUNS_PATH).read_bytes()) == [run_entry(stopped)]
     write_report(output, ended)  # a later run of the same start, pid and host: its own line
     assert len(parse_runs((tmp_path / RUNS_PATH).read_bytes())) == 2
+
+
+def test_a_runs_start_reads_the_report_it_replaces_once(counted):  # noqa: F811
+    """A run's start read the output's report.json twice (on S3, two GETs): for the unfinished
+    run it names (`unfinished_run`: a killed run's, for the log and the report), then again to
+    write its own `unfinished` report. Under the build lock nothing writes it in between: that
+    write takes what was read (since 2026-11-30), and the killed run's line stays."""
+    bucket, options, counter = counted
+    config = load_config(
+        CONFIG,
+        overrides={"input": "/docs", "output": f"s3://{bucket}/start"},
+        settings=[f"storage_options={json.dumps(options)}"],
+    )
+    output = Storage(config.output, config.storage_options)
+    write_report(output, unfinished(MONDAY["started_at"]))  # what a killed run left
+    counter.take()
+    standing = unfinished_run(output)
+    write_unfinished_report(config, 1_800_000_000.0, standing)
+    assert counter.take().get("GET") == 2  # report.json, runs.jsonl: each once
+    runs = parse_runs(output.read_optional(RUNS_PATH))
+    assert [(run["started_at"], run["status"]) for run in runs] == [
+        (MONDAY["started_at"], "unfinished"),
+        ("2027-01-15T08:00:00+00:00", "unfinished"),
+    ]
 
 
 FOREIGN = {
