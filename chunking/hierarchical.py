@@ -235,7 +235,7 @@ class HierarchicalStrategy(Strategy):
                 parts[0] = Span(start, parts[0].end)
                 units += _packed(src, measure, parts, limit, unclosed)
             else:
-                units += line_pieces(doc, src, span, measure, limit, start)
+                units += line_pieces(doc, src, span, measure, limit, start, closers_kept=True)
         out: list[Span] = []
         plain: list[Span] = []
         for unit in units:

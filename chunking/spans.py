@@ -48,6 +48,9 @@ _SENTENCE_END = re.compile(
 )
 FENCE_RUN = re.compile(r"`{3,}|~{3,}")  # a run of backticks or tildes, which can open a fence
 WORD_START = re.compile(r"(?<!\S)\S")  # the first character of a word
+# A line of a code block that only closes what lines before it opened (`}`, `]);`), or a bare
+# fence marker (the closing line of a fence).
+_CLOSING_LINE = re.compile(r"[\s)\]},;]*|\s*(?:`{3,}|~{3,})\s*")
 # Where a chunk may start without cutting a word: a word's first character, or a character next
 # to a CJK one (each CJK character is a word of its own) other than punctuation that ends or
 # continues what is before it (、。，」), which no word starts with, or a mark (`tokens.MARKS`).
@@ -353,6 +356,7 @@ def line_pieces(
     measure: Measure,
     limit: int,
     start: int | None = None,
+    closers_kept: bool = False,
 ) -> list[Span]:
     """A block cut between lines (a line longer than `limit` is cut within itself first), an
     HTML block between its rows where they fit (`blocks.html_rows`); the first piece starts at
@@ -375,6 +379,10 @@ def line_pieces(
     and reopens it (same marker, info string and indentation; the bare marker when those would
     take over half of `limit`) at the top of the next, so every piece is well-formed markdown; an
     unclosed fence is closed in the last piece.
+
+    With `closers_kept` (hierarchical), a last piece of closing brackets alone (`}`, `]);`, a
+    fence's closing line) starts instead at the last line before them that holds more, when both
+    pieces still fit: no piece is the end of a code example without any of its code.
     """
     # bisects: filtering every fence of the document, for each block cut, was quadratic
     fences = fences_opening(doc.fences, *src.lines_starting_in(span))
@@ -467,7 +475,38 @@ def line_pieces(
         size = measure.size(piece.start, piece.end)
         return size + measure.size_of(piece.prefix + piece.suffix) > limit
 
-    return packed_pieces(parts, measure, budget, piece_of, too_big)
+    pieces = packed_pieces(parts, measure, budget, piece_of, too_big)
+    if closers_kept and len(pieces) > 1:
+        return _closers_kept(src, parts, pieces, piece_of, too_big)
+    return pieces
+
+
+def _closers_kept(
+    src: SourceText,
+    parts: list[Span],
+    pieces: list[Span],
+    piece_of: Callable[[list[Span]], Span],
+    too_big: Callable[[Span], bool],
+) -> list[Span]:
+    """`pieces` (packed from `parts`), the last one started at the last part of the one before
+    that holds more than closing brackets when it holds nothing else (`line_pieces`)."""
+    starts = [part.start for part in parts]
+    first, before = bisect_left(starts, pieces[-1].start), bisect_left(starts, pieces[-2].start)
+
+    def closing(part: Span) -> bool:
+        text = src.text[part.start : part.end]
+        return all(_CLOSING_LINE.fullmatch(line) for line in text.split("\n"))
+
+    if not all(map(closing, parts[first:])):
+        return pieces
+    for index in range(first - 1, before, -1):
+        if closing(parts[index]):
+            continue
+        head, tail = piece_of(parts[before:index]), piece_of(parts[index:])
+        if too_big(head) or too_big(tail):
+            return pieces
+        return [*pieces[:-2], head, tail]
+    return pieces
 
 
 def _grouped(numbers: list[int], rows: dict[int, int]) -> list[list[int]]:

@@ -437,3 +437,34 @@ def test_no_overlap_is_taken_from_an_html_table():
     document = check_invariants(f"## Signals\n\n{intro}\n\n{table}\n\n{after}\n", "hierarchical")
     assert len(document.chunks) == 3 and document.chunks[-1].text == after
     assert document.chunks[1].text == table
+
+
+@pytest.mark.parametrize("pad", [40, 43, 55])  # no brace, one, four after the closing line
+def test_a_code_blocks_last_piece_is_never_its_closing_brackets_alone(pad):
+    """A code block cut between lines left its last piece as closing braces alone (`}` lines
+    and the fence's closing line; FastAPI's advanced/additional-responses.md, a JSON schema) or
+    an empty code block (its closing line alone): that piece starts at the last line before
+    them that holds more, here `"id": 1`."""
+    opened = "\n".join("  " * depth + f'"k{depth}": {{' for depth in range(1, 5))
+    closed = ["  " * depth + "}" for depth in range(4, -1, -1)]
+    text = (
+        f'## Response\n\n```json\n{{\n{opened}\n        "name": "{"x" * pad}",\n'
+        f'        "id": 1\n' + "\n".join(closed) + "\n```\n"
+    )
+    doc = check_invariants(
+        text, "hierarchical", max_chunk_size=100, overlap_size=20, hard_max_size=120
+    )
+    assert all(len(c.text) <= 120 for c in doc.chunks)
+    assert doc.chunks[-1].text == '```json\n        "id": 1\n' + "\n".join(closed) + "\n```"
+    assert doc.chunks[-2].text.endswith(f'"name": "{"x" * pad}",\n```')
+
+
+def test_a_sentence_opening_a_fence_in_a_section_near_the_hard_maximum_stays_within_it():
+    """README's old known limitation at the default sizes: a piece of an atomic section packed
+    to within 4 characters of 4,000 whose first sentence starts with `~~~` got its closing line
+    past the hard maximum, and the document failed CHUNKING_FAILED (until d75b5f6)."""
+    body = ("abcd " * 800)[:3992] + "."
+    text = "# T\n\n" + "Alpha " * 330 + "end. ~~~ " + body + " Tail."
+    doc = hierarchical(text)
+    assert [c.content_type for c in doc.chunks] == ["introduction"] * len(doc.chunks)
+    assert all(len(c.text) <= 4000 and not unclosed_fences(c.text) for c in doc.chunks)
