@@ -25,10 +25,12 @@ def _benchmark_module():
 
 
 @pytest.fixture(scope="module")
-def counted() -> Iterator[tuple[str, dict, object]]:
-    """A moto server of this module's own with a bucket, its storage options, its counter."""
+def counted(request) -> Iterator[tuple[str, dict, object]]:
+    """A moto server of the module's own with a bucket, its storage options, its counter. Moto's
+    buckets are one store in a process: the bucket is named for the module (test_jobs_runs
+    imports this fixture, and pytest-xdist can run both modules in one worker)."""
     s3 = _benchmark_module().S3()
-    bucket = s3.new_bucket("counted")
+    bucket = s3.new_bucket(request.module.__name__.rpartition(".")[2].replace("_", "-"))
     try:
         yield bucket, s3.storage_options, s3.counter
     finally:
