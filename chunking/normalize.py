@@ -96,11 +96,19 @@ def decode(data: bytes) -> str:
     except UnicodeDecodeError as exc:
         if 0 <= nul < exc.start:  # the first thing wrong (an executable's NUL at byte 7)
             raise binary from None
-        where = f"byte offset {exc.start}{_line_of(data, exc.start)}"
-        raise ChunkingError(CHUNKING_FAILED, f"invalid UTF-8 at {where}: {exc.reason}") from None
+        raise ChunkingError(CHUNKING_FAILED, invalid_utf8(data, exc)) from None
     if nul >= 0:
         raise binary
     return text.removeprefix(_BOM)
+
+
+def invalid_utf8(data: bytes, error: UnicodeDecodeError) -> str:
+    """Where `data` is not UTF-8, as a writer goes to it: "invalid UTF-8 at byte offset 90 (line
+    3): invalid start byte" (a source's CHUNKING_FAILED; a topic's own files' failures, qa-pairs.md,
+    keywords and topic-spec.md, say the same: `jobs.report_html.failure_line` reads the line)."""
+    return (
+        f"invalid UTF-8 at byte offset {error.start}{_line_of(data, error.start)}: {error.reason}"
+    )
 
 
 def _line_of(data: bytes, offset: int) -> str:

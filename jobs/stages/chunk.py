@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from chunking import ChunkedDocument, ChunkingError, chunk_source, token_counter
+from chunking.normalize import invalid_utf8
 from indexing import parse_questions
 from indexing.questions import QUESTIONS_FAILED
 from indexing.terminal import printable
@@ -178,11 +179,3 @@ def _questions(data: bytes) -> tuple[str | None, Failure | None]:
     except UnicodeDecodeError as exc:
         return None, (QUESTIONS_FAILED, invalid_utf8(data, exc))
     return json.dumps(parse_questions(text), ensure_ascii=False), None
-
-
-def invalid_utf8(data: bytes, error: UnicodeDecodeError) -> str:
-    """Where a topic's own file (qa-pairs.md, a keywords file, topic-spec.md) is not UTF-8, in the
-    words of a source's CHUNKING_FAILED: "invalid UTF-8 at byte offset 90 (line 3): invalid start
-    byte" (`jobs.report_html.failure_line` reads the line; until 2026-11-30 none said it)."""
-    line = data.count(b"\n", 0, error.start) + 1
-    return f"invalid UTF-8 at byte offset {error.start} (line {line}): {error.reason}"

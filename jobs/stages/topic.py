@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from chunking import DETERMINISTIC_FAILURES, ChunkedDocument
 from chunking.links import target_paths
+from chunking.normalize import invalid_utf8
 from indexing import (
     IndexSettings,
     SourceInput,
@@ -54,7 +55,6 @@ from jobs.previous import (
 )
 from jobs.progress import report_stats, rows_key
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
-from jobs.stages.chunk import invalid_utf8
 from jobs.stages.read import READ_FAILED
 from jobs.stats import Clock, IndexStats, RunStats
 from jobs.storage import Storage, SymlinkRefused
