@@ -613,9 +613,11 @@ def watching_nodes(resources: ResourcesConfig, grows: bool, embeds: bool) -> Ite
     if not grows:
         yield watch
         return
-    watch.start()
     try:
         try:
+            # started inside: its first look can stop the build at once (node_wait_seconds 0), and
+            # an interruption taken before this try was the bare SIGTERM's exit, 143 (CI, loaded)
+            watch.start()
             yield watch
         finally:
             watch.close()
