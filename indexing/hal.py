@@ -8,10 +8,16 @@ from typing import Any
 
 import orjson
 
+from chunking.normalize import decode
+from chunking.record import ChunkingError
 from indexing.paths import index_href, parent_of
 
 ROOT_TITLE = "Index"
 NOT_AN_INDEX = "not an mdindex index (no _embedded object)"
+NOT_JSON = "not JSON ("  # how `not_an_index` starts for a file that is no JSON
+# The failure a build reports for an index.json it did not write, which it leaves as it is (a
+# person's own, or a symbolic link; `jobs.stages.topic`)
+INDEX_JSON_FAILED = "INDEX_JSON_FAILED"
 
 
 def dump_json(doc: Any) -> bytes:
@@ -64,12 +70,26 @@ def not_an_index(data: bytes, directory: str) -> str | None:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        return f"not JSON ({exc})"
+        return f"{NOT_JSON}{_json_problem(data, exc)})"
     if not is_index_document(doc):
         return NOT_AN_INDEX
     if doc.get("id") != directory:
         return f"the index of {doc.get('id')!r}, not of {directory!r}"
     return None
+
+
+def _json_problem(data: bytes, error: orjson.JSONDecodeError) -> str:
+    """Why `data` is no JSON, naming its line as a writer's editor goes to it: what
+    `chunking.normalize.decode` says of bytes that are no UTF-8 text, as of a source's ("looks
+    like UTF-16 (byte order mark FF FE); save it as UTF-8", "invalid UTF-8 at byte offset 9
+    (line 2): ...": orjson put those at "line 1 column 1"), else orjson's reason "at line 3,
+    column 9" (until 2026-11-30 "...: line 3 column 9 (char 20)", which no report read as a
+    line: `jobs.report_html.failure_line`)."""
+    try:
+        decode(data)
+    except ChunkingError as exc:
+        return exc.message
+    return f"{error.msg} at line {error.lineno}, column {error.colno}"
 
 
 def moved_index(data: bytes, directory: str) -> bool:

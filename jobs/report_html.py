@@ -20,6 +20,7 @@ from html import escape
 from typing import Any
 
 from chunking import CHUNKING_FAILED, INVALID_FRONT_MATTER
+from indexing.hal import INDEX_JSON_FAILED, NOT_JSON
 from indexing.keywords import KEYWORDS_FAILED
 from indexing.questions import QUESTIONS_FAILED
 from indexing.terminal import counted, printable
@@ -39,8 +40,10 @@ _NUMBER = re.compile(r"\d+")  # "invalid UTF-8 at byte offset 90" and "... 87" a
 # "invalid UTF-8 at byte offset 49 (line 3)", "the code fence opened at line 8", "TOML front
 # matter at its end, line 7") and, since 2026-11-30, a topic file's (qa-pairs.md's, topic-spec.md's
 # "invalid UTF-8 at byte offset 9 (line 2)", a keywords file's too or "keywords table row 2 (line
-# 5)"); only these codes' messages are read, the first match (another's may hold such words in a
-# file name; these name the line before any text of the file)
+# 5)"), and an index.json's that is no JSON ("not JSON (trailing comma is not allowed at line 3,
+# column 9)"); only these codes' messages are read, the first match (another's may hold such words
+# in a file name; these name the line before any text of the file: of INDEX_JSON_FAILED's, only
+# the not-JSON one does, another quotes the file's `id` first)
 _LINE = re.compile(r"(?:\bat |\bend, |\()line (\d+)\b")
 _LINE_CODES = frozenset(
     {CHUNKING_FAILED, INVALID_FRONT_MATTER, QUESTIONS_FAILED, KEYWORDS_FAILED, TOPIC_SPEC_FAILED}
@@ -311,7 +314,9 @@ def failure_line(failure: dict[str, Any]) -> int | None:
     (a failure as the build records it, or an older report's)."""
     if "line" in failure:
         return failure["line"]
-    found = _LINE.search(failure["message"]) if failure["code"] in _LINE_CODES else None
+    code, message = failure["code"], failure["message"]
+    names = code in _LINE_CODES or (code == INDEX_JSON_FAILED and message.startswith(NOT_JSON))
+    found = _LINE.search(message) if names else None
     return int(found[1]) if found else None
 
 

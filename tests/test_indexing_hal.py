@@ -54,6 +54,27 @@ def test_an_index_json_this_library_did_not_write_is_told_apart():
     )
 
 
+def test_an_index_json_that_is_no_json_names_its_line_as_the_sources_failures_do():
+    """A person's index.json with an editor's mistake names the line it is on, "at line L" (it
+    gave orjson's "line 3 column 9 (char 20)", which no report read as a line), and one that is
+    no UTF-8 text says what a source would (orjson said "line 1 column 1" of each)."""
+    trailing = b'{\n  "id": "guides",\n  "title": "Guides",\n}\n'
+    assert not_an_index(trailing, "guides") == (
+        "not JSON (trailing comma is not allowed at line 3, column 20)"
+    )
+    powershell = '{"id": "guides"}'.encode("utf-16")  # `ConvertTo-Json > index.json`
+    assert not_an_index(powershell, "guides") == (
+        "not JSON (looks like UTF-16 (byte order mark FF FE); save it as UTF-8)"
+    )
+    latin1 = '{\n  "title": "Caf\u00e9"\n}\n'.encode("latin-1")
+    assert not_an_index(latin1, "guides") == (
+        "not JSON (invalid UTF-8 at byte offset 17 (line 2): invalid continuation byte)"
+    )
+    assert not_an_index(b'{"id": 1,\n\x00}', "guides") == (
+        "not JSON (binary content: NUL byte at byte offset 10 (line 2))"
+    )
+
+
 def test_an_index_json_written_for_another_folder_is_told_from_a_persons_own():
     """An index.json this library wrote for another folder (the folder renamed or copied in an
     in-place output) is a moved index; a person's HAL document with `_embedded` is not, nor is

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from chunking import CHUNKING_TIMEOUT, ChunkingError, chunk_source
+from indexing.hal import not_an_index
 from jobs.annotations import (
     checkout_prefix,
     failed_build,
@@ -22,6 +23,7 @@ from jobs.annotations import (
 from jobs.cli import main as mdindex
 from jobs.reindex import main
 from jobs.report_html import failure_line
+from jobs.stages.topic import index_left
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "local.yaml")
 FRONT = "YAML front matter at line 2: expected the node content, but found '<stream end>'"
@@ -133,6 +135,21 @@ def test_every_chunker_failure_that_knows_its_line_gives_it():
     assert all(found == line for found, line in lines.values()), lines
     budget = failure("a.md", CHUNKING_TIMEOUT, "chunking ran past its time budget of 5 s")
     assert failure_line(budget) is None
+
+
+def test_a_persons_index_json_that_is_no_json_gives_its_line():
+    """INDEX_JSON_FAILED of an index.json with a trailing comma, or not UTF-8, names its line as a
+    topic's other files do, which the report's `line` and the annotation's `line=` then are (it
+    had none); one that is JSON names none, even where the `id` it quotes reads "(line 7)"."""
+    left = "the topic's 2 sources are not indexed"
+    trailing = b'{\n  "id": "guides",\n  "title": "Guides",\n}\n'
+    latin1 = '{\n  "id": "guides",\n  "title": "Caf\u00e9"\n}\n'.encode("latin-1")
+    other = b'{"id": "notes (line 7)", "_embedded": {}}'
+    found = [
+        failure_line(index_left("guides/index.json", not_an_index(data, "guides"), left))
+        for data in (trailing, latin1, other)
+    ]
+    assert found == [3, 3, None]
 
 
 def test_an_input_outside_the_checkout_or_on_s3_names_the_place_in_the_message(tmp_path):

@@ -30,7 +30,7 @@ from indexing import (
     parse_keywords,
     stale_files,
 )
-from indexing.hal import moved_index, not_an_index
+from indexing.hal import INDEX_JSON_FAILED, moved_index, not_an_index
 from indexing.keywords import KEYWORDS_FAILED
 from indexing.paths import (
     CHUNKS_DIR,
@@ -61,7 +61,6 @@ from jobs.storage import Storage, SymlinkRefused
 
 log = logging.getLogger("mdindex.build")
 
-INDEX_JSON_FAILED = "INDEX_JSON_FAILED"
 # Failures that a file's bytes and the settings decide, for files whose fingerprint the plan
 # compares (sources, qa-pairs.md, keywords files): settled, not retried until one changes
 # (`jobs.plan`). A read that fails is READ_FAILED, retried; so are timeouts, CHUNKER_ERROR and
