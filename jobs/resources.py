@@ -74,7 +74,8 @@ def embed_pool(
     `gpu_actors`, and on a cluster that `grows` (one joined through RAY_ADDRESS, whose autoscaler
     may add GPU nodes during the build) the pool autoscales from there to `gpu_max_actors`. A CPU
     pool runs `auto_threads` torch threads per actor and as many actors as `cpus` holds, but no
-    more than there are `batches` (2 CPUs: two actors with one thread each). Fewer actors than
+    more than there are `batches` or `max_actors` (2 CPUs: two actors with one thread each; with
+    `max_actors: 1`, one: it was two, and Ray Data refused a pool of 2 to 1). Fewer actors than
     that, whether `batches` or the config sets their count (its largest, if it autoscales), share
     the CPUs: one actor on 2 CPUs runs two threads. Its actors reserve no logical CPU, so chunk
     tasks run on every CPU while there is chunking to do (then the two share the cores), and the
@@ -85,11 +86,12 @@ def embed_pool(
         actors = resources.actors or gpu_actors(resources, slots, num_cpus, cpus, batches)
         most = gpu_max_actors(resources, batches) if grows else resources.max_actors
         return EmbedPool(actors, most, num_cpus, resources.num_gpus, _threads(num_cpus))
+    most = resources.max_actors or math.inf  # a sized count stays within it
     if resources.num_cpus is not None:
         threads = _threads(resources.num_cpus)
-        actors = resources.actors or max(1, spare_actors(cpus, resources.num_cpus))
+        actors = resources.actors or max(1, min(spare_actors(cpus, resources.num_cpus), most))
         return EmbedPool(actors, resources.max_actors, resources.num_cpus, 0.0, threads)
-    actors = resources.actors or max(1, min(batches, int(cpus // auto_threads(cpus))))
+    actors = resources.actors or max(1, min(batches, int(cpus // auto_threads(cpus)), most))
     threads = max(1, int(cpus // max(actors, resources.max_actors or 0)))
     return EmbedPool(actors, resources.max_actors, 0.0, 0.0, threads)
 

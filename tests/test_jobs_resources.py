@@ -111,6 +111,20 @@ def test_a_cpu_embedding_actor_gets_its_environment_without_a_runtime_env():
     assert actor_env(gpu_pool) == {"MKL_CBWR": "AUTO,STRICT"}
 
 
+def test_a_cpu_pool_sized_to_the_cpus_stays_within_max_actors():
+    """`max_actors` below the count a CPU pool sizes itself to (the CPUs, or the CPUs its actors'
+    `num_cpus` leave) is its count: a 2-CPU cluster joined through RAY_ADDRESS with
+    `max_actors: 1` sized two actors, and Ray Data refused the pool ("min_size must be <=
+    max_size", 2, 1), exit 1 after the chunking had begun."""
+    pool = embed_pool(EmbedResources(max_actors=1), 2, batches=BATCHES)
+    assert (pool.actors, pool.max_actors, pool.threads) == (1, 1, 2)
+    assert actor_stage_args(pool, None, 3)["compute"].max_size == 1
+    reserving = embed_pool(EmbedResources(num_cpus=1, max_actors=2), 8, batches=BATCHES)
+    assert (reserving.actors, reserving.max_actors) == (2, 2)
+    assert actor_stage_args(reserving, None, 3)["compute"].min_size == 2
+    assert embed_pool(EmbedResources(max_actors=4), 2, batches=BATCHES).actors == 2  # grows
+
+
 def test_the_embedding_actor_sets_its_environment_before_torch_loads_and_freezes_it():
     """OpenMP reads OMP_WAIT_POLICY when torch loads it, and MKL reads MKL_CBWR at its first call:
     the actor's module does not import torch, and the actor sets `EmbedSettings.env` before it
