@@ -38,13 +38,14 @@ from chunking.blocks import (
     last_fence_opened,
 )
 from chunking.record import CHUNKING_FAILED, ChunkingError
-from chunking.tokens import CJK, MARKS, TokenCounter
+from chunking.tokens import MARKS, UNSPACED, TokenCounter
 
 # A sentence ends at . ! ? (Devanagari's danda । ॥, the Arabic question mark ؟), then closing
-# quotes or brackets, then whitespace; or at a CJK full stop (。！？) and the closing quotes or
-# brackets after it. The closers end the sentence; the gap is the whitespace after them.
+# quotes (straight or curly) or brackets, then whitespace; or at a CJK full stop (。！？) and the
+# closing quotes or brackets after it. The closers end the sentence; the gap is the whitespace
+# after them.
 _SENTENCE_END = re.compile(
-    r"[.!?\u0964\u0965\u061f][\"')\]]*(\s+)|[。！？]+[」』）】〕》〉”’\"')\]]*(\s*)"
+    r"[.!?\u0964\u0965\u061f][\"'”’)\]]*(\s+)|[。！？]+[」』）】〕》〉”’\"')\]]*(\s*)"
 )
 FENCE_RUN = re.compile(r"`{3,}|~{3,}")  # a run of backticks or tildes, which can open a fence
 WORD_START = re.compile(r"(?<!\S)\S")  # the first character of a word
@@ -52,11 +53,12 @@ WORD_START = re.compile(r"(?<!\S)\S")  # the first character of a word
 # fence marker (the closing line of a fence).
 _CLOSING_LINE = re.compile(r"[\s)\]},;]*|\s*(?:`{3,}|~{3,})\s*")
 # Where a chunk may start without cutting a word: a word's first character, or a character next
-# to a CJK one (each CJK character is a word of its own) other than punctuation that ends or
-# continues what is before it (、。，」), which no word starts with, or a mark (`tokens.MARKS`).
+# to an ideograph or kana (each is a word of its own: `tokens.UNSPACED`) other than punctuation
+# that ends or continues what is before it (、。，」), which no word starts with, or a mark
+# (`tokens.MARKS`). Korean puts spaces between words: a Hangul syllable starts one only after one.
 _NO_WORD_START = "、。，．：；！？」』）】〕》〉”’,.:;!?)\\]}" + MARKS
 _MARK = re.compile(f"[{MARKS}]")
-WORD_BOUNDARY = re.compile(rf"(?<!\S)\S|(?![{_NO_WORD_START}])(?:[{CJK}]|(?<=[{CJK}])\S)")
+WORD_BOUNDARY = re.compile(rf"(?<!\S)\S|(?![{_NO_WORD_START}])(?:[{UNSPACED}]|(?<=[{UNSPACED}])\S)")
 
 
 @dataclass(frozen=True)
@@ -231,12 +233,17 @@ class Measure:
         return cuts
 
     def tail(self, start: int, end: int, size: int) -> int:
-        """Where the last `size` tokens (or characters) of `[start, end)` begin."""
+        """Where the last `size` tokens (or characters) of `[start, end)` begin: at the first
+        offset after which they all fit (a tokenizer can start several tokens at one character,
+        MiniLM the jamo of a Hangul syllable; `end` when none fit)."""
         if self.counter is None:
             return max(start, end - size)
         lo, hi = bisect_left(self.starts, start), bisect_left(self.starts, end)
         keep = self.counter.max_units(size)
-        return self.starts[hi - keep] if 0 < keep < hi - lo else start
+        if not 0 < keep < hi - lo:
+            return start
+        first = bisect_right(self.starts, self.starts[hi - keep - 1])
+        return self.starts[first] if first < hi else end
 
     def windows(self, start: int, end: int, size: int, overlap: int) -> list[tuple[int, int]]:
         """Ranges of `size` tokens (or characters), each repeating the last `overlap` of the one

@@ -22,21 +22,27 @@ from itertools import accumulate, chain, pairwise
 from pathlib import Path
 from typing import Any, Protocol
 
-# Scripts written without spaces between words: each character is one word.
-CJK = (
-    "\u1100-\u11ff"  # Hangul Jamo
+# Scripts written without spaces between words (ideographs, kana): each character is a word.
+UNSPACED = (
     "\u2e80-\u2fdf"  # CJK radicals
     "\u3001-\u303f"  # CJK punctuation (not the ideographic space U+3000)
     "\u3040-\u30ff"  # Hiragana, Katakana
-    "\u3100-\u318f"  # Bopomofo, Hangul compatibility Jamo
+    "\u3100-\u312f"  # Bopomofo
     "\u31f0-\u31ff"  # Katakana extensions
     "\u3400-\u4dbf"  # CJK Extension A
     "\u4e00-\u9fff"  # CJK Unified Ideographs
-    "\uac00-\ud7af"  # Hangul syllables
     "\uf900-\ufaff"  # CJK compatibility ideographs
     "\uff01-\uffee"  # full-width and half-width forms
     "\U00020000-\U0003134f"  # CJK Extensions B-G
 )
+# Hangul: Korean puts spaces between words, but seed 003's heuristic counts each syllable (or
+# jamo) as a word, as it counts a CJK character.
+HANGUL = (
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u3130-\u318f"  # Hangul compatibility Jamo
+    "\uac00-\ud7af"  # Hangul syllables
+)
+CJK = UNSPACED + HANGUL  # what the heuristic counts character by character
 # What belongs to the character before it, so that no cut falls before it: Hangul's vowel and
 # final jamo (a syllable written in NFD, as macOS names files, is two or three jamo), kana's voiced
 # sound marks (NFD's が), combining diacritics and variation selectors (a Han character's

@@ -35,15 +35,18 @@ def test_a_list_introduced_by_a_full_width_colon_stays_with_it_in_structural():
 def test_a_sentence_cut_from_the_next_keeps_its_closing_quote_or_bracket(strategy):
     """A sentence ended at its `.`, `。`: the closing quote or bracket after it was left between
     two pieces (in neither: a piece ended `...test.` where the source has `...test."`), or
-    began the next one (`」這個「路徑前綴」...`, FastAPI's zh-hant docs)."""
+    began the next one (`」這個「路徑前綴」...`, FastAPI's zh-hant docs). A curly quote ended no
+    English sentence: `the “end.” Next` was one sentence, and prose quoted so was cut between
+    words."""
     english = " ".join(f'Sentence {i} says "this is quoted text {i}." Then' for i in range(80))
+    curly = " ".join(f"Sentence {i} says “this is quoted text {i}.” Then" for i in range(80))
     chinese = "".join(f"他说「这是第{i}个被引用的句子，内容比较长一些。」然后" for i in range(80))
-    for prose, closer in ((english, '."'), (chinese, "。」")):
+    for prose, closer in ((english, '."'), (curly, ".”"), (chinese, "。」")):
         chunks = chunk_document(f"# T\n\n## Big\n\n{prose}\n", strategy=strategy)
         assert len(chunks) > 2
         for chunk in chunks:
             body = chunk.text.split("\n")[-1]
-            assert not body.startswith(('"', "」")), body[:20]
+            assert not body.startswith(('"', "”", "」")), body[:20]
             assert body.endswith(closer) or body.endswith(prose[-10:]), body[-20:]
 
 

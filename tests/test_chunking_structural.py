@@ -218,6 +218,25 @@ def test_a_cjk_overlap_shorter_than_the_last_sentence_is_cut_between_characters(
         assert 0 < minilm.count(overlap) <= before.token_count * 15 // 100
 
 
+def test_a_korean_overlap_shorter_than_the_last_sentence_starts_at_a_word(minilm):
+    # Korean puts spaces between words; a Hangul syllable counted as a word of its own, as an
+    # ideograph does, so the overlap began inside a word ('에도' of '사항에도').
+    words = (
+        "국제화 고려 사항에도 불구하고 구성 하위 시스템은 구문 분석할 수 없는 문서가 "
+        "재정의할 때마다 비동기적으로 다시 초기화됩니다"
+    ).split()
+    sentence = " ".join(words[i % len(words)] for i in range(45)) + "."
+    doc = structural("# 제목\n\n" + "\n\n".join(f"문단 {i} {sentence}" for i in range(12)))
+    chunks = doc.chunks
+    assert len(chunks) >= 3
+    for before, after in zip(chunks, chunks[1:], strict=False):
+        assert after.start_line <= before.end_line  # still overlapping
+        overlap = after.text[: after.text.index("\n\n")]
+        assert before.text.endswith(" " + overlap)  # whole words of the sentence's tail
+        assert after.text.split()[0] in words
+        assert 0 < minilm.count(overlap) <= before.token_count * 15 // 100
+
+
 def test_overlap_never_crosses_a_heading():
     doc = structural("# T\n\n## A\n\n" + _paragraphs(6, 8) + "\n\n## B\n\n" + _paragraphs(6, 8))
     first_of_b = next(c for c in doc.chunks if c.headings_path == ("T", "B"))
