@@ -236,6 +236,19 @@ def index_broken_links(
     lines of the first (`BrokenLinks.with_lines`). The listing is not looked at when no topic
     has any."""
     pairs = [pair for entry in topics for pair in entry.page_links]
+    return broken_links_of(pairs, paths, exclude, check, source)
+
+
+def broken_links_of(
+    pairs: Iterable[tuple[str, str]],
+    paths: Iterable[str],
+    exclude: tuple[str, ...],
+    check: str = "note",
+    source: Storage | None = None,
+) -> BrokenLinks:
+    """Those of the (source, href) links to pages `pairs` (`page_links`) that the input's listed
+    `paths` lack, as `index_broken_links` judges them (a dry run's: `jobs.dry_run`)."""
+    pairs = list(pairs)
     if not pairs:
         return BrokenLinks(check=check)
     listed = Listed.of(paths, exclude)

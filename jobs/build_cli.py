@@ -92,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "a rough cost (bytes to read, chunks to embed); start nothing, write nothing, exit 0",
     )
     parser.add_argument(
+        "--links",
+        action="store_true",
+        help="with --dry-run: also read and chunk (embed nothing) the sources of the topics it "
+        "would rebuild, and print the links to pages the corpus would not have, as the build's "
+        "report would; exit 3 where they fail the build (checks.broken_links: fail)",
+    )
+    parser.add_argument(
         "--set",
         dest="settings",
         action="append",
@@ -155,9 +162,12 @@ def run_build(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         failed_as_a_whole(f"mdindex build: config error: {exc}")
         return EXIT_USAGE
+    if args.links and not args.dry_run:  # a build judges its links always
+        failed_as_a_whole("mdindex build: --links: only with --dry-run (a build checks links)")
+        return EXIT_USAGE
     if args.dry_run:  # writes nothing, not even a failed run's report
         try:
-            planned = dry_run(config)
+            planned = dry_run(config, links=args.links)
         except (InputNotFound, ModelNotFound, OutputNotFound, InfeasibleResources) as exc:
             print(f"mdindex build: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -173,7 +183,9 @@ def run_build(args: argparse.Namespace) -> int:
         # another build's lock, the build's own code (its plan shown all the same)
         if not write_out(f"{describe(planned)}\n", "mdindex build"):
             return EXIT_JOB_FAILED
-        return EXIT_BUSY if planned.locked else EXIT_OK
+        if planned.locked:
+            return EXIT_BUSY
+        return EXIT_SOURCES_FAILED if planned.fails else EXIT_OK
     build_ends_program_at_once()
     with callers_handler():
         exit_on_sigterm()

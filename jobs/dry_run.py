@@ -7,30 +7,42 @@ would read. Chunks to embed are counted per source to chunk, at least one each, 
 at the previous run's chunks per byte of chunked sources (or DEFAULT_BYTES_PER_CHUNK on a first
 run), leaving out the sources whose content is unchanged (the same listing fingerprint, re-run for
 other reasons such as a settings change) and whose vectors are in the cache already.
+
+With `links` (`--links`), the sources of the topics it would rebuild are read and chunked (not
+embedded) as the build chunks them, for the index's broken links once the build has run
+(`jobs.broken_links`: the other topics' are in the manifest); then the cache is asked for the
+content of each source to chunk, and its chunks are counted, not estimated.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import posixpath
 from dataclasses import dataclass
 
-from indexing.terminal import printable
+from indexing import SourceInput
+from indexing.terminal import counted, printable
+from jobs.broken_links import BrokenLinks, broken_links_of, page_links
 from jobs.config import JobConfig
-from jobs.discovery import abort_stops, check_output_roots, discover, list_input
+from jobs.discovery import Discovery, abort_stops, check_output_roots, discover, list_input
 from jobs.local_ray import check_local_fit, expected_local_node
 from jobs.lock import check_bucket, check_writable, lock_holder
 from jobs.manifest import REPORT_PATH, Manifest
-from jobs.plan import KEEP, REBUILD, RELINK, settings_differ, unmatched_note
+from jobs.path_set import PathSet
+from jobs.pipeline import chunk_settings
+from jobs.plan import KEEP, REBUILD, RELINK, Plan, settings_differ, unmatched_note
 from jobs.records import QUESTIONS, SOURCE, TOPIC
 from jobs.report import error_text
-from jobs.report_html import SETTINGS_CHANGED
+from jobs.report_html import SETTINGS_CHANGED, place
+from jobs.stages.chunk import _chunk_source
 from jobs.storage import Storage
 from jobs.work import work_rows
 
 DEFAULT_BYTES_PER_CHUNK = 1000  # first run: no previous counts to go by
+READ_AT_ONCE = 256  # sources read (concurrent GETs on object stores), then chunked, at a time
 
 log = logging.getLogger("mdindex.build")
 
@@ -55,11 +67,19 @@ class DryRun:
     chunks_to_embed: int  # estimate
     stops: list[str]  # under failure_policy abort, the failures that stop the build at once
     locked: str | None  # the build that holds the output's lock, in words (`lock_holder`)
+    broken: BrokenLinks | None = None  # the index's broken links after the build (`links`)
+
+    @property
+    def fails(self) -> bool:
+        """Whether the build would fail for broken links (`checks.broken_links: fail`, exit 3)."""
+        return self.broken is not None and self.broken.fails
 
 
-def dry_run(config: JobConfig) -> DryRun:
-    """Plan the build `config` describes, without doing any of it."""
-    found = discover(config, list_input(config))
+def dry_run(config: JobConfig, *, links: bool = False) -> DryRun:
+    """Plan the build `config` describes, without doing any of it (with `links`, its broken
+    links too: `planned_broken_links`)."""
+    listing = list_input(config)
+    found = discover(config, listing)
     check_output_roots(config)
     plan, previous = found.plan, found.previous
     if (node := expected_local_node(config)) is not None:
@@ -78,18 +98,23 @@ def dry_run(config: JobConfig) -> DryRun:
     carried = sorted(path for facts in topic_facts for path in facts["carried"])
     key = config.chunking.key
     in_cache = cached_sources(Storage(config.cache, config.storage_options), key)
-    cached = [
-        row
-        for row in chunk
-        if (before := previous.sources.get(row["path"])) is not None
-        and before.sha256
-        and before.fingerprint == plan.fingerprints[row["path"]]
-        and before.sha256[:16] in in_cache
-    ]
+    chunked, pairs = chunk_rebuilt(config, found) if links else ({}, [])
+
+    def content_hash(path: str) -> str | None:
+        """The source's content hash: read here, or the last run's for the same listing."""
+        if path in chunked:
+            return chunked[path][0]
+        before = previous.sources.get(path)
+        same = before is not None and before.fingerprint == plan.fingerprints[path]
+        return before.sha256 if same else None
+
+    cached = [row for row in chunk if (sha := content_hash(row["path"])) and sha[:16] in in_cache]
     density = chunks_per_byte(found.output)
     cached_paths = {row["path"] for row in cached}
     to_embed = sum(
-        max(1, round(row["size"] * density)) for row in chunk if row["path"] not in cached_paths
+        chunked[row["path"]][1] if row["path"] in chunked else max(1, round(row["size"] * density))
+        for row in chunk
+        if row["path"] not in cached_paths
     )
     return DryRun(
         sources=len(plan.fingerprints),
@@ -108,7 +133,54 @@ def dry_run(config: JobConfig) -> DryRun:
         chunks_to_embed=to_embed,
         stops=abort_stops(plan) if config.failure_policy == "abort" else [],
         locked=lock_holder(found.output),
+        broken=(
+            broken_links_of(
+                [*kept_links(plan, previous), *pairs],
+                [f.path for f in listing],
+                config.sources.exclude,
+                config.checks.broken_links,
+                found.source,
+            )
+            if links
+            else None
+        ),
     )
+
+
+def kept_links(plan: Plan, previous: Manifest) -> list[tuple[str, str]]:
+    """The links to pages (`jobs.broken_links.page_links`) that the `previous` manifest records
+    for each topic `plan` keeps or relinks, which the build's manifest keeps."""
+    return [
+        pair
+        for topic in plan.topics
+        if topic.action != REBUILD
+        for pair in previous.topics[topic.topic].page_links
+    ]
+
+
+def chunk_rebuilt(
+    config: JobConfig, found: Discovery
+) -> tuple[dict[str, tuple[str, int]], list[tuple[str, str]]]:
+    """Every source of each topic the build planned in `found` would rebuild, read and chunked
+    as the build chunks them (embedding nothing; the carried ones too, as their links to a page
+    that left are in no manifest): per source read, its content's sha256 and its chunks (0: it
+    fails); and their links to pages (`jobs.broken_links.page_links`). READ_AT_ONCE at a time:
+    no document is kept."""
+    plan = found.plan
+    paths = [path for topic in plan.topics if topic.action == REBUILD for path in topic.sources]
+    settings = chunk_settings(config, PathSet.of(plan.fingerprints), None)
+    chunked: dict[str, tuple[str, int]] = {}
+    pairs: list[tuple[str, str]] = []
+    for start in range(0, len(paths), READ_AT_ONCE):
+        documents = []
+        for path, data in found.source.read_many(paths[start : start + READ_AT_ONCE]).items():
+            if isinstance(data, bytes):  # one that cannot be read fails: no links, no chunks
+                document = _chunk_source(data, path, settings)[0]
+                chunks = len(document.chunks) if document is not None else 0
+                chunked[path] = (hashlib.sha256(data).hexdigest(), chunks)
+                documents.append(SourceInput(path, document, None))
+        pairs += page_links(documents)
+    return chunked, pairs
 
 
 def cached_sources(cache: Storage, key: str) -> set[str]:
@@ -178,6 +250,8 @@ def describe(plan: DryRun) -> str:
         f"sources expected from the cache: {plan.cached}",
         f"chunks to embed (estimate): {plan.chunks_to_embed}",
     ]
+    if plan.broken is not None:
+        lines.append(f"broken links: {plan.broken.count}")
     if plan.settings_changed:  # why every topic is rebuilt: the build's summary says it too
         lines.append(f"settings: {SETTINGS_CHANGED}")
     if plan.stops:  # the build exits 1 at once, naming the first, and does none of the above
@@ -195,4 +269,9 @@ def describe(plan: DryRun) -> str:
     lines += [f"  still failing {path}" for path in plan.still_failing]
     lines += [f"  stem shared {path}" for path in plan.conflicts]
     lines += [f"  skip {path}" for path in plan.skipped]
+    if plan.broken is not None:  # the first, as the build's report names them, with their lines
+        broken = plan.broken
+        lines += [f"  broken {place(link.source, link.line)}: {link.href}" for link in broken.first]
+        if more := broken.count - len(broken.first):
+            lines.append(f"  ... {counted(more, 'more broken link')}")
     return "\n".join(printable(line) for line in lines)  # a name cannot start a line of its own

@@ -222,18 +222,34 @@ def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
     assert f"chunk {BROKEN}" in actions and f"read {GOLDEN}/qa-pairs.md" in actions
     assert main(["--config", CONFIG, *where]) == 3
 
-    # One source edited, one deleted: the dry run names them and its neighbours, and the cost
-    # is what the build then reports; the dry run itself touches nothing.
-    (corpus / "guides" / "installation.md").write_text("# Installation\n\nRun `pip install`.\n")
-    (corpus / "reference" / "cli" / "commands.md").unlink()
+    # One source edited and renamed, which breaks the link to it of an unchanged one, and one
+    # moved to another topic: the dry run names them and their neighbours, and the cost is what
+    # the build then reports; the dry run itself touches nothing. With `--links` it reads and
+    # chunks the sources of the topics to rebuild, the carried ones too: it names the broken
+    # link the build then reports, finds the moved page's vectors in the cache, and counts the
+    # chunks to embed (until 2026-11-30 a dry run found no broken link)
+    (corpus / "guides" / "setup.md").write_text("# Installation\n\nRun `pip install`.\n")
+    (corpus / "guides" / "installation.md").unlink()
+    (corpus / "reference" / "cli" / "commands.md").rename(corpus / "guides" / "commands.md")
     before = tree(output)
+    checked, found = dry(capsys, *where, "--links")
+    fail = ["--set", "checks.broken_links=fail"]
+    assert main(["--config", CONFIG, *where, *fail, "--dry-run", "--links"]) == 3  # as the build
+    assert main(["--config", CONFIG, *where, "--links"]) == 2  # a build checks links always
+    capsys.readouterr()
     summary, actions = dry(capsys, *where)
     assert tree(output) == before
+    assert "broken links" not in summary
+    assert checked["broken links"] == "1"
+    assert "broken guides/getting-started.md:14: installation.md" in found
+    assert checked["sources expected from the cache"] == "1"  # the moved one
+    assert summary["sources expected from the cache"] == "0"  # its old path's hash unknown
     # The failed source failed for its bytes, unchanged: its topic is kept, it is not read.
     assert summary["topics to rebuild"] == "1"
     assert summary["topics to delete"] == "1" and "delete topic reference/cli" in actions
     assert "delete reference/cli/commands.md" in actions
-    assert "chunk guides/installation.md" in actions and f"chunk {BROKEN}" not in actions
+    assert "chunk guides/setup.md" in actions and f"chunk {BROKEN}" not in actions
+    assert "chunk guides/commands.md" in actions and "delete guides/installation.md" in actions
     assert "carry guides/getting-started.md" in actions
     assert summary["files still failing, not read"] == "1" and f"still failing {BROKEN}" in actions
     assert main(["--config", CONFIG, *where]) == 3
@@ -241,8 +257,13 @@ def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
     assert int(summary["bytes to read"]) == report["bytes_read"]
     assert int(summary["sources to chunk"]) == report["sources"]["chunked"]
     assert int(summary["sources to carry"]) == report["sources"]["carried"]
-    assert summary["chunks to embed (estimate)"] == "1"  # at least one per source to chunk
-    assert report["chunks"]["embedded"] == 1
+    # at least one per source to chunk, the moved one too; counted, not estimated, with --links
+    assert checked["chunks to embed (estimate)"] == "1" and report["chunks"]["embedded"] == 1
+    assert int(summary["chunks to embed (estimate)"]) > 1
+    assert report["broken_links"]["first"] == [
+        {"source": "guides/getting-started.md", "href": "installation.md", "line": 14}
+    ]
+    assert report["broken_links"]["count"] == 1
     assert [f["path"] for f in report["failures"]] == [BROKEN]
 
     assert "settings" not in summary
@@ -250,8 +271,8 @@ def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
     # unchanged source's vectors are cached.
     summary, _ = dry(capsys, *where, "--set", "prompts.top_k=3")
     assert summary["settings"].startswith("changed since the last run (a setting, the model's")
-    assert summary["topics to rebuild"] == "3" and summary["sources to chunk"] == "6"
-    assert summary["sources expected from the cache"] == "5"  # all but the failed one
+    assert summary["topics to rebuild"] == "3" and summary["sources to chunk"] == "7"
+    assert summary["sources expected from the cache"] == "6"  # all but the failed one
     # the failed one, not cached, at the last run's chunks per byte
     density = report["counters"]["chunk"]["chunks"] / report["counters"]["chunk"]["bytes"]
     expected = max(1, round((corpus / BROKEN).stat().st_size * density))
