@@ -83,7 +83,9 @@ def as_published(source: NormalizedDocument) -> NormalizedDocument:
 
 
 def decode(data: bytes) -> str:
-    """UTF-8 text of `data` without a BOM; invalid UTF-8 or a NUL byte raises CHUNKING_FAILED."""
+    """UTF-8 text of `data` without a BOM; UTF-16, invalid UTF-8 or a NUL byte raises
+    CHUNKING_FAILED, its message saying which (a topic's own files, qa-pairs.md, keywords and
+    topic-spec.md, are read with it too, their failures saying the same)."""
     utf16 = _utf16_hint(data)
     if utf16:
         raise ChunkingError(CHUNKING_FAILED, f"looks like UTF-16 ({utf16}); save it as UTF-8")
@@ -104,8 +106,8 @@ def decode(data: bytes) -> str:
 
 def invalid_utf8(data: bytes, error: UnicodeDecodeError) -> str:
     """Where `data` is not UTF-8, as a writer goes to it: "invalid UTF-8 at byte offset 90 (line
-    3): invalid start byte" (a source's CHUNKING_FAILED; a topic's own files' failures, qa-pairs.md,
-    keywords and topic-spec.md, say the same: `jobs.report_html.failure_line` reads the line)."""
+    3): invalid start byte" (`decode`'s, a source's CHUNKING_FAILED and a topic's own files'
+    failures: `jobs.report_html.failure_line` reads the line)."""
     return (
         f"invalid UTF-8 at byte offset {error.start}{_line_of(data, error.start)}: {error.reason}"
     )

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-# The failure a build reports for a keywords file it cannot read (not UTF-8, or a table
-# `parse_keywords` refuses; `jobs.stages.topic`)
+# The failure a build reports for a keywords file it cannot read (bytes a source's
+# `chunking.normalize.decode` refuses: not UTF-8, UTF-16, a NUL byte; or a table `parse_keywords`
+# refuses; `jobs.stages.topic`)
 KEYWORDS_FAILED = "KEYWORDS_FAILED"
 NAME_COLUMNS = ("keyword", "keywords", "name", "term", "phrase")
 SCORE_COLUMNS = ("score", "authority", "authority score")

@@ -12,7 +12,8 @@ from chunking.blocks import heading_title
 from indexing.keywords import plain_text
 from indexing.vectors import unit_rows
 
-# The failure a build reports for a qa-pairs.md it cannot read (not UTF-8; `jobs.stages.chunk`)
+# The failure a build reports for a qa-pairs.md it cannot read (bytes a source's
+# `chunking.normalize.decode` refuses: not UTF-8, UTF-16, a NUL byte; `jobs.stages.chunk`)
 QUESTIONS_FAILED = "QUESTIONS_FAILED"
 _Q_LINE = re.compile(r"^(?:\*\*Q:\*\*|Q:)\s*(?P<question>.+)$")
 _MARKED = re.compile(r"^(?:\*\*[QA]:\*\*|[QA]:)")  # a line that starts a question or an answer

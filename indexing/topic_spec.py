@@ -10,8 +10,9 @@ from indexing.terminal import counted
 BEGIN = "<!-- mdindex:begin (generated; edits inside these markers are replaced) -->"
 END = "<!-- mdindex:end -->"
 _BEGIN_PREFIX = "<!-- mdindex:begin"
-# The failure a build reports for a person's topic-spec.md it leaves as it is (not UTF-8: rewriting
-# it would corrupt it; `jobs.stages.topic`)
+# The failure a build reports for a person's topic-spec.md it leaves as it is (bytes a source's
+# `chunking.normalize.decode` refuses: not UTF-8, UTF-16, a NUL byte; rewriting it would corrupt
+# it; `jobs.stages.topic`)
 TOPIC_SPEC_FAILED = "TOPIC_SPEC_FAILED"
 
 

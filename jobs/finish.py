@@ -9,6 +9,8 @@ import posixpath
 from dataclasses import replace
 from typing import Any
 
+from chunking import ChunkingError
+from chunking.normalize import decode
 from indexing import (
     IndexSettings,
     build_simhash_tables,
@@ -236,8 +238,8 @@ def remove_topic(output: Storage, topic: str, *, keep_index: bool, separate: boo
         return
     if spec is not None:
         try:
-            text = spec.decode("utf-8")
-        except UnicodeDecodeError:
+            text = decode(spec)  # as `jobs.stages.topic` reads it: a BOM dropped
+        except ChunkingError:
             return  # not ours to rewrite: a person's file we cannot decode stays as it is
         rest = None if separate else topic_spec_without_section(text)
         if rest is None:

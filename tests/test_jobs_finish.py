@@ -126,6 +126,26 @@ def test_a_deleted_topics_notes_stay_only_in_place(tmp_path, in_place):
         assert not (out / "t").exists()
 
 
+def test_a_deleted_topics_section_after_a_bom_goes_too(tmp_path):
+    """A topic-spec.md saved with a UTF-8 BOM by a person's editor, its generated section first:
+    read as a source is, its BOM dropped, the section goes with the topic (the BOM hid its begin
+    marker, so the generated tables stayed in the file for good)."""
+    out = tmp_path / "out"
+    (out / "t").mkdir(parents=True)
+    (out / "t" / "index.json").write_bytes(directory_index("t", []))
+    notes = "# Notes\n\nKept by hand.\n"
+    spec = f"\ufeff<!-- mdindex:begin -->\ngenerated\n<!-- mdindex:end -->\n\n{notes}"
+    (out / "t" / "topic-spec.md").write_text(spec)
+    previous, plan = all_gone(["t"], [])
+    config = load_config(
+        str(ROOT / "configs" / "local.yaml"), overrides={"input": str(out), "output": str(out)}
+    )
+
+    finish(config, "key", Storage(str(out)), plan, previous, {})
+
+    assert (out / "t" / "topic-spec.md").read_text() == f"\n{notes}"  # the person's blank line
+
+
 @pytest.mark.parametrize("in_place", [False, True])
 def test_folders_left_empty_go_only_from_a_separate_output(tmp_path, in_place):
     """A separate output loses the folders of deleted topics and of directories that no longer

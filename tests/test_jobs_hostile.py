@@ -77,6 +77,9 @@ ODD_NAMES = ["a b", "指南", "c#", "what?", "50%", "new\nline", "长" * 80]
 DEEP = "/".join(["目录" * 10] * 5)
 LATIN1_NAME = "odd/caf\udce9.md"  # b"caf\xe9.md": a Latin-1 file name, listed with a surrogate
 LATIN1_SPEC = "# Notes\n\nRésumé des règles.\n".encode("latin-1")
+# A generated topic-spec.md a person added notes to in an editor that saves a UTF-8 BOM: its
+# first-line begin marker went unseen, a second section was appended and the first never updated.
+BOM_SPEC = f"\ufeff{BEGIN}\nold\n{END}\n\nMy notes.\n".encode()
 OWN_INDEX = b'{"pages": ["normal-a", "normal-b"]}\n'  # a person's own index.json, in place
 # What macOS leaves beside a page it copies to a volume without extended attributes: an
 # AppleDouble file (magic 0x00051607, version 2, Finder data), which is no source.
@@ -106,6 +109,12 @@ def corpus(docs: Path) -> None:
         "\ufeff| keyword | score |\n|---|---|\n| retry | 5 |\n".encode()
     )
     files["bom/qa-pairs.md"] = "\ufeff# How is the retry delay set?\n\nIn the options.\n".encode()
+    files["bom/topic-spec.md"] = BOM_SPEC
+    # A topic's own files as Windows tools save them: PowerShell's `>` (UTF-16 with a BOM), a NUL
+    # byte (a Latin-1 file read as UTF-16 and back): they said "invalid UTF-8 at byte offset 0",
+    # and one with a NUL byte was read as text, not as a source with one is.
+    files["spec-l1/qa-pairs.md"] = "# FAQ\n\n## How is the delay set?\n".encode("utf-16")
+    files["spec-l1/_keywords/words.md"] = b"| keyword | score |\n|---|---|\n| r\x00etry | 5 |\n"
     files["_keywords/words.md"] = ROOT_KEYWORDS  # every topic without its own reads it
     files["spec-two/topic-spec.md"] = (
         f"# Two\n\n{BEGIN}\nmine\n{BEGIN}\nold\n{END}\nafter\n".encode()
@@ -151,6 +160,14 @@ def test_each_hostile_source_ends_in_its_code(built):
     assert failures["kw-table/_keywords/words.md"][0] == "KEYWORDS_FAILED"
     assert failures["kw-binary/_keywords/words.md"][0] == "KEYWORDS_FAILED"
     assert failures["spec-l1/topic-spec.md"][0] == "TOPIC_SPEC_FAILED"
+    assert failures["spec-l1/qa-pairs.md"] == (
+        "QUESTIONS_FAILED",
+        "looks like UTF-16 (byte order mark FF FE); save it as UTF-8",
+    )
+    assert failures["spec-l1/_keywords/words.md"] == (
+        "KEYWORDS_FAILED",
+        "binary content: NUL byte at byte offset 33 (line 3)",
+    )
     # The root's keywords file fails in each of the five topics that read it: reported once.
     assert failures["_keywords/words.md"][0] == "KEYWORDS_FAILED"
     # A file name that is not UTF-8 is left out of the corpus, named with its byte escaped (it
@@ -184,7 +201,7 @@ def test_each_hostile_source_ends_in_its_code(built):
     stems = json.loads((docs / "stems" / "index.json").read_text())["_embedded"]["chunks"]
     assert list(stems) == ["other"]
     assert report["sources"]["failed"] == len(FAILS) + 6
-    assert len(report["failures"]) == len(FAILS) + 10, report["failures"]
+    assert len(report["failures"]) == len(FAILS) + 12, report["failures"]
 
 
 def test_the_other_sources_are_chunked_and_written(built):
@@ -242,6 +259,9 @@ def test_a_persons_topic_specs_are_kept(built):
     two = (docs / "spec-two" / "topic-spec.md").read_text()
     assert two.startswith(f"# Two\n\n{BEGIN}\nmine\n") and two.endswith("after\n")
     assert "\nold\n" not in two
+    bom = (docs / "bom" / "topic-spec.md").read_text()  # as a source, its BOM dropped
+    assert bom.startswith(BEGIN.removesuffix(" -->")) and bom.endswith(f"{END}\n\nMy notes.\n")
+    assert bom.count(END) == 1 and "\nold\n" not in bom
 
 
 def test_a_cache_link_out_of_the_cache_is_a_warning_and_writes_nothing_there(built):

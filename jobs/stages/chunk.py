@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from chunking import ChunkedDocument, ChunkingError, chunk_source, token_counter
-from chunking.normalize import invalid_utf8
+from chunking.normalize import decode
 from indexing import parse_questions
 from indexing.questions import QUESTIONS_FAILED
 from indexing.terminal import printable
@@ -173,9 +173,10 @@ def _chunk_source(
 
 
 def _questions(data: bytes) -> tuple[str | None, Failure | None]:
-    """A qa-pairs.md's questions as a JSON list, or its failure."""
+    """A qa-pairs.md's questions as a JSON list, or its failure (bytes a source's `decode`
+    refuses, with its words)."""
     try:
-        text = data.decode("utf-8").removeprefix("\ufeff")  # a BOM dropped, as from sources
-    except UnicodeDecodeError as exc:
-        return None, (QUESTIONS_FAILED, invalid_utf8(data, exc))
+        text = decode(data)
+    except ChunkingError as exc:
+        return None, (QUESTIONS_FAILED, exc.message)
     return json.dumps(parse_questions(text), ensure_ascii=False), None

@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from chunking import DETERMINISTIC_FAILURES, ChunkedDocument
+from chunking import DETERMINISTIC_FAILURES, ChunkedDocument, ChunkingError
 from chunking.links import target_paths
-from chunking.normalize import invalid_utf8
+from chunking.normalize import decode
 from indexing import (
     IndexSettings,
     SourceInput,
@@ -365,9 +365,9 @@ def _keywords(source: Storage, path: str | None) -> tuple[list, list[dict[str, s
     except OSError as exc:
         return [], [{"path": path, "code": READ_FAILED, "message": str(exc)}]
     try:
-        text = data.decode("utf-8").removeprefix("\ufeff")  # a BOM dropped, as from sources
-    except UnicodeDecodeError as exc:
-        return [], [{"path": path, "code": KEYWORDS_FAILED, "message": invalid_utf8(data, exc)}]
+        text = decode(data)
+    except ChunkingError as exc:
+        return [], [{"path": path, "code": KEYWORDS_FAILED, "message": exc.message}]
     try:
         return parse_keywords(text), []
     except ValueError as exc:
@@ -381,7 +381,9 @@ def _existing_spec(
     is, and the failure to report. In place it is the output's own; in a separate output the
     input's alone, as a fresh build has it (an edit of it rebuilds the topic: `jobs.plan`; the
     output's copy kept notes the input no longer had). Left as it is: a symbolic link (not
-    followed), or a file that is not UTF-8 (TOPIC_SPEC_FAILED: rewriting it would corrupt it). A
+    followed), or a file a source's `decode` refuses (TOPIC_SPEC_FAILED: not UTF-8, rewriting it
+    would corrupt it; UTF-16; a NUL byte); a UTF-8 BOM is dropped, as from a source (kept, it hid
+    a first-line begin marker: a second section was appended and the first never updated). A
     linked input one is not read either (the listing reported it as SYMLINK_SKIPPED)."""
     try:
         data = context.output.read_optional(path)
@@ -395,9 +397,9 @@ def _existing_spec(
     if data is None:
         return None, False, []
     try:
-        return data.decode("utf-8"), False, []
-    except UnicodeDecodeError as exc:
-        message = f"{invalid_utf8(data, exc)}; left untouched, not updated"
+        return decode(data), False, []
+    except ChunkingError as exc:
+        message = f"{exc.message}; left untouched, not updated"
         return None, True, [{"path": path, "code": TOPIC_SPEC_FAILED, "message": message}]
 
 
