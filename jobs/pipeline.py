@@ -311,7 +311,7 @@ def build_topics(
     fresh = new_content(rows, plan, previous, lambda: cache_in_use(config))
     work = prepare_work(config, rows, cpus, new_content=fresh)
     del rows  # the batches hold them
-    goal = Goal(sources=work.sources, bytes=work.bytes, topics=len(topics))
+    goal = Goal(work.sources, work.bytes, len(topics), batches=len(work.batches))
     summaries: dict[str, dict[str, Any]] = {}
     kept: dict[str, list[Piece]] = {}
     first_pool = None
@@ -365,7 +365,12 @@ def build_topics(
                 work = prepare_work(config, recarry_rows(recarry, previous, sizes), cpus)
                 watch.expect(work.embeds)  # a pass with nothing to embed asks for no GPU
                 kept = pieces_of
-                goal = Goal(goal.sources + work.sources, goal.bytes + work.bytes, goal.topics)
+                goal = Goal(
+                    goal.sources + work.sources,
+                    goal.bytes + work.bytes,
+                    goal.topics,
+                    goal.batches + len(work.batches),
+                )
         stats = ray.get(collector.total.remote())
     finally:
         ray.kill(collector)

@@ -117,9 +117,12 @@ def embedding_progress(
         nonlocal told, done
         done += texts
         if time.monotonic() - told >= every:
-            told = time.monotonic()
-            record = RunStats(embed=EmbedStats(embedded=done, window=Window(began)))
-            collector.embedding.remote(key, record)
+            told, now = time.monotonic(), time.time()
+            # its time so far, up to this count: with a window open at its end, the stage's
+            # window ended at the last finished call's end while its count held this call's
+            # chunks too, a pace too fast (its ETA low by the share of the calls still running)
+            spent = EmbedStats(embedded=done, seconds=now - began, window=Window(began, now))
+            collector.embedding.remote(key, RunStats(embed=spent))
 
     return progress
 
@@ -138,6 +141,7 @@ class Goal:
     sources: int
     bytes: int
     topics: int
+    batches: int = 1  # the read-and-chunk tasks' batches: the last one's way through the stages
 
 
 def progress_line(stats: RunStats, goal: Goal, now: float) -> str:
@@ -145,7 +149,8 @@ def progress_line(stats: RunStats, goal: Goal, now: float) -> str:
     failed, MB and MB/s, chunks embedded and from cache, topics, ETA. The MB/s are over the
     read-and-chunk tasks' window, from the first one's start to the last one's end, not over the
     time elapsed (which goes on once every source is chunked). `now` is the epoch time, as the
-    stages' windows are."""
+    stages' windows are. The ETA is to the last topic written, "for chunking alone" while nothing
+    is embedded (no pace yet for what comes after)."""
     mb = _bytes_done(stats) / 1e6
     window = (stats.read.window + stats.chunk.window).seconds
     rate = mb / window if window else 0.0
@@ -157,43 +162,83 @@ def progress_line(stats: RunStats, goal: Goal, now: float) -> str:
         f"{stats.index.topics}/{goal.topics} topics written"
     )
     eta = _eta(stats, goal, now)
-    return line + (f"; ETA {eta:.0f} s" if eta is not None else "")
+    if eta is None:
+        return line
+    seconds, covers = eta
+    return line + f"; ETA {seconds:.0f} s{covers}"
 
 
-def _eta(stats: RunStats, goal: Goal, now: float) -> float | None:
-    """Seconds left: the slower of chunking (by bytes) and embedding (by the chunks expected),
-    each at its own pace (`_left`), so a stage that began late (the actors loading their model)
-    is not judged by the time before it; then the topics' reduce at its pace. A topic is written
-    once its every chunk is embedded, so until then the topics' wait is the embedding's. None
-    while there is no pace to go by (nothing chunked; every source chunked and nothing
-    embedded; every chunk embedded and no topic written)."""
+def _eta(stats: RunStats, goal: Goal, now: float) -> tuple[float, str] | None:
+    """Seconds left to the last topic written, and what they leave out ("" none): the slower of
+    chunking (by bytes) and embedding (by the chunks expected), each at its own pace (`_left`),
+    so a stage that began late (the actors loading their model) is not judged by the time before
+    it, then the last batch's way through the stages after (`_after`); once every chunk is
+    embedded, the topics' reduce at its pace or at its busy seconds per topic, the sooner. A
+    topic is written once its every chunk is embedded, so until then the topics' wait is the
+    embedding's. While nothing is embedded, chunking's time alone, and the line says so. None
+    while there is no pace to go by (nothing chunked; every source chunked and nothing embedded;
+    every chunk embedded and no topic written)."""
     if stats.chunk.bytes <= 0:
         return None
     readable = goal.bytes - stats.read.failed_source_bytes  # chunks come from these bytes alone
     expected_chunks = stats.chunk.chunks * readable / stats.chunk.bytes
+    chunked = _bytes_done(stats) >= goal.bytes
     chunking = _left(stats.read.window + stats.chunk.window, _bytes_done(stats), goal.bytes, now)
     embedded = stats.embed.embedded + stats.embed.cache_hits
     embedding = _left(stats.embed.window, embedded, expected_chunks, now)
-    if embedding is None:
-        return chunking or None
-    if chunking or embedding:
-        return max(chunking or 0.0, embedding)
-    return _left(stats.index.window, stats.index.topics, goal.topics, now)
+    if embedding is None:  # no pace for what follows the chunking yet
+        return None if chunked else (chunking or 0.0, " for chunking alone")
+    if not chunked or embedded < expected_chunks:
+        embed, store, reduce = _after(stats, goal, expected_chunks)
+        # the last batch is embedded after it is chunked, its topics written after that
+        return max(embedding, 0.0 if chunked else (chunking or 0.0) + embed) + store + reduce, ""
+    writing = _left(stats.index.window, stats.index.topics, goal.topics, now)
+    if writing is None:
+        return None
+    # the reduce's pace so far was the embedding's (a topic waits for its every chunk); now the
+    # rest is its own work: tldr-all's 180 topics left "ETA 46 s" by that pace with 5 s to go
+    busy = _per(stats.index.seconds, stats.index.topics) * (goal.topics - stats.index.topics)
+    return (min(writing, busy) if busy else writing), ""
+
+
+def _after(stats: RunStats, goal: Goal, expected_chunks: float) -> tuple[float, float, float]:
+    """The seconds the last read-and-chunk batch takes in each stage after chunking (embedding,
+    writing its cache entries, reducing its topics): its share of the chunks (or topics) at the
+    stage's busy seconds per chunk (or topic) so far; 0 for a stage that has timed none yet. The
+    stages run batch by batch, so once chunking (or embedding) ends, this much is still ahead:
+    left out, tldr-all's ETA was 34 s with 45 s to go (stand-in model, 2 CPUs, 8 batches, the
+    last one's 14 s from its chunks to its topics)."""
+    batches = max(goal.batches, 1)
+    chunks = expected_chunks / batches
+    embed = stats.embed
+    return (
+        _per(embed.seconds, embed.embedded + embed.cache_hits) * chunks,
+        _per(stats.store.seconds, stats.store.chunks) * chunks,
+        _per(stats.index.seconds, stats.index.topics) * goal.topics / batches,
+    )
+
+
+def _per(seconds: float, done: int) -> float:
+    """Seconds per thing done; 0 before any."""
+    return seconds / done if done else 0.0
 
 
 def _left(window: Window, done: float, total: float, now: float) -> float | None:
     """A stage's seconds left at its pace over its window, from its first call's start to its
-    last call's end (`now` while none has ended: a running embedding call's count has no end),
-    so that between two counts (a chunk task's batch, a topic) it does not seem to slow down:
-    over the time up to `now`, tldr-en's line said "ETA 29 s, 36 s, 43 s" with 22 to 20 s left
-    while a batch of 930 sources was chunked, and 9 s to 27 s with 5 to 2 s left while its
-    largest topic was written. 0 once done, None before it has done anything."""
+    last count (its last call's end, or a running embedding call's last word), less the time
+    since that count (the calls running meanwhile go on; not below 0). Its pace is never over the
+    time up to `now`, which between two counts (a chunk task's batch, a topic) made the stage
+    seem to slow down: tldr-en's line said "ETA 29 s, 36 s, 43 s" with 22 to 20 s left while a
+    batch of 930 sources was chunked; and not counted down, with tldr-all's 8 batches its
+    chunking's ETA stayed 19 s from a count to 1 s before the last batch was done. 0 once done,
+    None before it has done anything."""
     if done >= total:
         return 0.0
     if not done or window.start is None:
         return None
     last = now if window.end is None else window.end
-    return (total - done) * max(last - window.start, 0.0) / done
+    at_count = (total - done) * max(last - window.start, 0.0) / done
+    return max(at_count - max(now - last, 0.0), 0.0)
 
 
 def _bytes_done(stats: RunStats) -> int:

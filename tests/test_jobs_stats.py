@@ -40,6 +40,7 @@ from jobs.stats import (
     RunStats,
     SharedClock,
     Slowest,
+    StoreStats,
     Window,
 )
 from jobs.work import aligned_rows, embedding_batches, pack_batches, prepare_work
@@ -132,9 +133,11 @@ def test_progress_line_names_every_counter_and_an_eta():
         chunk=ChunkStats(sources=100, bytes=2_000_000, chunks=200, window=Window(0.0, 9.0))
     )
     assert "ETA" not in progress_line(chunked, Goal(100, 2_000_000, 4), now=10.0)
-    # half chunked in 8 s, nothing embedded yet (an actor loading its model): chunking's wait
+    # half chunked in 8 s, 2 s ago, nothing embedded yet (an actor loading its model): chunking's
+    # wait, and the line says that is all it counts
     half = RunStats(chunk=ChunkStats(sources=50, bytes=1_000_000, chunks=100, window=Window(0, 8)))
-    assert progress_line(half, Goal(100, 2_000_000, 4), now=10.0).endswith("ETA 8 s")
+    line = progress_line(half, Goal(100, 2_000_000, 4), now=10.0)
+    assert line.endswith("ETA 6 s for chunking alone")
 
 
 def test_progress_eta_goes_by_each_stages_own_pace():
@@ -184,21 +187,53 @@ def test_the_heartbeat_counts_the_builds_seconds_when_its_status_answers(caplog)
     assert seconds and 101 <= seconds[0] < 110, caplog.text  # 100 s, then 0.5 s for the status
 
 
-def test_progress_eta_holds_between_a_stages_counts():
+def test_progress_eta_counts_down_between_a_stages_counts():
     """A stage counts a call at a time: a chunk task's batch (tldr-en: 8 of about 930 sources),
     a topic. The pace was over the time from the stage's start to now, so between two counts
     the ETA grew as if the stage had slowed: "ETA 29 s, 36 s, 43 s" with 22 to 20 s left while
     a batch was chunked, and 9 to 27 s with 5 to 2 s left while tldr-en's largest topic was
-    written. The pace is over the stage's window, up to its last count."""
+    written. Then it held from one count to the next, each count's time left: tldr-all's 8
+    batches kept its chunking's at 19 s from a count to 1 s before the last batch was done. The
+    pace is over the stage's window, up to its last count, and the time since is counted down."""
     goal = Goal(sources=100, bytes=2_000_000, topics=11)
     first = ChunkStats(sources=13, bytes=250_000, chunks=40, window=Window(1000.0, 1003.0))
-    for now in (1003.0, 1004.0, 1007.0):  # 1.75 MB at 0.25 MB in 3 s
-        assert progress_line(RunStats(chunk=first), goal, now).endswith("ETA 21 s"), now
+    for now, eta in ((1003.0, 21), (1004.0, 20), (1007.0, 17), (1030.0, 0)):  # 1.75 MB left
+        line = progress_line(RunStats(chunk=first), goal, now)  # at 0.25 MB in 3 s
+        assert line.endswith(f"ETA {eta} s for chunking alone"), now
     chunked = replace(first, sources=100, bytes=2_000_000, chunks=300)
     embedded = EmbedStats(embedded=300, window=Window(1010.0, 1020.0))
     two = IndexStats(topics=2, window=Window(1018.0, 1020.0))  # 2 of 11 topics in 2 s
     stats = RunStats(chunk=chunked, embed=embedded, index=two)
-    assert progress_line(stats, goal, now=1024.0).endswith("ETA 9 s")
+    assert progress_line(stats, goal, now=1024.0).endswith("ETA 5 s")  # 9 s at 1020
+
+
+def test_progress_eta_counts_the_last_batchs_way_through_the_stages_after_chunking():
+    """The ETA was the slower of chunking's and embedding's time left: with chunking the slower
+    (the stand-in model, or a GPU), it left out that the last chunk batch is then embedded, its
+    cache entries written and its topics reduced: tldr-all (8 batches, 2 CPUs) said 34 s with
+    45 s to go, 14 s of them after the last batch was chunked."""
+    goal = Goal(sources=100, bytes=8_000_000, topics=40, batches=8)
+    stats = RunStats(
+        chunk=ChunkStats(sources=50, bytes=4_000_000, chunks=400, window=Window(1000.0, 1020.0)),
+        embed=EmbedStats(embedded=350, seconds=3.5, window=Window(1010.0, 1020.0)),
+        store=StoreStats(chunks=200, seconds=1.0),
+        index=IndexStats(topics=10, seconds=3.0, window=Window(1015.0, 1020.0)),
+    )
+    # chunking 20 s more; the last batch's 100 chunks at 10 ms each to embed (1 s) and 5 ms each
+    # to store (0.5 s), its 5 topics at 0.3 s each (1.5 s)
+    assert progress_line(stats, goal, now=1020.0).endswith("ETA 23 s")
+
+
+def test_progress_eta_of_the_last_topics_is_their_own_work_not_the_embeddings_pace():
+    """Once every chunk is embedded, the topics left went at the pace the reduce had while it
+    waited for the embedding: tldr-all said "ETA 46 s" for its last 180 topics, written in 5 s.
+    Their busy seconds so far bound it."""
+    goal = Goal(sources=100, bytes=2_000_000, topics=11)
+    chunked = ChunkStats(sources=100, bytes=2_000_000, chunks=300, window=Window(1000.0, 1010.0))
+    embedded = EmbedStats(embedded=300, window=Window(1002.0, 1020.0))
+    waited = IndexStats(topics=2, seconds=0.4, window=Window(1000.0, 1020.0))
+    stats = RunStats(chunk=chunked, embed=embedded, index=waited)
+    assert progress_line(stats, goal, now=1020.0).endswith("ETA 2 s")  # 9 topics at 0.2 s each
 
 
 def test_progress_mb_per_second_are_over_the_chunk_tasks_window_not_the_time_elapsed():
@@ -487,16 +522,22 @@ def test_a_long_embedding_call_is_counted_as_it_goes(ray_session):
     goal = Goal(sources=1, bytes=1_000, topics=1)
     chunked = RunStats(chunk=ChunkStats(sources=1, bytes=1_000, chunks=100, window=Window(0, 1)))
     report_stats(collector, chunked)
+    # a call that ended 10 s ago, begun 20 s ago, embedded 50 chunks
+    began = time.time()
+    done = Window(began - 20, began - 10)
+    report_stats(collector, RunStats(embed=EmbedStats(embedded=50, window=done)), "done")
     progress = embedding_progress(collector, "call", every=0)
     progress(15)
     progress(10)
     running = ray.get(collector.progress.remote())
-    assert running.embed.embedded == 25 and ray.get(collector.total.remote()) == chunked
-    # 25 of 100 chunks in the call's first 10 s (and the moments since it began): 30 s more
-    line = progress_line(running, goal, time.time() + 10)
+    assert running.embed.embedded == 75 and ray.get(collector.total.remote()).embed.embedded == 50
+    # 75 of 100 chunks in the 20 s (and the moments) up to the running call's last word: about
+    # 7 s more. Its record had no end: the stage's window ended with the finished call's, 10 s
+    # before the count it held (75 in 10 s: "ETA 3 s")
+    line = progress_line(running, goal, time.time())
     eta = re.search(r"ETA (\d+) s$", line)
-    assert "25 chunks embedded" in line and eta and 30 <= int(eta[1]) <= 36, line
-    report_stats(collector, RunStats(embed=EmbedStats(embedded=100)), "call")
+    assert "75 chunks embedded" in line and eta and 6 <= int(eta[1]) <= 8, line
+    report_stats(collector, RunStats(embed=EmbedStats(embedded=50)), "call")
     assert ray.get(collector.progress.remote()).embed.embedded == 100
     progress(5)  # the call tried again after it reported (its worker died): counted already
     assert ray.get(collector.progress.remote()).embed.embedded == 100
