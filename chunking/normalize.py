@@ -8,6 +8,8 @@ front matter included, and the body starts at `lines[body_start]`.
 
 from __future__ import annotations
 
+import base64
+import datetime
 import hashlib
 import json
 import math
@@ -225,9 +227,8 @@ def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
     if not isinstance(data, dict):  # a thematic break, then text or a list (a slide deck's page)
         return {}, 0
     _check_expansion(data, kind)
+    text = json.dumps(_json_ready(data, kind), ensure_ascii=False)
     try:
-        # JSON-ready and deterministic: dates become ISO strings, tuples lists.
-        text = json.dumps(_json_ready(data), default=str, ensure_ascii=False)
         text.encode("utf-8")  # a lone surrogate ("\ud800" escaped in YAML) is no character
     except UnicodeEncodeError as exc:
         found = exc.object[exc.start : exc.end]
@@ -235,8 +236,6 @@ def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
             INVALID_FRONT_MATTER,
             f"{kind} front matter: {found!r} is a lone surrogate, no character",
         ) from None
-    except (TypeError, ValueError) as exc:
-        raise ChunkingError(INVALID_FRONT_MATTER, f"{kind} front matter: {exc}") from None
     plain = json.loads(text)
     return plain, close + 1
 
@@ -272,26 +271,52 @@ def _load_toml(source: str, close: int) -> dict[str, Any]:
         raise ChunkingError(INVALID_FRONT_MATTER, f"TOML front matter{where}: {problem}") from None
 
 
-def _json_ready(value: Any) -> Any:
-    """`value` with what JSON cannot hold and `json.dumps` would not turn into text as text: a
-    mapping key of another type than a string, number, boolean or null (a date: `2024-01-01:`),
-    a float NaN or infinity (`.nan`, `.inf`: `NaN` is no JSON)."""
+def _json_ready(value: Any, kind: str, key: str = "") -> Any:
+    """`value` (at `key`, its place in the front matter: `params.ids[2]`) with what JSON cannot
+    hold as text, deterministic: a date, time or datetime as `str` spells it (`2024-05-01
+    10:00:00+00:00`, YAML's and TOML's alike), also as a mapping key; a float NaN or infinity as
+    `nan`, `inf` (`NaN` is no JSON); YAML's `!!binary` as its base64 text and `!!set` as the
+    mapping of null values a JavaScript or Go site reads, its members sorted (they were Python's
+    `b'...'` and `{'b', 'a'}`, in an order that changed from run to run); `!!omap`'s and
+    `!!pairs`' pairs as lists, their values made ready too (a NaN there was written `NaN`). A
+    TOML integer outside 64 bits is INVALID_FRONT_MATTER naming its key: TOML allows none
+    (tomllib reads one; Hugo refuses it)."""
+    if isinstance(value, set):
+        members = sorted(value, key=lambda member: (type(member).__name__, str(member)))
+        value = dict.fromkeys(members)
     if isinstance(value, dict):
         return {
-            key if isinstance(key, str | int | float | bool | None) else str(key): _json_ready(item)
-            for key, item in value.items()
+            _json_key(name): _json_ready(item, kind, f"{key}.{name}" if key else str(name))
+            for name, item in value.items()
         }
-    if isinstance(value, list):
-        return [_json_ready(item) for item in value]
+    if isinstance(value, list | tuple):
+        return [_json_ready(item, kind, f"{key}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime.date | datetime.time):
+        return str(value)
+    if kind == "TOML" and isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise ChunkingError(
+            INVALID_FRONT_MATTER,
+            f"TOML front matter: {key} = {value} is outside TOML's 64-bit integers",
+        )
     return value
+
+
+def _json_key(name: Any) -> Any:
+    """A mapping key as `json.dumps` takes it: a string, number, boolean or null as it is (a
+    number made text by `json.dumps`), another (a date: `2024-01-01:`) as `_json_ready` spells
+    it."""
+    return name if isinstance(name, str | int | float | bool | None) else _json_ready(name, "")
 
 
 def _check_expansion(data: Any, kind: str) -> None:
     """Raise FRONT_MATTER_TOO_LARGE when `data`, with every alias expanded, is deeper than
     MAX_FRONT_MATTER_DEPTH or larger than MAX_FRONT_MATTER_NODES (a billion-laughs bomb stops
-    after that many steps, never expanded)."""
+    after that many steps, never expanded; one in `!!pairs` too: a tuple was measured by its
+    text, which expanded it)."""
     left = MAX_FRONT_MATTER_NODES
     stack = [(data, 1)]
     while stack:
@@ -303,7 +328,7 @@ def _check_expansion(data: Any, kind: str) -> None:
             )
         if isinstance(value, dict):
             children = [*value.keys(), *value.values()]
-        elif isinstance(value, list):
+        elif isinstance(value, list | tuple | set):  # `!!omap`'s and `!!pairs`' pairs too
             children = value
         else:
             children = []

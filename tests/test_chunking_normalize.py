@@ -151,12 +151,14 @@ def test_plus_lines_without_a_closing_one_are_ordinary_markdown():
     assert document.chunks[0].text.startswith("+++\ntitle = 1\n")
 
 
-def _alias_bomb(levels: int) -> str:
+def _alias_bomb(levels: int, pairs: bool = False) -> str:
     """Billion-laughs front matter: each level holds nine aliases of the one before (~400 bytes
-    at nine levels; about 387 million strings once expanded)."""
-    lines = ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    at nine levels; about 387 million strings once expanded); `pairs`: as YAML's `!!pairs`, each
+    level a list of (key, value) tuples."""
+    tag, key = ("!!pairs ", "k: ") if pairs else ("", "")
+    lines = [f"l0: &l0 {tag}[" + ",".join([f'{key}"lol"'] * 9) + "]"]
     for level in range(1, levels + 1):
-        lines.append(f"l{level}: &l{level} [" + ",".join([f"*l{level - 1}"] * 9) + "]")
+        lines.append(f"l{level}: &l{level} {tag}[" + ",".join([f"{key}*l{level - 1}"] * 9) + "]")
     return "---\n" + "\n".join(lines) + "\n---\n# T\n\nBody.\n"
 
 
@@ -164,11 +166,13 @@ def _alias_bomb(levels: int) -> str:
     ("front_matter", "says"),
     [
         (_alias_bomb(9), "expands (aliases included)"),
+        # a tuple's size was its text's: str() expanded the bomb (MemoryError, or gigabytes)
+        (_alias_bomb(9, pairs=True), "expands (aliases included)"),
         ("---\nx: &a [*a]\n---\nBody.\n", "nested deeper than 32 levels"),
         ("---\nx: " + "[" * 20_000 + "]" * 20_000 + "\n---\nBody.\n", "nested deeper"),
         ("---\nx: " + "y" * 70_000 + "\n---\nBody.\n", "of 70003 characters (limit 65536)"),
     ],
-    ids=["alias-bomb", "recursive-alias", "deep-flow", "oversized"],
+    ids=["alias-bomb", "pairs-alias-bomb", "recursive-alias", "deep-flow", "oversized"],
 )
 def test_front_matter_is_bounded_in_size_expansion_and_depth(front_matter, says):
     started = time.perf_counter()
@@ -200,6 +204,46 @@ def test_front_matter_dates_as_keys_and_nan_or_infinity_are_made_json_text():
     key); `.nan` and `.inf` stayed floats, written as `NaN` and `Infinity`, which are no JSON."""
     document = chunk_source("---\n2024-01-01: released\nscore: .nan\nmax: [-.inf]\n---\nBody.\n")
     assert document.front_matter == {"2024-01-01": "released", "score": "nan", "max": ["-inf"]}
+
+
+def test_yaml_pairs_sets_and_binary_are_made_deterministic_json():
+    """What PyYAML alone builds of YAML's tags: `!!omap`/`!!pairs` tuples were not made ready
+    (a `.nan` in one written `NaN`, no JSON, in the tables and promotion_level), a `!!set` was
+    Python's text in an order that changed from run to run (the hash seed), and `!!binary`
+    Python's `b'...'`. Now: lists of pairs, ready; the mapping of null values that js-yaml or
+    Go's YAML read, sorted; the base64 text as written."""
+    document = chunk_source(
+        "---\npromotion_level: !!pairs [a: .nan, b: 2024-05-01]\n"
+        "tags: !!set {gamma, alpha, beta}\nlogo: !!binary aGVsbG8=\n---\n# T\n\nBody.\n"
+    )
+    assert document.front_matter == {
+        "promotion_level": [["a", "nan"], ["b", "2024-05-01"]],
+        "tags": {"alpha": None, "beta": None, "gamma": None},
+        "logo": "aGVsbG8=",
+    }
+    assert list(document.front_matter["tags"]) == ["alpha", "beta", "gamma"]
+    assert document.promotion_level == '[["a", "nan"], ["b", "2024-05-01"]]'
+
+
+@pytest.mark.parametrize(
+    ("toml_text", "key"),
+    [
+        ("id = 99999999999999999999\n", "id = 99999999999999999999"),
+        (
+            "[[events]]\nids = [1, -9223372036854775809]\n",
+            "events[0].ids[1] = -9223372036854775809",
+        ),
+    ],
+)
+def test_a_toml_integer_outside_64_bits_is_invalid_front_matter_naming_its_key(toml_text, key):
+    """TOML allows no integer outside 64 bits (Hugo refuses the page); tomllib reads one, which
+    went into the tables as a number few JSON readers hold. The edges are kept."""
+    with pytest.raises(ChunkingError) as caught:
+        chunk_source(f"+++\n{toml_text}+++\n# T\n\nBody.\n")
+    assert caught.value.code == INVALID_FRONT_MATTER
+    assert caught.value.message == f"TOML front matter: {key} is outside TOML's 64-bit integers"
+    edges = chunk_source("+++\nmax = 9223372036854775807\nmin = -9223372036854775808\n+++\nx\n")
+    assert edges.front_matter == {"max": 2**63 - 1, "min": -(2**63)}
 
 
 def test_python_object_tags_are_refused():
