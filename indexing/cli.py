@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import json
 import os
+import signal
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, quote
 
@@ -462,9 +464,33 @@ def banner(directory: str, host: str, port: int, search: bool = False) -> str:
     return f"serving {directory} at {url} ({index}Ctrl-C stops)"
 
 
+class ServeStopped(Exception):
+    """SIGTERM while `mdindex serve` serves: its ordinary stop (`systemctl stop`, `kill`)."""
+
+
+def _raise_serve_stopped(signum: int, frame) -> None:
+    raise ServeStopped
+
+
+@contextlib.contextmanager
+def _sigterm_stops_serving() -> Iterator[None]:
+    """Within the block SIGTERM raises `ServeStopped`; the caller's handler is put back after. In
+    the main thread only (elsewhere Python takes no handler, and the block changes nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _raise_serve_stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def run_serve(args: argparse.Namespace) -> int:
-    """`mdindex serve`: serve until interrupted; 2 when the directory does not exist or its address
-    cannot be listened on (one line naming it)."""
+    """`mdindex serve`: serve until stopped; 2 when the directory does not exist or its address
+    cannot be listened on (one line naming it). A stop by SIGTERM (systemd's) or Ctrl-C is the
+    server's ordinary end: exit 0, after one line saying which. SIGTERM exited 143 without a word,
+    which systemd counts a failure ("status=143", the unit failed) unless told otherwise."""
     try:
         search = question_search(args.directory) if args.search else None
         server = make_server(args.directory, args.host, args.port, search=search)
@@ -478,11 +504,15 @@ def run_serve(args: argparse.Namespace) -> int:
         )
         return 2
     host, port = server.server_address[:2]
-    print(banner(args.directory, host, port, args.search), flush=True)
     try:
-        server.serve_forever()
+        with _sigterm_stops_serving():
+            print(banner(args.directory, host, port, args.search), flush=True)
+            server.serve_forever()
     except KeyboardInterrupt:
-        pass
+        stopped_by = "Ctrl-C"
+    except ServeStopped:
+        stopped_by = "SIGTERM"
     finally:
         server.server_close()
+    print(f"mdindex serve: stopped ({stopped_by})", file=sys.stderr, flush=True)
     return 0

@@ -19,8 +19,11 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
+from indexing.paths import is_chunk_file
+
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 IDLE_TIMEOUT_S = 60
+ALLOWED_METHODS = "GET, HEAD, OPTIONS"
 SEARCH_PATH = "/_search"  # no index file's URL: a topic is never a folder named with "_"
 
 
@@ -122,8 +125,9 @@ class Span:
 
 class IndexRequestHandler(SimpleHTTPRequestHandler):
     """A static file handler with CORS headers, OPTIONS preflight, validators (ETag,
-    Last-Modified, 304) and HTTP Range (206, If-Range); every directory is 404; errors in JSON.
-    With `search`, a GET of `SEARCH_PATH` is answered by it, in JSON."""
+    Last-Modified, 304) and HTTP Range (206, If-Range); every directory is 404; errors in JSON;
+    405 for a method that would change something. With `search`, a GET or HEAD of `SEARCH_PATH`
+    is answered by it, in JSON."""
 
     # A client's socket stays idle at most this long (a request sent half, a download not read):
     # without it each such client held a thread for ever (50 half requests: 50 more threads).
@@ -141,26 +145,46 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
 
     def do_GET(self) -> None:
         """A file, or with `search` the answer to a question at `SEARCH_PATH`."""
+        self._file_or_answer(body=True)
+
+    def do_HEAD(self) -> None:
+        """GET's status and headers without its body, at `SEARCH_PATH` too (it was 404 there
+        while GET answered: a monitor's `curl -I` of the search failed)."""
+        self._file_or_answer(body=False)
+
+    def _not_allowed(self) -> None:
+        """405 with `Allow` for a method HTTP defines that this read-only server does not take (a
+        search form's POST): it was 501, "not implemented", as for a method HTTP does not know."""
+        self.send_error(HTTPStatus.METHOD_NOT_ALLOWED)
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_CONNECT = do_TRACE = _not_allowed
+
+    def _file_or_answer(self, body: bool) -> None:
+        """The answer to a GET (`body`) or HEAD: a file, or the search's JSON at `SEARCH_PATH`."""
         url = urlsplit(self.path)
         if self.search is None or url.path != SEARCH_PATH:
-            super().do_GET()
+            if body:
+                super().do_GET()
+            else:
+                super().do_HEAD()
             return
         try:
             answer = self.search(url.query)
         except SearchError as error:
             self.send_error(error.status, str(error))
             return
-        body = json.dumps(answer, ensure_ascii=False).encode() + b"\n"
+        data = json.dumps(answer, ensure_ascii=False).encode() + b"\n"
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-store")  # the index may be rebuilt meanwhile
         self.end_headers()
-        self.wfile.write(body)
+        if body:
+            self.wfile.write(data)
 
     def end_headers(self) -> None:
         self.send_header("Access-Control-Allow-Origin", "*")
-        self.send_header("Access-Control-Allow-Methods", "GET, HEAD, OPTIONS")
+        self.send_header("Access-Control-Allow-Methods", ALLOWED_METHODS)
         self.send_header(
             "Access-Control-Allow-Headers", "Range, If-Range, If-None-Match, If-Modified-Since"
         )
@@ -179,6 +203,8 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         self.log_error("code %d, message %s", code, message)
         self.send_response(code, message)
         self.send_header("Connection", "close")
+        if code == HTTPStatus.METHOD_NOT_ALLOWED:
+            self.send_header("Allow", ALLOWED_METHODS)
         body = b""
         if code >= 200 and code not in (HTTPStatus.NO_CONTENT, HTTPStatus.NOT_MODIFIED):
             body = json.dumps({"status": code, "error": message}).encode() + b"\n"
@@ -199,9 +225,9 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
 
         404 for anything that is not a regular file inside the served directory (symbolic links
         resolved; a directory, a NUL byte in the path, a file that cannot be opened or went
-        away since it was listed) or is in a hidden folder of it (`_in_hidden_folder`); 304 when
-        the request's validators still match; 206 for a single byte range (unless an If-Range no
-        longer matches: 200), 416 for one past the end.
+        away since it was listed) or is hidden (`_hidden`); 304 when the request's validators
+        still match; 206 for a single byte range (unless an If-Range no longer matches: 200),
+        416 for one past the end.
         """
         path = self.translate_path(self.path)
         handle = _open_inside(self.directory, path)
@@ -266,30 +292,31 @@ def _inside(directory: str, path: str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _in_hidden_folder(directory: str, path: str) -> bool:
+def _hidden(directory: str, path: str) -> bool:
     """Whether `path`, as asked or with its links resolved, lies in a folder below `directory`
-    whose name starts with "." (`.git`, `.venv`, the build's `.embedding-cache`): no index file
-    is ever there (a build reads no source in one), while a file's own name may start with "."
-    (the chunk files of tldr-pages' `..md`)."""
+    whose name starts with "." (`.git`, `.venv`, the build's `.embedding-cache`), or is itself a
+    dot-named file other than a chunk file (`.env`, `.npmrc` at the root of an in-place build,
+    a build's `.tmp-…` files): no index file is ever there (a build reads no source in a hidden
+    folder, and links no file but its chunk files and index.json files), while a chunk file's
+    name may start with "." (tldr-pages' `..md` has chunk files named `.-…-0.md`)."""
     asked = os.path.relpath(path, directory)
     real = os.path.relpath(os.path.realpath(path), os.path.realpath(directory))
-    return any(
-        folder.startswith(".") for each in (asked, real) for folder in each.split(os.sep)[:-1]
-    )
+    for each in (asked, real):
+        *folders, name = each.split(os.sep)
+        if any(folder.startswith(".") for folder in folders):
+            return True
+        if name.startswith(".") and not is_chunk_file("/".join((*folders, name))):
+            return True
+    return False
 
 
 def _open_inside(directory: str, path: str) -> BinaryIO | None:
     """`path` opened to read when it is a regular file inside `directory` (symbolic links
-    resolved) and in no hidden folder of it, else None: a directory, a path no file can have (a
-    NUL byte; a lone surrogate, which `%ED%A0%80` decodes to), one outside or in a hidden folder,
-    one that cannot be opened (no permission; deleted or replaced by a directory since it was
-    listed)."""
+    resolved) and not hidden (`_hidden`), else None: a directory, a path no file can have (a
+    NUL byte; a lone surrogate, which `%ED%A0%80` decodes to), one outside or hidden, one that
+    cannot be opened (no permission; deleted or replaced by a directory since it was listed)."""
     try:
-        if (
-            not _inside(directory, path)
-            or _in_hidden_folder(directory, path)
-            or not os.path.isfile(path)
-        ):
+        if not _inside(directory, path) or _hidden(directory, path) or not os.path.isfile(path):
             return None
         return open(path, "rb")  # the handler closes it once the body is sent
     except (OSError, ValueError):  # ValueError: the NUL byte, the surrogate

@@ -4,7 +4,10 @@ fails loudly on a missing chunk, and `mdindex serve` stays inside its directory 
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import sys
 
 import pytest
 import requests
@@ -12,7 +15,7 @@ from indexing_support import ranked_vectors, run_cli, serving, source, topic_inp
 
 from indexing import IndexSettings, build_topic
 from indexing.paths import chunk_file
-from indexing.server import IndexRequestHandler
+from indexing.server import IndexRequestHandler, SearchError
 
 TOPIC = "odd names/t#1"
 NAMES = ["50% off", "what?", "c#", "a b", "指南", "new\nline"]
@@ -99,22 +102,28 @@ def test_serve_never_leaves_its_directory_nor_lists_one(tmp_path):
         assert requests.get(base + "/t/index.json", timeout=10).text == "{}"
 
 
-def test_serve_answers_404_in_hidden_folders_but_serves_a_file_named_with_a_dot(tmp_path):
+def test_serve_answers_404_for_hidden_files_but_serves_a_chunk_file_named_with_a_dot(tmp_path):
     """An in-place build of a checkout, served: `.git/config` (a remote's credentials), the
     build's `.embedding-cache` and a `.venv` were served to anyone, also through a link named
-    like an index file. A dot-named file is served: tldr-pages' `..md` has chunk files named
-    `.-{digest}-0.md`."""
+    like an index file; and so were the dot-named files at the corpus's root, `.env` and
+    `.npmrc` (a registry token), and a build's `.tmp-…` files. A dot-named chunk file is served:
+    tldr-pages' `..md` has chunk files named `.-{digest}-0.md`."""
     root = tmp_path / "site"
     for folder in (".git", ".embedding-cache/minilm", "t/_chunks", "t/.private"):
         (root / folder).mkdir(parents=True)
     (root / ".git" / "config").write_text("url = https://user:TOKEN@example.com/repo")
     (root / ".embedding-cache" / "minilm" / "ab.bin").write_bytes(b"TOKEN")
     (root / "t" / ".private" / "notes.md").write_text("TOKEN")
+    (root / ".env").write_text("API_KEY=TOKEN")
+    (root / ".npmrc").write_text("//registry.npmjs.org/:_authToken=TOKEN")
+    (root / "t" / "_chunks" / ".tmp-ab12cd34").write_text("TOKEN")
     (root / "t" / "_chunks" / ".-0123abcd-0.md").write_text("a dot-named source's chunk")
     (root / "t" / "looks-fine.md").symlink_to(root / ".git" / "config")
+    (root / "t" / "_chunks" / "env-0123abcd-0.md").symlink_to(root / ".env")
     with serving(root) as base:
         for path in ("/.git/config", "/.embedding-cache/minilm/ab.bin", "/t/.private/notes.md",
-                     "/t/looks-fine.md", "/%2Egit/config"):  # fmt: skip
+                     "/t/looks-fine.md", "/%2Egit/config", "/.env", "/%2eenv", "/.npmrc",
+                     "/t/_chunks/.tmp-ab12cd34", "/t/_chunks/env-0123abcd-0.md"):  # fmt: skip
             for method in ("GET", "HEAD"):
                 reply = requests.request(method, base + path, timeout=10)
                 assert reply.status_code == 404 and "TOKEN" not in reply.text, (method, path)
@@ -172,13 +181,16 @@ def test_serve_answers_errors_in_json(tmp_path):
     """A web client's `response.json()` of an error was a SyntaxError: `http.server` wrote an
     HTML page for a 404, a POST (501), a request line too long (414). Each is JSON now, with
     CORS, naming the status (a method's name as the client wrote it, quote and backslash
-    escaped); a HEAD's error has no body."""
+    escaped); a HEAD's error has no body. A method HTTP defines that would change something
+    (a search form's POST, a PUT) is 405 with `Allow`: it was 501, as for one HTTP lacks."""
     (tmp_path / "index.json").write_text("{}")
     with serving(tmp_path) as base:
         for method, path, status in (
             ("GET", "/missing.json", 404),
             ("GET", "/", 404),
-            ("POST", "/index.json", 501),
+            ("POST", "/index.json", 405),
+            ("PUT", "/index.json", 405),
+            ("DELETE", "/index.json", 405),
             ("GET", "/" + "a" * 70_000, 414),
         ):
             reply = requests.request(method, base + path, timeout=10)
@@ -186,8 +198,58 @@ def test_serve_answers_errors_in_json(tmp_path):
             assert reply.headers["Content-Type"] == "application/json"
             assert reply.headers["Access-Control-Allow-Origin"] == "*"
             assert reply.json()["status"] == status and reply.json()["error"]
+            assert reply.headers.get("Allow") == ("GET, HEAD, OPTIONS" if status == 405 else None)
         head = requests.head(base + "/missing.json", timeout=10)
         assert head.status_code == 404 and head.content == b""
         line, body = _raw_answer(int(base.rsplit(":", 1)[1]), b'B"\\W /x HTTP/1.1\r\n\r\n')
         assert line.startswith(b"HTTP/1.0 501 ")
         assert json.loads(body) == {"status": 501, "error": "Unsupported method ('B\"\\\\W')"}
+
+
+def test_serve_answers_a_head_of_the_search_as_its_get(tmp_path):
+    """A HEAD of `/_search` (a monitor's `curl -I`) was 404 while its GET answered: it gets the
+    GET's status and headers, without a body; a refused question's status too."""
+
+    def search(query: str) -> dict:
+        if query == "q=":
+            raise SearchError(400, "q: give a question (q=...)")
+        return {"question": query}
+
+    with serving(tmp_path, search=search) as base:
+        get = requests.get(base + "/_search?q=deploy", timeout=10)
+        head = requests.head(base + "/_search?q=deploy", timeout=10)
+        assert get.json() == {"question": "q=deploy"}
+        assert (head.status_code, head.content) == (200, b"")
+        for name in ("Content-Type", "Content-Length", "Cache-Control"):
+            assert head.headers[name] == get.headers[name], name
+        assert requests.head(base + "/_search?q=", timeout=10).status_code == 400
+
+
+@pytest.mark.timeout(120)
+def test_mdindex_serve_stops_with_exit_0_on_sigterm_and_ctrl_c(tmp_path):
+    """systemd stops a service with SIGTERM: `mdindex serve` exited 143 without a word, which
+    systemd counts a failure (the unit "failed", status=143). SIGTERM and Ctrl-C are a
+    server's ordinary stop: exit 0, one line saying which. The program's own entry point
+    (`jobs.cli.run`), whose SIGTERM handler gave the 143; SIGINT's default handler first (a
+    background job inherits SIGINT ignored)."""
+    (tmp_path / "index.json").write_text("{}")
+    program = (
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from jobs.cli import run; run()"
+    )
+    for signum, said in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", program, "serve", str(tmp_path), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            base = proc.stdout.readline().split(" at ")[1].split()[0]
+            assert requests.get(base + "index.json", timeout=10).text == "{}"
+            proc.send_signal(signum)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()  # a no-op once it has exited
+        assert proc.returncode == 0, (said, proc.returncode, err[-500:])
+        assert err.endswith(f"mdindex serve: stopped ({said})\n"), err[-500:]
