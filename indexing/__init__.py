@@ -23,7 +23,7 @@ from indexing.topic_spec import without_section as topic_spec_without_section
 # Bump whenever the same chunks, vectors and settings can index differently (a fix that changes
 # index.json, the tables, topic-spec.md or the SimHash tables): builds include it in their settings
 # key, so the next build rebuilds every topic instead of keeping those the older code wrote.
-REVISION = 3
+REVISION = 4
 
 __all__ = [
     "REVISION",

@@ -15,8 +15,14 @@ from indexing.vectors import unit_rows
 # The failure a build reports for a qa-pairs.md it cannot read (bytes a source's
 # `chunking.normalize.decode` refuses: not UTF-8, UTF-16, a NUL byte; `jobs.stages.chunk`)
 QUESTIONS_FAILED = "QUESTIONS_FAILED"
-_Q_LINE = re.compile(r"^(?:\*\*Q:\*\*|Q:)\s*(?P<question>.+)$")
-_MARKED = re.compile(r"^(?:\*\*[QA]:\*\*|[QA]:)")  # a line that starts a question or an answer
+# A question's marker: "Q:", emphasised as writers do ("**Q:**", "**Q**:", "*Q:*", "__Q:__"), or
+# opening an emphasis that closes at the question's end ("**Q: Why?**": `closer`). Until
+# 2026-11-30 only "Q:" and "**Q:**" were, and a file of "**Q**:" lines had no question, unsaid.
+_Q_LINE = re.compile(
+    r"^(?:(?P<em>\*\*|__|\*|_)Q(?:(?P=em):|:(?P=em))|(?P<closer>\*\*|__|\*|_)?Q:)"
+    r"\s*(?P<question>.+)$"
+)
+_MARKED = re.compile(r"^[*_]{0,2}[QA][*_]{0,2}:")  # a line that starts a question or an answer
 _ARGMAX_CELLS = 1 << 20  # scores per np.argmax call in `_first_max_rows` (it copies them)
 
 
@@ -24,8 +30,8 @@ def parse_questions(markdown: str) -> list[str]:
     """Questions in document order, each once: headings ending in "?", lines starting "Q:"/"**Q:**".
 
     Code blocks are skipped; a "Q:" line may sit inside a paragraph (e.g. followed by its "A:" line)
-    or a list item, or be a heading ("## Q: How…?"); its marker is never part of the question, and
-    a question wrapped onto the next lines is whole (`_wrapped`). A
+    or a list item, or be a heading ("## Q: How…?"); its marker, emphasised or not (`_Q_LINE`), is
+    never part of the question, and a question wrapped onto the next lines is whole (`_wrapped`). A
     heading's "?" may sit inside emphasis or code (`## **Why?**`) and before an attribute list
     (`{ #why }`, dropped as from chunk titles); its inline markdown is kept as written.
     """
@@ -38,7 +44,7 @@ def parse_questions(markdown: str) -> list[str]:
             text = heading_title(token.content.strip())
             match = _Q_LINE.match(text)
             if match:
-                found.append(match["question"].strip())
+                found.append(_wrapped(match, [], 0))
             elif heading_title(plain_text(token)).endswith("?"):
                 found.append(text)
             continue
@@ -46,15 +52,18 @@ def parse_questions(markdown: str) -> list[str]:
         for number, line in enumerate(lines):
             match = _Q_LINE.match(line)
             if match:
-                found.append(_wrapped(match["question"].strip(), lines, number + 1))
+                found.append(_wrapped(match, lines, number + 1))
     return list(dict.fromkeys(found))
 
 
-def _wrapped(question: str, lines: list[str], after: int) -> str:
-    """A "Q:" line's question with the lines it wraps onto (`lines` from index `after` on): while
-    it has no "?" yet, the lines up to the one that ends in "?" (none that starts "Q:" or "A:");
-    the first line alone where no such line comes (the answer may follow unmarked). Reads only
-    up to the next marked line, so a paragraph of many "Q:" lines stays linear."""
+def _wrapped(marked: re.Match[str], lines: list[str], after: int) -> str:
+    """A "Q:" line's question (`marked`: its `_Q_LINE` match) with the lines it wraps onto (`lines`
+    from index `after` on): while it has no "?" yet, the lines up to the one that ends in "?" (none
+    that starts "Q:" or "A:"); the first line alone where no such line comes (the answer may
+    follow unmarked). The emphasis its marker opened is closed at its end and dropped with it.
+    Reads only up to the next marked line, so a paragraph of many "Q:" lines stays linear."""
+    closer = marked["closer"] or ""
+    question = marked["question"].strip().removesuffix(closer).rstrip()
     if question.endswith("?"):
         return question
     parts = [question]
@@ -62,8 +71,8 @@ def _wrapped(question: str, lines: list[str], after: int) -> str:
         line = lines[number]
         if _MARKED.match(line):
             break
-        parts.append(line)
-        if line.endswith("?"):
+        parts.append(line.removesuffix(closer).rstrip())
+        if parts[-1].endswith("?"):
             return " ".join(parts)
     return question
 

@@ -327,6 +327,22 @@ def test_a_q_line_wrapped_onto_the_next_lines_is_one_question():
     ]  # fmt: skip
 
 
+def test_a_q_marker_may_be_emphasised_as_writers_do():
+    """ "**Q**:", "*Q:*", "__Q:__", a bold line "**Q: Why?**" (wrapped too) and a heading's "**Q**:"
+    mark questions as "Q:" and "**Q:**" do: a qa-pairs.md written in any of them had no question,
+    and no word said so. An answer marked so ends a wrapped question as "A:" does."""
+    text = (
+        "**Q**: How do I set the delay?\n**A**: In the options.\n\n*Q:* Where are chunks?\n\n"
+        "__Q:__ Can I skip drafts?\n\n**Q: Is it bold?**\n\n**Q: Does it wrap\nover lines?**\n"
+        "**A:** Yes.\n\n*Q*: Unended\n_A_: answer?\n\n## **Q**: In a heading?\n\n"
+        "**Q:** Why is **this** so?\n"
+    )
+    assert parse_questions(text) == [
+        "How do I set the delay?", "Where are chunks?", "Can I skip drafts?", "Is it bold?",
+        "Does it wrap over lines?", "Unended", "In a heading?", "Why is **this** so?",
+    ]  # fmt: skip
+
+
 def test_a_q_heading_is_its_question_without_the_marker():
     """A heading "## Q: How…?" is the question "How…?", as a "Q:" line is: it was kept with its
     marker, whose words moved its SimHash 3 to 8 bits from the question a reader asks (past k=6
