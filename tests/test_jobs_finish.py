@@ -11,6 +11,7 @@ from jobs.config import load_config
 from jobs.finish import finish
 from jobs.manifest import Manifest, TopicEntry
 from jobs.plan import KEEP, Plan, TopicPlan
+from jobs.stages.topic import existing_index_of
 from jobs.storage import Storage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,3 +228,13 @@ def test_a_deleted_topic_whose_sub_topic_stays_becomes_its_folders_directory_ind
     )
     assert not (out / "guides" / "_chunks").exists()
     assert (out / "guides" / "http" / CHUNK).read_bytes() == b"text"
+
+
+def test_an_index_json_an_editor_saved_with_a_bom_is_still_this_jobs(tmp_path):
+    """The job's own index.json that a person opened and saved in an editor that writes a UTF-8
+    BOM (Notepad) is read without it, as a source is: it was "not JSON", left untouched, and its
+    topic failed INDEX_JSON_FAILED on every run until the file was moved away by hand."""
+    (tmp_path / "t").mkdir()
+    index = directory_index("t", [])
+    (tmp_path / "t" / "index.json").write_bytes("\ufeff".encode() + index)
+    assert existing_index_of(Storage(str(tmp_path)), "t") == (index, None)

@@ -60,6 +60,7 @@ from jobs.stats import Clock, IndexStats, RunStats
 from jobs.storage import Storage, SymlinkRefused
 
 log = logging.getLogger("mdindex.build")
+UTF8_BOM = "\ufeff".encode()
 
 # Failures that a file's bytes and the settings decide, for files whose fingerprint the plan
 # compares (sources, qa-pairs.md, keywords files): settled, not retried until one changes
@@ -270,11 +271,14 @@ def existing_index_of(
     file there is not one: `not_an_index` (a person's own), or a symbolic link (never followed).
     One it wrote for another folder, moved or copied here with its folder (`moved_index`), counts
     as none, to be written anew, unless not `replace_moved` (a relink, which rewrites only the
-    file's links: it is then named, and the topic rebuilt on the next run)."""
+    file's links: it is then named, and the topic rebuilt on the next run). A UTF-8 BOM before it
+    is dropped, as before a source (an editor's, saving the file: it was not JSON to orjson, and
+    the folder's topic was never indexed again until the file was moved away by hand)."""
     try:
         data = storage.read_optional(in_topic(directory, INDEX))
     except SymlinkRefused:
         return None, "a symbolic link (not followed)"
+    data = data and data.removeprefix(UTF8_BOM)
     if data is None or (replace_moved and moved_index(data, directory)):
         return None, None
     return data, not_an_index(data, directory)
