@@ -122,12 +122,29 @@ def _from_table(rows: list[tuple[int, list[str]]]) -> list[Keyword]:
     return found
 
 
+def _check_no_table(inline: Token) -> None:
+    """Raise ValueError for a paragraph whose first line is a keywords table's header (a keyword
+    column and a score column, `| keyword | score |`) that markdown reads as no table: without a
+    delimiter row under it (`|---|---|`), or with one of another number of cells. Such a file gave
+    no keyword and no error, every chunk without its keywords, unsaid (until 2026-11-30)."""
+    first = inline.content.split("\n", 1)[0].strip()
+    cells = [cell.strip() for cell in first.strip("|").split("|")] if "|" in first else []
+    header = {cell.casefold() for cell in cells}
+    if header & set(NAME_COLUMNS) and header & set(SCORE_COLUMNS):
+        raise ValueError(
+            f"keywords table at line {inline.map[0] + 1} with columns {' | '.join(cells)}: no "
+            "table to markdown: a delimiter row must follow the header (|---|---|, a cell for "
+            "each column)"
+        )
+
+
 def parse_keywords(markdown: str) -> list[Keyword]:
     """Keywords from a markdown table (keyword and score columns) and `- keyword: score` list items.
 
     Document order; a keyword seen again (case-insensitively) keeps its first score. List items
     whose text is not `name: number` are ordinary prose and ignored; a table row with a
-    non-numeric score is an error (ValueError naming the row).
+    non-numeric score is an error (ValueError naming the row), and so is a keywords table's header
+    that markdown reads as no table (`_check_no_table`).
     """
     tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
     found: list[Keyword] = []
@@ -138,6 +155,8 @@ def parse_keywords(markdown: str) -> list[Keyword]:
             rows, i = _table_rows(tokens, i)
             found.extend(_from_table(rows))
             continue
+        if token.type == "inline" and tokens[i - 1].type == "paragraph_open":
+            _check_no_table(token)
         if token.type == "inline" and i >= 2 and tokens[i - 2].type == "list_item_open":
             match = _LIST_ITEM.match(plain_text(token))
             score = _score(match["score"]) if match else None

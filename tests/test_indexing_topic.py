@@ -259,6 +259,28 @@ def test_keyword_table_with_bad_score_is_a_clear_error():
         parse_keywords("# Words\n\n| Keyword | Weight |\n|---|---|\n| a | 5 |\n")
 
 
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("keyword | score\nretry | 5\n", 1),  # no delimiter row
+        ("# Words\n\n| Keyword | Score |\n| retry | 5 |\n", 3),
+        ("| keyword | score |\n|---|\n| retry | 5 |\n", 1),  # a delimiter cell short
+        ("- words:\n\n  | term | authority |\n  | a | 1 |\n", 3),
+    ],
+)
+def test_a_keywords_table_markdown_reads_as_no_table_is_a_clear_error(text, line):
+    """A keywords table's header without its delimiter row (or with one of too few cells) is a
+    paragraph to markdown: the file gave no keyword and no error, every chunk went without its
+    keywords, unsaid. Its line is named, as a table's is."""
+    with pytest.raises(
+        ValueError, match=rf"^keywords table at line {line} with columns .*: no table"
+    ):
+        parse_keywords(text)
+    assert parse_keywords("Pipes | in prose\nand keyword: score\n\n- a: 1\n") == [
+        Keyword(name="a", score=1)
+    ]
+
+
 def test_a_keyword_table_naming_one_column_of_the_two_is_a_clear_error():
     """`| Keyword | Weight |` (or `| Word | Score |`) gave no keyword and no error: every chunk
     went without its keywords, unsaid. A table naming neither column is prose, as before."""
