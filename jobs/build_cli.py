@@ -92,11 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "a rough cost (bytes to read, chunks to embed); start nothing, write nothing, exit 0",
     )
     parser.add_argument(
-        "--links",
+        "--check",
         action="store_true",
         help="with --dry-run: also read and chunk (embed nothing) the sources of the topics it "
-        "would rebuild, and print the links to pages the corpus would not have, as the build's "
-        "report would; exit 3 where they fail the build (checks.broken_links: fail)",
+        "would rebuild, as the build would: name those that fail and the links to pages the "
+        "corpus would not have, count the chunks to embed, and exit 3 where the build would",
     )
     parser.add_argument(
         "--set",
@@ -162,12 +162,12 @@ def run_build(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         failed_as_a_whole(f"mdindex build: config error: {exc}")
         return EXIT_USAGE
-    if args.links and not args.dry_run:  # a build judges its links always
-        failed_as_a_whole("mdindex build: --links: only with --dry-run (a build checks links)")
+    if args.check and not args.dry_run:  # a build checks its sources and links always
+        failed_as_a_whole("mdindex build: --check: only with --dry-run (a build checks all)")
         return EXIT_USAGE
     if args.dry_run:  # writes nothing, not even a failed run's report
         try:
-            planned = dry_run(config, links=args.links)
+            planned = dry_run(config, check=args.check)
         except (InputNotFound, ModelNotFound, OutputNotFound, InfeasibleResources) as exc:
             print(f"mdindex build: {exc}", file=sys.stderr)
             return EXIT_USAGE

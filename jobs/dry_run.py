@@ -8,10 +8,11 @@ at the previous run's chunks per byte of chunked sources (or DEFAULT_BYTES_PER_C
 run), leaving out the sources whose content is unchanged (the same listing fingerprint, re-run for
 other reasons such as a settings change) and whose vectors are in the cache already.
 
-With `links` (`--links`), the sources of the topics it would rebuild are read and chunked (not
-embedded) as the build chunks them, for the index's broken links once the build has run
-(`jobs.broken_links`: the other topics' are in the manifest); then the cache is asked for the
-content of each source to chunk, and its chunks are counted, not estimated.
+With `check` (`--check`), the sources of the topics it would rebuild are read and chunked (not
+embedded) as the build reads and chunks them: those that fail are named, and so are the index's
+broken links once the build has run (`jobs.broken_links`: the other topics' are in the
+manifest); the cache is asked for the content of each source to chunk, and its chunks are
+counted, not estimated.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from jobs.records import QUESTIONS, SOURCE, TOPIC
 from jobs.report import error_text
 from jobs.report_html import SETTINGS_CHANGED, place
 from jobs.stages.chunk import _chunk_source
+from jobs.stages.read import READ_FAILED
 from jobs.storage import Storage
 from jobs.work import work_rows
 
@@ -67,17 +69,36 @@ class DryRun:
     chunks_to_embed: int  # estimate
     stops: list[str]  # under failure_policy abort, the failures that stop the build at once
     locked: str | None  # the build that holds the output's lock, in words (`lock_holder`)
-    broken: BrokenLinks | None = None  # the index's broken links after the build (`links`)
+    # with `check`: the sources that fail to be read or chunked, as (path, code, message), and
+    # the index's broken links after the build
+    failing: list[tuple[str, str, str]] | None = None
+    broken: BrokenLinks | None = None
 
     @property
     def fails(self) -> bool:
-        """Whether the build would fail for broken links (`checks.broken_links: fail`, exit 3)."""
-        return self.broken is not None and self.broken.fails
+        """Whether the build would exit 3, as a check tells (None: unchecked, False): a source
+        or file fails (a settled failure, a shared stem, a file skipped, a source that fails
+        here), or its links break under `checks.broken_links: fail`."""
+        if self.broken is None:
+            return False
+        known = self.still_failing or self.conflicts or self.skipped or self.failing
+        return bool(known) or self.broken.fails
 
 
-def dry_run(config: JobConfig, *, links: bool = False) -> DryRun:
-    """Plan the build `config` describes, without doing any of it (with `links`, its broken
-    links too: `planned_broken_links`)."""
+@dataclass(frozen=True)
+class Checked:
+    """The sources of the topics a build would rebuild, read and chunked (`chunk_rebuilt`):
+    per source chunked, its content's sha256 and its chunks; the failures, as (path, code,
+    message); and their links to pages, as (source, href)."""
+
+    chunked: dict[str, tuple[str, int]]
+    failing: list[tuple[str, str, str]]
+    links: list[tuple[str, str]]
+
+
+def dry_run(config: JobConfig, *, check: bool = False) -> DryRun:
+    """Plan the build `config` describes, without doing any of it; with `check`, read and chunk
+    what it would (`chunk_rebuilt`): its failing sources and broken links too."""
     listing = list_input(config)
     found = discover(config, listing)
     check_output_roots(config)
@@ -98,7 +119,8 @@ def dry_run(config: JobConfig, *, links: bool = False) -> DryRun:
     carried = sorted(path for facts in topic_facts for path in facts["carried"])
     key = config.chunking.key
     in_cache = cached_sources(Storage(config.cache, config.storage_options), key)
-    chunked, pairs = chunk_rebuilt(config, found) if links else ({}, [])
+    checked = chunk_rebuilt(config, found) if check else Checked({}, [], [])
+    chunked = checked.chunked
 
     def content_hash(path: str) -> str | None:
         """The source's content hash: read here, or the last run's for the same listing."""
@@ -133,15 +155,16 @@ def dry_run(config: JobConfig, *, links: bool = False) -> DryRun:
         chunks_to_embed=to_embed,
         stops=abort_stops(plan) if config.failure_policy == "abort" else [],
         locked=lock_holder(found.output),
+        failing=checked.failing if check else None,
         broken=(
             broken_links_of(
-                [*kept_links(plan, previous), *pairs],
+                [*kept_links(plan, previous), *checked.links],
                 [f.path for f in listing],
                 config.sources.exclude,
                 config.checks.broken_links,
                 found.source,
             )
-            if links
+            if check
             else None
         ),
     )
@@ -158,29 +181,30 @@ def kept_links(plan: Plan, previous: Manifest) -> list[tuple[str, str]]:
     ]
 
 
-def chunk_rebuilt(
-    config: JobConfig, found: Discovery
-) -> tuple[dict[str, tuple[str, int]], list[tuple[str, str]]]:
+def chunk_rebuilt(config: JobConfig, found: Discovery) -> Checked:
     """Every source of each topic the build planned in `found` would rebuild, read and chunked
-    as the build chunks them (embedding nothing; the carried ones too, as their links to a page
-    that left are in no manifest): per source read, its content's sha256 and its chunks (0: it
-    fails); and their links to pages (`jobs.broken_links.page_links`). READ_AT_ONCE at a time:
-    no document is kept."""
+    as the build reads and chunks them (`jobs.stages.read`, `jobs.stages.chunk`; embedding
+    nothing; the carried ones too, as their links to a page that left are in no manifest),
+    READ_AT_ONCE at a time: no document is kept."""
     plan = found.plan
     paths = [path for topic in plan.topics if topic.action == REBUILD for path in topic.sources]
     settings = chunk_settings(config, PathSet.of(plan.fingerprints), None)
-    chunked: dict[str, tuple[str, int]] = {}
-    pairs: list[tuple[str, str]] = []
+    checked = Checked({}, [], [])
     for start in range(0, len(paths), READ_AT_ONCE):
         documents = []
         for path, data in found.source.read_many(paths[start : start + READ_AT_ONCE]).items():
-            if isinstance(data, bytes):  # one that cannot be read fails: no links, no chunks
-                document = _chunk_source(data, path, settings)[0]
-                chunks = len(document.chunks) if document is not None else 0
-                chunked[path] = (hashlib.sha256(data).hexdigest(), chunks)
-                documents.append(SourceInput(path, document, None))
-        pairs += page_links(documents)
-    return chunked, pairs
+            if not isinstance(data, bytes):
+                message = f"cannot read {found.source.uri(path)}: {data}"
+                checked.failing.append((path, READ_FAILED, message))
+                continue
+            document, failure, _ = _chunk_source(data, path, settings)
+            chunks = len(document.chunks) if document is not None else 0
+            checked.chunked[path] = (hashlib.sha256(data).hexdigest(), chunks)
+            if failure is not None:
+                checked.failing.append((path, *failure))
+            documents.append(SourceInput(path, document, None))
+        checked.links.extend(page_links(documents))
+    return checked
 
 
 def cached_sources(cache: Storage, key: str) -> set[str]:
@@ -250,6 +274,8 @@ def describe(plan: DryRun) -> str:
         f"sources expected from the cache: {plan.cached}",
         f"chunks to embed (estimate): {plan.chunks_to_embed}",
     ]
+    if plan.failing is not None:
+        lines.append(f"sources failing: {len(plan.failing)}")
     if plan.broken is not None:
         lines.append(f"broken links: {plan.broken.count}")
     if plan.settings_changed:  # why every topic is rebuilt: the build's summary says it too
@@ -269,6 +295,7 @@ def describe(plan: DryRun) -> str:
     lines += [f"  still failing {path}" for path in plan.still_failing]
     lines += [f"  stem shared {path}" for path in plan.conflicts]
     lines += [f"  skip {path}" for path in plan.skipped]
+    lines += [f"  fail {path}: {code}: {message}" for path, code, message in plan.failing or ()]
     if plan.broken is not None:  # the first, as the build's report names them, with their lines
         broken = plan.broken
         lines += [f"  broken {place(link.source, link.line)}: {link.href}" for link in broken.first]

@@ -25,9 +25,9 @@ GOLDEN = "libraries/json-source-generation"
 BROKEN = f"{GOLDEN}/broken-encoding.md"
 
 
-def dry(capsys, *args: str) -> tuple[dict[str, str], list[str]]:
-    """The dry run's `key: value` summary and its listed actions."""
-    assert main(["--config", CONFIG, *args, "--dry-run"]) == 0
+def dry(capsys, *args: str, code: int = 0) -> tuple[dict[str, str], list[str]]:
+    """The dry run's `key: value` summary and its listed actions (its exit code `code`)."""
+    assert main(["--config", CONFIG, *args, "--dry-run"]) == code
     lines = capsys.readouterr().out.splitlines()
     summary = dict(line.split(": ", 1) for line in lines if not line.startswith("  "))
     return summary, [line.strip() for line in lines if line.startswith("  ")]
@@ -224,23 +224,21 @@ def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
 
     # One source edited and renamed, which breaks the link to it of an unchanged one, and one
     # moved to another topic: the dry run names them and their neighbours, and the cost is what
-    # the build then reports; the dry run itself touches nothing. With `--links` it reads and
+    # the build then reports; the dry run itself touches nothing. With `--check` it reads and
     # chunks the sources of the topics to rebuild, the carried ones too: it names the broken
-    # link the build then reports, finds the moved page's vectors in the cache, and counts the
-    # chunks to embed (until 2026-11-30 a dry run found no broken link)
+    # link the build then reports, finds the moved page's vectors in the cache, counts the
+    # chunks to embed, and exits 3 as the build then does (the failed source still fails; until
+    # 2026-11-30 a dry run found no broken link)
     (corpus / "guides" / "setup.md").write_text("# Installation\n\nRun `pip install`.\n")
     (corpus / "guides" / "installation.md").unlink()
     (corpus / "reference" / "cli" / "commands.md").rename(corpus / "guides" / "commands.md")
     before = tree(output)
-    checked, found = dry(capsys, *where, "--links")
-    fail = ["--set", "checks.broken_links=fail"]
-    assert main(["--config", CONFIG, *where, *fail, "--dry-run", "--links"]) == 3  # as the build
-    assert main(["--config", CONFIG, *where, "--links"]) == 2  # a build checks links always
-    capsys.readouterr()
+    checked, found = dry(capsys, *where, "--check", code=3)
+    assert main(["--config", CONFIG, *where, "--check"]) == 2  # a build checks all always
     summary, actions = dry(capsys, *where)
     assert tree(output) == before
-    assert "broken links" not in summary
-    assert checked["broken links"] == "1"
+    assert "broken links" not in summary and "sources failing" not in summary
+    assert checked["broken links"] == "1" and checked["sources failing"] == "0"
     assert "broken guides/getting-started.md:14: installation.md" in found
     assert checked["sources expected from the cache"] == "1"  # the moved one
     assert summary["sources expected from the cache"] == "0"  # its old path's hash unknown
@@ -257,7 +255,7 @@ def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
     assert int(summary["bytes to read"]) == report["bytes_read"]
     assert int(summary["sources to chunk"]) == report["sources"]["chunked"]
     assert int(summary["sources to carry"]) == report["sources"]["carried"]
-    # at least one per source to chunk, the moved one too; counted, not estimated, with --links
+    # at least one per source to chunk, the moved one too; counted, not estimated, with --check
     assert checked["chunks to embed (estimate)"] == "1" and report["chunks"]["embedded"] == 1
     assert int(summary["chunks to embed (estimate)"]) > 1
     assert report["broken_links"]["first"] == [
@@ -495,3 +493,33 @@ def test_more_cpu_embedding_actors_than_cpus_are_refused_before_ray_starts(tmp_p
         needs = f"resources.embed.{key} {count} asks for more CPU embedding actors than the 2 CPUs"
         assert needs in done.stderr and "set at most 2, or null" in done.stderr, done.stderr
     assert not output.exists()
+
+
+def test_a_checked_dry_run_names_failing_pages_and_broken_links_and_exits_as_the_build(
+    tmp_path, capsys
+):
+    """A docs pull request's check: `--dry-run --check` reads and chunks the pages the build
+    would, embedding nothing, and names a page that fails and a link to a page the corpus does
+    not have, with its line, as the build's report then does; it exits 3 where the build would
+    (a page failing, or links under `checks.broken_links: fail`), 0 otherwise. Until 2026-11-30
+    a dry run read no page and found neither."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# A\n\nSee [the setup](./setup.md) and [b](b.md).\n")
+    (docs / "t" / "b.md").write_text("# B\n\nText.\n")
+    where = ["--input", str(docs), "--output", str(tmp_path / "out")]
+    summary, actions = dry(capsys, *where, "--check")  # a link broken: a note, exit 0
+    assert summary["broken links"] == "1" and summary["sources failing"] == "0"
+    assert "broken t/a.md:3: ./setup.md" in actions
+    assert summary["chunks to embed (estimate)"] == "2"  # counted: a chunk each
+    dry(capsys, *where, "--check", "--set", "checks.broken_links=fail", code=3)
+    (docs / "t" / "bad.md").write_bytes(b"# Bad\n\nInvalid \xff byte.\n")
+    summary, actions = dry(capsys, *where, "--check", code=3)
+    assert summary["sources failing"] == "1"
+    assert [a for a in actions if a.startswith("fail ")] == [
+        "fail t/bad.md: CHUNKING_FAILED: invalid UTF-8 at byte offset 15 (line 3): invalid start "
+        "byte"
+    ]
+    summary, _ = dry(capsys, *where)  # unchecked: neither known, exit 0
+    assert "broken links" not in summary and "sources failing" not in summary
+    assert not (tmp_path / "out").exists()
