@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from jobs.config import ConfigError, JobConfig, check_store_options, load_config
 from jobs.known import KnownFailure
@@ -210,7 +211,7 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
                 config,
                 began=started,
                 failed=lambda error: report_failure(config, error, started),
-                reported=lambda report: exit_at_once_on_sigterm(report["exit_code"]),
+                reported=lambda report: finished(config, report),
             )
     except BaseException as exc:
         end = ending(exc)
@@ -219,6 +220,15 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
         failed_as_a_whole(end.message)
         return end.code, None
     return report["exit_code"], report
+
+
+def finished(config: JobConfig, report: dict[str, Any]) -> None:
+    """Once a build's report is in place: its output recorded in its cache (`mdindex cache
+    prune` keeps its entries), then a SIGTERM exits at once with the run's exit code."""
+    from jobs.cache_cli import record_output
+
+    record_output(config, report)
+    exit_at_once_on_sigterm(report["exit_code"])
 
 
 def failed_as_a_whole(message: str) -> None:

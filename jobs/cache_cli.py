@@ -2,22 +2,36 @@
 named outputs still needs (`embedding.prune`): those of sources' old bytes, and of chunking
 settings no output's index was built with. What an output needs is read from its manifest (each
 source's content hash, and its qa-pairs.md and keywords files') and its documents tables (the
-strategy keys its index was built with)."""
+strategy keys its index was built with).
+
+Each build records in its cache that its output uses it (`record_output`: a small file per
+output under OUTPUTS, its URI and when its last build finished), so that a prune keeps the
+entries of every output recorded there, named or not, unless it is told to forget one
+(`--forget`): an output not named was a shared cache's other outputs' entries removed, to be
+embedded again."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import logging
 import sys
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from indexing.cli import json_object
 
 if TYPE_CHECKING:
     from embedding.prune import Needed
+    from jobs.config import JobConfig
     from jobs.storage import Storage
 
 MIN_AGE_HOURS = 24.0  # entries written since are kept: a running build names its own at its end
+OUTPUTS = "_outputs"  # the cache's folder of output records (outside its entries' layout)
+
+log = logging.getLogger("mdindex.build")
 
 
 class PruneRefused(ValueError):
@@ -33,20 +47,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="remove the cache entries no output still needs",
         description="Remove the embedding cache's entries that none of the outputs named needs "
         "(old bytes of edited or deleted sources, chunking settings no longer used), once older "
-        "than --min-age. Name every output that uses the cache: the entries of one not named "
-        "are removed, and its next build embeds them again.",
+        "than --min-age. Every output whose build recorded itself in the cache is kept whether "
+        "named or not; an output last built before builds recorded themselves (2026-11-30) "
+        "must be named.",
     )
     parser.add_argument(
         "--output",
         dest="outputs",
         action="append",
-        required=True,
+        default=[],
         metavar="OUT",
-        help="an output built with the cache (path or URI); give every one that uses it",
+        help="an output built with the cache (path or URI); with the outputs its builds "
+        "recorded in the cache, whose entries are kept too",
     )
     parser.add_argument(
         "--cache",
-        help="the cache (default: the one the outputs' last builds used, from their reports)",
+        help="the cache (default: the one the named outputs' last builds used, from their "
+        "reports); without --output, for every output recorded in it",
+    )
+    parser.add_argument(
+        "--forget",
+        action="append",
+        default=[],
+        metavar="OUT",
+        help="an output recorded in the cache whose entries are no longer kept (a removed "
+        "output: a recorded one without a manifest is refused); its record is removed",
     )
     parser.add_argument(
         "--min-age",
@@ -77,16 +102,27 @@ def run_prune(args: argparse.Namespace) -> int:
     from jobs.storage import Storage
 
     options = args.storage_options or {}
-    if args.min_age < 0:
+    if not args.min_age >= 0:  # NaN too: no entry would have been young
         print("mdindex cache prune: --min-age must be 0 or more hours", file=sys.stderr)
         return 2
+    if not (args.outputs or args.cache):
+        print("mdindex cache prune: give --output or --cache", file=sys.stderr)
+        return 2
     try:
-        outputs = [Storage(uri, options) for uri in args.outputs]
-        needed = [output_needs(output) for output in outputs]
-        uri = args.cache or cache_of(outputs)
+        named = [Storage(uri, options) for uri in args.outputs]
+        uri = args.cache or cache_of(named)
+        records = Storage(uri, options)
+        others, forgotten = unnamed_outputs(
+            recorded_outputs(records),
+            {output.uri() for output in named},
+            {Storage(output, options).uri() for output in args.forget},
+        )
+        needed = [output_needs(output) for output in named]
+        needed += [output_needs(Storage(other.output, options), other) for other in others]
         cache = EmbeddingCache(uri, options)
         plan = plan_prune(cache_entries(cache), needed, args.min_age * 3600, time.time())
-        if not args.dry_run:
+        if not args.dry_run:  # the records first: a build of a forgotten output writes its own
+            records.delete([gone.path for gone in forgotten])
             prune(cache, plan.remove)
     except PruneRefused as exc:
         print(f"mdindex cache prune: {exc}", file=sys.stderr)
@@ -94,21 +130,119 @@ def run_prune(args: argparse.Namespace) -> int:
     except (OSError, BotoCoreError) as exc:
         print(f"mdindex cache prune: {error_text(exc)}", file=sys.stderr)
         return 1
-    done = "dry run: nothing removed" if args.dry_run else f"removed {len(plan.remove)} entries"
-    lines = [f"cache {uri}, for {counted(len(outputs), 'output')}:", *plan.lines(), done]
+    removed = counted(len(plan.remove), "entry", "entries")
+    done = "dry run: nothing removed" if args.dry_run else f"removed {removed}"
+    lines = [f"cache {uri}, for {counted(len(needed), 'output')}:"]
+    lines += [
+        f"  kept for {other.output}: recorded in the cache by its build of {other.when}"
+        for other in others
+    ]
+    lines += [
+        f"  forgotten: {gone.output} (its build of {gone.when}); its record "
+        + ("would be removed" if args.dry_run else "removed")
+        for gone in forgotten
+    ]
+    lines += [*plan.lines(), done]
     return 0 if write_out("\n".join(lines) + "\n", "mdindex cache prune") else 1
 
 
-def output_needs(output: Storage) -> Needed:
+@dataclass(frozen=True)
+class Recorded:
+    """An output's record in a cache (`record_output`): its URI, the record's path in the cache
+    and when the output's last build finished (as its report says it)."""
+
+    output: str
+    path: str
+    when: str
+
+
+def record_path(output_uri: str) -> str:
+    """The path in the cache of the record of the output at `output_uri`."""
+    return f"{OUTPUTS}/{hashlib.sha256(output_uri.encode()).hexdigest()[:16]}.json"
+
+
+def record_output(config: JobConfig, report: dict[str, Any]) -> None:
+    """Record in `config`'s cache that its output uses it, once a build of it has finished (its
+    `report` in place): a cache that cannot be written is a warning (its entries are no part of
+    the index)."""
+    from jobs.discovery import output_storage
+    from jobs.report import error_text
+    from jobs.storage import Storage
+
+    if not config.cache:
+        return
+    try:
+        output = output_storage(config).uri()
+        record = {"output": output, "finished_at": report.get("finished_at")}
+        Storage(config.cache, config.storage_options).write_bytes(
+            record_path(output), json.dumps(record).encode()
+        )
+    except Exception as exc:  # noqa: BLE001 - the record is no part of the build, which stands
+        log.warning(
+            "the cache %s does not record this output (%s): a prune of it keeps this output's "
+            "entries only where it is named (--output)",
+            config.cache,
+            error_text(exc),
+        )
+
+
+def recorded_outputs(cache: Storage) -> dict[str, Recorded]:
+    """The outputs recorded in `cache` (`record_output`), by URI. `PruneRefused` for a record
+    that cannot be read: its output's entries could not be kept."""
+    records = {}
+    for path in cache.list_files(OUTPUTS):
+        data = cache.read_optional(path)
+        if data is None:  # removed meanwhile (another prune)
+            continue
+        try:
+            record = json.loads(data)
+            output, when = record["output"], record.get("finished_at")
+            if not isinstance(output, str) or path != record_path(output):
+                raise ValueError("not the record of an output")
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            raise PruneRefused(
+                f"{cache.uri(path)}: damaged ({type(exc).__name__}), so the output it records "
+                "cannot be kept: build that output again (its build records it) or remove the "
+                "file (nothing removed)"
+            ) from None
+        records[output] = Recorded(output, path, str(when))
+    return records
+
+
+def unnamed_outputs(
+    recorded: dict[str, Recorded], named: set[str], forget: set[str]
+) -> tuple[list[Recorded], list[Recorded]]:
+    """The `recorded` outputs neither `named` nor to `forget` (their entries are kept too), and
+    those to forget, by URI. `PruneRefused` for one to forget that is named too, or that the
+    cache does not record (a mistyped path)."""
+    if both := sorted(forget & named):
+        raise PruneRefused(f"--forget {both[0]}: named with --output too (nothing removed)")
+    if unknown := sorted(forget - set(recorded)):
+        raise PruneRefused(
+            f"--forget {unknown[0]}: not an output the cache records (it records "
+            f"{', '.join(sorted(recorded)) or 'none'}; nothing removed)"
+        )
+    others = [record for uri, record in sorted(recorded.items()) if uri not in named | forget]
+    return others, [recorded[uri] for uri in sorted(forget)]
+
+
+def output_needs(output: Storage, recorded: Recorded | None = None) -> Needed:
     """What `output` needs of its cache: the entries of its manifest's content hashes (sources,
     qa-pairs.md and keywords files), under the strategy keys of its documents tables and the
     questions' key; under any strategy key where a table cannot be read. `PruneRefused` where it
-    has no manifest this version reads (a mistyped path would have every entry removed)."""
+    has no manifest this version reads (a mistyped path would have every entry removed; an
+    output the cache records, `recorded`, that was removed: `--forget` names it)."""
     from embedding.prune import Needed
     from jobs.manifest import MANIFEST_PATH, Manifest
     from jobs.stages.embed import QUESTIONS_CACHE_KEY
 
     manifest = Manifest.from_json(output.read_optional(MANIFEST_PATH))
+    if not manifest.config_key and recorded is not None:
+        raise PruneRefused(
+            f"{output.uri(MANIFEST_PATH)}: no manifest this version reads, of an output the "
+            f"cache records (built {recorded.when}): if it was removed, give --forget "
+            f"{recorded.output} (nothing removed)"
+        )
     if not manifest.config_key:
         raise PruneRefused(
             f"{output.uri(MANIFEST_PATH)}: no manifest this version reads, so what the output "

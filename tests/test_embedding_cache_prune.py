@@ -6,6 +6,7 @@ cache built every day for a year grew by every edit (5% edits of 300 tldr pages:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -125,6 +126,12 @@ def test_mdindex_cache_prune_keeps_what_the_outputs_manifest_and_tables_name(tmp
 
     assert main(["cache", "prune", "--output", str(tmp_path / "typo")]) == 2
     assert "no manifest this version reads" in capsys.readouterr().err
+    # NaN hours passed the check, and no entry was young: a running build's were removed
+    assert main(["cache", "prune", "--output", str(out), "--min-age", "nan"]) == 2
+    assert "--min-age must be 0 or more hours" in capsys.readouterr().err
+    # the build recorded its output in the cache: a prune keeps its entries, named or not
+    [record] = (out / ".embedding-cache" / "_outputs").iterdir()
+    assert json.loads(record.read_text())["output"] == str(out)
     assert main(["cache", "prune", "--output", str(out), "--dry-run"]) == 0
     said = capsys.readouterr().out
     assert f"cache {out / '.embedding-cache'}, for 1 output:" in said
@@ -136,3 +143,72 @@ def test_mdindex_cache_prune_keeps_what_the_outputs_manifest_and_tables_name(tmp
     sources = {hashlib.sha256(text.encode()).hexdigest()[:16] for text in texts.values()}
     left = {e.relpath for e in cache_entries(cache)}
     assert left == {f"{strategy}/{model}/{prefix}" for prefix in sources} | {young.relpath}
+
+
+def s3_output(s3_server, uri: str, names: list[str]) -> None:
+    """An output on S3 as a build leaves it for the prune: a manifest naming the sources `names`
+    (their bytes' hashes) in topic `t`, and its documents table under STRATEGY."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from indexing.paths import document_table_path
+    from jobs.manifest import MANIFEST_PATH, Manifest, SourceEntry, TopicEntry
+
+    table = document_table_path("t")
+    manifest = Manifest(
+        config_key="k",
+        sources={f"t/{name}.md": SourceEntry("1-2", digest(name)) for name in names},
+        topics={"t": TopicEntry(inputs="i", children=(), files=(table,))},
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"strategy": [STRATEGY]}), sink)
+    fs = s3_server.filesystem()
+    fs.pipe(f"{uri.removeprefix('s3://')}/{MANIFEST_PATH}", manifest.to_json())
+    fs.pipe(f"{uri.removeprefix('s3://')}/{table}", sink.getvalue().to_pybytes())
+
+
+def test_a_prune_keeps_the_entries_of_every_output_its_builds_recorded_in_the_cache(
+    s3_server, capsys
+):
+    """Two outputs share a cache on S3: a prune naming one removed the other's entries, to be
+    embedded again (on a GPU). Each build records its output in the cache now, and a prune keeps
+    every recorded output's entries; one removed is refused until `--forget` names it."""
+    from jobs.cache_cli import record_output
+    from jobs.config import JobConfig
+
+    bucket = s3_server.make_bucket("prune-records")
+    cache_uri, first, second = (f"{bucket}/{name}" for name in ("cache", "out-a", "out-b"))
+    cache = EmbeddingCache(cache_uri, s3_server.storage_options)
+    keys = {name: put(cache, STRATEGY, MODEL, name) for name in ("a", "b", "old")}
+    for output, name in ((first, "a"), (second, "b")):
+        s3_output(s3_server, output, [name])
+        config = JobConfig(
+            input=output, output=output, cache=cache_uri, storage_options=s3_server.storage_options
+        )
+        record_output(config, {"finished_at": "2026-11-30T10:00:00+00:00"})
+    options = ["--min-age", "0", "--storage-options", json.dumps(s3_server.storage_options)]
+    options += ["--cache", cache_uri]
+    capsys.readouterr()
+
+    def left() -> set[str]:
+        return {e.relpath for e in cache_entries(cache)}
+
+    assert main(["cache", "prune", "--output", first, *options]) == 0
+    said = capsys.readouterr().out
+    assert f"kept for {second}: recorded in the cache by its build of 2026-11-30T10:00" in said
+    assert left() == {keys["a"].relpath, keys["b"].relpath}  # the old bytes' entry alone went
+
+    # the second output removed: refused, nothing removed, until it is forgotten
+    s3_server.filesystem().rm(f"{second.removeprefix('s3://')}", recursive=True)
+    assert main(["cache", "prune", "--output", first, *options]) == 2
+    assert f"if it was removed, give --forget {second} (nothing removed)" in capsys.readouterr().err
+    assert main(["cache", "prune", "--output", first, "--forget", f"{bucket}/typo", *options]) == 2
+    assert "not an output the cache records" in capsys.readouterr().err
+    assert main(["cache", "prune", "--forget", second, *options]) == 0
+    assert f"forgotten: {second}" in capsys.readouterr().out
+    assert left() == {keys["a"].relpath}
+    # its record went with it; the first's stays, and a prune of the cache alone keeps its entries
+    assert main(["cache", "prune", *options, "--dry-run"]) == 0
+    said = capsys.readouterr().out
+    assert f"cache {cache_uri}, for 1 output:\n  kept for {first}:" in said
+    assert "0 entries to remove" in said
