@@ -117,6 +117,11 @@ def run_prune(args: argparse.Namespace) -> int:
             {output.uri() for output in named},
             {Storage(output, options).uri() for output in args.forget},
         )
+        if not (named or others):  # every entry would go: a cache from before records, a typo
+            raise PruneRefused(
+                f"{uri}: the cache records no output that uses it (builds record theirs since "
+                "2026-11-30) and none is named: give --output for each (nothing removed)"
+            )
         needed = [output_needs(output) for output in named]
         needed += [output_needs(Storage(other.output, options), other) for other in others]
         cache = EmbeddingCache(uri, options)

@@ -204,6 +204,9 @@ def test_a_prune_keeps_the_entries_of_every_output_its_builds_recorded_in_the_ca
     assert f"if it was removed, give --forget {second} (nothing removed)" in capsys.readouterr().err
     assert main(["cache", "prune", "--output", first, "--forget", f"{bucket}/typo", *options]) == 2
     assert "not an output the cache records" in capsys.readouterr().err
+    # the cache alone, every output forgotten or none recorded: refused, as every entry would go
+    assert main(["cache", "prune", "--forget", first, "--forget", second, *options]) == 2
+    assert "the cache records no output that uses it" in capsys.readouterr().err
     assert main(["cache", "prune", "--forget", second, *options]) == 0
     assert f"forgotten: {second}" in capsys.readouterr().out
     assert left() == {keys["a"].relpath}
