@@ -147,7 +147,11 @@ def print_runs(output: Storage) -> int:
     if not runs:
         print(f"mdindex report: no run history in {output.uri(RUNS_PATH)}", file=sys.stderr)
         return 2
-    head = f"runs of {output.uri()}: {len(runs)}, newest first (the last {KEPT} are kept)"
+    # the times are UTC, as the reports write them: the table said so nowhere
+    head = (
+        f"runs of {output.uri()}: {len(runs)}, newest first, started in UTC "
+        f"(the last {KEPT} are kept)"
+    )
     text = "\n".join(printable(line) for line in [head, *runs_table(runs).splitlines()])
     with contextlib.suppress(BrokenPipeError):
         if not write_out(f"{text}\n", "mdindex report"):
@@ -236,7 +240,7 @@ def render(report: dict[str, Any], runs: Sequence[dict[str, Any]] = ()) -> tuple
     are the build's)."""
     from indexing.terminal import printable
     from jobs.report import summary
-    from jobs.report_html import render_html
+    from jobs.report_html import next_step, render_html
 
     code = report.get("exit_code")  # not in the reports of versions before it
     code = "unknown" if code is None else code
@@ -245,6 +249,8 @@ def render(report: dict[str, Any], runs: Sequence[dict[str, Any]] = ()) -> tuple
         # a failed run's report may hold no counts, only what went wrong
         counts = summary(report) if "sources" in report else f"  {report.get('error', 'no counts')}"
         page = render_html(report, runs)
+        step = next_step(report)
+        after = [ran_with(report), phases(report), f"next:    {step}" if step else ""]
     started, finished = report.get("started_at"), report.get("finished_at")
     if started is not None and finished is not None:  # a finished run's (since 2026-11-29)
         when = f"started {started}, finished {finished}"
@@ -255,7 +261,33 @@ def render(report: dict[str, Any], runs: Sequence[dict[str, Any]] = ()) -> tuple
     if "host" in report:  # since 2026-11-29
         pid = f", pid {report['pid']}" if report.get("pid") is not None else ","
         when += f"{pid} on {report['host']}"
-    return f"{printable(f'last run: {status}, {when}')}\n{counts}", page
+    head = printable(f"last run: {status}, {when}")
+    tail = "".join(f"\n  {printable(line)}" for line in after if line)
+    return f"{head}\n{counts}{tail}", page
+
+
+def ran_with(report: dict[str, Any]) -> str:
+    """`ran:` the mdindex version and the model (with its keys: its weights' digest, dtype,
+    device) a run used, for a report read days later (the page lists its settings); "" where the
+    report names neither."""
+    version = report.get("mdindex_version")
+    model = report.get("model") or report.get("settings", {}).get("embedding", {}).get("model")
+    keys = report.get("counters", {}).get("embed", {}).get("model_keys")
+    if version is None and model is None:
+        return ""
+    parts = [f"mdindex {version or '(version unknown)'}"]
+    if model is not None:
+        parts.append(f"model {model}" + (f" ({', '.join(keys)})" if keys else ""))
+    return f"ran:     {', '.join(parts)}; its settings in report.html"
+
+
+def phases(report: dict[str, Any]) -> str:
+    """`phases:` the driver's wall seconds per phase (report.json's `timings.wall_seconds`: the
+    listing, Ray's start, the pipeline, the finish); "" for a report without them (a failed
+    run's). The summary gave the total alone."""
+    wall = report.get("timings", {}).get("wall_seconds", {})
+    parts = [f"{key} {seconds:.1f} s" for key, seconds in wall.items() if key != "total"]
+    return f"phases:  {', '.join(parts)}" if parts else ""
 
 
 def annotations(report: dict[str, Any]) -> str:

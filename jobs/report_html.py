@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import signal
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from indexing.terminal import counted, printable
 from indexing.topic_spec import TOPIC_SPEC_FAILED
 from jobs.plan import unmatched_note
 from jobs.runs import COLUMNS, NUMBERS, SHOWN, run_row
+from jobs.signals import STOPPED_CODES
 from jobs.stats import NAMED
 from jobs.svg import Bar, Bin, bar_chart, histogram, stacked_bar
 
@@ -152,10 +154,12 @@ def _outcome(report: dict[str, Any]) -> str:
     table = "".join(
         f"<tr><th>{escape(k)}</th><td><code>{escape(_setting(v))}</code></td></tr>" for k, v in rows
     )
+    step = next_step(report)
     return (
         f'<p><span class="status {css}">{escape(status)}</span> '
         f"exit code <b>{escape(_number(report.get('exit_code')))}</b></p>"
-        f"<h2>Run and settings</h2><table>{table}</table>"
+        + (f"<p><b>Next:</b> {escape(step)}</p>" if step else "")
+        + f"<h2>Run and settings</h2><table>{table}</table>"
     )
 
 
@@ -172,7 +176,10 @@ def _runs(runs: Sequence[dict[str, Any]]) -> str:
             for c in COLUMNS
         )
         rows.append(f"<tr>{cells}<td>{escape(row['note'])}</td></tr>")
-    kept = f"the last {len(runs[-SHOWN:])} of {len(runs)} in _reindex/runs.jsonl, newest first"
+    kept = (
+        f"the last {len(runs[-SHOWN:])} of {len(runs)} in _reindex/runs.jsonl, newest first, "
+        "started in UTC"
+    )
     return f"<h2>Last runs</h2><p>{escape(kept)}</p><table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
@@ -295,6 +302,48 @@ def empty_text(chunks: dict[str, Any], shown: int = 3) -> str | None:
     return (
         f"{count} {made} no chunk (empty, blank or front matter alone: nothing to index): {named}"
     )
+
+
+def next_step(report: dict[str, Any]) -> str | None:
+    """What the person reading a run's report (days later, say) should do next, in a sentence;
+    None for a run that went well. A report said what happened, never what to do about it."""
+    status, code = report.get("status"), report.get("exit_code")
+    again = "the next build redoes what this one changed"
+    if status == "unfinished":
+        return (
+            f"if pid {report.get('pid')} on {report.get('host')} no longer runs, build again: "
+            f"{again} (while it runs, another build of this output exits 75)"
+        )
+    if status == "failed":
+        if code in STOPPED_CODES:
+            return f"stopped by {signal.Signals(code - 128).name}: build again; {again}"
+        return f"its error says what went wrong: put that right and build again; {again}"
+    if status != "sources_failed":
+        return None
+    from jobs.stages.topic import SETTLED_FAILURES  # imports Ray: only for such a report
+
+    failures = report.get("failures") or []
+    settled = [f for f in failures if f.get("code") in SETTLED_FAILURES]
+    others = [f for f in failures if f.get("code") not in SETTLED_FAILURES]
+    steps = []
+    if settled:
+        steps.append(
+            f"fix {counted(len(settled), 'file')} whose content failed ({_codes(settled)}): "
+            f"unchanged, {'it fails' if len(settled) == 1 else 'they fail'} every build (exit 3)"
+        )
+    if others:
+        steps.append(
+            f"see to {counted(len(others), 'other failure')} ({_codes(others)}): every build "
+            f"tries {'it' if len(others) == 1 else 'them'} again"
+        )
+    if failing_links(report):
+        links = counted(report["broken_links"]["count"], "broken link")
+        steps.append(f"fix the {links} or set checks.broken_links: note")
+    return "; ".join([*steps, "all else is written"])
+
+
+def _codes(failures: list[dict[str, Any]]) -> str:
+    return ", ".join(sorted({str(f.get("code")) for f in failures}))
 
 
 def failing_links(report: dict[str, Any]) -> bool:

@@ -31,7 +31,7 @@ from jobs.lock import utc
 from jobs.pipeline import run_job
 from jobs.reindex import main
 from jobs.report import chunk_notes, error_text, run_facts, summary, write_failed_report
-from jobs.report_html import SETTINGS_CHANGED, render_html, token_bins
+from jobs.report_html import SETTINGS_CHANGED, next_step, render_html, token_bins
 from jobs.storage import Storage
 from tests.embedding_support import embedder
 from tests.jobs_support import gone_endpoint, s3_options
@@ -392,7 +392,19 @@ def test_report_command_prints_the_last_runs_summary(built, capsys):
         f"finished {report['finished_at']}, pid {os.getpid()} on {socket.gethostname()}\n"
     )
     assert "mdindex build: 7 sources in 4 topics" in out and f"FAILED {BROKEN}" in out
-    assert out.rstrip().endswith(f"report: {built / '_reindex' / 'report.html'}")
+    # read days later: what ran, each phase's time (the summary gave the total alone), and what
+    # to do about the failed file (it said what happened, never what to do)
+    keys = ", ".join(report["counters"]["embed"]["model_keys"])
+    wall = report["timings"]["wall_seconds"]
+    assert (
+        f"\n  ran:     mdindex {version('mdindex')}, model {report['model']} ({keys}); its "
+        "settings in report.html\n"
+        f"  phases:  discover {wall['discover']:.1f} s, ray_start {wall['ray_start']:.1f} s, "
+        f"pipeline {wall['pipeline']:.1f} s, finish {wall['finish']:.1f} s\n"
+        "  next:    fix 1 file whose content failed (CHUNKING_FAILED): unchanged, it fails every "
+        "build (exit 3); all else is written\n"
+        f"report: {built / '_reindex' / 'report.html'}\n"
+    ) in out, out
     report, page = report_and_page(built)
     assert page == render_html(report, stored_runs(built))
     assert mdindex(["report", str(built / "nothing")]) == 2
@@ -798,7 +810,7 @@ def test_control_characters_in_a_path_are_escaped_in_the_summary_the_page_and_th
             assert mdindex(argv) == 0
         text = capsys.readouterr().out
         assert not any(c in text for c in "\x1b\u202e") and "\nFAILED" not in text
-        [failed] = [line for line in text.splitlines() if "FAILED" in line]
+        [failed] = [line for line in text.splitlines() if line.startswith("  FAILED")]
         assert failed.startswith(f"  FAILED t/{escaped}:3: CHUNKING_FAILED: ")
     _, page = report_and_page(output)
     assert not any(c in page for c in "\x1b\u202e")
@@ -1004,11 +1016,14 @@ def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, capl
     capsys.readouterr()
     assert mdindex(["report", str(output), "--runs"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0] == f"runs of {output}: 4, newest first (the last 100 are kept)"
+    assert table[0] == f"runs of {output}: 4, newest first, started in UTC (the last 100 are kept)"
     assert table[-2].startswith("2027-01-15 08:00  unfinished ")
     assert table[2].endswith("  1 CHUNKING_FAILED") and " sources_failed " in table[2]
     page = report_and_page(output)[1]
-    assert "Last runs</h2><p>the last 4 of 4 in _reindex/runs.jsonl, newest first" in page
+    assert (
+        "Last runs</h2><p>the last 4 of 4 in _reindex/runs.jsonl, newest first, started in UTC"
+        in page
+    )
 
 
 def test_report_check_help_names_every_code_it_gives(capsys):
@@ -1052,6 +1067,42 @@ def test_a_report_names_no_version_where_mdindex_is_not_installed(monkeypatch):
     monkeypatch.setattr(jobs.report, "version", not_installed)
     facts = {"host": socket.gethostname(), "pid": os.getpid(), "mdindex_version": None}
     assert run_facts() == facts
+
+
+def test_a_report_says_what_to_do_next_for_each_outcome(tmp_path, capsys):
+    """A report read days later said what happened, never what to do about it: the summary, the
+    page and `mdindex report` say it for each outcome but a good one."""
+    failures = [
+        {"path": "a.md", "code": "INVALID_FRONT_MATTER", "message": "YAML", "line": 2},
+        {"path": "b.md", "code": "CHUNKING_FAILED", "message": "invalid UTF-8", "line": 6},
+        {"path": "c.md", "code": "READ_FAILED", "message": "403", "line": None},
+    ]
+    links = {"count": 2, "first": [], "check": "fail"}
+    cases = {
+        "ok": None,
+        "sources_failed": "fix 2 files whose content failed (CHUNKING_FAILED, "
+        "INVALID_FRONT_MATTER): unchanged, they fail every build (exit 3); see to 1 other failure "
+        "(READ_FAILED): every build tries it again; fix the 2 broken links or set "
+        "checks.broken_links: note; all else is written",
+        "failed": "its error says what went wrong: put that right and build again; the next "
+        "build redoes what this one changed",
+        "unfinished": "if pid 7 on vm no longer runs, build again: the next build redoes what this"
+        " one changed (while it runs, another build of this output exits 75)",
+    }
+    for status, step in cases.items():
+        report = {"status": status, "host": "vm", "pid": 7, "error": "RuntimeError: died"}
+        report |= {"failures": failures, "broken_links": links} if step and "fix" in step else {}
+        assert next_step(report) == step, status
+        page = render_html(report)
+        assert (f"<p><b>Next:</b> {escape(step)}</p>" in page) if step else "Next:" not in page
+    stopped = {"status": "failed", "exit_code": 143, "error": "Interrupted: stopped by SIGTERM"}
+    assert next_step(stopped) == (
+        "stopped by SIGTERM: build again; the next build redoes what this one changed"
+    )
+    (tmp_path / "_reindex").mkdir()
+    (tmp_path / "_reindex" / "report.json").write_text(json.dumps(stopped))
+    assert mdindex(["report", str(tmp_path)]) == 0
+    assert f"\n  next:    {next_step(stopped)}\nreport: " in capsys.readouterr().out
 
 
 def test_the_page_shows_every_fact_of_the_process_that_ran_the_build():

@@ -220,7 +220,10 @@ def test_the_history_table_is_newest_first_with_each_runs_note(tmp_path, capsys)
     (tmp_path / RUNS_PATH).write_bytes(runs_bytes(runs))
     assert mdindex(["report", str(tmp_path), "--runs"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"runs of {tmp_path}: 3, newest first (the last {KEPT} are kept)"
+    # its times are UTC, which neither the table nor the page said
+    assert (
+        out[0] == f"runs of {tmp_path}: 3, newest first, started in UTC (the last {KEPT} are kept)"
+    )
     assert out[1:] == runs_table(runs).splitlines()
     assert mdindex(["report", str(tmp_path), "--runs", "--check"]) == 2  # one or the other
     assert "--runs prints the run history alone" in capsys.readouterr().err
@@ -233,7 +236,7 @@ def test_the_page_shows_the_last_runs_newest_first():
     runs = [run_entry(failed(f"2026-12-{d:02d}T02:00:00+00:00")) for d in range(1, 13)]
     report = failed("2026-12-13T02:00:00+00:00")  # a page that renders without counts
     page = render_html(report, [*runs, MONDAY_LINE])
-    assert f"the last {SHOWN} of 13 in _reindex/runs.jsonl, newest first" in page
+    assert f"the last {SHOWN} of 13 in _reindex/runs.jsonl, newest first, started in UTC" in page
     shown = page.split("Last runs</h2>")[1].split("</table>")[0]
     assert shown.count("<tr>") == SHOWN + 1  # and the head
     assert shown.index("2026-11-30 02:00") < shown.index("2026-12-12 02:00")
