@@ -327,6 +327,11 @@ class IndexServer(ThreadingHTTPServer):
     """A ThreadingHTTPServer on the address family of its host (IPv4 or IPv6), as
     `python -m http.server` picks it; `quiet` turns the request log off."""
 
+    # Connections the kernel holds until the server accepts them: socketserver's 5 dropped the
+    # rest of a burst (a page fetching its chunk files, a few users at once, one connection per
+    # request), whose clients tried again after 1 s, then 3 s (20 at once: 11 took over 1 s).
+    request_queue_size = socket.SOMAXCONN
+
     def __init__(self, host: str, port: int, handler, quiet: bool = False) -> None:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, _, _, _, address = infos[0]
