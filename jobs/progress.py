@@ -118,10 +118,10 @@ def embedding_progress(
         done += texts
         if time.monotonic() - told >= every:
             told, now = time.monotonic(), time.time()
-            # its time so far, up to this count: with a window open at its end, the stage's
-            # window ended at the last finished call's end while its count held this call's
-            # chunks too, a pace too fast (its ETA low by the share of the calls still running)
-            spent = EmbedStats(embedded=done, seconds=now - began, window=Window(began, now))
+            # its window up to this count: open at its end, the stage's window ended at the
+            # last finished call's end while its count held this call's chunks too, a pace too
+            # fast (its ETA low by the share of the calls still running)
+            spent = EmbedStats(embedded=done, window=Window(began, now))
             collector.embedding.remote(key, RunStats(embed=spent))
 
     return progress
@@ -204,15 +204,15 @@ def _eta(stats: RunStats, goal: Goal, now: float) -> tuple[float, str] | None:
 def _after(stats: RunStats, goal: Goal, expected_chunks: float) -> tuple[float, float, float]:
     """The seconds the last read-and-chunk batch takes in each stage after chunking (embedding,
     writing its cache entries, reducing its topics): its share of the chunks (or topics) at the
-    stage's busy seconds per chunk (or topic) so far; 0 for a stage that has timed none yet. The
+    stage's busy seconds per chunk (or topic) so far, of its finished calls (a running embedding
+    call's own time would count twice where two overlap); 0 for a stage that has timed none. The
     stages run batch by batch, so once chunking (or embedding) ends, this much is still ahead:
     left out, tldr-all's ETA was 34 s with 45 s to go (stand-in model, 2 CPUs, 8 batches, the
     last one's 14 s from its chunks to its topics)."""
     batches = max(goal.batches, 1)
     chunks = expected_chunks / batches
-    embed = stats.embed
     return (
-        _per(embed.seconds, embed.embedded + embed.cache_hits) * chunks,
+        _per(stats.embed.seconds, stats.embed.chunks) * chunks,
         _per(stats.store.seconds, stats.store.chunks) * chunks,
         _per(stats.index.seconds, stats.index.topics) * goal.topics / batches,
     )

@@ -215,7 +215,7 @@ def test_progress_eta_counts_the_last_batchs_way_through_the_stages_after_chunki
     goal = Goal(sources=100, bytes=8_000_000, topics=40, batches=8)
     stats = RunStats(
         chunk=ChunkStats(sources=50, bytes=4_000_000, chunks=400, window=Window(1000.0, 1020.0)),
-        embed=EmbedStats(embedded=350, seconds=3.5, window=Window(1010.0, 1020.0)),
+        embed=EmbedStats(chunks=350, embedded=350, seconds=3.5, window=Window(1010.0, 1020.0)),
         store=StoreStats(chunks=200, seconds=1.0),
         index=IndexStats(topics=10, seconds=3.0, window=Window(1015.0, 1020.0)),
     )
