@@ -280,3 +280,17 @@ def test_serve_holds_a_burst_of_connections_until_it_accepts_them(tmp_path):
         if serve.is_alive():
             server.shutdown()
         server.server_close()
+
+
+def test_serve_has_caches_ask_again_before_each_use(index_root, server):
+    """Files came with Last-Modified and no Cache-Control, so a browser kept each fresh for a
+    tenth of its age (RFC 9111 4.2.2): an index.json 10 days old at a rebuild was read from the
+    cache for a day after it, naming chunk files the rebuild had deleted. Each 200, 206 and 304
+    says `no-cache`: used again only once the server answers 304."""
+    url = f"{server}/{requests.utils.quote(TOPIC)}/index.json"
+    full = requests.get(url, timeout=10)
+    ranged = requests.get(url, headers={"Range": "bytes=0-0"}, timeout=10)
+    unchanged = requests.get(url, headers={"If-None-Match": full.headers["ETag"]}, timeout=10)
+    for reply, status in ((full, 200), (ranged, 206), (unchanged, 304)):
+        assert reply.status_code == status
+        assert reply.headers["Cache-Control"] == "no-cache", status
