@@ -4,11 +4,12 @@ settings no output's index was built with. What an output needs is read from its
 source's content hash, and its qa-pairs.md and keywords files') and its documents tables (the
 strategy keys its index was built with).
 
-Each build records in its cache that its output uses it (`record_output`: a small file per
-output under OUTPUTS, its URI and when its last build finished), so that a prune keeps the
-entries of every output recorded there, named or not, unless it is told to forget one
-(`--forget`): an output not named was a shared cache's other outputs' entries removed, to be
-embedded again."""
+Each build records in its cache that its output uses it and what it needs (`record_output`: a
+file per output under OUTPUTS: its URI, when its last build finished, its sources' content hashes
+and its strategy keys), so that a prune keeps the entries of every output recorded there, named
+or not, without reaching it (a CI runner's folder, another host's disk), until it is told to
+forget one (`--forget`): an output not named was a shared cache's other outputs' entries
+removed, to be embedded again."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from indexing.cli import json_object
 if TYPE_CHECKING:
     from embedding.prune import Needed
     from jobs.config import JobConfig
+    from jobs.manifest import Manifest
     from jobs.storage import Storage
 
 MIN_AGE_HOURS = 24.0  # entries written since are kept: a running build names its own at its end
@@ -70,8 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="OUT",
-        help="an output recorded in the cache whose entries are no longer kept (a removed "
-        "output: a recorded one without a manifest is refused); its record is removed",
+        help="an output recorded in the cache whose entries are no longer kept (one removed, "
+        "or built no more); its record is removed",
     )
     parser.add_argument(
         "--min-age",
@@ -123,7 +125,7 @@ def run_prune(args: argparse.Namespace) -> int:
                 "2026-11-30) and none is named: give --output for each (nothing removed)"
             )
         needed = [output_needs(output) for output in named]
-        needed += [output_needs(Storage(other.output, options), other) for other in others]
+        needed += [other.needed for other in others]
         cache = EmbeddingCache(uri, options)
         plan = plan_prune(cache_entries(cache), needed, args.min_age * 3600, time.time())
         if not args.dry_run:  # the records first: a build of a forgotten output writes its own
@@ -153,12 +155,13 @@ def run_prune(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True)
 class Recorded:
-    """An output's record in a cache (`record_output`): its URI, the record's path in the cache
-    and when the output's last build finished (as its report says it)."""
+    """An output's record in a cache (`record_output`): its URI, the record's path in the cache,
+    when the output's last build finished (as its report says it), and what it needs."""
 
     output: str
     path: str
     when: str
+    needed: Needed
 
 
 def record_path(output_uri: str) -> str:
@@ -168,19 +171,28 @@ def record_path(output_uri: str) -> str:
 
 def record_output(config: JobConfig, report: dict[str, Any]) -> None:
     """Record in `config`'s cache that its output uses it, once a build of it has finished (its
-    `report` in place): a cache that cannot be written is a warning (its entries are no part of
-    the index)."""
+    `report` and manifest in place): the entries its manifest names (`manifest_prefixes`) under
+    the run's strategy key and the questions' (a settings change rebuilds every topic). A cache
+    that cannot be written is a warning (its entries are no part of the index)."""
     from jobs.discovery import output_storage
+    from jobs.manifest import MANIFEST_PATH, Manifest
     from jobs.report import error_text
+    from jobs.stages.embed import QUESTIONS_CACHE_KEY
     from jobs.storage import Storage
 
     if not config.cache:
         return
     try:
-        output = output_storage(config).uri()
-        record = {"output": output, "finished_at": report.get("finished_at")}
+        output = output_storage(config)
+        manifest = Manifest.from_json(output.read_optional(MANIFEST_PATH))
+        record = {
+            "output": output.uri(),
+            "finished_at": report.get("finished_at"),
+            "strategies": sorted({config.chunking.key, QUESTIONS_CACHE_KEY}),
+            "sources": sorted(manifest_prefixes(manifest)),
+        }
         Storage(config.cache, config.storage_options).write_bytes(
-            record_path(output), json.dumps(record).encode()
+            record_path(output.uri()), json.dumps(record, separators=(",", ":")).encode()
         )
     except Exception as exc:  # noqa: BLE001 - the record is no part of the build, which stands
         log.warning(
@@ -194,6 +206,8 @@ def record_output(config: JobConfig, report: dict[str, Any]) -> None:
 def recorded_outputs(cache: Storage) -> dict[str, Recorded]:
     """The outputs recorded in `cache` (`record_output`), by URI. `PruneRefused` for a record
     that cannot be read: its output's entries could not be kept."""
+    from embedding.prune import Needed
+
     records = {}
     for path in cache.list_files(OUTPUTS):
         data = cache.read_optional(path)
@@ -204,13 +218,17 @@ def recorded_outputs(cache: Storage) -> dict[str, Recorded]:
             output, when = record["output"], record.get("finished_at")
             if not isinstance(output, str) or path != record_path(output):
                 raise ValueError("not the record of an output")
+            keys = [record["strategies"], record["sources"]]
+            if not all(isinstance(k, str) for values in keys for k in values):
+                raise TypeError("not lists of strings")
+            needed = Needed(frozenset(record["sources"]), frozenset(record["strategies"]))
         except (ValueError, TypeError, KeyError, RecursionError) as exc:
             raise PruneRefused(
                 f"{cache.uri(path)}: damaged ({type(exc).__name__}), so the output it records "
                 "cannot be kept: build that output again (its build records it) or remove the "
                 "file (nothing removed)"
             ) from None
-        records[output] = Recorded(output, path, str(when))
+        records[output] = Recorded(output, path, str(when), needed)
     return records
 
 
@@ -231,35 +249,34 @@ def unnamed_outputs(
     return others, [recorded[uri] for uri in sorted(forget)]
 
 
-def output_needs(output: Storage, recorded: Recorded | None = None) -> Needed:
-    """What `output` needs of its cache: the entries of its manifest's content hashes (sources,
-    qa-pairs.md and keywords files), under the strategy keys of its documents tables and the
-    questions' key; under any strategy key where a table cannot be read. `PruneRefused` where it
-    has no manifest this version reads (a mistyped path would have every entry removed; an
-    output the cache records, `recorded`, that was removed: `--forget` names it)."""
+def output_needs(output: Storage) -> Needed:
+    """What `output` needs of its cache: the entries of its manifest's content hashes
+    (`manifest_prefixes`), under the strategy keys of its documents tables and the questions'
+    key; under any strategy key where a table cannot be read. `PruneRefused` where it has no
+    manifest this version reads (a mistyped path would have every entry removed)."""
     from embedding.prune import Needed
     from jobs.manifest import MANIFEST_PATH, Manifest
     from jobs.stages.embed import QUESTIONS_CACHE_KEY
 
     manifest = Manifest.from_json(output.read_optional(MANIFEST_PATH))
-    if not manifest.config_key and recorded is not None:
-        raise PruneRefused(
-            f"{output.uri(MANIFEST_PATH)}: no manifest this version reads, of an output the "
-            f"cache records (built {recorded.when}): if it was removed, give --forget "
-            f"{recorded.output} (nothing removed)"
-        )
     if not manifest.config_key:
         raise PruneRefused(
             f"{output.uri(MANIFEST_PATH)}: no manifest this version reads, so what the output "
             "needs cannot be told; name outputs built with the cache (nothing removed)"
         )
-    hashes = [entry.sha256 for entry in manifest.sources.values()]
-    hashes += [digest for _, digest in manifest.stamps.values()]
     strategies = built_strategies(output, manifest.topics)
     return Needed(
-        frozenset(value[:16] for value in hashes if value),
+        manifest_prefixes(manifest),
         None if strategies is None else frozenset({*strategies, QUESTIONS_CACHE_KEY}),
     )
+
+
+def manifest_prefixes(manifest: Manifest) -> frozenset[str]:
+    """The cache entries (first 16 hex digits of a content hash) of the files `manifest` names:
+    sources, qa-pairs.md and keywords files."""
+    hashes = [entry.sha256 for entry in manifest.sources.values()]
+    hashes += [digest for _, digest in manifest.stamps.values()]
+    return frozenset(value[:16] for value in hashes if value)
 
 
 def built_strategies(output: Storage, topics: dict[str, Any]) -> set[str] | None:

@@ -131,7 +131,14 @@ def test_mdindex_cache_prune_keeps_what_the_outputs_manifest_and_tables_name(tmp
     assert "--min-age must be 0 or more hours" in capsys.readouterr().err
     # the build recorded its output in the cache: a prune keeps its entries, named or not
     [record] = (out / ".embedding-cache" / "_outputs").iterdir()
-    assert json.loads(record.read_text())["output"] == str(out)
+    recorded = json.loads(record.read_text())
+    assert (recorded["output"], recorded["strategies"]) == (
+        str(out),
+        sorted([strategy, "questions"]),
+    )
+    assert recorded["sources"] == sorted(
+        hashlib.sha256(text.encode()).hexdigest()[:16] for text in texts.values()
+    )
     assert main(["cache", "prune", "--output", str(out), "--dry-run"]) == 0
     said = capsys.readouterr().out
     assert f"cache {out / '.embedding-cache'}, for 1 output:" in said
@@ -145,9 +152,9 @@ def test_mdindex_cache_prune_keeps_what_the_outputs_manifest_and_tables_name(tmp
     assert left == {f"{strategy}/{model}/{prefix}" for prefix in sources} | {young.relpath}
 
 
-def s3_output(s3_server, uri: str, names: list[str]) -> None:
-    """An output on S3 as a build leaves it for the prune: a manifest naming the sources `names`
-    (their bytes' hashes) in topic `t`, and its documents table under STRATEGY."""
+def s3_output(s3_server, uri: str, names: list[str], strategy: str) -> None:
+    """An output on S3 as a build leaves it: a manifest naming the sources `names` (their bytes'
+    hashes) in topic `t`, and its documents table under `strategy`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -161,7 +168,7 @@ def s3_output(s3_server, uri: str, names: list[str]) -> None:
         topics={"t": TopicEntry(inputs="i", children=(), files=(table,))},
     )
     sink = pa.BufferOutputStream()
-    pq.write_table(pa.table({"strategy": [STRATEGY]}), sink)
+    pq.write_table(pa.table({"strategy": [strategy]}), sink)
     fs = s3_server.filesystem()
     fs.pipe(f"{uri.removeprefix('s3://')}/{MANIFEST_PATH}", manifest.to_json())
     fs.pipe(f"{uri.removeprefix('s3://')}/{table}", sink.getvalue().to_pybytes())
@@ -171,17 +178,19 @@ def test_a_prune_keeps_the_entries_of_every_output_its_builds_recorded_in_the_ca
     s3_server, capsys
 ):
     """Two outputs share a cache on S3: a prune naming one removed the other's entries, to be
-    embedded again (on a GPU). Each build records its output in the cache now, and a prune keeps
-    every recorded output's entries; one removed is refused until `--forget` names it."""
+    embedded again (on a GPU). Each build records in the cache its output and what it needs now,
+    and a prune keeps every recorded output's entries, named or not, reachable or not (a CI
+    runner's folder), until `--forget` names it."""
     from jobs.cache_cli import record_output
     from jobs.config import JobConfig
 
     bucket = s3_server.make_bucket("prune-records")
     cache_uri, first, second = (f"{bucket}/{name}" for name in ("cache", "out-a", "out-b"))
     cache = EmbeddingCache(cache_uri, s3_server.storage_options)
-    keys = {name: put(cache, STRATEGY, MODEL, name) for name in ("a", "b", "old")}
+    strategy = JobConfig().chunking.key
+    keys = {name: put(cache, strategy, MODEL, name) for name in ("a", "b", "old")}
     for output, name in ((first, "a"), (second, "b")):
-        s3_output(s3_server, output, [name])
+        s3_output(s3_server, output, [name], strategy)
         config = JobConfig(
             input=output, output=output, cache=cache_uri, storage_options=s3_server.storage_options
         )
@@ -198,10 +207,11 @@ def test_a_prune_keeps_the_entries_of_every_output_its_builds_recorded_in_the_ca
     assert f"kept for {second}: recorded in the cache by its build of 2026-11-30T10:00" in said
     assert left() == {keys["a"].relpath, keys["b"].relpath}  # the old bytes' entry alone went
 
-    # the second output removed: refused, nothing removed, until it is forgotten
+    # the second output out of reach (removed, or on another machine): its record keeps its
+    # entries until it is forgotten
     s3_server.filesystem().rm(f"{second.removeprefix('s3://')}", recursive=True)
-    assert main(["cache", "prune", "--output", first, *options]) == 2
-    assert f"if it was removed, give --forget {second} (nothing removed)" in capsys.readouterr().err
+    assert main(["cache", "prune", "--output", first, *options]) == 0
+    assert left() == {keys["a"].relpath, keys["b"].relpath}
     assert main(["cache", "prune", "--output", first, "--forget", f"{bucket}/typo", *options]) == 2
     assert "not an output the cache records" in capsys.readouterr().err
     # the cache alone, every output forgotten or none recorded: refused, as every entry would go
