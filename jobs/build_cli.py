@@ -262,13 +262,19 @@ def ending(error: BaseException) -> Ending | None:
     do."""
     from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
-    from jobs.local_ray import ClusterUnreachable, FoldersNotShared, InfeasibleResources
+    from jobs.local_ray import (
+        ClusterUnreachable,
+        FoldersNotShared,
+        InfeasibleResources,
+        PluginNotOnNode,
+    )
     from jobs.lock import OutputBusy, OutputNotFound
     from jobs.report import error_text
 
     if isinstance(error, (InputNotFound, ModelNotFound, OutputNotFound)):
         return Ending(EXIT_USAGE, f"mdindex build: {error}")
-    if isinstance(error, (InfeasibleResources, FoldersNotShared, ClusterUnreachable)):
+    usage = (InfeasibleResources, FoldersNotShared, ClusterUnreachable, PluginNotOnNode)
+    if isinstance(error, usage):
         return Ending(EXIT_USAGE, f"mdindex build: {error}", error)
     if isinstance(error, OutputBusy):
         return Ending(EXIT_BUSY, f"mdindex build: {error}")

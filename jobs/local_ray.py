@@ -14,7 +14,9 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib import import_module
+from importlib.metadata import entry_points
 
 import ray
 from ray._private import services
@@ -75,9 +77,71 @@ def _import_task_modules() -> None:
 
 
 @ray.remote(num_cpus=0)
-def _check_landmarks(marks: tuple[Landmark, ...]) -> None:
-    """`jobs.landmarks.check_landmarks` on the node the task is pinned to."""
+def _check_node(marks: tuple[Landmark, ...], plugins: tuple[Plugin, ...]) -> None:
+    """`jobs.landmarks.check_landmarks` and `check_plugins` on the node the task is pinned to."""
     check_landmarks(marks)
+    check_plugins(plugins)
+
+
+STRATEGY, BACKEND = "chunking strategy", "embedding backend"
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A third-party class the config names (`plugins.named_class`), found by the driver."""
+
+    kind: str  # STRATEGY or BACKEND
+    name: str  # as the config names it: an entry point's name or `package.module:Class`
+
+
+class PluginNotOnNode(KnownFailure, ValueError):
+    """A node of the joined cluster cannot import a third-party class the config names, which
+    the driver found, found before any work (a config error for this cluster: exit code 2)."""
+
+
+def config_plugins(config: JobConfig) -> tuple[Plugin, ...]:
+    """The third-party chunking strategy and embedding backend the config names, if any."""
+    from chunking.strategy import strategy_names
+    from embedding.models import backend_class
+
+    found = []
+    if config.chunking.strategy not in strategy_names():
+        found.append(Plugin(STRATEGY, config.chunking.strategy))
+    if backend_class(config.embedding.model) is not None:
+        found.append(Plugin(BACKEND, config.embedding.model))
+    return tuple(found)
+
+
+def check_plugins(plugins: tuple[Plugin, ...]) -> None:
+    """`PluginNotOnNode` where this process (a Ray worker) cannot import one of the `plugins`:
+    its chunk tasks failed on "unknown chunking strategy", and its embedding actors took an
+    entry point's name for a Hugging Face model's (exit 1, a traceback, or another model)."""
+    from chunking.strategy import ENTRY_POINTS, strategy_class
+    from embedding.models import BACKEND_ENTRY_POINTS, backend_class
+
+    for plugin in plugins:
+        group, find = (
+            (ENTRY_POINTS, strategy_class)
+            if plugin.kind == STRATEGY
+            else (BACKEND_ENTRY_POINTS, backend_class)
+        )
+        why = None
+        if ":" not in plugin.name and not entry_points(group=group, name=plugin.name):
+            why = f"no entry point {plugin.name!r} of {group!r} is installed here"
+        else:
+            try:
+                find(plugin.name)
+            except ValueError as exc:
+                why = str(exc)
+        if why:
+            raise PluginNotOnNode(
+                f"the {plugin.kind} {plugin.name!r}, which the driver found, is not on node "
+                f"{ray.util.get_node_ip_address()} ({socket.gethostname()}, pid {os.getpid()}): "
+                f"{why}. Each Ray worker imports it itself: ship its package with the job "
+                """(ray job submit --runtime-env-json '{"py_modules": ["/path/to/package"]}', """
+                "naming the class by its dotted path 'package.module:Class'; an entry point's "
+                "name needs the package installed: runtime_env pip, or the nodes' image)"
+            )
 
 
 class RayFolderUnusable(KnownFailure, OSError):
@@ -337,7 +401,8 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
                 "; ".join(missing),
                 "for ever" if bound is None else f"at most {bound:g} s",
             )
-        check_nodes(landmarks, [node["NodeID"] for node in _live_nodes()])
+        nodes = [node["NodeID"] for node in _live_nodes()]
+        check_nodes(landmarks, nodes, config_plugins(config))
         return True
     if folder := ray_folder():
         check_ray_folder(folder)
@@ -627,31 +692,51 @@ def watching_nodes(resources: ResourcesConfig, grows: bool, embeds: bool) -> Ite
         raise watch.failure from None
 
 
+def on_the_drivers_node() -> dict[str, NodeAffinitySchedulingStrategy]:
+    """Ray options that start an actor on the driver's node, never elsewhere: the build's
+    bookkeeping actor (`jobs.progress.StatsCollector`), which every task reports to, lives as long
+    as the driver. Placed by Ray (a `num_cpus: 0` actor goes anywhere), it started on another node
+    of a joined cluster, and that node's loss failed the build whose tasks Ray had tried again
+    ("ActorUnavailableError: The actor ... is unavailable", under the embedding actor's name)."""
+    node = ray.get_runtime_context().get_node_id()
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
+
+
 def _live_nodes() -> list[dict]:
     """Each live node of the Ray instance this process is connected to, as `ray.nodes()` gives
     it (its "NodeID" and total "Resources" among the rest)."""
     return [node for node in ray.nodes() if node["Alive"]]
 
 
-def check_nodes(landmarks: tuple[Landmark, ...], node_ids: list[str]) -> None:
-    """Check the driver's local folders on the given (live) nodes of the cluster at once, so that a
-    cluster whose machines do not share them stops before any work (`FoldersNotShared`). Nodes
-    that join later are checked by their first chunk task or reduce; so are those whose check did
-    not answer (within `LANDMARKS_TIMEOUT_S`, or a node gone meanwhile), with a warning."""
-    if not landmarks:
+def check_nodes(
+    landmarks: tuple[Landmark, ...], node_ids: list[str], plugins: tuple[Plugin, ...] = ()
+) -> None:
+    """Check the driver's local folders and the config's third-party classes (`plugins`) on the
+    given (live) nodes of the cluster at once, so that a cluster whose machines do not share the
+    folders (`FoldersNotShared`) or lack a class (`PluginNotOnNode`) stops before any work. Nodes
+    that join later are checked by their first chunk task or reduce, or fail as they use the
+    class; so are those whose check did not answer (within `LANDMARKS_TIMEOUT_S`, or a node gone
+    meanwhile), with a warning."""
+    if not landmarks and not plugins:
         return
     checks = [
-        _check_landmarks.options(
+        _check_node.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
-        ).remote(landmarks)
+        ).remote(landmarks, plugins)
         for node_id in node_ids
     ]
     try:
         ray.get(checks, timeout=LANDMARKS_TIMEOUT_S)
     except NotTheDriversFolder as error:  # Ray's error of the task, made a subclass of the task's
         raise FoldersNotShared(str(error.cause)) from None
+    except PluginNotOnNode as error:
+        raise PluginNotOnNode(str(error.cause)) from None
     except RayError as error:  # not within the time, or a node gone meanwhile
+        checked = ["the local folders"] * bool(landmarks) + ["the third-party classes"] * bool(
+            plugins
+        )
         log.warning(
-            "not every node checked the local folders (%s); their first tasks will",
+            "not every node checked %s (%s); their first tasks will",
+            " and ".join(checked),
             type(error).__name__,
         )

@@ -34,7 +34,7 @@ from jobs.discovery import (
 )
 from jobs.finish import finish, index_settings
 from jobs.landmarks import Landmark, landmarks
-from jobs.local_ray import node_gpu_counts, start_ray, watching_nodes
+from jobs.local_ray import node_gpu_counts, on_the_drivers_node, start_ray, watching_nodes
 from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.path_set import PathSet
@@ -302,7 +302,7 @@ def build_topics(
     then is reduced again from the rows of both passes. The passes end: a source with a row is
     never carried, so none is sent twice."""
     configure_progress()
-    collector = StatsCollector.remote()
+    collector = StatsCollector.options(**on_the_drivers_node()).remote()
     cluster = ray.cluster_resources()  # one round trip to Ray's control store
     cpus = float(cluster.get("CPU", 1))
     node_gpus = node_gpu_counts() if config.resources.embed.num_gpus else ()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,10 +22,15 @@ import pytest
 from environment_support import own_ray_environment
 from mounts_support import can_mount_privately, private_mounts
 from ray.job_submission import JobStatus, JobSubmissionClient
+from ray.util.state import list_actors, list_nodes
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CORPUS = ROOT / "tests" / "fixtures" / "corpus"
+PLUGINS = ROOT / "tests" / "fixtures" / "plugins"  # two packages and their dist-info
+# Ray's state API raises where a filter leaves out some of the cluster's entries (dead nodes, other
+# jobs' actors: "data truncation") unless told not to.
+PARTIAL = {"raise_on_missing_output": False}
 OUR_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING) ")
 # What a healthy job's log used to show from Ray and transformers (issue 11).
 NOISE = (
@@ -124,13 +131,53 @@ def ray_head():
         _wait_for(f"{address}/api/version", process)
         yield RayHead(address, base, f"127.0.0.1:{gcs}")
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # only the processes this head started
-            process.wait(timeout=30)
+        _stop(process)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Stop a `ray start --block` process and the Ray processes it started (its process group):
+    a node stopped so leaves the cluster at once (killed, it stays alive there for a while)."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # only the processes this node started
+        process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def second_node(head: RayHead) -> Iterator[None]:
+    """A node of one CPU joined to `head` (`ray start --address`, ports of its own), as a second
+    machine of the cluster, while the block runs; stopped by its own pid."""
+    agent_http, agent_grpc, metrics, runtime_env, manager, objects = _free_ports(6)
+    ports = {
+        "--dashboard-agent-listen-port": agent_http,
+        "--dashboard-agent-grpc-port": agent_grpc,
+        "--metrics-export-port": metrics,
+        "--runtime-env-agent-port": runtime_env,
+        "--node-manager-port": manager,
+        "--object-manager-port": objects,
+    }
+    command = [str(BIN / "ray"), "start", "--block", "--address", head.gcs, "--num-cpus", "1"]
+    command += [*(str(part) for pair in ports.items() for part in pair), "--disable-usage-stats"]
+    process = subprocess.Popen(
+        command,
+        env=_environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        alive = [("state", "=", "ALIVE")]
+        while len(list_nodes(address=head.address, filters=alive, **PARTIAL)) < 2:
+            assert process.poll() is None, "ray start --address exited early"
+            assert time.monotonic() < deadline, "the second node did not join in 120 s"
+            time.sleep(1)
+        yield
+    finally:
+        _stop(process)
 
 
 def job_exit(ray_head, submission_id: str) -> subprocess.CompletedProcess:
@@ -142,7 +189,10 @@ def job_exit(ray_head, submission_id: str) -> subprocess.CompletedProcess:
 
 
 def test_ray_job_submit_runs_the_build(ray_head, tmp_path):
-    """The build's exit code 3 comes back from `jobs.job_exit` (`ray job submit` exits 1)."""
+    """The build's exit code 3 comes back from `jobs.job_exit` (`ray job submit` exits 1). On a
+    cluster of two nodes: the pool is sized to both nodes' CPUs, and the run's bookkeeping actor
+    runs on the driver's node (Ray placed it on a random node: one whose loss then failed the
+    build, "ActorUnavailableError", where Ray tried the lost tasks again)."""
     output = tmp_path / "out"
     runtime_env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}
     command = [
@@ -168,9 +218,10 @@ def test_ray_job_submit_runs_the_build(ray_head, tmp_path):
         "--output",
         str(output),
     ]
-    done = subprocess.run(
-        command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=400
-    )
+    with second_node(ray_head):
+        done = subprocess.run(
+            command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=400
+        )
     log = done.stdout + done.stderr
     assert done.returncode != 0, log  # the job exits 3 (one invalid source), so the job FAILED
     assert "exit code 3" in log or "exited with code 3" in log, log[-3000:]
@@ -180,6 +231,15 @@ def test_ray_job_submit_runs_the_build(ray_head, tmp_path):
         assert noise not in log, noise
     report = json.loads((output / "_reindex" / "report.json").read_text())
     assert report["sources"]["seen"] == 7 and report["sources"]["failed"] == 1
+    assert report["timings"]["cpus"] == 3  # the head's 2 and the second node's 1
+    job = JobSubmissionClient(ray_head.address).get_job_info("build-with-a-failed-source")
+    collectors = list_actors(
+        address=ray_head.address,
+        filters=[("class_name", "=", "StatsCollector"), ("job_id", "=", job.job_id)],
+        detail=True,
+        **PARTIAL,
+    )
+    assert [actor.node_id for actor in collectors] == [job.driver_node_id]
     golden = json.loads((output / "libraries/json-source-generation/index.json").read_text())
     assert golden["_embedded"]["chunks"]["golden-reference"]["count"] > 8
     assert done.returncode == 1  # Ray's code for any failed job
@@ -284,6 +344,34 @@ def test_a_local_build_starts_its_own_ray_beside_a_running_head_and_prints_only_
     assert done.stdout.startswith("mdindex build: 6 sources in 4 topics")
     report = json.loads((output / "_reindex" / "report.json").read_text())
     assert report["timings"]["cpus"] == 2 and report["sources"]["seen"] == 6
+
+
+def test_a_third_party_class_the_nodes_cannot_import_stops_the_build_before_any_work(
+    ray_head, tmp_path
+):
+    """The driver has the fixture plugins' package (on its PYTHONPATH, with their entry points),
+    the cluster's nodes do not (installed on the submitting machine or the head alone): exit 2
+    before any work, one line naming the class, the node and what to do. Before, each chunk task
+    failed on "unknown chunking strategy 'paragraphs'" (exit 1 under Ray's traceback), and an
+    embedding actor took the backend's name for a Hugging Face model's."""
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "jobs.reindex", "--config", "configs/local.yaml"]
+    command += ["--input", str(CORPUS), "--output", str(output)]
+    command += ["--set", "chunking.strategy=paragraphs", "--set", "chunking.options={}"]
+    command += ["--set", "embedding.model=hashing"]
+    env = dict(_environment(), RAY_ADDRESS=ray_head.gcs, PYTHONPATH=str(PLUGINS))
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(
+        "mdindex build: the chunking strategy 'paragraphs', which the driver found, is not on node "
+    ), done.stderr[-3000:]
+    assert "no entry point 'paragraphs' of 'mdindex.strategies' is installed here" in last
+    assert '"py_modules"' in last and "Traceback" not in done.stderr
+    assert sorted(p.name for p in output.iterdir()) == ["_reindex"]  # no topic written
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert (report["status"], report["exit_code"]) == ("failed", 2)
+    assert report["error"] == f"PluginNotOnNode: {last.removeprefix('mdindex build: ')}"
 
 
 # A program that joins a cluster itself, then builds in-process (the build finds Ray started).
