@@ -153,7 +153,11 @@ def dry_run(config: JobConfig, *, check: bool = False) -> DryRun:
         bytes_to_read=sum(row["size"] for row in read),
         cached=len(cached),
         chunks_to_embed=to_embed,
-        stops=abort_stops(plan) if config.failure_policy == "abort" else [],
+        stops=(
+            abort_stops(plan) + [f"{path}: {code}: {why}" for path, code, why in checked.failing]
+            if config.failure_policy == "abort"
+            else []
+        ),
         locked=lock_holder(found.output),
         failing=checked.failing if check else None,
         broken=(

@@ -520,6 +520,11 @@ def test_a_checked_dry_run_names_failing_pages_and_broken_links_and_exits_as_the
         "fail t/bad.md: CHUNKING_FAILED: invalid UTF-8 at byte offset 15 (line 3): invalid start "
         "byte"
     ]
+    # under failure_policy abort the build stops at it: the line that says so names it
+    summary, _ = dry(capsys, *where, "--check", "--set", "failure_policy=abort", code=3)
+    assert summary["build stops at once (failure_policy abort)"].startswith(
+        "t/bad.md: CHUNKING_FAILED: invalid UTF-8"
+    )
     summary, _ = dry(capsys, *where)  # unchecked: neither known, exit 0
     assert "broken links" not in summary and "sources failing" not in summary
     assert not (tmp_path / "out").exists()
