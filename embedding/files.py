@@ -268,7 +268,10 @@ def known_protocol(uri: str) -> str:
     try:
         fsspec.get_filesystem_class(protocol)
     except (ValueError, ImportError) as exc:
-        raise UnknownProtocol(f"{uri}: {exc}") from exc
+        lower = protocol.lower()  # `S3://`: RFC 3986 schemes are case-blind, fsspec's are not
+        meant = f"{lower}{uri[len(protocol) :]}"
+        hint = f"; did you mean {meant}?" if lower in fsspec.available_protocols() else ""
+        raise UnknownProtocol(f"{uri}: {exc}{hint}") from exc
     typo = re.match(r"([A-Za-z][\w+.-]*):/*", uri) if "://" not in uri else None
     if typo and typo[1].lower() in fsspec.available_protocols():
         scheme, rest = typo[1].lower(), uri[typo.end() :]

@@ -87,8 +87,12 @@ def _question(text: str) -> str:
 
 def json_object(text: str) -> dict[str, Any]:
     """A JSON object given on the command line (`--storage-options`); anything else (not JSON,
-    a list, a string) is bad usage (exit 2)."""
-    value = json.loads(text)  # argparse reports its ValueError as an invalid value
+    a list, a string) is bad usage (exit 2), saying why: JSON that does not parse was "invalid
+    json_object value", naming a function of the code and not the mistake (`{'anon': true}`)."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {text!r}: {error}") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"must be a JSON object, got {text!r}")
     return value

@@ -546,6 +546,12 @@ def _resolve(config: JobConfig) -> JobConfig:
             "Ray's copy of the job's working directory, which Ray deletes: give an absolute "
             "output or an s3:// URI"
         )
+    if config.output is None and protocol_of(source) in ("http", "https"):
+        raise ConfigError(
+            f"output: not set, so the build would write into its input {source}, which is "
+            "read-only (http(s)://): it read and embedded it all, then failed, exit 1; give an "
+            "output (a local path or s3://)"
+        )
     output = _absolute(config.output, "output") if config.output is not None else source
     _check_nesting(source, output)
     cache = _absolute(config.cache, "cache") if config.cache is not None else _default_cache(output)
@@ -596,6 +602,9 @@ def _resolve(config: JobConfig) -> JobConfig:
         embedding=embedding,
     )
 
+
+# fsspec's read-only archive filesystems, whose files the build cannot list as a folder's.
+_ARCHIVES = ("zip", "tar", "libarchive")
 
 # A shell variable left in a value (`${OUT}`, `$TENANT`): YAML expands none.
 _VARIABLE = re.compile(r"\$\{?\w+\}?")
@@ -711,8 +720,19 @@ def _absolute(uri: str, key: str) -> str:
     working directory, or `s3:///docs`, the bucket `docs`, with DOCS or a bucket unset); a local
     path holding a `$VARIABLE`, which YAML leaves as it is; a local output or cache that is a
     file, or a relative one where the build runs in Ray's copy of a job's working directory (`ray
-    job submit --working-dir`): it went there, exit 0, and was lost when Ray deleted it."""
+    job submit --working-dir`): it went there, exit 0, and was lost when Ray deleted it; an
+    archive or a chain of filesystems (`zip://docs::file:///r.zip`: exit 1, "Is a directory",
+    naming the working directory). `s3a://` (Hadoop's name) is `s3://`: the same place, as an
+    in-place build and the S3 checks compare them."""
+    chained = "::" in uri and protocol_of(uri) not in LOCAL_PROTOCOLS  # `docs::v2` is a folder
+    if chained or protocol_of(uri) in _ARCHIVES:
+        raise ConfigError(
+            f"{key}: {uri}: an archive or a chain of filesystems (::) is no folder the build "
+            "can list and write; unpack the archive into a folder or an s3:// prefix, and give that"
+        )
     protocol = _protocol(uri, key)
+    if protocol == "s3a":
+        uri, protocol = f"s3://{uri.split('://', 1)[1]}", "s3"
     if protocol == "memory":
         raise ConfigError(
             f"{key}: memory:// lives in one process and Ray workers cannot see it; "

@@ -1204,13 +1204,16 @@ def test_a_question_with_source_or_technical_is_bad_usage(index_root, capsys):
 
 def test_storage_options_that_are_no_json_object_are_bad_usage(index_root, capsys):
     """`--storage-options '"x"'` ended in a TypeError traceback (fsspec's `**` of a string), and
-    `'[]'` was taken as no options; both are now exit 2, as JSON that does not parse was."""
-    for options in ('"x"', "[]", "3"):
+    `'[]'` was taken as no options; both are now exit 2, as JSON that does not parse was, which
+    now says why ("invalid json_object value" named a function of the code, not the mistake)."""
+    for options in ('"x"', "[]", "3", "{'anon': true}"):
         with pytest.raises(SystemExit) as stop:
             run_cli(["query", str(index_root), "--topic", TOPIC, "--storage-options", options],
                     capsys)  # fmt: skip
         assert stop.value.code == 2, options
-        assert f"must be a JSON object, got {options!r}" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert f"must be a JSON object, got {options!r}" in err and "json_object" not in err
+    assert "Expecting property name enclosed in double quotes" in err
 
 
 def test_storage_options_the_roots_filesystem_does_not_take_are_bad_usage(server, capsys):

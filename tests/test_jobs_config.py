@@ -55,6 +55,15 @@ def test_defaults_output_in_place_and_cache_under_output(tmp_path):
     # s3://b/docs, and deleted a deleted topic's topic-spec.md whole, the person's part too
     same = config_from_dict({"input": "s3://b/docs/", "output": "s3://b/docs"})
     assert same.input == same.output == "s3://b/docs"
+    # Hadoop's s3a:// is the same place: it was a separate output of s3://b/docs (in place), and
+    # skipped the S3 checks (the bucket's name, the client's timeouts and options)
+    same = config_from_dict({"input": "s3a://b/docs", "output": "s3://b/docs/"})
+    assert same.input == same.output == "s3://b/docs"
+    assert same.storage_options["config_kwargs"]["read_timeout"]
+    with pytest.raises(ConfigError, match="output: s3://b holds the input s3://b/docs"):
+        config_from_dict({"input": "s3://b/docs", "output": "s3a://b"})
+    # a folder named with `::` is a folder, not a chain of filesystems
+    assert config_from_dict({"input": f"{tmp_path}/docs::v2"}).input == f"{tmp_path}/docs::v2"
 
 
 def test_symbolic_links_are_not_followed_unless_the_config_says_so(tmp_path):
@@ -251,7 +260,7 @@ def test_uris_that_name_no_filesystem_or_no_folder_are_refused(tmp_path):
     notes.write_text("# a file\n")
     for raw, message in [
         ({"input": "s4://bucket/docs"}, "input: s4://bucket/docs: Protocol not known: s4"),
-        ({"output": "S3://bucket/out"}, "output: S3://bucket/out: Protocol not known: S3"),
+        ({"output": "S3://b/out"}, "output: S3://b/out: Protocol not known: S3; did you mean s3"),
         ({"output": "s3:/b/out"}, "output: s3:/b/out reads as a local folder s3:; did you mean s3"),
         ({"cache": "file:/tmp/c"}, "cache: file:/tmp/c reads as a local folder file:; did you me"),
         ({"input": "~no-such-user/docs"}, "input: ~no-such-user/docs: no such user's home folder"),
@@ -272,6 +281,20 @@ def test_uris_that_name_no_filesystem_or_no_folder_are_refused(tmp_path):
         ({"input": "file://"}, "input: file://: an empty path (an unset variable?)"),
         ({"output": "s3:///out"}, "output: s3:///out: no bucket or host (an unset variable?)"),
         ({"cache": "s3://"}, "cache: s3://: no bucket or host"),
+        # a release archive: exit 1 after the model loaded ("Is a directory", naming the working
+        # directory); an archive output or cache the same
+        (
+            {"input": f"zip://docs::file://{tmp_path}/docs.zip"},
+            f"input: zip://docs::file://{tmp_path}/docs.zip: an archive or a chain of filesystems",
+        ),
+        ({"output": "tar:///r.tar"}, "output: tar:///r.tar: an archive or a chain of filesystems"),
+        ({"cache": "simplecache::s3://b/c"}, "cache: simplecache::s3://b/c: an archive or a chain"),
+        # an http(s) input built in place: read and embedded whole, then exit 1 (PUT refused)
+        (
+            {"input": "https://example.com/docs", "output": None},
+            "output: not set, so the build would write into its input https://example.com/docs, "
+            "which is read-only",
+        ),
     ]:
         with pytest.raises(ConfigError) as caught:
             config_from_dict({"input": str(tmp_path), **raw})
