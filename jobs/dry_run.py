@@ -38,7 +38,7 @@ from jobs.plan import KEEP, REBUILD, RELINK, Plan, settings_differ, unmatched_no
 from jobs.records import QUESTIONS, SOURCE, TOPIC
 from jobs.report import error_text
 from jobs.report_html import SETTINGS_CHANGED, place
-from jobs.stages.chunk import _chunk_source
+from jobs.stages.chunk import chunk_one_source
 from jobs.stages.read import READ_FAILED
 from jobs.storage import Storage
 from jobs.work import work_rows
@@ -201,7 +201,7 @@ def chunk_rebuilt(config: JobConfig, found: Discovery) -> Checked:
                 message = f"cannot read {found.source.uri(path)}: {data}"
                 checked.failing.append((path, READ_FAILED, message))
                 continue
-            document, failure, _ = _chunk_source(data, path, settings)
+            document, failure, _ = chunk_one_source(data, path, settings)
             chunks = len(document.chunks) if document is not None else 0
             checked.chunked[path] = (hashlib.sha256(data).hexdigest(), chunks)
             if failure is not None:

@@ -103,7 +103,7 @@ def chunk_sources(
     for i, (kind, path, data) in enumerate(zip(kinds, paths, payloads, strict=True)):
         failure = None
         if codes[i] is None and kind == SOURCE:
-            chunked[i], failure, seconds = _chunk_source(data, path, settings)
+            chunked[i], failure, seconds = chunk_one_source(data, path, settings)
             if chunked[i] is None:
                 failed, failed_bytes = failed + 1, failed_bytes + len(data)
             else:
@@ -148,10 +148,11 @@ def chunk_sources(
     return with_columns(batch, columns), stats, chunked
 
 
-def _chunk_source(
+def chunk_one_source(
     data: bytes, path: str, settings: ChunkSettings
 ) -> tuple[ChunkedDocument | None, Failure | None, float]:
-    """One source's chunked document or its failure, and the seconds it took."""
+    """One source's chunked document or its failure (a chunker's error as its code and message), and
+    the seconds it took: the chunk stage's and the checked dry run's one way to chunk a source."""
     started = time.perf_counter()
     try:
         document = chunk_source(
