@@ -25,9 +25,9 @@ from indexing.client import EMBEDDING_SETTINGS, embedding_settings
 from indexing.paths import CHUNK_TABLES, CHUNKS_DIR, DOCUMENT_TABLES, INDEX, TOPIC_SPEC, in_topic
 from indexing.simhash_tables import ROOT as SIMHASH_ROOT
 from jobs.config import JobConfig
-from jobs.manifest import MANIFEST_PATH, Manifest, SourceEntry, TopicEntry
+from jobs.manifest import MANIFEST_PATH, SETTLED_FAILURES, Manifest, SourceEntry, TopicEntry
 from jobs.plan import REBUILD, RELINK, Plan, TopicPlan
-from jobs.stages.topic import SETTLED_FAILURES, existing_index_of, index_left
+from jobs.stages.topic import existing_index_of, index_left
 from jobs.storage import Storage, SymlinkRefused
 
 

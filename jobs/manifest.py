@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from chunking.record import DETERMINISTIC_FAILURES
+from indexing.keywords import KEYWORDS_FAILED
+from indexing.questions import QUESTIONS_FAILED
+
 MANIFEST_PATH = "_reindex/manifest.json"
 REPORT_PATH = "_reindex/report.json"
 REPORT_HTML_PATH = "_reindex/report.html"
@@ -24,13 +28,19 @@ REPORT_HTML_PATH = "_reindex/report.html"
 FORMAT = 5
 READABLE_FORMATS = (3, 4, FORMAT)
 
+# Failures that a file's bytes and the settings decide, for files whose fingerprint the plan
+# compares (sources, qa-pairs.md, keywords files): settled, not retried until one changes
+# (`jobs.plan`). A read that fails is READ_FAILED, retried; so are timeouts, CHUNKER_ERROR and
+# TOPIC_SPEC_FAILED (topic-spec.md is the output's file, which the plan does not compare).
+SETTLED_FAILURES = DETERMINISTIC_FAILURES | {QUESTIONS_FAILED, KEYWORDS_FAILED}
+
 
 @dataclass(frozen=True)
 class SourceEntry:
     """A source as last seen: its listing fingerprint, content hash, and whether it failed.
 
     `settled_failure`: the (code, message) of a failure that its bytes and the settings decide
-    (`jobs.stages.topic.SETTLED_FAILURES`); such a source is not read again until one changes.
+    (`SETTLED_FAILURES`); such a source is not read again until one changes.
     """
 
     fingerprint: str

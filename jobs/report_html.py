@@ -26,6 +26,7 @@ from indexing.keywords import KEYWORDS_FAILED
 from indexing.questions import QUESTIONS_FAILED
 from indexing.terminal import counted, printable
 from indexing.topic_spec import TOPIC_SPEC_FAILED
+from jobs.manifest import SETTLED_FAILURES
 from jobs.plan import unmatched_note
 from jobs.runs import COLUMNS, NUMBERS, SHOWN, run_row
 from jobs.signals import STOPPED_CODES
@@ -320,8 +321,6 @@ def next_step(report: dict[str, Any]) -> str | None:
         return f"its error says what went wrong: put that right and build again; {again}"
     if status != "sources_failed":
         return None
-    from jobs.stages.topic import SETTLED_FAILURES  # imports Ray: only for such a report
-
     failures = report.get("failures") or []
     settled = [f for f in failures if f.get("code") in SETTLED_FAILURES]
     others = [f for f in failures if f.get("code") not in SETTLED_FAILURES]

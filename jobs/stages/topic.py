@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from chunking import DETERMINISTIC_FAILURES, ChunkedDocument, ChunkingError
+from chunking import ChunkedDocument, ChunkingError
 from chunking.links import target_paths
 from chunking.normalize import decode
 from indexing import (
@@ -39,7 +39,6 @@ from indexing.paths import (
     in_topic,
     is_chunk_file,
 )
-from indexing.questions import QUESTIONS_FAILED
 from indexing.sources import is_source
 from indexing.terminal import printable
 from indexing.topic_spec import TOPIC_SPEC_FAILED
@@ -61,12 +60,6 @@ from jobs.storage import Storage, SymlinkRefused
 
 log = logging.getLogger("mdindex.build")
 UTF8_BOM = "\ufeff".encode()
-
-# Failures that a file's bytes and the settings decide, for files whose fingerprint the plan
-# compares (sources, qa-pairs.md, keywords files): settled, not retried until one changes
-# (`jobs.plan`). A read that fails is READ_FAILED, retried; so are timeouts, CHUNKER_ERROR and
-# TOPIC_SPEC_FAILED (topic-spec.md is the output's file, which the plan does not compare).
-SETTLED_FAILURES = DETERMINISTIC_FAILURES | {QUESTIONS_FAILED, KEYWORDS_FAILED}
 
 
 class Outcome(NamedTuple):
