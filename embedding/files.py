@@ -3,6 +3,7 @@ filesystem; the protocol of a root URI, and a typo in one refused."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 import re
@@ -250,6 +251,39 @@ def missing_bucket(fs: fsspec.AbstractFileSystem, path: str) -> FileNotFoundErro
             return error
         except OSError:
             pass
+    return None
+
+
+# What botocore takes from the environment for the S3 client it makes, besides the credentials.
+AWS_SETTINGS = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_CONFIG_FILE",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+)
+
+
+class S3ClientRefused(ValueError):
+    """Options or AWS settings of the environment that no S3 client can be made with."""
+
+
+def s3_client_refused(uri: str, options: dict[str, Any] | None) -> S3ClientRefused | None:
+    """Why no S3 client of `uri` can be made with `options` and the environment (an option
+    s3fs, aiobotocore or botocore does not take, a profile that does not exist, an endpoint that
+    is no URL: `AWS_ENDPOINT_URL=localhost:9000`), naming the settings the environment gives;
+    None where one can, and for other filesystems. Made without a request (credentials aside)."""
+    if protocol_of(uri) not in ("s3", "s3a"):
+        return None
+    from botocore.exceptions import ProfileNotFound
+
+    # a copy: botocore turns the options' `retries.max_attempts` into another key in place
+    try:
+        root_filesystem(uri, fresh_listings(copy.deepcopy(options)))[0].connect()
+    except (TypeError, ValueError, AttributeError, ProfileNotFound) as exc:
+        given = [f"{name}={os.environ[name]}" for name in AWS_SETTINGS if os.environ.get(name)]
+        note = f" (the environment sets {', '.join(given)})" if given else ""
+        return S3ClientRefused(f"{type(exc).__name__}: {exc}{note}")
     return None
 
 

@@ -340,7 +340,7 @@ def run_query(args: argparse.Namespace) -> int:
     import aiohttp
     from botocore.exceptions import BotoCoreError  # an S3 endpoint unreachable, no credentials
 
-    from embedding.files import UnknownProtocol, known_protocol
+    from embedding.files import UnknownProtocol, known_protocol, s3_client_refused
 
     try:
         known_protocol(args.root)  # s4://, S3://; s3:/bucket read a local folder `s3:`
@@ -354,6 +354,8 @@ def run_query(args: argparse.Namespace) -> int:
         return 2
     try:
         reader = IndexReader.open(args.root, args.storage_options)
+        if refused := s3_client_refused(args.root, args.storage_options):  # exit 1 once asked
+            raise UnsuitedOptions.no_s3_client(args.root, refused)
         index = None
         if args.topic is not None:  # typed in NFC, its folder named on macOS in NFD
             topic, index = reader.spelled_topic(args.topic)

@@ -182,6 +182,12 @@ class UnsuitedOptions(ValueError):
         """The error for the options of the root at `where`, which its client refused (`error`)."""
         return cls(f"--storage-options do not suit {where}: {error}")
 
+    @classmethod
+    def no_s3_client(cls, where: str, refused: Exception) -> UnsuitedOptions:
+        """The error for the S3 root at `where`, whose client cannot be made with the options and
+        the environment (`embedding.files.s3_client_refused`)."""
+        return cls(f"{where}: no S3 client with --storage-options and the environment: {refused}")
+
 
 class NotInIndex(KeyError):
     """What was asked of an index (a source, a chunk) is not in it: a KeyError whose str() is its

@@ -8,7 +8,6 @@ field's metadata (`_min`, `_choices`), next to the field they constrain.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import os
@@ -29,6 +28,7 @@ from embedding.files import (
     is_within,
     known_protocol,
     protocol_of,
+    s3_client_refused,
     strip_protocol,
 )
 from embedding.keys import DTYPE_NAMES, POOLINGS
@@ -302,25 +302,15 @@ def config_from_dict(raw: dict[str, Any]) -> JobConfig:
 
 
 def check_store_options(config: JobConfig) -> None:
-    """ConfigError where the S3 client cannot be made with `storage_options` (an option s3fs,
-    aiobotocore or botocore does not take, a profile that does not exist): it was exit 1 with a
-    traceback, once the build had started. Made without a request (credentials aside); the
-    build's requests reuse it, as fsspec caches the instance."""
+    """ConfigError where the S3 client cannot be made with `storage_options` and the environment
+    (`embedding.files.s3_client_refused`): it was exit 1 with a traceback, once the build had
+    started. The build's requests reuse the client, as fsspec caches the instance."""
     uris = (config.input, config.output, config.cache, config.embedding.model)
     roots = [uri for uri in uris if uri and protocol_of(uri) == "s3"]
-    if not roots:
-        return
-    from botocore.exceptions import ProfileNotFound
-
-    from jobs.storage import Storage
-
-    try:  # a copy: botocore turns the options' `retries.max_attempts` into another key in place
-        Storage(roots[0], copy.deepcopy(config.storage_options)).filesystem().connect()
-    except (TypeError, ValueError, AttributeError, ProfileNotFound) as exc:
+    if roots and (refused := s3_client_refused(roots[0], config.storage_options)):
         raise ConfigError(
-            f"storage_options: the S3 client of {roots[0]} cannot be made with them: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
+            f"storage_options: the S3 client of {roots[0]} cannot be made with them: {refused}"
+        )
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

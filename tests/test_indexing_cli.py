@@ -1216,16 +1216,33 @@ def test_storage_options_that_are_no_json_object_are_bad_usage(index_root, capsy
     assert "Expecting property name enclosed in double quotes" in err
 
 
-def test_storage_options_the_roots_filesystem_does_not_take_are_bad_usage(server, capsys):
+def test_storage_options_the_roots_filesystem_does_not_take_are_bad_usage(
+    server, capsys, monkeypatch
+):
     """An option that the root's client does not take (a typo, another store's) ended in a
     TypeError traceback, exit 1: aiohttp's for an http root, aiobotocore's for S3. It is exit 2,
-    one line naming the root and the option."""
-    for root in (server, "s3://mdindex-no-such-bucket/site"):
+    one line naming the root and the option. So are an AWS profile or endpoint of the environment
+    that no S3 client can be made with (exit 1, "Invalid endpoint: localhost:9000", no root)."""
+    from s3fs import S3FileSystem
+
+    s3 = "s3://mdindex-no-such-bucket/site"
+    for root, start in ((server, f"--storage-options do not suit {server}/: "), (s3, f"{s3}: ")):
         argv = ["query", root, "--topic", TOPIC, "--storage-options", '{"endpoint": "x"}']
         code, out, err = run_cli(argv, capsys)
         assert (code, out) == (2, ""), root
-        assert err.startswith(f"mdindex query: --storage-options do not suit {root}/: "), err
+        assert err.startswith(f"mdindex query: {start}"), err
         assert "'endpoint'" in err and err.count("\n") == 1, err
+    for name, value, problem in (
+        ("AWS_PROFILE", "mdindex-no-such-profile", "ProfileNotFound: The config profile"),
+        ("AWS_ENDPOINT_URL", "localhost:9000", "ValueError: Invalid endpoint: localhost:9000"),
+    ):
+        S3FileSystem.clear_instance_cache()  # a client made before, in this process, is reused
+        with monkeypatch.context() as env:
+            env.setenv(name, value)
+            code, out, err = run_cli(["query", s3, "--topic", TOPIC], capsys)
+        assert (code, out) == (2, "") and err.count("\n") == 1, err
+        assert err.startswith(f"mdindex query: {s3}: no S3 client with --storage-options and"), err
+        assert problem in err and f"(the environment sets {name}={value})" in err, err
 
 
 def test_a_number_that_is_none_is_named_without_the_parsers_function(index_root, capsys):

@@ -439,6 +439,14 @@ def test_storage_options_the_s3_client_does_not_take_are_exit_2_before_any_reque
         message = "mdindex build: config error: storage_options: the S3 client of s3://no-bucket/"
         assert len(err) == 2 and all(line.startswith(f"{message}docs cannot be") for line in err)
         assert all(f"cannot be made with them: {problem}" in line for line in err)
+    # the environment's settings named: "storage_options" alone sent one looking in the config
+    from s3fs import S3FileSystem
+
+    S3FileSystem.clear_instance_cache()  # a client made before, in this process, is reused
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "localhost:9000")
+    assert main(["--config", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "Invalid endpoint: localhost:9000 (the environment sets AWS_ENDPOINT_URL=local" in err
 
 
 def test_cli_exits_2_on_missing_config_file_and_bad_yaml(tmp_path, capsys):

@@ -586,15 +586,25 @@ def test_report_storage_options_that_are_no_json_object_are_bad_usage(tmp_path, 
         assert "--storage-options" in capsys.readouterr().err
 
 
-def test_report_storage_options_the_store_does_not_take_are_bad_usage(tmp_path, capsys):
+def test_report_storage_options_the_store_does_not_take_are_bad_usage(
+    tmp_path, capsys, monkeypatch
+):
     """An option the store's client does not take (`endpoint` for s3fs's `endpoint_url`) was
-    aiobotocore's TypeError traceback, exit 1; it is exit 2, one line naming it, as for `query`."""
+    aiobotocore's TypeError traceback, exit 1; it is exit 2, one line naming it, as for `query`,
+    and so is an AWS profile of the environment that does not exist (exit 1)."""
+    from s3fs import S3FileSystem
+
     code = mdindex(["report", "s3://reports/out", "--storage-options", '{"endpoint": "x"}',
                     "--html", str(tmp_path / "page.html")])  # fmt: skip
     out, err = capsys.readouterr()
     assert (code, out) == (2, "") and err.count("\n") == 1, err
-    assert err.startswith("mdindex report: --storage-options do not suit s3://reports/out"), err
+    assert err.startswith("mdindex report: s3://reports/out: no S3 client with --storage-"), err
     assert "'endpoint'" in err and not (tmp_path / "page.html").exists()
+    S3FileSystem.clear_instance_cache()  # a client made before, in this process, is reused
+    monkeypatch.setenv("AWS_PROFILE", "mdindex-no-such-profile")
+    assert mdindex(["report", "s3://reports/out"]) == 2
+    err = capsys.readouterr().err
+    assert "ProfileNotFound" in err and "(the environment sets AWS_PROFILE=mdindex-no-such" in err
 
 
 def test_report_open_without_a_browser_says_so(tmp_path, capsys, monkeypatch):
