@@ -352,9 +352,9 @@ def build_topics(
                         pieces_of[summary["topic"]] = pieces
                         continue
                     summaries[summary["topic"]] = summary
-                    log.info(
-                        "topic %r written (%d/%d)", summary["topic"], len(summaries), len(topics)
-                    )
+                    topic = summary["topic"]  # the root's id is "": named as the dry run names it
+                    shown = repr(topic) if topic else "(root)"
+                    log.info("topic %s written (%d/%d)", shown, len(summaries), len(topics))
                 if not recarry:
                     break
                 log.info(
