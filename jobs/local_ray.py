@@ -139,8 +139,7 @@ def check_plugins(plugins: tuple[Plugin, ...]) -> None:
                 f"{ray.util.get_node_ip_address()} ({socket.gethostname()}, pid {os.getpid()}): "
                 f"{why}. Each Ray worker imports it itself: ship its package with the job "
                 """(ray job submit --runtime-env-json '{"py_modules": ["/path/to/package"]}', """
-                "naming the class by its dotted path 'package.module:Class'; an entry point's "
-                "name needs the package installed: runtime_env pip, or the nodes' image)"
+                "and its .dist-info folder for an entry point's name) or install it on every node"
             )
 
 
