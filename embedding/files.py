@@ -304,7 +304,8 @@ def known_protocol(uri: str) -> str:
     except (ValueError, ImportError) as exc:
         lower = protocol.lower()  # `S3://`: RFC 3986 schemes are case-blind, fsspec's are not
         meant = f"{lower}{uri[len(protocol) :]}"
-        hint = f"; did you mean {meant}?" if lower in fsspec.available_protocols() else ""
+        known = lower != protocol and lower in fsspec.available_protocols()
+        hint = f"; did you mean {meant}?" if known else ""
         raise UnknownProtocol(f"{uri}: {exc}{hint}") from exc
     typo = re.match(r"([A-Za-z][\w+.-]*):/*", uri) if "://" not in uri else None
     if typo and typo[1].lower() in fsspec.available_protocols():
@@ -312,6 +313,24 @@ def known_protocol(uri: str) -> str:
         meant = f"/{rest}" if scheme in LOCAL_PROTOCOLS else f"{scheme}://{rest}"
         raise UnknownProtocol(f"{uri} reads as a local folder {typo[1]}:; did you mean {meant}?")
     return protocol
+
+
+# fsspec's read-only archive filesystems, which need the archive's own filesystem chained (::).
+_ARCHIVES = ("zip", "tar", "libarchive")
+
+
+def archive_problem(uri: str) -> str | None:
+    """Why `uri` can be no root of an output or a corpus where it names an archive or a chain of
+    filesystems (`zip://docs::file:///r.zip`: `root_filesystem` takes a root as one location, so
+    it was "Is a directory", naming the working directory); None otherwise (`docs::v2`, a local
+    folder, too)."""
+    protocol = protocol_of(uri)
+    if protocol in LOCAL_PROTOCOLS or ("::" not in uri and protocol not in _ARCHIVES):
+        return None
+    return (
+        f"{uri}: an archive or a chain of filesystems (::) is no folder mdindex can list and "
+        "write; unpack the archive into a folder or an s3:// prefix, and give that"
+    )
 
 
 def protocol_of(uri: str) -> str:

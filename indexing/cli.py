@@ -340,12 +340,15 @@ def run_query(args: argparse.Namespace) -> int:
     import aiohttp
     from botocore.exceptions import BotoCoreError  # an S3 endpoint unreachable, no credentials
 
-    from embedding.files import UnknownProtocol, known_protocol, s3_client_refused
+    from embedding.files import UnknownProtocol, archive_problem, known_protocol, s3_client_refused
 
     try:
         known_protocol(args.root)  # s4://, S3://; s3:/bucket read a local folder `s3:`
     except UnknownProtocol as error:
         print(f"mdindex query: {error}", file=sys.stderr)
+        return 2
+    if problem := archive_problem(args.root):
+        print(f"mdindex query: {problem}", file=sys.stderr)
         return 2
     folder, _, name = args.root.rstrip("/").rpartition("/")
     if name == INDEX:  # the URL a HAL client starts from: "[Errno 20] Not a directory", exit 1

@@ -25,6 +25,7 @@ import yaml
 from embedding.files import (
     LOCAL_PROTOCOLS,
     UnknownProtocol,
+    archive_problem,
     is_within,
     known_protocol,
     protocol_of,
@@ -593,9 +594,6 @@ def _resolve(config: JobConfig) -> JobConfig:
     )
 
 
-# fsspec's read-only archive filesystems, whose files the build cannot list as a folder's.
-_ARCHIVES = ("zip", "tar", "libarchive")
-
 # A shell variable left in a value (`${OUT}`, `$TENANT`): YAML expands none.
 _VARIABLE = re.compile(r"\$\{?\w+\}?")
 
@@ -714,12 +712,8 @@ def _absolute(uri: str, key: str) -> str:
     archive or a chain of filesystems (`zip://docs::file:///r.zip`: exit 1, "Is a directory",
     naming the working directory). `s3a://` (Hadoop's name) is `s3://`: the same place, as an
     in-place build and the S3 checks compare them."""
-    chained = "::" in uri and protocol_of(uri) not in LOCAL_PROTOCOLS  # `docs::v2` is a folder
-    if chained or protocol_of(uri) in _ARCHIVES:
-        raise ConfigError(
-            f"{key}: {uri}: an archive or a chain of filesystems (::) is no folder the build "
-            "can list and write; unpack the archive into a folder or an s3:// prefix, and give that"
-        )
+    if problem := archive_problem(uri):
+        raise ConfigError(f"{key}: {problem}")
     protocol = _protocol(uri, key)
     if protocol == "s3a":
         uri, protocol = f"s3://{uri.split('://', 1)[1]}", "s3"

@@ -77,7 +77,7 @@ def run_report(args: argparse.Namespace) -> int:
     printed (1)."""
     from botocore.exceptions import BotoCoreError  # an S3 endpoint that cannot be reached
 
-    from embedding.files import UnknownProtocol, known_protocol, s3_client_refused
+    from embedding.files import UnknownProtocol, archive_problem, known_protocol, s3_client_refused
     from indexing.client import UnsuitedOptions
     from indexing.terminal import names_no_place, write_out
     from jobs.lock import missing_bucket
@@ -90,6 +90,9 @@ def run_report(args: argparse.Namespace) -> int:
         known_protocol(args.output)
     except UnknownProtocol as exc:  # s4://, S3://: a traceback and exit 1
         print(f"mdindex report: {exc}", file=sys.stderr)
+        return 2
+    if problem := archive_problem(args.output):
+        print(f"mdindex report: {problem}", file=sys.stderr)
         return 2
     output = Storage(args.output, args.storage_options or {})
     if refused := s3_client_refused(args.output, output.options):  # exit 1 at the first read

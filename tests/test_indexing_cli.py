@@ -1180,11 +1180,20 @@ def test_a_root_that_holds_no_index_is_named_as_such(index_root, tmp_path, capsy
 
 def test_a_root_of_no_known_protocol_is_bad_usage(capsys):
     """`s4://` and `S3://` were exit 1, and `s3:/b/out` (a slash missing) read a local folder
-    `s3:` and found no index there (exit 1); `mdindex report` calls each bad usage (exit 2)."""
+    `s3:` and found no index there (exit 1); `mdindex report` calls each bad usage (exit 2). An
+    archive or a chain (`zip://out::file:///r.zip`) was exit 1, "Is a directory", naming the
+    working directory."""
     for root, expected in [
         ("s4://b/out", "s4://b/out: Protocol not known: s4"),
-        ("S3://b/out", "S3://b/out: Protocol not known: S3"),
+        ("S3://b/out", "S3://b/out: Protocol not known: S3; did you mean s3://b/out?"),
         ("s3:/b/out", "s3:/b/out reads as a local folder s3:; did you mean s3://b/out?"),
+        ("gs://b/out", "gs://b/out: Please install gcsfs to access Google Storage"),
+        (
+            "zip://out::file:///r.zip",
+            "zip://out::file:///r.zip: an archive or a chain of filesystems (::) is no folder "
+            "mdindex can list and write; unpack the archive into a folder or an s3:// prefix, and "
+            "give that",
+        ),
     ]:
         code, out, err = run_cli(["query", root, "--topic", TOPIC], capsys)
         assert (code, out, err) == (2, "", f"mdindex query: {expected}\n"), root
