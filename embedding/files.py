@@ -51,11 +51,12 @@ def root_filesystem(uri: str, options: dict[str, Any] | None = None) -> tuple[An
 
 
 def change_tag(info: dict[str, Any]) -> str:
-    """A listed file's change tag: an object store's ETag, else its modification time."""
+    """A listed file's change tag: an object store's ETag, else its modification time (an
+    http(s) server's `Last-Modified`)."""
     for key in ("ETag", "etag", "e_tag"):
         if info.get(key):
             return str(info[key]).strip('"')
-    for key in ("mtime", "LastModified", "last_modified", "created"):
+    for key in ("mtime", "LastModified", "last_modified", "Last-Modified", "created"):
         if info.get(key) is not None:
             value = info[key]
             return str(value.timestamp() if hasattr(value, "timestamp") else value)
@@ -153,6 +154,12 @@ def cat_many(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, bytes
     options = {"max_concurrency": 1} if _takes_max_concurrency(fs) else {}
     found = _each(fs, paths, lambda path: fs._cat_file(path, **options), fs.cat_file)
     return dict(zip(paths, found, strict=True))
+
+
+def info_many(fs: fsspec.AbstractFileSystem, paths: list[str]) -> list[dict[str, Any] | Exception]:
+    """What fsspec's `info` says of each of `paths`, in order (concurrent HEADs on an async
+    filesystem such as http(s)), an exception in place of each it cannot say."""
+    return _each(fs, paths, lambda path: fs._info(path), fs.info)
 
 
 def listed_many(fs: fsspec.AbstractFileSystem, folders: list[str]) -> set[str]:

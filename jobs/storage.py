@@ -31,6 +31,7 @@ from embedding.files import (
     cat_many,
     change_tag,
     fresh_listings,
+    info_many,
     is_within,
     listed_many,
     protocol_of,
@@ -374,19 +375,20 @@ def _walk_store(
     file, but an object `name/` with content is listed as `name/`, for the plan to report (it was
     dropped unsaid). Keys with an empty folder name (`a//b.md`) are listed as they are
     (`_after_slashes`), and so are keys with a folder `.` or `..` (`a/./b.md`), which `keep_dir`
-    never prunes: no folder of a path on disk, they were skipped as hidden folders, unreported."""
+    never prunes: no folder of a path on disk, they were skipped as hidden folders, unreported.
+    An http(s) input's folders (`sub/`, links of its page) are walked too (left out, unsaid)."""
     pending = [root]
     while pending:
         folder = pending.pop()
         try:
-            listing = fs.ls(folder, detail=True)
+            listing = _sized(fs, fs.ls(folder, detail=True))
         except FileNotFoundError:
             continue
         for info in listing:
             name = fs._strip_protocol(info["name"]).rstrip("/")
             if name == folder and info["type"] == "directory":  # the prefix `folder//`
                 yield from _after_slashes(fs, root, folder, keep_dir)
-            elif name == folder or info["name"].endswith("/"):
+            elif name == folder or (info["name"].endswith("/") and info["type"] != "directory"):
                 if info["type"] != "directory" and info.get("size"):  # no marker: it holds bytes
                     yield _stored_file(_below(root, name) + "/", info)
             elif info["type"] == "directory":
@@ -394,6 +396,27 @@ def _walk_store(
                     pending.append(name)
             else:
                 yield _stored_file(_below(root, name), info)
+
+
+def _sized(fs: fsspec.AbstractFileSystem, listing: list[dict]) -> list[dict]:
+    """`listing`, each file it gives no size looked up (an http(s) page of links; concurrent
+    HEADs), for its size and change tag: listed as 0 bytes and no tag, an edited page counted as
+    unchanged on every run, never read again. A file gone since its folder was listed is left
+    out; another failure fails the walk, as a folder's does."""
+    unsized = [
+        info["name"] for info in listing if info["type"] == "file" and info.get("size") is None
+    ]
+    if not unsized:
+        return listing
+    found = dict(zip(unsized, info_many(fs, unsized), strict=True))
+    for info in found.values():
+        if isinstance(info, Exception) and not isinstance(info, FileNotFoundError):
+            raise info
+    return [
+        found.get(info["name"], info)
+        for info in listing
+        if not isinstance(found.get(info["name"]), FileNotFoundError)
+    ]
 
 
 def _after_slashes(
