@@ -495,14 +495,30 @@ def _sigterm_stops_serving() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
+def served_folder(directory: str) -> str:
+    """The local folder that `mdindex serve DIRECTORY` serves, `DIRECTORY` taken as `query` and
+    `build` take a place: a path, `~/site` (quoted, as a systemd unit's ExecStart leaves it) or a
+    file:// URI, which were "not a directory"; NotADirectoryError naming a remote root (s3://,
+    http://), which it cannot serve (it said "not a directory" too)."""
+    from embedding.files import LOCAL_PROTOCOLS, protocol_of, strip_protocol
+
+    if protocol_of(directory) not in LOCAL_PROTOCOLS:
+        raise NotADirectoryError(
+            f"{directory} is no local folder: serve serves one (copy the index to one first); "
+            f"mdindex query {directory} reads it where it is"
+        )
+    return os.path.expanduser(strip_protocol(directory))
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """`mdindex serve`: serve until stopped; 2 when the directory does not exist or its address
     cannot be listened on (one line naming it). A stop by SIGTERM (systemd's) or Ctrl-C is the
     server's ordinary end: exit 0, after one line saying which. SIGTERM exited 143 without a word,
     which systemd counts a failure ("status=143", the unit failed) unless told otherwise."""
     try:
-        search = question_search(args.directory) if args.search else None
-        server = make_server(args.directory, args.host, args.port, search=search)
+        directory = served_folder(args.directory)
+        search = question_search(directory) if args.search else None
+        server = make_server(directory, args.host, args.port, search=search)
     except NotADirectoryError as error:
         print(f"mdindex serve: {error}", file=sys.stderr)
         return 2
@@ -515,7 +531,7 @@ def run_serve(args: argparse.Namespace) -> int:
     host, port = server.server_address[:2]
     try:
         with _sigterm_stops_serving():
-            print(banner(args.directory, host, port, args.search), flush=True)
+            print(banner(directory, host, port, args.search), flush=True)
             server.serve_forever()
     except KeyboardInterrupt:
         stopped_by = "Ctrl-C"

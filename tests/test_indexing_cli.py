@@ -504,9 +504,25 @@ def test_serve_validators_and_if_range(tmp_path):
                 assert reply.content == b'{"version": 22}' and reply.headers["ETag"] != etag
 
 
-def test_mdindex_serve_rejects_a_missing_directory(tmp_path, capsys):
+def test_mdindex_serve_rejects_a_missing_directory(tmp_path, capsys, monkeypatch):
+    """A remote root is named as no local folder ("not a directory: s3://b/out"); a folder given
+    as query and build take one (a file:// URI, `~/site` quoted) is served: it was "not a
+    directory" too. Served here means past that check: it then meets a port already taken."""
     code, _, err = run_cli(["serve", str(tmp_path / "absent"), "--port", "0"], capsys)
     assert code == 2 and "not a directory" in err
+    code, _, err = run_cli(["serve", "s3://b/out", "--port", "0"], capsys)
+    assert (code, err) == (2, "mdindex serve: s3://b/out is no local folder: serve serves one "
+                              "(copy the index to one first); mdindex query s3://b/out reads it "
+                              "where it is\n")  # fmt: skip
+    (tmp_path / "site").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for folder in (f"file://{tmp_path}/site", "~/site"):
+            code, _, err = run_cli(["serve", folder, "--port", port], capsys)
+            assert code == 2 and "Address already in use" in err, (folder, err)
 
 
 def test_mdindex_serve_names_an_address_it_cannot_listen_on(tmp_path, capsys):
