@@ -19,7 +19,7 @@ import os
 import posixpath
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from stat import S_ISREG
 from typing import Any
@@ -38,6 +38,7 @@ from embedding.files import (
     root_filesystem,
     write_atomically,
 )
+from indexing.paths import href_of, href_path
 from jobs.known import KnownFailure
 
 # What `embedding.files.write_atomically` names its temporary files on local disk (mkstemp with
@@ -99,6 +100,11 @@ class Storage:
     def is_local(self) -> bool:
         return self.protocol in LOCAL_PROTOCOLS
 
+    @cached_property
+    def _web(self) -> bool:
+        """Whether the root is an http(s) URL, whose paths are URL-encoded (`my%20doc.md`)."""
+        return self.protocol in ("http", "https")
+
     def filesystem(self) -> fsspec.AbstractFileSystem:
         """The fsspec filesystem for this root (fsspec caches instances); on an object store its
         listings are never cached (`embedding.files.fresh_listings`)."""
@@ -116,7 +122,9 @@ class Storage:
     def full_path(self, relpath: str) -> str:
         """The filesystem path (no scheme) of a root-relative path."""
         root = self._root_path
-        return f"{root}/{relpath}" if relpath else root
+        if not relpath:
+            return root
+        return f"{root}/{href_of(relpath) if self._web else relpath}"
 
     def uri(self, relpath: str = "") -> str:
         """The full URI of a root-relative path, scheme included (plain path for local roots)."""
@@ -245,7 +253,8 @@ class Storage:
         except FileNotFoundError:
             return []
         root = self._root_path
-        return sorted(_relative(fs, root, e["name"]) for e in entries if e["type"] == "file")
+        names = (_relative(fs, root, e["name"]) for e in entries if e["type"] == "file")
+        return sorted(map(href_path, names) if self._web else names)
 
     def walk(
         self, keep_dir: Callable[[str], bool] = lambda name: True
@@ -264,7 +273,8 @@ class Storage:
         fs = self.filesystem()
         if not fs.isdir(root):
             raise FileNotFoundError(f"{self.root}: no such directory")
-        yield from _walk_store(fs, root, keep_dir)
+        for found in _walk_store(fs, root, keep_dir):  # an http(s) page's links are URL-encoded
+            yield replace(found, path=href_path(found.path)) if self._web else found
 
     def confined(self, relpath: str, action: str) -> str:
         """The full path of `relpath`, once its folder is known to resolve inside the root

@@ -432,8 +432,9 @@ def test_an_s3_input_whose_listing_is_refused_is_named(s3_behind, tmp_path, caps
 def test_an_http_input_is_walked_into_its_folders_with_sizes_and_change_tags(tmp_path):
     """An http(s) corpus (a web server's folder listings) lost every folder below its top (a
     link `sub/` was taken for an S3 folder marker), and each page was listed as 0 bytes with no
-    change tag: an edited page counted as unchanged, never read again. Python's http.server
-    lists folders as a page of links, as a static site's index does."""
+    change tag: an edited page counted as unchanged, never read again. A page's name is its
+    link's, decoded (`my%20doc.md` was the source `my%20doc`, its chunk files' links encoded
+    twice). Python's http.server lists folders as a page of links, as a static site's does."""
     import functools
     import threading
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -441,15 +442,20 @@ def test_an_http_input_is_walked_into_its_folders_with_sizes_and_change_tags(tmp
     (tmp_path / "docs" / "sub").mkdir(parents=True)
     (tmp_path / "docs" / "a.md").write_text("# A\n")
     (tmp_path / "docs" / "sub" / "b.md").write_text("# B, longer\n")
+    (tmp_path / "docs" / "sub" / "my doc é.md").write_text("# Mine\n")
     os.utime(tmp_path / "docs" / "a.md", (1_700_000_000, 1_700_000_000))
     handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
     with ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         try:
             root = f"http://127.0.0.1:{httpd.server_address[1]}/docs"
-            listed = {f.path: f for f in Storage(root).walk(keep_directory)}
+            store = Storage(root)
+            listed = {f.path: f for f in store.walk(keep_directory)}
+            named = store.list_files("sub")
+            read = store.read_many(["sub/my doc é.md"])
         finally:
             httpd.shutdown()
-    assert sorted(listed) == ["a.md", "sub/b.md"]
+    assert sorted(listed) == ["a.md", "sub/b.md", "sub/my doc é.md"]
+    assert named == ["sub/b.md", "sub/my doc é.md"] and read == {"sub/my doc é.md": b"# Mine\n"}
     assert (listed["a.md"].size, listed["sub/b.md"].size) == (4, 12)
     assert listed["a.md"].version == "Tue, 14 Nov 2023 22:13:20 GMT"
