@@ -737,6 +737,8 @@ def _absolute(uri: str, key: str) -> str:
         )
     if protocol == "s3":
         _check_bucket(uri, key)
+    if not local and not web:
+        _check_key(uri, key)
     if not local:  # s3://b/docs/ is s3://b/docs, as an in-place build compares them (not a URL)
         return uri if web else uri.rstrip("/")
     try:
@@ -765,6 +767,19 @@ def _check_bucket(uri: str, key: str) -> None:
     if not bucket.startswith("arn:") and not VALID_BUCKET.search(bucket):
         raise ConfigError(
             f"{key}: {uri}: {bucket!r} is no S3 bucket name (letters, digits, '.', '-' and '_')"
+        )
+
+
+def _check_key(uri: str, key: str) -> None:
+    """Refuse an object store URI with a folder `.`, `..` or empty (`s3://b/docs/../out`,
+    `s3://b/${P}/docs` with P unset): keys take them literally, so `docs/../out` lay inside the
+    input `docs`, whose walk went below `..` and read the output back as sources."""
+    folders = strip_protocol(uri).rstrip("/").split("/")[1:]
+    if odd := [name for name in folders if name in ("", ".", "..")]:
+        where = "an empty folder name (//: an unset variable?)" if "" in odd else f"{odd[0]!r}"
+        raise ConfigError(
+            f"{key}: {uri}: {where} in an object store's key is taken as it is, not as a path's; "
+            "give the prefix meant"
         )
 
 

@@ -289,6 +289,11 @@ def test_uris_that_name_no_filesystem_or_no_folder_are_refused(tmp_path):
         ),
         ({"output": "tar:///r.tar"}, "output: tar:///r.tar: an archive or a chain of filesystems"),
         ({"cache": "simplecache::s3://b/c"}, "cache: simplecache::s3://b/c: an archive or a chain"),
+        # keys take `..` as it is: the output `docs/../out` lay inside the input `docs`, whose
+        # walk read it back; `//`, an unset variable's, was a prefix with an empty folder
+        ({"output": "s3://b/docs/../out"}, "output: s3://b/docs/../out: '..' in an object store"),
+        ({"cache": "s3://b/./c"}, "cache: s3://b/./c: '.' in an object store's key is taken as"),
+        ({"input": "s3://b//docs/"}, "input: s3://b//docs/: an empty folder name (//: an unset"),
         # an http(s) input built in place: read and embedded whole, then exit 1 (PUT refused)
         (
             {"input": "https://example.com/docs", "output": None},
