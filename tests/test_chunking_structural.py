@@ -182,16 +182,35 @@ def test_a_block_cut_on_its_own_gets_no_overlap_chunk_before_it():
     assert doc.chunks[1].text == "> ```sh\n> pip install x\n> ```"
 
 
-def test_an_overlap_shorter_than_the_last_sentence_starts_at_a_word(minilm):
-    # Each paragraph is one sentence of about 100 tokens, over 15% of a chunk: the overlap is
-    # that sentence's tail, and it began at the last 15% of its tokens, inside a word ('zes
-    # asynchronously' of 'reinitializes', 'parseable' of 'unparseable').
-    words = (
+# Each paragraph is one sentence of about 100 tokens, over 15% of a chunk: the overlap is that
+# sentence's tail, and it began at the last 15% of its tokens, inside a word ('zes
+# asynchronously' of 'reinitializes', 'parseable' of 'unparseable'). Korean puts spaces between
+# words; a Hangul syllable counted as a word of its own, as an ideograph does, so the overlap
+# began inside a word ('에도' of '사항에도').
+SPACED_WORDS = {
+    "english": (
+        "# T",
+        "Paragraph",
         "internationalization considerations notwithstanding, the configuration subsystem "
-        "reinitializes asynchronously whenever unparseable documentation overrides"
-    ).split()
+        "reinitializes asynchronously whenever unparseable documentation overrides",
+    ),
+    "korean": (
+        "# 제목",
+        "문단",
+        "국제화 고려 사항에도 불구하고 구성 하위 시스템은 구문 분석할 수 없는 문서가 "
+        "재정의할 때마다 비동기적으로 다시 초기화됩니다",
+    ),
+}
+
+
+@pytest.mark.parametrize("language", SPACED_WORDS)
+def test_an_overlap_shorter_than_the_last_sentence_starts_at_a_word(minilm, language):
+    heading, paragraph, text = SPACED_WORDS[language]
+    words = text.split()
     sentence = " ".join(words[i % len(words)] for i in range(45)) + "."
-    doc = structural("# T\n\n" + "\n\n".join(f"Paragraph {i} {sentence}" for i in range(12)))
+    doc = structural(
+        f"{heading}\n\n" + "\n\n".join(f"{paragraph} {i} {sentence}" for i in range(12))
+    )
     chunks = doc.chunks
     assert len(chunks) >= 3
     for before, after in zip(chunks, chunks[1:], strict=False):
@@ -215,25 +234,6 @@ def test_a_cjk_overlap_shorter_than_the_last_sentence_is_cut_between_characters(
         assert after.start_line <= before.end_line
         overlap = after.text[: after.text.index("\n\n")]
         assert before.text.endswith(overlap) and overlap.endswith("。")
-        assert 0 < minilm.count(overlap) <= before.token_count * 15 // 100
-
-
-def test_a_korean_overlap_shorter_than_the_last_sentence_starts_at_a_word(minilm):
-    # Korean puts spaces between words; a Hangul syllable counted as a word of its own, as an
-    # ideograph does, so the overlap began inside a word ('에도' of '사항에도').
-    words = (
-        "국제화 고려 사항에도 불구하고 구성 하위 시스템은 구문 분석할 수 없는 문서가 "
-        "재정의할 때마다 비동기적으로 다시 초기화됩니다"
-    ).split()
-    sentence = " ".join(words[i % len(words)] for i in range(45)) + "."
-    doc = structural("# 제목\n\n" + "\n\n".join(f"문단 {i} {sentence}" for i in range(12)))
-    chunks = doc.chunks
-    assert len(chunks) >= 3
-    for before, after in zip(chunks, chunks[1:], strict=False):
-        assert after.start_line <= before.end_line  # still overlapping
-        overlap = after.text[: after.text.index("\n\n")]
-        assert before.text.endswith(" " + overlap)  # whole words of the sentence's tail
-        assert after.text.split()[0] in words
         assert 0 < minilm.count(overlap) <= before.token_count * 15 // 100
 
 
