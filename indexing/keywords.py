@@ -169,6 +169,19 @@ def parse_keywords(markdown: str) -> list[Keyword]:
     return list(unique.values())
 
 
+def no_keywords(path: str, keywords: list[Keyword]) -> list[str]:
+    """The warning for the keywords file at `path` when `parse_keywords` found no keyword in it
+    (`keywords`), naming what it looks for; none otherwise (such a file gave the topics that read
+    it no keyword, unsaid, until 2026-11-30)."""
+    if keywords:
+        return []
+    return [
+        f"{path}: no keyword found: a keywords file holds a table with a keyword and a score "
+        "column (| keyword | score |, then |---|---|) or '- keyword: score' list items; its "
+        "topics' chunks get no keywords"
+    ]
+
+
 def keyword_pattern(name: str) -> re.Pattern[str]:
     """Case-insensitive pattern for `name` on word boundaries; inner whitespace matches any run,
     with emphasis or code markers (`*`, `~`, a backtick) on either side of it: `source generation`

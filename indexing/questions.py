@@ -56,6 +56,18 @@ def parse_questions(markdown: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def no_questions(path: str, questions: list[str]) -> list[str]:
+    """The warning for the qa-pairs.md at `path` when `parse_questions` found no question in it
+    (`questions`), naming what it looks for; none otherwise. A file of "Question:" lines or of a
+    numbered list was indexed without questions, unsaid (until 2026-11-30)."""
+    if questions:
+        return []
+    return [
+        f"{path}: no question found: a qa-pairs.md question is a heading ending in '?' or a line "
+        "starting 'Q:' (or '**Q:**', '**Q**:'); the topic is indexed without questions"
+    ]
+
+
 def _wrapped(marked: re.Match[str], lines: list[str], after: int) -> str:
     """A "Q:" line's question (`marked`: its `_Q_LINE` match) with the lines it wraps onto (`lines`
     from index `after` on): while it has no "?" yet, the lines up to the one that ends in "?" (none

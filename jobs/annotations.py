@@ -98,8 +98,34 @@ def workflow_commands(report: dict[str, Any], prefix: str | None) -> list[str]:
     as a whole, exit 1, or did not finish): one error naming its outcome and what went wrong."""
     if "sources" not in report:
         return [_failed(f"mdindex build: {_outcome(report)}: {report.get('error', 'no counts')}")]
+    where = "the build's summary names them, _reindex/report.json every failure"
+    return _commands(problems(report), left_out(report), prefix, where)
+
+
+def dry_run_commands(
+    failures: list[dict[str, str]],
+    broken_links: dict[str, Any],
+    source: str,
+    environ: Mapping[str, str] = os.environ,
+) -> str:
+    """In a GitHub Actions job (`in_actions`), the workflow commands of a checked dry run
+    (`mdindex build --dry-run --check`, `jobs.dry_run`): its `failures` (path, code, message)
+    and `broken_links` (`BrokenLinks.to_dict`) of the input `source` (its URI), annotated as the
+    build's (`workflow_commands`), one a line; "" elsewhere. Until 2026-11-30 it printed none:
+    a pull request's check named no line of the diff."""
+    if not in_actions(environ):
+        return ""
+    found = {"failures": failures, "broken_links": broken_links}
+    prefix = checkout_prefix(source, environ.get("GITHUB_WORKSPACE") or os.getcwd())
+    where = "the dry run's output names them"
+    lines = _commands(problems(found), left_out(found), prefix, where)
+    return "".join(f"{line}\n" for line in lines)
+
+
+def _commands(found: list[Problem], left: int, prefix: str | None, where: str) -> list[str]:
+    """The workflow commands of `found` (`workflow_commands`), and a notice of the rest and the
+    `left` more that `found` leaves out, saying `where` they are named."""
     lines, shown = [], dict.fromkeys(("error", "warning"), 0)
-    found = problems(report)
     for problem in found:
         if shown[problem.level] == SHOWN:
             continue
@@ -113,11 +139,10 @@ def workflow_commands(report: dict[str, Any], prefix: str | None) -> list[str]:
         properties["title"] = problem.title
         named = ",".join(f"{key}={_property(value)}" for key, value in properties.items())
         lines.append(f"::{problem.level} {named}::{_data(message)}")
-    if more := len(found) - sum(shown.values()) + left_out(report):
+    if more := len(found) - sum(shown.values()) + left:
         lines.append(
             f"::notice title=mdindex build::{more} more failed sources or broken links are not "
-            f"annotated (GitHub shows {SHOWN} errors and {SHOWN} warnings a step): the build's "
-            "summary names them, _reindex/report.json every failure"
+            f"annotated (GitHub shows {SHOWN} errors and {SHOWN} warnings a step): {where}"
         )
     return lines
 

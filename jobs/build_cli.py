@@ -143,7 +143,7 @@ def run_build(args: argparse.Namespace) -> int:
     from indexing.terminal import write_out
     from jobs.annotations import github_actions
     from jobs.discovery import InputNotFound
-    from jobs.dry_run import describe, dry_run
+    from jobs.dry_run import annotations, describe, dry_run
     from jobs.local_ray import InfeasibleResources
     from jobs.lock import OutputNotFound
     from jobs.report import summary
@@ -182,7 +182,7 @@ def run_build(args: argparse.Namespace) -> int:
             return EXIT_JOB_FAILED
         # the plan is the dry run's answer: one it cannot write (a full disk) fails it; under
         # another build's lock, the build's own code (its plan shown all the same)
-        if not write_out(f"{describe(planned)}\n", "mdindex build"):
+        if not write_out(f"{describe(planned)}\n{annotations(planned)}", "mdindex build"):
             return EXIT_JOB_FAILED
         if planned.locked:
             return EXIT_BUSY

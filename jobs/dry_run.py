@@ -9,10 +9,12 @@ run), leaving out the sources whose content is unchanged (the same listing finge
 other reasons such as a settings change) and whose vectors are in the cache already.
 
 With `check` (`--check`), the sources of the topics it would rebuild are read and chunked (not
-embedded) as the build reads and chunks them: those that fail are named, and so are the index's
-broken links once the build has run (`jobs.broken_links`: the other topics' are in the
-manifest); the cache is asked for the content of each source to chunk, and its chunks are
-counted, not estimated.
+embedded) as the build reads and chunks them, and their qa-pairs.md and keywords files read as
+the build reads them: those that fail are named, with the warnings of those that yield nothing,
+and so are the index's broken links once the build has run (`jobs.broken_links`: the other
+topics' are in the manifest); the cache is asked for the content of each source to chunk, and
+its chunks are counted, not estimated. In GitHub Actions, its failures and broken links are
+annotations, as the build's (`annotations`).
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ import hashlib
 import json
 import logging
 import math
+import os
 import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from indexing import SourceInput
+from indexing.questions import no_questions
 from indexing.terminal import counted, printable
+from jobs.annotations import dry_run_commands
 from jobs.broken_links import BrokenLinks, broken_links_of, page_links
 from jobs.config import JobConfig
 from jobs.discovery import Discovery, abort_stops, check_output_roots, discover, list_input
@@ -38,8 +44,9 @@ from jobs.plan import KEEP, REBUILD, RELINK, Plan, settings_differ, unmatched_no
 from jobs.records import QUESTIONS, SOURCE, TOPIC
 from jobs.report import error_text
 from jobs.report_html import SETTINGS_CHANGED, place
-from jobs.stages.chunk import chunk_one_source
+from jobs.stages.chunk import chunk_one_source, questions_json
 from jobs.stages.read import READ_FAILED
+from jobs.stages.topic import read_keywords
 from jobs.storage import Storage
 from jobs.work import work_rows
 
@@ -69,10 +76,14 @@ class DryRun:
     chunks_to_embed: int  # estimate
     stops: list[str]  # under failure_policy abort, the failures that stop the build at once
     locked: str | None  # the build that holds the output's lock, in words (`lock_holder`)
-    # with `check`: the sources that fail to be read or chunked, as (path, code, message), and
-    # the index's broken links after the build
+    # with `check`: the sources that fail to be read or chunked, as (path, code, message), the
+    # rebuilt topics' qa-pairs.md and keywords files that fail to be read, the warnings of those
+    # that yield no question or keyword, and the index's broken links after the build
     failing: list[tuple[str, str, str]] | None = None
     broken: BrokenLinks | None = None
+    failing_files: list[tuple[str, str, str]] | None = None
+    warnings: list[str] | None = None
+    input: str = ""  # the input's URI, as a report's (`jobs.annotations.checkout_prefix`)
 
     @property
     def fails(self) -> bool:
@@ -81,7 +92,13 @@ class DryRun:
         here), or its links break under `checks.broken_links: fail`."""
         if self.broken is None:
             return False
-        known = self.still_failing or self.conflicts or self.skipped or self.failing
+        known = (
+            self.still_failing
+            or self.conflicts
+            or self.skipped
+            or self.failing
+            or self.failing_files
+        )
         return bool(known) or self.broken.fails
 
 
@@ -89,11 +106,16 @@ class DryRun:
 class Checked:
     """The sources of the topics a build would rebuild, read and chunked (`chunk_rebuilt`):
     per source chunked, its content's sha256 and its chunks; the failures, as (path, code,
-    message); and their links to pages, as (source, href)."""
+    message); and their links to pages, as (source, href). Their qa-pairs.md and keywords
+    files, read (`read_topic_files`): those that fail, those of them that stop a build under
+    failure_policy abort (a qa-pairs.md's), and the warnings of those that yield nothing."""
 
     chunked: dict[str, tuple[str, int]]
     failing: list[tuple[str, str, str]]
     links: list[tuple[str, str]]
+    failing_files: tuple[tuple[str, str, str], ...] = ()
+    stopping_files: tuple[tuple[str, str, str], ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 def dry_run(config: JobConfig, *, check: bool = False) -> DryRun:
@@ -119,7 +141,9 @@ def dry_run(config: JobConfig, *, check: bool = False) -> DryRun:
     carried = sorted(path for facts in topic_facts for path in facts["carried"])
     key = config.chunking.key
     in_cache = cached_sources(Storage(config.cache, config.storage_options), key)
-    checked = chunk_rebuilt(config, found) if check else Checked({}, [], [])
+    checked = Checked({}, [], [])
+    if check:
+        checked = read_topic_files(chunk_rebuilt(config, found), found)
     chunked = checked.chunked
 
     def content_hash(path: str) -> str | None:
@@ -154,12 +178,19 @@ def dry_run(config: JobConfig, *, check: bool = False) -> DryRun:
         cached=len(cached),
         chunks_to_embed=to_embed,
         stops=(
-            abort_stops(plan) + [f"{path}: {code}: {why}" for path, code, why in checked.failing]
+            abort_stops(plan)
+            + [
+                f"{path}: {code}: {why}"
+                for path, code, why in [*checked.failing, *checked.stopping_files]
+            ]
             if config.failure_policy == "abort"
             else []
         ),
         locked=lock_holder(found.output),
         failing=checked.failing if check else None,
+        failing_files=list(checked.failing_files) if check else None,
+        warnings=list(checked.warnings) if check else None,
+        input=found.source.uri(),
         broken=(
             broken_links_of(
                 [*kept_links(plan, previous), *checked.links],
@@ -209,6 +240,52 @@ def chunk_rebuilt(config: JobConfig, found: Discovery) -> Checked:
             documents.append(SourceInput(path, document, None))
         checked.links.extend(page_links(documents))
     return checked
+
+
+def read_topic_files(checked: Checked, found: Discovery) -> Checked:
+    """`checked` with the qa-pairs.md and keywords file of each topic the build planned in
+    `found` would rebuild read as the build reads them (`jobs.stages.chunk.questions_json`,
+    `jobs.stages.topic.read_keywords`): their failures (each file once: the root's keywords file
+    serves many topics), a qa-pairs.md's also stopping a build under failure_policy abort, as its
+    chunk stage stops there; and the warnings of those that yield nothing."""
+    rebuilt = [topic for topic in found.plan.topics if topic.action == REBUILD]
+    questions = sorted({topic.questions for topic in rebuilt if topic.questions})
+    failing, stopping, warnings = [], [], []
+    for path, data in found.source.read_many(questions).items():
+        if not isinstance(data, bytes):
+            failure = (READ_FAILED, f"cannot read {found.source.uri(path)}: {data}")
+        else:
+            text, failure = questions_json(data)
+            if failure is None:
+                warnings += no_questions(path, json.loads(text))
+                continue
+        failing.append((path, *failure))
+        stopping.append((path, *failure))
+    for path in sorted({topic.keywords for topic in rebuilt if topic.keywords}):
+        _, failures, empty = read_keywords(found.source, path)
+        failing += [(f["path"], f["code"], f["message"]) for f in failures]
+        warnings += empty
+    return Checked(
+        checked.chunked,
+        checked.failing,
+        checked.links,
+        tuple(sorted(failing)),
+        tuple(sorted(stopping)),
+        tuple(sorted(warnings)),
+    )
+
+
+def annotations(plan: DryRun, environ: Mapping[str, str] = os.environ) -> str:
+    """In a GitHub Actions job, the workflow commands of a checked dry run's failing sources and
+    files and of the broken links it names, as the build's (`jobs.annotations`), one a line;
+    "" elsewhere, or unchecked."""
+    if plan.broken is None:
+        return ""
+    failures = [  # by path, as a report's
+        {"path": path, "code": code, "message": message}
+        for path, code, message in sorted([*plan.failing, *plan.failing_files])
+    ]
+    return dry_run_commands(failures, plan.broken.to_dict(), plan.input, environ)
 
 
 def cached_sources(cache: Storage, key: str) -> set[str]:
@@ -280,6 +357,8 @@ def describe(plan: DryRun) -> str:
     ]
     if plan.failing is not None:
         lines.append(f"sources failing: {len(plan.failing)}")
+        lines.append(f"qa-pairs.md and keywords files failing: {len(plan.failing_files)}")
+        lines.append(f"warnings: {len(plan.warnings)}")
     if plan.broken is not None:
         lines.append(f"broken links: {plan.broken.count}")
     if plan.settings_changed:  # why every topic is rebuilt: the build's summary says it too
@@ -299,7 +378,9 @@ def describe(plan: DryRun) -> str:
     lines += [f"  still failing {path}" for path in plan.still_failing]
     lines += [f"  stem shared {path}" for path in plan.conflicts]
     lines += [f"  skip {path}" for path in plan.skipped]
-    lines += [f"  fail {path}: {code}: {message}" for path, code, message in plan.failing or ()]
+    failing = [*(plan.failing or ()), *(plan.failing_files or ())]
+    lines += [f"  fail {path}: {code}: {message}" for path, code, message in failing]
+    lines += [f"  warning {warning}" for warning in plan.warnings or ()]
     if plan.broken is not None:  # the first, as the build's report names them, with their lines
         broken = plan.broken
         lines += [f"  broken {place(link.source, link.line)}: {link.href}" for link in broken.first]

@@ -39,6 +39,7 @@ from jobs.report_html import (
     SETTINGS_CHANGED,
     SHOWN_FAILURES,
     broken_text,
+    empty_file_warnings,
     empty_text,
     failed_non_sources,
     failing_links,
@@ -378,7 +379,7 @@ def summary(report: dict[str, Any]) -> str:
         lines.insert(2, f"  settings: {SETTINGS_CHANGED}")
     if run := report.get("last_run_unfinished"):
         lines.append(f"  before:  the run before this one, {unfinished_note(run)}")
-    lines += cache_warnings(report)
+    lines += cache_warnings(report) + [f"  WARNING {w}" for w in empty_file_warnings(report)]
     if others := failed_non_sources(report):
         lines.append(
             f"  other:   {others} failed or skipped, not sources (symbolic links not "

@@ -244,6 +244,8 @@ def _sources(report: dict[str, Any]) -> str:
         html += f'<p><span class="status {css}">broken links</span> {escape(note)}</p>'
     if note := empty_text(report.get("chunks") or {}, shown=NAMED):
         html += f'<p><span class="status warn">no chunk</span> {escape(note)}</p>'
+    for warning in empty_file_warnings(report):
+        html += f'<p><span class="status warn">nothing read</span> {escape(printable(warning))}</p>'
     return html + _changes(report)
 
 
@@ -385,6 +387,13 @@ def failed_non_sources(report: dict[str, Any]) -> int:
     a skipped link, a qa-pairs.md, a keywords or topic file fails the run, exit 3, too)."""
     paths = {failure["path"] for failure in report.get("failures", [])}
     return max(0, len(paths) - report.get("sources", {}).get("failed", 0))
+
+
+def empty_file_warnings(report: dict[str, Any]) -> list[str]:
+    """The warnings of the qa-pairs.md files without a question and keywords files without a
+    keyword that the run read (`jobs.stats.IndexStats.warnings`: the run's outcome stands);
+    none in a report before 2026-11-30, when they were said nowhere."""
+    return report.get("counters", {}).get("index", {}).get("warnings", [])
 
 
 def unwritten_cache_entries(report: dict[str, Any]) -> tuple[int, list[str]]:

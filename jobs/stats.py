@@ -219,14 +219,15 @@ class Paths(Stats):
 
 @dataclass(frozen=True)
 class Notes(Stats):
-    """Warning messages, the first NOTES of them kept (their count is a counter beside)."""
+    """Warning messages, each once (the root's keywords file is read by many topics), the first
+    NOTES of them kept (a count, where one is wanted, is a counter beside)."""
 
     messages: tuple[str, ...] = ()
 
     def __add__(self, other: Notes) -> Notes:
         if type(other) is not type(self):
             return NotImplemented
-        return Notes((self.messages + other.messages)[:NOTES])
+        return Notes(tuple(dict.fromkeys(self.messages + other.messages))[:NOTES])
 
     def to_dict(self) -> list[str]:  # type: ignore[override]
         """The messages, oldest first."""
@@ -345,6 +346,9 @@ class IndexStats(StageStats):
     chunks: int = 0
     carried: int = 0
     reused: int = 0  # chunks of carried sources
+    # a topic's qa-pairs.md without a question, its keywords file without a keyword (read, not
+    # failed: the run stays ok), a warning each (`indexing.no_questions`, `no_keywords`)
+    warnings: Notes = dataclasses.field(default_factory=Notes)
 
 
 @dataclass(frozen=True)

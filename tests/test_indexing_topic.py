@@ -32,8 +32,16 @@ from indexing import (
 )
 from indexing.build import DEFAULT_TECHNICAL_TITLES, is_technical_title
 from indexing.hal import directory_title
-from indexing.keywords import _ASCII_FOLD, _WORD, keyword_matcher, keyword_pattern, keywords_in
+from indexing.keywords import (
+    _ASCII_FOLD,
+    _WORD,
+    keyword_matcher,
+    keyword_pattern,
+    keywords_in,
+    no_keywords,
+)
 from indexing.paths import chunk_file, is_chunk_file
+from indexing.questions import no_questions
 
 SCHEMA = json.loads((Path(__file__).parent / "schemas" / "index.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -936,3 +944,20 @@ def test_root_topic_paths():
     )
     doc = index_of(out, topic="")
     assert doc["id"] == "" and doc["_links"] == {"self": {"href": "/index.json"}}
+
+
+def test_a_questions_or_keywords_file_that_yields_nothing_is_a_warning_of_what_is_read():
+    """A qa-pairs.md of `Question:` lines or a numbered list has no question, a keywords file of
+    prose no keyword: a warning each, naming the file and what its reader looks for (the topic
+    was indexed without them, unsaid, until 2026-11-30); none for a file that yields one."""
+    text = "Question: How is the delay set?\n\n1. What is a retry?\n"
+    assert parse_questions(text) == []
+    (warning,) = no_questions("t/qa-pairs.md", parse_questions(text))
+    assert warning.startswith("t/qa-pairs.md: no question found: ")
+    assert "heading ending in '?'" in warning and "'Q:'" in warning
+    assert no_questions("t/qa-pairs.md", parse_questions("Q: How?\n")) == []
+    assert parse_keywords("# Words\n\nretry, delay.\n") == []
+    (warning,) = no_keywords("_keywords/words.md", [])
+    assert warning.startswith("_keywords/words.md: no keyword found: ")
+    assert "| keyword | score |" in warning and "- keyword: score" in warning
+    assert no_keywords("_keywords/words.md", parse_keywords("- retry: 5\n")) == []

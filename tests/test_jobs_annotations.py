@@ -14,6 +14,7 @@ from chunking import CHUNKING_TIMEOUT, ChunkingError, chunk_source
 from indexing.hal import not_an_index
 from jobs.annotations import (
     checkout_prefix,
+    dry_run_commands,
     failed_build,
     github_actions,
     problems,
@@ -200,6 +201,25 @@ def test_ten_of_each_level_are_annotated_and_a_notice_counts_the_rest():
         "_reindex/report.json every failure"
     ]
     assert len(problems(run)) == 28
+
+
+def test_a_checked_dry_runs_problems_are_annotated_as_the_builds():
+    """`mdindex build --dry-run --check` in GitHub Actions: its failures and broken links are
+    the build's workflow commands, the notice naming where the rest are; elsewhere none."""
+    run = report(
+        *(failure(f"f{i:02d}.md") for i in range(8)),
+        links=[link(f"l{i:02d}.md") for i in range(20)],
+        count=25,
+    )
+    args = (run["failures"], run["broken_links"], "/repo/docs")
+    assert dry_run_commands(*args, environ={}) == ""
+    lines = dry_run_commands(*args, environ={"GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": "/repo"})
+    built = workflow_commands(run, "docs/")
+    assert lines.splitlines()[:10] == built[:10]
+    assert lines.splitlines()[10:] == [
+        "::notice title=mdindex build::23 more failed sources or broken links are not annotated "
+        "(GitHub shows 10 errors and 10 warnings a step): the dry run's output names them"
+    ]
 
 
 def test_the_step_summary_is_markdown_that_shows_each_name_as_it_is():

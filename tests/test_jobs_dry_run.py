@@ -528,3 +528,74 @@ def test_a_checked_dry_run_names_failing_pages_and_broken_links_and_exits_as_the
     summary, _ = dry(capsys, *where)  # unchecked: neither known, exit 0
     assert "broken links" not in summary and "sources failing" not in summary
     assert not (tmp_path / "out").exists()
+
+
+def test_a_checked_dry_run_reads_the_questions_and_keywords_files_as_the_build(tmp_path, capsys):
+    """`--check` reads the rebuilt topics' qa-pairs.md and keywords files with the build's own
+    functions: one the build fails on (a keywords table without its |---| row, a qa-pairs.md
+    not UTF-8) is named and exits 3, as the build would (a qa-pairs.md's stops it under
+    failure_policy abort; a keywords file's does not); one that yields nothing (`Question:`
+    lines, a numbered list; prose) is a warning naming what the reader looks for, exit 0. Until
+    2026-11-30 neither was read: the PR check passed and the build failed."""
+    docs = tmp_path / "docs"
+    (docs / "t" / "_keywords").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# A\n\nText.\n")
+    (docs / "t" / "qa-pairs.md").write_text("Question: How?\n\n1. What is it?\n")
+    keywords = docs / "t" / "_keywords" / "words.md"
+    keywords.write_text("# Words\n\nretry and delay.\n")
+    where = ["--input", str(docs), "--output", str(tmp_path / "out"), "--check"]
+    summary, actions = dry(capsys, *where)
+    assert summary["warnings"] == "2" and summary["qa-pairs.md and keywords files failing"] == "0"
+    warned = [a for a in actions if a.startswith("warning ")]
+    assert len(warned) == 2
+    assert warned[0].startswith("warning t/_keywords/words.md: no keyword found: ")
+    assert "| keyword | score |" in warned[0]
+    assert warned[1].startswith("warning t/qa-pairs.md: no question found: ")
+    assert "'Q:'" in warned[1]
+    keywords.write_text("| keyword | score |\n| retry | 5 |\n")
+    (docs / "t" / "qa-pairs.md").write_bytes(b"Q: How \xff?\n")
+    summary, actions = dry(capsys, *where, code=3)
+    assert summary["qa-pairs.md and keywords files failing"] == "2"
+    assert summary["sources failing"] == "0" and summary["warnings"] == "0"
+    assert [a for a in actions if a.startswith("fail ")] == [
+        "fail t/_keywords/words.md: KEYWORDS_FAILED: keywords table at line 1 with columns "
+        "keyword | score: no table to markdown: a delimiter row must follow the header "
+        "(|---|---|, a cell for each column)",
+        "fail t/qa-pairs.md: QUESTIONS_FAILED: invalid UTF-8 at byte offset 7 (line 1): "
+        "invalid start byte",
+    ]
+    summary, _ = dry(capsys, *where, "--set", "failure_policy=abort", code=3)
+    assert summary["build stops at once (failure_policy abort)"].startswith(
+        "t/qa-pairs.md: QUESTIONS_FAILED: invalid UTF-8"
+    )
+    (docs / "t" / "qa-pairs.md").write_text("Q: How?\n")
+    summary, _ = dry(capsys, *where, "--set", "failure_policy=abort", code=3)
+    assert "build stops at once (failure_policy abort)" not in summary  # the reduce's, not it
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_checked_dry_run_in_github_actions_annotates_as_the_build(tmp_path, capsys, monkeypatch):
+    """In GitHub Actions, `--check`'s failing sources and files and its broken links are
+    workflow commands on the pull request's diff, `file=` from the checkout, with the line, as
+    the build's (`jobs.annotations`); elsewhere, none. Until 2026-11-30 it printed none."""
+    docs = tmp_path / "docs"
+    (docs / "t").mkdir(parents=True)
+    (docs / "t" / "a.md").write_text("# A\n\nSee [the setup](./setup.md).\n")
+    (docs / "t" / "bad.md").write_bytes(b"# Bad\n\nInvalid \xff byte.\n")
+    (docs / "t" / "qa-pairs.md").write_bytes(b"Q: How \xff?\n")
+    args = ["--config", CONFIG, "--input", str(docs), "--output", str(tmp_path / "out")]
+    args += ["--dry-run", "--check"]
+    assert main(args) == 3
+    assert "::" not in capsys.readouterr().out
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path))
+    assert main(args) == 3
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::")]
+    assert commands == [
+        "::error file=docs/t/bad.md,line=3,title=CHUNKING_FAILED::invalid UTF-8 at byte offset "
+        "15 (line 3): invalid start byte",
+        "::error file=docs/t/qa-pairs.md,line=1,title=QUESTIONS_FAILED::invalid UTF-8 at byte "
+        "offset 7 (line 1): invalid start byte",
+        "::warning file=docs/t/a.md,line=3,title=Broken link::./setup.md names a page the corpus "
+        "does not have (a note: checks.broken_links: fail fails the run on it)",
+    ]

@@ -19,6 +19,8 @@ from jobs_support import outputs
 from chunking import strategy_key
 from jobs.config import load_config
 from jobs.reindex import main
+from jobs.report import summary
+from jobs.report_html import render_html
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -120,6 +122,10 @@ def corpus(docs: Path) -> None:
         f"# Two\n\n{BEGIN}\nmine\n{BEGIN}\nold\n{END}\nafter\n".encode()
     )
     files["spec-none/topic-spec.md"] = b"# Written by a person\n\nKeep this.\n"
+    # A qa-pairs.md and a keywords file a writer wrote otherwise: no question, no keyword (a
+    # warning each since 2026-11-30; they were silent)
+    files["spec-none/qa-pairs.md"] = b"Question: How is the delay set?\n\n1. What is a retry?\n"
+    files["spec-none/_keywords/words.md"] = b"# Words\n\nretry, delay and backoff.\n"
     files["spec-l1/topic-spec.md"] = LATIN1_SPEC
     files["own/index.json"] = OWN_INDEX
     files["plain/inner/normal-a.md"] = NORMAL.format("inner").encode()
@@ -270,6 +276,27 @@ def test_a_cache_link_out_of_the_cache_is_a_warning_and_writes_nothing_there(bui
     assert store["failures"] > 0
     assert "outside the cache root" in store["warnings"][0]
     assert list(outside.iterdir()) == []
+
+
+def test_topic_files_that_yield_nothing_are_warnings_of_the_report_and_summary(built):
+    """A qa-pairs.md of `Question:` lines and a numbered list, and a keywords file of prose,
+    read without failure, are a warning each in report.json (`counters.index.warnings`) and
+    the summary, naming the file and what its reader looks for; no failure (the run's outcome
+    stands). Until 2026-11-30 the topic was indexed without questions or keywords, unsaid."""
+    _, _, report, _, _ = built
+    warnings = sorted(report["counters"]["index"]["warnings"])
+    assert [warning.split(": ", 1)[0] for warning in warnings] == [
+        "spec-none/_keywords/words.md",
+        "spec-none/qa-pairs.md",
+    ]
+    assert "no keyword found" in warnings[0] and "| keyword | score |" in warnings[0]
+    assert "no question found" in warnings[1] and "'Q:'" in warnings[1]
+    assert not {f["path"] for f in report["failures"]} & {"spec-none/qa-pairs.md"}
+    lines = summary(report).splitlines()
+    assert [line for line in lines if line.startswith("  WARNING spec-none/")] == [
+        f"  WARNING {warning}" for warning in report["counters"]["index"]["warnings"]
+    ]
+    assert 'warn">nothing read</span> spec-none/qa-pairs.md: no question' in render_html(report)
 
 
 def test_a_rerun_converges_byte_for_byte(built):

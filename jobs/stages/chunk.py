@@ -109,7 +109,7 @@ def chunk_sources(
             else:
                 timed.append((seconds, path, len(data), len(chunked[i].chunks)))
         elif codes[i] is None and kind == QUESTIONS:
-            questions[i], failure = _questions(data)
+            questions[i], failure = questions_json(data)
         if failure is not None:
             codes[i], messages[i] = failure
         if codes[i] is not None and settings.abort_on_failure:
@@ -173,9 +173,9 @@ def chunk_one_source(
     return document, None, time.perf_counter() - started
 
 
-def _questions(data: bytes) -> tuple[str | None, Failure | None]:
+def questions_json(data: bytes) -> tuple[str | None, Failure | None]:
     """A qa-pairs.md's questions as a JSON list, or its failure (bytes a source's `decode`
-    refuses, with its words)."""
+    refuses, with its words): the chunk stage's and the checked dry run's one way to read it."""
     try:
         text = decode(data)
     except ChunkingError as exc:

@@ -31,7 +31,7 @@ from indexing import (
     stale_files,
 )
 from indexing.hal import INDEX_JSON_FAILED, moved_index, not_an_index
-from indexing.keywords import KEYWORDS_FAILED
+from indexing.keywords import KEYWORDS_FAILED, Keyword, no_keywords
 from indexing.paths import (
     CHUNKS_DIR,
     INDEX,
@@ -39,6 +39,7 @@ from indexing.paths import (
     in_topic,
     is_chunk_file,
 )
+from indexing.questions import no_questions
 from indexing.sources import is_source
 from indexing.terminal import printable
 from indexing.topic_spec import TOPIC_SPEC_FAILED
@@ -55,7 +56,7 @@ from jobs.previous import (
 from jobs.progress import report_stats, rows_key
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_from_json, vectors_from_bytes
 from jobs.stages.read import READ_FAILED
-from jobs.stats import Clock, IndexStats, RunStats
+from jobs.stats import Clock, IndexStats, Notes, RunStats
 from jobs.storage import Storage, SymlinkRefused
 
 log = logging.getLogger("mdindex.build")
@@ -115,9 +116,10 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     spec_path = in_topic(topic, TOPIC_SPEC)
     existing_spec, spec_left, spec_failure = _existing_spec(context, spec_path)
     failures = [_failure(r) for r in rows if r["error_code"] is not None] + spec_failure
-    keywords, keyword_failure = _keywords(context.source, facts["keywords"])
+    keywords, keyword_failure, warnings = read_keywords(context.source, facts["keywords"])
     failures += keyword_failure
-    questions, question_vectors = _questions(rows)
+    questions, question_vectors, question_warnings = _questions(rows)
+    warnings += question_warnings
     sources = sorted(
         [_source_input(r, previous, context.expected) for r in source_rows]
         + [SourceInput(path, *found) for path, found in carried.items()]
@@ -165,6 +167,7 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
                 chunks=sum(len(s.document.chunks) for s in sources if s.document is not None),
                 carried=len(carried),
                 reused=reused,
+                warnings=Notes(tuple(warnings)),
                 **clock.spent(),
             )
         ),
@@ -346,29 +349,38 @@ def _failed_input(
     )
 
 
-def _questions(rows: list[dict[str, Any]]) -> tuple[list[str], Any]:
+def _questions(rows: list[dict[str, Any]]) -> tuple[list[str], Any, list[str]]:
+    """The topic's questions and their vectors from its qa-pairs.md row (none: no file, or one
+    that failed), and the warning for a file read without a question (`no_questions`)."""
     row = next((r for r in rows if r["kind"] == QUESTIONS and r["document"] is not None), None)
     questions = json.loads(row["document"]) if row else []
+    warnings = no_questions(row["path"], questions) if row else []
     if not questions:
-        return [], None
-    return questions, vectors_from_bytes(row["vectors"], row["dim"])
+        return [], None, warnings
+    return questions, vectors_from_bytes(row["vectors"], row["dim"]), warnings
 
 
-def _keywords(source: Storage, path: str | None) -> tuple[list, list[dict[str, str]]]:
+def read_keywords(
+    source: Storage, path: str | None
+) -> tuple[list[Keyword], list[dict[str, str]], list[str]]:
+    """The keywords of the keywords file at `path` (None: the topic has none), the failures to
+    report (READ_FAILED, KEYWORDS_FAILED), and the warning for a file without a keyword
+    (`no_keywords`): the topic reduce's and the checked dry run's one way to read it."""
     if path is None:
-        return [], []
+        return [], [], []
     try:
         data = source.read_bytes(path)
     except OSError as exc:
-        return [], [{"path": path, "code": READ_FAILED, "message": str(exc)}]
+        return [], [{"path": path, "code": READ_FAILED, "message": str(exc)}], []
     try:
         text = decode(data)
     except ChunkingError as exc:
-        return [], [{"path": path, "code": KEYWORDS_FAILED, "message": exc.message}]
+        return [], [{"path": path, "code": KEYWORDS_FAILED, "message": exc.message}], []
     try:
-        return parse_keywords(text), []
+        keywords = parse_keywords(text)
     except ValueError as exc:
-        return [], [{"path": path, "code": KEYWORDS_FAILED, "message": str(exc)}]
+        return [], [{"path": path, "code": KEYWORDS_FAILED, "message": str(exc)}], []
+    return keywords, [], no_keywords(path, keywords)
 
 
 def _existing_spec(
