@@ -100,17 +100,14 @@ def test_a_deleted_topic_loses_the_temporary_files_of_writes_killed_there(tmp_pa
     assert not (out / "t").exists()
 
 
-@pytest.mark.parametrize("in_place", [False, True])
-def test_a_deleted_topics_notes_stay_only_in_place(tmp_path, in_place):
-    """A person's notes around the generated section of a deleted topic's topic-spec.md stay in
-    place, where the file is theirs. In a separate output they were a copy of the input's, gone
-    with the topic's folder, yet stayed there for good with the folder (a fresh build has
-    neither)."""
+NOTES = "# Notes\n\nKept by hand.\n"
+
+
+def finish_deleting_topic_t(tmp_path, spec: str, in_place: bool):
+    """The output folder after `finish` deleted topic `t`, whose topic-spec.md was `spec`."""
     out = tmp_path / "out"
     (out / "t").mkdir(parents=True)
     (out / "t" / "index.json").write_bytes(directory_index("t", []))
-    notes = "# Notes\n\nKept by hand.\n"
-    spec = f"{notes}\n<!-- mdindex:begin -->\ngenerated\n<!-- mdindex:end -->\n"
     (out / "t" / "topic-spec.md").write_text(spec)
     previous, plan = all_gone(["t"], [])
     source = out if in_place else tmp_path / "docs"
@@ -118,11 +115,22 @@ def test_a_deleted_topics_notes_stay_only_in_place(tmp_path, in_place):
         str(ROOT / "configs" / "local.yaml"),
         overrides={"input": str(source), "output": str(out)},
     )
-
     finish(config, "key", Storage(str(out)), plan, previous, {})
+    return out
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_deleted_topics_notes_stay_only_in_place(tmp_path, in_place):
+    """A person's notes around the generated section of a deleted topic's topic-spec.md stay in
+    place, where the file is theirs. In a separate output they were a copy of the input's, gone
+    with the topic's folder, yet stayed there for good with the folder (a fresh build has
+    neither)."""
+    spec = f"{NOTES}\n<!-- mdindex:begin -->\ngenerated\n<!-- mdindex:end -->\n"
+
+    out = finish_deleting_topic_t(tmp_path, spec, in_place)
 
     if in_place:
-        assert (out / "t" / "topic-spec.md").read_text() == notes
+        assert (out / "t" / "topic-spec.md").read_text() == NOTES
     else:
         assert not (out / "t").exists()
 
@@ -131,20 +139,11 @@ def test_a_deleted_topics_section_after_a_bom_goes_too(tmp_path):
     """A topic-spec.md saved with a UTF-8 BOM by a person's editor, its generated section first:
     read as a source is, its BOM dropped, the section goes with the topic (the BOM hid its begin
     marker, so the generated tables stayed in the file for good)."""
-    out = tmp_path / "out"
-    (out / "t").mkdir(parents=True)
-    (out / "t" / "index.json").write_bytes(directory_index("t", []))
-    notes = "# Notes\n\nKept by hand.\n"
-    spec = f"\ufeff<!-- mdindex:begin -->\ngenerated\n<!-- mdindex:end -->\n\n{notes}"
-    (out / "t" / "topic-spec.md").write_text(spec)
-    previous, plan = all_gone(["t"], [])
-    config = load_config(
-        str(ROOT / "configs" / "local.yaml"), overrides={"input": str(out), "output": str(out)}
-    )
+    spec = f"\ufeff<!-- mdindex:begin -->\ngenerated\n<!-- mdindex:end -->\n\n{NOTES}"
 
-    finish(config, "key", Storage(str(out)), plan, previous, {})
+    out = finish_deleting_topic_t(tmp_path, spec, in_place=True)
 
-    assert (out / "t" / "topic-spec.md").read_text() == f"\n{notes}"  # the person's blank line
+    assert (out / "t" / "topic-spec.md").read_text() == f"\n{NOTES}"  # the person's blank line
 
 
 @pytest.mark.parametrize("in_place", [False, True])
