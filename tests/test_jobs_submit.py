@@ -119,13 +119,7 @@ def ray_head():
         temp_dir,
         "--disable-usage-stats",
     ]
-    process = subprocess.Popen(
-        command,
-        env=_environment(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    process = _ray_start(command)
     try:
         address = f"http://127.0.0.1:{dashboard}"
         _wait_for(f"{address}/api/version", process)
@@ -133,6 +127,18 @@ def ray_head():
     finally:
         _stop(process)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _ray_start(command: list[str]) -> subprocess.Popen:
+    """`ray start --block …` in a session of its own (its Ray processes in its process group, which
+    `_stop` ends), quiet."""
+    return subprocess.Popen(
+        command,
+        env=_environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -161,13 +167,7 @@ def second_node(head: RayHead) -> Iterator[None]:
     }
     command = [str(BIN / "ray"), "start", "--block", "--address", head.gcs, "--num-cpus", "1"]
     command += [*(str(part) for pair in ports.items() for part in pair), "--disable-usage-stats"]
-    process = subprocess.Popen(
-        command,
-        env=_environment(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    process = _ray_start(command)
     try:
         deadline = time.monotonic() + 120
         alive = [("state", "=", "ALIVE")]
