@@ -25,12 +25,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from indexing.terminal import counted, printable
-from jobs.report_html import FAIL_ON_BROKEN, failing_links, failure_line, place
+from jobs.report_html import (
+    FAIL_ON_BROKEN,
+    empty_file_warnings,
+    failing_links,
+    failure_line,
+    place,
+)
 
 log = logging.getLogger("mdindex.build")
 SHOWN = 10  # annotations of one level GitHub shows a step (errors and warnings apart)
 LISTED = 20  # rows of the step summary
 _MARKDOWN = re.compile(r"([!-/:-@\[-`{-~])")  # ASCII punctuation: CommonMark escapes each
+# A warning of `indexing.no_questions` or `no_keywords`: the file's path, then what was not found
+_EMPTY_FILE = re.compile(
+    r"(?P<path>.+): (?P<message>no (?P<what>question|keyword) found: .*)", re.DOTALL
+)
 
 
 @dataclass(frozen=True)
@@ -68,13 +78,18 @@ def checkout_prefix(source: str, workspace: str) -> str | None:
 
 
 def problems(report: dict[str, Any]) -> list[Problem]:
-    """The report's failures (in its order: by path), then the broken links it names (by path,
-    then place): errors, but broken links that do not fail the run (`checks.broken_links: note`)
-    warnings."""
+    """The report's failures (in its order: by path), its qa-pairs.md and keywords files that
+    yield nothing (`report_html.empty_file_warnings`), then the broken links it names (by path,
+    then place): errors, but those files and broken links that do not fail the run
+    (`checks.broken_links: note`) warnings."""
     found = [
         Problem("error", f["path"], failure_line(f), f["code"], f["message"])
         for f in report.get("failures", [])
     ]
+    for warning in empty_file_warnings(report):
+        if named := _EMPTY_FILE.fullmatch(warning):
+            title = f"No {named['what']}"
+            found.append(Problem("warning", named["path"], None, title, named["message"]))
     fails = failing_links(report)
     because = f"({FAIL_ON_BROKEN})" if fails else f"(a note: {FAIL_ON_BROKEN} fails the run on it)"
     for link in (report.get("broken_links") or {}).get("first", []):
@@ -104,18 +119,24 @@ def workflow_commands(report: dict[str, Any], prefix: str | None) -> list[str]:
 
 def dry_run_commands(
     failures: list[dict[str, str]],
+    warnings: list[str],
     broken_links: dict[str, Any],
     source: str,
     environ: Mapping[str, str] = os.environ,
 ) -> str:
     """In a GitHub Actions job (`in_actions`), the workflow commands of a checked dry run
-    (`mdindex build --dry-run --check`, `jobs.dry_run`): its `failures` (path, code, message)
-    and `broken_links` (`BrokenLinks.to_dict`) of the input `source` (its URI), annotated as the
-    build's (`workflow_commands`), one a line; "" elsewhere. Until 2026-11-30 it printed none:
-    a pull request's check named no line of the diff."""
+    (`mdindex build --dry-run --check`, `jobs.dry_run`): its `failures` (path, code, message),
+    `warnings` (`indexing.no_questions`, `no_keywords`) and `broken_links`
+    (`BrokenLinks.to_dict`) of the input `source` (its URI), annotated as the build's report of
+    them would be (`workflow_commands`), one a line; "" elsewhere. Until 2026-11-30 it printed
+    none: a pull request's check named no line of the diff."""
     if not in_actions(environ):
         return ""
-    found = {"failures": failures, "broken_links": broken_links}
+    found = {
+        "failures": failures,
+        "broken_links": broken_links,
+        "counters": {"index": {"warnings": warnings}},
+    }
     prefix = checkout_prefix(source, environ.get("GITHUB_WORKSPACE") or os.getcwd())
     where = "the dry run's output names them"
     lines = _commands(problems(found), left_out(found), prefix, where)

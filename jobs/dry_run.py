@@ -277,15 +277,16 @@ def read_topic_files(checked: Checked, found: Discovery) -> Checked:
 
 def annotations(plan: DryRun, environ: Mapping[str, str] = os.environ) -> str:
     """In a GitHub Actions job, the workflow commands of a checked dry run's failing sources and
-    files and of the broken links it names, as the build's (`jobs.annotations`), one a line;
-    "" elsewhere, or unchecked."""
+    files, its warnings and the broken links it names, as the build's (`jobs.annotations`), one
+    a line; "" elsewhere, or unchecked."""
     if plan.broken is None:
         return ""
     failures = [  # by path, as a report's
         {"path": path, "code": code, "message": message}
         for path, code, message in sorted([*plan.failing, *plan.failing_files])
     ]
-    return dry_run_commands(failures, plan.broken.to_dict(), plan.input, environ)
+    warnings = plan.warnings or []
+    return dry_run_commands(failures, warnings, plan.broken.to_dict(), plan.input, environ)
 
 
 def cached_sources(cache: Storage, key: str) -> set[str]:

@@ -12,6 +12,8 @@ import pytest
 
 from chunking import CHUNKING_TIMEOUT, ChunkingError, chunk_source
 from indexing.hal import not_an_index
+from indexing.keywords import no_keywords
+from indexing.questions import no_questions
 from jobs.annotations import (
     checkout_prefix,
     dry_run_commands,
@@ -211,7 +213,7 @@ def test_a_checked_dry_runs_problems_are_annotated_as_the_builds():
         links=[link(f"l{i:02d}.md") for i in range(20)],
         count=25,
     )
-    args = (run["failures"], run["broken_links"], "/repo/docs")
+    args = (run["failures"], [], run["broken_links"], "/repo/docs")
     assert dry_run_commands(*args, environ={}) == ""
     lines = dry_run_commands(*args, environ={"GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": "/repo"})
     built = workflow_commands(run, "docs/")
@@ -220,6 +222,29 @@ def test_a_checked_dry_runs_problems_are_annotated_as_the_builds():
         "::notice title=mdindex build::23 more failed sources or broken links are not annotated "
         "(GitHub shows 10 errors and 10 warnings a step): the dry run's output names them"
     ]
+
+
+def test_a_questions_or_keywords_file_that_yields_nothing_is_a_warning_on_the_file():
+    """A report's warnings of a qa-pairs.md without a question and a keywords file without a
+    keyword (`counters.index.warnings`) are warnings on those files, after the failures (they
+    were said nowhere until 2026-11-30); a warning of another kind is none."""
+    run = report(failure("a.md"), check="note")
+    run["counters"] = {
+        "index": {
+            "warnings": [
+                *no_questions("t/qa-pairs.md", []),
+                *no_keywords("t, u/_keywords/words.md", []),
+                "something else: no question found",
+            ]
+        }
+    }
+    lines = workflow_commands(run, "docs/")
+    assert [line.split("::")[1] for line in lines] == [
+        "error file=docs/a.md,line=2,title=INVALID_FRONT_MATTER",
+        "warning file=docs/t/qa-pairs.md,title=No question",
+        "warning file=docs/t%2C u/_keywords/words.md,title=No keyword",
+    ]
+    assert lines[1].split("::")[2].startswith("no question found: a qa-pairs.md question is")
 
 
 def test_the_step_summary_is_markdown_that_shows_each_name_as_it_is():

@@ -575,14 +575,17 @@ def test_a_checked_dry_run_reads_the_questions_and_keywords_files_as_the_build(t
 
 
 def test_a_checked_dry_run_in_github_actions_annotates_as_the_build(tmp_path, capsys, monkeypatch):
-    """In GitHub Actions, `--check`'s failing sources and files and its broken links are
-    workflow commands on the pull request's diff, `file=` from the checkout, with the line, as
-    the build's (`jobs.annotations`); elsewhere, none. Until 2026-11-30 it printed none."""
+    """In GitHub Actions, `--check`'s failing sources and files, its warnings and its broken
+    links are workflow commands on the pull request's diff, `file=` from the checkout, with the
+    line, as the build's (`jobs.annotations`); elsewhere, none. Until 2026-11-30 it printed
+    none."""
     docs = tmp_path / "docs"
     (docs / "t").mkdir(parents=True)
     (docs / "t" / "a.md").write_text("# A\n\nSee [the setup](./setup.md).\n")
     (docs / "t" / "bad.md").write_bytes(b"# Bad\n\nInvalid \xff byte.\n")
     (docs / "t" / "qa-pairs.md").write_bytes(b"Q: How \xff?\n")
+    (docs / "_keywords").mkdir()
+    (docs / "_keywords" / "words.md").write_text("# Words\n\nretry, delay.\n")
     args = ["--config", CONFIG, "--input", str(docs), "--output", str(tmp_path / "out")]
     args += ["--dry-run", "--check"]
     assert main(args) == 3
@@ -596,6 +599,9 @@ def test_a_checked_dry_run_in_github_actions_annotates_as_the_build(tmp_path, ca
         "15 (line 3): invalid start byte",
         "::error file=docs/t/qa-pairs.md,line=1,title=QUESTIONS_FAILED::invalid UTF-8 at byte "
         "offset 7 (line 1): invalid start byte",
+        "::warning file=docs/_keywords/words.md,title=No keyword::no keyword found: a keywords "
+        "file holds a table with a keyword and a score column (| keyword | score |, then "
+        "|---|---|) or '- keyword: score' list items; its topics' chunks get no keywords",
         "::warning file=docs/t/a.md,line=3,title=Broken link::./setup.md names a page the corpus "
         "does not have (a note: checks.broken_links: fail fails the run on it)",
     ]
