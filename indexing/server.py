@@ -8,6 +8,7 @@ import os
 import re
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
@@ -20,9 +21,13 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from indexing.paths import is_chunk_file
+from indexing.terminal import printable
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 IDLE_TIMEOUT_S = 60
+MAX_CONNECTIONS = 256  # served at once, each by its thread; the rest wait in the kernel's backlog
+LOGGED_CHARS = 200  # of each request line (or other client text) the log writes
+TLS_HANDSHAKE = b"\x16"  # the first byte of a TLS record carrying a ClientHello
 ALLOWED_METHODS = "GET, HEAD, OPTIONS"
 SEARCH_PATH = "/_search"  # no index file's URL: a topic is never a folder named with "_"
 
@@ -129,6 +134,11 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
     405 for a method that would change something. With `search`, a GET or HEAD of `SEARCH_PATH`
     is answered by it, in JSON."""
 
+    server_version = "mdindex"  # the Server header; the stdlib's named Python's exact version
+    # A request line refused before its version is known (`HTTP/9.9`, `HTTP/x`, no path) is
+    # answered with a status line and headers: with the stdlib's "HTTP/0.9" it got a bare body,
+    # no status line (`parse_request` refuses an HTTP/0.9 request itself).
+    default_request_version = "HTTP/1.0"
     # A client's socket stays idle at most this long (a request sent half, a download not read):
     # without it each such client held a thread for ever (50 half requests: 50 more threads).
     timeout = IDLE_TIMEOUT_S
@@ -142,6 +152,42 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
     def __init__(self, *args, search: Search | None = None, **kwargs) -> None:
         self.search = search  # before the base class answers the request
         super().__init__(*args, **kwargs)
+
+    def version_string(self) -> str:
+        """The Server header: `mdindex`, not `SimpleHTTP/0.6 Python/3.11.7`."""
+        return self.server_version
+
+    def handle_one_request(self) -> None:
+        """One request; a TLS handshake (`https://` to this plain port) is answered at once, 400
+        in plain HTTP, with a log line saying so. A ClientHello holding no newline byte waited
+        for the idle timeout, the client hanging for 60 s; one holding one was a 400 whose log
+        line held its binary bytes."""
+        try:
+            first = self.rfile.peek(1)[:1]
+        except TimeoutError as error:
+            self.log_error("Request timed out: %r", error)
+            self.close_connection = True
+            return
+        if first != TLS_HANDSHAKE:
+            super().handle_one_request()
+            return
+        self.rfile.read1()  # the hello: closing with it unread would reset the connection
+        self.command, self.requestline = None, ""
+        self.request_version = self.default_request_version
+        # Not TLS: curl says "wrong version number", a browser ERR_SSL_PROTOCOL_ERROR.
+        self.send_error(HTTPStatus.BAD_REQUEST, "a TLS handshake (https://) to a plain HTTP server")
+
+    def parse_request(self) -> bool:
+        """The request line and headers parsed (False once an error is sent); an HTTP/0.9 one
+        (`GET /path`, no version) is 505 at once: it got a bare body, no status line, once the
+        client sent a blank line, and until then nothing."""
+        line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        if len(line.split()) != 2:
+            return super().parse_request()
+        self.command, self.requestline = None, line
+        self.request_version, self.close_connection = self.default_request_version, True
+        self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, "HTTP/0.9 is not supported")
+        return False
 
     def do_GET(self) -> None:
         """A file, or with `search` the answer to a question at `SEARCH_PATH`."""
@@ -287,8 +333,22 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
 
     def log_message(self, format: str, *args) -> None:
-        if not getattr(self.server, "quiet", False):
-            super().log_message(format, *args)
+        """A log line on standard error (none when the server is `quiet`), each text in it cut
+        to its first `LOGGED_CHARS` characters and escaped (`loggable`): a 64 KB request line was
+        written whole, on every request. The stdlib's line, without its own escaping (which
+        doubles a backslash: each escape `printable` writes had two)."""
+        if getattr(self.server, "quiet", False):
+            return
+        message = format % tuple(loggable(arg) if isinstance(arg, str) else arg for arg in args)
+        when = self.log_date_time_string()
+        sys.stderr.write(f"{self.address_string()} - - [{when}] {message}\n")
+
+
+def loggable(text: str) -> str:
+    """`text` as a log line shows it: its first `LOGGED_CHARS` characters, and "…" where it was
+    longer, control characters escaped (`printable`)."""
+    cut = text[:LOGGED_CHARS]
+    return printable(cut) + ("…" if len(text) > LOGGED_CHARS else "")
 
 
 def _inside(directory: str, path: str) -> bool:
@@ -330,7 +390,12 @@ def _open_inside(directory: str, path: str) -> BinaryIO | None:
 
 class IndexServer(ThreadingHTTPServer):
     """A ThreadingHTTPServer on the address family of its host (IPv4 or IPv6), as
-    `python -m http.server` picks it; `quiet` turns the request log off."""
+    `python -m http.server` picks it; `quiet` turns the request log off. It serves at most
+    `max_connections` connections at once, one thread each: past them it accepts none until
+    one closes, the kernel holding the rest (`request_queue_size`). Each connection had its
+    thread, idle for up to 60 s: 1,000 clients that connect and send nothing, 1,000 threads."""
+
+    max_connections = MAX_CONNECTIONS
 
     # Connections the kernel holds until the server accepts them: socketserver's 5 dropped the
     # rest of a burst (a page fetching its chunk files, a few users at once, one connection per
@@ -342,7 +407,56 @@ class IndexServer(ThreadingHTTPServer):
         family, _, _, _, address = infos[0]
         self.address_family = family
         self.quiet = quiet
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._stopping = threading.Event()
+        self._full = False  # waiting for a free place since the last connection that found one
         super().__init__(address, handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """The next connection, accepted once fewer than `max_connections` are served: until
+        then it waits, the kernel holding the connection, with one log line as it starts waiting
+        and none again until a connection finds a free place (a flood writes one line). Waiting
+        here, outside `process_request`, a SIGTERM stops the server: there socketserver caught
+        it as a request's error. OSError once `shutdown` is called while it waits."""
+        if self._slots.acquire(blocking=False):
+            self._full = False
+        else:
+            if not self._full and not self.quiet:
+                print(
+                    f"mdindex serve: {self.max_connections} connections open, the most it serves "
+                    "at once: the next waits until one closes",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            self._full = True
+            while not self._slots.acquire(timeout=0.5):
+                if self._stopping.is_set():
+                    raise OSError("the server is stopping")  # socketserver skips the accept
+        try:
+            return super().get_request()
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request(self, request, client_address) -> None:
+        """Serve the connection in a thread of its own (`process_request_thread`)."""
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # no thread started to free its place
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        """Serve one connection, then free its place."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def shutdown(self) -> None:
+        """Stop `serve_forever`, also while it waits for a connection to close."""
+        self._stopping.set()
+        super().shutdown()
 
     def handle_error(self, request, client_address) -> None:
         """A client that went away before its answer was sent (a cancelled download, a reader

@@ -148,12 +148,13 @@ def _target(root: Path, relpath: str) -> Path:
 
 
 @contextlib.contextmanager
-def serving(root: Path, search=None) -> Iterator[str]:
+def serving(root: Path, search=None, quiet: bool = True) -> Iterator[str]:
     """`mdindex serve`'s server for `root` on a free loopback port (answering questions with
-    `search`), in a thread; yields its base URL and shuts it down after."""
+    `search`; its log on standard error unless `quiet`), in a thread; yields its base URL and
+    shuts it down after."""
     from indexing.server import make_server
 
-    httpd = make_server(str(root), port=0, quiet=True, search=search)
+    httpd = make_server(str(root), port=0, quiet=quiet, search=search)
     assert httpd.server_address[0] == "127.0.0.1"  # loopback unless told otherwise
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()

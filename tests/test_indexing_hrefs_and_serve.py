@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import requests
@@ -16,7 +18,13 @@ from indexing_support import ranked_vectors, run_cli, serving, source, topic_inp
 
 from indexing import IndexSettings, build_topic
 from indexing.paths import chunk_file
-from indexing.server import IndexRequestHandler, SearchError, make_server
+from indexing.server import (
+    MAX_CONNECTIONS,
+    IndexRequestHandler,
+    IndexServer,
+    SearchError,
+    make_server,
+)
 
 TOPIC = "odd names/t#1"
 NAMES = ["50% off", "what?", "c#", "a b", "指南", "new\nline"]
@@ -232,7 +240,9 @@ def test_mdindex_serve_stops_with_exit_0_on_sigterm_and_ctrl_c(tmp_path):
     systemd counts a failure (the unit "failed", status=143). SIGTERM and Ctrl-C are a
     server's ordinary stop: exit 0, one line saying which. The program's own entry point
     (`jobs.cli.run`), whose SIGTERM handler gave the 143; SIGINT's default handler first (a
-    background job inherits SIGINT ignored)."""
+    background job inherits SIGINT ignored). Also while it serves all the connections it may at
+    once and waits for one to close (a wait inside socketserver's handling of a request would
+    take the SIGTERM for that request's error)."""
     (tmp_path / "index.json").write_text("{}")
     program = (
         "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
@@ -245,13 +255,24 @@ def test_mdindex_serve_stops_with_exit_0_on_sigterm_and_ctrl_c(tmp_path):
             stderr=subprocess.PIPE,
             text=True,
         )
+        idle, full = [], f"{MAX_CONNECTIONS} connections open, the most it serves at once"
         try:
             base = proc.stdout.readline().split(" at ")[1].split()[0]
             assert requests.get(base + "index.json", timeout=10).text == "{}"
+            port = int(base.rstrip("/").rsplit(":", 1)[1])
+            idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS)]
+            idle.append(socket.create_connection(("127.0.0.1", port)))  # waits
+            give_up = threading.Timer(10, proc.kill)  # the line's end, where none comes
+            give_up.start()
+            waiting = any(full in line for line in proc.stderr)
+            give_up.cancel()
             proc.send_signal(signum)
             _, err = proc.communicate(timeout=30)
         finally:
             proc.kill()  # a no-op once it has exited
+            for client in idle:
+                client.close()
+        assert waiting, err[-500:]
         assert proc.returncode == 0, (said, proc.returncode, err[-500:])
         assert err.endswith(f"mdindex serve: stopped ({said})\n"), err[-500:]
 
@@ -294,3 +315,86 @@ def test_serve_has_caches_ask_again_before_each_use(index_root, server):
     for reply, status in ((full, 200), (ranged, 206), (unchanged, 304)):
         assert reply.status_code == status
         assert reply.headers["Cache-Control"] == "no-cache", status
+
+
+def _port(base: str) -> int:
+    return int(base.rsplit(":", 1)[1])
+
+
+def test_serve_serves_at_most_max_connections_at_once(tmp_path, monkeypatch):
+    """Each connection had its thread, idle for up to 60 s: 1,000 clients that connect and send
+    nothing (a scanner, a leak, a slowloris) held 1,000 threads. The server serves at most
+    `max_connections` at once (256 in `mdindex serve`, 4 here); the next waits in the kernel's
+    backlog and is answered once one closes."""
+    (tmp_path / "index.json").write_text("{}")
+    monkeypatch.setattr(IndexServer, "max_connections", 4)
+    with serving(tmp_path) as base:
+        before = threading.active_count()
+        idle = [socket.create_connection(("127.0.0.1", _port(base)), timeout=10) for _ in range(12)]
+        time.sleep(0.5)  # the server takes what it will
+        held = threading.active_count() - before
+        waiting = socket.create_connection(("127.0.0.1", _port(base)), timeout=10)
+        waiting.sendall(b"GET /index.json HTTP/1.0\r\n\r\n")
+        for client in idle:
+            client.close()
+        answer = b"".join(iter(lambda: waiting.recv(65536), b""))
+        waiting.close()
+    assert held == 4
+    assert answer.startswith(b"HTTP/1.0 200 ") and answer.endswith(b"\r\n\r\n{}")
+
+
+def test_serve_names_no_python_version(index_root, server):
+    """The Server header was `SimpleHTTP/0.6 Python/3.11.7`, telling anyone which Python (and
+    its known bugs) answers; it is `mdindex`, on files and errors."""
+    for path in ("/" + requests.utils.quote(TOPIC) + "/index.json", "/missing"):
+        assert requests.get(server + path, timeout=10).headers["Server"] == "mdindex", path
+
+
+def test_serve_logs_at_most_200_characters_of_a_request_line(tmp_path, capsys):
+    """A 64 KB request line was written to the log whole, on every request: each text in a log
+    line is cut to its first 200 characters and "…", its control characters escaped."""
+    with serving(tmp_path, quiet=False) as base:
+        line, _ = _raw_answer(_port(base), b"GET /\x1b[2J" + b"a" * 60_000 + b" HTTP/1.0\r\n\r\n")
+    assert line.startswith(b"HTTP/1.0 404 ")
+    log = capsys.readouterr().err
+    assert '"GET /\\x1b[2Jaaa' in log and "\x1b" not in log
+    assert log.count("…") == 1 and max(len(each) for each in log.splitlines()) < 300
+
+
+def test_serve_answers_a_tls_handshake_at_once(tmp_path, capsys):
+    """`https://` to the plain port: a ClientHello with no newline byte in it (many a
+    browser's) got no answer until the 60 s idle timeout, the client hanging; one with such a
+    byte (curl's, Python's) a 400 whose log line held the hello's binary bytes. A TLS handshake
+    is answered at once, 400 (which a TLS client reads as "wrong version number"), and logged
+    in one line saying what it was."""
+    hello = b"\x16\x03\x01\x00\x2d\x01\x00\x00\x29\x03\x03" + bytes(32) + b"\x00\x00\x02\x13\x01"
+    hello += b"\x01\x00"  # a ClientHello record: TLS 1.2, no session, one cipher, no compression
+    with serving(tmp_path, quiet=False) as base:
+        with socket.create_connection(("127.0.0.1", _port(base)), timeout=2) as raw:
+            raw.sendall(hello)
+            assert raw.recv(65536).startswith(b"HTTP/1.0 400 ")
+        with socket.create_connection(("127.0.0.1", _port(base)), timeout=2) as raw:
+            context = ssl.create_default_context()
+            with pytest.raises(ssl.SSLError, match="WRONG_VERSION_NUMBER|wrong version number"):
+                context.wrap_socket(raw, server_hostname="localhost")
+    log = capsys.readouterr().err
+    assert log.count("message a TLS handshake (https://) to a plain HTTP server\n") == 2
+    assert "\\x16" not in log
+
+
+def test_serve_answers_a_bad_http_version_with_a_status_line(index_root, server):
+    """A request line without a version (HTTP/0.9's `GET /path`), with `HTTP/9.9` or with no
+    version at all got a bare body, no status line nor headers, which a client took for a 200
+    (the 0.9 one the file itself, once a blank line came, and until then nothing): each gets a
+    status line, 505 or 400, and its JSON error."""
+    path = f"/{requests.utils.quote(TOPIC)}/index.json".encode()
+    for request, status in (
+        (b"GET " + path + b"\r\n", 505),
+        (b"GET " + path + b"\r\n\r\n", 505),
+        (b"GET " + path + b" HTTP/9.9\r\n\r\n", 505),
+        (b"GET " + path + b" HTTP/x\r\n\r\n", 400),
+        (b"GET\r\n\r\n", 400),
+    ):
+        line, body = _raw_answer(_port(server), request)
+        assert line.startswith(b"HTTP/1.0 %d " % status), request
+        assert json.loads(body)["status"] == status, request
