@@ -25,6 +25,7 @@ from indexing.terminal import printable
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 IDLE_TIMEOUT_S = 60
+REQUEST_TIMEOUT_S = 10  # the most a connection waits for each next piece of its request's head
 MAX_CONNECTIONS = 256  # served at once, each by its thread; the rest wait in the kernel's backlog
 LOGGED_CHARS = 200  # of each request line (or other client text) the log writes
 TLS_HANDSHAKE = b"\x16"  # the first byte of a TLS record carrying a ClientHello
@@ -142,6 +143,9 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
     # A client's socket stays idle at most this long (a request sent half, a download not read):
     # without it each such client held a thread for ever (50 half requests: 50 more threads).
     timeout = IDLE_TIMEOUT_S
+    # Until its request line and headers are in, less: a connection that sends nothing (a
+    # scanner, a browser's unused preconnect) held its place among `max_connections` for 60 s.
+    request_timeout = REQUEST_TIMEOUT_S
     extensions_map = {
         **SimpleHTTPRequestHandler.extensions_map,
         ".md": "text/markdown; charset=utf-8",
@@ -161,7 +165,9 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         """One request; a TLS handshake (`https://` to this plain port) is answered at once, 400
         in plain HTTP, with a log line saying so. A ClientHello holding no newline byte waited
         for the idle timeout, the client hanging for 60 s; one holding one was a 400 whose log
-        line held its binary bytes."""
+        line held its binary bytes. The head is read with `request_timeout`, the rest with
+        `timeout`."""
+        self.connection.settimeout(self.request_timeout)
         try:
             first = self.rfile.peek(1)[:1]
         except TimeoutError as error:
@@ -183,7 +189,9 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         client sent a blank line, and until then nothing."""
         line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
         if len(line.split()) != 2:
-            return super().parse_request()
+            parsed = super().parse_request()
+            self.connection.settimeout(self.timeout)  # the head is in: the answer's pace
+            return parsed
         self.command, self.requestline = None, line
         self.request_version, self.close_connection = self.default_request_version, True
         self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, "HTTP/0.9 is not supported")

@@ -142,16 +142,18 @@ def test_serve_answers_404_for_hidden_files_but_serves_a_chunk_file_named_with_a
 
 def test_serve_closes_a_connection_left_idle(tmp_path, monkeypatch):
     """A client that sends half a request line and waits held a handler thread for ever (50 such
-    clients: 50 more threads); its connection is closed once idle `timeout` seconds (60 in
-    `mdindex serve`, 1 here), and the server goes on answering."""
+    clients: 50 more threads), then for 60 s, one of the `max_connections` served at once: its
+    connection is closed once idle `request_timeout` seconds while its request's head is not
+    in (10 in `mdindex serve`, 1 here; `timeout`, 60 s, once it is), and the server goes on
+    answering."""
     (tmp_path / "index.json").write_text("{}")
     assert IndexRequestHandler.timeout is not None and 0 < IndexRequestHandler.timeout <= 120
-    monkeypatch.setattr(IndexRequestHandler, "timeout", 1)
+    assert 0 < IndexRequestHandler.request_timeout <= IndexRequestHandler.timeout
+    monkeypatch.setattr(IndexRequestHandler, "request_timeout", 1)
     with serving(tmp_path) as base:
-        port = int(base.rsplit(":", 1)[1])
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as idle:
+        with socket.create_connection(("127.0.0.1", _port(base)), timeout=5) as idle:
             idle.sendall(b"GET /index.js")
-            assert idle.recv(1024) == b""  # closed by the server, long before our 30 s
+            assert idle.recv(1024) == b""  # closed by the server, long before our 5 s
         assert requests.get(base + "/index.json", timeout=10).text == "{}"
 
 
