@@ -134,6 +134,19 @@ def one_config(paths: list[str]) -> str:
     return paths[0]
 
 
+def log_handler() -> logging.Handler:
+    """The build's log lines on stderr, each stamped in UTC to the millisecond as ISO 8601
+    (`2026-11-30T22:40:01.123Z INFO …`), as its report's times are: a scheduled run's log read
+    days later, or beside a cluster's logs, named local time with no zone."""
+    formatter = logging.Formatter(
+        "%(asctime)s.%(msecs)03dZ %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S"
+    )
+    formatter.converter = time.gmtime
+    handler = logging.StreamHandler()
+    handler.setFormatter(formatter)
+    return handler
+
+
 def run_build(args: argparse.Namespace) -> int:
     """Load and validate the config, run the job, print the summary; returns the exit code. Once
     the run is reported, a SIGTERM exits at once with that code (`exit_at_once_on_sigterm`, then
@@ -148,7 +161,7 @@ def run_build(args: argparse.Namespace) -> int:
     from jobs.lock import OutputNotFound
     from jobs.report import summary
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, handlers=[log_handler()])
     # Not the build's lines: an S3 build (and its dry run) printed botocore's "Found credentials
     # in environment variables." and "Found endpoint for s3 via: ..." two to four times each
     for name in BOTO_LOGGERS:

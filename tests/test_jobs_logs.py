@@ -186,3 +186,21 @@ def test_ray_datas_stack_of_a_memory_kill_is_left_to_the_builds_one_line():
             raise error
         except (OutOfMemoryError, KeyError):  # as Ray Data logs them: in its handler
             assert (passed(internal), passed("Full stack trace:")) == (shown, shown)
+
+
+def test_build_log_lines_are_stamped_in_utc_whatever_the_machines_zone(monkeypatch):
+    """A build's log line says when in UTC, as ISO 8601 with its zone, as its report does: it was
+    the machine's local time with no zone (`2026-11-30 17:40:01,123`), which a log read days later
+    on another machine, or beside a cluster's, could not place."""
+    from jobs.build_cli import log_handler
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        record = logging.LogRecord("mdindex.build", logging.INFO, __file__, 1, "built", None, None)
+        record.created, record.msecs = 86_400.25, 250.0  # 1970-01-02 00:00:00.250 UTC
+        line = log_handler().format(record)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert line == "1970-01-02T00:00:00.250Z INFO built"

@@ -31,7 +31,7 @@ PLUGINS = ROOT / "tests" / "fixtures" / "plugins"  # two packages and their dist
 # Ray's state API raises where a filter leaves out some of the cluster's entries (dead nodes, other
 # jobs' actors: "data truncation") unless told not to.
 PARTIAL = {"raise_on_missing_output": False}
-OUR_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING) ")
+OUR_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (INFO|WARNING) ")
 # What a healthy job's log used to show from Ray and transformers (issue 11).
 NOISE = (
     "RayDeprecationWarning",
@@ -337,7 +337,7 @@ def test_a_local_build_starts_its_own_ray_beside_a_running_head_and_prints_only_
     lines = done.stderr.splitlines()
     assert [line for line in lines if not OUR_LINE.match(line)] == []
     assert [line for line in lines if " WARNING " in line] == []
-    messages = [line.split(" ", 3)[3] for line in lines]
+    messages = [line.split(" ", 2)[2] for line in lines]
     assert messages[0].startswith("6 sources in 4 topics")
     assert messages[1].startswith("started a local Ray instance (logs in ")
     assert sum(m.startswith("topic ") for m in messages) == 4
