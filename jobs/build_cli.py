@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from indexing.cli import json_object
 from jobs.config import ConfigError, JobConfig, check_store_options, load_config
 from jobs.known import KnownFailure
 from jobs.signals import (
@@ -86,6 +87,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", help="corpus root URI (overrides `input`)")
     parser.add_argument("--output", help="output root URI (overrides `output`; default: in place)")
     parser.add_argument("--cache", help="embedding cache URI (default: {output}/.embedding-cache)")
+    parser.add_argument(
+        "--storage-options",
+        type=json_object,
+        metavar="JSON",
+        help="fsspec options of the input, output and cache, as query, report and cache prune "
+        "take them (overrides `storage_options`), e.g. "
+        """'{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}'""",
+    )
     parser.add_argument(
         "--dry-run",
         action="store_true",
@@ -169,7 +178,12 @@ def run_build(args: argparse.Namespace) -> int:
     try:
         config = load_config(
             one_config(args.config),
-            overrides={"input": args.input, "output": args.output, "cache": args.cache},
+            overrides={
+                "input": args.input,
+                "output": args.output,
+                "cache": args.cache,
+                "storage_options": args.storage_options,
+            },
             settings=args.settings,
         )
         check_store_options(config)

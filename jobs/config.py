@@ -273,7 +273,7 @@ class JobConfig:
 def load_config(
     path: str | None = None,
     *,
-    overrides: dict[str, str | None] | None = None,
+    overrides: dict[str, Any] | None = None,
     settings: list[str] | tuple[str, ...] = (),
 ) -> JobConfig:
     """Read a YAML config (fsspec URI or path), apply `--set key=value` and URI overrides, validate.
@@ -289,9 +289,14 @@ def load_config(
     for key, value in (overrides or {}).items():
         if value is None:
             continue
+        option = "--" + key.replace("_", "-")
         if key in typed and raw[key] != value:  # which one was meant?
             raise ConfigError(
-                f"--{key} {value!r} and --set {key}={typed[key]} disagree; give one of them"
+                f"{option} {value!r} and --set {key}={typed[key]} disagree; give one of them"
+            )
+        if inside := sorted(setting for setting in typed if setting.startswith(f"{key}.")):
+            raise ConfigError(  # the option's whole mapping would drop the setting, unsaid
+                f"{option} and --set {inside[0]}={typed[inside[0]]}: give one of them"
             )
         raw[key] = value
     return config_from_dict(raw)

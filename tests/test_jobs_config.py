@@ -455,6 +455,27 @@ def test_storage_options_the_s3_client_does_not_take_are_exit_2_before_any_reque
     assert "AWS_ENDPOINT_URL=localhost:9000" in err
 
 
+def test_build_takes_storage_options_as_query_and_report_do(tmp_path, capsys, monkeypatch):
+    """`mdindex build --storage-options JSON`, as `query`, `report` and `cache prune` take it:
+    the build had none (`--set storage_options={...}` alone, YAML in a flag). It is the config's
+    whole `storage_options`, so a `--set storage_options.KEY` beside it is refused, not dropped."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # no search for credentials
+        monkeypatch.setenv(name, "testing")
+    path = tmp_path / "c.yaml"
+    path.write_text("input: s3://no-bucket/docs\noutput: s3://no-bucket/out\n")
+    flag = ["--storage-options", '{"client_kwargs": {"endpoint_url": "y"}}']
+    assert main(["--config", str(path), "--dry-run", *flag]) == 2
+    assert "cannot be made with them: ValueError: Invalid endpoint: y" in capsys.readouterr().err
+    both = [*flag, "--set", "storage_options.anon=true"]
+    assert main(["--config", str(path), "--dry-run", *both]) == 2
+    err = capsys.readouterr().err
+    assert "--storage-options and --set storage_options.anon=true: give one of them" in err
+    with pytest.raises(SystemExit) as stop:  # argparse's usage error
+        main(["--config", str(path), "--storage-options", "{'anon': true}"])
+    assert stop.value.code == 2
+    assert "Expecting property name enclosed in double quotes" in capsys.readouterr().err
+
+
 def test_cli_exits_2_on_missing_config_file_and_bad_yaml(tmp_path, capsys):
     assert main(["--config", str(tmp_path / "absent.yaml"), "--input", str(tmp_path)]) == 2
     assert "config file not found" in capsys.readouterr().err
