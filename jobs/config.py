@@ -8,6 +8,7 @@ field's metadata (`_min`, `_choices`), next to the field they constrain.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -549,7 +550,7 @@ def _resolve(config: JobConfig) -> JobConfig:
             "output (a local path or s3://)"
         )
     output = _absolute(config.output, "output") if config.output is not None else source
-    _check_nesting(source, output)
+    output = _check_nesting(source, output)
     cache = _absolute(config.cache, "cache") if config.cache is not None else _default_cache(output)
     embedding = dataclasses.replace(
         config.embedding,
@@ -788,26 +789,59 @@ def _check_key(uri: str, key: str) -> None:
         )
 
 
-def _check_nesting(source: str, output: str) -> None:
-    """Refuse an output inside the input, or an input inside the output (both resolved; the same
-    folder is an in-place build, and an output in a folder the listing skips, `_site` or `.out`,
-    is kept apart): the output's files of one topic land in another's folder of the
-    input, so its `topic-spec.md` was overwritten (and a deleted topic's deleted whole)."""
+def _check_nesting(source: str, output: str) -> str:
+    """The output, refused inside the input or holding it (both resolved; an output in a folder
+    the listing skips, `_site` or `.out`, is kept apart): the output's files of one topic land in
+    another's folder of the input, so its `topic-spec.md` was overwritten (and a deleted topic's
+    deleted whole). A local output that is the input's folder under another name (a bind mount;
+    `Docs` for `docs` on a case-insensitive filesystem, macOS's and Windows's) is the input: an
+    in-place build (it was a separate output written into its own input, and one inside the input
+    under another name passed)."""
     if source == output or protocol_of(source) != protocol_of(output):
-        return
+        return output
     inner, outer = strip_protocol(output), strip_protocol(source)
+    local = protocol_of(source) in LOCAL_PROTOCOLS
     if is_within(inner, outer):
-        if not all(map(keep_directory, posixpath.relpath(inner, outer).split("/"))):
-            return  # under a folder the listing skips (`docs/_site`): no topic lands there
-        where = f"{output} lies inside the input {source}"
-    elif is_within(outer, inner):
+        below = posixpath.relpath(inner, outer)
+    elif local and (below := _below_same_folder(inner, outer)) is not None:
+        if not below:
+            return source
+        inner = f"{outer}/{below}"
+    else:
+        below = None
+    if below is not None:
+        if not all(map(keep_directory, below.split("/"))):
+            return output  # under a folder the listing skips (`docs/_site`): no topic lands there
+        named = f" (it is {inner})" if inner != strip_protocol(output) else ""
+        where = f"{output} lies inside the input {source}{named}"
+    elif is_within(outer, inner) or (local and _below_same_folder(outer, inner) is not None):
         where = f"{output} holds the input {source}"
     else:
-        return
+        return output
     raise ConfigError(
         f"output: {where}: its topics' files would land in the input's folders (a topic-spec.md "
         "overwritten); give an output outside the input, or leave it out to build in place"
     )
+
+
+def _below_same_folder(path: str, folder: str) -> str | None:
+    """Where the absolute local `path` lies below `folder` ("" where it is `folder`) when one of
+    the folders on its way (itself included) is `folder` under another name, as their device
+    and inode tell (`os.path.samestat`); None when none is, or `folder` does not exist."""
+    try:
+        wanted = os.stat(folder)
+    except OSError:
+        return None
+    above, below = path, []
+    while True:
+        with contextlib.suppress(OSError):  # not there (yet): the output's own folder, say
+            if os.path.samestat(os.stat(above), wanted):
+                return "/".join(reversed(below))
+        parent = os.path.dirname(above)
+        if parent == above:
+            return None
+        below.append(os.path.basename(above))
+        above = parent
 
 
 def _default_cache(output: str) -> str:

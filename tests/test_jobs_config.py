@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from mounts_support import can_mount_privately, private_mounts
 
 from indexing import IndexSettings
 from jobs.config import ConfigError, JobConfig, config_from_dict, load_config
@@ -341,6 +344,51 @@ def test_an_output_inside_the_input_or_holding_it_is_refused(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "out lies inside the input" in err and err.count("\n") == 1, err
+
+
+# Run in a mount namespace of its own, where `alias` is `docs` bind-mounted: one folder, two
+# names that no symbolic link joins (as `Docs` and `docs` on a case-insensitive filesystem).
+_BIND_MOUNTED = """
+import sys
+from jobs.config import ConfigError, config_from_dict
+docs, alias = sys.argv[1:]
+print("same", config_from_dict({"input": docs, "output": alias}).output)
+print("skipped", config_from_dict({"input": docs, "output": f"{alias}/_site"}).output)
+for source, output in [(docs, f"{alias}/out"), (f"{alias}/guides", docs)]:
+    try:
+        config_from_dict({"input": source, "output": output})
+    except ConfigError as exc:
+        print(exc)
+"""
+
+
+def test_an_output_that_is_the_input_under_another_name_is_in_place_or_refused(tmp_path):
+    """An output that is the input's folder under another name (a bind mount; `Docs` for `docs`
+    on macOS's case-insensitive disk) was a separate output written into its own input, and an
+    output inside it under that name passed the nesting check: both are told by device and
+    inode now, an in-place build and a refusal."""
+    if not can_mount_privately():
+        pytest.skip("needs a mount namespace of its own (unshare --mount)")
+    docs, alias = tmp_path / "docs", tmp_path / "alias"
+    (docs / "guides").mkdir(parents=True)
+    alias.mkdir()
+    python = [sys.executable, "-c", _BIND_MOUNTED, str(docs), str(alias)]
+    done = subprocess.run(
+        [*private_mounts(), "sh", "-c", 'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh",
+         str(docs), str(alias), *python],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"same {docs}",  # in place
+        f"skipped {alias}/_site",  # a folder the listing skips
+        f"output: {alias}/out lies inside the input {docs} (it is {docs}/out): its topics' files "
+        "would land in the input's folders (a topic-spec.md overwritten); give an output outside "
+        "the input, or leave it out to build in place",
+        f"output: {docs} holds the input {alias}/guides: its topics' files would land in the "
+        "input's folders (a topic-spec.md overwritten); give an output outside the input, or "
+        "leave it out to build in place",
+    ]
 
 
 def test_a_bad_device_is_told_the_devices_that_run():
