@@ -11,6 +11,7 @@ import stat
 import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 import fsspec
 from fsspec.asyn import AsyncFileSystem, _run_coros_in_chunks, sync
@@ -47,7 +48,7 @@ def root_filesystem(uri: str, options: dict[str, Any] | None = None) -> tuple[An
     protocol = protocol_of(uri)
     from_url = fsspec.get_filesystem_class(protocol)._get_kwargs_from_urls(uri)
     fs = fsspec.filesystem(protocol, **{**from_url, **(options or {})})
-    return fs, fs._strip_protocol(_LOCALHOST.sub(r"\1", uri)).rstrip("/")
+    return fs, fs._strip_protocol(_plain(uri)).rstrip("/")
 
 
 def change_tag(info: dict[str, Any]) -> str:
@@ -347,5 +348,18 @@ def protocol_of(uri: str) -> str:
 
 
 def strip_protocol(uri: str) -> str:
-    """The URI without its scheme (a plain path stays as it is; `file://localhost/p` is `/p`)."""
-    return split_protocol(_LOCALHOST.sub(r"\1", uri))[1]
+    """The URI without its scheme (a plain path stays as it is; `file://localhost/p` is `/p`, and
+    `file:///tmp/my%20docs` is `/tmp/my docs`: `_plain`)."""
+    return split_protocol(_plain(uri))[1]
+
+
+def _plain(uri: str) -> str:
+    """`uri` as fsspec is to take it: `file://localhost/p` as `file:///p`, and a `file://` URI's
+    percent-encoding decoded (RFC 8089: a file manager's, a browser's and `Path.as_uri`'s
+    `file:///tmp/my%20docs` is the folder `my docs`; fsspec took it for a folder `my%20docs`;
+    `%E9` is the byte of a Latin-1 name). A plain path, fsspec's own `local://` and every other
+    scheme stay as they are."""
+    uri = _LOCALHOST.sub(r"\1", uri)
+    if not uri.startswith("file://"):
+        return uri
+    return f"file://{unquote(uri[7:], errors='surrogateescape')}"

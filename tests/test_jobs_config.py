@@ -14,6 +14,7 @@ from mounts_support import can_mount_privately, private_mounts
 from indexing import IndexSettings
 from jobs.config import ConfigError, JobConfig, config_from_dict, load_config
 from jobs.reindex import main
+from jobs.storage import Storage
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -389,6 +390,21 @@ def test_an_output_that_is_the_input_under_another_name_is_in_place_or_refused(t
         "input's folders (a topic-spec.md overwritten); give an output outside the input, or "
         "leave it out to build in place",
     ]
+
+
+def test_a_file_uri_is_percent_decoded_and_a_plain_path_is_not(tmp_path):
+    """RFC 8089: `file:///tmp/my%20docs` (a file manager's, a browser's, `Path.as_uri`'s) is the
+    folder `my docs`; fsspec took it for a folder `my%20docs` (the input: no such directory; the
+    output: a second folder). A plain path is a name as it is."""
+    docs, latin = tmp_path / "my docs", tmp_path / os.fsdecode(b"caf\xe9")
+    docs.mkdir()
+    latin.mkdir()
+    (docs / "a.md").write_text("# A\n")
+    config = config_from_dict({"input": docs.as_uri(), "output": f"{docs.as_uri()}/_out%20put"})
+    assert (config.input, config.output) == (str(docs), f"{docs}/_out put")
+    assert config_from_dict({"input": f"file://localhost{tmp_path}/caf%E9"}).input == str(latin)
+    assert config_from_dict({"input": f"{tmp_path}/my%20docs"}).input == f"{tmp_path}/my%20docs"
+    assert [file.path for file in Storage(docs.as_uri()).walk()] == ["a.md"]
 
 
 def test_a_bad_device_is_told_the_devices_that_run():
