@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
+import logging
 import os
 import posixpath
 import re
@@ -27,6 +29,7 @@ from typing import Any
 import fsspec
 
 from embedding.files import (
+    GATHER_BATCH,
     LOCAL_PROTOCOLS,
     cat_many,
     change_tag,
@@ -39,11 +42,13 @@ from embedding.files import (
     write_atomically,
 )
 from indexing.paths import href_of, href_path
+from indexing.terminal import counted
 from jobs.known import KnownFailure
 
 # What `embedding.files.write_atomically` names its temporary files on local disk (mkstemp with
 # the prefix ".tmp-": eight characters of [a-z0-9_]); a process killed mid-write leaves one.
 _TEMPORARY = re.compile(r"^\.tmp-[a-z0-9_]{8}$")
+log = logging.getLogger(__name__)
 NOT_FOLLOWED = "symbolic link, not followed (sources.follow_symlinks is false)"
 
 
@@ -387,11 +392,11 @@ def _walk_store(
     (`_after_slashes`), and so are keys with a folder `.` or `..` (`a/./b.md`), which `keep_dir`
     never prunes: no folder of a path on disk, they were skipped as hidden folders, unreported.
     An http(s) input's folders (`sub/`, links of its page) are walked too (left out, unsaid)."""
-    pending = [root]
+    pending, untagged = [root], []
     while pending:
         folder = pending.pop()
         try:
-            listing = _sized(fs, fs.ls(folder, detail=True))
+            listing = _sized(fs, fs.ls(folder, detail=True), untagged)
         except FileNotFoundError:
             continue
         for info in listing:
@@ -406,19 +411,33 @@ def _walk_store(
                     pending.append(name)
             else:
                 yield _stored_file(_below(root, name), info)
+    if untagged:
+        log.warning(
+            "%s of %s came with neither ETag nor Last-Modified from their server (%s%s): "
+            "each is read on every run and told changed or not by its content's SHA-256",
+            counted(len(untagged), "page"),
+            fs.unstrip_protocol(root),
+            href_path(_below(root, fs._strip_protocol(untagged[0]))),
+            ", …" if len(untagged) > 1 else "",
+        )
 
 
-def _sized(fs: fsspec.AbstractFileSystem, listing: list[dict]) -> list[dict]:
+def _sized(fs: fsspec.AbstractFileSystem, listing: list[dict], untagged: list[str]) -> list[dict]:
     """`listing`, each file it gives no size looked up (an http(s) page of links; concurrent
     HEADs), for its size and change tag: listed as 0 bytes and no tag, an edited page counted as
-    unchanged on every run, never read again. A file gone since its folder was listed is left
-    out; another failure fails the walk, as a folder's does."""
+    unchanged on every run, never read again. A page whose server sends neither ETag nor
+    Last-Modified is read, its content's SHA-256 its change tag (`_content_tagged`; its name
+    added to `untagged`): its size alone counted an edit that kept it unchanged. A file gone
+    since its folder was listed is left out; another failure fails the walk, as a folder's does."""
     unsized = [
         info["name"] for info in listing if info["type"] == "file" and info.get("size") is None
     ]
     if not unsized:
         return listing
     found = dict(zip(unsized, info_many(fs, unsized), strict=True))
+    bare = [name for name, info in found.items() if isinstance(info, dict) and not change_tag(info)]
+    untagged.extend(bare)
+    found |= _content_tagged(fs, {name: found[name] for name in bare})
     for info in found.values():
         if isinstance(info, Exception) and not isinstance(info, FileNotFoundError):
             raise info
@@ -427,6 +446,23 @@ def _sized(fs: fsspec.AbstractFileSystem, listing: list[dict]) -> list[dict]:
         for info in listing
         if not isinstance(found.get(info["name"]), FileNotFoundError)
     ]
+
+
+def _content_tagged(
+    fs: fsspec.AbstractFileSystem, infos: dict[str, dict]
+) -> dict[str, dict | Exception]:
+    """Each of `infos` (name -> what a HEAD said) with its content's size and SHA-256 as its
+    change tag (`sha256:…`, read `GATHER_BATCH` at a time), or the exception its read raised."""
+    tagged: dict[str, dict | Exception] = {}
+    names = list(infos)
+    for start in range(0, len(names), GATHER_BATCH):
+        for name, data in cat_many(fs, names[start : start + GATHER_BATCH]).items():
+            if isinstance(data, Exception):
+                tagged[name] = data
+            else:
+                digest = hashlib.sha256(data).hexdigest()
+                tagged[name] = {**infos[name], "size": len(data), "ETag": f"sha256:{digest}"}
+    return tagged
 
 
 def _after_slashes(

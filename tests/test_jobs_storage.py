@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
 import json
 import os
 import shutil
@@ -9,6 +12,9 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -435,27 +441,55 @@ def test_an_http_input_is_walked_into_its_folders_with_sizes_and_change_tags(tmp
     change tag: an edited page counted as unchanged, never read again. A page's name is its
     link's, decoded (`my%20doc.md` was the source `my%20doc`, its chunk files' links encoded
     twice). Python's http.server lists folders as a page of links, as a static site's does."""
-    import functools
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
     (tmp_path / "docs" / "sub").mkdir(parents=True)
     (tmp_path / "docs" / "a.md").write_text("# A\n")
     (tmp_path / "docs" / "sub" / "b.md").write_text("# B, longer\n")
     (tmp_path / "docs" / "sub" / "my doc é.md").write_text("# Mine\n")
     os.utime(tmp_path / "docs" / "a.md", (1_700_000_000, 1_700_000_000))
-    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
-    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        try:
-            root = f"http://127.0.0.1:{httpd.server_address[1]}/docs"
-            store = Storage(root)
-            listed = {f.path: f for f in store.walk(keep_directory)}
-            named = store.list_files("sub")
-            read = store.read_many(["sub/my doc é.md"])
-        finally:
-            httpd.shutdown()
+    with _served(tmp_path, SimpleHTTPRequestHandler) as site:
+        store = Storage(f"{site}/docs")
+        listed = {f.path: f for f in store.walk(keep_directory)}
+        named = store.list_files("sub")
+        read = store.read_many(["sub/my doc é.md"])
     assert sorted(listed) == ["a.md", "sub/b.md", "sub/my doc é.md"]
     assert named == ["sub/b.md", "sub/my doc é.md"] and read == {"sub/my doc é.md": b"# Mine\n"}
     assert (listed["a.md"].size, listed["sub/b.md"].size) == (4, 12)
     assert listed["a.md"].version == "Tue, 14 Nov 2023 22:13:20 GMT"
+
+
+class _Untagged(SimpleHTTPRequestHandler):
+    """Python's file server sending no Last-Modified (and, as it always does, no ETag)."""
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword != "Last-Modified":
+            super().send_header(keyword, value)
+
+
+def test_an_http_page_with_no_change_tag_is_told_changed_by_its_content(tmp_path, caplog):
+    """A server that sends neither ETag nor Last-Modified: a page was listed by its size alone,
+    so an edit that kept its size (a typo fixed) was never noticed, the page never read again.
+    Such a page is read on every walk, its content's SHA-256 its change tag; a warning says so."""
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "a.md"
+    page.write_text("# A typo\n")
+    with _served(tmp_path, _Untagged) as site:
+        [before] = Storage(f"{site}/docs").walk()
+        page.write_text("# A type\n")
+        [after] = Storage(f"{site}/docs").walk()
+    assert before.size == after.size == 9 and before.fingerprint != after.fingerprint
+    assert after.version == f"sha256:{hashlib.sha256(page.read_bytes()).hexdigest()}"
+    assert (
+        f"1 page of {site}/docs came with neither ETag nor Last-Modified from their server (a.md)"
+    ) in caplog.text
+
+
+@contextlib.contextmanager
+def _served(folder: Path, handler: type[SimpleHTTPRequestHandler]) -> Iterator[str]:
+    """`folder` served over http on a free port of this machine, as `http://127.0.0.1:port`."""
+    serve = functools.partial(handler, directory=str(folder))
+    with ThreadingHTTPServer(("127.0.0.1", 0), serve) as httpd:
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{httpd.server_address[1]}"
+        finally:
+            httpd.shutdown()
