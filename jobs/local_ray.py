@@ -14,9 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from importlib import import_module
-from importlib.metadata import entry_points
 
 import ray
 from ray._private import services
@@ -25,7 +23,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from jobs.config import JobConfig, ResourcesConfig
 from jobs.known import KnownFailure
-from jobs.landmarks import Landmark, NotTheDriversFolder, check_landmarks
+from jobs.landmarks import (
+    Landmark,
+    NotTheDriversFolder,
+    Plugin,
+    PluginNotOnNode,
+    check_landmarks,
+)
 from jobs.resources import (
     describe_resources,
     infeasible,
@@ -77,70 +81,9 @@ def _import_task_modules() -> None:
 
 
 @ray.remote(num_cpus=0)
-def _check_node(marks: tuple[Landmark, ...], plugins: tuple[Plugin, ...]) -> None:
-    """`jobs.landmarks.check_landmarks` and `check_plugins` on the node the task is pinned to."""
+def _check_node(marks: tuple[Landmark | Plugin, ...]) -> None:
+    """`jobs.landmarks.check_landmarks` on the node the task is pinned to."""
     check_landmarks(marks)
-    check_plugins(plugins)
-
-
-STRATEGY, BACKEND = "chunking strategy", "embedding backend"
-
-
-@dataclass(frozen=True)
-class Plugin:
-    """A third-party class the config names (`plugins.named_class`), found by the driver."""
-
-    kind: str  # STRATEGY or BACKEND
-    name: str  # as the config names it: an entry point's name or `package.module:Class`
-
-
-class PluginNotOnNode(KnownFailure, ValueError):
-    """A node of the joined cluster cannot import a third-party class the config names, which
-    the driver found, found before any work (a config error for this cluster: exit code 2)."""
-
-
-def config_plugins(config: JobConfig) -> tuple[Plugin, ...]:
-    """The third-party chunking strategy and embedding backend the config names, if any."""
-    from chunking.strategy import strategy_names
-    from embedding.models import backend_class
-
-    found = []
-    if config.chunking.strategy not in strategy_names():
-        found.append(Plugin(STRATEGY, config.chunking.strategy))
-    if backend_class(config.embedding.model) is not None:
-        found.append(Plugin(BACKEND, config.embedding.model))
-    return tuple(found)
-
-
-def check_plugins(plugins: tuple[Plugin, ...]) -> None:
-    """`PluginNotOnNode` where this process (a Ray worker) cannot import one of the `plugins`:
-    its chunk tasks failed on "unknown chunking strategy", and its embedding actors took an
-    entry point's name for a Hugging Face model's (exit 1, a traceback, or another model)."""
-    from chunking.strategy import ENTRY_POINTS, strategy_class
-    from embedding.models import BACKEND_ENTRY_POINTS, backend_class
-
-    for plugin in plugins:
-        group, find = (
-            (ENTRY_POINTS, strategy_class)
-            if plugin.kind == STRATEGY
-            else (BACKEND_ENTRY_POINTS, backend_class)
-        )
-        why = None
-        if ":" not in plugin.name and not entry_points(group=group, name=plugin.name):
-            why = f"no entry point {plugin.name!r} of {group!r} is installed here"
-        else:
-            try:
-                find(plugin.name)
-            except ValueError as exc:
-                why = str(exc)
-        if why:
-            raise PluginNotOnNode(
-                f"the {plugin.kind} {plugin.name!r}, which the driver found, is not on node "
-                f"{ray.util.get_node_ip_address()} ({socket.gethostname()}, pid {os.getpid()}): "
-                f"{why}. Each Ray worker imports it itself: ship its package with the job "
-                """(ray job submit --runtime-env-json '{"py_modules": ["/path/to/package"]}', """
-                "and its .dist-info folder for an entry point's name) or install it on every node"
-            )
 
 
 class RayFolderUnusable(KnownFailure, OSError):
@@ -372,12 +315,13 @@ def memory_kill_retries(retries: int) -> Iterator[None]:
         os.environ.pop(OOM_RETRIES_VARIABLE, None)
 
 
-def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
+def start_ray(config: JobConfig, landmarks: tuple[Landmark | Plugin, ...] = ()) -> bool:
     """Join this process's Ray (a test's) or the cluster RAY_ADDRESS names (`ray job submit` sets
-    it), whose live nodes must see the driver's local folders (`landmarks`; else
-    `FoldersNotShared`); otherwise start a private local instance, never one that `ray start`
-    left running here, which keeps idle worker processes `IDLE_WORKER_KEEP_MS` and has up to
-    `READY_WORKERS` of them ready, our modules imported, before the build's first task.
+    it), whose live nodes must see the driver's local folders and import its third-party classes
+    (`landmarks`; else `FoldersNotShared`, `PluginNotOnNode`); otherwise start a private local
+    instance, never one that `ray start` left running here, which keeps idle worker processes
+    `IDLE_WORKER_KEEP_MS` and has up to `READY_WORKERS` of them ready, our modules imported,
+    before the build's first task.
 
     True when it joined the cluster RAY_ADDRESS names, whose autoscaler may add nodes during the
     build (`jobs.resources.embed_pool`); a local instance never grows, and this process's own Ray
@@ -401,7 +345,7 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark, ...] = ()) -> bool:
                 "for ever" if bound is None else f"at most {bound:g} s",
             )
         nodes = [node["NodeID"] for node in _live_nodes()]
-        check_nodes(landmarks, nodes, config_plugins(config))
+        check_nodes(landmarks, nodes)
         return True
     if folder := ray_folder():
         check_ray_folder(folder)
@@ -707,21 +651,19 @@ def _live_nodes() -> list[dict]:
     return [node for node in ray.nodes() if node["Alive"]]
 
 
-def check_nodes(
-    landmarks: tuple[Landmark, ...], node_ids: list[str], plugins: tuple[Plugin, ...] = ()
-) -> None:
-    """Check the driver's local folders and the config's third-party classes (`plugins`) on the
-    given (live) nodes of the cluster at once, so that a cluster whose machines do not share the
-    folders (`FoldersNotShared`) or lack a class (`PluginNotOnNode`) stops before any work. Nodes
-    that join later are checked by their first chunk task or reduce, or fail as they use the
-    class; so are those whose check did not answer (within `LANDMARKS_TIMEOUT_S`, or a node gone
-    meanwhile), with a warning."""
-    if not landmarks and not plugins:
+def check_nodes(landmarks: tuple[Landmark | Plugin, ...], node_ids: list[str]) -> None:
+    """Check the driver's landmarks, its local folders and the config's third-party classes, on
+    the given (live) nodes of the cluster at once, so that a cluster whose machines do not share
+    the folders (`FoldersNotShared`) or lack a class (`PluginNotOnNode`) stops before any work.
+    Nodes that join later are checked by their first chunk task or reduce; so are those whose
+    check did not answer (within `LANDMARKS_TIMEOUT_S`, or a node gone meanwhile), with a
+    warning."""
+    if not landmarks:
         return
     checks = [
         _check_node.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
-        ).remote(landmarks, plugins)
+        ).remote(landmarks)
         for node_id in node_ids
     ]
     try:
@@ -731,8 +673,9 @@ def check_nodes(
     except PluginNotOnNode as error:
         raise PluginNotOnNode(str(error.cause)) from None
     except RayError as error:  # not within the time, or a node gone meanwhile
-        checked = ["the local folders"] * bool(landmarks) + ["the third-party classes"] * bool(
-            plugins
+        kinds = {isinstance(mark, Plugin) for mark in landmarks}
+        checked = ["the local folders"] * (False in kinds) + ["the third-party classes"] * (
+            True in kinds
         )
         log.warning(
             "not every node checked %s (%s); their first tasks will",

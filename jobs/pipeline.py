@@ -33,7 +33,7 @@ from jobs.discovery import (
     window_encoder,
 )
 from jobs.finish import finish, index_settings
-from jobs.landmarks import Landmark, landmarks
+from jobs.landmarks import Landmark, Plugin, config_plugins, landmarks
 from jobs.local_ray import node_gpu_counts, on_the_drivers_node, start_ray, watching_nodes
 from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
@@ -188,7 +188,7 @@ def _run_locked(
     grows = False  # whether the Ray cluster may add nodes during the build
     if rebuilt:
         mark = time.perf_counter()
-        marks = landmarks(source, output)
+        marks = landmarks(source, output) + config_plugins(config)
         grows = start_ray(config, marks)
         wall["ray_start"] = time.perf_counter() - mark
         check()
@@ -284,18 +284,19 @@ def build_topics(
     source: Storage,
     output: Storage,
     check: Check,
-    marks: tuple[Landmark, ...],
+    marks: tuple[Landmark | Plugin, ...],
     grows: bool = False,
     *,
     began: float,
 ) -> Built:
     """Rebuild every topic the plan says to, with a heartbeat; collect summaries and counters.
     `check` is called before each topic's reduce starts (`jobs.lock`); `marks` are what the
-    driver's local folders hold, for the tasks to check (`jobs.landmarks`); `grows`: the cluster
-    may add nodes meanwhile (a GPU pool then grows as GPU nodes join, `embed_pool`; a stage no
-    live node holds fails the build after `resources.node_wait_seconds`); `began`:
-    when the build began (epoch seconds, its report's `started_at`), which the progress lines'
-    seconds count from (not the pipeline's start, 8 to 25 s later: Ray's start, the plan).
+    driver's local folders hold and its third-party classes, for the tasks to check
+    (`jobs.landmarks`); `grows`: the cluster may add nodes meanwhile (a GPU pool then grows as
+    GPU nodes join, `embed_pool`; a stage no live node holds fails the build after
+    `resources.node_wait_seconds`); `began`: when the build began (epoch seconds, its report's
+    `started_at`), which the progress lines' seconds count from (not the pipeline's start, 8 to
+    25 s later: Ray's start, the plan).
 
     A topic some of whose unchanged sources cannot be carried (previous tables missing or
     damaged, or without a source's rows) has those read, chunked and embedded in another pass,
@@ -387,7 +388,7 @@ def topic_summaries(
     cpus: float,
     pool: EmbedPool | None,
     check: Check,
-    marks: tuple[Landmark, ...],
+    marks: tuple[Landmark | Plugin, ...],
     kept: dict[str, list[Piece]],
 ) -> Iterator[tuple[dict[str, Any], list[Piece]]]:
     """Run the Ray Data pipeline over `work`; yield one summary per rebuilt topic as it finishes,

@@ -4,10 +4,20 @@ than its workers is in `test_jobs_submit`."""
 
 from __future__ import annotations
 
+import sys
+
 import pyarrow as pa
 import pytest
 
-from jobs.landmarks import NotTheDriversFolder, check_landmarks, landmarks
+from jobs.landmarks import (
+    BACKEND,
+    STRATEGY,
+    NotTheDriversFolder,
+    Plugin,
+    PluginNotOnNode,
+    check_landmarks,
+    landmarks,
+)
 from jobs.lock import LOCK_PATH, output_lock
 from jobs.reduce import _reduce_topic
 from jobs.stages.chunk import read_and_chunk
@@ -57,7 +67,8 @@ def test_an_input_folder_missing_on_a_workers_machine_stops_the_build(tmp_path):
 
 
 def test_chunk_tasks_and_reduces_check_the_landmarks_before_anything_else(tmp_path):
-    """Nodes that join the cluster after the build's start are checked by their first task."""
+    """Nodes that join the cluster after the build's start are checked by their first task, for
+    the driver's folders and its third-party classes alike."""
     out = tmp_path / "out"
     with output_lock(Storage(str(out))):
         elsewhere = landmarks(Storage("memory://in"), Storage(str(out)))
@@ -67,3 +78,21 @@ def test_chunk_tasks_and_reduces_check_the_landmarks_before_anything_else(tmp_pa
     context = TopicContext(None, None, None, None, landmarks=elsewhere)
     with pytest.raises(NotTheDriversFolder):
         _reduce_topic("t", [], context=context)
+    # and a third-party class the driver found, which this process cannot import: the first
+    # chunk task said "unknown chunking strategy" under Ray's traceback
+    missing = (Plugin(STRATEGY, "mdx_nowhere"),)
+    with pytest.raises(PluginNotOnNode, match="^the chunking strategy 'mdx_nowhere', which the"):
+        read_and_chunk(batch, source=None, output=None, settings=None, landmarks=missing)
+    with pytest.raises(PluginNotOnNode, match="no entry point 'mdx_nowhere' of 'mdindex.strat"):
+        _reduce_topic("t", [], context=TopicContext(None, None, None, None, landmarks=missing))
+
+
+def test_a_backend_is_found_on_a_node_without_being_imported(monkeypatch):
+    """Only the embedding actors import a backend: a chunk task or reduce finds its module (the
+    check imported it, torch and the like, in every worker); one that is not there is refused."""
+    module = "tests.fixtures.plugins.mdx_hashing"
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    check_landmarks((Plugin(BACKEND, f"{module}:HashingEmbedder"),))
+    assert module not in sys.modules
+    with pytest.raises(PluginNotOnNode, match="no module 'mdx_nowhere.backend' is found here"):
+        check_landmarks((Plugin(BACKEND, "mdx_nowhere.backend:Embedder"),))

@@ -353,7 +353,8 @@ def test_a_third_party_class_the_nodes_cannot_import_stops_the_build_before_any_
     the cluster's nodes do not (installed on the submitting machine or the head alone): exit 2
     before any work, one line naming the class, the node and what to do. Before, each chunk task
     failed on "unknown chunking strategy 'paragraphs'" (exit 1 under Ray's traceback), and an
-    embedding actor took the backend's name for a Hugging Face model's."""
+    embedding actor took the backend's name for a Hugging Face model's. A build that finds the
+    cluster joined is stopped so by its first chunk task on the node."""
     output = tmp_path / "out"
     command = [sys.executable, "-m", "jobs.reindex", "--config", "configs/local.yaml"]
     command += ["--input", str(CORPUS), "--output", str(output)]
@@ -372,6 +373,18 @@ def test_a_third_party_class_the_nodes_cannot_import_stops_the_build_before_any_
     report = json.loads((output / "_reindex" / "report.json").read_text())
     assert (report["status"], report["exit_code"]) == ("failed", 2)
     assert report["error"] == f"PluginNotOnNode: {last.removeprefix('mdindex build: ')}"
+    # A program that joined the cluster itself has no check at the start (nor has a node that
+    # joins later): the first chunk task on the node stops the build with the same line, exit 1
+    # (Ray Data's error, as for a folder), where each said "unknown chunking strategy".
+    build = [sys.executable, "-c", JOINED_PROGRAM, ray_head.gcs, *command[3:-2]]  # its model
+    env.pop("RAY_ADDRESS")
+    done = subprocess.run(build, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "unknown chunking strategy" not in done.stderr
+    refusal = "PluginNotOnNode: the chunking strategy 'paragraphs', which the driver found, is not"
+    assert f"jobs.landmarks.{refusal} on node " in done.stderr, done.stderr[-3000:]
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert report["exit_code"] == 1 and refusal in report["error"]
 
 
 # A program that joins a cluster itself, then builds in-process (the build finds Ray started).

@@ -26,7 +26,7 @@ from indexing.questions import QUESTIONS_FAILED
 from indexing.terminal import printable
 from jobs.gc_pause import gc_paused
 from jobs.known import KnownFailure
-from jobs.landmarks import Landmark, check_landmarks
+from jobs.landmarks import Landmark, Plugin, check_landmarks
 from jobs.progress import report_stats, rows_key
 from jobs.records import QUESTIONS, SOURCE, TOPIC, document_to_json, with_columns
 from jobs.stages.chunk_files import write_chunk_files
@@ -66,13 +66,13 @@ def read_and_chunk(
     source: Storage,
     output: Storage,
     settings: ChunkSettings,
-    landmarks: tuple[Landmark, ...] = (),
+    landmarks: tuple[Landmark | Plugin, ...] = (),
     collector=None,
 ) -> pa.Table:
     """Read and chunk one batch of work rows, write the chunk files of new topics and tokenize the
     chunks for the model; report the stages' counts to the collector. Python's collector is
     paused meanwhile (`jobs.gc_pause`). First, the local folders must be the driver's
-    (`jobs.landmarks`)."""
+    and its third-party classes importable here (`jobs.landmarks`)."""
     check_landmarks(landmarks)
     with gc_paused():
         batch, read = read_sources(batch, source)

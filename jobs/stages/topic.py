@@ -44,7 +44,7 @@ from indexing.sources import is_source
 from indexing.terminal import printable
 from indexing.topic_spec import TOPIC_SPEC_FAILED
 from jobs.broken_links import page_links
-from jobs.landmarks import Landmark
+from jobs.landmarks import Landmark, Plugin
 from jobs.plan import STEM_CONFLICT
 from jobs.previous import (
     Expected,
@@ -80,7 +80,7 @@ class TopicContext:
     settings: IndexSettings
     expected: Expected  # the model and strategy of this run, for rows kept from the previous one
     collector: Any = None  # the run's StatsCollector actor, if any
-    landmarks: tuple[Landmark, ...] = ()  # what the driver's local folders hold (jobs.landmarks)
+    landmarks: tuple[Landmark | Plugin, ...] = ()  # what each node checks (jobs.landmarks)
     tenant: str = "default"  # the build's tenant, for the documents rows of failed sources
 
 
