@@ -30,7 +30,7 @@ from indexing.client import (
     ranked_chunks,
     select_chunks,
 )
-from indexing.paths import INDEX, href_path, in_topic, topic_id
+from indexing.paths import INDEX, href_path, in_topic, text_digest, topic_id
 from indexing.server import SEARCH_PATH, Search, SearchError, checked_port, make_server
 from indexing.simhash import simhash64
 from indexing.terminal import counted, names_no_place, printable, write_out
@@ -128,6 +128,11 @@ def register(subparsers) -> None:
         metavar="K",
         help="at most K of a --question's matches from one page (source); default: no limit",
     )
+    query.add_argument(
+        "--all-copies",
+        action="store_true",
+        help="every chunk of a --question's text, each version's copy (default: the first)",
+    )
     query.add_argument("--source", type=_utf8, help="only this source (file stem)")
     query.add_argument("--technical", action="store_true", help="use the technical stripe order")
     query.add_argument("--show", action="store_true", help="include the chunk text")
@@ -196,7 +201,11 @@ def question_result(
     still hold, then, while they are fewer than `args.n`, the embedding search's nearest chunks
     not among them (`args.topic`, where given, a topic as `IndexReader.spelled_topic` found it),
     at most `args.per_page` (None: any number) of one page (a topic's source), the rest of that
-    page's chunks passed over for the next page's.
+    page's chunks passed over for the next page's. A chunk whose text is byte for byte that of
+    one already matched (its file name's digest: a versioned site's `version-1.0/` and
+    `version-2.0/` copies of a page) is passed over too, unless `args.all_copies`: the copy kept
+    is the first matched (SimHash matches first, then by score, then by topic id: `docs/` before
+    `versioned_docs/version-1.0/`); a copy passed over counts toward no page.
     A SimHash match names the chunk its question attached to at build time, mostly one: the
     embedding search, which ranked it first or not far from it, names the others the asker
     wants (`--n`); one that near-matched another question's words names the wrong page, and
@@ -207,19 +216,25 @@ def question_result(
     matches: list[dict[str, Any]] = []
     methods = []
     pages: Counter[tuple[str, str]] = Counter()
+    texts: set[str] = set()
 
-    def room(topic: str, source: str) -> bool:
-        """Whether one more match of this page is within `args.per_page` (and then counts it)."""
-        if pages[topic, source] == args.per_page:
+    def room(topic: str, source: str, path: str) -> bool:
+        """Whether a match of this page and chunk file is another text (or `args.all_copies`)
+        within `args.per_page` (and then counts it)."""
+        digest = None if args.all_copies else text_digest(path)
+        if digest in texts or pages[topic, source] == args.per_page:
             return False
         pages[topic, source] += 1
+        if digest is not None:
+            texts.add(digest)
         return True
 
     found = current_matches(reader, question_matches(reader, args.question, args.topic))
     for m, item in found:
         if len(matches) == args.n:
             break
-        if room(m.topic, m.source):
+        path = in_topic(m.topic, href_path(item["href"]))
+        if room(m.topic, m.source, path):
             matches.append(
                 {
                     "topic": m.topic,
@@ -228,7 +243,7 @@ def question_result(
                     "distance": m.distance,
                     "prompt_hash": m.hash,
                     "title": item["title"],
-                    "path": in_topic(m.topic, href_path(item["href"])),
+                    "path": path,
                 }
             )
     if matches:
@@ -244,7 +259,8 @@ def question_result(
         for hit in hits:
             if len(matches) == args.n:
                 break
-            if (hit.topic, hit.source, hit.index) not in listed and room(hit.topic, hit.source):
+            chunk = (hit.topic, hit.source, hit.index)
+            if chunk not in listed and room(hit.topic, hit.source, hit.path):
                 matches.append(
                     {
                         "topic": hit.topic,
@@ -337,6 +353,9 @@ def run_query(args: argparse.Namespace) -> int:
     if args.per_page is not None and not args.question:  # --n is per source there already
         print("mdindex query: --per-page counts a question's matches", file=sys.stderr)
         return 2
+    if args.all_copies and not args.question:
+        print("mdindex query: --all-copies keeps a question's matches", file=sys.stderr)
+        return 2
     import aiohttp
     from botocore.exceptions import BotoCoreError  # an S3 endpoint unreachable, no credentials
 
@@ -391,6 +410,14 @@ def _search_parameter(params: dict[str, list[str]], name: str) -> str | None:
     return values[0] if values else None
 
 
+def _search_flag(params: dict[str, list[str]], name: str) -> bool:
+    """A yes/no search parameter, `1` or `0` (absent: no); SearchError (400) otherwise."""
+    text = _search_parameter(params, name)
+    if text not in (None, "0", "1"):
+        raise SearchError(400, f"{name}: must be 0 or 1, got {text!r}")
+    return text == "1"
+
+
 def _search_count(params: dict[str, list[str]], name: str, default: int | None) -> int | None:
     """A whole-number search parameter from 1 to `MAX_SEARCH_N`; SearchError (400) otherwise."""
     text = _search_parameter(params, name)
@@ -407,15 +434,15 @@ def _search_count(params: dict[str, list[str]], name: str, default: int | None) 
 
 def question_search(directory: str) -> Search:
     """`mdindex serve --search`'s answer to a query string (`q`, `n`: default 5, `per_page`,
-    `topic`): `query --question --json`'s answer for the index in `directory`, hrefs its
-    server's root-relative URLs. SearchError: 400 naming a parameter that is missing, blank,
-    given twice, not UTF-8 or out of range; 404 for a topic the index lacks; 500 naming a
-    damaged index or a model that fails (a file by its URL on the server, not its path). The
-    model is loaded at the first question that needs it, again only once a rebuild records
-    another (`query_embedder`), and embeds one question at a time (the server answers in
-    threads). What the index's files hold is kept between questions, each file parsed again
-    once it changed (`IndexReader.read_parsed`): a rebuild's switch is seen at the next
-    question."""
+    `all_copies`: 0 or 1, `topic`): `query --question --json`'s answer for the index in
+    `directory`, hrefs its server's root-relative URLs. SearchError: 400 naming a parameter
+    that is missing, blank, given twice, not UTF-8 or out of range; 404 for a topic the index
+    lacks; 500 naming a damaged index or a model that fails (a file by its URL on the server,
+    not its path). The model is loaded at the first question that needs it, again only once a
+    rebuild records another (`query_embedder`), and embeds one question at a time (the server
+    answers in threads). What the index's files hold is kept between questions, each file
+    parsed again once it changed (`IndexReader.read_parsed`): a rebuild's switch is seen at the
+    next question."""
     reader = IndexReader.open(directory, keep=True)
     lock = threading.Lock()
     embed_question = query_embedder(reader)
@@ -439,12 +466,18 @@ def question_search(directory: str) -> Search:
             raise SearchError(400, "q: give a question (q=...)")
         n = _search_count(params, "n", 5)
         per_page = _search_count(params, "per_page", None)
+        all_copies = _search_flag(params, "all_copies")
         topic = _search_parameter(params, "topic")
         try:
             if topic is not None:
                 topic, _ = reader.spelled_topic(topic)
             args = argparse.Namespace(
-                question=question, topic=topic, n=n, per_page=per_page, show=False
+                question=question,
+                topic=topic,
+                n=n,
+                per_page=per_page,
+                all_copies=all_copies,
+                show=False,
             )
             return question_result(reader, args, lambda relpath: "/" + quote(relpath), embed)
         except (FileNotFoundError, NotInIndex) as error:

@@ -17,6 +17,7 @@ DOCUMENT_TABLES = "_index/documents"
 ROOT_SLUG = "_root"
 NAME_MAX = 255  # bytes in a file name on common filesystems (ext4, XFS, APFS; NTFS: 255 units)
 _CHUNK_FILE = re.compile(r".+-\d+\.md", re.DOTALL)  # fullmatch: a name may hold a newline
+_TEXT_DIGEST = re.compile(r"-([0-9a-f]{16})-\d+\.md\Z")
 Strings = TypeVar("Strings", bound=Iterable[str])
 
 
@@ -101,6 +102,13 @@ def source_chunk_files(source_path: str, texts: list[str]) -> list[str]:
     """The chunk files of a source's chunk texts, in order, relative to its topic directory."""
     stem = source_stem(source_path)
     return [chunk_file(stem, index, text) for index, text in enumerate(texts)]
+
+
+def text_digest(relpath: str) -> str | None:
+    """The `{digest}` in a chunk file's name (`chunk_file`): the same for every chunk file of the
+    same text, in any topic; None for a name without one (`{stem}-{i}.md`, format 2 and before)."""
+    found = _TEXT_DIGEST.search(relpath)
+    return found[1] if found else None
 
 
 def is_chunk_file(relpath: str) -> bool:

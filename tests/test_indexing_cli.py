@@ -1052,6 +1052,7 @@ def test_a_question_leaves_out_simhash_matches_the_index_no_longer_holds(tmp_pat
 
     def topic(name: str, sections: list[tuple[str, str]], similarities: list[float]):
         vectors = ranked_vectors(similarities)
+        sections = [(title, f"{body} ({name})") for title, body in sections]  # no copies of one
         doc = source(f"t/{name}/s.md", sections, vectors)
         inp = topic_input(f"t/{name}", [doc], questions=[question], question_vectors=vectors[-1:])
         return build_topic(inp, IndexSettings(prompt_threshold=0.99))

@@ -198,6 +198,53 @@ def test_per_page_gives_at_most_k_chunks_of_one_page(deploy_root, capsys):
         ["query", str(deploy_root), "--topic", "deploy", "--per-page", "1"], capsys
     )
     assert code == 2 and "--per-page counts a question's matches" in err
+    code, _, err = run_cli(["query", str(deploy_root), "--topic", "deploy", "--all-copies"], capsys)
+    assert code == 2 and "--all-copies keeps a question's matches" in err
+
+
+VERSIONS = ("docs/t", "versioned_docs/version-1.0/t", "versioned_docs/version-2.0/t")
+
+
+def test_a_versioned_sites_copies_of_a_chunk_are_one_match(tmp_path):
+    """A versioned docs site (Docusaurus' `docs/` beside `versioned_docs/version-1.0/`) holds
+    each page once per version: on 38 FastAPI pages in three versions, "How do I allow CORS
+    origins?" got 10 matches that were 4 texts, each three times, and `--per-page 1` 4 pages
+    three times. A chunk whose text was matched already is passed over now (the first kept:
+    by score, then topic id), counting toward no page; `all_copies` shows every copy."""
+    from indexing.cli import question_result
+
+    use, wild, more = ranked_vectors([1.0, 0.9, 0.8])
+    outputs = []
+    for topic in VERSIONS:
+        info = "Removed in 2.0." if "1.0" in topic else "Now with private networks."
+        pages = [
+            source(
+                f"{topic}/cors.md", [("Use it", "Add the middleware."), ("More", info)], [use, more]
+            ),
+            source(f"{topic}/wild.md", [("Wildcards", "Allow any origin.")], wild[None, :]),
+        ]
+        outputs.append(build_topic(topic_input(topic, pages), IndexSettings()))
+    write_index(tmp_path, outputs)
+    reader = IndexReader.open(str(tmp_path))
+
+    def ask(n: int, per_page: int | None = None, all_copies: bool = False) -> list[tuple]:
+        args = argparse.Namespace(
+            question="cors", topic=None, n=n, per_page=per_page, all_copies=all_copies, show=False
+        )
+        result = question_result(reader, args, embed=lambda model, q: np.array([1.0, 0, 0]))
+        return [(m["topic"], m["source"], m["index"]) for m in result["matches"]]
+
+    latest, old, last = VERSIONS
+    assert ask(10) == [
+        (latest, "cors", 0),
+        (latest, "wild", 0),
+        (latest, "cors", 1),
+        (old, "cors", 1),  # 1.0's own text of the section
+    ]
+    one = [(latest, "cors", 0), (latest, "wild", 0), (old, "cors", 1), (last, "cors", 1)]
+    assert ask(10, per_page=1) == one  # 2.0's copy of "More": the latest's was not matched
+    every = ask(10, all_copies=True)
+    assert len(every) == 9 and every[:3] == [(topic, "cors", 0) for topic in VERSIONS]
 
 
 def test_serve_search_answers_as_query_json_does_and_refuses_bad_parameters(deploy_root, capsys):
@@ -232,6 +279,7 @@ def test_serve_search_answers_as_query_json_does_and_refuses_bad_parameters(depl
             ("q=x&n=abc", 400, "n: must be a whole number, got 'abc'"),
             ("q=x&n=101", 400, "n: must be at most 100"),
             ("q=x&per_page=0", 400, "per_page: must be at least 1"),
+            ("q=x&all_copies=yes", 400, "all_copies: must be 0 or 1, got 'yes'"),
             ("q=x&topic=nope", 404, "no index.json for topic 'nope' under /"),
         ):
             refused = requests.get(f"{base}/_search?{query}", timeout=10)
@@ -307,7 +355,9 @@ def test_a_question_asked_while_a_build_switches_reads_one_version_of_each_table
     reader = IndexReader.open(str(served), keep=True)
     table = "_index/chunks/t.parquet"
     expected = {"v1 a": 1.0, "v1 b": 0.2, "v2 a": 0.2, "v2 b": 1.0}
-    args = argparse.Namespace(question="which page", topic=None, n=2, per_page=None, show=False)
+    args = argparse.Namespace(
+        question="which page", topic=None, n=2, per_page=None, all_copies=False, show=False
+    )
     done = threading.Event()
 
     def ask() -> list[tuple[str, float]]:
