@@ -202,10 +202,11 @@ def question_result(
     not among them (`args.topic`, where given, a topic as `IndexReader.spelled_topic` found it),
     at most `args.per_page` (None: any number) of one page (a topic's source), the rest of that
     page's chunks passed over for the next page's. A chunk whose text is byte for byte that of
-    one already matched (its file name's digest: a versioned site's `version-1.0/` and
+    one reached before (its file name's digest: a versioned site's `version-1.0/` and
     `version-2.0/` copies of a page) is passed over too, unless `args.all_copies`: the copy kept
-    is the first matched (SimHash matches first, then by score, then by topic id: `docs/` before
-    `versioned_docs/version-1.0/`); a copy passed over counts toward no page.
+    is the first reached (SimHash matches first, then by score, then by topic id: `docs/` before
+    `versioned_docs/version-1.0/`), and where `args.per_page` passed that one over, its copies
+    go with it; a copy passed over counts toward no page.
     A SimHash match names the chunk its question attached to at build time, mostly one: the
     embedding search, which ranked it first or not far from it, names the others the asker
     wants (`--n`); one that near-matched another question's words names the wrong page, and
@@ -219,14 +220,16 @@ def question_result(
     texts: set[str] = set()
 
     def room(topic: str, source: str, path: str) -> bool:
-        """Whether a match of this page and chunk file is another text (or `args.all_copies`)
-        within `args.per_page` (and then counts it)."""
+        """Whether a match of this page and chunk file is a text not reached before (or
+        `args.all_copies`) within `args.per_page` (and then counts it)."""
         digest = None if args.all_copies else text_digest(path)
-        if digest in texts or pages[topic, source] == args.per_page:
+        if digest in texts:
             return False
-        pages[topic, source] += 1
         if digest is not None:
             texts.add(digest)
+        if pages[topic, source] == args.per_page:
+            return False
+        pages[topic, source] += 1
         return True
 
     found = current_matches(reader, question_matches(reader, args.question, args.topic))
