@@ -30,7 +30,7 @@ from indexing.client import (
     ranked_chunks,
     select_chunks,
 )
-from indexing.paths import INDEX, href_path, in_topic, text_digest, topic_id
+from indexing.paths import INDEX, href_path, in_topic, is_below, text_digest, topic_id
 from indexing.server import SEARCH_PATH, Search, SearchError, checked_port, make_server
 from indexing.simhash import simhash64
 from indexing.terminal import counted, names_no_place, printable, write_out
@@ -129,6 +129,13 @@ def register(subparsers) -> None:
         help="at most K of a --question's matches from one page (source); default: no limit",
     )
     query.add_argument(
+        "--under",
+        type=_topic,
+        metavar="FOLDER",
+        help="a --question's matches from the topics at and below FOLDER "
+        '(a version of a docs site: "versioned_docs/version-2.0")',
+    )
+    query.add_argument(
         "--all-copies",
         action="store_true",
         help="every chunk of a --question's text, each version's copy (default: the first)",
@@ -199,7 +206,8 @@ def question_result(
 ) -> dict[str, Any]:
     """The JSON-ready answer to `query --question`: SimHash matches that the topics' index.json
     still hold, then, while they are fewer than `args.n`, the embedding search's nearest chunks
-    not among them (`args.topic`, where given, a topic as `IndexReader.spelled_topic` found it),
+    not among them (`args.topic`, where given, a topic as `IndexReader.spelled_topic` found it;
+    `args.under`, where given, a folder whose topics, its own and those below it, are searched),
     at most `args.per_page` (None: any number) of one page (a topic's source), the rest of that
     page's chunks passed over for the next page's. A chunk whose text is byte for byte that of
     one reached before (its file name's digest: a versioned site's `version-1.0/` and
@@ -232,7 +240,9 @@ def question_result(
         pages[topic, source] += 1
         return True
 
-    found = current_matches(reader, question_matches(reader, args.question, args.topic))
+    under = "" if args.under is None else args.under
+    asked = question_matches(reader, args.question, args.topic)
+    found = current_matches(reader, [m for m in asked if is_below(m.topic, under)])
     for m, item in found:
         if len(matches) == args.n:
             break
@@ -254,6 +264,7 @@ def question_result(
     if len(matches) < args.n:
         listed = {(match["topic"], match["source"], match["index"]) for match in matches}
         topics = [args.topic] if args.topic is not None else reader.topics()
+        topics = [topic for topic in topics if is_below(topic, under)]
         table = chunk_tables(reader, topics)
         hits = ()
         if table is not None:
@@ -359,6 +370,9 @@ def run_query(args: argparse.Namespace) -> int:
     if args.all_copies and not args.question:
         print("mdindex query: --all-copies keeps a question's matches", file=sys.stderr)
         return 2
+    if args.under is not None and (not args.question or args.topic is not None):
+        print("mdindex query: --under picks a question's topics, without --topic", file=sys.stderr)
+        return 2
     import aiohttp
     from botocore.exceptions import BotoCoreError  # an S3 endpoint unreachable, no credentials
 
@@ -385,6 +399,8 @@ def run_query(args: argparse.Namespace) -> int:
         if args.topic is not None:  # typed in NFC, its folder named on macOS in NFD
             topic, index = reader.spelled_topic(args.topic)
             args = argparse.Namespace(**{**vars(args), "topic": topic})
+        if args.under is not None:
+            reader.index(args.under)  # a folder the index lacks: "no index.json for topic …"
         if args.question:
             result = question_result(reader, args)
         else:
@@ -437,7 +453,7 @@ def _search_count(params: dict[str, list[str]], name: str, default: int | None) 
 
 def question_search(directory: str) -> Search:
     """`mdindex serve --search`'s answer to a query string (`q`, `n`: default 5, `per_page`,
-    `all_copies`: 0 or 1, `topic`): `query --question --json`'s answer for the index in
+    `all_copies`: 0 or 1, `topic` or `under`): `query --question --json`'s answer for the index in
     `directory`, hrefs its server's root-relative URLs. SearchError: 400 naming a parameter
     that is missing, blank, given twice, not UTF-8 or out of range; 404 for a topic the index
     lacks; 500 naming a damaged index or a model that fails (a file by its URL on the server,
@@ -471,14 +487,21 @@ def question_search(directory: str) -> Search:
         per_page = _search_count(params, "per_page", None)
         all_copies = _search_flag(params, "all_copies")
         topic = _search_parameter(params, "topic")
+        under = _search_parameter(params, "under")
+        if topic is not None and under is not None:
+            raise SearchError(400, "under: picks a question's topics, without topic")
         try:
             if topic is not None:
                 topic, _ = reader.spelled_topic(topic)
+            if under is not None:
+                under = topic_id(under)
+                reader.index(under)
             args = argparse.Namespace(
                 question=question,
                 topic=topic,
                 n=n,
                 per_page=per_page,
+                under=under,
                 all_copies=all_copies,
                 show=False,
             )

@@ -34,6 +34,11 @@ def in_topic(topic: str, relpath: str) -> str:
     return f"{topic}/{relpath}" if topic else relpath
 
 
+def is_below(topic: str, folder: str) -> bool:
+    """Whether the topic id `topic` is `folder` or a topic inside it ("" holds every topic)."""
+    return not folder or topic == folder or topic.startswith(folder + "/")
+
+
 def topic_id(name: str) -> str:
     """The topic id a person's spelling of it names: `guides/`, `/guides` and `./guides` are
     `guides`; `""` and `/` are the root; `..` leads nowhere above the root."""

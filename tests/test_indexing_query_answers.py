@@ -200,6 +200,8 @@ def test_per_page_gives_at_most_k_chunks_of_one_page(deploy_root, capsys):
     assert code == 2 and "--per-page counts a question's matches" in err
     code, _, err = run_cli(["query", str(deploy_root), "--topic", "deploy", "--all-copies"], capsys)
     assert code == 2 and "--all-copies keeps a question's matches" in err
+    code, _, err = run_cli(["query", str(deploy_root), "--topic", "deploy", "--under", ""], capsys)
+    assert code == 2 and "--under picks a question's topics, without --topic" in err
 
 
 VERSIONS = ("docs/t", "versioned_docs/version-1.0/t", "versioned_docs/version-2.0/t")
@@ -228,14 +230,13 @@ def test_a_versioned_sites_copies_of_a_chunk_are_one_match(tmp_path):
     write_index(tmp_path, outputs)
     reader = IndexReader.open(str(tmp_path))
 
-    def ask(n: int, per_page: int | None = None, all_copies: bool = False) -> list[tuple]:
-        args = argparse.Namespace(
-            question="cors", topic=None, n=n, per_page=per_page, all_copies=all_copies, show=False
-        )
+    def ask(n: int, per_page=None, all_copies=False, under=None) -> list[tuple]:
+        asked = {"n": n, "per_page": per_page, "all_copies": all_copies, "under": under}
+        args = argparse.Namespace(question="cors", topic=None, show=False, **asked)
         result = question_result(reader, args, embed=lambda model, q: np.array([1.0, 0, 0]))
         return [(m["topic"], m["source"], m["index"]) for m in result["matches"]]
 
-    latest, old, _ = VERSIONS
+    latest, old, last = VERSIONS
     assert ask(10) == [
         (latest, "cors", 0),
         (latest, "wild", 0),
@@ -245,6 +246,9 @@ def test_a_versioned_sites_copies_of_a_chunk_are_one_match(tmp_path):
     assert ask(10, per_page=1) == [(latest, "cors", 0), (latest, "wild", 0), (old, "cors", 1)]
     every = ask(10, all_copies=True)
     assert len(every) == 9 and every[:3] == [(topic, "cors", 0) for topic in VERSIONS]
+    # One version asked: `--topic` names one folder of pages, `--under` a version's whole tree.
+    assert {m[0] for m in ask(10, under="versioned_docs/version-1.0")} == {old}
+    assert [m[0] for m in ask(10, under="versioned_docs")] == [old] * 3 + [last]
 
 
 def test_serve_search_answers_as_query_json_does_and_refuses_bad_parameters(deploy_root, capsys):
@@ -280,6 +284,8 @@ def test_serve_search_answers_as_query_json_does_and_refuses_bad_parameters(depl
             ("q=x&n=101", 400, "n: must be at most 100"),
             ("q=x&per_page=0", 400, "per_page: must be at least 1"),
             ("q=x&all_copies=yes", 400, "all_copies: must be 0 or 1, got 'yes'"),
+            ("q=x&topic=deploy&under=deploy", 400, "under: picks a question's topics"),
+            ("q=x&under=nope", 404, "no index.json for topic 'nope' under /"),
             ("q=x&topic=nope", 404, "no index.json for topic 'nope' under /"),
         ):
             refused = requests.get(f"{base}/_search?{query}", timeout=10)
@@ -355,9 +361,8 @@ def test_a_question_asked_while_a_build_switches_reads_one_version_of_each_table
     reader = IndexReader.open(str(served), keep=True)
     table = "_index/chunks/t.parquet"
     expected = {"v1 a": 1.0, "v1 b": 0.2, "v2 a": 0.2, "v2 b": 1.0}
-    args = argparse.Namespace(
-        question="which page", topic=None, n=2, per_page=None, all_copies=False, show=False
-    )
+    asked = {"topic": None, "under": None, "n": 2, "per_page": None, "all_copies": False}
+    args = argparse.Namespace(question="which page", show=False, **asked)
     done = threading.Event()
 
     def ask() -> list[tuple[str, float]]:
