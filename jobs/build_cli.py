@@ -438,11 +438,14 @@ def root_cause(error: BaseException) -> BaseException:
     logs it as a failure of its own internal code, "please open an issue", with its stack.) But a
     source that stopped a chunk task under `failure_policy: abort` is its `SourceFailed`, from the
     line of that message which names it: the report's error and the last line were 20 lines of
-    Ray's traceback, where a failure known from the previous run gives the one line. An actor that
+    Ray's traceback, where a failure known from the previous run gives the one line; so is a
+    node's check in its first task (`jobs.landmarks`: a node that joined late has another folder,
+    or lacks a third-party class), whose one line was inside Ray Data's. An actor that
     failed in its start is its `start_failure`, and one that Ray's memory monitor killed its
     `memory_killed`."""
     from ray.exceptions import RayError
 
+    from jobs.landmarks import NotTheDriversFolder, PluginNotOnNode
     from jobs.stages.chunk import SourceFailed
 
     killed = memory_killed(error)
@@ -455,6 +458,8 @@ def root_cause(error: BaseException) -> BaseException:
     wrapped = isinstance(cause, BaseException) and not isinstance(cause, RayError)
     if wrapped:
         return on_a_node(error, cause)
-    name = re.escape(f"{SourceFailed.__module__}.{SourceFailed.__qualname__}")
-    stopped = re.search(rf"^{name}: (.+)$", str(error), re.MULTILINE)
-    return SourceFailed(stopped.group(1)) if stopped else error
+    for known in (SourceFailed, NotTheDriversFolder, PluginNotOnNode):
+        name = re.escape(f"{known.__module__}.{known.__qualname__}")
+        if stopped := re.search(rf"^{name}: (.+)$", str(error), re.MULTILINE):
+            return known(stopped.group(1))
+    return error

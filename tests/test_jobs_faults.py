@@ -272,6 +272,36 @@ def test_a_node_without_s3_credentials_is_named_so(tmp_path):
     assert "each node needs S3 credentials of its own" in said and "storage_options" in said
 
 
+def _node_without_the_plugin(batch: dict) -> dict:
+    """A map task's check on a node lacking the config's plugin, as `jobs.landmarks` raises it."""
+    from jobs.landmarks import PluginNotOnNode
+
+    raise PluginNotOnNode("the chunking strategy 'paragraphs', which the driver found, is not here")
+
+
+def test_a_late_nodes_check_in_a_map_task_is_its_one_line():
+    """A node that joined during the build and lacks a third-party class (or has another folder)
+    fails its first chunk task with `PluginNotOnNode` (`NotTheDriversFolder`): the build's last
+    line and the report's error were Ray Data's 'RayTaskError(UserCodeException): ray::MapBatches
+    …' with the traceback, the one line somewhere inside."""
+    from ray import cloudpickle
+
+    from jobs.build_cli import root_cause
+    from jobs.report import error_text
+
+    this_module = sys.modules[__name__]  # which Ray's workers cannot import: sent by value
+    cloudpickle.register_pickle_by_value(this_module)
+    try:
+        with pytest.raises(Exception) as raised:
+            ray.data.range(1).map_batches(_node_without_the_plugin).materialize()
+    finally:
+        cloudpickle.unregister_pickle_by_value(this_module)
+    said = error_text(root_cause(raised.value))
+    assert said == (
+        "PluginNotOnNode: the chunking strategy 'paragraphs', which the driver found, is not here"
+    )
+
+
 def test_an_embedding_actor_that_fails_to_start_is_named_with_its_node_and_error(tmp_path):
     """An embedding actor that raised in its start (a GPU node whose torch has no CUDA) ended the
     build with Ray's ActorDiedError: the actor's whole traceback (30 lines) as the report's error
