@@ -33,7 +33,7 @@ from jobs.discovery import (
     window_encoder,
 )
 from jobs.finish import finish, index_settings
-from jobs.landmarks import Landmark, Plugin, config_plugins, landmarks
+from jobs.landmarks import BACKEND, Landmark, Plugin, config_plugins, landmarks
 from jobs.local_ray import node_gpu_counts, on_the_drivers_node, start_ray, watching_nodes
 from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
@@ -495,6 +495,7 @@ def embed_settings(
         encoder_digest=encoder_digest(encoder) if encoder else None,
         env=actor_env(pool),
         load_at_start=new_content,
+        plugins=tuple(plugin for plugin in config_plugins(config) if plugin.kind == BACKEND),
     )
 
 

@@ -321,6 +321,30 @@ def test_an_embedding_actor_that_fails_to_start_is_named_with_its_node_and_error
     assert "\n" not in said and "File " not in said
 
 
+def test_an_embedding_actor_on_a_node_without_the_backend_says_so(tmp_path):
+    """An embedding actor that started on a node lacking the config's third-party backend (one
+    that joined late: the start's check saw the nodes then) took the backend's entry point name
+    for a Hugging Face model's: "model 'hashing': not a local directory, and the Hugging Face hub
+    could not provide it". It checks the backend first, as a chunk task checks the strategy."""
+    from jobs.build_cli import root_cause
+    from jobs.landmarks import BACKEND, Plugin
+    from jobs.report import error_text
+    from jobs.stages.embed import EmbedActor, EmbedSettings
+
+    missing = Plugin(BACKEND, "mdx_nowhere_backend")
+    settings = EmbedSettings(
+        "mdx_nowhere_backend", {}, cache_uri=str(tmp_path / "cache"), plugins=(missing,)
+    )
+    actor = ray.remote(EmbedActor).options(max_restarts=0).remote(settings)
+    with pytest.raises(ray.exceptions.ActorDiedError) as raised:
+        ray.get(actor.__call__.remote({}))
+    said = error_text(root_cause(raised.value))
+    assert said.startswith("ActorStartFailed: the embedding actor failed to start on node "), said
+    needs = "PluginNotOnNode: the embedding backend 'mdx_nowhere_backend', which the driver found"
+    assert needs in said and "no entry point 'mdx_nowhere_backend'" in said, said
+    assert "\n" not in said and "Hugging Face" not in said
+
+
 def topics_corpus(docs: Path, version: str) -> None:
     for t in range(6):
         for name in ("a", "b", "c"):

@@ -40,6 +40,7 @@ from embedding.documents import (
     truncated_rows,
 )
 from jobs.gc_pause import gc_paused
+from jobs.landmarks import Plugin, check_landmarks
 from jobs.progress import embedding_progress, report_stats, rows_key
 from jobs.records import QUESTIONS, SOURCE, chunk_tokens, entry_to_json, with_columns
 from jobs.stats import EmbedStats, Names, RunStats, SharedClock
@@ -66,6 +67,9 @@ class EmbedSettings:
     # load the model at the actor's start even where its cache keys need no model (a CPU): the
     # run's chunks are expected to miss the cache (`jobs.work.new_content`)
     load_at_start: bool = False
+    # the third-party backend the driver found (`jobs.landmarks.config_plugins`), which the actor
+    # checks it finds before anything else, as a node's first chunk task checks the strategy
+    plugins: tuple[Plugin, ...] = ()
 
 
 class EmbedActor:
@@ -78,6 +82,9 @@ class EmbedActor:
         # Before torch: OpenMP reads its settings when torch loads it, and nothing in this new
         # process has imported torch yet (this module does not).
         os.environ.update(settings.env)
+        # A node that joined late without the backend: "PluginNotOnNode: …", not the hub's
+        # "model 'hashing': not a local directory, and the Hugging Face hub could not provide it"
+        check_landmarks(settings.plugins)
         self.settings = settings
         self.strategy_key = settings.strategy_key
         self.collector = settings.collector
