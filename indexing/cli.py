@@ -399,8 +399,9 @@ def run_query(args: argparse.Namespace) -> int:
         if args.topic is not None:  # typed in NFC, its folder named on macOS in NFD
             topic, index = reader.spelled_topic(args.topic)
             args = argparse.Namespace(**{**vars(args), "topic": topic})
-        if args.under is not None:
-            reader.index(args.under)  # a folder the index lacks: "no index.json for topic …"
+        if args.under is not None:  # a folder the index lacks: "no index.json for topic …"
+            under, _ = reader.spelled(args.under)  # typed in NFC, named on macOS in NFD
+            args = argparse.Namespace(**{**vars(args), "under": under})
         if args.question:
             result = question_result(reader, args)
         else:
@@ -494,8 +495,7 @@ def question_search(directory: str) -> Search:
             if topic is not None:
                 topic, _ = reader.spelled_topic(topic)
             if under is not None:
-                under = topic_id(under)
-                reader.index(under)
+                under, _ = reader.spelled(under)
             args = argparse.Namespace(
                 question=question,
                 topic=topic,

@@ -341,18 +341,23 @@ class IndexReader:
         is a folder of topics alone (a directory index, whose stripe orders are none)."""
         return _holding_sources(topic, self.index(topic))
 
-    def spelled_topic(self, topic: str) -> tuple[str, dict[str, Any]]:
-        """`topic` as the index spells it, and its `topic`: the topic id (`topic_id`), or that id
-        in the other Unicode normal form where only that one has an index.json (a folder named
-        on macOS is NFD, `cafe` and U+0301, which a copy keeps, while a keyboard types NFC,
-        U+00E9). Each index.json is read once; a name the same in both forms (ASCII) probes no
-        other."""
-        topic = topic_id(topic)
-        for form in spellings((topic,)):
+    def spelled(self, folder: str) -> tuple[str, dict[str, Any]]:
+        """`folder` (a topic, or a folder of topics) as the index spells it, and its `index`: the
+        topic id (`topic_id`), or that id in the other Unicode normal form where only that one has
+        an index.json (a folder named on macOS is NFD, `cafe` and U+0301, which a copy keeps,
+        while a keyboard types NFC, U+00E9). Each index.json is read once; a name the same in
+        both forms (ASCII) probes no other."""
+        folder = topic_id(folder)
+        for form in spellings((folder,)):
             doc = self.read_parsed(in_topic(form, INDEX), partial(self._found_index, form))
             if doc is not None:
-                return form, _holding_sources(form, doc)
-        return topic, _holding_sources(topic, self._index(topic, None))
+                return form, doc
+        return folder, self._index(folder, None)
+
+    def spelled_topic(self, topic: str) -> tuple[str, dict[str, Any]]:
+        """`spelled` of a topic that holds sources (`topic`)."""
+        form, doc = self.spelled(topic)
+        return form, _holding_sources(form, doc)
 
     def topics(self) -> list[str]:
         """Ids of every topic with chunks, found by walking `_embedded.topics` from the root

@@ -1343,6 +1343,10 @@ def test_a_topic_typed_in_another_unicode_form_than_its_folder_name_is_found(
     assert result["sources"][0]["chunks"][0]["href"].startswith((root / nfd).as_uri())
     code, _, err = run_cli(["query", str(root), "--topic", "guides/cafe", "--n", "1"], capsys)
     assert code == 1 and "no index.json for topic 'guides/cafe'" in err
+    # `--under`, as `--topic`: it was "no index.json for topic 'guides/café'" (exit 1)
+    asked = ["query", str(root), "--question", QUESTIONS[0], "--under", nfc, "--n", "1", "--json"]
+    code, out, err = run_cli(asked, capsys)
+    assert code == 0, err
 
 
 def test_a_topic_is_spelled_as_topic_id_names_it_and_its_index_read_once(index_root, tmp_path):
