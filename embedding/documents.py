@@ -7,7 +7,10 @@ per document, for callers that have documents one by one, and go through it."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -17,7 +20,7 @@ from embedding.cache import CacheEntry, CacheKey, EmbeddingCache, text_hashes
 from embedding.encoder import Encoded
 
 if TYPE_CHECKING:  # only for annotations: this module works without importing torch
-    from embedding.embedder import Embedder
+    from embedding.embedder import Embedded, Embedder
     from embedding.lazy import LazyEmbedder
 
 
@@ -110,8 +113,8 @@ class DocumentsVectors:
     and whether it was cut to the model window; per document whether its whole cache entry was
     reused (`hits`; a document without chunks is one: no entry is written for it, which would
     replace the entry of other settings that chunk the same bytes, a draft's, say), how many
-    chunks came from an older entry by text hash (`reused`) and how many were embedded now
-    (`embedded`)."""
+    chunks came from an older entry, or from an earlier call (`Remembered`), by text hash
+    (`reused`) and how many were embedded now (`embedded`)."""
 
     vectors: np.ndarray
     text_hashes: tuple[str, ...]
@@ -144,6 +147,53 @@ class Embeddings:
     tokens: int = 0
     padded_tokens: int = 0
     model_seconds: float = 0.0
+
+
+class Remembered:
+    """Vectors an embedding actor computed in its earlier calls, by model key (passages and
+    queries apart) and text hash, with whether each was cut to the model window; the least
+    recently used are dropped past `max_bytes` (each vector's bytes and about 200 of bookkeeping:
+    the 64 MB default holds some 38,000 MiniLM vectors, 15,000 of a 1,024-wide model: the
+    distinct chunks of a docs version of some 4,000 pages at FastAPI's 10 a page, small beside
+    the 400 MB an actor holds once torch and a model are loaded). A build's copies of a page
+    (versioned docs) land in different calls and miss the cache, which is written after them:
+    `embed_documents` takes them from here. Safe for an actor's concurrent calls, whose model
+    work takes `turn` one call at a time (as the model takes it): a text the other call is
+    embedding is found once it is done, not embedded twice."""
+
+    ENTRY_BYTES = 200  # the key's tuple and strings, the bytes object, the ordered dict's link
+
+    def __init__(self, max_bytes: int = 64 * 2**20):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._vectors: OrderedDict[tuple[str, str], tuple[bytes, bool]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.turn = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def get(self, model_key: str, text_hash: str) -> tuple[bytes, bool] | None:
+        """The vector's float32 bytes and its cut flag, or None."""
+        with self._lock:
+            found = self._vectors.get((model_key, text_hash))
+            if found is not None:
+                self._vectors.move_to_end((model_key, text_hash))
+            return found
+
+    def put(self, model_key: str, hashes: Sequence[str], vectors: np.ndarray, cut: np.ndarray):
+        """Remember each text's vector (a row of `vectors`) and cut flag."""
+        rows = np.ascontiguousarray(vectors, dtype=np.float32)
+        with self._lock:
+            for text_hash, vector, was_cut in zip(hashes, rows, cut.tolist(), strict=True):
+                key = (model_key, text_hash)
+                if key not in self._vectors:
+                    self.bytes += vector.nbytes + self.ENTRY_BYTES
+                self._vectors[key] = (vector.tobytes(), was_cut)
+                self._vectors.move_to_end(key)
+            while self.bytes > self.max_bytes and self._vectors:
+                _, (data, _) = self._vectors.popitem(last=False)
+                self.bytes -= len(data) + self.ENTRY_BYTES
 
 
 def chunk_offsets(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -215,6 +265,7 @@ def embed_documents(
     groups: Sequence[Documents],
     tokens_digest: str | None = None,
     progress: Callable[[int], None] | None = None,
+    remembered: Remembered | None = None,
 ) -> Embeddings:
     """Vectors for every chunk of every group, computing only what the cache lacks.
 
@@ -230,32 +281,24 @@ def embed_documents(
     are used only where it is the embedder's own (asked once a text is missing: a
     `LazyEmbedder` loads then), else the texts are tokenized again; None: they are the
     embedder's ids. `progress` is called with the passages of each micro-batch as it is
-    embedded (`Embedder.embed_encoded`)."""
+    embedded (`Embedder.embed_encoded`).
+
+    `remembered`: vectors of earlier calls (an actor's); a chunk the cache lacks whose text is
+    there is not embedded again (counted in `reused`: the same bits, the micro-batches being
+    fixed-shape), and what this call embeds is added to it."""
     known = [_known(embedder, cache, group) for group in groups]
     tokens = padded_tokens = 0
     model_seconds = 0.0
     for query in (False, True):
         same = [(g, k) for g, k in zip(groups, known, strict=True) if g.query is query]
-        firsts: dict[str, tuple[Documents, int]] = {}  # text hash -> its first missing chunk
-        for group, held in same:
-            for chunk in np.flatnonzero(~held.have).tolist():
-                firsts.setdefault(held.hashes[chunk], (group, chunk))
-        if not firsts:
-            continue
-        own_ids = tokens_digest is None or tokens_digest == embedder.encoder_digest
-        encoded = _encoded(embedder, list(firsts.values()), query, own_ids)
-        told = None if query else progress  # questions are no chunks
-        fresh = embedder.embed_encoded(encoded, query=query, progress=told)
-        tokens, padded_tokens = tokens + fresh.tokens, padded_tokens + fresh.padded_tokens
-        model_seconds += fresh.model_seconds
-        row = {text_hash: i for i, text_hash in enumerate(firsts)}
-        fresh_cut = np.zeros(len(row), dtype=bool)
-        fresh_cut[list(fresh.truncated_rows)] = True
-        for _, held in same:
-            missing = np.flatnonzero(~held.have)
-            rows = [row[held.hashes[chunk]] for chunk in missing.tolist()]
-            held.vectors[missing] = fresh.vectors[rows]
-            held.cut[missing] = fresh_cut[rows]
+        with remembered.turn if remembered is not None else nullcontext():
+            if remembered is not None:
+                for group, held in same:
+                    _recall(remembered, cache_model_key(embedder, query), group, held)
+            fresh = _embed_missing(embedder, same, query, tokens_digest, progress, remembered)
+        if fresh is not None:
+            tokens, padded_tokens = tokens + fresh.tokens, padded_tokens + fresh.padded_tokens
+            model_seconds += fresh.model_seconds
     results = []
     for group, held in zip(groups, known, strict=True):
         missing = np.concatenate([[0], np.cumsum(~held.have)])
@@ -312,6 +355,51 @@ def _known(
                 held.have[chunk] = True
                 held.reused[document] += 1
     return held
+
+
+def _embed_missing(
+    embedder: Embedder | LazyEmbedder,
+    same: list[tuple[Documents, _Known]],
+    query: bool,
+    tokens_digest: str | None,
+    progress: Callable[[int], None] | None,
+    remembered: Remembered | None,
+) -> Embedded | None:
+    """Embed every distinct text these groups (of one kind) still lack, in one embedder call, and
+    fill them in (and in `remembered`); None when none is missing."""
+    firsts: dict[str, tuple[Documents, int]] = {}  # text hash -> its first missing chunk
+    for group, held in same:
+        for chunk in np.flatnonzero(~held.have).tolist():
+            firsts.setdefault(held.hashes[chunk], (group, chunk))
+    if not firsts:
+        return None
+    own_ids = tokens_digest is None or tokens_digest == embedder.encoder_digest
+    encoded = _encoded(embedder, list(firsts.values()), query, own_ids)
+    told = None if query else progress  # questions are no chunks
+    fresh = embedder.embed_encoded(encoded, query=query, progress=told)
+    row = {text_hash: i for i, text_hash in enumerate(firsts)}
+    fresh_cut = np.zeros(len(row), dtype=bool)
+    fresh_cut[list(fresh.truncated_rows)] = True
+    for _, held in same:
+        missing = np.flatnonzero(~held.have)
+        rows = [row[held.hashes[chunk]] for chunk in missing.tolist()]
+        held.vectors[missing] = fresh.vectors[rows]
+        held.cut[missing] = fresh_cut[rows]
+    if remembered is not None:
+        remembered.put(cache_model_key(embedder, query), list(row), fresh.vectors, fresh_cut)
+    return fresh
+
+
+def _recall(remembered: Remembered, model_key: str, group: Documents, held: _Known):
+    """Fill in the chunks `held` lacks whose text `remembered` has, counted in `reused`."""
+    recalled = np.zeros(len(held.hashes), dtype=np.int64)
+    for chunk in np.flatnonzero(~held.have).tolist():
+        if (got := remembered.get(model_key, held.hashes[chunk])) is not None:
+            held.vectors[chunk] = np.frombuffer(got[0], dtype=np.float32)
+            held.cut[chunk], held.have[chunk], recalled[chunk] = got[1], True, 1
+    if recalled.any():
+        counts = np.concatenate([[0], np.cumsum(recalled)])
+        held.reused[:] += counts[group.offsets[1:]] - counts[group.offsets[:-1]]
 
 
 def _encoded(

@@ -6,6 +6,9 @@ object per document), whose fixed-shape micro-batches keep every vector the same
 documents share the batch. Each topic's questions are embedded as queries (with the model's query
 prefix), through the same cache. The new cache entries are not written here: they
 travel with the rows to `jobs.stages.store`, so the actor (a GPU) never waits on cache writes.
+What an actor embeds it remembers for its later batches (`embedding.documents.Remembered`): a
+copy of a page in another version's folder, whose cache entry is not written yet, is not
+embedded again.
 Each chunk is embedded as its `embedding_text` (the chunking layer decides: e.g. hierarchical's
 context-enriched text), which the chunk task sends beside the document, and the cache is keyed on
 exactly that text. Its token ids come from the chunk task when that task's encoder has this
@@ -34,6 +37,7 @@ from embedding.documents import (
     Documents,
     DocumentsVectors,
     Embeddings,
+    Remembered,
     cache_model_key,
     chunk_offsets,
     embed_documents,
@@ -90,6 +94,9 @@ class EmbedActor:
         self.collector = settings.collector
         self.pretokenized = False  # the chunk tasks' ids are this model's (known once it loads)
         self.clock = SharedClock()
+        # this build's vectors so far: a copy of a page (versioned docs) in a later batch is not
+        # embedded again, its cache entry not yet written (`embedding.documents.Remembered`)
+        self.remembered = Remembered()
         with gc_paused():
             # Imported here, in the actor (the driver needs none of it); torch only once the
             # model loads.
@@ -170,7 +177,12 @@ class EmbedActor:
             groups.append(_questions(questions, hashes))
             rows.append([i for i, _ in questions])
         done = embed_documents(
-            self.embedder, self.cache, groups, self.settings.encoder_digest, progress
+            self.embedder,
+            self.cache,
+            groups,
+            self.settings.encoder_digest,
+            progress,
+            self.remembered,
         )
         written: dict[str, list[Any]] = {name: [None] * batch.num_rows for name in WRITES}
         for group, found, indices in zip(groups, done.results, rows, strict=True):
