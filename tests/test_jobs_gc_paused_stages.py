@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from jobs_support import chunk_task_inputs
 
+from embedding.documents import Remembered
 from embedding.encoder import encoder_digest, model_encoder
 from jobs.stages.chunk import chunk_sources, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings
@@ -60,6 +61,7 @@ def test_a_chunk_task_and_an_embedding_call_run_with_the_collector_paused(tmp_pa
     actor = EmbedActor(settings)
     with counting_collections() as paused_embedding:
         embedded = actor(batch)
+    actor.remembered = Remembered()  # the same texts embedded again, not recalled
     with counting_collections() as embedding:
         actor.embed(batch)
     assert embedded.column("vectors").null_count == 0
