@@ -522,8 +522,7 @@ def test_texts_remembered_from_an_earlier_call_are_not_embedded_again_and_keep_t
     cache entries are written: each copy was embedded again (1,032 chunks for 349 texts). With
     `Remembered` the later call embeds none of the texts an earlier one did, counts them in
     `reused`, and its vectors and cut flags are those a call without it computes, bit for bit
-    (fixed-shape micro-batches); of two concurrent calls, one embeds; queries are remembered
-    apart from passages."""
+    (fixed-shape micro-batches); queries are remembered apart from passages."""
     model = minilm()
     long = " ".join(["word"] * 300)  # cut to the model window: the flag is remembered too
     first = [*TEXTS[:4], long]
@@ -547,14 +546,6 @@ def test_texts_remembered_from_an_earlier_call_are_not_embedded_again_and_keep_t
     assert found.text_hashes == alone.text_hashes
     asked, _ = call([TEXTS[0]], "qa", memory, query=True)
     assert int(asked.embedded.sum()) == 1
-    together = Remembered()  # an actor's two concurrent calls: one embeds, the other recalls
-    calls = [threading.Thread(target=lambda: done.append(call(first, "v", together))) for _ in "ab"]
-    done: list[tuple] = []
-    for thread in calls:
-        thread.start()
-    for thread in calls:
-        thread.join()
-    assert sorted(int(found.embedded.sum()) for found, _ in done) == [0, len(first)]
     small = Remembered(max_bytes=3 * (4 * model.dim + Remembered.ENTRY_BYTES))
     call(first, "docs/a.md", small)
     assert len(small) == 3 and small.get(model.key, text_hashes([TEXTS[0]])[0]) is None
