@@ -27,6 +27,12 @@ What Ray prints on a healthy run that we cannot avoid is filtered here, and only
   of ours, and would drop sources unsaid).
 Ray Data still writes everything to `ray-data.log` in the Ray session's log folder.
 
+One line of Ray's is told in our words instead: a raylet's error that a folder it spills objects to
+is over 95% full, which it repeats every 10 s for as long as the build runs (and, under `ray job
+submit`, for every node): the build logs one warning for each such folder
+(`SPILL_FOLDER_FULL`). A healthy build on a nearly full disk (a shared CI machine) printed Ray's
+line every 10 s, unstamped, and a person read the repeats as the build's failure.
+
 Outside a terminal (a log file, `ray job submit`'s job log) the prefix Ray gives a worker's
 forwarded lines ("(_reduce_topic pid=…)") comes without colour codes, unless `RAY_COLOR_PREFIX`
 is set: escape codes made a log read days later hard to read and to grep. The setting stays for
@@ -44,10 +50,13 @@ import re
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from jobs.progress import interactive
+
+log = logging.getLogger("mdindex.build")
 
 DEPRECATED_REMOTE_ARGS = r"`ray_remote_args(_fn)?` is deprecated"
 HARMLESS_STDERR = (re.compile(rb"core_worker\.cc.*constructor arguments in the object store"),)
@@ -64,6 +73,34 @@ EMBED_ACTORS_ABOVE_INPUTS = (
 TASK_FAILED = ("An exception was raised from a task of operator", "Exception occurred in user code")
 # How it announces an error of its own ("please open an issue"), then its stack
 RAY_ERROR = ("Exception occurred in Ray Data or Ray Core internal code", "Full stack trace")
+
+
+@dataclass(frozen=True)
+class Retold:
+    """Lines of another program's matching `pattern`, told once in our words: `words` of the first
+    match for each distinct first group (a folder), and the rest dropped."""
+
+    pattern: re.Pattern[bytes]
+    words: Callable[[re.Match[bytes]], str]
+
+
+def _spill_folder_full(match: re.Match[bytes]) -> str:
+    folder, percent, free, capacity = (part.decode(errors="replace") for part in match.groups())
+    return (
+        f"Ray's folder {folder} is over {percent}% full ({free} GB free of {capacity} GB): Ray "
+        "cannot spill objects to it, so a build whose data outgrows Ray's object store fails; "
+        "free some space, or set TMPDIR (or RAY_TMPDIR, which Ray reads first) to a folder "
+        "with room"
+    )
+
+
+SPILL_FOLDER_FULL = Retold(
+    re.compile(
+        rb"file_system_monitor\.cc:\d+: (\S+) is over ([\d.]+)% full, "
+        rb"available space: ([\d.]+) GB; capacity: ([\d.]+) GB"
+    ),
+    _spill_folder_full,
+)
 
 
 class RayDataConsoleFilter(logging.Filter):
@@ -99,7 +136,7 @@ def clean_logs() -> Iterator[None]:
     if not interactive():  # read by the driver as it prints each line
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     try:
-        with warnings.catch_warnings(), StderrFilter(HARMLESS_STDERR):
+        with warnings.catch_warnings(), StderrFilter(HARMLESS_STDERR, (SPILL_FOLDER_FULL,)):
             warnings.filterwarnings(
                 "ignore", message=DEPRECATED_REMOTE_ARGS, category=RayDeprecationWarning
             )
@@ -155,10 +192,14 @@ def pieces(pipe: BinaryIO) -> Iterator[bytes]:
 
 class StderrFilter:
     """Drops the lines matching `patterns` from everything this process writes to file
-    descriptor 2 (Python and C++ alike), passing every other line through unchanged."""
+    descriptor 2 (Python and C++ alike), tells those of `retold` once in our words (a warning of
+    the build's log, written back through descriptor 2), and passes every other line through
+    unchanged."""
 
-    def __init__(self, patterns: tuple[re.Pattern[bytes], ...]):
+    def __init__(self, patterns: tuple[re.Pattern[bytes], ...], retold: tuple[Retold, ...] = ()):
         self._patterns = patterns
+        self._retold = retold
+        self._told: set[tuple[int, bytes]] = set()
         self._saved: int | None = None
         self._drained = threading.Event()
         self._end = f"mdindex-stderr-end-{os.getpid()}-{id(self)}\n".encode()
@@ -183,10 +224,26 @@ class StderrFilter:
                 # the end marker follows a last line without its newline (a progress bar's "\r")
                 ended = line.endswith(self._end)
                 text = line[: -len(self._end)] if ended else line
-                if passing and text and not any(p.search(text) for p in self._patterns):
+                if passing and text and not self._dropped(text):
                     passing = _written(out, text)
                 if ended:
                     self._drained.set()
+
+    def _dropped(self, text: bytes) -> bool:
+        """Whether `text` is a line not to pass on: one of `patterns`, or one `retold` (in our
+        words the first time its subject is seen)."""
+        if any(p.search(text) for p in self._patterns):
+            return True
+        for number, retold in enumerate(self._retold):
+            if match := retold.pattern.search(text):
+                if (number, match.group(1)) not in self._told:
+                    self._told.add((number, match.group(1)))
+                    # from another thread: the warning goes through descriptor 2, the pipe this
+                    # thread empties, and a full pipe would wait on this thread for ever
+                    words = retold.words(match)
+                    threading.Thread(target=log.warning, args=(words,), daemon=True).start()
+                return True
+        return False
 
     def __exit__(self, *exc_info: object) -> None:
         # Everything written so far comes out before descriptor 2 is given back. Processes

@@ -12,6 +12,7 @@ import time
 from jobs.logs import (
     HARMLESS_STDERR,
     PROGRESS_BARS_DISABLED,
+    SPILL_FOLDER_FULL,
     RayDataConsoleFilter,
     StderrFilter,
     clean_logs,
@@ -31,6 +32,40 @@ def test_stderr_filter_drops_only_the_known_ray_line(capfd):
     assert capfd.readouterr().err == (
         "first line\nsecond line\n[... E ...] core_worker.cc:100: a real error\nafter\n"
     )
+
+
+def _spill_folder_line(folder: bytes, second: int) -> bytes:
+    """A raylet's line as a build's stderr had it on a CI machine whose disk was 96% full."""
+    return (
+        b"(raylet) [2026-12-01 00:32:%02d,230 E 2760 2775] (raylet) file_system_monitor.cc:116: "
+        % second
+        + folder
+        + b" is over 95% full, available space: 9.86274 GB; capacity: 251.972 GB. Object "
+        b"creation will fail if spilling is required.\n"
+    )
+
+
+def test_a_nearly_full_spill_folder_is_told_once_per_folder_in_our_words(capfd, caplog):
+    """The raylet repeats its line every 10 s for as long as the build runs (and under `ray job
+    submit`, for each node's folder): a healthy build's stderr held Ray's unstamped errors."""
+    first, second = b"/tmp/rayjob_x/ray/session_1", b"/mnt/ray/session_2"
+    with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+        with StderrFilter(HARMLESS_STDERR, (SPILL_FOLDER_FULL,)):
+            os.write(2, b"before\n" + _spill_folder_line(first, 0))
+            os.write(2, _spill_folder_line(first, 10) + _spill_folder_line(second, 12))
+            os.write(2, _spill_folder_line(first, 20) + b"after\n")
+        deadline = time.monotonic() + 5  # told from a thread of its own
+        while len(caplog.records) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert capfd.readouterr().err == "before\nafter\n"
+    assert sorted(record.getMessage() for record in caplog.records) == [
+        f"Ray's folder {folder.decode()} is over 95% full (9.86274 GB free of 251.972 GB): Ray "
+        "cannot spill objects to it, so a build whose data outgrows Ray's object store fails; "
+        "free some space, or set TMPDIR (or RAY_TMPDIR, which Ray reads first) to a folder "
+        "with room"
+        for folder in sorted((first, second))
+    ]
+    assert {record.levelname for record in caplog.records} == {"WARNING"}
 
 
 def _quieted(handler: logging.Handler) -> bool:
