@@ -148,8 +148,8 @@ def split_lines(text: str) -> tuple[str, ...]:
 
 def normalize(data: bytes | str) -> NormalizedDocument:
     """Decode and normalise one source (text, or bytes-like); front matter is parsed with
-    yaml.safe_load or tomllib. TypeError for anything else: `bytes()` made an int's NUL bytes of
-    it, and a `Path` its own name."""
+    `_FrontMatterLoader` (YAML 1.2) or tomllib. TypeError for anything else: `bytes()` made an
+    int's NUL bytes of it, and a `Path` its own name."""
     if isinstance(data, str):
         raw = data.encode("utf-8", "surrogatepass")
     elif isinstance(data, (bytes, bytearray, memoryview)):
@@ -240,11 +240,94 @@ def _front_matter(lines: tuple[str, ...]) -> tuple[dict[str, Any], int]:
     return plain, close + 1
 
 
+_TAG = "tag:yaml.org,2002:"
+# The YAML 1.2 core schema's plain scalars that PyYAML (YAML 1.1) reads otherwise (spec 1.2.2,
+# 10.3.2), in the order tried: tag, pattern, first characters.
+_CORE_SCHEMA = (
+    ("bool", r"(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    ("int", r"(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
+    (
+        "float",
+        r"(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+        "-+0123456789.",
+    ),
+)
+_REPLACED = {kind for kind, _, _ in _CORE_SCHEMA}
+_YAML11_BOOLEAN = re.compile(r"(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)$")
+# Top-level keys whose type sites fix, read so from a plain scalar of another type (as Go's yaml
+# v3 reads YAML 1.1's `yes` into a typed bool): the draft marks' YAML 1.1 booleans (a page marked
+# `draft: yes` stays out, as before), a title's number or boolean as the text written.
+_TYPED_KEYS = {
+    "draft": ("bool", _YAML11_BOOLEAN),
+    "published": ("bool", _YAML11_BOOLEAN),
+    "title": ("str", None),
+}
+
+
+class _FrontMatterLoader(yaml.SafeLoader):
+    """yaml.SafeLoader reading plain scalars by the YAML 1.2 core schema (Hugo's, js-yaml's):
+    booleans only `true`/`false` (`country: NO` is text), integers decimal, `0o` or `0x` (`10:30`
+    and `1_000` are text, `0755` is 755), floats with an optional exponent sign (`1e3`). Nulls,
+    dates and `<<` merges as PyYAML reads them. A key repeated in one mapping is an error, as
+    YAML, js-yaml and Go's yaml say (PyYAML kept the last value)."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag[len(_TAG) :] not in _REPLACED]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        """The document, `_TYPED_KEYS`' plain scalars at its top level read as their type."""
+        for key, value in node.value if isinstance(node, yaml.MappingNode) else ():
+            typed = _TYPED_KEYS.get(key.value) if isinstance(key, yaml.ScalarNode) else None
+            if typed and isinstance(value, yaml.ScalarNode) and value.style is None:
+                kind, words = typed
+                if value.tag != _TAG + "null" and (words is None or words.match(value.value)):
+                    value.tag = _TAG + kind
+        return super().construct_document(node)
+
+    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:
+        """The mapping's node; a ComposerError at a key written twice in it (`<<` merges are no
+        keys written: a key after one overrides its value, as YAML says)."""
+        node = super().compose_mapping_node(anchor)
+        first: dict[tuple[str, str], yaml.Node] = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != _TAG + "merge":
+                seen = first.setdefault((key.tag, key.value), key)
+                if seen is not key:
+                    line = seen.start_mark.line + 2  # as `_load_yaml` names lines
+                    problem = f"key {key.value!r} written twice (first at line {line})"
+                    raise yaml.composer.ComposerError(None, None, problem, key.start_mark)
+        return node
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """An integer as YAML 1.2 reads one: `0755` is 755 (YAML 1.1's octal was 493)."""
+        text = self.construct_scalar(node)
+        return int(text, 0) if text[:2] in ("0o", "0x") else int(text)
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """The node's value; a ConstructorError where an explicit tag's constructor fails on the
+        text (`!!int abc`, `!!bool maybe`: Python's ValueError or KeyError, a CHUNKER_ERROR)."""
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, KeyError, AttributeError):
+            if not isinstance(node, yaml.ScalarNode):
+                raise
+            problem = f"{node.value!r} is no {node.tag.removeprefix(_TAG)}"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
+
+
+for _kind, _pattern, _first in _CORE_SCHEMA:
+    _FrontMatterLoader.add_implicit_resolver(_TAG + _kind, re.compile(_pattern), list(_first))
+_FrontMatterLoader.add_constructor(_TAG + "int", _FrontMatterLoader.construct_yaml_int)
+
+
 def _load_yaml(source: str) -> Any:
-    """`source` read by yaml.safe_load; YAML that cannot be read is INVALID_FRONT_MATTER, naming
-    its line in the file."""
+    """`source` read by `_FrontMatterLoader`; YAML that cannot be read is INVALID_FRONT_MATTER,
+    naming its line in the file."""
     try:
-        return yaml.safe_load(source)
+        return yaml.load(source, Loader=_FrontMatterLoader)  # a SafeLoader: no Python objects
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""

@@ -216,7 +216,7 @@ def test_heading_title_drops_readme_badges_and_leading_anchors():
         ("---\ntitle: Page\n---\n# Own H1\n", None),
         ("---\ntitle: Page\n---\nOwn H1\n===\n", None),
         ("---\ntitle: Page\n---\n#\n", None),  # an H1 without text is still the page's H1
-        ("---\ntitle: 5\n---\nRun it.\n", None),
+        ("---\ntitle: 5\n---\nRun it.\n", "5"),  # the text written (ignored until REVISION 38)
         ("---\ntitle: [a, b]\n---\nRun it.\n", None),
         ("---\ntitle: '  '\n---\nRun it.\n", None),
         ("---\nname: Page\n---\nRun it.\n", None),
@@ -226,7 +226,7 @@ def test_heading_title_drops_readme_badges_and_leading_anchors():
 def test_a_front_matter_title_is_an_implied_h1_where_the_body_has_none(text, implied):
     """Docs sites render a page's front-matter title as its H1 when the page has none: the title
     (one line) is the parse's implied heading, unless the body has a top-level H1 (ATX or setext;
-    one in a fence or a quote is none) or the title is no string, or blank."""
+    one in a fence or a quote is none) or the title is no text, or blank."""
     doc = parse(normalize(text))
     assert doc.implied == (() if implied is None else (Heading(1, implied),))
 

@@ -225,6 +225,67 @@ def test_yaml_pairs_sets_and_binary_are_made_deterministic_json():
     assert document.promotion_level == '[["a", "nan"], ["b", "2024-05-01"]]'
 
 
+def test_front_matter_is_read_as_yaml_1_2_as_hugo_and_js_yaml_read_it():
+    """PyYAML reads YAML 1.1: `10:30` was the integer 630, `NO` and `on` booleans (Norway's
+    country False), `0755` octal 493, `1_000` 1000. YAML 1.2's core schema (Hugo, Docusaurus'
+    js-yaml) reads them as written; only a top-level draft mark still reads YAML 1.1's `on`/`no`
+    (a page marked so stays out of the index; a nested one is text)."""
+    document = normalize(
+        "---\ntime: 10:30\nversion: 1:2\ncountry: NO\nenabled: on\nanswer: y\nmode: 0755\n"
+        "modes: [0o755, 0x1F, +12]\ncount: 1_000\nbig: 1e3\nlimit: -.Inf\nok: True\nnone: ~\n"
+        "date: 2024-05-01\ndraft: on\npublished: no\nparams: {draft: yes}\n---\nBody.\n"
+    )
+    assert document.front_matter == {
+        "time": "10:30",
+        "version": "1:2",
+        "country": "NO",
+        "enabled": "on",
+        "answer": "y",
+        "mode": 755,
+        "modes": [493, 31, 12],
+        "count": "1_000",
+        "big": 1000.0,
+        "limit": "-inf",
+        "ok": True,
+        "none": None,
+        "date": "2024-05-01",
+        "draft": True,
+        "published": False,
+        "params": {"draft": "yes"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("title", "text"), [("1984", "1984"), ("3.10", "3.10"), ("true", "true"), ("'1984'", "1984")]
+)
+def test_a_title_written_as_a_number_is_the_text_written(title, text):
+    """`title: 1984` was the integer 1984, and a title that is no string is none: the page had
+    no implied H1 and named no topic. A YAML title is the text written (`3.10`, not 3.1)."""
+    document = chunk_source(f"---\ntitle: {title}\n---\nA novel.\n", document_id="d.md")
+    assert document.front_matter == {"title": text}
+    assert document.chunks[0].title == text
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "says"),
+    [
+        ("title: A\nid: 1\ntitle: B", "at line 4: key 'title' written twice (first at line 2)"),
+        ("x:\n  - {a: 1, 'a': 2}", "at line 3: key 'a' written twice (first at line 3)"),
+        ("x: !!int ten", "at line 2: 'ten' is no int"),
+        ("x: !!bool maybe", "at line 2: 'maybe' is no bool"),
+    ],
+)
+def test_a_repeated_key_or_a_tag_its_text_fails_is_invalid_front_matter(yaml_text, says):
+    """A key written twice kept its last value, silently (YAML, js-yaml and Go's yaml refuse it);
+    `!!int ten` failed with Python's ValueError, CHUNKER_ERROR. A `<<` merge is no repeat."""
+    with pytest.raises(ChunkingError) as caught:
+        normalize(f"---\n{yaml_text}\n---\nBody.\n")
+    assert caught.value.code == INVALID_FRONT_MATTER
+    assert caught.value.message == f"YAML front matter {says}"
+    merged = normalize("---\nbase: &b {k: 1, j: 2}\nx: {<<: *b, k: 3}\n---\nBody.\n")
+    assert merged.front_matter["x"] == {"k": 3, "j": 2}
+
+
 @pytest.mark.parametrize(
     ("toml_text", "key"),
     [
