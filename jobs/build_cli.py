@@ -286,9 +286,11 @@ def ending(error: BaseException) -> Ending | None:
     `unfinished` report or another build's lock (`OutputBusy`, `LockLost`) writes no report; one
     found as Ray starts (after that report: `jobs.pipeline`), a signal's (the output stays valid:
     each topic is switched atomically, and a re-run converges) and any other failure of the job
-    do."""
+    do. A node's check that stops the build in its first task (a node that joined late, or a
+    cluster a program joined itself: `root_cause`) is the usage error it is at the start."""
     from embedding.models import ModelNotFound
     from jobs.discovery import InputNotFound
+    from jobs.landmarks import NotTheDriversFolder
     from jobs.local_ray import (
         ClusterUnreachable,
         FoldersNotShared,
@@ -311,6 +313,8 @@ def ending(error: BaseException) -> Ending | None:
         signum = stopping_signal(error)
     elif isinstance(error, Exception):  # any failure of the job itself maps to exit code 1
         cause = root_cause(error)
+        if isinstance(cause, (NotTheDriversFolder, PluginNotOnNode)):
+            return Ending(EXIT_USAGE, f"mdindex build: {cause}", cause)
         return Ending(EXIT_JOB_FAILED, f"mdindex build: the job failed: {error_text(cause)}", cause)
     else:
         signum = None

@@ -374,19 +374,20 @@ def test_a_third_party_class_the_nodes_cannot_import_stops_the_build_before_any_
     assert (report["status"], report["exit_code"]) == ("failed", 2)
     assert report["error"] == f"PluginNotOnNode: {last.removeprefix('mdindex build: ')}"
     # A program that joined the cluster itself has no check at the start (nor has a node that
-    # joins later): the first chunk task on the node stops the build with the same line, exit 1
-    # (as for a folder), where each said "unknown chunking strategy"; the line is the build's last
-    # and the report's error, not inside Ray Data's error and traceback.
+    # joins later): the first chunk task on the node stops the build with the same line and exit
+    # 2 (as for a folder), where each said "unknown chunking strategy" (exit 1); the line is the
+    # build's last and the report's error, not inside Ray Data's error and traceback.
     build = [sys.executable, "-c", JOINED_PROGRAM, ray_head.gcs, *command[3:-2]]  # its model
     env.pop("RAY_ADDRESS")
     done = subprocess.run(build, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
-    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.returncode == 2, done.stderr[-3000:]
     assert "unknown chunking strategy" not in done.stderr
-    refusal = "PluginNotOnNode: the chunking strategy 'paragraphs', which the driver found, is not"
+    refusal = "the chunking strategy 'paragraphs', which the driver found, is not"
     last = done.stderr.splitlines()[-1]
-    assert last.startswith(f"mdindex build: the job failed: {refusal} on node "), last
+    assert last.startswith(f"mdindex build: {refusal} on node "), last
     report = json.loads((output / "_reindex" / "report.json").read_text())
-    assert report["exit_code"] == 1 and report["error"].startswith(f"{refusal} on node ")
+    assert report["exit_code"] == 2
+    assert report["error"].startswith(f"PluginNotOnNode: {refusal} on node ")
 
 
 # A program that joins a cluster itself, then builds in-process (the build finds Ray started).
@@ -442,8 +443,8 @@ def test_a_build_that_finds_the_cluster_joined_is_stopped_by_its_first_chunk_tas
 ):
     """A program that joined the cluster itself has no check of the nodes at the start (nor have
     nodes that join later): the first chunk task on a machine whose folder differs stops the build
-    with exit code 1 before it writes there, and the failed run's report in the driver's folder
-    names the folder."""
+    with exit code 2 (as at the start; it was 1) before it writes there, and the failed run's
+    report in the driver's folder names the folder."""
     if not can_mount_privately():
         pytest.skip("needs a mount namespace of its own (unshare --mount)")
     output, drivers = tmp_path / "out", tmp_path / "drivers"
@@ -455,10 +456,10 @@ def test_a_build_that_finds_the_cluster_joined_is_stopped_by_its_first_chunk_tas
     done = subprocess.run(
         command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=400
     )
-    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.returncode == 2, done.stderr[-3000:]
     refusal = f"{output} is not the driver's folder on the machine of this Ray worker"
-    assert refusal in done.stderr, done.stderr[-3000:]
+    assert done.stderr.splitlines()[-1].startswith(f"mdindex build: {refusal}"), done.stderr[-3000:]
     assert list(output.rglob("*")) == []  # nothing written where the node looks
     report = json.loads((drivers / "_reindex" / "report.json").read_text())
-    assert report["status"] == "failed" and refusal in report["error"]
-    assert "NotTheDriversFolder" in report["error"]
+    assert (report["status"], report["exit_code"]) == ("failed", 2)
+    assert report["error"].startswith(f"NotTheDriversFolder: {refusal}")
