@@ -28,6 +28,7 @@ from chunking.record import (
     ChunkingError,
     is_draft,
 )
+from chunking.yaml_keys import UniqueKeyLoader
 
 _BOM = "\ufeff"
 _UTF16_BOMS = {b"\xff\xfe": "FF FE", b"\xfe\xff": "FE FF"}
@@ -265,12 +266,14 @@ _TYPED_KEYS = {
 }
 
 
-class _FrontMatterLoader(yaml.SafeLoader):
+class _FrontMatterLoader(UniqueKeyLoader):
     """yaml.SafeLoader reading plain scalars by the YAML 1.2 core schema (Hugo's, js-yaml's):
     booleans only `true`/`false` (`country: NO` is text), integers decimal, `0o` or `0x` (`10:30`
     and `1_000` are text, `0755` is 755), floats with an optional exponent sign (`1e3`). Nulls,
-    dates and `<<` merges as PyYAML reads them. A key repeated in one mapping is an error, as
-    YAML, js-yaml and Go's yaml say (PyYAML kept the last value)."""
+    dates and `<<` merges as PyYAML reads them. A key repeated in one mapping is an error
+    (`UniqueKeyLoader`)."""
+
+    first_line = 2  # the line after the opening `---`, as `_load_yaml` names lines
 
     yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag[len(_TAG) :] not in _REPLACED]
@@ -286,20 +289,6 @@ class _FrontMatterLoader(yaml.SafeLoader):
                 if value.tag != _TAG + "null" and (words is None or words.match(value.value)):
                     value.tag = _TAG + kind
         return super().construct_document(node)
-
-    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:
-        """The mapping's node; a ComposerError at a key written twice in it (`<<` merges are no
-        keys written: a key after one overrides its value, as YAML says)."""
-        node = super().compose_mapping_node(anchor)
-        first: dict[tuple[str, str], yaml.Node] = {}
-        for key, _ in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.tag != _TAG + "merge":
-                seen = first.setdefault((key.tag, key.value), key)
-                if seen is not key:
-                    line = seen.start_mark.line + 2  # as `_load_yaml` names lines
-                    problem = f"key {key.value!r} written twice (first at line {line})"
-                    raise yaml.composer.ComposerError(None, None, problem, key.start_mark)
-        return node
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         """An integer as YAML 1.2 reads one: `0755` is 755 (YAML 1.1's octal was 493)."""

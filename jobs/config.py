@@ -23,6 +23,7 @@ from typing import Any
 import fsspec
 import yaml
 
+from chunking.yaml_keys import UniqueKeyLoader
 from embedding.files import (
     LOCAL_PROTOCOLS,
     UnknownProtocol,
@@ -320,28 +321,6 @@ def check_store_options(config: JobConfig) -> None:
         )
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last,
-    so a second `resources:` section silently dropped the whole first one."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode):
-                # a second merge key `<<` too: the last one's keys won, unsaid
-                merge = key_node.tag.endswith(":merge")
-                key = "<<" if merge else self.construct_object(key_node)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping",
-                        node.start_mark,
-                        f"found {key!r} a second time",
-                        key_node.start_mark,
-                    )
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 # The configs this package ships (`configs/` of a checkout, `jobs/configs` linking to it), by name:
 # `--config local` from an installed wheel too, which has no checkout's configs/ folder.
 SHIPPED_CONFIGS = Path(__file__).with_name("configs")
@@ -364,7 +343,7 @@ def _read_yaml(path: str) -> dict[str, Any]:
     _protocol(path, "--config")
     try:
         with fsspec.open(path, "rt", encoding="utf-8") as handle:
-            data = yaml.load(handle, Loader=_UniqueKeyLoader)
+            data = yaml.load(handle, Loader=UniqueKeyLoader)
     except FileNotFoundError as exc:
         names = ", ".join(shipped_configs())
         raise ConfigError(f"{path}: config file not found (or a shipped config: {names})") from exc
@@ -403,7 +382,7 @@ def _apply_setting(raw: dict[str, Any], item: str) -> None:
     if not text.strip():  # `--set output=$OUT`, OUT unset: null was an in-place build
         raise ConfigError(f"--set {key}: no value (an unset variable?); write {key}=null for null")
     try:
-        value = yaml.load(text, Loader=_UniqueKeyLoader)
+        value = yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.constructor.ConstructorError as exc:  # a key twice, a tag of no type
         raise ConfigError(f"--set {key}: value {text!r}: {_yaml_problem(exc)}") from exc
     except (yaml.YAMLError, RecursionError) as exc:

@@ -570,16 +570,24 @@ def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path):
     """PyYAML kept the last: a second `resources:` section dropped the first's retries unsaid."""
     path = tmp_path / "c.yaml"
     path.write_text("resources:\n  retries: 1\ntenant: t\nresources:\n  num_cpus: 2\n")
-    with pytest.raises(ConfigError, match="found 'resources' a second time at line 4, column 1"):
+    twice = r"key 'resources' written twice \(first at line 1\) at line 4, column 1"
+    with pytest.raises(ConfigError, match=twice):
         load_config(str(path), overrides={"input": str(tmp_path)})
-    with pytest.raises(ConfigError, match="found 'retries' a second time at line 1, column 14$"):
+    twice = r"key 'retries' written twice \(first at line 1\) at line 1, column 14$"
+    with pytest.raises(ConfigError, match=twice):
         load_config(None, settings=["resources={retries: 1, retries: 2}"])
     path.write_text("base: &b {a: 1}\nx:\n  <<: *b\n  a: 2\n")  # a merge key's override is no twin
     with pytest.raises(ConfigError, match="base: unknown key"):
         load_config(str(path), overrides={"input": str(tmp_path)})
     # two merge keys: the second's keys replaced the first's (1 CPU for the chunk tasks here)
     path.write_text("resources:\n  chunk:\n    <<: {num_cpus: 2}\n    <<: {num_cpus: 1}\n")
-    with pytest.raises(ConfigError, match="found '<<' a second time at line 4, column 5"):
+    with pytest.raises(ConfigError, match=r"key '<<' written twice \(first at line 3\) at line 4"):
+        load_config(str(path), overrides={"input": str(tmp_path)})
+    # a merged mapping an alias uses again holds no key twice ("found 'k' a second time" before)
+    path.write_text(
+        "x: &x {num_cpus: 1}\nresources: {chunk: &c {<<: *x, num_cpus: 2}}\nindex: {<<: *c}\n"
+    )
+    with pytest.raises(ConfigError, match="x: unknown key"):
         load_config(str(path), overrides={"input": str(tmp_path)})
 
 
