@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chunking.normalize import _FrontMatterLoader
+from chunking.yaml_keys import UniqueKeyLoader
 from embedding import keys
 from indexing import client
 from indexing.cli import register
 from indexing.server import make_server
-from jobs import config
 from jobs.config import EmbeddingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,8 +73,8 @@ def test_the_libraries_import_neither_ray_nor_the_job():
 
 
 def test_yaml_is_read_with_safe_load_only():
-    """`yaml.safe_load`, or `yaml.load` with the config's loader, a `yaml.SafeLoader` that
-    refuses a key given twice (`jobs.config`)."""
+    """`yaml.safe_load`, or `yaml.load` with one of our loaders, each a `yaml.SafeLoader`: the
+    one refusing a key given twice (configs) and front matter's YAML 1.2 reading of it."""
     used = {
         (path, dotted(call.func), loader)
         for path, tree in trees()
@@ -82,9 +83,11 @@ def test_yaml_is_read_with_safe_load_only():
         for loader in [next((dotted(k.value) for k in call.keywords if k.arg == "Loader"), None)]
     }
     safe = {"yaml.safe_load", "yaml.safe_dump", "yaml.constructor.ConstructorError"}
-    unsafe = {u for u in used if u[1] not in safe and u[1:] != ("yaml.load", "_UniqueKeyLoader")}
+    safe.add("yaml.SafeLoader.yaml_implicit_resolvers.items")  # front matter's, read
+    loaders = {"UniqueKeyLoader": UniqueKeyLoader, "_FrontMatterLoader": _FrontMatterLoader}
+    unsafe = {u for u in used if u[1] not in safe and not (u[1] == "yaml.load" and u[2] in loaders)}
     assert used and not unsafe, unsafe
-    assert issubclass(config._UniqueKeyLoader, yaml.SafeLoader)
+    assert all(issubclass(loader, yaml.SafeLoader) for loader in loaders.values())
 
 
 def test_no_eval_or_exec():
