@@ -172,8 +172,11 @@ def record_path(output_uri: str) -> str:
 def record_output(config: JobConfig, report: dict[str, Any]) -> None:
     """Record in `config`'s cache that its output uses it, once a build of it has finished (its
     `report` and manifest in place): the entries its manifest names (`manifest_prefixes`) under
-    the run's strategy key and the questions' (a settings change rebuilds every topic). A cache
-    that cannot be written is a warning (its entries are no part of the index)."""
+    the run's strategy key and the questions' (a settings change rebuilds every topic). A run
+    that rebuilt, relinked and deleted no topic needs what the last record says: a record in
+    place stays (a scheduled run that found nothing changed wrote every source's hash again, 20
+    MB at a million sources). A cache that cannot be written is a warning (its entries are no
+    part of the index)."""
     from jobs.discovery import output_storage
     from jobs.manifest import MANIFEST_PATH, Manifest
     from jobs.report import error_text
@@ -182,8 +185,13 @@ def record_output(config: JobConfig, report: dict[str, Any]) -> None:
 
     if not config.cache:
         return
+    topics = report.get("topics", {})
+    changed = any(topics.get(kind, 1) for kind in ("rebuilt", "relinked", "deleted"))
     try:
         output = output_storage(config)
+        cache = Storage(config.cache, config.storage_options)
+        if not changed and cache.exists(record_path(output.uri())):
+            return
         manifest = Manifest.from_json(output.read_optional(MANIFEST_PATH))
         record = {
             "output": output.uri(),
@@ -191,7 +199,7 @@ def record_output(config: JobConfig, report: dict[str, Any]) -> None:
             "strategies": sorted({config.chunking.key, QUESTIONS_CACHE_KEY}),
             "sources": sorted(manifest_prefixes(manifest)),
         }
-        Storage(config.cache, config.storage_options).write_bytes(
+        cache.write_bytes(
             record_path(output.uri()), json.dumps(record, separators=(",", ":")).encode()
         )
     except Exception as exc:  # noqa: BLE001 - the record is no part of the build, which stands

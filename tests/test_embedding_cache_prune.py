@@ -151,6 +151,16 @@ def test_mdindex_cache_prune_keeps_what_the_outputs_manifest_and_tables_name(tmp
     left = {e.relpath for e in cache_entries(cache)}
     assert left == {f"{strategy}/{model}/{prefix}" for prefix in sources} | {young.relpath}
 
+    # a run that changes nothing leaves the record as it is (every source's hash was written
+    # again on each run); one that rebuilds a topic writes it again
+    record.write_text(json.dumps(dict(recorded, finished_at="the first build")))
+    build = ["build", "--config", CONFIG, "--input", str(docs), "--output", str(out)]
+    assert main(build) == 0
+    assert json.loads(record.read_text())["finished_at"] == "the first build"
+    (docs / "t" / "beta.md").write_text(texts["t/beta.md"] + "\nMore.\n")
+    assert main(build) == 0
+    assert json.loads(record.read_text())["finished_at"] != "the first build"
+
 
 def s3_output(s3_server, uri: str, names: list[str], strategy: str) -> None:
     """An output on S3 as a build leaves it: a manifest naming the sources `names` (their bytes'
