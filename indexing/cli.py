@@ -532,8 +532,10 @@ def banner(directory: str, host: str, port: int, search: bool = False) -> str:
     return f"serving {directory} at {url} ({index}Ctrl-C stops)"
 
 
-class ServeStopped(Exception):
-    """SIGTERM while `mdindex serve` serves: its ordinary stop (`systemctl stop`, `kill`)."""
+class ServeStopped(BaseException):
+    """SIGTERM while `mdindex serve` serves: its ordinary stop (`systemctl stop`, `kill`). Not an
+    Exception, as KeyboardInterrupt is not: socketserver takes an Exception raised as it starts
+    a connection's thread for that request's error, and served on."""
 
 
 def _raise_serve_stopped(signum: int, frame) -> None:

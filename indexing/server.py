@@ -3,12 +3,14 @@ optionally a question search."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
@@ -25,12 +27,15 @@ from indexing.terminal import printable
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 IDLE_TIMEOUT_S = 60
-REQUEST_TIMEOUT_S = 10  # the most a connection waits for each next piece of its request's head
+REQUEST_TIMEOUT_S = 10  # the most a request's head (its line and headers) takes to come in
 MAX_CONNECTIONS = 256  # served at once, each by its thread; the rest wait in the kernel's backlog
 LOGGED_CHARS = 200  # of each request line (or other client text) the log writes
 TLS_HANDSHAKE = b"\x16"  # the first byte of a TLS record carrying a ClientHello
 ALLOWED_METHODS = "GET, HEAD, OPTIONS"
 SEARCH_PATH = "/_search"  # no index file's URL: a topic is never a folder named with "_"
+# The build's own folder (its report, run history, manifest, lock): no reader of the index needs
+# it, and its report names the build's host, pid, paths and settings. Never served (404).
+BUILD_FOLDER = "_reindex"
 
 
 class SearchError(Exception):
@@ -129,6 +134,30 @@ class Span:
         self.handle.close()
 
 
+class HeadReader(io.RawIOBase):
+    """A connection's reading side, under the handler's buffered `rfile`: while `deadline` (a
+    `time.monotonic()` time) is set, each read waits only until then, and one after it raises
+    TimeoutError, so a request's head must come in whole by then. With a timeout for each read,
+    a client sending a byte every 9 s held one of the server's places for ever."""
+
+    def __init__(self, connection: socket.socket) -> None:
+        super().__init__()
+        self.connection = connection
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        """Bytes received into `buffer`, waiting at most until `deadline` where one is set."""
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("timed out")  # as the socket's own timeout says it
+            self.connection.settimeout(left)
+        return self.connection.recv_into(buffer)
+
+
 class IndexRequestHandler(SimpleHTTPRequestHandler):
     """A static file handler with CORS headers, OPTIONS preflight, validators (ETag,
     Last-Modified, 304) and HTTP Range (206, If-Range); every directory is 404; errors in JSON;
@@ -143,8 +172,10 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
     # A client's socket stays idle at most this long (a request sent half, a download not read):
     # without it each such client held a thread for ever (50 half requests: 50 more threads).
     timeout = IDLE_TIMEOUT_S
-    # Until its request line and headers are in, less: a connection that sends nothing (a
-    # scanner, a browser's unused preconnect) held its place among `max_connections` for 60 s.
+    # Its request line and headers must come in whole within less, from the first wait for them
+    # (`HeadReader`): a connection that sends nothing (a scanner, a browser's unused preconnect)
+    # held its place among `max_connections` for 60 s, and one that sends a byte at a time for
+    # ever.
     request_timeout = REQUEST_TIMEOUT_S
     extensions_map = {
         **SimpleHTTPRequestHandler.extensions_map,
@@ -157,6 +188,13 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         self.search = search  # before the base class answers the request
         super().__init__(*args, **kwargs)
 
+    def setup(self) -> None:
+        """The connection's streams; `rfile` reads through a `HeadReader` (`head`)."""
+        super().setup()
+        self.rfile.close()  # the stdlib's, which waits `timeout` for each read
+        self.head = HeadReader(self.connection)
+        self.rfile = io.BufferedReader(self.head)
+
     def version_string(self) -> str:
         """The Server header: `mdindex`, not `SimpleHTTP/0.6 Python/3.11.7`."""
         return self.server_version
@@ -165,9 +203,10 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         """One request; a TLS handshake (`https://` to this plain port) is answered at once, 400
         in plain HTTP, with a log line saying so. A ClientHello holding no newline byte waited
         for the idle timeout, the client hanging for 60 s; one holding one was a 400 whose log
-        line held its binary bytes. The head is read with `request_timeout`, the rest with
-        `timeout`."""
-        self.connection.settimeout(self.request_timeout)
+        line held its binary bytes. The head must be in within `request_timeout` (else the
+        stdlib's "Request timed out" log line, and the connection closed); the answer is sent with
+        `timeout` for each write."""
+        self.head.deadline = time.monotonic() + self.request_timeout
         try:
             first = self.rfile.peek(1)[:1]
         except TimeoutError as error:
@@ -190,7 +229,8 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
         if len(line.split()) != 2:
             parsed = super().parse_request()
-            self.connection.settimeout(self.timeout)  # the head is in: the answer's pace
+            self.head.deadline = None  # the head is in: the answer's pace
+            self.connection.settimeout(self.timeout)
             return parsed
         self.command, self.requestline = None, line
         self.request_version, self.close_connection = self.default_request_version, True
@@ -279,9 +319,9 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
 
         404 for anything that is not a regular file inside the served directory (symbolic links
         resolved; a directory, a NUL byte in the path, a file that cannot be opened or went
-        away since it was listed) or is hidden (`_hidden`); 304 when the request's validators
-        still match; 206 for a single byte range (unless an If-Range no longer matches: 200),
-        416 for one past the end.
+        away since it was listed) or is hidden (`_hidden`: a dot-named folder or file, the
+        build's `_reindex/`); 304 when the request's validators still match; 206 for a single
+        byte range (unless an If-Range no longer matches: 200), 416 for one past the end.
         """
         path = self.translate_path(self.path)
         handle = _open_inside(self.directory, path)
@@ -367,16 +407,18 @@ def _inside(directory: str, path: str) -> bool:
 
 def _hidden(directory: str, path: str) -> bool:
     """Whether `path`, as asked or with its links resolved, lies in a folder below `directory`
-    whose name starts with "." (`.git`, `.venv`, the build's `.embedding-cache`), or is itself a
-    dot-named file other than a chunk file (`.env`, `.npmrc` at the root of an in-place build,
-    a build's `.tmp-…` files): no index file is ever there (a build reads no source in a hidden
-    folder, and links no file but its chunk files and index.json files), while a chunk file's
-    name may start with "." (tldr-pages' `..md` has chunk files named `.-…-0.md`)."""
+    whose name starts with "." (`.git`, `.venv`, the build's `.embedding-cache`) or is
+    `BUILD_FOLDER` (`_reindex`, at any depth: a served folder may hold several outputs), or is
+    itself a dot-named file other than a chunk file (`.env`, `.npmrc` at the root of an in-place
+    build, a build's `.tmp-…` files): no index file is ever there (a build reads no source in a
+    hidden folder nor in one named with "_", and links no file but its chunk files and
+    index.json files), while a chunk file's name may start with "." (tldr-pages' `..md` has
+    chunk files named `.-…-0.md`)."""
     asked = os.path.relpath(path, directory)
     real = os.path.relpath(os.path.realpath(path), os.path.realpath(directory))
     for each in (asked, real):
         *folders, name = each.split(os.sep)
-        if any(folder.startswith(".") for folder in folders):
+        if any(folder.startswith(".") or folder == BUILD_FOLDER for folder in folders):
             return True
         if name.startswith(".") and not is_chunk_file("/".join((*folders, name))):
             return True
@@ -424,8 +466,8 @@ class IndexServer(ThreadingHTTPServer):
         """The next connection, accepted once fewer than `max_connections` are served: until
         then it waits, the kernel holding the connection, with one log line as it starts waiting
         and none again until a connection finds a free place (a flood writes one line). Waiting
-        here, outside `process_request`, a SIGTERM stops the server: there socketserver caught
-        it as a request's error. OSError once `shutdown` is called while it waits."""
+        here, before a request is taken, a SIGTERM or Ctrl-C stops the server (`process_request`
+        says what one there did). OSError once `shutdown` is called while it waits."""
         if self._slots.acquire(blocking=False):
             self._full = False
         else:
@@ -447,11 +489,15 @@ class IndexServer(ThreadingHTTPServer):
             raise
 
     def process_request(self, request, client_address) -> None:
-        """Serve the connection in a thread of its own (`process_request_thread`)."""
+        """Serve the connection in a thread of its own (`process_request_thread`), which frees
+        its place; an error (a thread that could not start) frees it here. A Ctrl-C or SIGTERM
+        landing here, in `Thread.start`, does not: the thread may have served the connection and
+        freed it already, and the second release raised ValueError, which socketserver took for
+        the request's error, and the server went on serving, its stop lost."""
         try:
             super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()  # no thread started to free its place
+        except Exception:
+            self._slots.release()
             raise
 
     def process_request_thread(self, request, client_address) -> None:

@@ -25,6 +25,7 @@ from indexing.server import (
     SearchError,
     make_server,
 )
+from jobs.cli import main as mdindex
 
 TOPIC = "odd names/t#1"
 NAMES = ["50% off", "what?", "c#", "a b", "指南", "new\nline"]
@@ -140,21 +141,62 @@ def test_serve_answers_404_for_hidden_files_but_serves_a_chunk_file_named_with_a
         assert reply.status_code == 200 and reply.text == "a dot-named source's chunk"
 
 
-def test_serve_closes_a_connection_left_idle(tmp_path, monkeypatch):
+def test_serve_closes_a_connection_left_idle(tmp_path, monkeypatch, capsys):
     """A client that sends half a request line and waits held a handler thread for ever (50 such
     clients: 50 more threads), then for 60 s, one of the `max_connections` served at once: its
-    connection is closed once idle `request_timeout` seconds while its request's head is not
-    in (10 in `mdindex serve`, 1 here; `timeout`, 60 s, once it is), and the server goes on
-    answering."""
+    connection is closed once its request's head is not in `request_timeout` seconds after the
+    server began to wait for it (10 in `mdindex serve`, 1 here; `timeout`, 60 s, for each write
+    of the answer), with a log line, and the server goes on answering. So is one whose head
+    comes a byte every 0.2 s: that timeout was for each read, and such a client held its place
+    for ever."""
     (tmp_path / "index.json").write_text("{}")
     assert IndexRequestHandler.timeout is not None and 0 < IndexRequestHandler.timeout <= 120
     assert 0 < IndexRequestHandler.request_timeout <= IndexRequestHandler.timeout
     monkeypatch.setattr(IndexRequestHandler, "request_timeout", 1)
-    with serving(tmp_path) as base:
+    with serving(tmp_path, quiet=False) as base:
         with socket.create_connection(("127.0.0.1", _port(base)), timeout=5) as idle:
             idle.sendall(b"GET /index.js")
             assert idle.recv(1024) == b""  # closed by the server, long before our 5 s
+        with socket.create_connection(("127.0.0.1", _port(base)), timeout=0.2) as slow:
+            slow.sendall(b"GET /index.json HTTP/1.0\r\nX-Slow: ")
+            began = time.monotonic()
+            while (took := time.monotonic() - began) < 5:
+                try:
+                    slow.sendall(b"x")
+                    if slow.recv(1024) == b"":  # closed by the server
+                        break
+                except TimeoutError:  # no answer within 0.2 s: the next byte
+                    continue
+                except ConnectionError:  # closed as the byte came
+                    break
+        assert took < 3
         assert requests.get(base + "/index.json", timeout=10).text == "{}"
+    assert capsys.readouterr().err.count("Request timed out: TimeoutError('timed out')") == 2
+
+
+def test_serve_answers_404_for_the_builds_own_folder(tmp_path, capsys):
+    """`_reindex/` was served: its report.json names the build's host, its pid, the absolute
+    paths of its input, output and cache, and its settings; build.lock a running build's host
+    and pid. No reader of the index needs it (`query` reads `_index/` and the topics' files), so
+    it is 404 at any depth (a served folder may hold several outputs), through a link too;
+    `_index/` is served. `mdindex report` of the server's URL, which read the report through
+    it, says there is none (exit 2): it reads a local or S3 output."""
+    root = tmp_path / "site"
+    for folder in ("_reindex", "_index", "docs/_reindex", "t/_chunks"):
+        (root / folder).mkdir(parents=True)
+    for path in ("_reindex/report.json", "_reindex/build.lock", "docs/_reindex/report.json"):
+        (root / path).write_text('{"status": "ok", "host": "TOKEN"}')
+    (root / "t" / "_chunks" / "r-0123abcd-0.md").symlink_to(root / "_reindex" / "report.json")
+    (root / "_index" / "model.json").write_text("{}")
+    with serving(root) as base:
+        for path in ("/_reindex/report.json", "/_reindex/build.lock", "/%5Freindex/report.json",
+                     "/docs/_reindex/report.json", "/t/_chunks/r-0123abcd-0.md"):  # fmt: skip
+            for method in ("GET", "HEAD"):
+                reply = requests.request(method, base + path, timeout=10)
+                assert reply.status_code == 404 and "TOKEN" not in reply.text, (method, path)
+        assert requests.get(base + "/_index/model.json", timeout=10).text == "{}"
+        assert mdindex(["report", base]) == 2
+    assert capsys.readouterr().err == f"mdindex report: no {base}/_reindex/report.json\n"
 
 
 def test_serve_answers_404_for_a_nul_byte_and_for_every_directory(tmp_path):
@@ -277,6 +319,45 @@ def test_mdindex_serve_stops_with_exit_0_on_sigterm_and_ctrl_c(tmp_path):
         assert waiting, err[-500:]
         assert proc.returncode == 0, (said, proc.returncode, err[-500:])
         assert err.endswith(f"mdindex serve: stopped ({said})\n"), err[-500:]
+
+
+@pytest.mark.timeout(120)
+def test_mdindex_serve_stops_on_a_signal_that_lands_as_a_connections_thread_starts(tmp_path):
+    """A Ctrl-C (seen once in CI, under load) or SIGTERM that landed in `Thread.start` of a
+    connection whose thread had already served it and freed its place: the server freed the
+    place a second time, whose ValueError socketserver took for that request's error (a
+    traceback on stderr), and served on; the stop was lost, the process never ended. The
+    signal is raised there by the program (its thread served and joined first): each stops
+    the server, exit 0, with its line and no traceback."""
+    (tmp_path / "index.json").write_text("{}")
+    for signum, said in ((signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")):
+        program = (
+            "import signal, threading\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "start = threading.Thread.start\n"
+            "def start_then_signal(thread):\n"
+            "    start(thread)\n"
+            "    if thread.name.endswith('(process_request_thread)'):\n"
+            "        thread.join()\n"
+            f"        signal.raise_signal({int(signum)})\n"
+            "threading.Thread.start = start_then_signal\n"
+            "from jobs.cli import run\n"
+            "run()\n"
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-c", program, "serve", str(tmp_path), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            base = proc.stdout.readline().split(" at ")[1].split()[0]
+            assert requests.get(base + "index.json", timeout=10).text == "{}"
+            _, err = proc.communicate(timeout=20)
+        finally:
+            proc.kill()  # a no-op once it has exited
+        assert proc.returncode == 0, (said, proc.returncode, err[-500:])
+        assert err.endswith(f"mdindex serve: stopped ({said})\n") and "Traceback" not in err, err
 
 
 def test_serve_holds_a_burst_of_connections_until_it_accepts_them(tmp_path):
