@@ -101,12 +101,14 @@ def finish(
             index, problem = existing_index_of(output, topic.topic, replace_moved=False)
             if problem:
                 failures.append(index_left(path, problem, "its child topics are not updated"))
-                entry = replace(entry, failed=True)  # rebuilt, and failing, until it is moved
             elif index is not None:
                 relinked = set_child_topics(index, list(topic.children))
                 if relinked != index:  # already read: not `write_if_changed`, which reads again
                     output.write_bytes(path, relinked)
-            entry = replace(entry, children=topic.children)
+            # The interim manifest marked it failed; a relinked topic was not (or the plan had
+            # rebuilt it): failed only while its index.json is left (rebuilt until it is moved).
+            # It stayed failed, so the next run rebuilt it for nothing (2026-12-01).
+            entry = replace(entry, children=topic.children, failed=problem is not None)
         topics[topic.topic] = entry
         sources.update({p: previous.sources[p] for p in topic.sources})
         sources.update(_conflicts(topic, plan, previous))

@@ -10,7 +10,7 @@ from indexing import directory_index
 from jobs.config import load_config
 from jobs.finish import finish
 from jobs.manifest import Manifest, TopicEntry
-from jobs.plan import KEEP, Plan, TopicPlan
+from jobs.plan import KEEP, RELINK, Plan, TopicPlan, interim_manifest
 from jobs.stages.topic import existing_index_of
 from jobs.storage import Storage
 
@@ -227,6 +227,44 @@ def test_a_deleted_topic_whose_sub_topic_stays_becomes_its_folders_directory_ind
     )
     assert not (out / "guides" / "_chunks").exists()
     assert (out / "guides" / "http" / CHUNK).read_bytes() == b"text"
+
+
+def test_a_relinked_topic_is_recorded_failed_only_while_its_index_json_is_left(tmp_path):
+    """A topic whose child topic went is relinked: its index.json links no child. The finish
+    reads the interim manifest, which marks each topic the run changes failed; a relinked one
+    kept that mark, so the next run (nothing changed) rebuilt it. One whose index.json is a
+    person's own is left as it is, reported, and failed: rebuilt until the file is moved."""
+    out = tmp_path / "out"
+    for topic in ("ours", "mine"):
+        (out / topic).mkdir(parents=True)
+    (out / "ours" / "index.json").write_bytes(directory_index("ours", ["ours/sub"]))
+    (out / "mine" / "index.json").write_bytes(OWN_INDEX)
+    last = Manifest(
+        topics={
+            topic: TopicEntry("inputs", (f"{topic}/sub",), (f"{topic}/index.json",))
+            for topic in ("ours", "mine")
+        },
+        directories=("",),
+    )
+    plan = Plan(
+        topics=tuple(
+            TopicPlan(topic, (), None, None, (), "inputs", RELINK) for topic in ("ours", "mine")
+        ),
+        directories={"": ["mine", "ours"]},
+        fingerprints={},
+        changed=frozenset(),
+        deleted=(),
+        deleted_topics=(),
+    )
+    interim = interim_manifest(last, plan, "key")
+    config = load_config(str(ROOT / "configs" / "local.yaml"), overrides={"input": str(out)})
+
+    manifest, failures = finish(config, "key", Storage(str(out)), plan, interim, {})
+
+    assert manifest.topics["ours"] == TopicEntry("inputs", (), ("ours/index.json",))
+    assert (out / "ours" / "index.json").read_bytes() == directory_index("ours", [])
+    assert manifest.topics["mine"].failed and [f["path"] for f in failures] == ["mine/index.json"]
+    assert (out / "mine" / "index.json").read_bytes() == OWN_INDEX
 
 
 def test_an_index_json_an_editor_saved_with_a_bom_is_still_this_jobs(tmp_path):
