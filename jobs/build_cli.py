@@ -283,13 +283,14 @@ class Ending:
 def ending(error: BaseException) -> Ending | None:
     """How the build that `error` ended says so; None for an exit that is not the build's (a
     `SystemExit` of another code), which goes on up. A usage error found before the run's
-    `unfinished` report or another build's lock (`OutputBusy`, `LockLost`) writes no report; one
-    found as Ray starts (after that report: `jobs.pipeline`), a signal's (the output stays valid:
+    `unfinished` report or another build's lock (`OutputBusy`, `LockLost`) writes no report; the
+    deletion guards' refusals (`EmptyInput`, `TooManyDeleted`, under the lock), one found as
+    Ray starts (after that report: `jobs.pipeline`), a signal's (the output stays valid:
     each topic is switched atomically, and a re-run converges) and any other failure of the job
     do. A node's check that stops the build in its first task (a node that joined late, or a
     cluster a program joined itself: `root_cause`) is the usage error it is at the start."""
     from embedding.models import ModelNotFound
-    from jobs.discovery import InputNotFound
+    from jobs.discovery import EmptyInput, InputNotFound, TooManyDeleted
     from jobs.landmarks import NotTheDriversFolder
     from jobs.local_ray import (
         ClusterUnreachable,
@@ -300,6 +301,9 @@ def ending(error: BaseException) -> Ending | None:
     from jobs.lock import OutputBusy, OutputNotFound
     from jobs.report import error_text
 
+    if isinstance(error, (EmptyInput, TooManyDeleted)):  # under the lock: reported, as a
+        # scheduled run meets them (a partly synced input), which `report --check` said was ok
+        return Ending(EXIT_USAGE, f"mdindex build: {error}", error)
     if isinstance(error, (InputNotFound, ModelNotFound, OutputNotFound)):
         return Ending(EXIT_USAGE, f"mdindex build: {error}")
     usage = (InfeasibleResources, FoldersNotShared, ClusterUnreachable, PluginNotOnNode)

@@ -911,18 +911,26 @@ def test_an_input_that_lists_no_sources_never_empties_an_output_that_holds_some(
     small_vectors, tmp_path, capsys
 ):
     """An emptied input (an unmounted volume, a folder emptied while it is refreshed) is refused
-    with exit code 2, in a build and in a dry run, and every file of the output stays as it was;
+    with exit code 2, in a build and in a dry run, and the index stays as it was (a dry run
+    writes nothing; the build's refusal is its report, since 2026-12-01);
     `sources.allow_empty` lets it delete every topic."""
     docs, out = built_one_source(tmp_path, small_vectors)
     before = every_file(out)
     (docs / "t" / "a.md").unlink()
     capsys.readouterr()
-    for extra in ([], ["--dry-run"]):
+    for extra in (["--dry-run"], []):
         assert build("--input", str(docs), "--output", str(out), *extra) == 2
         err = capsys.readouterr().err
         assert "no sources (file names matching ['*.md'])" in err
         assert "holds 1 from its last run" in err and "sources.allow_empty: true" in err
-    assert every_file(out) == before
+        if extra:
+            assert every_file(out) == before
+    report = report_of(out)
+    assert (report["status"], report["exit_code"]) == ("failed", 2)
+    assert report["error"].startswith("EmptyInput: input ")
+    kept = ("report.json", "report.html", "runs.jsonl")
+    before = {p: data for p, data in before.items() if p.name not in kept}
+    assert {p: data for p, data in every_file(out).items() if p.name not in kept} == before
 
     allowed = ["--set", "sources.allow_empty=true"]
     assert build("--input", str(docs), "--output", str(out), *allowed) == 0
@@ -937,8 +945,10 @@ def test_a_build_that_would_delete_more_than_max_deleted_fraction_is_refused(
     small_vectors, tmp_path, capsys
 ):
     """A partly synced input (three of four sources gone) is refused with exit code 2, in a build
-    and in a dry run, and the output stays as it was; a share at or under the limit goes on, and
-    so does an empty input that `sources.allow_empty` lets empty the output."""
+    and in a dry run, and the index stays as it was; a share at or under the limit goes on, and
+    so does an empty input that `sources.allow_empty` lets empty the output. The build's refusal
+    is its report (a scheduled run's, which `mdindex report --check` said was the last good
+    run's `ok`, 0, until 2026-12-01) and a line of the history; a dry run writes nothing."""
     docs, out = tmp_path / "docs", tmp_path / "out"
     names = ["t/a.md", "t/b.md", "u/c.md", "u/d.md"]
     write_pages(docs, {name: retry_page(name) for name in names})
@@ -950,12 +960,23 @@ def test_a_build_that_would_delete_more_than_max_deleted_fraction_is_refused(
     capsys.readouterr()
     run = ["--input", str(docs), "--output", str(out)]
     half = ["--set", "sources.max_deleted_fraction=0.5"]
-    for extra in ([], ["--dry-run"]):
+    for extra in (["--dry-run"], []):
         assert build(*run, *half, *extra) == 2
         err = capsys.readouterr().err
         assert "the build would delete 3 of the 4 sources" in err and "(75%)" in err
         assert "more than sources.max_deleted_fraction (0.5)" in err
-    assert every_file(out) == before
+        if extra:
+            assert every_file(out) == before
+    report = report_of(out)
+    assert (report["status"], report["exit_code"]) == ("failed", 2)
+    assert report["error"].startswith("TooManyDeleted: ") and "(75%)" in report["error"]
+    runs = (out / "_reindex" / "runs.jsonl").read_text().splitlines()
+    assert [json.loads(line)["exit_code"] for line in runs] == [0, 2]
+    assert mdindex(["report", str(out), "--check"]) == 2
+    capsys.readouterr()
+    kept = ("report.json", "report.html", "runs.jsonl")
+    before = {p: data for p, data in before.items() if p.name not in kept}
+    assert {p: data for p, data in every_file(out).items() if p.name not in kept} == before
     (docs / names[0]).write_text(retry_page(names[0]))
     assert build(*run, *half, "--dry-run") == 0  # two of four: not more than half
     assert build(*run, "--set", "sources.max_deleted_fraction=0.25", "--dry-run") == 2
@@ -963,7 +984,7 @@ def test_a_build_that_would_delete_more_than_max_deleted_fraction_is_refused(
     (docs / names[3]).unlink()
     empty = ["--set", "sources.allow_empty=true"]
     assert build(*run, *half, *empty, "--dry-run") == 0
-    assert every_file(out) == before
+    assert {p: data for p, data in every_file(out).items() if p.name not in kept} == before
 
 
 # Another process that holds an output's build lock, as a running build does, until its stdin
