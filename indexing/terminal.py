@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import sys
 
@@ -22,14 +23,19 @@ def counted(count: int, one: str, many: str | None = None) -> str:
 def write_out(text: str, program: str) -> bool:
     """`text` on standard output, flushed; False, with one line on standard error saying why,
     where it could not be written (a full disk: `mdindex query ... > /dev/full` was an ENOSPC
-    traceback). A reader that stopped early (`BrokenPipeError`) is left to the caller."""
+    traceback; so is one on standard error too, said nowhere). A reader that stopped early
+    (`BrokenPipeError`) is left to the caller."""
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
         raise
     except OSError as exc:
-        print(f"{program}: cannot write to standard output: {exc.strerror or exc}", file=sys.stderr)
+        # standard error on the same full disk (`>> build.log 2>&1`): nowhere to say it, and a
+        # build's exit code was 1 where its report said 0
+        why = exc.strerror or exc
+        with contextlib.suppress(OSError):
+            print(f"{program}: cannot write to standard output: {why}", file=sys.stderr)
         return False
     return True
 

@@ -262,11 +262,13 @@ def failed_as_a_whole(message: str) -> None:
     """Print the line of a build that ended without a summary (exit 1 or 2, 75, a signal's) to
     standard error and, in a GitHub Actions job, its `::error::` to standard output
     (`jobs.annotations.failed_build`: the pull request's check said "exit code 1" alone). A
-    reader that stopped: the exit code all the same."""
+    reader that stopped, or a full disk (`>> build.log 2>&1`, where a refused build exited 1
+    for its 2 until 2026-12-01): the exit code all the same."""
     from jobs.annotations import failed_build
 
-    with contextlib.suppress(BrokenPipeError):
+    with contextlib.suppress(OSError):
         print(message, file=sys.stderr)
+    with contextlib.suppress(OSError):
         sys.stdout.write(failed_build(message))
 
 

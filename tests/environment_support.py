@@ -65,11 +65,15 @@ def paused_program(output: Path, fault: str, count: int, command: list[str]) -> 
     return driver
 
 
-def mdindex_onto_full_disk(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+def mdindex_onto_full_disk(
+    *args: str, timeout: int = 120, stderr_too: bool = False
+) -> subprocess.CompletedProcess:
     """`mdindex ARGS > /dev/full` in a child process, from the repository root; standard error
-    captured as text."""
+    captured as text, or with `stderr_too` on /dev/full as well (`>> build.log 2>&1` on a full
+    disk)."""
     with FULL_DISK.open("w") as full:
         return subprocess.run(
             [sys.executable, "-m", "jobs.cli", *args],
-            cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=timeout,
+            cwd=ROOT, stdout=full, stderr=full if stderr_too else subprocess.PIPE, text=True,
+            timeout=timeout,
         )  # fmt: skip

@@ -713,6 +713,12 @@ def test_a_builds_summary_onto_a_full_disk_keeps_the_builds_exit_code(tmp_path):
     ), done.stderr
     assert "Traceback" not in done.stderr
     assert json.loads((output / "_reindex" / "report.json").read_text())["exit_code"] == 3
+    # Standard error on the same full disk (`>> build.log 2>&1`): the line could not be said
+    # either, and a build that reported 3 exited 1, as one that ends without a summary (an input
+    # that is no folder, exit 2) did (until 2026-12-01).
+    assert mdindex_onto_full_disk(*command, stderr_too=True).returncode == 3
+    command[command.index(str(corpus))] = str(corpus / "topic" / "linked.md")
+    assert mdindex_onto_full_disk(*command, stderr_too=True).returncode == 2
 
 
 @pytest.mark.parametrize("closed", ["1", "2"])
