@@ -2,7 +2,8 @@
 `python -m jobs.reindex` runs).
 
 Exit codes: 0 everything succeeded; 1 the job itself failed; 2 bad usage or config (an input
-that does not exist, or lists no sources while the output holds some);
+that does not exist, or lists no sources while the output holds some, or would delete more of
+them than `sources.max_deleted_fraction`: these two are the run's failed report);
 3 some sources failed (everything else was written), or, under `checks.broken_links: fail`,
 links name pages the corpus does not have; 75 another build is running on the output
 (nothing done: try again later), or took over this build's S3 lock (it stopped before its next

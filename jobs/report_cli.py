@@ -61,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="exit with the last run's exit code (0 ok, 3 sources failed or links broken under "
         "checks.broken_links: fail, 1 failed, 129/130/143 "
         "stopped by a signal; 75 unfinished: still running, or killed where it could not report; "
-        "2 no report, or a damaged one)",
+        "2 refused as bad usage once it held the lock (sources.max_deleted_fraction, an emptied "
+        "input, a stage no node can hold), or no report, or a damaged one)",
     )
     parser.set_defaults(run=run_report)
 
