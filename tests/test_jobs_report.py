@@ -1049,7 +1049,8 @@ def test_report_check_help_names_every_code_it_gives(capsys):
     with pytest.raises(SystemExit):
         mdindex(["report", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "129/130/143 stopped by a signal" in text and "2 no report, or a damaged one" in text
+    assert "129/130/143 stopped by a signal" in text and "no report, or a damaged one" in text
+    assert "2 refused as bad usage once it held the lock (sources.max_deleted_fraction" in text
 
 
 def test_report_check_exits_with_the_last_runs_code(built, tmp_path, capsys):
