@@ -32,6 +32,11 @@ KEPT = 100
 SHOWN = 10  # the last runs report.html shows
 COLUMNS = ("started", "status", "exit", "time", "changed", "deleted", "failed", "embedded")
 NUMBERS = frozenset(COLUMNS[2:])  # right-aligned
+# The note of a run's unfinished line once a later run found that it had stopped without a word
+# (that run's `last_run_unfinished`): it said "still running, or killed" for good (2026-12-01).
+NEVER_ENDED = (
+    "no end reported: stopped where it could not (kill -9, out of memory), the next run found"
+)
 
 
 class DamagedHistory(ValueError):
@@ -103,7 +108,8 @@ def updated_runs(
 ) -> list[dict[str, Any]]:
     """The history with `report`'s line last, in place of its run's unfinished line (the same
     start, host and pid: two runs of one process in one second are two lines), after a line for
-    the unfinished run it names before it where the history has none; the last KEPT.
+    the unfinished run it names before it where the history has none, that run's line noted as
+    found stopped (`NEVER_ENDED`); the last KEPT.
     `unreported`: the output's report.json still says this run is unfinished; where the history
     has no unfinished line of it but ends with its line, its end's report stopped between
     runs.jsonl and report.json (a SIGTERM there, then its failed report), and this line replaces
@@ -115,6 +121,13 @@ def updated_runs(
     before = report.get("last_run_unfinished")
     if before and not any(same_run(run, before) for run in kept):
         kept.append({**before, "status": "unfinished", "exit_code": None, "finished_at": None})
+    if before:
+        kept = [
+            {**run, "error": NEVER_ENDED}
+            if run["status"] == "unfinished" and same_run(run, before)
+            else run
+            for run in kept
+        ]
     return [*kept, entry][-KEPT:]
 
 

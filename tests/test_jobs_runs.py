@@ -17,6 +17,7 @@ from jobs.report import unfinished_run, write_report, write_unfinished_report
 from jobs.report_html import render_html
 from jobs.runs import (
     KEPT,
+    NEVER_ENDED,
     RUNS_PATH,
     SHOWN,
     DamagedHistory,
@@ -98,15 +99,22 @@ def test_a_run_replaces_its_own_unfinished_line_and_keeps_the_last_ones():
 
 def test_a_run_killed_before_the_history_is_added_from_the_report_it_left():
     """A killed run whose line is not in the history (one begun after it, or lost): the next run's
-    report names it (`last_run_unfinished`), and its line goes in before that run's, once."""
+    report names it (`last_run_unfinished`), and its line goes in before that run's, once. Its
+    line, there or added, then says that it stopped without a word, as that run found: read days
+    later, it said "still running, or killed" (until 2026-12-01)."""
     killed = {"started_at": "2026-11-29T02:00:00+00:00", **WHERE}
     report = {**MONDAY, "last_run_unfinished": killed}
     runs = updated_runs([], report)
     assert runs == [
-        {**killed, "status": "unfinished", "exit_code": None, "finished_at": None},
+        {**killed, "status": "unfinished", "exit_code": None, "finished_at": None,
+         "error": NEVER_ENDED},
         MONDAY_LINE,
-    ]
+    ]  # fmt: skip
     assert updated_runs(runs[:1], report) == runs  # already there: not twice
+    its_own = run_entry(unfinished(killed["started_at"]))  # the line it wrote as it began
+    assert updated_runs([its_own], report) == [{**its_own, "error": NEVER_ENDED}, MONDAY_LINE]
+    assert runs_table(runs).splitlines()[2].endswith(f"  {NEVER_ENDED}")
+    assert updated_runs([its_own], MONDAY)[0] == its_own  # no run named it: still running, maybe
 
 
 def test_a_run_stopped_between_its_history_and_its_report_is_one_line(tmp_path):
