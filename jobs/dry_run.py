@@ -67,9 +67,12 @@ class DryRun:
     chunk: list[str]  # sources it would chunk
     carried: list[str]  # unchanged sources of rebuilt topics, taken from the previous tables
     deleted: list[str]  # sources gone since the last run
-    still_failing: list[str]  # files with a settled failure, unchanged: reported, not read
-    conflicts: list[str]  # sources sharing a stem in their topic: failed, not read
-    skipped: list[str]  # links not followed and names no index can name: failed, not read
+    # (path, code, message) of the failures the build reports without reading the file: a
+    # settled failure, unchanged; a source sharing a stem in its topic; a link not followed or a
+    # name no index can name
+    still_failing: list[tuple[str, str, str]]
+    conflicts: list[tuple[str, str, str]]
+    skipped: list[tuple[str, str, str]]
     unmatched: str | None  # files named like markdown that no glob matches, in words
     bytes_to_read: int
     cached: int  # sources to chunk whose vectors the cache holds already
@@ -170,9 +173,9 @@ def dry_run(config: JobConfig, *, check: bool = False) -> DryRun:
         chunk=[row["path"] for row in chunk],
         carried=carried,
         deleted=list(plan.deleted),
-        still_failing=[failure["path"] for failure in plan.settled],
-        conflicts=[failure["path"] for failure in plan.conflicts],
-        skipped=[failure["path"] for failure in plan.skipped],
+        still_failing=unread(plan.settled),
+        conflicts=unread(plan.conflicts),
+        skipped=unread(plan.skipped),
         unmatched=plan.unmatched and unmatched_note(plan.unmatched, config.sources.globs),
         bytes_to_read=sum(row["size"] for row in read),
         cached=len(cached),
@@ -275,15 +278,23 @@ def read_topic_files(checked: Checked, found: Discovery) -> Checked:
     )
 
 
+def unread(failures: tuple[dict[str, str], ...]) -> list[tuple[str, str, str]]:
+    """The (path, code, message) of report failures of files a build does not read (`jobs.plan`:
+    `settled`, `conflicts`, `skipped`)."""
+    return [(f["path"], f["code"], f["message"]) for f in failures]
+
+
 def annotations(plan: DryRun, environ: Mapping[str, str] = os.environ) -> str:
     """In a GitHub Actions job, the workflow commands of a checked dry run's failing sources and
-    files, its warnings and the broken links it names, as the build's (`jobs.annotations`), one
-    a line; "" elsewhere, or unchecked."""
+    files (those the build reports without reading them too: settled failures, shared stems,
+    links not followed), its warnings and the broken links it names, as the build's
+    (`jobs.annotations`), one a line; "" elsewhere, or unchecked."""
     if plan.broken is None:
         return ""
+    known = [*plan.still_failing, *plan.conflicts, *plan.skipped]
     failures = [  # by path, as a report's
         {"path": path, "code": code, "message": message}
-        for path, code, message in sorted([*plan.failing, *plan.failing_files])
+        for path, code, message in sorted([*known, *plan.failing, *plan.failing_files])
     ]
     warnings = plan.warnings or []
     return dry_run_commands(failures, warnings, plan.broken.to_dict(), plan.input, environ)
@@ -376,9 +387,9 @@ def describe(plan: DryRun) -> str:
     lines += [f"  chunk {path}" for path in plan.chunk]
     lines += [f"  carry {path}" for path in plan.carried]
     lines += [f"  delete {path}" for path in plan.deleted]
-    lines += [f"  still failing {path}" for path in plan.still_failing]
-    lines += [f"  stem shared {path}" for path in plan.conflicts]
-    lines += [f"  skip {path}" for path in plan.skipped]
+    lines += [f"  still failing {path}" for path, _, _ in plan.still_failing]
+    lines += [f"  stem shared {path}" for path, _, _ in plan.conflicts]
+    lines += [f"  skip {path}" for path, _, _ in plan.skipped]
     failing = [*(plan.failing or ()), *(plan.failing_files or ())]
     lines += [f"  fail {path}: {code}: {message}" for path, code, message in failing]
     lines += [f"  warning {warning}" for warning in plan.warnings or ()]

@@ -578,10 +578,12 @@ def test_a_checked_dry_run_in_github_actions_annotates_as_the_build(tmp_path, ca
     """In GitHub Actions, `--check`'s failing sources and files, its warnings and its broken
     links are workflow commands on the pull request's diff, `file=` from the checkout, with the
     line, as the build's (`jobs.annotations`); elsewhere, none. Until 2026-11-30 it printed
-    none."""
+    none; until 2026-12-01 none for the files the build reports without reading them (a
+    symbolic link not followed), though they made the check exit 3."""
     docs = tmp_path / "docs"
     (docs / "t").mkdir(parents=True)
     (docs / "t" / "a.md").write_text("# A\n\nSee [the setup](./setup.md).\n")
+    (docs / "t" / "link.md").symlink_to(docs / "t" / "a.md")
     (docs / "t" / "bad.md").write_bytes(b"# Bad\n\nInvalid \xff byte.\n")
     (docs / "t" / "qa-pairs.md").write_bytes(b"Q: How \xff?\n")
     (docs / "_keywords").mkdir()
@@ -597,6 +599,8 @@ def test_a_checked_dry_run_in_github_actions_annotates_as_the_build(tmp_path, ca
     assert commands == [
         "::error file=docs/t/bad.md,line=3,title=CHUNKING_FAILED::invalid UTF-8 at byte offset "
         "15 (line 3): invalid start byte",
+        "::error file=docs/t/link.md,title=SYMLINK_SKIPPED::symbolic link, not followed "
+        "(sources.follow_symlinks is false)",
         "::error file=docs/t/qa-pairs.md,line=1,title=QUESTIONS_FAILED::invalid UTF-8 at byte "
         "offset 7 (line 1): invalid start byte",
         "::warning file=docs/_keywords/words.md,title=No keyword::no keyword found: a keywords "
