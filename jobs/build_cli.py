@@ -100,7 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dry-run",
         action="store_true",
         help="print what would be read, chunked, carried and deleted, which topics rebuilt, and "
-        "a rough cost (bytes to read, chunks to embed); start nothing, write nothing, exit 0",
+        "a rough cost (bytes to read, chunks to embed); start nothing, write nothing; exit 0, or "
+        "as the build would for what it finds before any work (2 usage, 75 locked, 1 unreadable)",
     )
     parser.add_argument(
         "--check",
