@@ -352,13 +352,15 @@ def report_failure(config: JobConfig, error: BaseException, started: float) -> N
 
 def log_failure(what: str, error: BaseException) -> None:
     """Log that `what` failed, in the handler of the exception that failed it: one line for a
-    `KnownFailure` (`error`, or what it stands for) or missing S3 credentials, whose message
-    follows alone, the traceback otherwise."""
-    from botocore.exceptions import NoCredentialsError
+    `KnownFailure` (`error`, or what it stands for), missing S3 credentials or an S3 endpoint
+    that cannot be reached, whose message follows alone, the traceback otherwise."""
+    from botocore.exceptions import ConnectionError, HTTPClientError, NoCredentialsError
 
     # no credentials is the machine's setting, not our error: its 25 lines of s3fs and
-    # aiobotocore frames said no more than "NoCredentialsError: Unable to locate credentials"
-    if isinstance(error, KnownFailure | NoCredentialsError):
+    # aiobotocore frames said no more than "NoCredentialsError: Unable to locate credentials";
+    # nor is an endpoint that is down, stalls or drops the connection: its 80 lines of aiohttp
+    # frames said no more than "Could not connect to the endpoint URL: …", which names it
+    if isinstance(error, KnownFailure | NoCredentialsError | ConnectionError | HTTPClientError):
         log.error("%s failed", what)
     else:
         log.exception("%s failed", what)
