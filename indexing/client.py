@@ -306,7 +306,8 @@ class IndexReader:
 
     def index(self, topic: str) -> dict[str, Any]:
         """The parsed index.json of a topic or directory; FileNotFoundError naming it if absent
-        (naming the root instead when the root has no index.json either),
+        (naming the root instead when the root has no index.json either, or when the root's is
+        a folder's of an index: opened below its root, no topic it links is found),
         ValueError naming it when it is not an index (not JSON; `[]`, say) or is damaged (naming
         the field: `index_problem`). A topic may be spelled as a person does (`topic_id`)."""
         topic = topic_id(topic)
@@ -330,6 +331,11 @@ class IndexReader:
         problem = index_problem(doc)
         if problem:
             raise ValueError(f"{self.location(relpath)} is damaged: {problem}")
+        if not topic and doc["id"]:  # links name topics by their ids from the index's root
+            raise FileNotFoundError(
+                f"{self.location('')} is the folder {doc['id']!r} of an index, not its root: "
+                f"give the folder that holds {doc['id'].split('/')[0]!r}"
+            )
         return doc
 
     def _found_index(self, topic: str, data: bytes | None) -> dict[str, Any] | None:

@@ -1162,6 +1162,26 @@ def test_a_root_that_names_an_index_json_is_bad_usage_naming_its_folder(index_ro
         ), err
 
 
+def test_a_folder_of_an_index_given_as_its_root_is_named_not_searched(index_root, capsys):
+    """A folder inside an index given as its root (`OUT/guides` for `OUT`; `mdindex serve
+    OUT/guides --search`) found none of its topics, which its index.json links by their ids from
+    the index's root: `--question` answered "none, 0 matches" (exit 0), `/_search` 200 with no
+    match, and `IndexReader.topics()` was [] (found by use, 2026-12-01)."""
+    from indexing.cli import question_search
+
+    folder = index_root / "guides"
+    said = "is the folder 'guides' of an index, not its root: give the folder that holds 'guides'"
+    with pytest.raises(FileNotFoundError, match=f"^{re.escape(folder.as_uri())} {said}$"):
+        IndexReader.open(str(folder)).topics()
+    code, out, err = run_cli(["query", str(folder), *ZEBRA], capsys)
+    assert (code, out, err) == (1, "", f"mdindex query: {folder.as_uri()} {said}\n")
+    with serving(folder, search=question_search(str(folder))) as base:
+        for asked in ("q=zebra", "q=zebra&under=intro"):
+            reply = requests.get(f"{base}/_search?{asked}", timeout=10)
+            assert (reply.status_code, reply.json()) == (404, {"status": 404, "error": f"/ {said}"})
+    assert run_cli(["query", str(folder), "--topic", "intro", "--n", "1"], capsys)[0] == 0
+
+
 def test_query_text_output_writes_what_a_terminal_acts_on_as_escapes(index_root, tmp_path, capsys):
     """Titles and names come from the index (a remote one too): a title holding an ESC sequence
     (one clears the screen) or a line break reached the terminal as it was."""
