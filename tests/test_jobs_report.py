@@ -32,6 +32,7 @@ from jobs.pipeline import run_job
 from jobs.reindex import main
 from jobs.report import chunk_notes, error_text, run_facts, summary, write_failed_report
 from jobs.report_html import SETTINGS_CHANGED, next_step, render_html, token_bins
+from jobs.runs import NEVER_ENDED
 from jobs.storage import Storage
 from tests.embedding_support import embedder
 from tests.jobs_support import gone_endpoint, s3_options
@@ -1027,7 +1028,8 @@ def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, capl
         ("sources_failed", 3),
     ]
     assert runs[1] == {**killed, "pid": os.getpid(), "finished_at": None,
-                       "status": "unfinished", "exit_code": None}  # fmt: skip
+                       "status": "unfinished", "exit_code": None,
+                       "error": NEVER_ENDED}  # fmt: skip
     assert runs[3]["started_at"] == again["started_at"] and runs[3]["pid"] == os.getpid()
     assert runs[3]["failures"] == {"CHUNKING_FAILED": 1} and runs[3]["sources"]["failed"] == 1
     capsys.readouterr()
@@ -1113,6 +1115,14 @@ def test_a_report_says_what_to_do_next_for_each_outcome(tmp_path, capsys):
         assert next_step(report) == step, status
         page = render_html(report)
         assert (f"<p><b>Next:</b> {escape(step)}</p>" in page) if step else "Next:" not in page
+    # found by use: after a `kill -9` on S3, "build again" sent the operator to a build that
+    # exited 75 until the killed build's lock expired
+    on_s3 = {"status": "unfinished", "host": "vm", "pid": 7, "output": "s3://b/index"}
+    assert next_step(on_s3) == (
+        "if pid 7 on vm no longer runs, build again once its S3 lock has expired, 5 minutes after"
+        " its last renewal at most (until then another build of this output exits 75, naming the"
+        " time): the next build redoes what this one changed"
+    )
     stopped = {"status": "failed", "exit_code": 143, "error": "Interrupted: stopped by SIGTERM"}
     assert next_step(stopped) == (
         "stopped by SIGTERM: build again; the next build redoes what this one changed"
