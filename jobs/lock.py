@@ -259,8 +259,13 @@ def held() -> None:
     """The check of a lock that cannot be lost (or of no lock): nothing to raise."""
 
 
-def busy(output: Storage, holder: str) -> OutputBusy:
-    """The error for an output another build holds (`holder`: what is known of it)."""
+def busy(output: Storage, holder: str, stopped: bool = False) -> OutputBusy:
+    """The error for an output another build holds (`holder`: what is known of it; `stopped`:
+    a build of this machine that no longer runs, whose S3 lock has not expired yet)."""
+    if stopped:
+        return OutputBusy(
+            f"the output {output.uri()} is locked by a build that no longer runs ({holder})"
+        )
     return OutputBusy(
         f"another build is running on the output {output.uri()} ({holder}); run one build per "
         "output at a time, or try again when it has finished"
@@ -399,7 +404,31 @@ def live_holder(record: dict, where: str) -> str | None:
     expires = record.get("expires")
     if not (isinstance(expires, int | float) and expires > time.time()):
         return None
+    if _gone_from_this_machine(record):
+        # "another build is running … try again when it has finished" was all a re-run after a
+        # `kill -9` said: no word that nothing runs, or that waiting for the expiry is the way
+        return (
+            f"{holds(record, where)} until {utc(expires)}, but no process {record['pid']} runs "
+            f"on this machine ({record['host']}): that build was stopped where it could not "
+            f"release it (kill -9, out of memory); build again after {utc(expires)}, when it "
+            "expires"
+        )
     return f"{holds(record, where)} until {utc(expires)} unless it renews it"
+
+
+def _gone_from_this_machine(record: dict) -> bool:
+    """Whether a lock record names a process of this machine (by its host name) that no longer
+    runs: a build killed where it could not release its lock."""
+    pid = record.get("pid")
+    if record.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process: it runs
+        return False
+    return False
 
 
 def lock_holder(output: Storage) -> str | None:
@@ -493,9 +522,10 @@ class Lease:
         if body == mine:  # our own create: its answer was lost on the way (`_landed`)
             return etag
         where = self.output.uri(LOCK_PATH)
-        holder = live_holder(_json_record(body), where)
+        record = _json_record(body)
+        holder = live_holder(record, where)
         if holder is not None:
-            raise busy(self.output, holder)
+            raise busy(self.output, holder, stopped=_gone_from_this_machine(record))
         log.warning("taking over the build lock %s: it expired (its build was stopped)", where)
         try:
             return self.fs.pipe_file(self.path, mine, IfMatch=etag)["ETag"]

@@ -26,6 +26,7 @@ from indexing.keywords import KEYWORDS_FAILED
 from indexing.questions import QUESTIONS_FAILED
 from indexing.terminal import counted, printable
 from indexing.topic_spec import TOPIC_SPEC_FAILED
+from jobs.lock import LEASE_S
 from jobs.manifest import SETTLED_FAILURES
 from jobs.plan import unmatched_note
 from jobs.runs import COLUMNS, NUMBERS, SHOWN, run_row
@@ -313,8 +314,18 @@ def next_step(report: dict[str, Any]) -> str | None:
     status, code = report.get("status"), report.get("exit_code")
     again = "the next build redoes what this one changed"
     if status == "unfinished":
+        process = f"pid {report.get('pid')} on {report.get('host')}"
+        if str(report.get("output", "")).startswith(("s3://", "s3a://")):
+            # its S3 lock outlives a build killed where it could not release it: "build again"
+            # alone sent the operator to a build that exited 75 for up to LEASE_S
+            minutes = f"{LEASE_S / 60:.0f} minutes"
+            return (
+                f"if {process} no longer runs, build again once its S3 lock has expired, "
+                f"{minutes} after its last renewal at most (until then another build of this "
+                f"output exits 75, naming the time): {again}"
+            )
         return (
-            f"if pid {report.get('pid')} on {report.get('host')} no longer runs, build again: "
+            f"if {process} no longer runs, build again: "
             f"{again} (while it runs, another build of this output exits 75)"
         )
     if status == "failed":

@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import socket
+import subprocess
 import threading
 import time
 from datetime import UTC, datetime
@@ -333,6 +334,32 @@ def test_an_expired_s3_lock_is_taken_over_once(s3_output, caplog):
                     pass
     assert "taking over the build lock" in caplog.text and "it expired" in caplog.text
     assert not fs.exists(path)
+
+
+def test_an_s3_lock_of_a_killed_build_of_this_machine_says_it_no_longer_runs(s3_output):
+    """Found by use: a re-run after a `kill -9` of a scheduled build exited 75 with "another
+    build is running on the output …; try again when it has finished", which nothing would. A
+    lock naming a process of this machine that no longer runs says so, and when to build again;
+    it is still not taken before its expiry (the host name may be another machine's as well)."""
+    fs = s3_output.filesystem()
+    path = s3_output.full_path(LOCK_PATH)
+    child = subprocess.Popen(["true"])
+    child.wait()  # its pid now names no process
+    expires = time.time() + 120
+    killed = {"host": socket.gethostname(), "pid": child.pid, "started": 1.8e9, "expires": expires}
+    fs.pipe_file(path, json.dumps(killed).encode())
+    with pytest.raises(OutputBusy) as refused:
+        with output_lock(s3_output):
+            pass
+    until = lock.utc(expires)
+    assert str(refused.value) == (
+        f"the output {s3_output.uri()} is locked by a build that no longer runs (the build of "
+        f"pid {child.pid} on {killed['host']}, since 2027-01-15T08:00:00+00:00, holds "
+        f"{s3_output.uri(LOCK_PATH)} until {until}, but no process {child.pid} runs on this "
+        f"machine ({killed['host']}): that build was stopped where it could not release it "
+        f"(kill -9, out of memory); build again after {until}, when it expires)"
+    )
+    assert json.loads(fs.cat_file(path)) == killed
 
 
 @pytest.mark.parametrize("started", ["yesterday", None, 1e300])
