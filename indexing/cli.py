@@ -25,6 +25,7 @@ from indexing.client import (
     chunk_tables,
     current_matches,
     is_text,
+    named_index_json,
     query_embedder,
     question_matches,
     ranked_chunks,
@@ -386,9 +387,7 @@ def run_query(args: argparse.Namespace) -> int:
     if problem := archive_problem(args.root):
         print(f"mdindex query: {problem}", file=sys.stderr)
         return 2
-    folder, _, name = args.root.rstrip("/").rpartition("/")
-    if name == INDEX:  # the URL a HAL client starts from: "[Errno 20] Not a directory", exit 1
-        named = f"{args.root} names an index.json; give the folder that holds it ({folder or '.'})"
+    if named := named_index_json(args.root):  # bad usage, before any read
         print(f"mdindex query: {named}", file=sys.stderr)
         return 2
     try:

@@ -173,6 +173,17 @@ def web_options(uri: str, options: dict[str, Any] | None) -> dict[str, Any]:
     return options
 
 
+def named_index_json(uri: str) -> str | None:
+    """Why `uri` is no index root to open when it names an index.json, the URL a HAL client
+    starts from (a local one read as "[Errno 20] Not a directory", an http one as holding no
+    index, and its questions found nothing): the root is the folder that holds it. None
+    otherwise."""
+    folder, _, name = uri.rstrip("/").rpartition("/")
+    if name != INDEX:
+        return None
+    return f"{uri} names an index.json; give the folder that holds it ({folder or '.'})"
+
+
 class UnsuitedOptions(ValueError):
     """Storage options that the root's filesystem client does not take (`{"endpoint": …}` for an
     http root): its TypeError, raised at the first request, named as bad usage."""
@@ -215,7 +226,10 @@ class IndexReader:
     @classmethod
     def open(cls, uri: str, storage_options: dict | None = None, keep: bool = False) -> IndexReader:
         """A reader for the index rooted at `uri`; `keep`: one that keeps what it parsed of a
-        local root's files (`read_parsed`)."""
+        local root's files (`read_parsed`). ValueError for a `uri` that names an index.json
+        (`named_index_json`)."""
+        if named := named_index_json(uri):
+            raise ValueError(named)
         fs, root = root_filesystem(uri, web_options(uri, storage_options))
         return cls(fs=fs, root=root, kept={} if keep else None)
 

@@ -1153,13 +1153,16 @@ def test_a_file_uri_naming_localhost_is_the_local_path(index_root, capsys):
 
 def test_a_root_that_names_an_index_json_is_bad_usage_naming_its_folder(index_root, server, capsys):
     """The URL a HAL client starts from, `OUT/index.json`, as the root: "[Errno 20] Not a
-    directory" (over http: no index.json under it), exit 1."""
+    directory" (over http: no index.json under it), exit 1; `IndexReader.open` took it."""
     for root in (f"{index_root}/index.json", f"{server}/index.json"):
         code, out, err = run_cli(["query", root, "--topic", TOPIC], capsys)
         parent = root.removesuffix("/index.json")
-        assert (code, out) == (2, "") and err == (
-            f"mdindex query: {root} names an index.json; give the folder that holds it ({parent})\n"
-        ), err
+        named = f"{root} names an index.json; give the folder that holds it ({parent})"
+        assert (code, out, err) == (2, "", f"mdindex query: {named}\n")
+        # The library too: the local one read as "[Errno 20] Not a directory", the served one as
+        # holding no index, and its questions' SimHash lookup found nothing (2026-12-01).
+        with pytest.raises(ValueError, match=f"^{re.escape(named)}$"):
+            IndexReader.open(root)
 
 
 def test_a_folder_of_an_index_given_as_its_root_is_named_not_searched(index_root, capsys):
