@@ -208,6 +208,11 @@ class NotInIndex(KeyError):
         return str(self.args[0])
 
 
+class NotAnIndex(ValueError):
+    """An index.json that is no index document at all: not JSON, or JSON without an `_embedded`
+    object (a person's own file, which a build leaves as it is: INDEX_JSON_FAILED)."""
+
+
 Parsed = TypeVar("Parsed")
 Version = tuple[int, int, int]  # a local file's inode, size and modification time in ns
 SETTLED_NS = 2_000_000_000  # a file's age from which its parse is kept (`read_parsed`)
@@ -322,8 +327,9 @@ class IndexReader:
         """The parsed index.json of a topic or directory; FileNotFoundError naming it if absent
         (naming the root instead when the root has no index.json either, or when the root's is
         a folder's of an index: opened below its root, no topic it links is found),
-        ValueError naming it when it is not an index (not JSON; `[]`, say) or is damaged (naming
-        the field: `index_problem`). A topic may be spelled as a person does (`topic_id`)."""
+        NotAnIndex naming it when it is not an index (not JSON; `[]`, say), ValueError when it is
+        damaged (naming the field: `index_problem`). A topic may be spelled as a person does
+        (`topic_id`)."""
         topic = topic_id(topic)
         return self.read_parsed(in_topic(topic, INDEX), partial(self._index, topic))
 
@@ -339,9 +345,12 @@ class IndexReader:
             )
         if data is None:
             raise FileNotFoundError(f"no index.json for topic {topic!r} under {self.location('')}")
-        doc = self.parsed(relpath, data)
+        try:
+            doc = self.parsed(relpath, data)
+        except ValueError as error:
+            raise NotAnIndex(str(error)) from error
         if not is_index_document(doc):
-            raise ValueError(f"{self.location(relpath)} is {NOT_AN_INDEX}")
+            raise NotAnIndex(f"{self.location(relpath)} is {NOT_AN_INDEX}")
         problem = index_problem(doc)
         if problem:
             raise ValueError(f"{self.location(relpath)} is damaged: {problem}")
@@ -383,13 +392,15 @@ class IndexReader:
         """Ids of every topic with chunks, found by walking `_embedded.topics` from the root
         (each topic once, however many links lead to it: a damaged index can link in a cycle).
         A linked topic without an index.json is left out: while a build runs, or after one
-        stopped, a folder can link a new topic not yet written (a root without one is named)."""
+        stopped, a folder can link a new topic not yet written (a root without one is named).
+        So is one whose index.json is no index (`NotAnIndex`): a person's own file, which the
+        build leaves as it is, failing that topic alone (every question over the index failed)."""
         found, pending, seen = [], [""], {""}
         while pending:
             topic = pending.pop()
             try:
                 doc = self.index(topic)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotAnIndex):
                 if not topic:
                     raise
                 continue
@@ -694,13 +705,15 @@ def current_matches(
     """Each SimHash match with its chunk's `items` entry in its topic's index.json, leaving a
     stale one out. The corpus tables are rewritten at a build's end, after every topic's switch,
     so while a build runs (or after one stopped) they can name a topic since deleted or a chunk
-    since renumbered; a match holds while its chunk lists the match's hash in `prompt_hashes`."""
+    since renumbered; a match holds while its chunk lists the match's hash in `prompt_hashes`.
+    A topic whose index.json is no index (`NotAnIndex`) holds none, as `IndexReader.topics`
+    leaves it out."""
     indexes: dict[str, dict[str, Any] | None] = {}
     for match in matches:
         if match.topic not in indexes:
             try:
                 indexes[match.topic] = reader.index(match.topic)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotAnIndex):  # as `IndexReader.topics` leaves it out
                 indexes[match.topic] = None
         index = indexes[match.topic]
         chunks = {} if index is None else index["_embedded"].get("chunks", {})

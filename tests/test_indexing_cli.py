@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import json
@@ -1183,6 +1184,36 @@ def test_a_folder_of_an_index_given_as_its_root_is_named_not_searched(index_root
             reply = requests.get(f"{base}/_search?{asked}", timeout=10)
             assert (reply.status_code, reply.json()) == (404, {"status": 404, "error": f"/ {said}"})
     assert run_cli(["query", str(folder), "--topic", "intro", "--n", "1"], capsys)[0] == 0
+
+
+def test_a_linked_topic_whose_index_json_is_a_persons_own_fails_alone(tmp_path, capsys):
+    """A person's own `index.json` in a topic folder, which the build leaves as it is
+    (INDEX_JSON_FAILED, its parent still linking the topic), failed every question over the
+    index: `query --question` exit 1 and `/_search` 500, "… is not an mdindex index", where the
+    rest of the site was indexed (found by use, 2026-12-01). The walk leaves it out as it does a
+    topic not yet written; asked by name, it is still named."""
+    from indexing.cli import question_result
+
+    out = build_topic(
+        topic_input(TOPIC, [source(f"{TOPIC}/a.md", [("A", "Alpha.")], ranked_vectors([1.0]))]),
+        IndexSettings(),
+    )
+    write_index(tmp_path, [out], k=6)
+    root = json.loads((tmp_path / "index.json").read_bytes())
+    root["_embedded"]["topics"] += [{"id": "notes"}, {"id": "list"}, {"id": "comma"}]
+    (tmp_path / "index.json").write_text(json.dumps(root))
+    owned = [("notes", '{"name": "my own"}'), ("list", "[]"), ("comma", '{"id": "x",}')]
+    for folder, text in owned:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "index.json").write_text(text)
+    reader = IndexReader.open(str(tmp_path))
+    assert reader.topics() == [TOPIC]
+    args = argparse.Namespace(question="zebra", topic=None, n=2, per_page=None, under=None,
+                              all_copies=False, show=False)  # fmt: skip
+    result = question_result(reader, args, embed=lambda model, q: np.array([1.0, 0.0, 0.0]))
+    assert [(m["topic"], m["source"]) for m in result["matches"]] == [(TOPIC, "a")]
+    code, out, err = run_cli(["query", str(tmp_path), "--topic", "notes"], capsys)
+    assert (code, out) == (1, "") and "notes/index.json is not an mdindex index" in err
 
 
 def test_query_text_output_writes_what_a_terminal_acts_on_as_escapes(index_root, tmp_path, capsys):
