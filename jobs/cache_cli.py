@@ -100,6 +100,7 @@ def run_prune(args: argparse.Namespace) -> int:
     from embedding.cache import EmbeddingCache
     from embedding.prune import cache_entries, plan_prune, prune
     from indexing.terminal import counted, write_out
+    from jobs.lock import missing_bucket
     from jobs.report import error_text
     from jobs.storage import Storage
 
@@ -114,6 +115,8 @@ def run_prune(args: argparse.Namespace) -> int:
         named = [Storage(uri, options) for uri in args.outputs]
         uri = args.cache or cache_of(named)
         records = Storage(uri, options)
+        if missing_bucket(records) is not None:  # a mistyped bucket: it said "removed 0", exit 0
+            raise PruneRefused(f"cache {uri}: no such bucket (nothing removed)")
         others, forgotten = unnamed_outputs(
             recorded_outputs(records),
             {output.uri() for output in named},

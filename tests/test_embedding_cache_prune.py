@@ -227,6 +227,15 @@ def test_a_prune_keeps_the_entries_of_every_output_its_builds_recorded_in_the_ca
     # the cache alone, every output forgotten or none recorded: refused, as every entry would go
     assert main(["cache", "prune", "--forget", first, "--forget", second, *options]) == 2
     assert "the cache records no output that uses it" in capsys.readouterr().err
+    # a mistyped cache bucket (found by use: a cron line's prune printed "removed 0 entries", 0,
+    # every night): refused as the build refuses it, named or not with outputs
+    for named in (["--output", first], []):
+        typo = ["--cache", "s3://no-such-prune-bucket/cache"]
+        assert main(["cache", "prune", *named, *options, *typo]) == 2
+        assert capsys.readouterr().err == (
+            "mdindex cache prune: cache s3://no-such-prune-bucket/cache: no such bucket (nothing "
+            "removed)\n"
+        )
     assert main(["cache", "prune", "--forget", second, *options]) == 0
     assert f"forgotten: {second}" in capsys.readouterr().out
     assert left() == {keys["a"].relpath}
