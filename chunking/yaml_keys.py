@@ -15,8 +15,8 @@ import yaml
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.SafeLoader with a ConstructorError at a key written twice in one mapping, naming where it
-    was first (`first_line`: the number of the YAML's first line in its file)."""
+    """yaml.SafeLoader with a ConstructorError at a key written twice in one mapping, naming
+    where it was first (`first_line`: the number of the YAML's first line in its file)."""
 
     first_line = 1
 
