@@ -52,6 +52,8 @@ WORD_START = re.compile(r"(?<!\S)\S")  # the first character of a word
 # A line of a code block that only closes what lines before it opened (`}`, `]);`), or a bare
 # fence marker (the closing line of a fence).
 _CLOSING_LINE = re.compile(r"[\s)\]},;]*|\s*(?:`{3,}|~{3,})\s*")
+# A line of an HTML block that only closes elements (`</tbody>`, `</table></div>`, `</TabItem>`).
+_CLOSING_TAGS = re.compile(r"\s*(?:</[A-Za-z][\w:.-]*\s*>\s*)*")
 # Where a chunk may start without cutting a word: a word's first character, or a character next
 # to an ideograph or kana (each is a word of its own: `tokens.UNSPACED`) other than punctuation
 # that ends or continues what is before it (、。，」), which no word starts with, or a mark
@@ -389,7 +391,8 @@ def line_pieces(
 
     With `closers_kept` (hierarchical), a last piece of closing brackets alone (`}`, `]);`, a
     fence's closing line) starts instead at the last line before them that holds more, when both
-    pieces still fit: no piece is the end of a code example without any of its code.
+    pieces still fit: no piece is the end of a code example without any of its code. So does a
+    last piece of an HTML block's closing tags alone (`</div>` after a cut table), with or without.
     """
     # bisects: filtering every fence of the document, for each block cut, was quadratic
     fences = fences_opening(doc.fences, *src.lines_starting_in(span))
@@ -483,8 +486,10 @@ def line_pieces(
         return size + measure.size_of(piece.prefix + piece.suffix) > limit
 
     pieces = packed_pieces(parts, measure, budget, piece_of, too_big)
-    if closers_kept and len(pieces) > 1:
-        return _closers_kept(src, parts, pieces, piece_of, too_big)
+    closing = [_CLOSING_LINE] if closers_kept else []
+    closing += [_CLOSING_TAGS] if block is not None and block.kind == "html_block" else []
+    if closing and len(pieces) > 1:
+        return _closers_kept(src, parts, pieces, piece_of, too_big, closing)
     return pieces
 
 
@@ -494,15 +499,17 @@ def _closers_kept(
     pieces: list[Span],
     piece_of: Callable[[list[Span]], Span],
     too_big: Callable[[Span], bool],
+    patterns: list[re.Pattern[str]],
 ) -> list[Span]:
     """`pieces` (packed from `parts`), the last one started at the last part of the one before
-    that holds more than closing brackets when it holds nothing else (`line_pieces`)."""
+    that holds more than closing lines (each matching one of `patterns`) when it holds nothing
+    else (`line_pieces`)."""
     starts = [part.start for part in parts]
     first, before = bisect_left(starts, pieces[-1].start), bisect_left(starts, pieces[-2].start)
 
     def closing(part: Span) -> bool:
         text = src.text[part.start : part.end]
-        return all(_CLOSING_LINE.fullmatch(line) for line in text.split("\n"))
+        return all(any(p.fullmatch(line) for p in patterns) for line in text.split("\n"))
 
     if not all(map(closing, parts[first:])):
         return pieces

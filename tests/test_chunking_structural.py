@@ -449,3 +449,21 @@ def test_an_html_tables_header_and_first_row_that_do_not_fit_together_are_two_ro
     document = check_invariants(f"## Signals\n\n{table[0]}\n", "structural", **options)
     check_html_table_pieces(document, table)
     assert [c.start_line for c in document.chunks] == [1, 8, 12]  # the header, then each row
+
+
+def test_no_piece_of_an_html_block_is_its_closing_tags_alone():
+    """A notebook's DataFrame (a `<table>` in a `<div>`, as nbconvert writes it) over the hard
+    maximum was cut between rows, and `structural`'s last piece was `</div>` alone: a chunk of
+    no content. That piece starts at the last row instead, when both pieces fit."""
+    head = ["<div>", "<style scoped>", "    .dataframe tbody tr th {vertical-align: top;}"]
+    head += ["</style>", '<table border="1" class="dataframe">', "  <thead>"]
+    head += ['    <tr style="text-align: right;">', "      <th></th>", "      <th>a</th>"]
+    head += ["    </tr>", "  </thead>", "  <tbody>"]
+    rows = [f"    <tr>\n      <th>{i}</th>\n      <td>{i * 3}</td>\n    </tr>" for i in range(60)]
+    html = "\n".join([*head, *rows, "  </tbody>", "</table>", "</div>"])
+    document = check_invariants(f"## Output\n\n{html}\n", "structural")
+    closing = re.compile(r"\s*(?:</[A-Za-z]\w*>\s*)*")
+    assert len(document.chunks) > 3
+    assert not [c.text for c in document.chunks if closing.fullmatch(c.text)]
+    last_row = "    <td>177</td>\n    </tr>\n  </tbody>\n</table>\n</div>"
+    assert document.chunks[-1].text.endswith(last_row)
