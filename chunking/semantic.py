@@ -11,7 +11,8 @@ Seed 003 rules, applied line by line over the document (headings come from the b
   seed's "lookahead optimization", one line ahead; where the heading and that line would not fit
   in a chunk of their own either, the line is cut and its first piece fills the heading's chunk);
   likewise before a fence's opening line whose next line would not fit, so that no chunk ends
-  with an empty code block (`opener_ends_chunk`), and before a list's last item, one line ending
+  with an empty code block (`opener_ends_chunk`), or an admonition's first line whose first line
+  of text would not fit (`container_ends_chunk`), and before a list's last item, one line ending
   with a colon, whose next block's first line would not fit after it, so that tldr-pages'
   "- Description:" stays with its command (`intro_ends_chunk`; before the heading right above
   it, `ends_chunk`);
@@ -474,6 +475,8 @@ class _Window:
         self.leave_container(number)
         if self.chunk.has_content and self.fits(units + closer) and self.opener_ends_chunk(number):
             self.seal(self.continuation(number))
+        elif self.chunk.has_content and self.fits(units) and self.container_ends_chunk(number):
+            self.seal(self.continuation(number))
         if self.chunk.has_content and not self.fits(units + closer):
             alone = self.continuation(number).overhead + units + closer <= self.limit
             if alone or not self.below_heading(number) or not self.fits(self.limit // 2):
@@ -573,6 +576,23 @@ class _Window:
         the seal before the heading where that helps)."""
         units = self.opener_units(number)
         if units is None or self.fits(units) or self.below_heading(number):
+            return False
+        return self.continuation(number).overhead + units <= self.limit
+
+    def container_ends_chunk(self, number: int) -> bool:
+        """Whether line `number` is the first line of an MkDocs container or colon fence (`!!!
+        note`, `=== "pip"`, `:::tip`) whose first line of text would not fit after it, so the
+        max-token seal would leave an empty admonition last in the chunk, repeated atop the next
+        with its text. Not where the two would not fit in a chunk of their own either, nor right
+        below a heading the chunk took (as `opener_ends_chunk`)."""
+        after = bisect_left(self.nonblank_total, self.nonblank_total[number] + 1)
+        if after >= len(self.nonblank_total) or self.below_heading(number):
+            return False
+        if self.doc.lines[number - 1] not in self.indented_opener(after).split("\n"):
+            return False
+        units = self.lines_units(number, after) + self.closing.get(after, 0)
+        units += self.closer_units(after)
+        if self.fits(units):
             return False
         return self.continuation(number).overhead + units <= self.limit
 

@@ -216,6 +216,21 @@ def test_a_fence_whose_first_line_would_not_fit_starts_the_next_chunk():
     assert second.text == f"# Doc\n## Run\n\n```console\n{words(120, 'ipsum')}\n```"
 
 
+@pytest.mark.parametrize("opener", ['!!! note "Restart needed"', '=== "pip"', ":::tip Restart"])
+def test_an_admonition_whose_first_line_of_text_would_not_fit_starts_the_next_chunk(opener):
+    """The max seal came after an admonition's first line (`!!! note`, a content tab, a colon
+    fence) and before its text: the chunk ended with an empty admonition, which the next chunk
+    repeated above the text. The seal now comes before that line, as before a fence's."""
+    indent, closer = ("", "\n\n:::") if opener.startswith(":") else ("    ", "")
+    body = f"{indent}{words(120, 'ipsum')}{closer}"
+    text = f"# Doc\n{words(100)}\n\n{opener}\n\n{body}\n\nAfter.\n"
+    document = check_invariants(text, "semantic", min_tokens=150, max_tokens=200)
+    first, second = document.chunks
+    assert first.text == f"# Doc\n{words(100)}"  # was "...\n\n!!! note ..." (and ":::")
+    assert second.text == f"# Doc\n{opener}\n\n{body}\n\nAfter."
+    assert spans(document) == [(1, 2), (4, len(text.split("\n")) - 1)]
+
+
 def test_a_list_item_ending_with_a_colon_starts_the_chunk_of_what_it_introduces():
     """The max seal came between tldr-pages' "- Description:" and its command: 1,594 of tldr
     English's 2,166 size seals (configs/local.yaml) ended a chunk with a description and began
