@@ -326,8 +326,9 @@ class _Window:
     def ends_chunk(self, block: Block, content: int | None) -> bool:
         """Whether the heading would be the chunk's last content: its first line of content
         (`content`, after any headings right below it) would not fit after it, so the max-token
-        seal would come between them (a fence's opening line is measured with its next line, so
-        that the chunk does not end with the heading and an empty code block either). Where the
+        seal would come between them (a fence's opening line is measured with its next line, and
+        an admonition's first line with its first line of text, so that the chunk does not end
+        with the heading and an empty code block or admonition either). Where the
         two would not fit in a chunk of their own either, and the line would not fit below the
         heading prepended to a chunk (it is cut), its first piece stays with the heading
         (`add_line`, where the heading and the lines before its content take at most half the
@@ -345,6 +346,7 @@ class _Window:
             if not self.fits(units) and overhead + units <= self.limit:
                 return True
         opener = self.opener_units(content)
+        opener = self.container_units(content) if opener is None else opener
         if opener is None:
             units = self.lines_units(block.start_line, content) + self.closer_units(content)
         else:
@@ -585,16 +587,22 @@ class _Window:
         max-token seal would leave an empty admonition last in the chunk, repeated atop the next
         with its text. Not where the two would not fit in a chunk of their own either, nor right
         below a heading the chunk took (as `opener_ends_chunk`)."""
-        after = bisect_left(self.nonblank_total, self.nonblank_total[number] + 1)
-        if after >= len(self.nonblank_total) or self.below_heading(number):
-            return False
-        if self.doc.lines[number - 1] not in self.indented_opener(after).split("\n"):
-            return False
-        units = self.lines_units(number, after) + self.closing.get(after, 0)
-        units += self.closer_units(after)
-        if self.fits(units):
+        units = self.container_units(number)
+        if units is None or self.fits(units) or self.below_heading(number):
             return False
         return self.continuation(number).overhead + units <= self.limit
+
+    def container_units(self, number: int) -> int | None:
+        """Units of line `number` up to the first line of text in the body of the MkDocs
+        container or colon fence it opens, and the lines closing what is open after that; None
+        where it opens none."""
+        after = bisect_left(self.nonblank_total, self.nonblank_total[number] + 1)
+        if after >= len(self.nonblank_total):
+            return None
+        if self.doc.lines[number - 1] not in self.indented_opener(after).split("\n"):
+            return None
+        units = self.lines_units(number, after) + self.closing.get(after, 0)
+        return units + self.closer_units(after)
 
     def opener_units(self, number: int) -> int | None:
         """Units of fence opening line `number`, the line after it and the closing line needed

@@ -229,6 +229,11 @@ def test_an_admonition_whose_first_line_of_text_would_not_fit_starts_the_next_ch
     assert first.text == f"# Doc\n{words(100)}"  # was "...\n\n!!! note ..." (and ":::")
     assert second.text == f"# Doc\n{opener}\n\n{body}\n\nAfter."
     assert spans(document) == [(1, 2), (4, len(text.split("\n")) - 1)]
+    # Right below a heading the seal comes before the heading (it ended "## Restart\n\n!!! note").
+    text = f"# Doc\n{words(100)}\n\n## Restart\n\n{opener}\n\n{body}\n\nAfter.\n"
+    first, second = check_invariants(text, "semantic", min_tokens=150, max_tokens=200).chunks
+    assert first.text == f"# Doc\n{words(100)}"
+    assert second.text == f"# Doc\n## Restart\n\n{opener}\n\n{body}\n\nAfter."
 
 
 def test_a_list_item_ending_with_a_colon_starts_the_chunk_of_what_it_introduces():
