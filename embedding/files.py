@@ -19,6 +19,7 @@ from fsspec.core import split_protocol
 from fsspec.implementations.local import LocalFileSystem
 
 LOCAL_PROTOCOLS = ("file", "local")
+S3_PROTOCOLS = ("s3", "s3a")  # `s3a://` is Hadoop's name for the same store
 # RFC 8089: `file://localhost/p` is `file:///p`; fsspec reads `localhost/p` as a relative path.
 _LOCALHOST = re.compile(r"^((?:file|local)://)localhost(?=/)", re.IGNORECASE)
 # Requests an async filesystem (s3fs) runs at once in a batched `pipe` or `cat`. fsspec's default,
@@ -252,7 +253,7 @@ def missing_bucket(fs: fsspec.AbstractFileSystem, path: str) -> FileNotFoundErro
     bucket does not exist; None otherwise, and on every other filesystem. Any other answer (a
     403 to credentials for one prefix of it) is left to the caller: fsspec's `exists` took every
     failure for a missing bucket."""
-    if protocols_of(fs) & {"s3", "s3a"}:
+    if protocols_of(fs) & set(S3_PROTOCOLS):
         try:
             fs.call_s3("head_bucket", Bucket=path.split("/", 1)[0])
         except FileNotFoundError as error:
@@ -281,7 +282,7 @@ def s3_client_refused(uri: str, options: dict[str, Any] | None) -> S3ClientRefus
     s3fs, aiobotocore or botocore does not take, a profile that does not exist, an endpoint that
     is no URL: `AWS_ENDPOINT_URL=localhost:9000`), naming the settings the environment gives;
     None where one can, and for other filesystems. Made without a request (credentials aside)."""
-    if protocol_of(uri) not in ("s3", "s3a"):
+    if protocol_of(uri) not in S3_PROTOCOLS:
         return None
     from botocore.exceptions import ProfileNotFound
 

@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
+from embedding.files import S3_PROTOCOLS
 from embedding.files import missing_bucket as bucket_missing
 from jobs.known import KnownFailure
 from jobs.storage import OutsideRoot, Storage
@@ -124,7 +125,7 @@ def output_lock(output: Storage) -> Iterator[Check]:
     if output.is_local:
         with _file_lock(output):
             yield held  # the kernel's lock is never lost while the process lives
-    elif output.protocol in ("s3", "s3a"):
+    elif output.protocol in S3_PROTOCOLS:
         ignored = ignored_condition(output)
         if ignored == "If-None-Match":
             log.warning(
@@ -438,7 +439,7 @@ def lock_holder(output: Storage) -> str | None:
     build's for up to `LEASE_S`), a local one while its process lives (`file_holder`)."""
     if output.is_local:
         return file_holder(output)
-    if output.protocol not in ("s3", "s3a"):
+    if output.protocol not in S3_PROTOCOLS:
         return None
     try:
         body = output.filesystem().cat_file(output.full_path(LOCK_PATH))

@@ -21,6 +21,7 @@ from html import escape
 from typing import Any
 
 from chunking import CHUNKING_FAILED, INVALID_FRONT_MATTER
+from embedding.files import S3_PROTOCOLS, protocol_of
 from indexing.hal import INDEX_JSON_FAILED, NOT_JSON
 from indexing.keywords import KEYWORDS_FAILED
 from indexing.questions import QUESTIONS_FAILED
@@ -315,7 +316,7 @@ def next_step(report: dict[str, Any]) -> str | None:
     again = "the next build redoes what this one changed"
     if status == "unfinished":
         process = f"pid {report.get('pid')} on {report.get('host')}"
-        if str(report.get("output", "")).startswith(("s3://", "s3a://")):
+        if protocol_of(str(report.get("output", ""))) in S3_PROTOCOLS:
             # its S3 lock outlives a build killed where it could not release it: "build again"
             # alone sent the operator to a build that exited 75 for up to LEASE_S
             minutes = f"{LEASE_S / 60:.0f} minutes"
