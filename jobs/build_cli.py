@@ -305,14 +305,15 @@ def ending(error: BaseException) -> Ending | None:
     from jobs.lock import OutputBusy, OutputNotFound
     from jobs.report import error_text
 
-    if isinstance(error, (EmptyInput, TooManyDeleted)):  # under the lock: reported, as a
-        # scheduled run meets them (a partly synced input), which `report --check` said was ok
+    # Found under the lock, so reported: the deletion guards' refusals (a scheduled run meets
+    # them, a partly synced input, which `report --check` said was ok) and those as Ray starts.
+    # (EmptyInput and TooManyDeleted are InputNotFound's, which is found before the lock.)
+    reported = (EmptyInput, TooManyDeleted)
+    reported += (InfeasibleResources, FoldersNotShared, ClusterUnreachable, PluginNotOnNode)
+    if isinstance(error, reported):
         return Ending(EXIT_USAGE, f"mdindex build: {error}", error)
     if isinstance(error, (InputNotFound, ModelNotFound, OutputNotFound)):
         return Ending(EXIT_USAGE, f"mdindex build: {error}")
-    usage = (InfeasibleResources, FoldersNotShared, ClusterUnreachable, PluginNotOnNode)
-    if isinstance(error, usage):
-        return Ending(EXIT_USAGE, f"mdindex build: {error}", error)
     if isinstance(error, OutputBusy):
         return Ending(EXIT_BUSY, f"mdindex build: {error}")
     if interrupted(error):  # Ctrl-C, also as a class was made (a module's import)
