@@ -8,6 +8,7 @@ import json
 import os
 import re
 import socket
+import struct
 import sys
 import threading
 import time
@@ -20,7 +21,7 @@ from functools import partial
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, BinaryIO
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from indexing.paths import is_chunk_file
 from indexing.terminal import printable
@@ -28,11 +29,17 @@ from indexing.terminal import printable
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 IDLE_TIMEOUT_S = 60
 REQUEST_TIMEOUT_S = 10  # the most a request's head (its line and headers) takes to come in
+# An answer's first seconds, after which the client must take it at MIN_ANSWER_RATE on average.
+ANSWER_GRACE_S = 60
+MIN_ANSWER_RATE = 64 * 1024  # bytes a second
 MAX_CONNECTIONS = 256  # served at once, each by its thread; the rest wait in the kernel's backlog
 LOGGED_CHARS = 200  # of each request line (or other client text) the log writes
 TLS_HANDSHAKE = b"\x16"  # the first byte of a TLS record carrying a ClientHello
 ALLOWED_METHODS = "GET, HEAD, OPTIONS"
 SEARCH_PATH = "/_search"  # no index file's URL: a topic is never a folder named with "_"
+# The parameters SEARCH_PATH takes; any other is a 400 naming it (a misspelt `qestion=` or
+# `topik=` was ignored: the answer was another question's, or all topics').
+SEARCH_PARAMETERS = ("q", "n", "per_page", "topic", "under", "all_copies")
 # The build's own folder (its report, run history, manifest, lock): no reader of the index needs
 # it, and its report names the build's host, pid, paths and settings. Never served (404).
 BUILD_FOLDER = "_reindex"
@@ -48,6 +55,15 @@ class SearchError(Exception):
 
 
 Search = Callable[[str], dict[str, Any]]  # a request's query string -> the JSON-ready answer
+
+
+def unknown_search_parameter(query: str) -> str | None:
+    """The first parameter of a `SEARCH_PATH` query string that is none of `SEARCH_PARAMETERS`
+    (its name decoded, bytes that are not UTF-8 replaced), or None."""
+    for name, _ in parse_qsl(query, keep_blank_values=True, errors="replace"):
+        if name not in SEARCH_PARAMETERS:
+            return name
+    return None
 
 
 def parse_range(header: str, size: int) -> tuple[int, int] | None:
@@ -158,6 +174,57 @@ class HeadReader(io.RawIOBase):
         return self.connection.recv_into(buffer)
 
 
+class AnswerTimedOut(Exception):
+    """A client that did not take its answer in time (`AnswerWriter`)."""
+
+
+class AnswerWriter(io.BufferedIOBase):
+    """A connection's writing side, the handler's `wfile`: the client must take the answer's
+    bytes at `rate` bytes a second on average after its first `grace` seconds (its n-th byte
+    within `grace + n / rate` seconds of the first write), and no send waits over `idle`
+    seconds; else AnswerTimedOut. With only a timeout for each write (60 s for each 64 KiB), a
+    client that took 64 KiB every 59 s held one of the server's places for as long as the file
+    lasted (a 400 MB shard: four days), and a few such clients every place."""
+
+    def __init__(self, connection: socket.socket, grace: float, rate: float, idle: float) -> None:
+        super().__init__()
+        self.connection = connection
+        self.grace, self.rate, self.idle = grace, rate, idle
+        self.started: float | None = None  # the first write's `time.monotonic()`
+        self.sent = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.connection.fileno()
+
+    def write(self, data) -> int:
+        """Send all of `data` (bytes-like) within the answer's bounds; AnswerTimedOut else."""
+        with memoryview(data) as view, view.cast("B") as flat:
+            if self.started is None:
+                self.started = time.monotonic()
+            deadline = self.started + self.grace + (self.sent + len(flat)) / self.rate
+            done = 0
+            while done < len(flat):
+                wait = min(deadline - time.monotonic(), self.idle)
+                try:
+                    if wait <= 0:
+                        raise TimeoutError
+                    self.connection.settimeout(wait)
+                    sent = self.connection.send(flat[done:])
+                except TimeoutError:
+                    took = time.monotonic() - self.started
+                    raise AnswerTimedOut(
+                        f"the client took {self.sent:,} bytes in {took:.0f} s (an answer goes "
+                        f"at {self.rate / 1024:g} KiB/s or more after its first {self.grace:g} "
+                        f"s, no send waiting over {self.idle:g} s)"
+                    ) from None
+                done += sent
+                self.sent += sent
+            return len(flat)
+
+
 class IndexRequestHandler(SimpleHTTPRequestHandler):
     """A static file handler with CORS headers, OPTIONS preflight, validators (ETag,
     Last-Modified, 304) and HTTP Range (206, If-Range); every directory is 404; errors in JSON;
@@ -177,6 +244,10 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
     # held its place among `max_connections` for 60 s, and one that sends a byte at a time for
     # ever.
     request_timeout = REQUEST_TIMEOUT_S
+    # The answer must then be taken at `answer_rate` bytes a second after its first
+    # `answer_grace` seconds (`AnswerWriter`), each send waiting at most `timeout`.
+    answer_grace = ANSWER_GRACE_S
+    answer_rate = MIN_ANSWER_RATE
     extensions_map = {
         **SimpleHTTPRequestHandler.extensions_map,
         ".md": "text/markdown; charset=utf-8",
@@ -189,11 +260,15 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         super().__init__(*args, **kwargs)
 
     def setup(self) -> None:
-        """The connection's streams; `rfile` reads through a `HeadReader` (`head`)."""
+        """The connection's streams; `rfile` reads through a `HeadReader` (`head`), `wfile`
+        is an `AnswerWriter`."""
         super().setup()
         self.rfile.close()  # the stdlib's, which waits `timeout` for each read
         self.head = HeadReader(self.connection)
         self.rfile = io.BufferedReader(self.head)
+        self.wfile = AnswerWriter(
+            self.connection, self.answer_grace, self.answer_rate, self.timeout
+        )
 
     def version_string(self) -> str:
         """The Server header: `mdindex`, not `SimpleHTTP/0.6 Python/3.11.7`."""
@@ -204,8 +279,9 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
         in plain HTTP, with a log line saying so. A ClientHello holding no newline byte waited
         for the idle timeout, the client hanging for 60 s; one holding one was a 400 whose log
         line held its binary bytes. The head must be in within `request_timeout` (else the
-        stdlib's "Request timed out" log line, and the connection closed); the answer is sent with
-        `timeout` for each write."""
+        stdlib's "Request timed out" log line, and the connection closed); the answer is sent
+        within `AnswerWriter`'s bounds, else the connection is reset (its unsent bytes dropped,
+        not left to the kernel to send) with one log line, `Answer timed out: …`."""
         self.head.deadline = time.monotonic() + self.request_timeout
         try:
             first = self.rfile.peek(1)[:1]
@@ -213,14 +289,21 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
             self.log_error("Request timed out: %r", error)
             self.close_connection = True
             return
-        if first != TLS_HANDSHAKE:
-            super().handle_one_request()
-            return
-        self.rfile.read1()  # the hello: closing with it unread would reset the connection
-        self.command, self.requestline = None, ""
-        self.request_version = self.default_request_version
-        # Not TLS: curl says "wrong version number", a browser ERR_SSL_PROTOCOL_ERROR.
-        self.send_error(HTTPStatus.BAD_REQUEST, "a TLS handshake (https://) to a plain HTTP server")
+        try:
+            if first != TLS_HANDSHAKE:
+                super().handle_one_request()
+                return
+            self.rfile.read1()  # the hello: closing with it unread would reset the connection
+            self.command, self.requestline = None, ""
+            self.request_version = self.default_request_version
+            # Not TLS: curl says "wrong version number", a browser ERR_SSL_PROTOCOL_ERROR.
+            self.send_error(
+                HTTPStatus.BAD_REQUEST, "a TLS handshake (https://) to a plain HTTP server"
+            )
+        except AnswerTimedOut as error:
+            self.log_error("Answer timed out: %s", str(error))
+            self.close_connection = True
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
     def parse_request(self) -> bool:
         """The request line and headers parsed (False once an error is sent); an HTTP/0.9 one
@@ -262,6 +345,12 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
             else:
                 super().do_HEAD()
             return
+        unknown = unknown_search_parameter(url.query)
+        if unknown is not None:
+            known = ", ".join(SEARCH_PARAMETERS)
+            said = f"{loggable(unknown)!r}: no such parameter ({SEARCH_PATH} takes {known})"
+            self.send_error(HTTPStatus.BAD_REQUEST, said)
+            return
         try:
             answer = self.search(url.query)
         except SearchError as error:
@@ -291,11 +380,14 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """An error answer whose body is JSON, `{"status": 404, "error": "File not found"}`, as
         the index's own files are: a web client's `response.json()` of one was a SyntaxError on
-        the HTML page `http.server` writes. No body for a HEAD, a 204 or a 304."""
+        the HTML page `http.server` writes. No body for a HEAD, a 204 or a 304. The status line
+        says the code's own phrase (`Bad Request`), not the message: the stdlib wrote the message
+        there, in Latin-1, so one naming a topic `指南` raised UnicodeEncodeError: no answer at
+        all, a traceback on stderr."""
         short, _ = self.responses.get(code, ("???", "???"))
         message = short if message is None else message
         self.log_error("code %d, message %s", code, message)
-        self.send_response(code, message)
+        self.send_response(code, short)
         self.send_header("Connection", "close")
         if code == HTTPStatus.METHOD_NOT_ALLOWED:
             self.send_header("Allow", ALLOWED_METHODS)

@@ -174,6 +174,46 @@ def test_serve_closes_a_connection_left_idle(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err.count("Request timed out: TimeoutError('timed out')") == 2
 
 
+def test_serve_resets_a_client_that_takes_its_answer_too_slowly(tmp_path, monkeypatch, capsys):
+    """An answer's only bound was 60 s for each 64 KiB write: a client that took 64 KiB every
+    59 s held one of the server's places for as long as the file lasted (a 400 MB shard: four
+    days), and 256 such clients every place. The client must take an answer at 64 KiB/s on
+    average after its first 60 s (`answer_rate`, `answer_grace`: 8 MiB/s after 0.5 s here),
+    else its connection is reset, with one log line, and its place goes to the next client. The
+    slow client here reads 1 KiB every 0.1 s through a small receive buffer; the server serves
+    one connection at once."""
+    (tmp_path / "shard.parquet").write_bytes(bytes(8 * 2**20))
+    (tmp_path / "index.json").write_text("{}")
+    monkeypatch.setattr(IndexServer, "max_connections", 1)
+    monkeypatch.setattr(IndexRequestHandler, "answer_grace", 0.5)
+    monkeypatch.setattr(IndexRequestHandler, "answer_rate", 8 * 2**20)
+    with serving(tmp_path, quiet=False) as base:
+        with socket.socket() as slow:
+            slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            slow.settimeout(10)
+            slow.connect(("127.0.0.1", _port(base)))
+            slow.sendall(b"GET /shard.parquet HTTP/1.0\r\n\r\n")
+            taken, reset = 0, False
+
+            def trickle() -> None:
+                nonlocal taken, reset
+                try:
+                    while data := slow.recv(1024):
+                        taken += len(data)
+                        time.sleep(0.1)
+                except ConnectionResetError:
+                    reset = True
+
+            reader = threading.Thread(target=trickle)
+            reader.start()
+            reply = requests.get(base + "/index.json", timeout=10)  # waits for the one place
+            reader.join(timeout=30)
+    assert reply.text == "{}"
+    assert not reader.is_alive() and reset and taken < 2**20
+    log = capsys.readouterr().err
+    assert log.count("Answer timed out: the client took ") == 1 and "Traceback" not in log
+
+
 def test_serve_answers_404_for_the_builds_own_folder(tmp_path, capsys):
     """`_reindex/` was served: its report.json names the build's host, its pid, the absolute
     paths of its input, output and cache, and its settings; build.lock a running build's host
@@ -276,6 +316,43 @@ def test_serve_answers_a_head_of_the_search_as_its_get(tmp_path):
         for name in ("Content-Type", "Content-Length", "Cache-Control"):
             assert head.headers[name] == get.headers[name], name
         assert requests.head(base + "/_search?q=", timeout=10).status_code == 400
+
+
+def test_serve_search_refuses_a_parameter_it_does_not_take(index_root):
+    """`/_search` ignored a parameter it did not know: `qestion=` was "q: give a question",
+    `topik=` searched every topic, `limit=` gave 5 matches. Such a parameter is a 400 naming it
+    and the ones it takes, the search never asked; each of the six the README documents still
+    reaches the search, which names it in its own 400 or 404 (none loads a model). An error
+    naming a topic `指南` got no answer at all (the stdlib wrote the message into the status
+    line, in Latin-1: UnicodeEncodeError); the status line says the code's own phrase."""
+    from indexing.cli import question_search
+
+    with serving(index_root, search=question_search(str(index_root))) as base:
+        for query, unknown in (
+            ("qestion=deploy", "qestion"),
+            ("q=deploy&topik=odd%20names", "topik"),
+            ("q=deploy&n=3&limit=1", "limit"),
+            ("q=deploy&=1", ""),
+            ("q=deploy&%E6%8C%87=1", "指"),
+        ):
+            head = requests.head(f"{base}/_search?{query}", timeout=10)
+            reply = requests.get(f"{base}/_search?{query}", timeout=10)
+            assert head.status_code == reply.status_code == 400, query
+            assert reply.json()["error"] == (
+                f"{unknown!r}: no such parameter "
+                "(/_search takes q, n, per_page, topic, under, all_copies)"
+            ), query
+        for query, status, said in (
+            ("q=", 400, "q: give a question"),
+            ("q=x&n=0", 400, "n: must be at least 1"),
+            ("q=x&per_page=0", 400, "per_page: must be at least 1"),
+            ("q=x&all_copies=2", 400, "all_copies: must be 0 or 1"),
+            ("q=x&topic=nope", 404, "no index.json for topic 'nope'"),
+            ("q=x&under=nope", 404, "no index.json for topic 'nope'"),
+            ("q=x&topic=%E6%8C%87%E5%8D%97", 404, "no index.json for topic '指南'"),
+        ):
+            reply = requests.get(f"{base}/_search?{query}", timeout=10)
+            assert reply.status_code == status and said in reply.json()["error"], query
 
 
 @pytest.mark.timeout(120)
