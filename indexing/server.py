@@ -66,6 +66,15 @@ def unknown_search_parameter(query: str) -> str | None:
     return None
 
 
+def ascii_target(target: str) -> str:
+    """A request target as `http.server` has it (its bytes read as Latin-1) with each byte
+    above 0x7F percent-encoded, as RFC 3986 has a client send it: curl sends what it is given,
+    `?q=café` or a path naming `指南` as raw UTF-8, which was read as `cafÃ©` (a question
+    answered, the wrong one) and a path no file has (404). A byte that is no UTF-8 is then
+    refused as its `%XX` is."""
+    return "".join(c if c < "\x80" else f"%{ord(c):02X}" for c in target)
+
+
 def parse_range(header: str, size: int) -> tuple[int, int] | None:
     """The inclusive byte span a single `bytes=` range asks of a `size`-byte file.
 
@@ -337,7 +346,9 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = do_CONNECT = do_TRACE = _not_allowed
 
     def _file_or_answer(self, body: bool) -> None:
-        """The answer to a GET (`body`) or HEAD: a file, or the search's JSON at `SEARCH_PATH`."""
+        """The answer to a GET (`body`) or HEAD: a file, or the search's JSON at `SEARCH_PATH`;
+        the path's raw bytes above 0x7F taken as their percent-encoding (`ascii_target`)."""
+        self.path = ascii_target(self.path)
         url = urlsplit(self.path)
         if self.search is None or url.path != SEARCH_PATH:
             if body:

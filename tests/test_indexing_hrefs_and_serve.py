@@ -77,6 +77,28 @@ def test_every_href_is_fetched_over_http(index_root, server, capsys):
     assert texts == {name: f"## About {name}\n\nText of {name}." for name in NAMES}
 
 
+def test_serve_takes_a_raw_utf8_request_target_as_its_percent_encoding(index_root):
+    """curl sends a URL as it is typed: `curl 'http://…/_search?q=café'`, or a path naming a
+    file `指南`, went as raw UTF-8 bytes, which the server read as Latin-1: the question was
+    'cafÃ©' (answered, wrongly) and the file 404. Each byte above 0x7F counts as its
+    percent-encoding (RFC 3986); a query byte that is no UTF-8 is a 400 as its `%XX` is."""
+    from indexing.cli import question_search
+
+    index = json.loads((index_root / TOPIC / "index.json").read_bytes())
+    href = index["_embedded"]["chunks"]["指南"]["items"][0]["href"]
+    path = f"/{requests.utils.quote(TOPIC)}/{requests.utils.unquote(href)}"
+    with serving(index_root, search=question_search(str(index_root))) as base:
+        line, body = _raw_answer(_port(base), f"GET {path} HTTP/1.0\r\n\r\n".encode())
+        assert line.startswith(b"HTTP/1.0 200 ") and body.decode().endswith("Text of 指南.")
+        asked = "GET /_search?q=x&topic=指南 HTTP/1.0\r\n\r\n".encode()
+        line, body = _raw_answer(_port(base), asked)
+        assert line.startswith(b"HTTP/1.0 404 ")
+        assert "no index.json for topic '指南'" in json.loads(body)["error"]
+        line, body = _raw_answer(_port(base), b"GET /_search?q=caf\xe9 HTTP/1.0\r\n\r\n")
+        assert line.startswith(b"HTTP/1.0 400 ")
+        assert json.loads(body)["error"] == "the query string is not UTF-8 text"
+
+
 def test_query_show_fails_loudly_on_a_missing_chunk(index_root, server, capsys, tmp_path):
     copy = tmp_path / "site"
     for path in index_root.rglob("*"):
