@@ -145,17 +145,28 @@ def one_config(paths: list[str]) -> str:
     return paths[0]
 
 
-def log_handler() -> logging.Handler:
-    """The build's log lines on stderr, each stamped in UTC to the millisecond as ISO 8601
+def log_formatter() -> logging.Formatter:
+    """How the build's log lines are stamped: in UTC to the millisecond as ISO 8601
     (`2026-11-30T22:40:01.123Z INFO …`), as its report's times are: a scheduled run's log read
     days later, or beside a cluster's logs, named local time with no zone."""
     formatter = logging.Formatter(
         "%(asctime)s.%(msecs)03dZ %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S"
     )
     formatter.converter = time.gmtime
+    return formatter
+
+
+def log_handler() -> logging.Handler:
+    """The build's log lines on stderr, each stamped (`log_formatter`)."""
     handler = logging.StreamHandler()
-    handler.setFormatter(formatter)
+    handler.setFormatter(log_formatter())
     return handler
+
+
+def stamped(message: str) -> str:
+    """`message` as an ERROR line of the build's log, stamped with the time now."""
+    record = logging.makeLogRecord({"msg": message, "levelno": logging.ERROR, "levelname": "ERROR"})
+    return log_formatter().format(record)
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -239,14 +250,14 @@ def _build(config: JobConfig) -> tuple[int, dict | None]:
             report = run_job(
                 config,
                 began=started,
-                failed=lambda error: report_failure(config, error, started),
+                failed=lambda error, locked: report_failure(config, error, started, locked),
                 reported=lambda report: finished(config, report),
             )
     except BaseException as exc:
         end = ending(exc)
         if end is None:
             raise
-        failed_as_a_whole(end.message)
+        failed_as_a_whole(end.message, logged=end.code not in (EXIT_USAGE, EXIT_BUSY))
         return end.code, None
     return report["exit_code"], report
 
@@ -260,16 +271,20 @@ def finished(config: JobConfig, report: dict[str, Any]) -> None:
     exit_at_once_on_sigterm(report["exit_code"])
 
 
-def failed_as_a_whole(message: str) -> None:
+def failed_as_a_whole(message: str, logged: bool = False) -> None:
     """Print the line of a build that ended without a summary (exit 1 or 2, 75, a signal's) to
     standard error and, in a GitHub Actions job, its `::error::` to standard output
-    (`jobs.annotations.failed_build`: the pull request's check said "exit code 1" alone). A
-    reader that stopped, or a full disk (`>> build.log 2>&1`, where a refused build exited 1
-    for its 2 until 2026-12-01): the exit code all the same."""
+    (`jobs.annotations.failed_build`: the pull request's check said "exit code 1" alone). The
+    line is stamped as the build's log lines are (`stamped`), unless a stamped line of the log
+    has just said that the build failed or was stopped (`logged`: exit 1, a signal's): a
+    refused or locked-out scheduled run (exit 2, 75) printed it alone, and its cron log
+    (`>> build.log 2>&1`) said not when. The annotation is the message alone. A reader that
+    stopped, or a full disk (`>> build.log 2>&1`, where a refused build exited 1 for its 2
+    until 2026-12-01): the exit code all the same."""
     from jobs.annotations import failed_build
 
     with contextlib.suppress(OSError):
-        print(message, file=sys.stderr)
+        print(message if logged else stamped(message), file=sys.stderr)
     with contextlib.suppress(OSError):
         sys.stdout.write(failed_build(message))
 
@@ -334,10 +349,18 @@ def ending(error: BaseException) -> Ending | None:
     return Ending(128 + signum, message, Interrupted(f"stopped by {name}"))
 
 
-def report_failure(config: JobConfig, error: BaseException, started: float) -> None:
+def report_failure(
+    config: JobConfig, error: BaseException, started: float, locked: bool = True
+) -> None:
     """Log the error that ended a build begun at `started` (epoch seconds) and write its failed
     report, where it has one (`ending`); from then on a signal ends the process at once with
-    its code. `run_job` calls it before it releases the build lock."""
+    its code. `run_job` calls it before it releases the build lock, or, for a failure before
+    the build held it (`locked` False: listing the input, a signal then), takes the lock for
+    the write: where another build holds it, that build's `unfinished` report stands (a
+    scheduled build's failure to list its input replaced the report of the build running on the
+    output, and `mdindex report --check` said 1 for it), and the log says why none is written."""
+    from jobs.discovery import output_storage
+    from jobs.lock import unless_busy
     from jobs.report import write_failed_report
 
     end = ending(error)
@@ -347,7 +370,16 @@ def report_failure(config: JobConfig, error: BaseException, started: float) -> N
         log.error("%s before the build finished", end.error)
     elif end.code != EXIT_USAGE:  # a usage error's one line follows (`_build`)
         log_failure("the job", end.error)
-    write_failed_report(config, end.error, exit_code=end.code, started=started)
+    with contextlib.ExitStack() as stack:
+        busy = None if locked else stack.enter_context(unless_busy(output_storage(config)))
+        if busy is None:
+            write_failed_report(config, end.error, exit_code=end.code, started=started)
+        else:
+            log.warning(
+                "this run's failed report is not written (that of the build holding the "
+                "output's lock stands): %s",
+                busy,
+            )
     exit_at_once_on_sigterm(end.code)
 
 

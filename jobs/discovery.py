@@ -22,6 +22,7 @@ from embedding.models import ModelNotFound, check_model, model_digest
 from indexing import REVISION as INDEXING_REVISION
 from indexing.terminal import printable
 from jobs.config import JobConfig
+from jobs.known import KnownFailure
 from jobs.lock import OutputNotFound, bucket, check_bucket, missing_bucket, refusal_code
 from jobs.manifest import MANIFEST_PATH, Manifest, unreadable_note
 from jobs.plan import (
@@ -58,6 +59,11 @@ class SharedFolder(InputNotFound):
     """In place, with `sources.follow_symlinks`, two folders that get an index.json are one folder
     on disk (a followed link to a folder inside the input): each would write its index.json,
     `_chunks/` and topic-spec.md over the other's (a usage error: exit code 2)."""
+
+
+class InputUnlistable(KnownFailure, PermissionError):
+    """A folder of the input cannot be listed (a local folder's permissions or an I/O error, an
+    object store's 403): the build fails (exit code 1) in one line naming it, before any write."""
 
 
 log = logging.getLogger(__name__)
@@ -267,11 +273,11 @@ def missing_root(storage: Storage) -> str:
 
 
 def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
-    """The input's listing (`InputNotFound` when its root or its bucket does not exist, a
-    `PermissionError` naming it where an object store refuses a listing: a local one names its
-    folder). An object-store prefix that lists nothing in a bucket that exists is an empty input
-    under `sources.allow_empty`, as an emptied local folder is. What `sources.exclude` names is
-    left out (walked all the same: its folders are not pruned)."""
+    """The input's listing (`InputNotFound` when its root or its bucket does not exist,
+    `InputUnlistable` naming the input where an object store refuses a listing, or the folder
+    that a local walk cannot list). An object-store prefix that lists nothing in a bucket that
+    exists is an empty input under `sources.allow_empty`, as an emptied local folder is. What
+    `sources.exclude` names is left out (walked all the same: its folders are not pruned)."""
     storage = input_storage(config)
     exclude = config.sources.exclude
     try:
@@ -281,13 +287,28 @@ def list_input(config: JobConfig) -> list[FileInfo | SkippedLink]:
         if why == NO_DIRECTORY and not storage.is_local and config.sources.allow_empty:
             return []  # an object store has no folders: its last source deleted, none is left
         raise InputNotFound(f"input {config.input}: {why}") from exc
-    except PermissionError as exc:  # a 403: credentials the store refuses, a policy's prefixes
-        if storage.is_local:
+    except OSError as exc:
+        if storage.is_local:  # a folder of the walk (`Storage.walk`): its traceback said no more
+            raise unlistable(config.input, exc) from exc
+        if not isinstance(exc, PermissionError):
             raise
-        raise PermissionError(
+        # a 403: credentials the store refuses, a policy's prefixes
+        raise InputUnlistable(
             f"the input {config.input} cannot be listed ({refusal_code(exc)}: {exc}): check the "
             "credentials and their permission to list and read under it"
         ) from exc
+
+
+def unlistable(root: str, error: OSError) -> InputUnlistable:
+    """The error of a local input `root` whose walk failed (`error`, naming the folder it could
+    not list): the system's reason, the folder and, for a permission, what to check (a scheduled
+    build may run as another user than the one who wrote the corpus)."""
+    reason = os.strerror(error.errno) if error.errno else type(error).__name__
+    where = printable(str(error.filename or root))
+    what = f"the input {root} cannot be listed ({reason}: {where})"
+    if isinstance(error, PermissionError):
+        what += ": give the user the build runs as permission to list and read it"
+    return InputUnlistable(what)
 
 
 def check_shared_folders(config: JobConfig, plan: Plan) -> None:

@@ -149,6 +149,25 @@ def output_lock(output: Storage) -> Iterator[Check]:
         yield held
 
 
+@contextlib.contextmanager
+def unless_busy(output: Storage) -> Iterator[OutputBusy | None]:
+    """For the write of a build that failed before it held the output's lock (its failed report):
+    hold the lock meanwhile and yield None, or yield the `OutputBusy` of the build that holds
+    it, whose output (its `unfinished` report) is not this build's to write. Where no lock can
+    be taken at all (a store that refuses its conditional writes, an output that cannot be
+    written, a `_reindex/` that leads out of the output), no build holds it either: None,
+    without a lock."""
+    busy = None
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(output_lock(output))
+        except OutputBusy as error:
+            busy = error
+        except Exception:  # noqa: BLE001, S110 - the write says what is wrong, as before a lock
+            pass
+        yield busy
+
+
 def ignored_condition(output: Storage) -> str | None:
     """The conditional-write header the store ignores, writing all the same ("If-None-Match" or
     "If-Match"; some S3-compatible stores do), or None when it keeps both: an object of this

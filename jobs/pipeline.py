@@ -104,7 +104,7 @@ def run_job(
     config: JobConfig,
     *,
     began: float | None = None,
-    failed: Callable[[BaseException], None] | None = None,
+    failed: Callable[[BaseException, bool], None] | None = None,
     reported: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run one build and return its report (also written to `{output}/_reindex/report.json`).
@@ -112,9 +112,11 @@ def run_job(
     The input is listed first (a missing one touches nothing), then the output's build lock is
     held throughout (`jobs.lock`: a second build on the output fails at once). `began`: when the
     run began (epoch seconds; now if not given), which its reports name. `failed` is called
-    with the error that ends the run (a signal's too), for the caller to report it, before the
-    lock is released (a failure to list the input or to take the lock: without it); a report
-    written after the release stood for the run of a build that took the lock meanwhile.
+    with the error that ends the run (a signal's too) and whether the run held the lock then,
+    for the caller to report it, before the lock is released; a report written after the
+    release stood for the run of a build that took the lock meanwhile. A failure before the
+    lock (listing the input, taking the lock) comes without it: the caller may write only where
+    no other build holds it (`jobs.lock.unless_busy`), or its report replaced a running build's.
     `reported` is called with the run's report once it is in place, the lock still held
     (`jobs.build_cli`: a signal from there on ends the process with the run's exit code). From
     the run's end on (its report's write, or `failed`'s) to the lock's release, a signal waits
@@ -125,11 +127,13 @@ def run_job(
         log.info("%s", note)
     with contextlib.ExitStack() as end:  # the signals held from the run's end, after the lock
         with contextlib.ExitStack() as lock:  # released after a failure is reported
+            locked = False
             try:
                 listing = list_input(config)
                 check_output_roots(config)
                 output = output_storage(config)
                 check = lock.enter_context(output_lock(output))
+                locked = True
                 report = _run_locked(config, listing, check, began=began, started=started)
                 end.enter_context(held())
                 write_report(output, report)
@@ -138,7 +142,7 @@ def run_job(
             except BaseException as error:
                 end.enter_context(held())
                 if failed:
-                    failed(error)
+                    failed(error, locked)
                 raise
     return report
 

@@ -274,18 +274,29 @@ def write_failed_report(
     exit_code: int = EXIT_JOB_FAILED,
     started: float | None = None,
 ) -> None:
-    """Write the report of a run that failed (exit code 1, or a signal's): what went wrong, no
-    counts, and when it began (`started`: epoch seconds) if told."""
-    _write_without_counts(
-        config,
-        {
-            "status": "failed",
-            "exit_code": exit_code,
-            **({} if started is None else {"started_at": utc(started)}),
-            "finished_at": utc(time.time()),
-            "error": error_text(error),
-        },
-    )
+    """Write the report of a run that failed (exit code 1, 2 refused under the lock, or a
+    signal's): what went wrong, no counts, and when it began (`started`: epoch seconds) if told.
+    Where the report it replaces is another run's `unfinished` one (a run killed where it could
+    not report: this run holds the lock), it names that run (`last_run_unfinished`, logged as
+    the run's end does), so that its line in the run history is noted as found stopped: a run
+    refused before its own `unfinished` report (`sources.max_deleted_fraction`, an emptied
+    input) replaced a killed run's report unsaid, and the next good run named it no more."""
+    outcome = {
+        "status": "failed",
+        "exit_code": exit_code,
+        **({} if started is None else {"started_at": utc(started)}),
+        "finished_at": utc(time.time()),
+        "error": error_text(error),
+    }
+    try:
+        standing = unfinished_run(Storage(config.output, config.storage_options))
+    except Exception:  # noqa: BLE001 - a store that cannot be made: the write says so
+        standing = None
+    unreported = same_run(standing or {}, {**outcome, **this_process()})
+    if standing and not unreported:  # a killed run's: this run's own had not been written
+        log.warning("the last run, %s", unfinished_note(standing))
+        outcome["last_run_unfinished"] = standing
+    _write_without_counts(config, outcome, unreported)
 
 
 def write_unfinished_report(
@@ -308,6 +319,8 @@ def write_unfinished_report(
         ),
     }
     unreported = same_run(standing or {}, {**outcome, **this_process()})
+    if standing and not unreported:  # its line noted as found stopped now, however this run ends
+        outcome["last_run_unfinished"] = standing
     _write_without_counts(config, outcome, unreported)
 
 
@@ -377,9 +390,8 @@ def summary(report: dict[str, Any]) -> str:
     lines[2:2] = change_line(report.get("changes") or {}, s["seen"])  # since 2026-11-30
     if report.get("settings_changed"):  # absent from reports before it was said
         lines.insert(2, f"  settings: {SETTINGS_CHANGED}")
-    if run := report.get("last_run_unfinished"):
-        lines.append(f"  before:  the run before this one, {unfinished_note(run)}")
-    lines += cache_warnings(report) + [f"  WARNING {w}" for w in empty_file_warnings(report)]
+    lines += before_lines(report) + cache_warnings(report)
+    lines += [f"  WARNING {w}" for w in empty_file_warnings(report)]
     if others := failed_non_sources(report):
         lines.append(
             f"  other:   {others} failed or skipped, not sources (symbolic links not "
@@ -387,6 +399,13 @@ def summary(report: dict[str, Any]) -> str:
         )
     lines += failure_lines(report["failures"]) + broken_lines(report)
     return "\n".join(printable(line) for line in lines)
+
+
+def before_lines(report: dict[str, Any]) -> list[str]:
+    """The summary's line for the run a report names before it, killed where it could not report
+    (`last_run_unfinished`); none where it names none."""
+    run = report.get("last_run_unfinished")
+    return [f"  before:  the run before this one, {unfinished_note(run)}"] if run else []
 
 
 def failure_lines(failures: list[dict[str, Any]]) -> list[str]:

@@ -254,8 +254,9 @@ def render(report: dict[str, Any], runs: Sequence[dict[str, Any]] = ()) -> tuple
     code = "unknown" if code is None else code
     status = f"{report.get('status', 'unknown')} (exit code {code})"
     with well_formed():
-        # a failed run's report may hold no counts, only what went wrong
-        counts = summary(report) if "sources" in report else f"  {report.get('error', 'no counts')}"
+        # a failed run's report may hold no counts, only what went wrong (and a killed run
+        # before it, which it replaced: a run refused under the lock)
+        counts = summary(report) if "sources" in report else uncounted(report)
         page = render_html(report, runs)
         step = next_step(report)
         after = [ran_with(report), phases(report), f"next:    {step}" if step else ""]
@@ -272,6 +273,14 @@ def render(report: dict[str, Any], runs: Sequence[dict[str, Any]] = ()) -> tuple
     head = printable(f"last run: {status}, {when}")
     tail = "".join(f"\n  {printable(line)}" for line in after if line)
     return f"{head}\n{counts}{tail}", page
+
+
+def uncounted(report: dict[str, Any]) -> str:
+    """The summary of a report without counts (a failed or unfinished run's): its error and
+    the killed run before it that it names, as a finished run's summary names it."""
+    from jobs.report import before_lines
+
+    return "\n".join([f"  {report.get('error', 'no counts')}", *before_lines(report)])
 
 
 def ran_with(report: dict[str, Any]) -> str:

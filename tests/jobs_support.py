@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import time
@@ -18,6 +19,14 @@ from jobs.storage import Storage
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
 GUIDES = ["guides/getting-started.md", "guides/installation.md"]
 NOT_OUTPUTS = ("_reindex/", ".embedding-cache/")  # the run's report and manifest, the cache
+# A build's log line's time stamp and level (`jobs.build_cli.log_formatter`)
+STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z [A-Z]+ ", re.MULTILINE)
+
+
+def unstamped(text: str) -> str:
+    """`text` with the time stamp and level taken off each line of the build's log that has
+    them (the line a refused or locked-out build ends with is stamped too)."""
+    return STAMP.sub("", text)
 
 
 def outputs(root: Path) -> dict[str, bytes]:

@@ -27,6 +27,7 @@ from jobs.cli import main as mdindex
 from jobs.reindex import main
 from jobs.report_html import failure_line
 from jobs.stages.topic import index_left
+from tests.jobs_support import unstamped
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "local.yaml")
 FRONT = "YAML front matter at line 2: expected the node content, but found '<stream end>'"
@@ -400,7 +401,8 @@ def test_a_build_that_fails_as_a_whole_in_github_actions_is_one_error(
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     assert main(argv) == 2
     said = capsys.readouterr()
-    [line] = [line for line in said.err.splitlines() if line.startswith("mdindex build: ")]
+    lines = unstamped(said.err).splitlines()
+    [line] = [line for line in lines if line.startswith("mdindex build: ")]
     assert said.out == f"::error title=mdindex build::{line}\n" and "gone" in line
     assert main([*argv, "--set", "resources.retries=-1"]) == 2
     assert capsys.readouterr().out.startswith(

@@ -15,6 +15,7 @@ from indexing import IndexSettings
 from jobs.config import ConfigError, JobConfig, config_from_dict, load_config
 from jobs.reindex import main
 from jobs.storage import Storage
+from tests.jobs_support import unstamped
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -504,7 +505,7 @@ def test_storage_options_the_s3_client_does_not_take_are_exit_2_before_any_reque
         settings = ["--set", f"storage_options={options}"]
         assert main(["--config", str(path), "--dry-run", *settings]) == 2
         assert main(["--config", str(path), *settings]) == 2
-        err = capsys.readouterr().err.splitlines()
+        err = unstamped(capsys.readouterr().err).splitlines()
         message = "mdindex build: config error: storage_options: the S3 client of s3://no-bucket/"
         assert len(err) == 2 and all(line.startswith(f"{message}docs cannot be") for line in err)
         assert all(f"cannot be made with them: {problem}" in line for line in err)
@@ -663,7 +664,7 @@ def test_an_input_that_is_a_file_is_named_so(tmp_path, capsys):
     for extra in ([], ["--dry-run"]):
         config = str(ROOT / "configs" / "local.yaml")
         assert main(["--config", config, "--input", str(page), *extra]) == 2
-        assert capsys.readouterr().err == (
+        assert unstamped(capsys.readouterr().err) == (
             f"mdindex build: input {page}: a file, not a folder: give the folder that holds the "
             "corpus\n"
         )

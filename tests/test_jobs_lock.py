@@ -16,11 +16,15 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from jobs_support import gone_endpoint, s3_options
+from jobs_support import STAMP, gone_endpoint, s3_options, unstamped
 
 from jobs import lock
+from jobs.cli import main as mdindex
+from jobs.config import load_config
 from jobs.lock import LOCK_PATH, LockLost, OutputBusy, output_lock
 from jobs.reindex import main
+from jobs.report import write_unfinished_report
+from jobs.runs import NEVER_ENDED
 from jobs.storage import Storage
 
 
@@ -494,7 +498,7 @@ def unreachable_s3():
 
 
 def test_a_build_on_an_s3_output_another_build_holds_exits_75_and_writes_nothing(
-    s3_output, s3_server, tmp_path, capsys
+    s3_output, s3_server, tmp_path, capsys, monkeypatch
 ):
     docs = tmp_path / "docs"
     (docs / "t").mkdir(parents=True)
@@ -509,7 +513,13 @@ def test_a_build_on_an_s3_output_another_build_holds_exits_75_and_writes_nothing
         assert (
             sorted(fs.find(s3_output.full_path(""))) == before == [s3_output.full_path(LOCK_PATH)]
         )
-    assert "another build is running on the output s3://" in capsys.readouterr().err
+        # stamped as the build's log lines are: a cron log (`>> build.log 2>&1`) said not when
+        [line] = capsys.readouterr().err.splitlines()
+        assert STAMP.match(line) and " ERROR mdindex build: another build is running on" in line
+        monkeypatch.setenv("GITHUB_ACTIONS", "true")  # its annotation is the message alone
+        assert main(command) == 75
+        said = capsys.readouterr()
+        assert said.out == f"::error title=mdindex build::{unstamped(said.err)}"
 
 
 def test_a_dry_run_under_a_killed_builds_lock_says_so_and_exits_75(
@@ -621,7 +631,10 @@ def test_an_output_or_cache_that_is_an_s3_object_is_a_usage_error(s3_server, tmp
         for dry in ([], ["--dry-run"]):
             assert main([*command, *dry]) == 2
             err = capsys.readouterr().err
-            assert err == f"mdindex build: {role} {taken}: an object, not a folder: name a folder\n"
+            assert bool(STAMP.match(err)) != bool(dry)  # a build's last line is stamped
+            assert unstamped(err) == (
+                f"mdindex build: {role} {taken}: an object, not a folder: name a folder\n"
+            )
     fs.invalidate_cache()
     assert fs.find("output-is-an-object") == ["output-is-an-object/index/index.json"]
     assert not (tmp_path / "out").exists()
@@ -673,3 +686,56 @@ def test_a_dry_run_into_an_empty_bucket_it_may_not_probe_plans_a_first_build(
     command += ["--set", f"storage_options={s3_options(s3_behind[0].endpoint_url)}"]
     assert main(command) == 0
     assert "rebuild topic t" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("s3_behind", ["refuses listings"], indirect=True)
+def test_a_build_that_fails_before_the_lock_leaves_a_running_builds_report(
+    s3_behind, tmp_path, capsys, caplog
+):
+    """A build whose input cannot be listed (an S3 prefix the store refuses, a local folder of
+    another user's, a signal as it lists) fails before it takes the output's lock: it wrote its
+    failed report all the same, over the `unfinished` one of the build running there, so
+    `mdindex report --check` said 1 for that build, and a line into its history. Its report is
+    written under the lock only: beside a running build its log says why there is none, and
+    its line and exit code are as before; on a free output it is written. Its failure is one
+    line, not a traceback."""
+    server, layer = s3_behind
+    bucket = server.make_bucket("unlisted-input")
+    server.filesystem().pipe({f"{bucket[5:]}/docs/t/a.md": b"# a\n\ntext\n"})
+    layer.refused = ["docs/"]
+    output = tmp_path / "out"
+    command = ["--config", "configs/local.yaml", "--input", f"{bucket}/docs"]
+    command += [
+        "--output",
+        str(output),
+        "--set",
+        f"storage_options={s3_options(server.endpoint_url)}",
+    ]
+    config = load_config("configs/local.yaml", overrides={"input": "/docs", "output": str(output)})
+    folder = output / "_reindex"
+    with output_lock(Storage(str(output))):
+        write_unfinished_report(config, 1_800_000_000.0, None)  # the running build's
+        running = {path.name: path.read_bytes() for path in folder.iterdir()}
+        with caplog.at_level(logging.WARNING, logger="mdindex.build"):
+            assert main(command) == 1
+        assert {path.name: path.read_bytes() for path in folder.iterdir()} == running
+        assert mdindex(["report", "--check", str(output)]) == 75
+    said = [r for r in caplog.records if r.name == "mdindex.build"]
+    assert [(r.getMessage()[:30], r.exc_info) for r in said] == [
+        ("the job failed", None),
+        ("this run's failed report is no", None),
+    ]
+    assert "(that of the build holding the output's lock stands): another build is" in caplog.text
+    last = capsys.readouterr().err.splitlines()[-1]
+    needs = f"mdindex build: the job failed: InputUnlistable: the input {bucket}/docs cannot be "
+    assert last.startswith(f"{needs}listed (AccessDenied: denied): check the credentials"), last
+    assert main(command) == 1  # the output free: that build was killed, and this run says so
+    report = json.loads((folder / "report.json").read_bytes())
+    assert (report["status"], report["exit_code"]) == ("failed", 1)
+    assert report["error"].startswith(needs.removeprefix("mdindex build: the job failed: "))
+    assert report["last_run_unfinished"]["started_at"] == "2027-01-15T08:00:00+00:00"
+    runs = [json.loads(line) for line in (folder / "runs.jsonl").read_text().splitlines()]
+    assert [(run["status"], run.get("error")) for run in runs] == [
+        ("unfinished", NEVER_ENDED),
+        ("failed", report["error"]),
+    ]

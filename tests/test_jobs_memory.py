@@ -20,6 +20,7 @@ from jobs.config import EmbedResources, JobConfig, ResourcesConfig
 from jobs.local_ray import InfeasibleResources, memory_cpus_for, memory_limit
 from jobs.resources import memory_need
 from tests.environment_support import own_ray_environment
+from tests.jobs_support import unstamped
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / "configs" / "local.yaml")
@@ -186,7 +187,7 @@ def test_a_build_in_a_one_gib_cgroup_stops_at_once_with_one_line(tmp_path):
         _remove(cgroup)
     for done in runs:
         assert done.returncode == 2, done.stderr
-        last = done.stderr.splitlines()[-1]
+        last = unstamped(done.stderr.splitlines()[-1])
         assert last.startswith("mdindex build: this machine's Ray instance: a build on ")
         assert "more than the 1 GiB it may use" in last and "give it at least" in last
         assert "Traceback" not in done.stderr

@@ -35,7 +35,7 @@ from jobs.report_html import SETTINGS_CHANGED, next_step, render_html, token_bin
 from jobs.runs import NEVER_ENDED
 from jobs.storage import Storage
 from tests.embedding_support import embedder
-from tests.jobs_support import gone_endpoint, s3_options
+from tests.jobs_support import gone_endpoint, s3_options, unstamped
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "fixtures" / "corpus"
@@ -330,6 +330,36 @@ def test_a_failed_runs_report_renders_what_it_has(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("last run: failed (exit code 1)") and "RuntimeError: worker died" in out
     assert (tmp_path / "_reindex" / "report.html").read_text() == page
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"),
+    reason="needs root, and setpriv to take away its right to read any folder",
+)
+def test_an_input_folder_that_cannot_be_listed_fails_the_build_in_one_line(tmp_path):
+    """An input folder the build's user may not read (another user's, mode 0700) failed the
+    build (exit 1) with a 15-line traceback, and a last line of "[Errno 13] cannot list the
+    input folder: ..." that named not the input. Now one line names both, and what to check.
+    Root reads any folder: the build runs as root without that right (CAP_DAC_OVERRIDE)."""
+    docs = tmp_path / "docs"
+    for page in ("t/a.md", "locked/b.md"):
+        (docs / page).parent.mkdir(parents=True, exist_ok=True)
+        (docs / page).write_text("# A page\n\nSome text.\n")
+    os.chown(docs / "locked", 65534, 65534)  # nobody's
+    (docs / "locked").chmod(0o700)
+    output = tmp_path / "out"
+    command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable]
+    command += ["-m", "jobs.cli", "build", "--config", CONFIG, "--input", str(docs)]
+    done = subprocess.run(
+        [*command, "--output", str(output)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1, done.stderr
+    error = f"InputUnlistable: the input {docs} cannot be listed (Permission denied: "
+    error += f"{docs / 'locked'}): give the user the build runs as permission to list and read it"
+    lines = ["the job failed", f"mdindex build: the job failed: {error}"]
+    assert unstamped(done.stderr).splitlines() == lines
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    assert (report["exit_code"], report["error"]) == (1, error)
 
 
 def test_a_failed_runs_report_says_when_it_began(tmp_path, capsys):
@@ -1043,6 +1073,39 @@ def test_a_run_after_one_killed_before_its_report_names_it(built, tmp_path, capl
         "Last runs</h2><p>the last 4 of 4 in _reindex/runs.jsonl, newest first, started in UTC"
         in page
     )
+
+
+def test_a_run_refused_after_one_killed_keeps_the_killed_one_in_the_history(
+    built, tmp_path, capsys
+):
+    """A run refused under the lock (an emptied input, `sources.max_deleted_fraction`: exit 2)
+    replaced the `unfinished` report of a run killed before it (kill -9) with its own failed one
+    and named it nowhere: the killed run's line stayed "still running, or killed" for good, and
+    the next good run, which reads the refused run's report, no longer named it either. The
+    refused run names it (its log, report and summary) and notes its line as found stopped;
+    the next run keeps that line. An unchanged run: no Ray."""
+    output = tmp_path / "out"
+    shutil.copytree(built, output)
+    config = load_config(CONFIG, overrides={"input": str(CORPUS), "output": str(output)})
+    jobs.report.write_unfinished_report(config, 1_800_000_000.0, None)  # a killed run's
+    (tmp_path / "emptied").mkdir()
+    command = ["build", "--config", CONFIG, "--input", str(tmp_path / "emptied")]
+    assert mdindex([*command, "--output", str(output)]) == 2
+    report = json.loads((output / "_reindex" / "report.json").read_text())
+    killed = {"started_at": "2027-01-15T08:00:00+00:00", "host": socket.gethostname()}
+    assert report["error"].startswith("EmptyInput: input ")
+    assert report["last_run_unfinished"] == {**killed, "pid": os.getpid()}
+    capsys.readouterr()
+    assert mdindex(["report", str(output)]) == 0
+    said = f"pid {os.getpid()} on {killed['host']}, started {killed['started_at']}, never reported"
+    assert f"\n  before:  the run before this one, {said}" in capsys.readouterr().out
+    run_job(config)  # the next good run
+    runs = stored_runs(output)
+    ends = [(run["status"], run["exit_code"], run.get("error", "")[:10]) for run in runs]
+    found_stopped = ("unfinished", None, NEVER_ENDED[:10])  # the killed run's line
+    assert ends == [("sources_failed", 3, ""), found_stopped, ("failed", 2, "EmptyInput"), ends[0]]
+    assert mdindex(["report", str(output), "--runs"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2].endswith(f"  {NEVER_ENDED}")
 
 
 def test_report_check_help_names_every_code_it_gives(capsys):

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from jobs.build_cli import Interrupted
 from jobs.cli import main as mdindex
 from jobs.config import load_config
-from jobs.report import unfinished_run, write_report, write_unfinished_report
+from jobs.report import unfinished_run, write_failed_report, write_report, write_unfinished_report
 from jobs.report_html import render_html
 from jobs.runs import (
     KEPT,
@@ -156,6 +157,35 @@ def test_a_runs_start_reads_the_report_it_replaces_once(counted):  # noqa: F811
     assert [(run["started_at"], run["status"]) for run in runs] == [
         (MONDAY["started_at"], "unfinished"),
         ("2027-01-15T08:00:00+00:00", "unfinished"),
+    ]
+
+
+def test_a_run_notes_a_killed_runs_line_as_it_starts_and_names_it_if_it_fails_first(tmp_path):
+    """A run that finds a killed run's `unfinished` report under the lock notes that run's line
+    as found stopped at its start, however it ends (a failure or a signal after its start named
+    it nowhere: its line said "still running, or killed" for good); a run that fails before its
+    own start's report (refused under the lock) names it in its failed report."""
+    config = load_config(CONFIG, overrides={"input": "/docs", "output": str(tmp_path)})
+    output = Storage(str(tmp_path))
+    write_unfinished_report(config, 1_800_000_000.0, None)  # a killed run's
+    write_unfinished_report(config, 1_800_000_100.0, unfinished_run(output))
+    runs = parse_runs((tmp_path / RUNS_PATH).read_bytes())
+    assert [(run["status"], run.get("error")) for run in runs] == [
+        ("unfinished", NEVER_ENDED),
+        ("unfinished", None),
+    ]
+    write_failed_report(config, Interrupted("stopped by SIGTERM"), 143, 1_800_000_100.0)
+    report = json.loads((tmp_path / "_reindex/report.json").read_bytes())
+    assert "last_run_unfinished" not in report  # its own unfinished report it replaced
+    assert parse_runs((tmp_path / RUNS_PATH).read_bytes())[0] == runs[0]
+    write_unfinished_report(config, 1_800_000_200.0, None)  # killed too
+    write_failed_report(config, ValueError("refused"), 2, 1_800_000_300.0)
+    report = json.loads((tmp_path / "_reindex/report.json").read_bytes())
+    assert report["last_run_unfinished"]["started_at"] == "2027-01-15T08:03:20+00:00"
+    runs = parse_runs((tmp_path / RUNS_PATH).read_bytes())
+    assert [(run["status"], run.get("error")) for run in runs[2:]] == [
+        ("unfinished", NEVER_ENDED),
+        ("failed", "ValueError: refused"),
     ]
 
 

@@ -24,6 +24,8 @@ from mounts_support import can_mount_privately, private_mounts
 from ray.job_submission import JobStatus, JobSubmissionClient
 from ray.util.state import list_actors, list_nodes
 
+from tests.jobs_support import unstamped
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CORPUS = ROOT / "tests" / "fixtures" / "corpus"
@@ -363,7 +365,7 @@ def test_a_third_party_class_the_nodes_cannot_import_stops_the_build_before_any_
     env = dict(_environment(), RAY_ADDRESS=ray_head.gcs, PYTHONPATH=str(PLUGINS))
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 2, done.stderr[-3000:]
-    last = done.stderr.splitlines()[-1]
+    last = unstamped(done.stderr.splitlines()[-1])
     assert last.startswith(
         "mdindex build: the chunking strategy 'paragraphs', which the driver found, is not on node "
     ), done.stderr[-3000:]
@@ -383,7 +385,7 @@ def test_a_third_party_class_the_nodes_cannot_import_stops_the_build_before_any_
     assert done.returncode == 2, done.stderr[-3000:]
     assert "unknown chunking strategy" not in done.stderr
     refusal = "the chunking strategy 'paragraphs', which the driver found, is not"
-    last = done.stderr.splitlines()[-1]
+    last = unstamped(done.stderr.splitlines()[-1])
     assert last.startswith(f"mdindex build: {refusal} on node "), last
     report = json.loads((output / "_reindex" / "report.json").read_text())
     assert report["exit_code"] == 2
@@ -427,7 +429,7 @@ def test_a_local_output_that_is_another_folder_on_the_nodes_stops_the_build_befo
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "joined the Ray cluster at " in done.stderr
-    last = done.stderr.splitlines()[-1]
+    last = unstamped(done.stderr.splitlines()[-1])
     assert last.startswith(
         f"mdindex build: {output} is not the driver's folder on the machine of this Ray worker"
     ), done.stderr[-3000:]
@@ -458,7 +460,8 @@ def test_a_build_that_finds_the_cluster_joined_is_stopped_by_its_first_chunk_tas
     )
     assert done.returncode == 2, done.stderr[-3000:]
     refusal = f"{output} is not the driver's folder on the machine of this Ray worker"
-    assert done.stderr.splitlines()[-1].startswith(f"mdindex build: {refusal}"), done.stderr[-3000:]
+    last = unstamped(done.stderr.splitlines()[-1])
+    assert last.startswith(f"mdindex build: {refusal}"), done.stderr[-3000:]
     assert list(output.rglob("*")) == []  # nothing written where the node looks
     report = json.loads((drivers / "_reindex" / "report.json").read_text())
     assert (report["status"], report["exit_code"]) == ("failed", 2)
