@@ -186,7 +186,7 @@ def _run_locked(
     check()
     left_unfinished = unfinished_run(output)  # a killed run's, which the next line replaces
     if left_unfinished:
-        log.warning("the last run, %s", unfinished_note(left_unfinished))
+        log.warning("the last run, %s", unfinished_note(left_unfinished, redone=True))
     write_unfinished_report(config, began, left_unfinished)  # before any other write
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
     grows = False  # whether the Ray cluster may add nodes during the build

@@ -294,7 +294,7 @@ def write_failed_report(
         standing = None
     unreported = same_run(standing or {}, {**outcome, **this_process()})
     if standing and not unreported:  # a killed run's: this run's own had not been written
-        log.warning("the last run, %s", unfinished_note(standing))
+        log.warning("the last run, %s", unfinished_note(standing, redone=False))
         outcome["last_run_unfinished"] = standing
     _write_without_counts(config, outcome, unreported)
 
@@ -403,9 +403,11 @@ def summary(report: dict[str, Any]) -> str:
 
 def before_lines(report: dict[str, Any]) -> list[str]:
     """The summary's line for the run a report names before it, killed where it could not report
-    (`last_run_unfinished`); none where it names none."""
+    (`last_run_unfinished`); none where it names none. A report with counts is a run's that
+    built, and so redid what that one changed."""
     run = report.get("last_run_unfinished")
-    return [f"  before:  the run before this one, {unfinished_note(run)}"] if run else []
+    note = run and unfinished_note(run, redone="chunks" in report)
+    return [f"  before:  the run before this one, {note}"] if run else []
 
 
 def failure_lines(failures: list[dict[str, Any]]) -> list[str]:

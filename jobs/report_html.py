@@ -151,7 +151,7 @@ def _outcome(report: dict[str, Any]) -> str:
     if report.get("settings_changed"):  # why every source was read: not the input
         rows.append(("settings", SETTINGS_CHANGED))
     if run := report.get("last_run_unfinished"):  # its own report, replaced by this one
-        rows.append(("the run before", unfinished_note(run)))
+        rows.append(("the run before", unfinished_note(run, redone="chunks" in report)))
     if "error" in report:
         rows.append(("error", report["error"]))
     table = "".join(
@@ -186,12 +186,15 @@ def _runs(runs: Sequence[dict[str, Any]]) -> str:
     return f"<h2>Last runs</h2><p>{escape(kept)}</p><table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def unfinished_note(run: dict[str, Any]) -> str:
-    """An unfinished last run (`unfinished_run`) in words, for the log, the summary and the page."""
+def unfinished_note(run: dict[str, Any], *, redone: bool) -> str:
+    """An unfinished last run (`unfinished_run`) in words, for the log, the summary and the page;
+    `redone`: the run saying so builds, and so redoes what that one changed (a run refused or
+    failed before its build said it did too, 2026-12-01)."""
+    who = "this run" if redone else "the next build"
     return (
         f"pid {run.get('pid')} on {run.get('host')}, started {run.get('started_at')}, never "
         "reported its end (stopped where it could not: kill -9, out of memory, its machine or "
-        "container gone, its S3 lock lost); this run redoes what it changed"
+        f"container gone, its S3 lock lost); {who} redoes what it changed"
     )
 
 

@@ -1098,7 +1098,12 @@ def test_a_run_refused_after_one_killed_keeps_the_killed_one_in_the_history(
     capsys.readouterr()
     assert mdindex(["report", str(output)]) == 0
     said = f"pid {os.getpid()} on {killed['host']}, started {killed['started_at']}, never reported"
-    assert f"\n  before:  the run before this one, {said}" in capsys.readouterr().out
+    summary = capsys.readouterr().out
+    assert f"\n  before:  the run before this one, {said}" in summary
+    # it built nothing: the next build redoes what the killed one changed (it said
+    # "this run redoes", 2026-12-01)
+    assert f"{said} its end" in summary and "the next build redoes what it changed" in summary
+    assert "this run redoes" not in summary
     run_job(config)  # the next good run
     runs = stored_runs(output)
     ends = [(run["status"], run["exit_code"], run.get("error", "")[:10]) for run in runs]
