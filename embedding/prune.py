@@ -11,7 +11,8 @@ finishes). Removing an entry a build still wanted costs that build its embedding
 wrong vector: a read validates what it finds (`embedding.cache`).
 
 Only folders of the cache's layout (`{strategy}/{model}/{16 hex digits}/`) are looked at; any other
-file stays. On a local disk, nothing reached through a symbolic link is listed or removed.
+file stays. On a local disk, nothing reached through a symbolic link is listed or removed. On S3,
+a key the store refused to delete is an error (`delete_objects`), never a removal said done.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 from fsspec.implementations.local import LocalFileSystem
 
 from embedding.cache import EmbeddingCache
+from embedding.files import S3_PROTOCOLS, protocols_of
 
 _SAFE_KEY = re.compile(r"^[A-Za-z0-9._-]+$")
 _HASH16 = re.compile(r"^[0-9a-f]{16}$")
@@ -80,34 +82,6 @@ class PrunePlan:
     needed: tuple[Entry, ...]
     young: tuple[Entry, ...]
     remove: tuple[Entry, ...]
-
-    def lines(self) -> list[str]:
-        """One line per `{strategy}/{model}` folder: its entries, how many of them are needed,
-        recent, and to remove with the bytes and files that frees; a total line last."""
-        folders: dict[str, list[list[int]]] = {}
-        for kind, entries in enumerate((self.needed, self.young, self.remove)):
-            for entry in entries:
-                counts = folders.setdefault(entry.folder, [[0, 0], [0, 0], [0, 0]])
-                counts[kind][0] += 1
-                counts[kind][1] += entry.size
-        lines = []
-        for folder, ((needed, _), (young, _), (remove, freed)) in sorted(folders.items()):
-            lines.append(
-                f"  {folder}: {needed + young + remove} entries, {needed} needed, "
-                f"{young} not needed but recent, {remove} to remove ({_megabytes(freed)})"
-            )
-        freed = sum(entry.size for entry in self.remove)
-        files = sum(len(entry.files) for entry in self.remove)
-        kept = sum(entry.size for entries in (self.needed, self.young) for entry in entries)
-        lines.append(
-            f"{len(self.remove)} entries to remove ({_megabytes(freed)} in {files} files); "
-            f"{len(self.needed) + len(self.young)} kept ({_megabytes(kept)})"
-        )
-        return lines
-
-
-def _megabytes(size: int) -> str:
-    return f"{size / 1e6:.1f} MB"
 
 
 def cache_entries(cache: EmbeddingCache) -> list[Entry]:
@@ -211,10 +185,14 @@ def prune(cache: EmbeddingCache, entries: Iterable[Entry]) -> None:
     files = [path for entry in entries for path in entry.files]
     first = [path for path in files if path.endswith("/metadata.json")]
     rest = [path for path in files if not path.endswith("/metadata.json")]
+    if protocols_of(cache.fs) & set(S3_PROTOCOLS):
+        for paths in (first, rest):
+            delete_objects(cache.fs, paths)
+        return
     if not isinstance(cache.fs, LocalFileSystem):
         for paths in (first, rest):
             if paths:
-                cache.fs.rm(paths)  # batched: s3fs deletes a thousand objects a request
+                cache.fs.rm(paths)
         return
     for path in [*first, *rest]:
         with contextlib.suppress(FileNotFoundError):
@@ -225,3 +203,29 @@ def prune(cache: EmbeddingCache, entries: Iterable[Entry]) -> None:
             with contextlib.suppress(OSError):  # not empty (a build writes there), or gone
                 os.rmdir(folder)
         folders = {posixpath.dirname(folder) for folder in folders}
+
+
+def delete_objects(fs: Any, paths: list[str]) -> None:
+    """Delete the S3 objects at `paths` (the filesystem's own, all in one bucket), a thousand a
+    request; PermissionError (or the error the store's code stands for) at the first request in
+    which the store refused some. s3fs's `rm` of a list drops the errors of the answer: a store
+    that denies `s3:DeleteObject` answers 200 with one AccessDenied per key, so a prune with
+    read-only credentials said "removed 1 entry", exit 0, and removed nothing."""
+    from botocore.exceptions import ClientError
+    from s3fs.errors import translate_boto_error
+
+    for start in range(0, len(paths), 1000):
+        batch = paths[start : start + 1000]
+        bucket = batch[0].split("/", 1)[0]
+        keys = [{"Key": path.split("/", 1)[1]} for path in batch]
+        answer = fs.call_s3(
+            "delete_objects", Bucket=bucket, Delete={"Objects": keys, "Quiet": True}
+        )
+        if refused := answer.get("Errors"):
+            first = refused[0]
+            message = (
+                f"the store removed {len(batch) - len(refused)} of {len(batch)} objects, "
+                f"{first.get('Code')}: {first.get('Message')} (s3://{bucket}/{first.get('Key')})"
+            )
+            error = ClientError({"Error": first}, "DeleteObjects")
+            raise translate_boto_error(error, message, set_cause=False)

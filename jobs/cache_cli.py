@@ -14,18 +14,21 @@ removed, to be embedded again."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from indexing.cli import json_object
+from indexing.terminal import counted
 
 if TYPE_CHECKING:
-    from embedding.prune import Needed
+    from embedding.prune import Needed, PrunePlan
     from jobs.config import JobConfig
     from jobs.manifest import Manifest
     from jobs.storage import Storage
@@ -94,52 +97,58 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_prune(args: argparse.Namespace) -> int:
     """Print what the cache holds and what is (or would be) removed (0); one line and 2 where an
-    output's needs cannot be told or the cache is not clear; 1 where a store cannot be read."""
-    from botocore.exceptions import BotoCoreError
-
+    output's needs cannot be told or the cache is not clear; 1, naming the store, where one
+    cannot be read or written."""
     from embedding.cache import EmbeddingCache
     from embedding.prune import cache_entries, plan_prune, prune
-    from indexing.terminal import counted, write_out
+    from indexing.terminal import printable, write_out
     from jobs.lock import missing_bucket
-    from jobs.report import error_text
     from jobs.storage import Storage
 
     options = args.storage_options or {}
-    if not args.min_age >= 0:  # NaN too: no entry would have been young
-        print("mdindex cache prune: --min-age must be 0 or more hours", file=sys.stderr)
-        return 2
-    if not (args.outputs or args.cache):
-        print("mdindex cache prune: give --output or --cache", file=sys.stderr)
+    if problem := usage_problem(args, options):
+        print(f"mdindex cache prune: {printable(problem)}", file=sys.stderr)
         return 2
     try:
         named = [Storage(uri, options) for uri in args.outputs]
         uri = args.cache or cache_of(named)
         records = Storage(uri, options)
-        if missing_bucket(records) is not None:  # a mistyped bucket: it said "removed 0", exit 0
-            raise PruneRefused(f"cache {uri}: no such bucket (nothing removed)")
+        with naming(f"cache {uri}"):
+            if missing_bucket(records) is not None:  # a mistyped bucket: "removed 0", exit 0
+                raise PruneRefused(f"cache {uri}: no such bucket (nothing removed)")
+            recorded = recorded_outputs(records)
         others, forgotten = unnamed_outputs(
-            recorded_outputs(records),
+            recorded,
             {output.uri() for output in named},
             {Storage(output, options).uri() for output in args.forget},
         )
+        needed = []
+        for output in named:  # a mistyped output is named as such, not its cache
+            with naming(f"output {output.uri()}"):
+                needed.append(output_needs(output))
+        with naming(f"cache {uri}"):
+            cache = EmbeddingCache(uri, options)
+            entries = cache_entries(cache)
+        if not (entries or recorded):  # a mistyped prefix or folder: "removed 0", exit 0
+            raise PruneRefused(
+                f"cache {uri}: no embedding cache there (no entry "
+                "{strategy}/{model}/{16 hex}/ and no output's record in _outputs/; nothing "
+                "removed)"
+            )
         if not (named or others):  # every entry would go: a cache from before records, a typo
             raise PruneRefused(
                 f"{uri}: the cache records no output that uses it (builds record theirs since "
                 "2026-11-30) and none is named: give --output for each (nothing removed)"
             )
-        needed = [output_needs(output) for output in named]
         needed += [other.needed for other in others]
-        cache = EmbeddingCache(uri, options)
-        plan = plan_prune(cache_entries(cache), needed, args.min_age * 3600, time.time())
+        plan = plan_prune(entries, needed, args.min_age * 3600, time.time())
         if not args.dry_run:  # the records first: a build of a forgotten output writes its own
-            records.delete([gone.path for gone in forgotten])
-            prune(cache, plan.remove)
-    except PruneRefused as exc:
-        print(f"mdindex cache prune: {exc}", file=sys.stderr)
-        return 2
-    except (OSError, BotoCoreError) as exc:
-        print(f"mdindex cache prune: {error_text(exc)}", file=sys.stderr)
-        return 1
+            with naming(f"cache {uri}"):
+                records.delete([gone.path for gone in forgotten])
+                prune(cache, plan.remove)
+    except (PruneRefused, StoreFailed) as exc:
+        print(f"mdindex cache prune: {printable(str(exc))}", file=sys.stderr)
+        return 2 if isinstance(exc, PruneRefused) else 1
     removed = counted(len(plan.remove), "entry", "entries")
     done = "dry run: nothing removed" if args.dry_run else f"removed {removed}"
     lines = [f"cache {uri}, for {counted(len(needed), 'output')}:"]
@@ -152,8 +161,84 @@ def run_prune(args: argparse.Namespace) -> int:
         + ("would be removed" if args.dry_run else "removed")
         for gone in forgotten
     ]
-    lines += [*plan.lines(), done]
+    lines += [*plan_lines(plan), done]
     return 0 if write_out("\n".join(lines) + "\n", "mdindex cache prune") else 1
+
+
+class StoreFailed(RuntimeError):
+    """A store (the cache, an output) that could not be read or written: exit code 1, its
+    message naming the store."""
+
+
+@contextlib.contextmanager
+def naming(store: str) -> Iterator[None]:
+    """Errors of the requests to `store` ("cache URI", "output URI") meanwhile as `StoreFailed`,
+    the store before the error's text: an S3 client's NoCredentialsError, an endpoint that
+    cannot be reached and a store's AccessDenied named none ("Unable to locate credentials"),
+    where a prune reads one or more outputs and the cache."""
+    from botocore.exceptions import BotoCoreError
+
+    from jobs.report import error_text
+
+    try:
+        yield
+    except (OSError, BotoCoreError) as exc:
+        raise StoreFailed(f"{store}: {error_text(exc)}") from exc
+
+
+def usage_problem(args: argparse.Namespace, options: dict[str, Any]) -> str | None:
+    """Why the prune's arguments are bad usage (exit code 2, nothing read), naming what: a
+    negative or NaN `--min-age`, no output nor cache, or a URI that names no store a prune can
+    read with `options` and the environment (`s4://`, `S3://`, an archive, an S3 client that
+    cannot be made: each was a traceback)."""
+    from embedding.files import UnknownProtocol, archive_problem, known_protocol, s3_client_refused
+    from indexing.client import UnsuitedOptions
+
+    if not args.min_age >= 0:  # NaN too: no entry would have been young
+        return "--min-age must be 0 or more hours"
+    if not (args.outputs or args.cache):
+        return "give --output or --cache"
+    for uri in [*args.outputs, *([args.cache] if args.cache else []), *args.forget]:
+        try:
+            known_protocol(uri)
+        except UnknownProtocol as exc:
+            return str(exc)
+        if problem := archive_problem(uri):
+            return problem
+        if refused := s3_client_refused(uri, options):
+            return str(UnsuitedOptions.no_s3_client(uri, refused))
+    return None
+
+
+def plan_lines(plan: PrunePlan) -> list[str]:
+    """What `plan` holds, one line per `{strategy}/{model}` folder: its entries, how many of
+    them are needed, recent, and to remove with the bytes that frees; a total line last."""
+    folders: dict[str, list[list[int]]] = {}
+    for kind, entries in enumerate((plan.needed, plan.young, plan.remove)):
+        for entry in entries:
+            counts = folders.setdefault(entry.folder, [[0, 0], [0, 0], [0, 0]])
+            counts[kind][0] += 1
+            counts[kind][1] += entry.size
+    lines = []
+    for folder, ((needed, _), (young, _), (remove, freed)) in sorted(folders.items()):
+        lines.append(
+            f"  {folder}: {counted(needed + young + remove, 'entry', 'entries')}, {needed} "
+            f"needed, {young} not needed but recent, {remove} to remove ({megabytes(freed)})"
+        )
+    freed = sum(entry.size for entry in plan.remove)
+    files = sum(len(entry.files) for entry in plan.remove)
+    kept = sum(entry.size for entries in (plan.needed, plan.young) for entry in entries)
+    lines.append(
+        f"{counted(len(plan.remove), 'entry', 'entries')} to remove ({megabytes(freed)} in "
+        f"{counted(files, 'file')}); {len(plan.needed) + len(plan.young)} kept "
+        f"({megabytes(kept)})"
+    )
+    return lines
+
+
+def megabytes(size: int) -> str:
+    """A size in bytes as megabytes, one decimal."""
+    return f"{size / 1e6:.1f} MB"
 
 
 @dataclass(frozen=True)
@@ -314,13 +399,23 @@ def built_strategies(output: Storage, topics: dict[str, Any]) -> set[str] | None
 
 def cache_of(outputs: list[Storage]) -> str:
     """The cache the outputs' last builds used (their reports' `cache`; an output without a
-    report: its own `.embedding-cache`). `PruneRefused` where they used different ones."""
+    report: its own `.embedding-cache`). `PruneRefused` where they used different ones, or where
+    an output's report is of a build running or failed, which names no cache (an output with a
+    shared cache was pruned for its own `.embedding-cache`); `StoreFailed` where a report cannot
+    be read."""
     from jobs.config import DEFAULT_CACHE
     from jobs.report import stored_report
 
     caches = set()
     for output in outputs:
-        used = (stored_report(output) or {}).get("cache")
+        with naming(f"output {output.uri()}"):
+            report = stored_report(output) or {}
+        used, status = report.get("cache"), report.get("status")
+        if not used and status in ("unfinished", "failed"):  # they name no cache
+            raise PruneRefused(
+                f"output {output.uri()}: its last build is {status}, and its report does not "
+                "say which cache it uses: give --cache (nothing removed)"
+            )
         caches.add(used if isinstance(used, str) and used else output.uri(DEFAULT_CACHE))
     if len(caches) > 1:
         raise PruneRefused(

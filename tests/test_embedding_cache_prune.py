@@ -16,7 +16,9 @@ import pytest
 
 from embedding.cache import CacheEntry, CacheKey, EmbeddingCache
 from embedding.prune import Needed, cache_entries, plan_prune, prune
+from jobs.cache_cli import plan_lines
 from jobs.cli import main
+from tests.environment_support import without_aws_credentials
 
 CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "local.yaml")
 DAY = 86_400.0
@@ -68,7 +70,7 @@ def test_a_local_prune_removes_old_unneeded_entries_and_keeps_needed_recent_and_
     assert [e.relpath for e in plan.young] == [recent.relpath]
     removed = [old.relpath, settings.relpath, model.relpath]
     assert sorted(e.relpath for e in plan.remove) == sorted(removed)
-    assert plan.lines()[-1].startswith("3 entries to remove (0.0 MB in 9 files); 3 kept")
+    assert plan_lines(plan)[-1].startswith("3 entries to remove (0.0 MB in 9 files); 3 kept")
     # before the edit both model folders held every source: both kept, neither known stale
     before = [e for e in cache_entries(cache) if e.relpath != edited.relpath]
     assert model.relpath not in {e.relpath for e in plan_prune(before, [wanted], DAY, 0).remove}
@@ -244,3 +246,142 @@ def test_a_prune_keeps_the_entries_of_every_output_its_builds_recorded_in_the_ca
     said = capsys.readouterr().out
     assert f"cache {cache_uri}, for 1 output:\n  kept for {first}:" in said
     assert "0 entries to remove" in said
+
+
+def deny_deletes(s3_server, bucket: str) -> None:
+    """A bucket policy that denies `s3:DeleteObject` in `bucket`, as read-only credentials have
+    it: S3 answers a DeleteObjects request 200, with an AccessDenied per key."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint_url, region_name="us-east-1")
+    deny = {"Effect": "Deny", "Principal": "*", "Action": "s3:DeleteObject"}
+    statement = {**deny, "Resource": f"arn:aws:s3:::{bucket}/*"}
+    policy = {"Version": "2012-10-17", "Statement": [statement]}
+    client.put_bucket_policy(Bucket=bucket, Policy=json.dumps(policy))
+
+
+def test_a_prune_names_in_one_line_the_store_it_could_not_read_or_write(
+    s3_server, monkeypatch, tmp_path, capsys
+):
+    """Found by a cron operator: no credentials, an endpoint down and a store's AccessDenied
+    said "mdindex cache prune: NoCredentialsError: Unable to locate credentials", naming neither
+    the cache nor the output; and credentials that may not delete (S3 answers DeleteObjects 200
+    with an error per key, which s3fs drops) printed "removed 1 entries", exit 0, every night,
+    removing nothing."""
+    bucket = s3_server.make_bucket("prune-denied")
+    cache_uri, out = f"{bucket}/cache", f"{bucket}/out"
+    cache = EmbeddingCache(cache_uri, s3_server.storage_options)
+    kept, old = put(cache, STRATEGY, MODEL, "a"), put(cache, STRATEGY, MODEL, "old")
+    s3_output(s3_server, out, ["a"], STRATEGY)
+    deny_deletes(s3_server, "prune-denied")
+    options = ["--storage-options", json.dumps(s3_server.storage_options)]
+    prune = ["cache", "prune", "--output", out, "--cache", cache_uri, "--min-age", "0"]
+    capsys.readouterr()
+
+    assert main([*prune, *options]) == 1
+    assert capsys.readouterr() == (
+        "",
+        f"mdindex cache prune: cache {cache_uri}: PermissionError: the store removed 0 of 1 "
+        f"objects, AccessDenied: Access Denied ({cache_uri}/{old.relpath}/metadata.json)\n",
+    )
+    assert {e.relpath for e in cache_entries(cache)} == {kept.relpath, old.relpath}
+
+    # an endpoint that refuses connections, and no credentials: the store each request was to
+    down = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:1"}}
+    down["config_kwargs"] = {"retries": {"max_attempts": 1}}
+    keys = {"key": "testing", "secret": "testing"}
+    unreachable = ["--storage-options", json.dumps({**down, **keys})]
+    assert main([*prune, *unreachable]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith(f"mdindex cache prune: cache {cache_uri}: EndpointConnectionError: ")
+    assert error.count("\n") == 1
+    assert (
+        main(["cache", "prune", "--output", out, *unreachable]) == 1
+    )  # its report names the cache
+    assert capsys.readouterr().err.startswith(
+        f"mdindex cache prune: output {out}: EndpointConnectionError: Could not connect"
+    )
+    without_aws_credentials(monkeypatch, tmp_path)
+    assert main([*prune]) == 1
+    assert capsys.readouterr().err == (
+        f"mdindex cache prune: cache {cache_uri}: NoCredentialsError: Unable to locate "
+        "credentials\n"
+    )
+
+
+def test_a_cache_path_that_holds_no_cache_is_refused_and_a_real_one_counts_in_words(
+    s3_server, tmp_path, capsys
+):
+    """A mistyped --cache prefix in a bucket that exists, or a local folder that is no cache
+    (the output's own, a docs folder, one not there), printed "0 kept", exit 0, every night:
+    refused as a missing bucket is, while a cache that holds records and no entry is one. An
+    output whose build is running was pruned for a cache it does not use. And one entry was
+    "1 entries"."""
+    from jobs.cache_cli import record_output
+    from jobs.config import JobConfig
+
+    bucket = s3_server.make_bucket("prune-typo")
+    cache_uri, out = f"{bucket}/cache", f"{bucket}/out"
+    strategy = JobConfig().chunking.key  # the build's, which its record names
+    s3_output(s3_server, out, ["a"], strategy)
+    config = JobConfig(
+        input=out, output=out, cache=cache_uri, storage_options=s3_server.storage_options
+    )
+    record_output(config, {"finished_at": "2026-12-01T10:00:00+00:00"})
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "guide.md").write_text("# Guide\n")
+    options = ["--storage-options", json.dumps(s3_server.storage_options)]
+    capsys.readouterr()
+    for typo in (f"{bucket}/cahce", out, str(tmp_path / "docs"), str(tmp_path / "none")):
+        assert main(["cache", "prune", "--output", out, "--cache", typo, *options]) == 2
+        assert capsys.readouterr() == (
+            "",
+            f"mdindex cache prune: cache {typo}: no embedding cache there (no entry "
+            "{strategy}/{model}/{16 hex}/ and no output's record in _outputs/; nothing "
+            "removed)\n",
+        )
+
+    # a build of the output running (or failed): its report names no cache, and the prune took
+    # the output's own .embedding-cache (which a cache shared since may still hold)
+    report = {"status": "unfinished", "exit_code": None, "output": out}
+    s3_server.filesystem().pipe(
+        f"{out.removeprefix('s3://')}/_reindex/report.json", json.dumps(report).encode()
+    )
+    assert main(["cache", "prune", "--output", out, *options]) == 2
+    assert capsys.readouterr().err == (
+        f"mdindex cache prune: output {out}: its last build is unfinished, and its report does "
+        "not say which cache it uses: give --cache (nothing removed)\n"
+    )
+
+    assert main(["cache", "prune", "--cache", cache_uri, *options]) == 0  # a record, no entry
+    assert "0 entries to remove (0.0 MB in 0 files); 0 kept" in capsys.readouterr().out
+    cache = EmbeddingCache(cache_uri, s3_server.storage_options)
+    put(cache, strategy, MODEL, "a")
+    put(cache, strategy, MODEL, "old")
+    assert main(["cache", "prune", "--cache", cache_uri, "--min-age", "0", *options]) == 0
+    assert capsys.readouterr().out == (
+        f"cache {cache_uri}, for 1 output:\n"
+        f"  kept for {out}: recorded in the cache by its build of 2026-12-01T10:00:00+00:00\n"
+        f"  {strategy}/{MODEL}: 2 entries, 1 needed, 0 not needed but recent, 1 to remove "
+        "(0.0 MB)\n"
+        "1 entry to remove (0.0 MB in 3 files); 1 kept (0.0 MB)\n"
+        "removed 1 entry\n"
+    )
+    assert main(["cache", "prune", "--cache", cache_uri, "--min-age", "0", *options]) == 0
+    assert f"  {strategy}/{MODEL}: 1 entry, 1 needed, " in capsys.readouterr().out
+
+
+def test_a_prune_of_a_uri_no_store_can_be_made_for_is_one_line_of_bad_usage(capsys):
+    """A scheme's typo, and options or an environment no S3 client takes: tracebacks, exit 1."""
+    cases = [
+        (["--cache", "S3://b/cache"], "S3://b/cache: Protocol not known: S3; did you mean s3://"),
+        (["--output", "s3:/b/out"], "s3:/b/out reads as a local folder s3:; did you mean"),
+        (
+            ["--cache", "s3://b/cache", "--storage-options", '{"bogus": 1}'],
+            "s3://b/cache: no S3 client with --storage-options and the environment: TypeError:",
+        ),
+    ]
+    for given, said in cases:
+        assert main(["cache", "prune", *given]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith(f"mdindex cache prune: {said}") and error.count("\n") == 1, error
