@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
@@ -23,8 +24,16 @@ from fsspec.spec import AbstractFileSystem
 
 from chunking.links import spellings
 from embedding.files import missing_bucket, protocol_of, protocols_of, root_filesystem
-from indexing.hal import NOT_AN_INDEX, is_index_document
+from indexing.hal import (
+    CHUNK_TABLE_REL,
+    MODEL_REL,
+    NOT_AN_INDEX,
+    SIMHASH_REL,
+    TOPIC_SLUG,
+    is_index_document,
+)
 from indexing.paths import (
+    EMBEDDING_SETTINGS,
     INDEX,
     chunk_table_path,
     href_of,
@@ -32,8 +41,11 @@ from indexing.paths import (
     in_topic,
     source_stem,
     topic_id,
+    topic_slug,
 )
 from indexing.simhash import simhash64
+from indexing.simhash_tables import MANIFEST as SIMHASH_MANIFEST
+from indexing.simhash_tables import ROOT as SIMHASH_ROOT
 from indexing.simhash_tables import SimhashMatch, lookup_simhash
 from indexing.tables import chunk_table_schema
 from indexing.vectors import unit_rows
@@ -486,14 +498,46 @@ def _spelled_otherwise(name: str, names: Iterable[str]) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
+def corpus_link(reader: IndexReader, rel: str, template: bool = False) -> str | None:
+    """The output-root-relative path that the root index.json links as `rel`
+    (`indexing.hal.corpus_links`; a `template`'s holds `TOPIC_SLUG`), or None where it links
+    none: an index built before 2026-12-01, or whose root index.json is none or a person's own
+    (the reader then takes the path the build writes). ValueError naming the root's index.json
+    when the link is damaged (no root-absolute href, a template without `TOPIC_SLUG`)."""
+    try:
+        root = reader.index("")
+    except (FileNotFoundError, NotAnIndex):
+        return None
+    links = root.get("_links")
+    link = links.get(rel) if isinstance(links, dict) else None
+    if link is None:
+        return None
+    href = link.get("href") if isinstance(link, dict) else None
+    if not is_text(href) or not href.startswith("/") or href.startswith("//"):
+        problem = "has no root-absolute href"
+    elif template and TOPIC_SLUG not in href:
+        problem = f"is no template of {TOPIC_SLUG}"
+    else:
+        return href_path(href[1:])
+    raise ValueError(f"{reader.location(INDEX)} is damaged: _links[{rel!r}] {problem}")
+
+
 def question_matches(
     reader: IndexReader, question: str, topic: str | None = None
 ) -> list[SimhashMatch]:
-    """Stored prompts within the corpus tables' distance k of the question's SimHash; ValueError
-    naming a table that is damaged (not UTF-8 JSON, a bad k)."""
+    """Stored prompts within the corpus tables' distance k of the question's SimHash, from the
+    tables the root index.json links (`corpus_link`); ValueError naming a table that is damaged
+    (not UTF-8 JSON, a bad k)."""
     read: list[str] = []
+    manifest = corpus_link(reader, SIMHASH_REL) or SIMHASH_MANIFEST
+    folder = posixpath.dirname(manifest)
 
     def fetch(relpath: str) -> bytes | None:
+        """A table file's bytes: the manifest the root links, its shards beside it."""
+        if relpath == SIMHASH_MANIFEST:
+            relpath = manifest
+        else:
+            relpath = posixpath.join(folder, relpath.removeprefix(f"{SIMHASH_ROOT}/"))
         read.append(relpath)
         return reader.read(relpath)
 
@@ -519,7 +563,6 @@ class ChunkHit:
 
 EmbedQuery = Callable[[str, str], np.ndarray]  # (model name, question) -> query vector
 
-EMBEDDING_SETTINGS = "_index/model.json"
 # `load_embedder` options that change vectors, recorded by the build. A query honours all of them
 # but trust_remote_code: an index never makes its reader run a model's own code.
 VECTOR_OPTIONS = ("dtype", "pooling", "normalize", "max_length", "query_prefix", "revision")
@@ -544,18 +587,18 @@ def embedding_settings(model: str, options: dict[str, Any]) -> bytes:
     ).encode()
 
 
-def _recorded_settings(reader: IndexReader, data: bytes | None) -> dict[str, Any]:
-    """The parsed `_index/model.json` of `reader`'s index, which holds `data` (None: there is
-    none, `{}`); ValueError naming it when it is not JSON or is damaged (a field of another kind
-    than the build writes)."""
+def _recorded_settings(reader: IndexReader, relpath: str, data: bytes | None) -> dict[str, Any]:
+    """The parsed `_index/model.json` of `reader`'s index (at `relpath`), which holds `data`
+    (None: there is none, `{}`); ValueError naming it when it is not JSON or is damaged (a field
+    of another kind than the build writes)."""
     if data is None:
         return {}
-    recorded = reader.parsed(EMBEDDING_SETTINGS, data)
+    recorded = reader.parsed(relpath, data)
     problem = bad_field("the document", recorded, SETTINGS_FIELDS) or bad_field(
         "options", recorded["options"], OPTION_FIELDS
     )
     if problem:
-        raise ValueError(f"{reader.location(EMBEDDING_SETTINGS)} is damaged: {problem}")
+        raise ValueError(f"{reader.location(relpath)} is damaged: {problem}")
     return recorded
 
 
@@ -563,16 +606,17 @@ def query_embedder(reader: IndexReader) -> EmbedQuery:
     """Embeds a question the way the index was built: with `_index/model.json`'s options when it
     names the model asked for, else with the model's defaults. The model is loaded on its first
     question and kept while the model asked for and the options recorded for it stay the same;
-    the file is read at every question (a reader that keeps its parses reads it again only once
-    it changed), so a rebuild with another model or other options loads that one in its place
-    (`mdindex serve --search` answered with the old one's vectors, or with the new model under
-    the defaults, until it was restarted). ValueError naming the file when it is damaged or
-    loading the model with its options fails (the loader refuses a value)."""
-    where = reader.location(EMBEDDING_SETTINGS)
+    the file, the one the root index.json links (`corpus_link`), is read at every question (a
+    reader that keeps its parses reads it again only once it changed), so a rebuild with
+    another model or other options loads that one in its place (`mdindex serve --search`
+    answered with the old one's vectors, or with the new model under the defaults, until it
+    was restarted). ValueError naming the file when it is damaged or loading the model with
+    its options fails (the loader refuses a value)."""
     held: dict[tuple[str, tuple], Any] = {}  # one model at most: (model, options) -> embedder
 
     def embed(model: str, question: str) -> np.ndarray:
-        recorded = reader.read_parsed(EMBEDDING_SETTINGS, partial(_recorded_settings, reader))
+        relpath = corpus_link(reader, MODEL_REL) or EMBEDDING_SETTINGS
+        recorded = reader.read_parsed(relpath, partial(_recorded_settings, reader, relpath))
         options = recorded.get("options", {}) if recorded.get("model") == model else {}
         options = {k: v for k, v in options.items() if k in VECTOR_OPTIONS}
         from embedding.keys import resolve_device
@@ -589,6 +633,7 @@ def query_embedder(reader: IndexReader) -> EmbedQuery:
             except ValueError as error:  # a recorded option's value (a dtype of "x"), say
                 if not options:
                     raise
+                where = reader.location(relpath)
                 raise ValueError(
                     f"{error} (loading {model!r} with the options of {where})"
                 ) from error
@@ -623,6 +668,11 @@ def searched_columns(data: bytes) -> pa.Table:
     return table
 
 
+def _expanded(template: str, topic: str) -> str:
+    """The output-root-relative path of a topic's table from the path template the root links."""
+    return template.replace(TOPIC_SLUG, topic_slug(topic))
+
+
 def _vectors(table: pa.Table) -> str:
     """What a chunk table's vectors are, as an error names them: their width and model."""
     width = table.schema.field("embedding").type.list_size
@@ -641,12 +691,14 @@ def _chunk_table(where: str, data: bytes | None) -> pa.Table | None:
 
 
 def chunk_tables(reader: IndexReader, topics: list[str]) -> pa.Table | None:
-    """The chunk-table shards of `topics` (those that exist) as one table, or None; ValueError
-    naming a shard that is not a chunk table (truncated, damaged: `searched_columns`) or whose
-    vectors are of another width than those of the shard before it (another model's)."""
+    """The chunk-table shards of `topics` (those that exist; where the root index.json links
+    them, `corpus_link`) as one table, or None; ValueError naming a shard that is not a chunk
+    table (truncated, damaged: `searched_columns`) or whose vectors are of another width than
+    those of the shard before it (another model's)."""
     tables: dict[str, pa.Table] = {}
+    linked = corpus_link(reader, CHUNK_TABLE_REL, template=True)
     for topic in topics:
-        relpath = chunk_table_path(topic)
+        relpath = chunk_table_path(topic) if linked is None else _expanded(linked, topic)
         table = reader.read_parsed(relpath, partial(_chunk_table, reader.location(relpath)))
         if table is not None and table.num_rows:
             tables[reader.location(relpath)] = table

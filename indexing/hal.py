@@ -10,7 +10,15 @@ import orjson
 
 from chunking.normalize import decode
 from chunking.record import ChunkingError
-from indexing.paths import index_href, parent_of
+from indexing.paths import (
+    CHUNK_TABLES,
+    DOCUMENT_TABLES,
+    EMBEDDING_SETTINGS,
+    index_href,
+    parent_of,
+    root_href,
+)
+from indexing.simhash_tables import MANIFEST as SIMHASH_MANIFEST
 
 ROOT_TITLE = "Index"
 NOT_AN_INDEX = "not an mdindex index (no _embedded object)"
@@ -18,6 +26,17 @@ NOT_JSON = "not JSON ("  # how `not_an_index` starts for a file that is no JSON
 # The failure a build reports for an index.json it did not write, which it leaves as it is (a
 # person's own, or a symbolic link; `jobs.stages.topic`)
 INDEX_JSON_FAILED = "INDEX_JSON_FAILED"
+# The root index.json's link relations to the corpus-wide files (HAL CURIEs: "mdindex:model" is
+# the relation `RELATIONS` names with "model"; `corpus_links`). The chunk and documents tables
+# are one per topic: their links are URI templates of `TOPIC_SLUG` (`indexing.paths.topic_slug`).
+CURIE = "mdindex"
+# No site documents the relations (RFC 6761's .invalid, as tests/schemas' `$id`): the README does
+RELATIONS = "https://mdindex.invalid/rels/{rel}"
+MODEL_REL = f"{CURIE}:model"
+SIMHASH_REL = f"{CURIE}:simhash"
+CHUNK_TABLE_REL = f"{CURIE}:chunk-table"
+DOCUMENT_TABLE_REL = f"{CURIE}:document-table"
+TOPIC_SLUG = "{topic_slug}"
 
 
 def dump_json(doc: Any) -> bytes:
@@ -38,12 +57,42 @@ def directory_title(directory: str) -> str:
 
 
 def links(directory: str) -> dict[str, Any]:
-    """`_links` of a directory's index.json: self, and parent except at the root."""
+    """`_links` of a directory's index.json: self, and parent except at the root, which links
+    the corpus-wide files instead (`corpus_links`)."""
+    result = _own_links(directory)
+    if directory == "":
+        result.update(corpus_links())
+    return result
+
+
+def _own_links(directory: str) -> dict[str, Any]:
+    """`links` without the root's `corpus_links`: all that an index.json linked before
+    2026-12-01."""
     result: dict[str, Any] = {"self": {"href": index_href(directory)}}
     parent = parent_of(directory)
     if parent is not None:
         result["parent"] = {"href": index_href(parent)}
     return result
+
+
+def corpus_links() -> dict[str, Any]:
+    """The root index.json's links to the files of the whole output, for a client that starts
+    there (a static site's, `mdindex serve`'s) and knows no path: the embedding settings that
+    embed a question as the chunks were (`_index/model.json`), the SimHash tables' manifest (its
+    shards beside it, `indexing.simhash_tables`) and, templated, a topic's chunk and documents
+    tables (`{topic_slug}`: `indexing.paths.topic_slug`). Hrefs are root-absolute, as `self`."""
+    return {
+        "curies": [{"name": CURIE, "href": RELATIONS, "templated": True}],
+        MODEL_REL: {"href": root_href(EMBEDDING_SETTINGS)},
+        SIMHASH_REL: {"href": root_href(SIMHASH_MANIFEST)},
+        CHUNK_TABLE_REL: {"href": _table_href(CHUNK_TABLES), "templated": True},
+        DOCUMENT_TABLE_REL: {"href": _table_href(DOCUMENT_TABLES), "templated": True},
+    }
+
+
+def _table_href(folder: str) -> str:
+    """The URI template of a topic's table shard in `folder`."""
+    return f"{root_href(folder)}/{TOPIC_SLUG}.parquet"
 
 
 def topic_links(child_topics: Iterable[str]) -> list[dict[str, Any]]:
@@ -96,14 +145,15 @@ def moved_index(data: bytes, directory: str) -> bool:
     """Whether an existing `{directory}/index.json` is one this library wrote for another folder
     (its `id` and `_links` as written there): it came with its folder when a person moved or
     copied one (an in-place build's folder renamed), so it is the job's to replace, as if the
-    folder had none."""
+    folder had none. Its `_links` are this version's or, for a root, those of a build before
+    2026-12-01 (no `corpus_links`)."""
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError:
         return False
     if not is_index_document(doc) or not isinstance(found := doc.get("id"), str):
         return False
-    return found != directory and doc.get("_links") == links(found)
+    return found != directory and doc.get("_links") in (links(found), _own_links(found))
 
 
 def is_index_document(doc: Any) -> bool:
@@ -117,7 +167,10 @@ def directory_index(directory: str, child_topics: list[str]) -> bytes:
 
 
 def set_child_topics(index_json: bytes, child_topics: list[str]) -> bytes:
-    """The same index.json with `_embedded.topics` replaced by links to `child_topics`."""
+    """The same index.json with `_embedded.topics` replaced by links to `child_topics`, and its
+    `_links` as this version writes them (a root topic's of a build before 2026-12-01 gains its
+    `corpus_links`)."""
     doc = orjson.loads(index_json)
+    doc["_links"] = links(doc["id"])
     doc["_embedded"]["topics"] = topic_links(child_topics)
     return dump_json(doc)

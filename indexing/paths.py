@@ -14,6 +14,7 @@ TOPIC_SPEC = "topic-spec.md"
 CHUNKS_DIR = "_chunks"
 CHUNK_TABLES = "_index/chunks"
 DOCUMENT_TABLES = "_index/documents"
+EMBEDDING_SETTINGS = "_index/model.json"  # the build's embedding settings, for a question's vector
 ROOT_SLUG = "_root"
 NAME_MAX = 255  # bytes in a file name on common filesystems (ext4, XFS, APFS; NTFS: 255 units)
 _CHUNK_FILE = re.compile(r".+-\d+\.md", re.DOTALL)  # fullmatch: a name may hold a newline
@@ -55,9 +56,14 @@ def href_path(href: str) -> str:
     return unquote(href)
 
 
+def root_href(relpath: str) -> str:
+    """The root-absolute href of an output-root-relative path, as `_links` name files."""
+    return "/" + href_of(relpath)
+
+
 def index_href(topic: str) -> str:
     """The root-absolute href of a topic's (or directory's) index.json."""
-    return "/" + href_of(in_topic(topic, INDEX))
+    return root_href(in_topic(topic, INDEX))
 
 
 def parent_of(topic: str) -> str | None:

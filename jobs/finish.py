@@ -21,8 +21,16 @@ from indexing import (
     set_child_topics,
     topic_spec_without_section,
 )
-from indexing.client import EMBEDDING_SETTINGS, embedding_settings
-from indexing.paths import CHUNK_TABLES, CHUNKS_DIR, DOCUMENT_TABLES, INDEX, TOPIC_SPEC, in_topic
+from indexing.client import embedding_settings
+from indexing.paths import (
+    CHUNK_TABLES,
+    CHUNKS_DIR,
+    DOCUMENT_TABLES,
+    EMBEDDING_SETTINGS,
+    INDEX,
+    TOPIC_SPEC,
+    in_topic,
+)
 from indexing.simhash_tables import ROOT as SIMHASH_ROOT
 from jobs.config import JobConfig
 from jobs.manifest import MANIFEST_PATH, SETTLED_FAILURES, Manifest, SourceEntry, TopicEntry
@@ -97,18 +105,16 @@ def finish(
             continue
         entry = previous.topics[topic.topic]
         if topic.action == RELINK:
-            path = in_topic(topic.topic, INDEX)
-            index, problem = existing_index_of(output, topic.topic, replace_moved=False)
+            problem = _relink(output, topic.topic, topic.children)
             if problem:
+                path = in_topic(topic.topic, INDEX)
                 failures.append(index_left(path, problem, "its child topics are not updated"))
-            elif index is not None:
-                relinked = set_child_topics(index, list(topic.children))
-                if relinked != index:  # already read: not `write_if_changed`, which reads again
-                    output.write_bytes(path, relinked)
             # The interim manifest marked it failed; a relinked topic was not (or the plan had
             # rebuilt it): failed only while its index.json is left (rebuilt until it is moved).
             # It stayed failed, so the next run rebuilt it for nothing (2026-12-01).
             entry = replace(entry, children=topic.children, failed=problem is not None)
+        elif topic.topic == "":  # a root topic kept since a build before 2026-12-01 gains its links
+            _relink(output, topic.topic, topic.children)
         topics[topic.topic] = entry
         sources.update({p: previous.sources[p] for p in topic.sources})
         sources.update(_conflicts(topic, plan, previous))
@@ -158,12 +164,25 @@ def finish(
     return manifest, failures
 
 
+def _relink(output: Storage, topic: str, children: tuple[str, ...]) -> str | None:
+    """Rewrite a kept topic's index.json where its links to `children`, or its `_links`, are not
+    this version's (`set_child_topics`: a root's `corpus_links`); return why the file there is not
+    one this job wrote (`existing_index_of`), left as it is, or None."""
+    index, problem = existing_index_of(output, topic, replace_moved=False)
+    if index is not None and problem is None:
+        relinked = set_child_topics(index, list(children))
+        if relinked != index:  # already read: not `write_if_changed`, which reads again
+            output.write_bytes(in_topic(topic, INDEX), relinked)
+    return problem
+
+
 def write_directory_indexes(
     output: Storage, directories: dict[str, list[str]]
 ) -> list[dict[str, str]]:
     """Write each folder's directory index linking its child topics (`directories`: folder ->
-    children) where it changed; return the report failures of folders whose index.json is not
-    one this job wrote (left as it is)."""
+    children) where it changed (an output built before 2026-12-01 gets the root's
+    `corpus_links` so, its topics kept); return the report failures of folders whose index.json
+    is not one this job wrote (left as it is)."""
     failures = []
     for directory, children in directories.items():
         path, data = in_topic(directory, INDEX), directory_index(directory, children)

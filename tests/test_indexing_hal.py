@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexing.hal import directory_index, dump_json, moved_index, not_an_index
+from indexing.hal import directory_index, dump_json, moved_index, not_an_index, set_child_topics
 
 
 def stdlib(doc) -> bytes:
@@ -86,3 +86,39 @@ def test_an_index_json_written_for_another_folder_is_told_from_a_persons_own():
     assert not moved_index(b'{"_embedded": {}, "_links": {"self": {"href": "/index.json"}}}', "g")
     assert not moved_index(b"garbage{", "guides")
     assert not moved_index(b'{"pages": []}', "guides")
+
+
+def test_the_root_alone_links_the_corpus_files_by_curies():
+    """A HAL client that starts from the root index.json finds the files of the whole output by
+    its links, root-absolute as `self` (it knew their paths from the README alone): the
+    embedding settings, the SimHash tables' manifest, and a topic's chunk and documents tables
+    as URI templates of its slug; CURIEs name the relations. No other index.json has them."""
+    assert json.loads(directory_index("", ["guides"]))["_links"] == {
+        "self": {"href": "/index.json"},
+        "curies": [
+            {"name": "mdindex", "href": "https://mdindex.invalid/rels/{rel}", "templated": True}
+        ],
+        "mdindex:model": {"href": "/_index/model.json"},
+        "mdindex:simhash": {"href": "/_index/simhash/manifest.json"},
+        "mdindex:chunk-table": {"href": "/_index/chunks/{topic_slug}.parquet", "templated": True},
+        "mdindex:document-table": {
+            "href": "/_index/documents/{topic_slug}.parquet",
+            "templated": True,
+        },
+    }
+    assert json.loads(directory_index("guides", []))["_links"] == {
+        "self": {"href": "/guides/index.json"},
+        "parent": {"href": "/index.json"},
+    }
+
+
+def test_a_root_built_before_the_corpus_links_gains_them_and_is_still_told_moved():
+    """A root topic's index.json of a build before 2026-12-01, relinked, gains the corpus links;
+    copied into a folder, it is still one this library wrote for another folder."""
+    doc = json.loads(directory_index("", ["a"]))
+    doc["_links"] = {"self": {"href": "/index.json"}}
+    doc["_embedded"]["chunks"] = {}
+    old = dump_json(doc)
+    relinked = json.loads(set_child_topics(old, ["a", "b"]))["_links"]
+    assert relinked == json.loads(directory_index("", []))["_links"] and "mdindex:model" in relinked
+    assert moved_index(old, "v1")

@@ -30,9 +30,10 @@ from indexing_support import (
 )
 
 from indexing import IndexSettings, build_topic, directory_index
-from indexing.client import IndexReader, chunk_tables, ranked_chunks
+from indexing.client import IndexReader, chunk_tables, query_embedder, ranked_chunks
 
 TOPIC = "cli"
+CORPUS_RELS = ("mdindex:model", "mdindex:simhash", "mdindex:chunk-table", "mdindex:document-table")
 FAQ = "How do I extract a tar.gz file?"
 STATUS_FAQ = "How do I change the HTTP status code of a response to 201?"
 NEAR_FAQ = "How do I change the HTTP status code of a response dynamically?"  # 5 bits from it
@@ -114,7 +115,7 @@ def test_a_questions_search_imports_no_pandas_and_reads_its_tables_rows(root):
     probe = f"""
 import sys
 import numpy as np
-from indexing.client import IndexReader, chunk_tables, ranked_chunks
+from indexing.client import IndexReader, chunk_tables, query_embedder, ranked_chunks
 reader = IndexReader.open({str(root)!r})
 table = chunk_tables(reader, reader.topics())
 hits = list(ranked_chunks(table, "q", lambda model, question: np.ones(384, np.float32)))
@@ -410,3 +411,51 @@ def test_serve_search_loads_the_model_a_rebuild_records(root, tmp_path, monkeypa
     assert scores() != mean and len(loaded) == 2
     assert [e.settings.pooling for e in loaded] == ["mean", "cls"]
     assert loaded[1].settings.dtype == "fp32"
+
+
+def test_a_question_reads_the_corpus_files_the_root_index_json_links(root, tmp_path):
+    """A HAL client that starts from the root index.json finds the SimHash tables, the topics'
+    chunk tables and the embedding settings by its links (`indexing.hal.corpus_links`; it knew
+    their paths from the README alone), and the reader follows them: moved with its links, an
+    index answers as before. One whose root links none (built before 2026-12-01) is read at
+    the paths the build writes; a damaged link is named."""
+    from indexing.cli import question_result
+
+    asked = {"topic": None, "under": None, "n": 4, "per_page": None, "all_copies": False}
+    args = argparse.Namespace(question=FAQ, show=False, **asked)
+
+    def answer(folder: Path) -> tuple[str, list[dict]]:
+        reader = IndexReader.open(str(folder))
+        result = question_result(reader, args, embed=lambda model, q: np.ones(384, np.float32))
+        return result["method"], [{**m, "href": None} for m in result["matches"]]
+
+    def relinked(name: str, change) -> Path:
+        """A copy of the index whose root's `_links` `change` changed in place."""
+        copy = tmp_path / name
+        shutil.copytree(root, copy)
+        index = json.loads((copy / "index.json").read_bytes())
+        change(index["_links"])
+        (copy / "index.json").write_bytes(json.dumps(index).encode())
+        return copy
+
+    def elsewhere(links: dict) -> None:
+        for rel in CORPUS_RELS:
+            links[rel]["href"] = links[rel]["href"].replace("/_index/", "/the%20tables/")
+
+    expected = answer(root)
+    assert expected[0] == "simhash+embedding" and len(expected[1]) == 4
+    moved = relinked("moved", elsewhere)
+    (moved / "_index").rename(moved / "the tables")
+    assert answer(moved) == expected
+    (moved / "the tables" / "model.json").write_text('{"model": "minilm", "options": []}')
+    with pytest.raises(ValueError, match="the tables/model.json is damaged: the doc"):
+        query_embedder(IndexReader.open(str(moved)))("minilm", FAQ)
+    before = relinked("before", lambda links: [links.pop(r) for r in [*CORPUS_RELS, "curies"]])
+    assert answer(before) == expected
+    for rel, href, problem in (
+        ("mdindex:chunk-table", "/_index/chunks/t.parquet", "is no template of {topic_slug}"),
+        ("mdindex:simhash", "_index/simhash/manifest.json", "has no root-absolute href"),
+    ):
+        damaged = relinked(rel[8:], lambda links, rel=rel, href=href: links[rel].update(href=href))
+        with pytest.raises(ValueError, match=f"index.json is damaged: _links.'{rel}'. {problem}"):
+            answer(damaged)

@@ -31,7 +31,7 @@ from indexing import (
     simhash64,
 )
 from indexing.build import DEFAULT_TECHNICAL_TITLES, is_technical_title
-from indexing.hal import directory_title
+from indexing.hal import corpus_links, directory_title
 from indexing.keywords import (
     _ASCII_FOLD,
     _WORD,
@@ -907,7 +907,7 @@ def test_directory_indexes_link_children_and_root_has_no_parent():
     assert root == {
         "id": "",
         "title": "Index",
-        "_links": {"self": {"href": "/index.json"}},
+        "_links": {"self": {"href": "/index.json"}, **corpus_links()},  # test_indexing_hal
         "_embedded": {
             "topics": [
                 {"id": "a", "_links": {"self": {"href": "/a/index.json"}}},
@@ -943,7 +943,7 @@ def test_root_topic_paths():
         + ["index.json", "topic-spec.md"]
     )
     doc = index_of(out, topic="")
-    assert doc["id"] == "" and doc["_links"] == {"self": {"href": "/index.json"}}
+    assert doc["id"] == "" and doc["_links"] == {"self": {"href": "/index.json"}, **corpus_links()}
 
 
 def test_a_questions_or_keywords_file_that_yields_nothing_is_a_warning_of_what_is_read():

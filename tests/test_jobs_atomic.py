@@ -80,13 +80,16 @@ def promises(files: dict[str, bytes]) -> dict[str, bytes]:
     return found
 
 
+TOPIC_RELS = ("self", "parent")  # not the root's links to the corpus files (`corpus_links`)
+
+
 def dangling_links(files: dict[str, bytes]) -> set[str]:
     """The topic links of the index.json files among `files` (their own, their parent's, their
     child topics') that name no index.json there."""
     hrefs = set()
     for path in [p for p in files if posixpath.basename(p) == "index.json"]:
         document = json.loads(files[path])
-        hrefs |= {link["href"] for link in document["_links"].values()}
+        hrefs |= {link["href"] for rel, link in document["_links"].items() if rel in TOPIC_RELS}
         hrefs |= {t["_links"]["self"]["href"] for t in document["_embedded"].get("topics", [])}
     return {href for href in hrefs if unquote(href).lstrip("/") not in files}
 

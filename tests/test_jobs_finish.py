@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from indexing import directory_index
+from indexing.hal import dump_json
 from jobs.config import load_config
 from jobs.finish import finish
 from jobs.manifest import Manifest, TopicEntry
@@ -275,3 +277,73 @@ def test_an_index_json_an_editor_saved_with_a_bom_is_still_this_jobs(tmp_path):
     index = directory_index("t", [])
     (tmp_path / "t" / "index.json").write_bytes("\ufeff".encode() + index)
     assert existing_index_of(Storage(str(tmp_path)), "t") == (index, None)
+
+
+def before_corpus_links(index: bytes) -> bytes:
+    """An index.json as a build before 2026-12-01 wrote it: the root's without `corpus_links`."""
+    doc = json.loads(index)
+    doc["_links"] = {"self": doc["_links"]["self"]}
+    return dump_json(doc)
+
+
+def written(out: Path) -> dict[str, tuple[int, int]]:
+    """Each file of the output with its inode and modification time: a write (a rename over the
+    file, or in place) changes them."""
+    return {
+        p.relative_to(out).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in out.rglob("*")
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("root_topic", [False, True])
+def test_an_output_built_before_the_roots_corpus_links_gains_them_alone(tmp_path, root_topic):
+    """The root index.json links the files of the whole output (`corpus_links`: a HAL client that
+    starts there found no `_index/model.json`, SimHash tables or chunk tables). An output built
+    before 2026-12-01 gets them on its next run with nothing changed, its root index.json alone
+    written, every topic kept: a folder's directory index as any that changed, a root topic
+    (markdown at the corpus root) as a relinked one; the run after writes nothing. A person's own
+    root index.json is left as it is: reported where the root is a folder, not where it is a
+    topic kept (as before)."""
+    out = tmp_path / "out"
+    (out / "guides").mkdir(parents=True)
+    (out / "guides" / "index.json").write_bytes(directory_index("guides", []))
+    root = json.loads(directory_index("", ["guides"]))
+    if root_topic:
+        root["_embedded"]["chunks"] = {}
+    (out / "index.json").write_bytes(dump_json(root))
+    kept = [TopicPlan("guides", (), None, None, (), "inputs", KEEP)]
+    kept += [TopicPlan("", (), None, None, ("guides",), "inputs", KEEP)] if root_topic else []
+    previous = Manifest(
+        topics={
+            p.topic: TopicEntry("inputs", p.children, (f"{p.topic}/index.json",)) for p in kept
+        },
+        directories=() if root_topic else ("",),
+    )
+    plan = Plan(
+        topics=tuple(kept),
+        directories={} if root_topic else {"": ["guides"]},
+        fingerprints={},
+        changed=frozenset(),
+        deleted=(),
+        deleted_topics=(),
+    )
+    config = load_config(str(ROOT / "configs" / "local.yaml"), overrides={"input": str(out)})
+    previous, _ = finish(config, "key", Storage(str(out)), plan, previous, {})  # a first build
+    assert (out / "index.json").read_bytes() == dump_json(root)
+    (out / "index.json").write_bytes(before_corpus_links(dump_json(root)))
+    before = written(out)
+
+    manifest, failures = finish(config, "key", Storage(str(out)), plan, previous, {})
+
+    after = written(out)
+    assert [p for p in after if after[p] != before.get(p)] == ["index.json"] and failures == []
+    assert manifest.topics == previous.topics
+    assert (out / "index.json").read_bytes() == dump_json(root)  # as test_indexing_hal has it
+    assert (out / "_index" / "model.json").is_file()
+    assert (out / "_index" / "simhash" / "manifest.json").is_file()
+    finish(config, "key", Storage(str(out)), plan, previous, {})
+    assert written(out) == after
+    (out / "index.json").write_bytes(OWN_INDEX)  # a person's own, left as it is: reported only
+    _, failures = finish(config, "key", Storage(str(out)), plan, previous, {})  # for a directory
+    assert (out / "index.json").read_bytes() == OWN_INDEX and len(failures) == (not root_topic)
