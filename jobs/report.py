@@ -352,7 +352,8 @@ def stored_report(output: Storage) -> dict[str, Any] | None:
 def _write_without_counts(
     config: JobConfig, outcome: dict[str, Any], unreported: bool | None = None
 ) -> None:
-    """Write a report of `outcome` (status, exit code, time, error) and the run's input, output
+    """Write a report of `outcome` (status, exit code, time, error) and the run's input, output,
+    cache (`mdindex cache prune --output` during a run or after a failed one asked for `--cache`)
     and settings. Where the output cannot take even that (a full or read-only disk, an S3 store
     without credentials: botocore's `NoCredentialsError` is no `OSError`), it is only logged.
     `unreported`: as `write_report` takes it."""
@@ -361,6 +362,7 @@ def _write_without_counts(
         **run_facts(),
         "input": config.input,
         "output": config.output,
+        "cache": config.cache,
         "settings": key_settings(config),
     }
     try:

@@ -1088,6 +1088,9 @@ def test_a_run_refused_after_one_killed_keeps_the_killed_one_in_the_history(
     shutil.copytree(built, output)
     config = load_config(CONFIG, overrides={"input": str(CORPUS), "output": str(output)})
     jobs.report.write_unfinished_report(config, 1_800_000_000.0, None)  # a killed run's
+    # it names its cache, as a finished run's report does (`mdindex cache prune --output` asked
+    # for --cache while a build ran, or after one failed, 2026-12-01)
+    assert json.loads((output / "_reindex" / "report.json").read_text())["cache"] == config.cache
     (tmp_path / "emptied").mkdir()
     command = ["build", "--config", CONFIG, "--input", str(tmp_path / "emptied")]
     assert mdindex([*command, "--output", str(output)]) == 2
@@ -1095,6 +1098,7 @@ def test_a_run_refused_after_one_killed_keeps_the_killed_one_in_the_history(
     killed = {"started_at": "2027-01-15T08:00:00+00:00", "host": socket.gethostname()}
     assert report["error"].startswith("EmptyInput: input ")
     assert report["last_run_unfinished"] == {**killed, "pid": os.getpid()}
+    assert report["cache"] == config.cache
     capsys.readouterr()
     assert mdindex(["report", str(output)]) == 0
     said = f"pid {os.getpid()} on {killed['host']}, started {killed['started_at']}, never reported"
