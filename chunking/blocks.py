@@ -6,7 +6,8 @@ nested in containers (`> # x`, `- # x`) are part of their container; only top-le
 are listed. Python-Markdown's indented containers (MkDocs and MkDocs Material: admonitions
 `!!! note`, collapsible blocks `??? tip`, content tabs `=== "pip"`) are containers too
 (`_admonition`), not a title line followed by indented code, and so are colon fences (MyST's
-`:::{tip}`, VitePress' `::: warning`, Docusaurus' `:::note`; `_colon_fence`). A MyST directive of
+`:::{tip}`, VitePress' `::: warning`, Docusaurus' `:::note`) and pymdownx.blocks' slash fences
+(FastAPI's `/// tip | Title`, `//// tab | Python 3.10+`; `_colon_fence`). A MyST directive of
 markdown content written as a fence (```{note}) stays a fence whose lines are of its content's
 kinds (`MARKDOWN_DIRECTIVES`), and a MyST target line (`(label)=`) or a line of empty HTML anchors
 (`<a id="v2"></a>`) is part of the heading it labels.
@@ -39,7 +40,6 @@ _LITERAL_TOKENS = frozenset(("fence", "code_block", "table_open"))  # tokens of 
 NOT_SPACE = re.compile(r"\S")  # what `str.strip` keeps (both read `str.isspace`)
 _QUOTE_BEFORE_LIST = re.compile(r">(?=[^\s>])")  # a quote marker with no space after it
 _START_LINE = attrgetter("start_line")
-_NEWLINE = re.compile("\n")
 # A MyST target line, `(label)=`, or a line of empty HTML anchors, `<a id="v1.2.0"></a>` (GitHub
 # changelogs, READMEs): a label for links to the block after it, rendering nothing.
 _TARGET = re.compile(
@@ -138,7 +138,7 @@ _FIRST_CHARS = {
     "html_block": "<",
     "heading": "#",
     "admonition": "!?=",
-    "colon_fence": ":",
+    "colon_fence": ":/",
 }
 
 
@@ -191,40 +191,44 @@ def _admonition(state, start: int, end: int, silent: bool) -> bool:
 
 def indented_container_opener(doc: ParsedDocument, block: Block) -> str:
     """The first line of top-level `block` when it is a Python-Markdown indented container
-    (`!!! note "T"`, `??? tip`, `=== "pip"`) or a colon fence (`:::{tip}`), '' otherwise: its
-    body lines, 4 columns in, read as indented code without it, and a colon fence's as text
-    whose closing line closes nothing, so a chunk starting inside its body repeats it."""
+    (`!!! note "T"`, `??? tip`, `=== "pip"`) or a colon or slash fence (`:::{tip}`, `/// tip`),
+    '' otherwise: its body lines, 4 columns in, read as indented code without it, and a colon or
+    slash fence's as text whose closing line closes nothing, so a chunk starting inside its body
+    repeats it."""
     line = doc.lines[block.start_line - 1]
     return line if block.kind == "admonition" and _repeated_opener(line) else ""
 
 
 def _repeated_opener(line: str) -> bool:
-    """Whether `line` opens an indented container or a colon fence (see
+    """Whether `line` opens an indented container or a colon or slash fence (see
     `indented_container_opener`); a MyST directive written as a code fence is reopened as one."""
     first = line.lstrip(" \t")
-    return bool(_ADMONITION.fullmatch(first) or _COLON_OPENER.match(first))
+    return bool(_ADMONITION.fullmatch(first) or _fence_marker(first))
 
 
 def container_body_indent(opener: str) -> str:
     """The indentation of the body of the container that `opener` (see
     `indented_container_opener`) opens: 4 columns in for an indented container, none more for a
-    colon fence."""
+    colon or slash fence."""
     indent = opener[: len(opener) - len(opener.lstrip(" "))]
-    return indent if _COLON_OPENER.match(opener.lstrip(" \t")) else indent + "    "
+    return indent if _fence_marker(opener.lstrip(" \t")) else indent + "    "
 
 
 def indented_containers(doc: ParsedDocument, block: Block) -> tuple[tuple[int, int, str], ...]:
-    """The indented containers and colon fences of top-level `block`, as (first line, last line,
-    first line's text): the block itself when it is one (see `indented_container_opener`), then
-    those nested right in its body at any depth (a `!!! note` in a `=== "pip"` tab, a
-    `:::{tab-item}` in a `::::{tab-set}`), whose body lines read otherwise inside the container
-    around them without their first line; () for any other block."""
+    """The indented containers and colon or slash fences of top-level `block`, as (first line,
+    last line, first line's text): the block itself when it is one (see
+    `indented_container_opener`), then those nested right in its body at any depth (a `!!! note`
+    in a `=== "pip"` tab, a `:::{tab-item}` in a `::::{tab-set}`, a `/// note` in a `//// tab`),
+    whose body lines read otherwise inside the container around them without their first line;
+    () for any other block."""
     top = indented_container_opener(doc, block)
     if not top:
         return ()
     lines = doc.lines[block.start_line - 1 : block.end_line]
     found = [(block.start_line, block.end_line, top)]
-    around: list[bool] = []  # per open container token: an indented container's or colon fence's
+    if not any(map(_repeated_opener, lines[1:])):
+        return tuple(found)  # nothing in its body opens one: no need to read it again
+    around: list[bool] = []  # per open container token: an indented container's or a fence's
     for token in parse_tokens("\n".join(lines)):
         if token.nesting == 1:
             indented = token.type == "admonition_open" and _repeated_opener(lines[token.map[0]])
@@ -254,14 +258,15 @@ def container_openers(containers: Sequence[tuple[int, int, str]], line: int) -> 
 def colon_closers(
     doc: ParsedDocument, containers: Sequence[tuple[int, int, str]]
 ) -> tuple[tuple[int, int, str], ...]:
-    """The colon fences among `containers` (see `indented_containers`) as (first line, closing
-    line, closing line's text): a chunk that holds a colon fence's first line (its own or
-    repeated) and ends before its closing line ends with that line (markdown-it-container and
-    MyST would read the fence on past the chunk's end), as a cut code fence is closed."""
+    """The colon and slash fences among `containers` (see `indented_containers`) as (first line,
+    closing line, closing line's text): a chunk that holds such a fence's first line (its own or
+    repeated) and ends before its closing line ends with that line (markdown-it-container, MyST
+    and pymdownx.blocks would read the fence on past the chunk's end), as a cut code fence is
+    closed."""
     return tuple(
         (first, last, doc.lines[last - 1].rstrip())
         for first, last, text in containers
-        if _COLON_OPENER.match(text.lstrip(" \t"))
+        if _fence_marker(text.lstrip(" \t"))
     )
 
 
@@ -429,20 +434,39 @@ def markdown_directive(info: str) -> bool:
 # A colon fence's first line: MyST's `:::{note}`, VitePress' `::: tip Title`, Docusaurus' `:::note`
 # (a name follows the colons).
 _COLON_OPENER = re.compile(r"(:{3,}) *(?:\{[\w+:-]+\}|[A-Za-z][\w-]*)")
+# A slash fence's first line, pymdownx.blocks' (`/// note | Title`, `//// tab | Python 3.10+`): a
+# name, then nothing or a `|` and the title; the extension's own expression, after indentation.
+_SLASH_OPENER = re.compile(r"(/{3,}) *[\w-]+ *(?:\|.*)?")
+
+
+def _fence_marker(first: str) -> str:
+    """The run of colons or slashes that opens a colon fence (`:::{tip}`) or a slash fence
+    (`/// tip | Title`) whose first line, after its indentation, is `first`; '' for any other."""
+    if first.startswith(":"):
+        opener = _COLON_OPENER.match(first)
+    elif first.startswith("/"):
+        opener = _SLASH_OPENER.fullmatch(first)
+    else:
+        return ""
+    return opener.group(1) if opener else ""
 
 
 def _colon_fence(state, start: int, end: int, silent: bool) -> bool:
     """Block rule: a colon fence (MyST's `:::{tip}`, VitePress' `::: warning Title`, Docusaurus'
-    `:::note`) up to the next line of as many colons or more outside fenced code, as one container
-    (tokens `admonition_open`, its body parsed as markdown, `admonition_close`); without such a
-    line it is no container (mkdocstrings' `::: package.name` has none)."""
+    `:::note`) up to the next line of as many colons or more outside fenced code, or a slash fence
+    (pymdownx.blocks' `/// note | Title`, FastAPI's) up to the next line of exactly as many
+    slashes (`//// tab` holds `/// note` ... `///`), as one container (tokens `admonition_open`,
+    its body parsed as markdown, `admonition_close`); without such a line it is no container
+    (mkdocstrings' `::: package.name` has none). A slash fence's options (`    type: warning`,
+    the lines indented 4 columns right after its first line) are text of the container, not
+    indented code."""
     if state.sCount[start] - state.blkIndent >= 4:
         return False
-    first = state.src[state.bMarks[start] + state.tShift[start] : state.eMarks[start]]
-    opener = _COLON_OPENER.match(first)
-    if opener is None:
+    marker = _fence_marker(
+        state.src[state.bMarks[start] + state.tShift[start] : state.eMarks[start]]
+    )
+    if not marker:
         return False
-    marker = opener.group(1)
     bounds = _container_end(state, start, end, marker)
     if bounds is None:
         return False
@@ -450,9 +474,14 @@ def _colon_fence(state, start: int, end: int, silent: bool) -> bool:
         return True
     token = state.push("admonition_open", "div", 1)
     token.map, token.block, token.markup = [start, bounds + 1], True, marker
+    body = start + 1
+    while (
+        marker[0] == "/" and not state.isEmpty(body) and state.sCount[body] - state.blkIndent >= 4
+    ):
+        body += 1  # an option line
     saved = state.parentType, state.lineMax
     state.parentType, state.lineMax = "admonition", bounds
-    state.md.block.tokenize(state, start + 1, bounds)
+    state.md.block.tokenize(state, body, bounds)
     state.parentType, state.lineMax = saved
     state.push("admonition_close", "div", -1).block = True
     state.line = bounds + 1
@@ -460,21 +489,27 @@ def _colon_fence(state, start: int, end: int, silent: bool) -> bool:
 
 
 def _container_end(state, start: int, end: int, marker: str) -> int | None:
-    """The line that closes the colon fence opened on line `start` with `marker`: colons, at least
-    as many, and spaces, outside fenced code and before its parent ends; None where none does.
+    """The line that closes the colon or slash fence opened on line `start` with `marker`: colons,
+    at least as many, or exactly as many slashes, and spaces, outside fenced code and before its
+    parent ends; None where none does.
 
-    Linear for a page of many openers: none is looked for after the last line of colons alone,
-    nor between an opener and where a search from an earlier opener of no more colons found
-    none (the parse's env keeps that search: each would find none again)."""
-    lines = _colon_lines(state)
+    Linear for a page of many openers: none is looked for after the last line of colons (or
+    slashes) alone, nor between an opener and where a search from an earlier opener whose
+    closing lines would close this one found none (the parse's env keeps that search, the last
+    for colons and for each count of slashes: each would find none again)."""
+    char = marker[0]
+    lines = _closing_lines(state, char)
     after = bisect_right(lines, start)
     if after == len(lines) or lines[after] >= end:
         return None
-    failed = state.env.setdefault("colon fences without a close", {})
-    first, last, length = failed.get((state.blkIndent, end), (0, -1, 0))
+    failed = state.env.setdefault("fences without a close", {})
+    # one search kept for colons (none closing n colons, none closes more), one per slash count
+    key = state.blkIndent, end, char if char == ":" else marker
+    first, last, length = failed.get(key, (0, -1, 0))
     if first < start < last and length <= len(marker):
         return None
-    closing = re.compile(rf":{{{len(marker)},}}[ \t]*")
+    count = f"{{{len(marker)},}}" if char == ":" else f"{{{len(marker)}}}"
+    closing = re.compile(rf"{re.escape(char)}{count}[ \t]*")
     inner = None  # the closing line of a fence inside the colon fence, while in it
     line = start + 1
     while line < end:
@@ -492,21 +527,28 @@ def _container_end(state, start: int, end: int, marker: str) -> int | None:
             run = fence.group(1)
             inner = re.compile(rf"{re.escape(run[0])}{{{len(run)},}}[ \t]*")
         line += 1
-    failed[state.blkIndent, end] = (start, line, len(marker))
+    failed[key] = (start, line, len(marker))
     return None
 
 
-_COLON_LINE = re.compile(r"^[ \t>]*:{3,}[ \t]*$", re.MULTILINE)
+# Lines of colons or slashes alone (after indentation and block quote markers), by the character.
+_CLOSING_LINE = {
+    char: re.compile(rf"^[ \t>]*{re.escape(char)}{{3,}}[ \t]*$", re.MULTILINE) for char in ":/"
+}
 
 
-def _colon_lines(state) -> list[int]:
-    """The 0-based lines of the parsed text that are colons alone (after indentation and block
-    quote markers): those that may close a colon fence; found once per parse (kept in its env)."""
-    lines = state.env.get("colon lines")
+def _closing_lines(state, char: str) -> list[int]:
+    """The 0-based lines of the parsed text that are `char` (`:` or `/`) 3 times or more alone
+    (after indentation and block quote markers): those that may close a colon or slash fence;
+    found once per parse (kept in its env)."""
+    key = f"{char} lines"
+    lines = state.env.get(key)
     if lines is None:
-        newlines = [match.start() for match in _NEWLINE.finditer(state.src)]
-        lines = [bisect_left(newlines, m.start()) for m in _COLON_LINE.finditer(state.src)]
-        state.env["colon lines"] = lines
+        # a match starts a line: its number is where the line starts (`bMarks`) are
+        starts = state.bMarks
+        found = _CLOSING_LINE[char].finditer(state.src)
+        lines = [bisect_left(starts, match.start()) for match in found]
+        state.env[key] = lines
     return lines
 
 

@@ -14,7 +14,8 @@ its overlap stays within max_chunk_size.
 - descriptive_text over `max_chunk_size` (1000) is cut between blocks (seed 004 cuts between
   paragraphs); each later piece starts with the last <= `overlap_size` (200) characters of the
   piece before (whole sentences, else whole words), taken from the source so the text stays a
-  source slice; overlap never comes from or goes into code or table lines.
+  source slice; overlap never comes from or goes into code or table lines, nor comes from a
+  container (`!!! note`, `:::tip`, `/// tip`).
 Chunk text is the source section (its heading line included in its first chunk); the seed's
 `enhanced_content` ("Context: A > B\n\n", then "## B\n\n" from the heading's level and title for a
 piece without its heading line, then the text) goes in extras with `formatted_path`,
@@ -259,12 +260,12 @@ class HierarchicalStrategy(Strategy):
         """Where `piece` starts once the end of `before` is repeated: its last whole sentences
         within `overlap_size` characters, else its last whole words within them, the piece
         staying within `max_chunk_size` (with the line that closes a fence it opens, such as a
-        quote's `> ~~~`); never from code or table lines, nor from a run of backticks or tildes
-        (the chunk would open a fence), nor into a piece with context: a reopened fence, or a
-        closing line (a piece cut before a line's `~~~` opens a fence alone, and its closing
-        line would open one once the overlap brings back the start of that line). The first
-        sentence that allows all this, so a code block ending early in that text leaves the
-        sentences after it. `piece.start` when nothing fits."""
+        quote's `> ~~~`); never from code, table or container lines, nor from a run of
+        backticks or tildes (the chunk would open a fence), nor into a piece with context: a
+        reopened fence, or a closing line (a piece cut before a line's `~~~` opens a fence alone,
+        and its closing line would open one once the overlap brings back the start of that
+        line). The first sentence that allows all this, so a code block ending early in that
+        text leaves the sentences after it. `piece.start` when nothing fits."""
         if piece.prefix or piece.suffix or before.suffix or not self.options["overlap_size"]:
             return piece.start
         room = self.options["max_chunk_size"] - (piece.end - before.end)
@@ -290,12 +291,12 @@ class HierarchicalStrategy(Strategy):
         unclosed: UnclosedFences,
     ) -> bool:
         """Whether `piece` may start at `start` (`_overlap_start`): no code or table line (an
-        HTML table's too) from there to the piece, no run of backticks or tildes there, and the
-        piece within `max_chunk_size`."""
+        HTML table's too) nor container line from there to the piece, no run of backticks or
+        tildes there, and the piece within `max_chunk_size`."""
         first, last = src.line_of(start), src.line_of(piece.start)
         if any(doc.line_kinds[n - 1] in LITERAL_KINDS for n in range(first, last + 1)):
             return False
-        if _in_html_table(doc, first, last):
+        if _in_html_table_or_container(doc, first, last):
             return False
         if FENCE_RUN.match(src.text, start):
             return False
@@ -303,12 +304,17 @@ class HierarchicalStrategy(Strategy):
         return _rendered_size(src, overlapped, unclosed) <= self.options["max_chunk_size"]
 
 
-def _in_html_table(doc: ParsedDocument, first: int, last: int) -> bool:
+def _in_html_table_or_container(doc: ParsedDocument, first: int, last: int) -> bool:
     """Whether any of lines first..last is a line of an HTML table (`blocks.HtmlTable`): its
-    sentences are cells, and a piece starting inside a row has no header (until 2026-11-30)."""
+    sentences are cells, and a piece starting inside a row has no header (until 2026-11-30); or
+    of a container (`!!! note`, `:::tip`, `/// tip`, ```{note}): a piece starting inside its body
+    has no first line, and one starting at its closing line began with a bare `///` or `:::`
+    (until 2026-12-01)."""
     index = bisect_right(doc.blocks, last, key=attrgetter("start_line"))
     while index and doc.blocks[index - 1].end_line >= first:
         index -= 1
+        if doc.blocks[index].kind == "admonition":
+            return True
         tables = html_tables(doc, doc.blocks[index])
         if any(t.first <= last and first <= t.last for t in tables):
             return True

@@ -202,8 +202,11 @@ class _Walker:
             self._emit()
             current = self.open
         # No overlap from an HTML table: its sentences are cells, and the next chunk would start
-        # inside a row, with no header (until 2026-11-30).
-        measure = None if html_tables(self.doc, block) else measure
+        # inside a row, with no header (until 2026-11-30); nor from a container (`!!! note`,
+        # `:::tip`, `/// tip`, ```{note}): the next chunk would start inside its body, without its
+        # first line, and with its closing line after the overlap (until 2026-12-01).
+        container = block.kind == "admonition"
+        measure = None if container or html_tables(self.doc, block) else measure
         if current.empty:
             self.open = _Open(span.start, span.end, tokens, kind, span, measure)
         else:

@@ -46,13 +46,15 @@ _ADMONITIONS = ['!!! note "Read this"', "??? tip", '???+ warning "Open"', '=== "
 
 
 # Containers written as fences: MyST directives of markdown content (backticks, colons),
-# VitePress' and Docusaurus' colon containers; (opener, closer).
+# VitePress' and Docusaurus' colon containers, pymdownx.blocks' slash fences; (opener, closer).
 _FENCED_CONTAINERS = [
     ("```{note}", "```"),
     ("````{admonition} Read this", "````"),
     (":::{tip}", ":::"),
     ("::: warning Node version", ":::"),
     ("::::note", "::::"),
+    ("/// tip | Read this", "///"),
+    ("//// tab | Python 3.10+", "////"),
 ]
 
 
@@ -114,7 +116,8 @@ def _block(draw, nested: bool = True) -> str:
 def markdown_documents(draw) -> str:
     """Random markdown mixing headings, setext headings, fences (closed or not), lists, quotes,
     tables (with and without outer pipes), indented code, HTML, MkDocs admonitions and containers
-    written as fences (MyST, VitePress), with CJK words and heading-like lines inside code."""
+    written as fences (MyST, VitePress, pymdownx.blocks), with CJK words and heading-like lines
+    inside code."""
     blocks = draw(st.lists(_block(), max_size=25))
     separator = draw(st.sampled_from(["\n\n", "\n"]))
     return separator.join(blocks) + draw(st.sampled_from(["", "\n"]))

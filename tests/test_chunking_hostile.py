@@ -84,6 +84,11 @@ HOSTILE = {
         b"".join(b"## Heading %d\n\n" % i for i in range(20_000)),
         ("chunks", "none"),
     ),
+    # no closing line of as many slashes: each opener is a paragraph (quadratic until found)
+    "8,000 unclosed slash fences": (
+        b"".join(b"//// b\n\n" if i % 2 else b"/// a\n\n" for i in range(8_000)) + b"/////\n",
+        ("chunks",),
+    ),
     "CRLF endings": (normal(50_000).replace(b"\n", b"\r\n"), ("chunks",)),
     "CR-only endings": (normal(50_000).replace(b"\n", b"\r"), ("chunks",)),
 }

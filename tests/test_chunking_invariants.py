@@ -160,6 +160,101 @@ def test_no_piece_of_a_cut_line_leaves_a_fence_open(text):
     check_invariants(text, "semantic", max_tokens=60, min_tokens=20)
 
 
+# Limits for each strategy, so that a page of a few 30-token paragraphs is cut in several chunks.
+PARAGRAPH_LIMITS = {
+    "structural": {"target": 60, "soft_max": 80, "hard_max": 180},
+    "semantic": {"min_tokens": 40, "max_tokens": 100},
+    "hierarchical": {"max_chunk_size": 700, "overlap_size": 100, "hard_max_size": 1400},
+    "headers": {"max_document_lines": 5, "max_section_lines": 12},
+}
+
+
+def _paragraph(number: int) -> str:
+    return f"Paragraph {number} " + " ".join(["river"] * 25) + "."
+
+
+def _slash_page(opener: str, body: list[str], closer: str) -> tuple[str, int, int]:
+    """A FastAPI-like page with a pymdownx.blocks fence (`/// tip | Title` ... `///`) between
+    paragraphs; returns it and the fence's first and last line."""
+    before = ["# Guide", "", "## Install", "", _paragraph(1), "", _paragraph(2), ""]
+    text = "\n".join([*before, opener, "", "\n\n".join(body), "", closer, "", _paragraph(3), ""])
+    return text, len(before) + 1, text.count("\n") - 2  # its last line: before "", the text
+
+
+def _starts_with_a_closer(text: str) -> bool:
+    """Whether the first line of `text` that is no heading is a bare closing line (`///`)."""
+    lines = [line for line in text.split("\n") if line.strip() and not line.startswith("#")]
+    return bool(lines) and lines[0].strip("/ ") == ""
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_slash_fence_is_kept_whole_where_it_fits(strategy):
+    """FastAPI's `/// tip | Title` ... `///` (pymdownx.blocks) was read as paragraphs: every
+    strategy cut inside it (`structural` made its code block a chunk of its own and began the
+    next chunk with a bare `///`). It is one container, kept whole where it fits."""
+    body = [_paragraph(10), _paragraph(11), "```bash\n$ fastapi dev main.py\n```"]
+    text, first, last = _slash_page("/// tip | Run it with the CLI", body, "///")
+    document = check_invariants(text, strategy, **PARAGRAPH_LIMITS[strategy])
+    spans = [(c.start_line, c.end_line) for c in document.chunks]
+    assert len(spans) > 1
+    assert any(start <= first and last <= end for start, end in spans), spans
+    assert not any(_starts_with_a_closer(c.text) for c in document.chunks)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(
+    ("openers", "closers"),
+    [
+        (["/// tip | Run it with the CLI"], ["///"]),
+        (["//// tab | Python 3.10+", "/// note"], ["///", "////"]),
+    ],
+    ids=["tip", "note-in-tab"],
+)
+def test_a_slash_fence_over_the_limit_is_cut_inside_its_body(strategy, openers, closers):
+    """A `///` fence (a `/// note` in a `//// tab`) too big for a chunk is cut between the
+    paragraphs of its body: each chunk holding a piece of it repeats the fences' first lines
+    (outermost first) and ends with their closing lines (innermost first), so it reads as the
+    container it is cut from; no chunk starts with a bare closing line. `headers` never cuts a
+    block: the fence is one chunk. Until 2026-12-01 its paragraphs were chunked as any others:
+    pieces without the first line, a closing `///` atop the text after it."""
+    body = [_paragraph(10 + i) for i in range(10)]
+    text, first, last = _slash_page("\n".join(openers), body, "\n".join(closers))
+    document = check_invariants(text, strategy, **PARAGRAPH_LIMITS[strategy])
+    pieces = [c for c in document.chunks if "Paragraph 1" in c.text.replace("Paragraph 1 ", "")]
+    assert len(pieces) > (strategy != "headers")
+    for chunk in pieces:
+        lines = [line for line in chunk.text.split("\n") if line.strip()]
+        at = lines.index(openers[0])
+        assert lines[at : at + len(openers)] == openers, chunk.text
+        assert chunk.text.endswith("\n".join(["", *closers])) or lines[-1] == _paragraph(3)
+    assert not any(_starts_with_a_closer(c.text) for c in document.chunks)
+    seen = [line for c in pieces for line in c.text.split("\n") if line in body]
+    assert sorted(set(seen), key=body.index) == body
+
+
+@pytest.mark.parametrize("opener", ["/// tip | Run it", ":::tip Run it"])
+@pytest.mark.parametrize(
+    ("strategy", "before", "options"),
+    [
+        ("structural", 1, {"target": 60, "soft_max": 80, "hard_max": 180}),
+        ("hierarchical", 2, {"max_chunk_size": 700, "overlap_size": 150, "hard_max_size": 1400}),
+    ],
+)
+def test_no_overlap_is_taken_from_a_container(strategy, before, options, opener):
+    """The overlap in front of the paragraph after a container (a colon or slash fence) came
+    from the container's last lines: the chunk began with its bare closing line (`:::` atop
+    the paragraph), or inside its body without its first line."""
+    closer = opener.split(" ")[0].removesuffix("tip")
+    paragraphs = [_paragraph(n) for n in range(before)], [_paragraph(n) for n in (7, 8, 9)]
+    container = [opener, _paragraph(10), closer]
+    text = "\n\n".join(["# Guide", "## Install", *paragraphs[0], *container, *paragraphs[1]])
+    lines = text.split("\n")
+    first, last = lines.index(opener) + 1, lines.index(closer) + 1
+    document = check_invariants(text + "\n", strategy, **options)
+    starts = [c.start_line for c in document.chunks]
+    assert len(starts) > 1 and not any(first < start <= last for start in starts), starts
+
+
 # -- bad input: chunks or a clear ChunkingError, never a crash or a hang -------------------------
 
 
