@@ -30,6 +30,7 @@ from indexing.client import (
     question_matches,
     ranked_chunks,
     select_chunks,
+    unusable_root,
 )
 from indexing.paths import INDEX, href_path, in_topic, is_below, text_digest, topic_id
 from indexing.server import SEARCH_PATH, Search, SearchError, checked_port, make_server
@@ -377,23 +378,12 @@ def run_query(args: argparse.Namespace) -> int:
     import aiohttp
     from botocore.exceptions import BotoCoreError  # an S3 endpoint unreachable, no credentials
 
-    from embedding.files import UnknownProtocol, archive_problem, known_protocol, s3_client_refused
-
-    try:
-        known_protocol(args.root)  # s4://, S3://; s3:/bucket read a local folder `s3:`
-    except UnknownProtocol as error:
-        print(f"mdindex query: {error}", file=sys.stderr)
-        return 2
-    if problem := archive_problem(args.root):
+    # bad usage, before any read (exit 1 once asked)
+    if problem := unusable_root(args.root, args.storage_options) or named_index_json(args.root):
         print(f"mdindex query: {problem}", file=sys.stderr)
-        return 2
-    if named := named_index_json(args.root):  # bad usage, before any read
-        print(f"mdindex query: {named}", file=sys.stderr)
         return 2
     try:
         reader = IndexReader.open(args.root, args.storage_options)
-        if refused := s3_client_refused(args.root, args.storage_options):  # exit 1 once asked
-            raise UnsuitedOptions.no_s3_client(args.root, refused)
         index = None
         if args.topic is not None:  # typed in NFC, its folder named on macOS in NFD
             topic, index = reader.spelled_topic(args.topic)

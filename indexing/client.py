@@ -23,7 +23,16 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
 from chunking.links import spellings
-from embedding.files import missing_bucket, protocol_of, protocols_of, root_filesystem
+from embedding.files import (
+    UnknownProtocol,
+    archive_problem,
+    known_protocol,
+    missing_bucket,
+    protocol_of,
+    protocols_of,
+    root_filesystem,
+    s3_client_refused,
+)
 from indexing.hal import (
     CHUNK_TABLE_REL,
     MODEL_REL,
@@ -210,6 +219,22 @@ class UnsuitedOptions(ValueError):
         """The error for the S3 root at `where`, whose client cannot be made with the options and
         the environment (`embedding.files.s3_client_refused`)."""
         return cls(f"{where}: no S3 client with --storage-options and the environment: {refused}")
+
+
+def unusable_root(uri: str, options: dict[str, Any] | None) -> str | None:
+    """Why `uri` names no store a command can read with `options` and the environment, which
+    is bad usage (exit 2, nothing read): a protocol fsspec does not know (`s4://`, `S3://`;
+    `s3:/bucket` read a local folder `s3:`), an archive, an S3 client that cannot be made (each
+    was a traceback); None where it names one."""
+    try:
+        known_protocol(uri)
+    except UnknownProtocol as error:
+        return str(error)
+    if problem := archive_problem(uri):
+        return problem
+    if refused := s3_client_refused(uri, options):
+        return str(UnsuitedOptions.no_s3_client(uri, refused))
+    return None
 
 
 class NotInIndex(KeyError):

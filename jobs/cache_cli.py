@@ -191,23 +191,14 @@ def usage_problem(args: argparse.Namespace, options: dict[str, Any]) -> str | No
     negative or NaN `--min-age`, no output nor cache, or a URI that names no store a prune can
     read with `options` and the environment (`s4://`, `S3://`, an archive, an S3 client that
     cannot be made: each was a traceback)."""
-    from embedding.files import UnknownProtocol, archive_problem, known_protocol, s3_client_refused
-    from indexing.client import UnsuitedOptions
+    from indexing.client import unusable_root
 
     if not args.min_age >= 0:  # NaN too: no entry would have been young
         return "--min-age must be 0 or more hours"
     if not (args.outputs or args.cache):
         return "give --output or --cache"
-    for uri in [*args.outputs, *([args.cache] if args.cache else []), *args.forget]:
-        try:
-            known_protocol(uri)
-        except UnknownProtocol as exc:
-            return str(exc)
-        if problem := archive_problem(uri):
-            return problem
-        if refused := s3_client_refused(uri, options):
-            return str(UnsuitedOptions.no_s3_client(uri, refused))
-    return None
+    uris = [*args.outputs, *([args.cache] if args.cache else []), *args.forget]
+    return next(filter(None, (unusable_root(uri, options) for uri in uris)), None)
 
 
 def plan_lines(plan: PrunePlan) -> list[str]:

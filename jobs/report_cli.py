@@ -78,8 +78,7 @@ def run_report(args: argparse.Namespace) -> int:
     printed (1)."""
     from botocore.exceptions import BotoCoreError  # an S3 endpoint that cannot be reached
 
-    from embedding.files import UnknownProtocol, archive_problem, known_protocol, s3_client_refused
-    from indexing.client import UnsuitedOptions
+    from indexing.client import UnsuitedOptions, unusable_root
     from indexing.terminal import names_no_place, write_out
     from jobs.lock import missing_bucket
     from jobs.manifest import REPORT_PATH
@@ -87,19 +86,10 @@ def run_report(args: argparse.Namespace) -> int:
     from jobs.runs import RUNS_PATH, DamagedHistory
     from jobs.storage import Storage
 
-    try:
-        known_protocol(args.output)
-    except UnknownProtocol as exc:  # s4://, S3://: a traceback and exit 1
-        print(f"mdindex report: {exc}", file=sys.stderr)
-        return 2
-    if problem := archive_problem(args.output):
+    if problem := unusable_root(args.output, args.storage_options or {}):  # exit 1 once read
         print(f"mdindex report: {problem}", file=sys.stderr)
         return 2
     output = Storage(args.output, args.storage_options or {})
-    if refused := s3_client_refused(args.output, output.options):  # exit 1 at the first read
-        message = UnsuitedOptions.no_s3_client(args.output, refused)
-        print(f"mdindex report: {message}", file=sys.stderr)
-        return 2
     if args.runs and (args.open or args.html or args.check or args.annotate):
         print("mdindex report: --runs prints the run history alone, without --open, --html, "
               "--check or --annotate", file=sys.stderr)  # fmt: skip
