@@ -17,6 +17,9 @@ from jobs.config import EmbedResources, IndexResources, ResourcesConfig, TaskRes
 # other batch's decoding, cache lookups (object-store round trips) and tokens overlap it, so an
 # accelerator does not wait for them.
 ACTOR_CONCURRENT_BATCHES = 2
+# An embedding actor's calls are tried again while it may restart (Ray: "until the task succeeds, or
+# the actor has reached its max_restarts limit").
+UNTIL_THE_ACTOR_IS_DEAD = -1
 # CPU actors share the cores with chunk tasks; OpenMP's default spin-waiting then makes torch's
 # threads thrash (measured: the stand-in model 2.7x slower beside two busy processes). Passive
 # waiting costs nothing measurable on an idle machine. The actor sets it in its own process before
@@ -404,7 +407,11 @@ def actor_stage_args(pool: EmbedPool, batch_size: int | None, retries: int) -> d
 
     An actor whose process dies (OOM kill, lost node, preempted GPU) is restarted up to `retries`
     times, and the batches it was working on run again on the pool: the output is unchanged. Ray
-    Data's own defaults are unbounded; a bound turns a crash loop into a failed job (exit 1)."""
+    Data's own defaults are unbounded; a bound turns a crash loop into a failed job (exit 1). The
+    bound is on the restarts alone: a call is tried again for as long as its actor may come back
+    (`max_task_retries: -1`). With `retries` there too, the calls on an actor whose node was lost
+    used their tries up in the 4 s before Ray marked the node dead (each one "connection
+    refused") and failed the build with "ActorUnavailableError: The actor … is unavailable"."""
     if pool.max_actors is None or pool.max_actors == pool.actors:
         sizes = {"size": pool.actors}
     else:
@@ -420,7 +427,7 @@ def actor_stage_args(pool: EmbedPool, batch_size: int | None, retries: int) -> d
         "num_gpus": pool.num_gpus,
         "batch_size": batch_size,
         "max_restarts": retries,
-        "max_task_retries": retries,
+        "max_task_retries": UNTIL_THE_ACTOR_IS_DEAD,
     }
 
 

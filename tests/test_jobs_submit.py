@@ -155,9 +155,10 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def second_node(head: RayHead) -> Iterator[None]:
+def second_node(head: RayHead) -> Iterator[subprocess.Popen]:
     """A node of one CPU joined to `head` (`ray start --address`, ports of its own), as a second
-    machine of the cluster, while the block runs; stopped by its own pid."""
+    machine of the cluster, while the block runs (its `ray start --block` process, whose group
+    holds its Ray processes); stopped by its own pid."""
     agent_http, agent_grpc, metrics, runtime_env, manager, objects = _free_ports(6)
     ports = {
         "--dashboard-agent-listen-port": agent_http,
@@ -177,9 +178,10 @@ def second_node(head: RayHead) -> Iterator[None]:
             assert process.poll() is None, "ray start --address exited early"
             assert time.monotonic() < deadline, "the second node did not join in 120 s"
             time.sleep(1)
-        yield
+        yield process
     finally:
-        _stop(process)
+        with contextlib.suppress(ProcessLookupError):  # a node the block killed is gone
+            _stop(process)
 
 
 def job_exit(ray_head, submission_id: str) -> subprocess.CompletedProcess:
@@ -466,3 +468,65 @@ def test_a_build_that_finds_the_cluster_joined_is_stopped_by_its_first_chunk_tas
     report = json.loads((drivers / "_reindex" / "report.json").read_text())
     assert (report["status"], report["exit_code"]) == ("failed", 2)
     assert report["error"].startswith(f"NotTheDriversFolder: {refusal}")
+
+
+# An actor with the embedding pool's restart and retry options, its first start on a node the test
+# kills: its call there waits for that node's end, and runs again on the head once Ray restarts it.
+ACTOR_PROGRAM = """
+import sys, time, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from jobs.resources import actor_stage_args, embed_pool
+from jobs.config import EmbedResources
+ray.init(address=sys.argv[1], logging_level="ERROR")
+doomed = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"]["CPU"] == 1][0]
+options = actor_stage_args(embed_pool(EmbedResources(), 1, 1), None, 3)
+@ray.remote
+class Actor:
+    def work(self, doomed, running):
+        while ray.get_runtime_context().get_node_id() == doomed:
+            open(running, "w").close()  # the test kills the node once it sees this
+            time.sleep(0.2)
+        return "done"
+    def node(self):
+        return ray.get_runtime_context().get_node_id()
+while True:  # soft: a node not ready yet for it is passed over
+    actor = Actor.options(
+        num_cpus=0,
+        max_restarts=options["max_restarts"],
+        max_task_retries=options["max_task_retries"],
+        scheduling_strategy=NodeAffinitySchedulingStrategy(doomed, soft=True),
+    ).remote()
+    if ray.get(actor.node.remote()) == doomed:
+        break
+    ray.kill(actor)
+    time.sleep(1)
+print(ray.get(actor.work.remote(doomed, sys.argv[2])), flush=True)
+"""
+
+
+def test_an_embedding_actors_call_outlives_the_loss_of_its_node(ray_head, tmp_path):
+    """A node lost mid-build (its Ray processes killed, as a preempted spot node's) with the
+    embedding actor on it: the actor's call runs again once Ray restarts the actor elsewhere.
+    Its tries were bounded by `resources.retries` as its restarts are, and Ray used them up on
+    "connection refused" before it marked the node dead: the build failed, "ActorUnavailableError:
+    The actor … is unavailable" (FastAPI's docs on a head and a second node, 2026-12-01)."""
+    with second_node(ray_head) as node:
+        program = subprocess.Popen(
+            [sys.executable, "-c", ACTOR_PROGRAM, ray_head.gcs, str(tmp_path / "running")],
+            cwd=ROOT,
+            env=_environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while not (tmp_path / "running").exists():  # the call runs on the second node
+                assert program.poll() is None, program.communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "the actor's call did not start in 120 s"
+                time.sleep(0.2)
+            os.killpg(node.pid, signal.SIGKILL)  # the node's raylet, agents and workers
+            out, err = program.communicate(timeout=180)
+        finally:
+            program.kill()
+    assert program.returncode == 0 and out.endswith("done\n"), err[-3000:]  # Ray's lines before
