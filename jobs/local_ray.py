@@ -486,11 +486,6 @@ def check_ray_folder(folder: str, min_free: int = RAY_FOLDER_MIN_FREE) -> None:
     )
 
 
-def node_gpu_counts() -> tuple[float, ...]:
-    """The GPUs of each live node of the Ray instance this process is connected to."""
-    return tuple(float(node.get("GPU", 0.0)) for node in live_resources())
-
-
 def live_resources() -> list[dict[str, float]]:
     """The total resources of each live node of the Ray instance this process is connected to."""
     return [node["Resources"] for node in _live_nodes()]

@@ -34,7 +34,7 @@ from jobs.discovery import (
 )
 from jobs.finish import finish, index_settings
 from jobs.landmarks import BACKEND, Landmark, Plugin, config_plugins, landmarks
-from jobs.local_ray import node_gpu_counts, on_the_drivers_node, start_ray, watching_nodes
+from jobs.local_ray import live_resources, on_the_drivers_node, start_ray, watching_nodes
 from jobs.lock import Check, output_lock
 from jobs.manifest import MANIFEST_PATH, Manifest
 from jobs.path_set import PathSet
@@ -310,7 +310,10 @@ def build_topics(
     collector = StatsCollector.options(**on_the_drivers_node()).remote()
     cluster = ray.cluster_resources()  # one round trip to Ray's control store
     cpus = float(cluster.get("CPU", 1))
-    node_gpus = node_gpu_counts() if config.resources.embed.num_gpus else ()
+    nodes = live_resources()  # each live node's CPUs and GPUs
+    node_cpus = max((node.get("CPU", 0.0) for node in nodes), default=cpus)
+    gpus = config.resources.embed.num_gpus
+    node_gpus = tuple(float(node.get("GPU", 0.0)) for node in nodes) if gpus else ()
     topics = [t for t in plan.topics if t.action == REBUILD]
     rows = work_rows(topics, plan, previous, sizes)
     fresh = new_content(rows, plan, previous, lambda: cache_in_use(config))
@@ -334,7 +337,9 @@ def build_topics(
                 pool = None
                 if work.embeds:
                     batches = embedding_batches(work)
-                    pool = embed_pool(config.resources.embed, cpus, batches, node_gpus, grows)
+                    pool = embed_pool(
+                        config.resources.embed, cpus, batches, node_gpus, grows, node_cpus
+                    )
                     first_pool = first_pool or pool
                 log.info("embedding pool: %s", pool.label() if pool else NO_POOL)
                 recarry: dict[str, list[str]] = {}  # topic -> the sources it could not carry

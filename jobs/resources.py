@@ -70,6 +70,7 @@ def embed_pool(
     batches: int,
     node_gpus: tuple[float, ...] = (),
     grows: bool = False,
+    node_cpus: float = math.inf,
 ) -> EmbedPool:
     """The pool the config asks for; `actors`/`num_cpus` left null are sized to the machine.
 
@@ -82,7 +83,9 @@ def embed_pool(
     that, whether `batches` or the config sets their count (its largest, if it autoscales), share
     the CPUs: one actor on 2 CPUs runs two threads. Its actors reserve no logical CPU, so chunk
     tasks run on every CPU while there is chunking to do (then the two share the cores), and the
-    actors' threads have the whole machine after."""
+    actors' threads have the whole machine after. On a cluster an actor's threads are at most
+    `node_cpus`, its largest node's CPUs: one actor of a 2-CPU head and a 1-CPU node ran 3
+    threads, on the 1-CPU node (2026-12-01)."""
     if resources.num_gpus > 0:
         num_cpus = resources.num_cpus if resources.num_cpus is not None else 1.0
         slots = gpu_slots(node_gpus, resources.num_gpus)
@@ -95,7 +98,7 @@ def embed_pool(
         actors = resources.actors or max(1, min(spare_actors(cpus, resources.num_cpus), most))
         return EmbedPool(actors, resources.max_actors, resources.num_cpus, 0.0, threads)
     actors = resources.actors or max(1, min(batches, int(cpus // auto_threads(cpus)), most))
-    threads = max(1, int(cpus // max(actors, resources.max_actors or 0)))
+    threads = max(1, int(min(cpus // max(actors, resources.max_actors or 0), node_cpus)))
     return EmbedPool(actors, resources.max_actors, 0.0, 0.0, threads)
 
 

@@ -125,6 +125,16 @@ def test_a_cpu_pool_sized_to_the_cpus_stays_within_max_actors():
     assert embed_pool(EmbedResources(max_actors=4), 2, batches=BATCHES).actors == 2  # grows
 
 
+def test_a_cpu_pools_threads_fit_the_largest_node_of_a_cluster():
+    """A CPU pool whose actors reserve no CPU shares the cluster's CPUs among its actors' threads,
+    but no actor runs more threads than its largest node has CPUs: one actor of a 2-CPU head and
+    a 1-CPU node ran 3 torch threads on the 1-CPU node (2026-12-01)."""
+    assert embed_pool(EmbedResources(actors=1), 3, batches=BATCHES).threads == 3  # one machine
+    assert embed_pool(EmbedResources(actors=1), 3, BATCHES, node_cpus=2).threads == 2
+    assert embed_pool(EmbedResources(actors=2), 16, BATCHES, node_cpus=4).threads == 4
+    assert embed_pool(EmbedResources(actors=2), 16, BATCHES, node_cpus=16).threads == 8
+
+
 def test_the_embedding_actor_sets_its_environment_before_torch_loads_and_freezes_it():
     """OpenMP reads OMP_WAIT_POLICY when torch loads it, and MKL reads MKL_CBWR at its first call:
     the actor's module does not import torch, and the actor sets `EmbedSettings.env` before it
