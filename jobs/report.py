@@ -292,10 +292,9 @@ def write_failed_report(
         standing = unfinished_run(Storage(config.output, config.storage_options))
     except Exception:  # noqa: BLE001 - a store that cannot be made: the write says so
         standing = None
-    unreported = same_run(standing or {}, {**outcome, **this_process()})
-    if standing and not unreported:  # a killed run's: this run's own had not been written
+    outcome, unreported = _naming_killed_run(outcome, standing)
+    if "last_run_unfinished" in outcome:  # this run's own had not been written
         log.warning("the last run, %s", unfinished_note(standing, redone=False))
-        outcome["last_run_unfinished"] = standing
     _write_without_counts(config, outcome, unreported)
 
 
@@ -318,10 +317,20 @@ def write_unfinished_report(
             "machine or container gone); the next build redoes what it changed"
         ),
     }
+    _write_without_counts(config, *_naming_killed_run(outcome, standing))
+
+
+def _naming_killed_run(
+    outcome: dict[str, Any], standing: dict[str, Any] | None
+) -> tuple[dict[str, Any], bool]:
+    """`outcome`, naming the run of the `unfinished` report it replaces (`standing`) as
+    `last_run_unfinished` where that is another run's, killed where it could not report (its
+    line in the run history is then noted as found stopped, however this run ends), and whether
+    `standing` is this process's own run (`unreported`, as `write_report` takes it)."""
     unreported = same_run(standing or {}, {**outcome, **this_process()})
-    if standing and not unreported:  # its line noted as found stopped now, however this run ends
-        outcome["last_run_unfinished"] = standing
-    _write_without_counts(config, outcome, unreported)
+    if standing and not unreported:
+        return {**outcome, "last_run_unfinished": standing}, False
+    return outcome, unreported
 
 
 def unfinished_run(output: Storage) -> dict[str, Any] | None:
