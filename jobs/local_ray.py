@@ -21,6 +21,7 @@ from ray._private import services
 from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from indexing.terminal import counted
 from jobs.config import JobConfig, ResourcesConfig
 from jobs.known import KnownFailure
 from jobs.landmarks import (
@@ -375,10 +376,10 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark | Plugin, ...] = ()) 
     removed = prune_sessions(os.path.dirname(session))
     log.info(
         "started a local Ray instance (logs in %s; Ray's folder keeps the sessions of the last %d "
-        "finished builds: %d older ones removed)",
+        "finished builds: %s removed)",
         session,
         KEEP_SESSIONS,
-        removed,
+        counted(removed, "older one"),
     )
     totals = live_resources()
     check_local_fit(config, totals[0] if totals else {})  # a local instance is one node
