@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from s3fs import S3FileSystem
 
 from embedding.cache import CacheEntry, CacheKey, EmbeddingCache
 from embedding.prune import Needed, cache_entries, plan_prune, prune
@@ -302,6 +303,10 @@ def test_a_prune_names_in_one_line_the_store_it_could_not_read_or_write(
         f"mdindex cache prune: output {out}: EndpointConnectionError: Could not connect"
     )
     without_aws_credentials(monkeypatch, tmp_path)
+    # as a new process (cron's) has them: no S3 filesystem made in this one while the session's
+    # credentials were in the environment (fsspec keeps one per options: a test of this process
+    # that made one without options, before, gave this prune its credentials)
+    S3FileSystem.clear_instance_cache()
     assert main([*prune]) == 1
     assert capsys.readouterr().err == (
         f"mdindex cache prune: cache {cache_uri}: NoCredentialsError: Unable to locate "
