@@ -8,6 +8,7 @@ import json
 import os
 import re
 import socket
+import string
 import struct
 import sys
 import threading
@@ -26,7 +27,10 @@ from urllib.parse import parse_qsl, urlsplit
 from indexing.paths import is_chunk_file
 from indexing.terminal import printable
 
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE_SPEC = re.compile(r"([0-9]*)-([0-9]*)")  # RFC 9110 14.1.1's int-range or suffix-range
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+# RFC 3986 2.3: the characters whose percent-encoding is the same URI as the character itself.
+UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 IDLE_TIMEOUT_S = 60
 REQUEST_TIMEOUT_S = 10  # the most a request's head (its line and headers) takes to come in
 # An answer's first seconds, after which the client must take it at MIN_ANSWER_RATE on average.
@@ -40,6 +44,9 @@ SEARCH_PATH = "/_search"  # no index file's URL: a topic is never a folder named
 # The parameters SEARCH_PATH takes; any other is a 400 naming it (a misspelt `qestion=` or
 # `topik=` was ignored: the answer was another question's, or all topics').
 SEARCH_PARAMETERS = ("q", "n", "per_page", "topic", "under", "all_copies")
+# The cache-buster jQuery's `$.ajax({cache: false})` and many fetch wrappers add to a GET
+# (`_=1700000000000`): taken and ignored (it was a 400, every such client's search failing).
+CACHE_BUSTER = "_"
 # The build's own folder (its report, run history, manifest, lock): no reader of the index needs
 # it, and its report names the build's host, pid, paths and settings. Never served (404).
 BUILD_FOLDER = "_reindex"
@@ -61,7 +68,7 @@ def unknown_search_parameter(query: str) -> str | None:
     """The first parameter of a `SEARCH_PATH` query string that is none of `SEARCH_PARAMETERS`
     (its name decoded, bytes that are not UTF-8 replaced), or None."""
     for name, _ in parse_qsl(query, keep_blank_values=True, errors="replace"):
-        if name not in SEARCH_PARAMETERS:
+        if name not in SEARCH_PARAMETERS and name != CACHE_BUSTER:
             return name
     return None
 
@@ -75,15 +82,60 @@ def ascii_target(target: str) -> str:
     return "".join(c if c < "\x80" else f"%{ord(c):02X}" for c in target)
 
 
+def origin_form(target: str) -> str:
+    """A request target in origin-form (`/path?query`): one in absolute-form
+    (`http://127.0.0.1:8000/path?query`, which RFC 9112 3.2.2 has a server accept; a proxy and
+    some clients send it) without its scheme and authority (this server routes by neither, nor
+    by Host, which the authority overrides), its path begun by one `/` as the stdlib has an
+    origin-form's (`//x` is `/x`). It was 404 (a path naming a folder `http:`), and
+    `http://[/x` no answer at all (a traceback). Any other target (`/…`, `*`, another scheme's
+    URI) as it is; ValueError for an `http` or `https` one naming no host, which RFC 9110 4.2.1
+    has a recipient reject, or one `urlsplit` cannot read."""
+    if target.startswith("/"):
+        return target
+    url = urlsplit(target)
+    if url.scheme not in ("http", "https"):
+        return target
+    if not url.hostname:
+        raise ValueError(f"{url.scheme}:// naming no host")
+    return "/" + url.path.lstrip("/") + (f"?{url.query}" if url.query else "")
+
+
+def unreserved_decoded(path: str) -> str:
+    """`path` with each percent-encoded unreserved character (`UNRESERVED`) decoded, which RFC
+    3986 6.2.2.2 makes the same URI (`/%5Fsearch` is `/_search`); every other escape (`%2F`,
+    `%25`, `%00`) is kept, and nothing is decoded twice (`/%255F` stays)."""
+
+    def decoded(escape: re.Match[str]) -> str:
+        char = chr(int(escape[1], 16))
+        return char if char in UNRESERVED else escape[0]
+
+    return _ESCAPE.sub(decoded, path)
+
+
+def single_range(header: str) -> tuple[str, str] | None:
+    """The first and last positions (each "" where not given) of the one range a `Range` header
+    asks, or None for a header that asks several or is no `bytes` ranges-specifier (RFC 9110
+    14.1.1, 14.2). The unit is compared in any case (`BYTES=`, `Bytes=`: they got the whole
+    file); optional whitespace may come around the range set's commas, never around `=`; empty
+    list elements are skipped (RFC 9110 5.6.1: `bytes=0-99,` asks one range)."""
+    unit, equals, ranges = header.strip(" \t").partition("=")
+    if not equals or unit.lower() != "bytes" or ranges[:1] in (" ", "\t"):
+        return None
+    specs = [spec for spec in (each.strip(" \t") for each in ranges.split(",")) if spec]
+    match = _RANGE_SPEC.fullmatch(specs[0]) if len(specs) == 1 else None
+    return (match[1], match[2]) if match else None
+
+
 def parse_range(header: str, size: int) -> tuple[int, int] | None:
     """The inclusive byte span a single `bytes=` range asks of a `size`-byte file.
 
-    Returns None for a header this server ignores (not a single valid byte range, `bytes=5-2`
-    included, whose last byte comes before its first: RFC 9110 14.2 ignores an invalid range;
-    the whole file is sent); raises ValueError when the range cannot be satisfied (416).
+    Returns None for a header this server ignores (not a single valid byte range
+    (`single_range`), `bytes=5-2` included, whose last byte comes before its first: RFC 9110
+    14.2 ignores an invalid range; the whole file is sent); raises ValueError when the range
+    cannot be satisfied (416).
     """
-    match = _RANGE.match(header.strip())
-    first, last = match.groups() if match else ("", "")
+    first, last = single_range(header) or ("", "")
     if first == last == "" or (first != "" and last != "" and int(last) < int(first)):
         return None
     if first == "":
@@ -346,11 +398,17 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = do_CONNECT = do_TRACE = _not_allowed
 
     def _file_or_answer(self, body: bool) -> None:
-        """The answer to a GET (`body`) or HEAD: a file, or the search's JSON at `SEARCH_PATH`;
-        the path's raw bytes above 0x7F taken as their percent-encoding (`ascii_target`)."""
-        self.path = ascii_target(self.path)
+        """The answer to a GET (`body`) or HEAD: a file, or the search's JSON at `SEARCH_PATH`
+        (also spelt with its unreserved characters percent-encoded, `unreserved_decoded`); the
+        path's raw bytes above 0x7F taken as their percent-encoding (`ascii_target`), a target in
+        absolute-form as its origin-form (`origin_form`; 400 for one that is no URI)."""
+        try:
+            self.path = origin_form(ascii_target(self.path))
+        except ValueError as error:
+            self.send_error(HTTPStatus.BAD_REQUEST, f"not a request target: {error}")
+            return
         url = urlsplit(self.path)
-        if self.search is None or url.path != SEARCH_PATH:
+        if self.search is None or unreserved_decoded(url.path) != SEARCH_PATH:
             if body:
                 super().do_GET()
             else:

@@ -127,6 +127,9 @@ def test_serve_never_leaves_its_directory_nor_lists_one(tmp_path):
         for path in ("/t/leak.md", "/outside/secret.txt", "/../secret.txt", "/%2e%2e/secret.txt"):
             reply = requests.get(base + path, timeout=10)
             assert reply.status_code == 404 and "TOP-SECRET" not in reply.text, path
+            for target in (f"http://127.0.0.1{path}", f"http://h/t{path}"):
+                line, body = _raw_answer(_port(base), f"GET {target} HTTP/1.0\r\n\r\n".encode())
+                assert line.startswith(b"HTTP/1.0 404 ") and b"TOP-SECRET" not in body, target
         for path in ("/", "/t/", "/.embedding-cache/", "/outside/"):
             reply = requests.get(base + path, timeout=10)
             assert reply.status_code == 404 and "index.json" not in reply.text, path
@@ -377,6 +380,76 @@ def test_serve_search_refuses_a_parameter_it_does_not_take(index_root):
             assert reply.status_code == status and said in reply.json()["error"], query
 
 
+def test_serve_search_ignores_jquerys_cache_busting_underscore(index_root):
+    """jQuery's `$.ajax({cache: false})` and many fetch wrappers add `_=<timestamp>` to a GET's
+    query string: each such search was a 400 ("'_': no such parameter"). `_` (also as `%5F`)
+    reaches the search, which ignores it; any other name (`__`) is still a 400."""
+    from indexing.cli import question_search
+
+    with serving(index_root, search=question_search(str(index_root))) as base:
+        for query, status, said in (
+            ("q=&_=1700000000000", 400, "q: give a question"),
+            ("_=1700000000000&q=x&n=0", 400, "n: must be at least 1"),
+            ("q=x&topic=nope&%5F=1", 404, "no index.json for topic 'nope'"),
+            ("q=x&__=1", 400, "'__': no such parameter"),
+        ):
+            for method in ("HEAD", "GET"):
+                reply = requests.request(method, f"{base}/_search?{query}", timeout=10)
+                assert reply.status_code == status, (method, query)
+            assert said in reply.json()["error"], query
+
+
+def test_serve_search_answers_its_path_with_unreserved_characters_percent_encoded(index_root):
+    """`/%5Fsearch` is `/_search` (RFC 3986 6.2.2.2: a percent-encoded unreserved character is
+    the character), as a client normalising URLs its own way may send it: it was 404, "File
+    not found". Any spelling of the path's unreserved characters reaches the search, as a file
+    is reached by any; a reserved character's escape (`%2F`) or an escape of `%` (`%25`, no
+    second decoding) is no spelling of it."""
+    from indexing.cli import question_search
+
+    quoted = requests.utils.quote(TOPIC)
+    with serving(index_root, search=question_search(str(index_root))) as base:
+        for path in ("/%5Fsearch", "/%5fsearch", "/_%73earch", "/%5F%73%65%61%72%63%68"):
+            line, body = _raw_answer(_port(base), f"GET {path}?q= HTTP/1.0\r\n\r\n".encode())
+            assert line.startswith(b"HTTP/1.0 400 "), path
+            assert json.loads(body)["error"] == "q: give a question (q=...)", path
+        for path in ("/_%2573earch", "/%2F_search", "/_search%2F"):
+            line, body = _raw_answer(_port(base), f"GET {path}?q= HTTP/1.0\r\n\r\n".encode())
+            assert line.startswith(b"HTTP/1.0 404 "), path
+            assert json.loads(body)["error"] == "File not found", path
+        reply = requests.get(f"{base}/%6F{quoted[1:]}/%69ndex%2Ejson", timeout=10)
+        assert reply.content == (index_root / TOPIC / "index.json").read_bytes()
+
+
+def test_serve_takes_a_request_target_in_absolute_form(index_root, tmp_path):
+    """`GET http://127.0.0.1:8000/topic/index.json HTTP/1.1`, which RFC 9112 3.2.2 has a
+    server accept (a proxy sends it, and some clients), was 404 (the path read as a folder
+    `http:`): it is served as its origin-form `/topic/index.json`, its authority (which wins over
+    Host) not routed by; the search too. An `http` URI naming no host is a 400 (RFC 9110 4.2.1),
+    and so is `http://[/x`, which got no answer at all (a traceback)."""
+    from indexing.cli import question_search
+
+    path = f"/{requests.utils.quote(TOPIC)}/index.json"
+    with serving(index_root, search=question_search(str(index_root))) as base:
+        port = _port(base)
+        for target in (f"http://127.0.0.1:{port}{path}", f"HTTP://elsewhere.example{path}"):
+            asked = f"GET {target} HTTP/1.1\r\nHost: other.example\r\nConnection: close\r\n\r\n"
+            line, body = _raw_answer(port, asked.encode())
+            assert line.startswith(b"HTTP/1.0 200 "), target
+            assert body == (index_root / TOPIC / "index.json").read_bytes(), target
+        line, body = _raw_answer(port, b"GET https://h/_search?q= HTTP/1.1\r\nHost: h\r\n\r\n")
+        assert line.startswith(b"HTTP/1.0 400 ")
+        assert json.loads(body)["error"] == "q: give a question (q=...)"
+        for target, said in (
+            (b"http:///index.json", "not a request target: http:// naming no host"),
+            (b"http://[/x", "not a request target: Invalid IPv6 URL"),
+        ):
+            line, body = _raw_answer(port, b"GET " + target + b" HTTP/1.1\r\nHost: h\r\n\r\n")
+            assert line.startswith(b"HTTP/1.0 400 ") and json.loads(body)["error"] == said, target
+        line, _ = _raw_answer(port, b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n")
+        assert line.startswith(b"HTTP/1.0 204 ")
+
+
 @pytest.mark.timeout(120)
 def test_mdindex_serve_stops_with_exit_0_on_sigterm_and_ctrl_c(tmp_path):
     """systemd stops a service with SIGTERM: `mdindex serve` exited 143 without a word, which
@@ -497,6 +570,31 @@ def test_serve_has_caches_ask_again_before_each_use(index_root, server):
     for reply, status in ((full, 200), (ranged, 206), (unchanged, 304)):
         assert reply.status_code == status
         assert reply.headers["Cache-Control"] == "no-cache", status
+
+
+def test_serve_takes_a_range_unit_in_any_case(index_root, server):
+    """`Range: BYTES=0-99` or `Bytes=0-99` got 200 and the whole file: RFC 9110 14.1 compares a
+    range unit in any case. Each is 206 as `bytes=` is; so is a range set with empty elements
+    and whitespace around its commas (RFC 9110 5.6.1's list); whitespace around `=` or inside a
+    range, or several ranges, still get the whole file."""
+    path = f"/{requests.utils.quote(TOPIC)}/index.json"
+    whole = (index_root / TOPIC / "index.json").read_bytes()
+    for header, status in (
+        ("BYTES=0-9", 206),
+        ("Bytes=0-9", 206),
+        ("bytes=0-9 ,", 206),
+        ("bytes=, \t0-9", 206),
+        ("bytes=0-9, ,", 206),
+        ("bytes= 0-9", 200),
+        ("bytes =0-9", 200),
+        ("bytes=0 -9", 200),
+        ("bytes=0-0, 5-9", 200),
+        ("bits=0-9", 200),
+    ):
+        asked = f"GET {path} HTTP/1.1\r\nHost: h\r\nRange: {header}\r\nConnection: close\r\n\r\n"
+        line, body = _raw_answer(_port(server), asked.encode())
+        assert line.startswith(b"HTTP/1.0 %d " % status), header
+        assert body == (whole[:10] if status == 206 else whole), header
 
 
 def _port(base: str) -> int:
