@@ -26,6 +26,7 @@ from chunking.links import spellings
 from embedding.files import (
     UnknownProtocol,
     archive_problem,
+    cat_many,
     known_protocol,
     missing_bucket,
     protocol_of,
@@ -259,11 +260,14 @@ SETTLED_NS = 2_000_000_000  # a file's age from which its parse is kept (`read_p
 class IndexReader:
     """An index's output root on any fsspec filesystem (a local path, s3://..., http(s)://...).
     `kept`: where a reader that answers many questions (`mdindex serve --search`) keeps what it
-    parsed of a local root's files (`read_parsed`); None: each read parses again."""
+    parsed of a local root's files (`read_parsed`); None: each read parses again. `fetched`:
+    what a reader of a remote root (any but a local one) has read of its files, each file's
+    bytes (None: it does not exist) read once in the reader's life (`read`)."""
 
     fs: AbstractFileSystem
     root: str
     kept: dict[str, tuple[Version, Any]] | None = field(default=None, compare=False, repr=False)
+    fetched: dict[str, bytes | None] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def open(cls, uri: str, storage_options: dict | None = None, keep: bool = False) -> IndexReader:
@@ -306,12 +310,28 @@ class IndexReader:
         `--show` printed: any file of a local root's machine); UnsuitedOptions when the
         filesystem's client refuses an option the reader was opened with. An http(s) server's
         403 is a file's absence too: S3 answers a key it lacks so where the reader may not list
-        its bucket."""
+        its bucket. A remote root's file is read once in the reader's life (`fetched`): one
+        `mdindex query` read the root index.json up to 4 times (the links to the corpus files,
+        then the topics), each an HTTP request, on S3 a billed GET. A failed read is not kept."""
         self._inside(relpath)
+        if isinstance(self.fs, LocalFileSystem):
+            return self._fetch(relpath)
+        if relpath not in self.fetched:
+            self.fetched[relpath] = self._fetch(relpath)
+        return self.fetched[relpath]
+
+    def _fetch(self, relpath: str) -> bytes | None:
+        """`read` of an output-root-relative file inside the root, from its filesystem: one GET
+        on S3 (`cat_many`; s3fs's own `cat_file` sent a HEAD before it, and a LIST after a HEAD
+        that found nothing)."""
         import aiohttp  # fsspec's http client, whose errors a read over http(s) raises
 
+        path = self._path(relpath)
         try:
-            return self.fs.cat_file(self._path(relpath))
+            found = cat_many(self.fs, [path])[path]
+            if isinstance(found, Exception):
+                raise found
+            return found
         except FileNotFoundError:
             return None
         except aiohttp.ClientResponseError as error:
@@ -323,9 +343,10 @@ class IndexReader:
 
     def read_parsed(self, relpath: str, parse: Callable[[bytes | None], Parsed]) -> Parsed:
         """`parse` of the bytes of an output-root-relative file (None when it does not exist), as
-        `read` reads them. A reader that keeps (`kept`) a local file's parse gives it again while
-        the file is the version it was parsed from: its inode, size and modification time, taken
-        from the open file it reads (a build replaces a file whole, by a rename: a new inode).
+        `read` reads them (a remote root's once, parsed again at each call). A reader that keeps
+        (`kept`) a local file's parse gives it again while the file is the version it was parsed
+        from: its inode, size and modification time, taken from the open file it reads (a build
+        replaces a file whole, by a rename: a new inode).
         A file modified less than `SETTLED_NS` before it is read is not kept (git's rule for
         "racy" files): a rewrite in place within the clock's tick, to the same size, would pass
         for the version kept. A parse that fails is not kept. Each path is parsed one way, and

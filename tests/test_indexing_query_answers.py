@@ -12,7 +12,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +23,7 @@ import pytest
 import requests
 from embedding_support import embedder
 from indexing_support import (
+    listing,
     loaded_models,
     ranked_vectors,
     run_cli,
@@ -31,6 +35,9 @@ from indexing_support import (
 
 from indexing import IndexSettings, build_topic, directory_index
 from indexing.client import IndexReader, chunk_tables, query_embedder, ranked_chunks
+from jobs.storage import Storage
+from tests.test_jobs_storage import _served
+from tests.test_object_store_requests import counted  # noqa: F401 - its counting S3 server
 
 TOPIC = "cli"
 CORPUS_RELS = ("mdindex:model", "mdindex:simhash", "mdindex:chunk-table", "mdindex:document-table")
@@ -459,3 +466,92 @@ def test_a_question_reads_the_corpus_files_the_root_index_json_links(root, tmp_p
         damaged = relinked(rel[8:], lambda links, rel=rel, href=href: links[rel].update(href=href))
         with pytest.raises(ValueError, match=f"index.json is damaged: _links.'{rel}'. {problem}"):
             answer(damaged)
+
+
+# `query --question` asked in two ways: its matches' texts shown, and within a folder; each read
+# the root index.json 4 times over http and S3, a topic's up to 3 times.
+ASKED_REMOTELY = (("--n", "4", "--show"), ("--under", TOPIC, "--n", "4"))
+
+
+def answered(where: str, href_root: str, capsys, *extra: str) -> dict:
+    """`ask`'s answer of the index at `where`, each href relative to `href_root` (its root's)."""
+    result = ask(where, FAQ, capsys, *extra)
+    for match in result["matches"]:
+        assert match["href"].startswith(href_root), match["href"]
+        match["href"] = match["href"].removeprefix(href_root)
+    return result
+
+
+def read_once(gets: Counter, prefix: str, extra: tuple[str, ...]) -> None:
+    """Every path in `gets` (paths below `prefix`: GETs of each) was read once, the root's
+    index.json, the topic's and the corpus files among them (with `--show`, the chunk files)."""
+    assert gets and set(gets.values()) == {1}, gets
+    named = {"index.json", f"{TOPIC}/index.json", "_index/model.json"}
+    named |= {"_index/simhash/manifest.json", f"_index/chunks/{TOPIC}.parquet"}
+    assert {f"{prefix}/{path}" for path in named} <= set(gets)
+    shown = [path for path in gets if path.startswith(f"{prefix}/{TOPIC}/_chunks/")]
+    assert len(shown) == (4 if "--show" in extra else 0)
+
+
+class _CountedGets(SimpleHTTPRequestHandler):
+    """Python's file server, counting the GETs of each path in `gets`, logging nothing."""
+
+    def __init__(self, *args, gets: Counter, **kwargs):
+        self.gets = gets
+        super().__init__(*args, **kwargs)
+
+    def do_GET(self) -> None:
+        self.gets[self.path] += 1
+        super().do_GET()
+
+    def log_message(self, format: str, *args) -> None:
+        pass
+
+
+def test_a_question_over_http_reads_each_file_once(root, capsys):
+    """`mdindex query --question` over http(s) read the root index.json up to 4 times (the
+    links to the SimHash tables, the chunk tables and the embedding settings, then the topics),
+    a topic's up to 3 times: a request each. A reader of a remote root reads each file once
+    now, and answers as the local index does."""
+    gets: Counter[str] = Counter()
+    with _served(root, partial(_CountedGets, gets=gets)) as site:
+        for extra in ASKED_REMOTELY:
+            gets.clear()
+            result = answered(site, f"{site}/", capsys, *extra)
+            read_once(gets, "", extra)
+            assert result == answered(str(root), f"{root.as_uri()}/", capsys, *extra)
+
+
+class _GetsByPath:
+    """A WSGI layer counting the GETs of each path (`gets`) that the app it wraps answers."""
+
+    def __init__(self, app):
+        self.app, self.gets = app, Counter()
+
+    def __call__(self, environ, start_response):
+        if environ["REQUEST_METHOD"] == "GET":
+            self.gets[environ["PATH_INFO"]] += 1
+        return self.app(environ, start_response)
+
+
+def test_a_question_on_s3_sends_one_get_per_file(root, counted, capsys):  # noqa: F811
+    """On S3 a `query --question` read the root index.json up to 4 times, each read a HEAD and
+    a GET (s3fs's `cat_file`), each file it lacks a HEAD and a LIST: 34 requests for 12 files
+    (`--under`), 40 for 16 (`--show`). Each file is one GET now, once, and the answer is the
+    local index's."""
+    bucket, options, counter = counted
+    files = {path: (root / path).read_bytes() for path in listing(root)}
+    Storage(f"s3://{bucket}/site", options=options).write_many(files)
+    where = f"s3://{bucket}/site"
+    counter.app = paths = _GetsByPath(counter.app)
+    try:
+        for extra in ASKED_REMOTELY:
+            counter.take()
+            paths.gets.clear()
+            asked = (*extra, "--storage-options", json.dumps(options))
+            result = answered(where, f"{where}/", capsys, *asked)
+            assert counter.take() == {"GET": len(paths.gets)}
+            read_once(paths.gets, f"/{bucket}/site", extra)
+            assert result == answered(str(root), f"{root.as_uri()}/", capsys, *extra)
+    finally:
+        counter.app = paths.app
