@@ -268,6 +268,7 @@ def embed_documents(
     tokens_digest: str | None = None,
     progress: Callable[[int], None] | None = None,
     remembered: Remembered | None = None,
+    found: Callable[[int, int], None] | None = None,
 ) -> Embeddings:
     """Vectors for every chunk of every group, computing only what the cache lacks.
 
@@ -283,7 +284,9 @@ def embed_documents(
     are used only where it is the embedder's own (asked once a text is missing: a
     `LazyEmbedder` loads then), else the texts are tokenized again; None: they are the
     embedder's ids. `progress` is called with the passages of each micro-batch as it is
-    embedded (`Embedder.embed_encoded`).
+    embedded (`Embedder.embed_encoded`); `found`, once before any, with the passages not to embed
+    (in the cache or `remembered`: the call's `cache_hits`, known long before it returns) and all
+    the passages.
 
     `remembered`: vectors of earlier calls (an actor's); a chunk the cache lacks whose text is
     there is not embedded again (counted in `reused`: the same bits, the micro-batches being
@@ -296,6 +299,9 @@ def embed_documents(
         if remembered is not None:
             for group, held in same:
                 _recall(remembered, cache_model_key(embedder, query), group, held)
+        if found is not None and not query:  # questions are no chunks
+            held_of = [held.have for _, held in same]
+            found(sum(int(have.sum()) for have in held_of), sum(have.size for have in held_of))
         fresh = _embed_missing(embedder, same, query, tokens_digest, progress, remembered)
         if fresh is not None:
             tokens, padded_tokens = tokens + fresh.tokens, padded_tokens + fresh.padded_tokens

@@ -104,27 +104,50 @@ def report_stats(collector, stats: RunStats, key: str | None = None) -> None:
 
 def embedding_progress(
     collector, key: str, every: float = EMBEDDING_PROGRESS_SECONDS
-) -> Callable[[int], None] | None:
-    """The `progress` of an embedding call (`key`: its `rows_key`), which tells the run's
-    collector the texts it has embedded since it began, at most once every `every` seconds,
-    without waiting (a call on a CPU can take minutes: the line said "0 chunks embedded", and gave
-    no ETA, all that time); None when nothing collects."""
-    if collector is None:
-        return None
-    began, told, done = time.time(), time.monotonic(), 0
+) -> CallProgress | None:
+    """The progress of an embedding call (`key`: its `rows_key`) for the run's collector; None
+    when nothing collects."""
+    return None if collector is None else CallProgress(collector, key, every)
 
-    def progress(texts: int) -> None:
-        nonlocal told, done
-        done += texts
-        if time.monotonic() - told >= every:
-            told, now = time.monotonic(), time.time()
-            # its window up to this count: open at its end, the stage's window ended at the
-            # last finished call's end while its count held this call's chunks too, a pace too
-            # fast (its ETA low by the share of the calls still running)
-            spent = EmbedStats(embedded=done, window=Window(began, now))
-            collector.embedding.remote(key, RunStats(embed=spent))
 
-    return progress
+class CallProgress:
+    """What a running embedding call has done, told to the run's collector without waiting: the
+    chunks it `found` in the cache, at once, then all it has done since it began, at most once
+    every `every` seconds as it embeds the rest (a call on a CPU can take minutes: the line said
+    "0 chunks embedded", and gave no ETA, all that time)."""
+
+    def __init__(self, collector, key: str, every: float):
+        self._collector, self._key, self._every = collector, key, every
+        self._began, self._told = time.time(), time.monotonic()
+        self._found = self._chunks = self._embedded = 0
+
+    def found(self, hits: int, chunks: int) -> None:
+        """Of the call's `chunks`, the `hits` it need not embed (the cache's, or the actor's
+        memory's: `embedding.documents.embed_documents`), told at once: the line counted them
+        only once the call returned, "0 from cache" all the while it embedded the others, and
+        its ETA went by the model's pace alone (a re-run mostly from the cache, tldr with 1 page
+        in 7 edited: "ETA 1874 s" with 16 s to go). Told without a window: its cache lookups are
+        no pace for the chunks it has still to embed (`_embedding_left`)."""
+        self._found, self._chunks = hits, chunks
+        if hits:
+            self._tell(Window())
+
+    def embedded(self, texts: int) -> None:
+        """`texts` more embedded (`embedding.Embedder.embed_encoded`'s `progress`)."""
+        self._embedded += texts
+        if time.monotonic() - self._told >= self._every:
+            # its window up to this count: open at its end, the stage's window ended at the last
+            # finished call's end while its count held this call's chunks too, a pace too fast
+            # (its ETA low by the share of the calls still running)
+            self._tell(Window(self._began, time.time()))
+
+    def _tell(self, window: Window) -> None:
+        """Tell the collector all the call has done, over `window`."""
+        self._told = time.monotonic()
+        done = EmbedStats(
+            chunks=self._chunks, embedded=self._embedded, cache_hits=self._found, window=window
+        )
+        self._collector.embedding.remote(self._key, RunStats(embed=done))
 
 
 def rows_key(stage: str, batch: pa.Table) -> str:
@@ -185,7 +208,7 @@ def _eta(stats: RunStats, goal: Goal, now: float) -> tuple[float, str] | None:
     chunked = _bytes_done(stats) >= goal.bytes
     chunking = _left(stats.read.window + stats.chunk.window, _bytes_done(stats), goal.bytes, now)
     embedded = stats.embed.embedded + stats.embed.cache_hits
-    embedding = _left(stats.embed.window, embedded, expected_chunks, now)
+    embedding = _embedding_left(stats.embed, expected_chunks, now)
     if embedding is None:  # no pace for what follows the chunking yet
         return None if chunked else (chunking or 0.0, " for chunking alone")
     if not chunked or embedded < expected_chunks:
@@ -201,18 +224,38 @@ def _eta(stats: RunStats, goal: Goal, now: float) -> tuple[float, str] | None:
     return (min(writing, busy) if busy else writing), ""
 
 
+def _embedding_left(embed: EmbedStats, expected_chunks: float, now: float) -> float | None:
+    """The embedding's seconds left (`_left`): its chunks at its pace, and, where some are found
+    in the cache, the chunks it is expected to embed at the pace it embeds them, the longer. A
+    call finds its cache hits in a moment, then embeds the rest (its misses): a re-run mostly
+    from the cache (tldr, 2,702 pages, 1 in 7 edited: 2,866 chunks from the cache, 492 embedded)
+    had found most of its hits in its first 15 s and said "ETA 0 s" for the 12 s its misses
+    took. The misses expected are the chunks' share that missed so far (the calls' `chunks`,
+    a running one's once it has looked them up, less their hits). None while that pace is
+    unknown (nothing embedded yet where chunks miss)."""
+    done = embed.embedded + embed.cache_hits
+    chunks = _left(embed.window, done, expected_chunks, now)
+    if not embed.cache_hits or chunks is None:
+        return chunks
+    looked_up = max(embed.chunks, done)
+    misses = expected_chunks * (looked_up - embed.cache_hits) / looked_up
+    embedding = _left(embed.window, embed.embedded, misses, now)
+    return None if embedding is None else max(chunks, embedding)
+
+
 def _after(stats: RunStats, goal: Goal, expected_chunks: float) -> tuple[float, float, float]:
     """The seconds the last read-and-chunk batch takes in each stage after chunking (embedding,
-    writing its cache entries, reducing its topics): its share of the chunks (or topics) at the
-    stage's busy seconds per chunk (or topic) so far, of its finished calls (a running embedding
-    call's own time would count twice where two overlap); 0 for a stage that has timed none. The
-    stages run batch by batch, so once chunking (or embedding) ends, this much is still ahead:
-    left out, tldr-all's ETA was 34 s with 45 s to go (stand-in model, 2 CPUs, 8 batches, the
-    last one's 14 s from its chunks to its topics)."""
+    writing its cache entries, reducing its topics): its share of the sources (embedding), the
+    chunks (cache writes) or topics at the stage's busy seconds per source, chunk or topic so
+    far, of its finished calls (a running embedding call's own time would count twice where two
+    overlap; its word counts its chunks, not its sources: `CallProgress`); 0 for a stage that has
+    timed none. The stages run batch by batch, so once chunking (or embedding) ends, this much
+    is still ahead: left out, tldr-all's ETA was 34 s with 45 s to go (stand-in model, 2 CPUs,
+    8 batches, the last one's 14 s from its chunks to its topics)."""
     batches = max(goal.batches, 1)
     chunks = expected_chunks / batches
     return (
-        _per(stats.embed.seconds, stats.embed.chunks) * chunks,
+        _per(stats.embed.seconds, stats.embed.documents) * goal.sources / batches,
         _per(stats.store.seconds, stats.store.chunks) * chunks,
         _per(stats.index.seconds, stats.index.topics) * goal.topics / batches,
     )

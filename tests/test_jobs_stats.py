@@ -215,12 +215,14 @@ def test_progress_eta_counts_the_last_batchs_way_through_the_stages_after_chunki
     goal = Goal(sources=100, bytes=8_000_000, topics=40, batches=8)
     stats = RunStats(
         chunk=ChunkStats(sources=50, bytes=4_000_000, chunks=400, window=Window(1000.0, 1020.0)),
-        embed=EmbedStats(chunks=350, embedded=350, seconds=3.5, window=Window(1010.0, 1020.0)),
+        embed=EmbedStats(
+            documents=40, chunks=320, embedded=320, seconds=3.2, window=Window(1010.0, 1020.0)
+        ),
         store=StoreStats(chunks=200, seconds=1.0),
         index=IndexStats(topics=10, seconds=3.0, window=Window(1015.0, 1020.0)),
     )
-    # chunking 20 s more; the last batch's 100 chunks at 10 ms each to embed (1 s) and 5 ms each
-    # to store (0.5 s), its 5 topics at 0.3 s each (1.5 s)
+    # chunking 20 s more; the last batch's 12.5 sources at 80 ms each to embed (1 s), its 100
+    # chunks at 5 ms each to store (0.5 s), its 5 topics at 0.3 s each (1.5 s)
     assert progress_line(stats, goal, now=1020.0).endswith("ETA 23 s")
 
 
@@ -527,8 +529,8 @@ def test_a_long_embedding_call_is_counted_as_it_goes(ray_session):
     done = Window(began - 20, began - 10)
     report_stats(collector, RunStats(embed=EmbedStats(embedded=50, window=done)), "done")
     progress = embedding_progress(collector, "call", every=0)
-    progress(15)
-    progress(10)
+    progress.embedded(15)
+    progress.embedded(10)
     running = ray.get(collector.progress.remote())
     assert running.embed.embedded == 75 and ray.get(collector.total.remote()).embed.embedded == 50
     # 75 of 100 chunks in the 20 s (and the moments) up to the running call's last word: about
@@ -539,12 +541,50 @@ def test_a_long_embedding_call_is_counted_as_it_goes(ray_session):
     assert "75 chunks embedded" in line and eta and 6 <= int(eta[1]) <= 8, line
     report_stats(collector, RunStats(embed=EmbedStats(embedded=50)), "call")
     assert ray.get(collector.progress.remote()).embed.embedded == 100
-    progress(5)  # the call tried again after it reported (its worker died): counted already
+    progress.embedded(5)  # the call tried again after it reported (its worker died): counted
     assert ray.get(collector.progress.remote()).embed.embedded == 100
     quiet = embedding_progress(collector, "another call")  # told every few seconds, not yet
-    quiet(7)
+    quiet.embedded(7)
     assert ray.get(collector.progress.remote()).embed.embedded == 100
     ray.kill(collector)
+
+
+def test_a_running_calls_cache_hits_are_told_at_once_without_a_pace(ray_session):
+    """A call found its cache hits in a moment and told them only when it returned: "0 from
+    cache" all the while it embedded the rest. It tells them (and its chunks) at once, with no
+    window: its lookups are no pace for its misses."""
+    collector = StatsCollector.remote()
+    progress = embedding_progress(collector, "call")  # its embedded counts every few seconds
+    progress.found(450, 500)
+    running = ray.get(collector.progress.remote()).embed
+    assert (running.chunks, running.cache_hits, running.embedded) == (500, 450, 0)
+    assert running.window == Window()
+    progress.embedded(10)  # not yet told
+    assert ray.get(collector.progress.remote()).embed.embedded == 0
+    report_stats(collector, RunStats(embed=EmbedStats(chunks=500, cache_hits=450)), "call")
+    assert ray.get(collector.progress.remote()).embed.cache_hits == 450  # counted once
+    ray.kill(collector)
+
+
+def test_progress_eta_of_a_run_mostly_from_the_cache_goes_by_its_misses():
+    """A re-run mostly from the cache (its output deleted, the cache kept; tldr, 1 page in 7
+    edited) finds most chunks in the cache in its first seconds, then embeds the rest: by the
+    pace of all its chunks the ETA was 0 s for the 12 s its misses took. The misses expected
+    (the share of the chunks looked up that missed) go at the pace they are embedded."""
+    goal = Goal(sources=100, bytes=1_000_000, topics=1)
+    chunked = ChunkStats(sources=100, bytes=1_000_000, chunks=1000, window=Window(0.0, 10.0))
+    # a call found 450 of its 500 chunks in the cache, then embedded 10 of its 50 misses in 5 s:
+    # 100 misses expected, 90 left at 2 a second
+    running = EmbedStats(chunks=500, embedded=10, cache_hits=450, window=Window(10.0, 15.0))
+    line = progress_line(RunStats(chunk=chunked, embed=running), goal, now=15.0)
+    assert "10 chunks embedded, 450 from cache" in line and line.endswith("ETA 45 s"), line
+    # its hits alone: no pace for its misses yet
+    found = EmbedStats(chunks=500, cache_hits=450)
+    assert "ETA" not in progress_line(RunStats(chunk=chunked, embed=found), goal, now=15.0)
+    # every chunk so far from the cache: the pace of its lookups
+    served = EmbedStats(chunks=500, cache_hits=500, window=Window(10.0, 11.0))
+    line = progress_line(RunStats(chunk=chunked, embed=served), goal, now=11.0)
+    assert line.endswith("ETA 1 s"), line
 
 
 def test_a_progress_line_whose_counts_cannot_be_had_is_one_line(caplog):

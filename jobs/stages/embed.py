@@ -24,7 +24,6 @@ import gc
 import json
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +44,7 @@ from embedding.documents import (
 )
 from jobs.gc_pause import gc_paused
 from jobs.landmarks import Plugin, check_landmarks
-from jobs.progress import embedding_progress, report_stats, rows_key
+from jobs.progress import CallProgress, embedding_progress, report_stats, rows_key
 from jobs.records import QUESTIONS, SOURCE, chunk_tokens, entry_to_json, with_columns
 from jobs.stats import EmbedStats, Names, RunStats, SharedClock
 
@@ -163,11 +162,12 @@ class EmbedActor:
         return table
 
     def embed(
-        self, batch: pa.Table, progress: Callable[[int], None] | None = None
+        self, batch: pa.Table, progress: CallProgress | None = None
     ) -> tuple[pa.Table, EmbedStats]:
-        """The batch with its vectors, and the counts; `progress` is told the texts of each
-        micro-batch embedded. Works on whole Arrow columns: the sources' chunks go to the
-        embedder as one `Documents`, their vectors come back as one matrix."""
+        """The batch with its vectors, and the counts; `progress` is told the chunks found in
+        the cache (of all) as soon as they are known, then the texts of each micro-batch
+        embedded. Works on whole Arrow columns: the sources' chunks go to the embedder as one
+        `Documents`, their vectors come back as one matrix."""
         sources, asked = _rows_of(batch, SOURCE), _rows_of(batch, QUESTIONS)
         hashes = batch.column("sha256").to_pylist()
         groups, rows = [self._sources(batch, sources, hashes)], [sources]
@@ -181,8 +181,9 @@ class EmbedActor:
             self.cache,
             groups,
             self.settings.encoder_digest,
-            progress,
+            progress.embedded if progress else None,
             self.remembered,
+            found=progress.found if progress else None,
         )
         written: dict[str, list[Any]] = {name: [None] * batch.num_rows for name in WRITES}
         for group, found, indices in zip(groups, done.results, rows, strict=True):

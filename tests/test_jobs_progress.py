@@ -1,0 +1,59 @@
+"""The build's progress lines, read from a real build's log: real Ray, real MiniLM, real files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from jobs import progress
+from jobs.reindex import main
+
+CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "local.yaml")
+COUNTS = re.compile(r"(\d+) chunks embedded, (\d+) from cache")
+
+pytestmark = pytest.mark.usefixtures("ray_session")  # one local Ray for every build here
+
+
+def build(docs: Path, output: Path, cache: Path) -> dict:
+    """Build `docs` into `output` with the embedding cache `cache`; the run's report."""
+    args = ["--config", CONFIG, "--input", str(docs), "--output", str(output)]
+    assert main([*args, "--cache", str(cache)]) == 0
+    return json.loads((output / "_reindex" / "report.json").read_text())
+
+
+def write_pages(docs: Path, names: list[str]) -> None:
+    """One page of one sentence for each of `names`, in the topic `t`."""
+    (docs / "t").mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (docs / "t" / f"{name}.md").write_text(f"# {name}\n\nHow {name} retries a request.\n")
+
+
+def test_a_running_embedding_calls_line_counts_its_cache_hits(tmp_path, caplog, monkeypatch):
+    """A re-run whose chunks mostly come from the cache (its output deleted, the cache kept):
+    a running call told the collector the chunks it had embedded, never those it found in the
+    cache, so every line said "0 from cache" until the call returned, and its ETA went by the
+    model's pace alone (tldr, 2,702 pages, 1 in 7 edited: "15 chunks embedded, 0 from cache;
+    ETA 1874 s" with 16 s to go). The call tells its cache hits as soon as it has looked them
+    up, while it still embeds the rest."""
+    docs, cache = tmp_path / "docs", tmp_path / "cache"
+    cached = [f"cached-{i}" for i in range(8)]
+    write_pages(docs, cached)
+    build(docs, tmp_path / "first", cache)
+    write_pages(docs, [f"new-{i}" for i in range(60)])  # one chunk batch, one embedding call
+    monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.05)
+    with caplog.at_level(logging.INFO, logger="mdindex.build"):
+        report = build(docs, tmp_path / "again", cache)
+    chunks = report["chunks"]
+    assert (chunks["embedded"], chunks["cache_hits"]) == (60, len(cached))
+    lines = [line for line in caplog.messages if line.startswith("progress after")]
+    counts = [tuple(map(int, COUNTS.search(line).groups())) for line in lines]
+    # the call's hits, counted while it embedded its new chunks (before it returned)
+    assert any(hits == len(cached) and embedded < 60 for embedded, hits in counts), counts
+    # and no pace from its lookups alone: with every source chunked, "ETA 0 s" (and 0 from
+    # cache) while it loaded its model and embedded its 60 new chunks
+    found_only = [line for line, c in zip(lines, counts, strict=True) if c == (0, len(cached))]
+    assert found_only and not any("ETA" in line for line in found_only), found_only
