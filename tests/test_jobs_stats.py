@@ -566,6 +566,24 @@ def test_a_running_calls_cache_hits_are_told_at_once_without_a_pace(ray_session)
     ray.kill(collector)
 
 
+def test_a_running_calls_pace_starts_once_its_actors_model_has_loaded(ray_session):
+    """On a CPU an actor loads its model at its first miss, inside a call: the call's first word
+    counted that wait as its time (tldr mostly from the cache: "15 chunks embedded; ETA 299 s"
+    with 20 s to go). Its window starts at the load's end, as its own record's does."""
+    collector = StatsCollector.remote()
+    began = time.time()
+    loaded = began + 3.0  # the model loaded 3 s into the call
+    waited = embedding_progress(collector, "waited", every=0, loaded=lambda: loaded)
+    waited.embedded(15)
+    assert ray.get(collector.progress.remote()).embed.window.start == loaded
+    ray.kill(collector)
+    collector = StatsCollector.remote()
+    ready = embedding_progress(collector, "ready", every=0, loaded=lambda: began - 60.0)
+    ready.embedded(5)  # its model loaded a minute before: from the call's start
+    assert began <= ray.get(collector.progress.remote()).embed.window.start < loaded
+    ray.kill(collector)
+
+
 def test_progress_eta_of_a_run_mostly_from_the_cache_goes_by_its_misses():
     """A re-run mostly from the cache (its output deleted, the cache kept; tldr, 1 page in 7
     edited) finds most chunks in the cache in its first seconds, then embeds the rest: by the

@@ -24,6 +24,7 @@ import gc
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +94,7 @@ class EmbedActor:
         self.collector = settings.collector
         self.pretokenized = False  # the chunk tasks' ids are this model's (known once it loads)
         self.clock = SharedClock()
+        self.loaded_at = 0.0  # when the model last finished loading (epoch seconds)
         # this build's vectors so far: a copy of a page (versioned docs) in a later batch is not
         # embedded again, its cache entry not yet written (`embedding.documents.Remembered`)
         self.remembered = Remembered()
@@ -143,6 +145,7 @@ class EmbedActor:
         gc.collect()
         gc.freeze()
         self.clock.skip()
+        self.loaded_at = time.time()  # a running call's progress starts here (`CallProgress`)
         report_stats(self.collector, RunStats(embed=EmbedStats(models_loaded=1)))
         return embedder
 
@@ -154,7 +157,8 @@ class EmbedActor:
         key = rows_key("embed", batch)
         try:
             with gc_paused():
-                table, stats = self.embed(batch, embedding_progress(self.collector, key))
+                progress = embedding_progress(self.collector, key, loaded=lambda: self.loaded_at)
+                table, stats = self.embed(batch, progress)
         finally:
             spent = self.clock.spent()
         stats = RunStats(embed=stats + EmbedStats(**spent))
