@@ -238,10 +238,10 @@ def _embedding_left(embed: EmbedStats, expected_chunks: float, now: float) -> fl
     in the cache, the chunks it is expected to embed at the pace it embeds them, the longer. A
     call finds its cache hits in a moment, then embeds the rest (its misses): a re-run mostly
     from the cache (tldr, 2,702 pages, 1 in 7 edited: 2,866 chunks from the cache, 492 embedded)
-    had found most of its hits in its first 15 s and said "ETA 0 s" for the 12 s its misses
-    took. The misses expected are the chunks' share that missed so far (the calls' `chunks`,
-    a running one's once it has looked them up, less their hits). None while that pace is
-    unknown (nothing embedded yet where chunks miss)."""
+    had found most of its hits in its first 15 s: by the pace of all its chunks alone, the line
+    said "ETA 0 s" for the 12 s its misses took. The misses expected are the chunks' share that
+    missed so far (the calls' `chunks`, a running one's once it has looked them up, less their
+    hits). None while that pace is unknown (nothing embedded yet where chunks miss)."""
     done = embed.embedded + embed.cache_hits
     chunks = _left(embed.window, done, expected_chunks, now)
     if not embed.cache_hits or chunks is None:
