@@ -143,9 +143,14 @@ class Storage:
 
     def read_bytes(self, relpath: str) -> bytes:
         """The whole file; FileNotFoundError when it does not exist, SymlinkRefused when it is a
-        symbolic link that this storage does not follow, OSError when it is no regular file."""
+        symbolic link that this storage does not follow, OSError when it is no regular file. On
+        an object store one GET (`cat_many`: s3fs's `cat_file` sent a HEAD before it)."""
         if not self.is_local:
-            return self.filesystem().cat_file(self.full_path(relpath))
+            path = self.full_path(relpath)
+            found = cat_many(self.filesystem(), [path])[path]
+            if isinstance(found, Exception):
+                raise found
+            return found
         return _read_local(self.full_path(relpath), self.follow_symlinks)
 
     def read_optional(self, relpath: str) -> bytes | None:

@@ -48,6 +48,20 @@ def test_storage_read_many_sends_one_get_per_object(counted):
     assert counter.take() == {"GET": 6}
 
 
+def test_storage_reads_one_file_in_one_get(counted):
+    # the build's own reads of its output (the manifest, the report, a topic's tables): s3fs's
+    # cat_file sent a HEAD before each GET, and a HEAD and a LIST for a file that is not there
+    bucket, options, counter = counted
+    store = Storage(f"s3://{bucket}/out", options=options)
+    store.write_many({"_reindex/manifest.json": b"{}"})
+    counter.take()
+    assert store.read_bytes("_reindex/manifest.json") == b"{}"
+    assert store.read_optional("_reindex/report.json") is None
+    with pytest.raises(FileNotFoundError):
+        store.read_bytes("t/missing.parquet")
+    assert counter.take() == {"GET": 3}
+
+
 def test_cache_lookups_send_one_get_per_object(counted):
     import numpy as np
 
