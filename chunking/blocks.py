@@ -7,20 +7,21 @@ are listed. Python-Markdown's indented containers (MkDocs and MkDocs Material: a
 `!!! note`, collapsible blocks `??? tip`, content tabs `=== "pip"`) are containers too
 (`_admonition`), not a title line followed by indented code, and so are colon fences (MyST's
 `:::{tip}`, VitePress' `::: warning`, Docusaurus' `:::note`) and pymdownx.blocks' slash fences
-(FastAPI's `/// tip | Title`, `//// tab | Python 3.10+`; `_colon_fence`). A MyST directive of
-markdown content written as a fence (```{note}) stays a fence whose lines are of its content's
-kinds (`MARKDOWN_DIRECTIVES`), and a MyST target line (`(label)=`) or a line of empty HTML anchors
-(`<a id="v2"></a>`) is part of the heading it labels.
+(FastAPI's `/// tip | Title`, `//// tab | Python 3.10+`; `_colon_fence`), in list items and block
+quotes too (`ParsedDocument.containers`). A MyST directive of markdown content written as a fence
+(```{note}) stays a fence whose lines are of its content's kinds (`MARKDOWN_DIRECTIVES`), and a
+MyST target line (`(label)=`) or a line of empty HTML anchors (`<a id="v2"></a>`) is part of the
+heading it labels.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
@@ -40,6 +41,7 @@ _LITERAL_TOKENS = frozenset(("fence", "code_block", "table_open"))  # tokens of 
 NOT_SPACE = re.compile(r"\S")  # what `str.strip` keeps (both read `str.isspace`)
 _QUOTE_BEFORE_LIST = re.compile(r">(?=[^\s>])")  # a quote marker with no space after it
 _START_LINE = attrgetter("start_line")
+_FIRST = itemgetter(0)
 # A MyST target line, `(label)=`, or a line of empty HTML anchors, `<a id="v1.2.0"></a>` (GitHub
 # changelogs, READMEs): a label for links to the block after it, rendering nothing.
 _TARGET = re.compile(
@@ -118,6 +120,12 @@ class ParsedDocument:
     # Headings above the body, in no line of it (see `implied_headings`): every strategy's
     # heading paths start with them; chunk text never holds them.
     implied: tuple[Heading, ...] = ()
+    # every indented container and colon or slash fence, nested ones and those in list items
+    # and block quotes too, in document order (see `indented_containers`): (first line, last
+    # line, first line as a chunk repeats it, `_opener_text`)
+    containers: tuple[tuple[int, int, str], ...] = ()
+    # container_parents[i]: the index in `containers` of the one around containers[i], -1 none
+    container_parents: tuple[int, ...] = ()
 
     @property
     def lines(self) -> tuple[str, ...]:
@@ -189,56 +197,47 @@ def _admonition(state, start: int, end: int, silent: bool) -> bool:
     return True
 
 
-def indented_container_opener(doc: ParsedDocument, block: Block) -> str:
-    """The first line of top-level `block` when it is a Python-Markdown indented container
-    (`!!! note "T"`, `??? tip`, `=== "pip"`) or a colon or slash fence (`:::{tip}`, `/// tip`),
-    '' otherwise: its body lines, 4 columns in, read as indented code without it, and a colon or
-    slash fence's as text whose closing line closes nothing, so a chunk starting inside its body
-    repeats it."""
-    line = doc.lines[block.start_line - 1]
-    return line if block.kind == "admonition" and _repeated_opener(line) else ""
-
-
 def _repeated_opener(line: str) -> bool:
     """Whether `line` opens an indented container or a colon or slash fence (see
-    `indented_container_opener`); a MyST directive written as a code fence is reopened as one."""
+    `indented_containers`); a MyST directive written as a code fence is reopened as one."""
     first = line.lstrip(" \t")
     return bool(_ADMONITION.fullmatch(first) or _fence_marker(first))
 
 
+# What may come before a container's first line in a list item or block quote: indentation,
+# block quote markers and list markers (`> `, `1. `, `- > `).
+_CONTAINER_PREFIX = re.compile(r"(?:[ \t>]|(?:[-+*]|[0-9]{1,9}[.)])(?=[ \t]))*")
+
+
+def _opener_text(line: str) -> str:
+    """`line` as a chunk repeats it when it opens a container (`_repeated_opener`) after its
+    indentation, block quote markers and list markers, those list markers blanks (`4. /// note`
+    repeated as `   /// note`, as `_blank_list_markers` puts a reopened fence); '' otherwise."""
+    cut = _CONTAINER_PREFIX.match(line).end()
+    rest = line[cut:]
+    return _blank_list_markers(line[:cut]) + rest if _repeated_opener(rest) else ""
+
+
 def container_body_indent(opener: str) -> str:
-    """The indentation of the body of the container that `opener` (see
-    `indented_container_opener`) opens: 4 columns in for an indented container, none more for a
-    colon or slash fence."""
-    indent = opener[: len(opener) - len(opener.lstrip(" "))]
-    return indent if _fence_marker(opener.lstrip(" \t")) else indent + "    "
+    """The indentation of the body of the container that `opener` (see `indented_containers`)
+    opens, with the block quote markers before it: 4 columns in for an indented container, none
+    more for a colon or slash fence."""
+    indent = opener[: len(opener) - len(opener.lstrip(" \t>"))]
+    return indent if _fence_marker(opener.lstrip(" \t>")) else indent + "    "
 
 
 def indented_containers(doc: ParsedDocument, block: Block) -> tuple[tuple[int, int, str], ...]:
-    """The indented containers and colon or slash fences of top-level `block`, as (first line,
-    last line, first line's text): the block itself when it is one (see
-    `indented_container_opener`), then those nested right in its body at any depth (a `!!! note`
-    in a `=== "pip"` tab, a `:::{tab-item}` in a `::::{tab-set}`, a `/// note` in a `//// tab`),
-    whose body lines read otherwise inside the container around them without their first line;
-    () for any other block."""
-    top = indented_container_opener(doc, block)
-    if not top:
-        return ()
-    lines = doc.lines[block.start_line - 1 : block.end_line]
-    found = [(block.start_line, block.end_line, top)]
-    if not any(map(_repeated_opener, lines[1:])):
-        return tuple(found)  # nothing in its body opens one: no need to read it again
-    around: list[bool] = []  # per open container token: an indented container's or a fence's
-    for token in parse_tokens("\n".join(lines)):
-        if token.nesting == 1:
-            indented = token.type == "admonition_open" and _repeated_opener(lines[token.map[0]])
-            if indented and around and all(around):
-                first = block.start_line + token.map[0]
-                found.append((first, block.start_line + token.map[1] - 1, lines[token.map[0]]))
-            around.append(indented)
-        elif token.nesting == -1:
-            around.pop()
-    return tuple(found)
+    """The Python-Markdown indented containers (`!!! note "T"`, `??? tip`, `=== "pip"`) and
+    colon or slash fences (`:::{tip}`, `/// tip`) of top-level `block` (see
+    `ParsedDocument.containers`), outermost first: the block itself when it is one, those nested
+    in it at any depth (a `!!! note` in a `=== "pip"` tab, a `:::{tab-item}` in a
+    `::::{tab-set}`, a `/// note` in a `//// tab`), and those in the items and block quotes of a
+    list or block quote (FastAPI's `1. Install …` then `    /// note`). Their body lines read
+    otherwise without their first line (an indented container's, 4 columns in, as indented code;
+    a colon or slash fence's as text whose closing line closes nothing), so a chunk starting
+    inside a body repeats them; () for a block holding none."""
+    first = bisect_left(doc.containers, block.start_line, key=_FIRST)
+    return doc.containers[first : bisect_right(doc.containers, block.end_line, key=_FIRST)]
 
 
 def block_starting_at(doc: ParsedDocument, line: int) -> Block | None:
@@ -249,10 +248,23 @@ def block_starting_at(doc: ParsedDocument, line: int) -> Block | None:
     return None
 
 
-def container_openers(containers: Sequence[tuple[int, int, str]], line: int) -> str:
-    """The first lines of the `containers` (see `indented_containers`) whose body holds `line`,
-    outermost first, one a line; '' for none."""
-    return "\n".join(text for first, last, text in containers if first < line <= last)
+def _around(doc: ParsedDocument, line: int, opened: bool) -> Iterator[int]:
+    """Indices in `doc.containers` of the last container whose first line is before `line` (or
+    on it, when `opened`), then of the containers around it, innermost first: the only ones
+    that can hold `line` (a container before it that does not hold it holds none after it)."""
+    find = bisect_right if opened else bisect_left
+    index = find(doc.containers, line, key=_FIRST) - 1
+    while index >= 0:
+        yield index
+        index = doc.container_parents[index]
+
+
+def container_openers(doc: ParsedDocument, line: int) -> str:
+    """The first lines (as repeated, see `indented_containers`) of the containers whose body
+    holds `line`, outermost first, one a line; '' for none. Found by a bisect and a walk out
+    (the lines of 20,000 notes in one block quote were a scan of all of them each)."""
+    held = [doc.containers[i][2] for i in _around(doc, line, False) if line <= doc.containers[i][1]]
+    return "\n".join(reversed(held))
 
 
 def colon_closers(
@@ -266,15 +278,28 @@ def colon_closers(
     return tuple(
         (first, last, doc.lines[last - 1].rstrip())
         for first, last, text in containers
-        if _fence_marker(text.lstrip(" \t"))
+        if _fence_marker(text.lstrip(" \t>"))
     )
 
 
-def closers_after(closers: Sequence[tuple[int, int, str]], line: int, since: int) -> list[str]:
-    """The closing lines of `closers` (see `colon_closers`, outermost first) open after `line`
+def closers_after(doc: ParsedDocument, line: int, since: int) -> list[str]:
+    """The closing lines of the colon and slash fences (see `colon_closers`) open after `line`
     whose first line is a chunk's line since line `since` (0: all, repeated ones too),
     innermost first."""
-    return [text for first, last, text in reversed(closers) if since <= first <= line < last]
+    found = []
+    for index in _around(doc, line, True):
+        first, last, text = doc.containers[index]
+        if first < since:
+            break  # the containers around it start earlier still
+        if line < last and _fence_marker(text.lstrip(" \t>")):
+            found.append(doc.lines[last - 1].rstrip())
+    return found
+
+
+def in_container(doc: ParsedDocument, first: int, last: int) -> bool:
+    """Whether any of lines first..last is a line of a container (see `indented_containers`),
+    from its first line to its last."""
+    return any(doc.containers[i][1] >= first for i in _around(doc, last, True))
 
 
 # An HTML table in a top-level HTML block (`HtmlTable`): its `<table>` tag, a row's `<tr>` tag
@@ -628,7 +653,19 @@ def parse(source: NormalizedDocument) -> ParsedDocument:
     kinds = bytearray(len(source.lines))
     blocks: list[Block] = []
     fences: list[Block] = []
+    containers: list[tuple[int, int, str]] = []
+    parents: list[int] = []
+    around: list[int] = []  # per open admonition token: its container's index, or the one around
     for index, token in enumerate(tokens):
+        if token.type == "admonition_open":
+            first = token.map[0] + offset + 1
+            outer = around[-1] if around else -1
+            if text := _opener_text(source.lines[first - 1]):
+                containers.append((first, token.map[1] + offset, text))
+                parents.append(outer)
+            around.append(len(containers) - 1 if text else outer)
+        elif token.type == "admonition_close":
+            around.pop()
         if token.type in _LITERAL_TOKENS:
             start, end = token.map[0] + offset, token.map[1] + offset
             _mark(kinds, token, start, end)
@@ -649,6 +686,8 @@ def parse(source: NormalizedDocument) -> ParsedDocument:
         line_kinds=bytes(kinds),
         links=_links(tokens, offset, env.get("references", {})),
         implied=implied_headings(source.front_matter, blocks),
+        containers=tuple(containers),
+        container_parents=tuple(parents),
     )
 
 
@@ -792,13 +831,19 @@ def _opener_parts(doc: ParsedDocument, fence: Block) -> tuple[str, str]:
 
 
 def _split_opener(opener: str, markup: str) -> tuple[str, str]:
-    """(container prefix, opener from its marker on): list markers in the prefix become blanks,
-    block quote `>` are kept, so the prefix puts a line at the fence's indentation. A `>` right
-    before a list marker (`>- `, `>1. `) gets the space a quote takes from the lines after it."""
+    """(container prefix, opener from its marker on): the prefix with its list markers blanks
+    (`_blank_list_markers`), so it puts a line at the fence's indentation."""
     cut = opener.index(markup)
-    spaced = _QUOTE_BEFORE_LIST.sub("> ", opener[:cut])
-    prefix = "".join(char if char in "> \t" else " " for char in spaced)
-    return prefix, opener[cut:]
+    return _blank_list_markers(opener[:cut]), opener[cut:]
+
+
+def _blank_list_markers(prefix: str) -> str:
+    """`prefix` (the indentation, block quote and list markers before a fence or container in
+    its list item or block quote) with its list markers blanks and its block quote `>` kept. A
+    `>` right before a list marker (`>- `, `>1. `) gets the space a quote takes from the lines
+    after it."""
+    spaced = _QUOTE_BEFORE_LIST.sub("> ", prefix)
+    return "".join(char if char in "> \t" else " " for char in spaced)
 
 
 def fence_line_kind(fence: Block) -> int:

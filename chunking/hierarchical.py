@@ -41,6 +41,7 @@ from chunking.blocks import (
     Heading,
     ParsedDocument,
     html_tables,
+    in_container,
 )
 from chunking.record import CHUNKING_FAILED, Chunk, ChunkingError
 from chunking.spans import (
@@ -309,7 +310,10 @@ def _in_html_table_or_container(doc: ParsedDocument, first: int, last: int) -> b
     sentences are cells, and a piece starting inside a row has no header (until 2026-11-30); or
     of a container (`!!! note`, `:::tip`, `/// tip`, ```{note}): a piece starting inside its body
     has no first line, and one starting at its closing line began with a bare `///` or `:::`
-    (until 2026-12-01)."""
+    (until 2026-12-01), one in a list item or block quote too (`1. …` then `    /// note`, until
+    chunking.REVISION 43)."""
+    if in_container(doc, first, last):
+        return True
     index = bisect_right(doc.blocks, last, key=attrgetter("start_line"))
     while index and doc.blocks[index - 1].end_line >= first:
         index -= 1

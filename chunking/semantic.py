@@ -61,6 +61,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate
+from operator import itemgetter
 from types import MappingProxyType
 
 from chunking.blocks import (
@@ -594,12 +595,15 @@ class _Window:
 
     def container_units(self, number: int) -> int | None:
         """Units of line `number` up to the first line of text in the body of the MkDocs
-        container or colon fence it opens, and the lines closing what is open after that; None
-        where it opens none."""
+        container or colon or slash fence it opens (in a list item too), and the lines closing
+        what is open after that; None where it opens none."""
         after = bisect_left(self.nonblank_total, self.nonblank_total[number] + 1)
         if after >= len(self.nonblank_total):
             return None
-        if self.doc.lines[number - 1] not in self.indented_opener(after).split("\n"):
+        containers = self.doc.containers
+        index = bisect_left(containers, number, key=itemgetter(0))
+        opened = containers[index] if index < len(containers) else None
+        if opened is None or not opened[0] == number < after <= opened[1]:
             return None
         units = self.lines_units(number, after) + self.closing.get(after, 0)
         return units + self.closer_units(after)
@@ -801,13 +805,10 @@ class _Window:
         return "\n".join(self.doc.lines[first - 1 : min(number - 1, first + 1)])
 
     def indented_opener(self, number: int) -> str:
-        """The first lines of the indented containers (`!!! note`, `=== "pip"`) and colon fences
-        (`:::{tip}`) whose body holds line `number`, the top-level one and those nested in it,
-        outermost first; '' elsewhere."""
-        index = bisect_right(self.indented_starts, number) - 1
-        if index < 0 or not self.indented[index][0] < number <= self.indented[index][1]:
-            return ""
-        return container_openers(self.indented[index][2], number)
+        """The first lines of the indented containers (`!!! note`, `=== "pip"`) and colon or
+        slash fences (`:::{tip}`, `/// note`) whose body holds line `number`, outermost first
+        (see `indented_containers`); '' elsewhere."""
+        return container_openers(self.doc, number)
 
     def fence_room(self, first: int, last: int) -> int:
         """Units of the longest fence-like line (`_OPENS_FENCE`) among lines first..last (bisects
@@ -976,7 +977,7 @@ class _Window:
         repeated (`opener`, `header`), innermost first; '' for none."""
         index = bisect_right(self.indented_starts, last) - 1
         if index >= 0 and last <= self.indented[index][1]:
-            closers = closers_after(self.colons[index], last, 0 if chunk.opener else first)
+            closers = closers_after(self.doc, last, 0 if chunk.opener else first)
             return "\n".join(closers)
         index = bisect_right(self.html_firsts, last) - 1
         table = self.html_tables[index] if index >= 0 else None

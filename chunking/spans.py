@@ -373,13 +373,15 @@ def line_pieces(
     with it when the two do not fit together).
 
     A piece after the first of an indented container (`!!! note "T"`, `=== "pip"`, whose body
-    lines read as indented code without it) or a colon fence (`:::{tip}`) starts with its first
-    line, and those of the containers nested in it that hold the piece's first line (a `!!! note`
-    in a tab), as a piece of a table with its header rows (unless those lines would take over half
-    of `limit`); one that starts inside a line's indentation gets the rest of it, one inside its
-    text the innermost body's indentation (`container_body_indent`); a piece that holds a colon
-    fence's first line (its own or repeated) and ends before its closing line ends with that
-    line (`blocks.colon_closers`). A piece that starts at a later row of an HTML table
+    lines read as indented code without it) or a colon or slash fence (`:::{tip}`, `/// note`),
+    top-level or in a list item or block quote, starts with its first line, and those of the
+    containers around it that hold the piece's first line (a `!!! note` in a tab), as a piece of
+    a table with its header rows (unless those lines would take over half of `limit`); one that
+    starts inside a line's indentation gets the rest of it, one inside its text the innermost
+    body's indentation (`container_body_indent`); a piece that holds a colon fence's first line
+    (its own or repeated) and ends before its closing line ends with that line
+    (`blocks.colon_closers`); a container's first line is kept with its body's first line where
+    they fit (`_container_heads`). A piece that starts at a later row of an HTML table
     (`blocks.HtmlTable`) starts with its `head`, and one that holds its first line (its own or
     repeated) and ends inside it ends with the lines that close its open parts, unless those
     lines would take over half of `limit`.
@@ -417,8 +419,8 @@ def line_pieces(
     block = block_starting_at(doc, src.first_line(span))
     containers = indented_containers(doc, block) if block else ()
     colons = colon_closers(doc, containers)
-    openers = [container_openers(containers, first + 1) for first, _, _ in containers]
-    closers = ["".join("\n" + c for c in closers_after(colons, n, 0)) for n, _, _ in colons]
+    openers = [container_openers(doc, first + 1) for first, _, _ in containers]
+    closers = ["".join("\n" + c for c in closers_after(doc, n, 0)) for n, _, _ in colons]
     longest = max(openers, key=measure.size_of, default="")
     room = measure.size_of(longest) + 5 * (longest.count("\n") + 1)  # lines, newlines, indent
     room += max(map(measure.size_of, closers), default=0)
@@ -440,6 +442,7 @@ def line_pieces(
     if start is not None:
         lines[0] = Span(start, lines[0].end)
     rows = dict(html_rows(doc, block)) if block else {}
+    rows |= _container_heads(numbers, containers)
     heads = {table.first: table.body for table in found}  # a header and its first row: a row
     for group in _grouped(numbers, rows):
         body = heads.get(numbers[group[0]])
@@ -464,13 +467,13 @@ def line_pieces(
         reopen = _fence_around(fences, first, reopen=True)
         close = _fence_around(fences, last, reopen=False)
         prefix = reopeners[reopen.start_line] + "\n" if reopen else ""
-        opener = container_openers(containers, first)
+        opener = container_openers(doc, first) if containers else ""
         before = src.text[src.line_starts[first - 1] : start]
         if opener:
             body = container_body_indent(opener[opener.rfind("\n") + 1 :])  # the innermost's
             prefix = opener + "\n" + prefix + (body if before.strip() else before)
         closing = [fence_closer(doc, close)] if close else []
-        closing += closers_after(colons, last, 0)
+        closing += closers_after(doc, last, 0) if colons else []
         table = _table_at(tables, last)
         at_line = not before.strip()  # the piece starts at its first line's text
         if table is not None:
@@ -535,6 +538,25 @@ def _grouped(numbers: list[int], rows: dict[int, int]) -> list[list[int]]:
             groups.append([index])
             end = rows.get(number, 0)
     return groups
+
+
+def _container_heads(
+    numbers: list[int], containers: Sequence[tuple[int, int, str]]
+) -> dict[int, int]:
+    """The first line of each of `containers` (see `blocks.indented_containers`) mapped to the
+    first of `numbers` (a block's non-blank lines) after it that opens none of them, within the
+    container: `line_pieces` keeps those lines together where they fit, so that no piece ends
+    with a container's first lines alone (an empty `/// note`, closed there and repeated atop
+    the next piece with its text)."""
+    firsts = {first for first, _, _ in containers}
+    heads = {}
+    for first, last, _ in containers:
+        index = bisect_right(numbers, first)
+        while index < len(numbers) and numbers[index] in firsts:
+            index += 1
+        if index < len(numbers) and numbers[index] <= last:
+            heads[first] = numbers[index]
+    return heads
 
 
 def _size(measure: Measure, lines: list[Span], group: list[int]) -> int:

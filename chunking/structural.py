@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from chunking.blocks import Block, Heading, ParsedDocument, html_tables
+from chunking.blocks import Block, Heading, ParsedDocument, html_tables, indented_containers
 from chunking.spans import (
     FENCE_RUN,
     WORD_BOUNDARY,
@@ -204,8 +204,9 @@ class _Walker:
         # No overlap from an HTML table: its sentences are cells, and the next chunk would start
         # inside a row, with no header (until 2026-11-30); nor from a container (`!!! note`,
         # `:::tip`, `/// tip`, ```{note}): the next chunk would start inside its body, without its
-        # first line, and with its closing line after the overlap (until 2026-12-01).
-        container = block.kind == "admonition"
+        # first line, and with its closing line after the overlap (until 2026-12-01); nor from a
+        # block quote holding one (`> /// note`, until chunking.REVISION 43).
+        container = block.kind == "admonition" or bool(indented_containers(self.doc, block))
         measure = None if container or html_tables(self.doc, block) else measure
         if current.empty:
             self.open = _Open(span.start, span.end, tokens, kind, span, measure)

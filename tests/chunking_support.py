@@ -59,16 +59,22 @@ _FENCED_CONTAINERS = [
 
 
 @st.composite
+def _fenced_container(draw) -> str:
+    """Another block in a container written as a fence, closed or not."""
+    opener, closer = draw(st.sampled_from(_FENCED_CONTAINERS))
+    inner = draw(_block(nested=False))
+    return "\n".join([opener, inner] + ([closer] if draw(st.booleans()) else []))
+
+
+@st.composite
 def _block(draw, nested: bool = True) -> str:
     kind = draw(st.integers(0, 14 if nested else 11))
-    if kind == 14:  # another block in a container written as a fence, closed or not
-        opener, closer = draw(st.sampled_from(_FENCED_CONTAINERS))
-        inner = draw(_block(nested=False))
-        return "\n".join([opener, inner] + ([closer] if draw(st.booleans()) else []))
+    if kind == 14:
+        return draw(_fenced_container())
     sentence = draw(_SENTENCE)
-    if kind == 12:  # another block inside a block quote or a list item
+    if kind == 12:  # another block inside a block quote or a list item (a `/// note` too)
         first, rest = draw(st.sampled_from(_CONTAINERS))
-        inner = draw(_block(nested=False)).split("\n")
+        inner = draw(st.one_of(_block(nested=False), _fenced_container())).split("\n")
         lines = [rest + line if line else rest.rstrip() for line in inner[1:]]
         return "\n".join([first + inner[0], *lines])
     if kind == 13:  # another block in an admonition or content tab, indented 4 columns
@@ -116,8 +122,8 @@ def _block(draw, nested: bool = True) -> str:
 def markdown_documents(draw) -> str:
     """Random markdown mixing headings, setext headings, fences (closed or not), lists, quotes,
     tables (with and without outer pipes), indented code, HTML, MkDocs admonitions and containers
-    written as fences (MyST, VitePress, pymdownx.blocks), with CJK words and heading-like lines
-    inside code."""
+    written as fences (MyST, VitePress, pymdownx.blocks; in list items and quotes too), with CJK
+    words and heading-like lines inside code."""
     blocks = draw(st.lists(_block(), max_size=25))
     separator = draw(st.sampled_from(["\n\n", "\n"]))
     return separator.join(blocks) + draw(st.sampled_from(["", "\n"]))

@@ -18,6 +18,7 @@ from chunking.blocks import (
     block_parser,
     fence_reopener,
     heading_title,
+    indented_containers,
     parse,
     text_line_kinds,
     unclosed_fences,
@@ -409,6 +410,38 @@ def test_slash_fences_are_containers_up_to_a_closing_line_of_as_many_slashes(tex
 )
 def test_only_a_slash_fence_closed_by_as_many_slashes_is_a_container(text, kinds):
     assert [b.kind for b in parse(normalize(text)).blocks] == kinds
+
+
+@pytest.mark.parametrize(
+    ("text", "containers"),
+    [
+        # FastAPI's deployment/docker.md: a note in a numbered item, 4 columns in
+        (
+            "1. Install.\n\n    /// note\n\n    In.\n\n    ///\n\n2. Copy.\n",
+            [(3, 7, "    /// note")],
+        ),
+        # on the item's first line: repeated without the list marker, as a reopened fence
+        ("- /// tip | Title\n  In.\n  ///\n- After.\n", [(1, 3, "  /// tip | Title")]),
+        ("10. :::{note}\n    In.\n    :::\n", [(1, 3, "    :::{note}")]),
+        ("* Item\n\n    !!! note\n        In.\n", [(3, 4, "    !!! note")]),
+        ("> /// note\n> In.\n> ///\n", [(1, 3, "> /// note")]),
+        # in a list in a container: both, outermost first
+        (
+            "//// tab | A\n\n- Item\n\n    /// note\n    In.\n    ///\n\n////\n",
+            [(1, 9, "//// tab | A"), (5, 7, "    /// note")],
+        ),
+        ("1. Item\n\n    /// note\n    Never closed.\n", []),
+    ],
+    ids=["numbered", "bullet-first-line", "colon", "admonition", "quote", "in-a-tab", "unclosed"],
+)
+def test_containers_in_list_items_and_block_quotes_are_containers(text, containers):
+    """A `/// note` (or `:::tip`, `!!! note`) inside a list item or block quote is a container
+    as a top-level one is (its first line, as a chunk cut inside its body repeats it, and its
+    last line): until chunking.REVISION 43 only top-level ones and those nested right in them
+    were, so a list cut inside its body gave chunks that opened a `///` they did not close (6
+    of FastAPI's, all in deployment/docker.md)."""
+    doc = parse(normalize(text))
+    assert [c for b in doc.blocks for c in indented_containers(doc, b)] == containers
 
 
 def test_a_myst_target_line_belongs_to_the_heading_it_labels():

@@ -255,6 +255,58 @@ def test_no_overlap_is_taken_from_a_container(strategy, before, options, opener)
     assert len(starts) > 1 and not any(first < start <= last for start in starts), starts
 
 
+def _list_page(item: str, opener: str, body: list[str], closer: str) -> str:
+    """A page whose list item (`item`: `1. ` or `* `) holds a container (FastAPI's
+    deployment/docker.md: `1. …`, then `    /// note`, its body and `    ///` 4 columns in)."""
+    fence = [opener, "", *body, "", closer]
+    inner = [_paragraph(2), "", *fence, "", _paragraph(3)]
+    lines = ["# Guide", "", "## Install", "", _paragraph(1), "", f"{item}Install the packages."]
+    lines += ["", *(f"    {line}" if line else "" for line in inner), "", f"{item}Copy the app."]
+    return "\n".join([*lines, "", _paragraph(4), ""])
+
+
+def _balanced(text: str, opener: str, closer: str, empty: bool = False) -> bool:
+    """Whether every `opener` line of `text` (indentation aside) is closed by a later `closer`
+    line, none right after it (an empty container) unless `empty`, and no `closer` line closes
+    nothing."""
+    depth, before = 0, ""
+    for line in filter(None, map(str.strip, text.split("\n"))):
+        depth += {opener: 1, closer: -1}.get(line, 0)
+        if depth < 0 or (before, line) == (opener, closer) and not empty:
+            return False
+        before = line
+    return depth == 0
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(
+    ("item", "opener", "closer"),
+    [("1. ", "/// note | Caching", "///"), ("* ", "/// note", "///"), ("1. ", ":::tip", ":::")],
+    ids=["numbered", "bullet", "colon-fence"],
+)
+def test_a_container_in_a_list_item_is_cut_inside_its_body(strategy, item, opener, closer):
+    """A `/// note` (or `:::tip`) inside a list item, too big for a chunk, is cut as a top-level
+    one is: each chunk holding a piece of its body repeats its first line and ends with its
+    closing line, at the item's indentation, and its body is all kept; no chunk ends with its
+    first line alone (an empty note). Until chunking.REVISION 43 the list was cut between lines
+    as if it held none: a chunk opened the note and ended inside it, the next began inside its
+    body or with its bare closing line (FastAPI's deployment/docker.md)."""
+    body = [_paragraph(10 + i) for i in range(10)]
+    text = _list_page(item, opener, [line for p in body for line in (p, "")][:-1], closer)
+    document = check_invariants(text, strategy, **PARAGRAPH_LIMITS[strategy])
+    for chunk in document.chunks:
+        assert _balanced(chunk.text, opener, closer), chunk.text
+    pieces = [c for c in document.chunks if any(p in c.text for p in body)]
+    assert len(pieces) > (strategy != "headers")
+    for chunk in pieces:
+        lines = [line for line in chunk.text.split("\n") if line.strip()]
+        held = [n for n, line in enumerate(lines) if line.strip() in body]
+        assert f"    {opener}" in lines[: held[0]], chunk.text
+        assert f"    {closer}" in lines[held[-1] :], chunk.text
+    seen = {line.strip() for c in pieces for line in c.text.split("\n")}
+    assert set(body) <= seen
+
+
 # -- bad input: chunks or a clear ChunkingError, never a crash or a hang -------------------------
 
 
@@ -315,6 +367,20 @@ def test_unclosed_fence(strategy):
 def test_lists_nested_500_deep(strategy):
     text = "# T\n\n" + "".join(f"{'  ' * depth}- item {depth}\n" for depth in range(500))
     assert check_invariants(text, strategy).chunks
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_twenty_thousand_notes_in_one_block_quote(strategy):
+    """A block quote of 20,000 `> /// note`s, cut in hundreds of pieces: each piece closes the
+    notes it opens (until chunking.REVISION 43 a note in a block quote was no container), and
+    finding the notes around a line is a bisect and a walk out through those around it (a scan
+    of every note of the quote took 40 to 80 s a strategy)."""
+    text = "# T\n\n" + "".join(f"> /// note\n> Body {i} words.\n> ///\n>\n" for i in range(20_000))
+    document = chunk_source(text, strategy=strategy)
+    assert len(document.chunks) > 1 or strategy == "headers"
+    # a piece starting at a note's closing line repeats its first line: an empty note
+    assert all(_balanced(c.text, "> /// note", "> ///", empty=True) for c in document.chunks)
 
 
 @pytest.mark.timeout(30)
