@@ -158,6 +158,15 @@ def cat_many(fs: fsspec.AbstractFileSystem, paths: list[str]) -> dict[str, bytes
     return dict(zip(paths, found, strict=True))
 
 
+def cat_one(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
+    """One file read whole as `cat_many` reads it (on s3fs one GET, no HEAD before it); its
+    error raised (FileNotFoundError where there is none)."""
+    found = cat_many(fs, [path])[path]
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
 def info_many(fs: fsspec.AbstractFileSystem, paths: list[str]) -> list[dict[str, Any] | Exception]:
     """What fsspec's `info` says of each of `paths`, in order (concurrent HEADs on an async
     filesystem such as http(s)), an exception in place of each it cannot say."""

@@ -26,7 +26,7 @@ from chunking.links import spellings
 from embedding.files import (
     UnknownProtocol,
     archive_problem,
-    cat_many,
+    cat_one,
     known_protocol,
     missing_bucket,
     protocol_of,
@@ -322,16 +322,13 @@ class IndexReader:
 
     def _fetch(self, relpath: str) -> bytes | None:
         """`read` of an output-root-relative file inside the root, from its filesystem: one GET
-        on S3 (`cat_many`; s3fs's own `cat_file` sent a HEAD before it, and a LIST after a HEAD
+        on S3 (`cat_one`; s3fs's own `cat_file` sent a HEAD before it, and a LIST after a HEAD
         that found nothing)."""
         import aiohttp  # fsspec's http client, whose errors a read over http(s) raises
 
         path = self._path(relpath)
         try:
-            found = cat_many(self.fs, [path])[path]
-            if isinstance(found, Exception):
-                raise found
-            return found
+            return cat_one(self.fs, path)
         except FileNotFoundError:
             return None
         except aiohttp.ClientResponseError as error:

@@ -32,6 +32,7 @@ from embedding.files import (
     GATHER_BATCH,
     LOCAL_PROTOCOLS,
     cat_many,
+    cat_one,
     change_tag,
     fresh_listings,
     info_many,
@@ -144,13 +145,9 @@ class Storage:
     def read_bytes(self, relpath: str) -> bytes:
         """The whole file; FileNotFoundError when it does not exist, SymlinkRefused when it is a
         symbolic link that this storage does not follow, OSError when it is no regular file. On
-        an object store one GET (`cat_many`: s3fs's `cat_file` sent a HEAD before it)."""
+        an object store one GET (`cat_one`: s3fs's `cat_file` sent a HEAD before it)."""
         if not self.is_local:
-            path = self.full_path(relpath)
-            found = cat_many(self.filesystem(), [path])[path]
-            if isinstance(found, Exception):
-                raise found
-            return found
+            return cat_one(self.filesystem(), self.full_path(relpath))
         return _read_local(self.full_path(relpath), self.follow_symlinks)
 
     def read_optional(self, relpath: str) -> bytes | None:
