@@ -7,11 +7,15 @@ topic (`jobs.progress.StatsCollector.count_topics`), and once a topic has all th
 expects (in a second pass, those of its sources the first could not carry, beside the first
 pass's blocks), one Ray task reduces it from the blocks that hold them
 (`jobs.stages.topic.build_and_write`). Topics are written while later ones are still being
-embedded, and nothing is shuffled.
+embedded, and nothing is shuffled. A daemon thread fetches the bundles (`Bundles`), so the driver
+waits on them and on the running reduces together, and yields each topic as its reduce finishes.
 """
 
 from __future__ import annotations
 
+import ctypes
+import queue
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -45,6 +49,12 @@ def _reduce_topic(
 
 Piece = tuple[Any, Span]  # a block's object reference and the span of it that holds the rows
 
+# How long the driver waits for the dataset's next bundle before it looks at its running reduces
+# again; also how soon it takes a stop `jobs.local_ray.NodeWatch` asks for (`interrupt_main`
+# sends no signal: a wait without a bound would not wake for it).
+WAIT_SECONDS = 0.2
+_END = object()  # in the queue of `Bundles`: the dataset has no more bundles
+
 
 def reduce_topics(
     dataset: Dataset,
@@ -69,12 +79,9 @@ def reduce_topics(
     # a topic's pieces until it has them all
     pending: dict[str, list[Piece]] = {topic: list(pieces) for topic, pieces in kept.items()}
     running: dict[Any, list[Piece]] = {}  # each running reduce's pieces
+    bundles = Bundles(dataset)
     try:
-        for bundle in dataset.iter_internal_ref_bundles():
-            pieces = [
-                (entry.ref, (part.start_offset, part.end_offset) if part else (0, None))
-                for entry, part in zip(bundle.blocks, bundle.slices, strict=True)
-            ]
+        for pieces in bundles.pieces(WAIT_SECONDS):
             counts = ray.get([collector.count_topics.remote(ref, span) for ref, span in pieces])
             for piece, found in zip(pieces, counts, strict=True):
                 for topic, count in found.items():
@@ -94,6 +101,7 @@ def reduce_topics(
             done, _ = ray.wait(list(running), num_returns=1)
             yield from _finished(done, running)
     except BaseException:
+        bundles.stop()  # the dataset's execution shut down, as the driver's own wait once was
         if running:  # a failed job returns only once none of its topics is still being written
             settle(list(running), options)
         raise
@@ -118,3 +126,64 @@ def _finished(
     """The summaries of the `done` reduces, each with its pieces, taken out of `running`."""
     for ref, summary in zip(done, ray.get(done), strict=True):
         yield summary, running.pop(ref)
+
+
+class _Stopped(BaseException):
+    """Raised in the thread of `Bundles` where it waits for the dataset: Ray Data's iterator shuts
+    the dataset's execution down on any exception (its running tasks cancelled, its actors
+    killed), as it did when a signal or an error ended the driver's own wait there."""
+
+    def __str__(self) -> str:
+        return "the build failed or was stopped on the driver"  # Ray Data's log: "failed with …"
+
+
+class Bundles:
+    """The output bundles of a dataset (`iter_internal_ref_bundles`), fetched by a daemon thread
+    into a queue, for a driver that waits on other work too: one that waited in the iterator
+    alone yielded a topic whose reduce had finished only once the next bundle came (tldr linux,
+    osx and windows: 2 topics written 104 s in, their lines at 119 s in the same millisecond)."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=self._fetch, args=(dataset,), name="mdindex-bundles", daemon=True
+        )
+        self._thread.start()
+
+    def _fetch(self, dataset: Dataset) -> None:
+        try:
+            for bundle in dataset.iter_internal_ref_bundles():
+                self._queue.put(bundle)
+            self._queue.put(_END)
+        except BaseException as error:  # noqa: BLE001 - the dataset's failure, raised by `pieces`
+            self._queue.put(error)
+
+    def pieces(self, wait: float) -> Iterator[list[Piece]]:
+        """The pieces of each bundle as it comes, and none each time no bundle came within `wait`
+        seconds, until the dataset ends; the error that failed the dataset is raised here."""
+        while True:
+            try:
+                item = self._queue.get(timeout=wait)
+            except queue.Empty:
+                yield []
+                continue
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield _pieces(item)
+
+    def stop(self) -> None:
+        """Stop fetching, the dataset's execution shut down, and return once the thread ended."""
+        if self._thread.is_alive():
+            ident, stopped = ctypes.c_ulong(self._thread.ident), ctypes.py_object(_Stopped)
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, stopped)
+        self._thread.join()
+
+
+def _pieces(bundle: Any) -> list[Piece]:
+    """The blocks of a bundle (Ray Data's `RefBundle`), each with the span of it that it holds."""
+    return [
+        (entry.ref, (part.start_offset, part.end_offset) if part else (0, None))
+        for entry, part in zip(bundle.blocks, bundle.slices, strict=True)
+    ]

@@ -57,3 +57,41 @@ def test_a_running_embedding_calls_line_counts_its_cache_hits(tmp_path, caplog, 
     # cache) while it loaded its model and embedded its 60 new chunks
     found_only = [line for line, c in zip(lines, counts, strict=True) if c == (0, len(cached))]
     assert found_only and not any("ETA" in line for line in found_only), found_only
+
+
+def test_a_topics_written_line_comes_as_its_reduce_finishes(tmp_path, caplog, monkeypatch):
+    """A topic whose reduce finishes while a later topic is still being embedded is told at once.
+    The driver looked for finished reduces only when the dataset's next bundle came, so its
+    "written" line came with that bundle, seconds late (tldr linux, osx and windows: the progress
+    line said "2/3 topics written" at 104 s, the lines of both came at 119 s in the same
+    millisecond). Here the page of topic `a` is one batch, the long page of `b` (120 chunks) the
+    next, and one embedding actor takes `a`'s first: the line of `a` comes within ten heartbeats
+    of 0.1 s of the first progress line that counts it written, while `b` is embedded on."""
+    docs = tmp_path / "docs"
+    (docs / "a").mkdir(parents=True)
+    # 1 kB and more: a batch of its own (resources.chunk.batch_mb 0.001)
+    (docs / "a" / "short.md").write_text("# Short\n\n" + "How short retries a request. " * 40)
+    (docs / "b").mkdir()
+    parts = [
+        f"## Part {n}\n\n" + " ".join(f"Step {i} retries request {i} on host-{i}." for i in steps)
+        for n, steps in enumerate(range(k, k + 30) for k in range(0, 1800, 30))
+    ]
+    (docs / "b" / "long.md").write_text("# Long\n\n" + "\n\n".join(parts) + "\n")
+    sets = {
+        "resources.chunk.batch_mb": "0.001",  # a batch, and an embedding call, per page
+        "resources.embed.actors": "1",
+        "resources.embed.num_cpus": "1",
+    }
+    args = ["--input", str(docs), "--output", str(tmp_path / "out"), "--cache", str(tmp_path / "c")]
+    args += [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
+    monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.1)
+    with caplog.at_level(logging.INFO, logger="mdindex.build"):
+        assert main(["--config", CONFIG, *args]) == 0
+    lines = caplog.messages
+    written = lines.index("topic 'a' written (1/2)")
+    assert lines.index("topic 'b' written (2/2)") > written
+    one_written = [i for i, line in enumerate(lines) if "; 1/2 topics written" in line]
+    assert len(one_written) >= 15, lines  # b ran on for 1.5 s and more: the case under test
+    # the line of a within ten heartbeats of one that counted it (it came with the bundle of b,
+    # 68 lines after the first, before the fix)
+    assert len([i for i in one_written if i < written]) < 10, lines
