@@ -11,8 +11,9 @@ Seed 003 rules, applied line by line over the document (headings come from the b
   seed's "lookahead optimization", one line ahead; where the heading and that line would not fit
   in a chunk of their own either, the line is cut and its first piece fills the heading's chunk);
   likewise before a fence's opening line whose next line would not fit, so that no chunk ends
-  with an empty code block (`opener_ends_chunk`), or an admonition's first line whose first line
-  of text would not fit (`container_ends_chunk`), and before a list's last item, one line ending
+  with an empty code block (`opener_ends_chunk`), or a container's first line whose first line
+  of content would not fit (`container_ends_chunk`; where that line is cut, its first piece
+  follows the first line instead), and before a list's last item, one line ending
   with a colon, whose next block's first line would not fit after it, so that tldr-pages'
   "- Description:" stays with its command (`intro_ends_chunk`; before the heading right above
   it, `ends_chunk`);
@@ -327,14 +328,16 @@ class _Window:
     def ends_chunk(self, block: Block, content: int | None) -> bool:
         """Whether the heading would be the chunk's last content: its first line of content
         (`content`, after any headings right below it) would not fit after it, so the max-token
-        seal would come between them (a fence's opening line is measured with its next line, and
-        an admonition's first line with its first line of text, so that the chunk does not end
-        with the heading and an empty code block or admonition either). Where the
-        two would not fit in a chunk of their own either, and the line would not fit below the
-        heading prepended to a chunk (it is cut), its first piece stays with the heading
-        (`add_line`, where the heading and the lines before its content take at most half the
-        chunk): the seal comes before the heading then too, unless it is right below another
-        heading, which the piece follows as well."""
+        seal would come between them (`lead_units`: a fence's opening line is measured with its
+        next line, and a container's first line with its first line of content, so that the
+        chunk does not end with the heading and an empty code block or container either). Where
+        the two would not fit in a chunk of their own either, and the line would not fit below
+        the heading prepended to a chunk (it is cut; below a container's first lines, those
+        repeated too), its first piece stays with the heading (`add_line`, where the heading and
+        the lines before its content take at most half the chunk, or, below a container's first
+        lines, where that gives the piece more room than this chunk, `moves_head`): the seal
+        comes before the heading then too, unless it is right below another heading, which the
+        piece follows as well."""
         if content is None:
             return False
         parents = tuple(
@@ -346,19 +349,21 @@ class _Window:
             units = self.lines_units(block.start_line, intro[0] - 1) + intro[1]
             if not self.fits(units) and overhead + units <= self.limit:
                 return True
-        opener = self.opener_units(content)
-        opener = self.container_units(content) if opener is None else opener
-        if opener is None:
-            units = self.lines_units(block.start_line, content) + self.closer_units(content)
-        else:
-            units = self.lines_units(block.start_line, content - 1) + opener
+        units = self.lead_units(block.start_line, content)
         if self.fits(units):
             return False
         if overhead + units <= self.limit:
             return True
+        opener = ""  # a container's first line of content is cut below its first lines
+        if self.opened_at(content) is not None:
+            content = self.content_line(content)
+            opener = self.indented_opener(content)
         line = self.lines_units(content, content) + self.closer_units(content)
-        cut = self.new_chunk((*parents, block.heading)).overhead + line > self.limit
-        half = overhead + self.lines_units(block.start_line, content - 1) <= self.limit // 2
+        fresh = self.new_chunk((*parents, block.heading), opener=opener)
+        cut = fresh.overhead + line > self.limit
+        head = self.lines_units(block.start_line, content - 1)
+        half = overhead + head <= self.limit // 2
+        half = half or bool(opener) and self.moves_head(overhead, head)
         return cut and half and not self.below_heading(block.start_line)
 
     def below_heading(self, number: int) -> bool:
@@ -482,7 +487,11 @@ class _Window:
             self.seal(self.continuation(number))
         if self.chunk.has_content and not self.fits(units + closer):
             alone = self.continuation(number).overhead + units + closer <= self.limit
-            if alone or not self.below_heading(number) or not self.fits(self.limit // 2):
+            # below a container's first lines its first piece stays, where it gets an eighth
+            # of a chunk (`container_ends_chunk` moved the seal before them where that helps)
+            head = self.below_container_head(number) and self.fits(closer + self.limit // 8)
+            below = self.below_heading(number)
+            if not head and (alone or not below or not self.fits(self.limit // 2)):
                 self.seal(self.continuation(number))
         if self.fits(units + closer):
             self.append(number, number, None, units, bool(text.strip()))
@@ -565,11 +574,7 @@ class _Window:
             return None
         if not _is_item_of(text, self.doc.lines[number - 1]):
             return None
-        after = following.start_line
-        opener = self.opener_units(after)
-        if opener is None:
-            opener = self.lines_units(after, after) + self.closer_units(after)
-        return start, self.lines_units(start, after - 1) + opener
+        return start, self.lead_units(start, following.start_line)
 
     def opener_ends_chunk(self, number: int) -> bool:
         """Whether line `number` opens a fence whose next line would not fit after it, so the
@@ -580,33 +585,85 @@ class _Window:
         units = self.opener_units(number)
         if units is None or self.fits(units) or self.below_heading(number):
             return False
-        return self.continuation(number).overhead + units <= self.limit
-
-    def container_ends_chunk(self, number: int) -> bool:
-        """Whether line `number` is the first line of an MkDocs container or colon fence (`!!!
-        note`, `=== "pip"`, `:::tip`) whose first line of text would not fit after it, so the
-        max-token seal would leave an empty admonition last in the chunk, repeated atop the next
-        with its text. Not where the two would not fit in a chunk of their own either, nor right
-        below a heading the chunk took (as `opener_ends_chunk`)."""
-        units = self.container_units(number)
-        if units is None or self.fits(units) or self.below_heading(number):
+        if self.below_container_head(number):  # measured with it (`container_ends_chunk`)
             return False
         return self.continuation(number).overhead + units <= self.limit
 
-    def container_units(self, number: int) -> int | None:
-        """Units of line `number` up to the first line of text in the body of the MkDocs
-        container or colon or slash fence it opens (in a list item too), and the lines closing
-        what is open after that; None where it opens none."""
-        after = bisect_left(self.nonblank_total, self.nonblank_total[number] + 1)
-        if after >= len(self.nonblank_total):
-            return None
+    def container_ends_chunk(self, number: int) -> bool:
+        """Whether line `number` is the first line of an MkDocs container, colon or slash fence
+        (`!!! note`, `=== "pip"`, `:::tip`, `//// tab`, in a list item too) whose first line of
+        content (`lead_units`: through a `/// note` in the tab, a code block's opening line)
+        would not fit after it, so the max-token seal would leave an empty container last in
+        the chunk, repeated atop the next with its text: the seal comes before it where a chunk
+        of its own holds the two, or, where that line is cut (longer than a chunk), where this
+        chunk would keep less than half its room for the first piece and a chunk of its own
+        more (`add_line` keeps that piece below the container's first lines). Not right below a
+        heading the chunk took (as `opener_ends_chunk`), nor below another container's first
+        line (measured with this one's)."""
+        opened = self.opened_at(number)
+        if opened is None or self.below_heading(number) or self.below_container_head(number):
+            return False
+        units = self.lead_units(number, number)
+        if self.fits(units):
+            return False
+        overhead = self.continuation(number).overhead
+        if overhead + units <= self.limit:
+            return True
+        return self.moves_head(overhead, self.lines_units(number, self.content_line(number) - 1))
+
+    def moves_head(self, overhead: int, head: int) -> bool:
+        """Whether a seal before lines of `head` units, above a line that is cut (longer than
+        a chunk), gives its first piece more room: this chunk would keep less than half its room
+        for it, a chunk of its own, starting with `overhead`, more."""
+        held = self.chunk.overhead + self.chunk.units
+        return not self.fits(head + self.limit // 2) and overhead < held
+
+    def opened_at(self, number: int) -> tuple[int, int, str] | None:
+        """The container (see `ParsedDocument.containers`) whose first line is line `number`,
+        None where none is."""
         containers = self.doc.containers
         index = bisect_left(containers, number, key=itemgetter(0))
-        opened = containers[index] if index < len(containers) else None
-        if opened is None or not opened[0] == number < after <= opened[1]:
-            return None
-        units = self.lines_units(number, after) + self.closing.get(after, 0)
-        return units + self.closer_units(after)
+        found = containers[index] if index < len(containers) else None
+        return found if found is not None and found[0] == number else None
+
+    def content_line(self, number: int) -> int:
+        """The first line of content at line `number`: itself, or where it is the first line of
+        a container with a line of body after it, that of the first non-blank line after it
+        (through the containers nested there, a `/// note` in a `//// tab`), or the line after
+        a code block's opening line there."""
+        while (opened := self.opened_at(number)) is not None:
+            after = bisect_left(self.nonblank_total, self.nonblank_total[number] + 1)
+            if not number < after <= opened[1]:
+                break
+            number = after
+        return number + 1 if self.opener_units(number) is not None else number
+
+    def lead_units(self, start: int, number: int) -> int:
+        """Units of lines start..number and of what a chunk holds with line `number` at its end:
+        the lines up to its first line of content (`content_line`) and those closing what is
+        open after that line."""
+        last = self.content_line(number)
+        if last > number and self.opener_units(last - 1) is not None:  # a code block's first
+            return self.lines_units(start, last - 2) + self.opener_units(last - 1)
+        return self.lines_units(start, last) + self.closer_units(last)
+
+    def below_container_head(self, number: int) -> bool:
+        """Whether the chunk's last non-blank own lines, right before line `number`, are the first
+        lines of containers whose body holds line `number` (a `//// tab` and a `/// note`), and
+        of a code block there: the head of what line `number` is the first content of."""
+        segments = self.chunk.segments
+        if not segments or segments[-1][2] is not None or segments[-1][1] != number - 1:
+            return False
+        found = False
+        for line in range(number - 1, segments[-1][0] - 1, -1):
+            if not self.doc.lines[line - 1].strip():
+                continue
+            opened = self.opened_at(line)
+            if opened is not None and number <= opened[1]:
+                found = True
+            elif found or self.opener_units(line) is None or line != number - 1:
+                return found
+        return found
 
     def opener_units(self, number: int) -> int | None:
         """Units of fence opening line `number`, the line after it and the closing line needed

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from chunking.blocks import (
+    FENCE_MARK,
     NOT_SPACE,
     Block,
     HtmlTable,
@@ -380,11 +381,13 @@ def line_pieces(
     starts inside a line's indentation gets the rest of it, one inside its text the innermost
     body's indentation (`container_body_indent`); a piece that holds a colon fence's first line
     (its own or repeated) and ends before its closing line ends with that line
-    (`blocks.colon_closers`); a container's first line is kept with its body's first line where
-    they fit (`_container_heads`). A piece that starts at a later row of an HTML table
-    (`blocks.HtmlTable`) starts with its `head`, and one that holds its first line (its own or
-    repeated) and ends inside it ends with the lines that close its open parts, unless those
-    lines would take over half of `limit`.
+    (`blocks.colon_closers`); a container's first line is kept with its body's first line of
+    content, and its closing line with its body's last (`_container_rows`): together where they
+    fit, else cut at words (no piece ends with a container's head alone, none is an opener and
+    its closer alone). A piece that starts at a later row of an HTML table (`blocks.HtmlTable`)
+    starts with its `head`, and one that holds its first line (its own or repeated) and ends
+    inside it ends with the lines that close its open parts, unless those lines would take
+    over half of `limit`.
 
     A cut inside a fenced code block, at any nesting, closes the fence at the end of one piece
     and reopens it (same marker, info string and indentation; the bare marker when those would
@@ -442,7 +445,8 @@ def line_pieces(
     if start is not None:
         lines[0] = Span(start, lines[0].end)
     rows = dict(html_rows(doc, block)) if block else {}
-    rows |= _container_heads(numbers, containers)
+    kept = _container_rows(doc, numbers, containers, colons)
+    rows |= kept
     heads = {table.first: table.body for table in found}  # a header and its first row: a row
     for group in _grouped(numbers, rows):
         body = heads.get(numbers[group[0]])
@@ -454,6 +458,9 @@ def line_pieces(
         for row in split_rows:
             if len(row) > 1 and _size(measure, lines, row) <= budget:
                 parts.append(Span(lines[row[0]].start, lines[row[-1]].end))
+                continue
+            if len(row) > 1 and numbers[row[0]] in kept:  # cut at words, not apart
+                parts += cut(src, measure, Span(lines[row[0]].start, lines[row[-1]].end), budget)
                 continue
             for line in (lines[index] for index in row):
                 if measure.size(line.start, line.end) <= budget:
@@ -528,35 +535,57 @@ def _closers_kept(
 
 def _grouped(numbers: list[int], rows: dict[int, int]) -> list[list[int]]:
     """The indices of lines `numbers` grouped: those of each of `rows` (first line: last line)
-    together, every other line alone."""
+    together, every other line alone; rows that overlap are one group."""
     groups: list[list[int]] = []
-    end = 0  # the last line of the row being grouped
+    end = 0  # the last line of the rows being grouped
     for index, number in enumerate(numbers):
         if number <= end:
             groups[-1].append(index)
         else:
             groups.append([index])
-            end = rows.get(number, 0)
+        end = max(end, rows.get(number, 0))
     return groups
 
 
-def _container_heads(
-    numbers: list[int], containers: Sequence[tuple[int, int, str]]
+def _container_rows(
+    doc: ParsedDocument,
+    numbers: list[int],
+    containers: Sequence[tuple[int, int, str]],
+    colons: Sequence[tuple[int, int, str]],
 ) -> dict[int, int]:
-    """The first line of each of `containers` (see `blocks.indented_containers`) mapped to the
-    first of `numbers` (a block's non-blank lines) after it that opens none of them, within the
-    container: `line_pieces` keeps those lines together where they fit, so that no piece ends
-    with a container's first lines alone (an empty `/// note`, closed there and repeated atop
-    the next piece with its text)."""
+    """Rows (first line: last line, among `numbers`, a block's non-blank lines) that keep each of
+    `containers` (see `blocks.indented_containers`) from ending a piece with its head or starting
+    one with its closing line (an empty `/// note`, closed there and repeated atop the next piece
+    with its text): its first line to its body's first line of content (the first line after it
+    that opens none of them and no fenced code block: an empty code block is none), and, for
+    each of `colons` (`blocks.colon_closers`), its body's last line of content (no closing line
+    of a fence or of a container) to its closing line. `line_pieces` keeps a row together where
+    it fits and cuts it at words where it does not."""
+    if not containers:
+        return {}
     firsts = {first for first, _, _ in containers}
-    heads = {}
+    closing = {last for _, last, _ in colons}
+    fences = {fence.start_line for fence in fences_opening(doc.fences, numbers[0], numbers[-1])}
+    rows: dict[int, int] = {}
     for first, last, _ in containers:
         index = bisect_right(numbers, first)
-        while index < len(numbers) and numbers[index] in firsts:
+        while index < len(numbers) and (numbers[index] in firsts or numbers[index] in fences):
             index += 1
         if index < len(numbers) and numbers[index] <= last:
-            heads[first] = numbers[index]
-    return heads
+            rows[first] = max(rows.get(first, 0), numbers[index])
+    for first, last, _ in colons:
+        index = bisect_left(numbers, last) - 1
+        while index >= 0 and first < numbers[index] and _closes(doc, numbers[index], closing):
+            index -= 1
+        if index >= 0 and first < numbers[index]:
+            rows[numbers[index]] = max(rows.get(numbers[index], 0), last)
+    return rows
+
+
+def _closes(doc: ParsedDocument, number: int, closing: set[int]) -> bool:
+    """Whether line `number` is one of the `closing` lines of containers, or a fence marker line
+    (walking back from a closing line, the first met closes a fenced code block)."""
+    return number in closing or doc.line_kinds[number - 1] == FENCE_MARK
 
 
 def _size(measure: Measure, lines: list[Span], group: list[int]) -> int:

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from chunking import ChunkedDocument, chunk_source
 from chunking.blocks import (
+    FENCE_MARK,
+    NOT_SPACE,
     colon_closers,
     heading_title,
     html_tables,
@@ -276,3 +278,22 @@ def check_html_table_pieces(document: ChunkedDocument, table: tuple[str, str, st
         assert table.count("<tr>") == table.count("</tr>"), chunk.text  # whole rows
         cells += [line for line in lines if "<td>" in line]
     assert len(cells) == len(set(cells)) == text.count("<td>")
+
+
+def empty_containers(text: str) -> list[str]:
+    """The first lines of the containers (`//// tab`, `/// note`, `:::tip`, `!!! note`) of a parse
+    of chunk `text` with no line of body: none but the first lines of containers, the closing
+    lines of colon and slash fences and fence marker lines (an empty code block) after their
+    first line, up to their last."""
+    doc = parse(normalize(text))
+    marks = {first for first, _, _ in doc.containers}
+    marks |= {last for _, last, _ in colon_closers(doc, doc.containers)}
+    marks |= {n for n, kind in enumerate(doc.line_kinds, 1) if kind == FENCE_MARK}
+    return [
+        opener
+        for first, last, opener in doc.containers
+        if not any(
+            n not in marks and NOT_SPACE.search(doc.lines[n - 1])
+            for n in range(first + 1, last + 1)
+        )
+    ]

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 
 from chunking import CHUNKING_FAILED, ChunkingError, chunk_source, list_strategies
 from chunking.blocks import parse_tokens
-from tests.chunking_support import check_invariants, markdown_documents
+from tests.chunking_support import check_invariants, empty_containers, markdown_documents
 
 STRATEGIES = sorted(list_strategies())
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
@@ -305,6 +305,55 @@ def test_a_container_in_a_list_item_is_cut_inside_its_body(strategy, item, opene
         assert f"    {closer}" in lines[held[-1] :], chunk.text
     seen = {line.strip() for c in pieces for line in c.text.split("\n")}
     assert set(body) <= seen
+
+
+def _words(count: int) -> str:
+    return " ".join(f"word{n}" for n in range(count)) + "."
+
+
+_CODE = "commons = " + " + ".join(f"x{n}" for n in range(12))
+# (words of the paragraph before it, a container): each ends a chunk or a piece with its head, or
+# starts one with its closing line, with the old code and `PARAGRAPH_LIMITS`
+_HEADS = {
+    # FastAPI's de tutorial/dependencies/classes-as-dependencies.md: a tab whose body starts
+    # with a code block
+    "tab-then-code": (41, ["//// tab | Python 3.10+", "", "```Python", _CODE, "```", "", "////"]),
+    # a tab whose body starts with a note (FastAPI's _llm-test.md)
+    "tab-then-note": (
+        41,
+        ["//// tab | Python 3.10+", "", "/// tip | Tip", "", _words(20), "", "///", "", _words(10)]
+        + ["", "////"],
+    ),
+    # a note whose first line of text is longer than a chunk (ko docs/advanced/async-tests.md)
+    "note-then-long-line": (20, ["/// note | Note", "", _words(150), "", "///"]),
+    # a tab ending a piece after its last item (zh _llm-test.md: a chunk `//// tab | 测试`, `////`)
+    "closer-after-list": (
+        20,
+        ["//// tab | Test", "", *(f"* item number {n}" for n in range(46)), "", "////", ""]
+        + ["//// tab | Info", "", _words(10), "", "////"],
+    ),
+}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("case", sorted(_HEADS))
+def test_no_chunk_holds_a_container_without_its_body(strategy, case):
+    """No chunk ends with a container's first lines and nothing of its body (an empty `//// tab`
+    or `/// note`, closed there and repeated atop the next chunk with its text), and none is a
+    container's first line repeated above its closing line alone: the first lines go with the
+    body's first line of content (through a note nested in the tab, a code block's first line),
+    the closing line with its last, cut at words where they do not fit together. Before
+    chunking.REVISION 44 `semantic` (configs/local.yaml) left 115 such chunks in FastAPI's
+    docs, `structural` one."""
+    before, container = _HEADS[case]
+    text = "\n".join(["# Guide", "", "## Install", "", _words(before), "", *container, ""])
+    text += "\n" + _words(30) + "\n"
+    document = check_invariants(text, strategy, **PARAGRAPH_LIMITS[strategy])
+    for chunk in document.chunks:
+        assert empty_containers(chunk.text) == [], chunk.text
+    body = [line for line in container if line.startswith(("word", "* item", _CODE))]
+    last = body[-1].split()[-1]  # the body's last word, kept
+    assert any(last in c.text for c in document.chunks)
 
 
 # -- bad input: chunks or a clear ChunkingError, never a crash or a hang -------------------------
