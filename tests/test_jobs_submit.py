@@ -529,4 +529,5 @@ def test_an_embedding_actors_call_outlives_the_loss_of_its_node(ray_head, tmp_pa
             out, err = program.communicate(timeout=180)
         finally:
             program.kill()
-    assert program.returncode == 0 and out.endswith("done\n"), err[-3000:]  # Ray's lines before
+    # Ray's "(raylet) Task Actor.work failed … retried" lines go to stdout too, before or after
+    assert program.returncode == 0 and "done" in out.splitlines(), err[-3000:]
