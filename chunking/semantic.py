@@ -212,20 +212,18 @@ class _Window:
         self.block_starts = [block.start_line for block in doc.blocks]
         self.tables = [(b.start_line, b.end_line) for b in doc.blocks if b.kind == "table"]
         self.table_starts = [first for first, _ in self.tables]
+        # the top-level blocks holding containers (`closing_text`)
         self.indented = [
-            (b.start_line, b.end_line, containers)
-            for b in doc.blocks
-            if (containers := indented_containers(doc, b))
+            (b.start_line, b.end_line) for b in doc.blocks if indented_containers(doc, b)
         ]
-        self.indented_starts = [first for first, _, _ in self.indented]
-        self.colons = [colon_closers(doc, containers) for _, _, containers in self.indented]
+        self.indented_starts = [first for first, _ in self.indented]
         html = [b for b in doc.blocks if b.kind == "html_block"]
         self.html_tables = [table for block in html for table in html_tables(doc, block)]
         self.html_firsts = [t.first for t in self.html_tables]
         # Units of the lines that close the colon fences or HTML table open after a line (see
         # `closing_text`), by line: room is kept for them as for a fence's closing line.
         self.closing: dict[int, int] = {}
-        for first, last, text in (closer for closers in self.colons for closer in closers):
+        for first, last, text in colon_closers(doc, doc.containers):
             units = self.context_units(text)
             for number in range(first, last):
                 self.closing[number] = self.closing.get(number, 0) + units
