@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -52,6 +53,13 @@ def test_chunk_tasks_use_every_cpu_the_embedding_actors_do_not_take():
     it while the chunk tasks wait (with one-CPU store tasks, they ran one at a time)."""
     pool = embed_pool(EmbedResources(), 2, batches=BATCHES)
     assert pool.num_cpus == 0
+    # Ray Data's budget is the CPUs free as it starts: the session's instance is shared with the
+    # worker's earlier tests, one of whose tasks or actors held a CPU a moment longer (CI at
+    # c5f7ed0: a budget of 1 CPU, the chunk tasks one at a time)
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU", 0) < 2:
+        assert time.monotonic() < deadline, f"a CPU still held: {ray.available_resources()}"
+        time.sleep(0.2)
     out = (
         ray.data.from_arrow([pa.table({"row": [i]}) for i in range(BATCHES)])
         .map_batches(timed_chunking, batch_format="pyarrow", **task_stage_args(TaskResources(), 3))
