@@ -308,9 +308,8 @@ def build_topics(
     never carried, so none is sent twice."""
     configure_progress()
     collector = StatsCollector.options(**on_the_drivers_node()).remote()
-    cluster = ray.cluster_resources()  # one round trip to Ray's control store
-    cpus = float(cluster.get("CPU", 1))
-    nodes = live_resources()  # each live node's CPUs and GPUs
+    nodes = live_resources()  # each live node's CPUs and GPUs: one round trip to Ray's GCS
+    cpus = float(sum(node.get("CPU", 0.0) for node in nodes)) or 1.0  # none: a head of 0 CPUs
     node_cpus = max((node.get("CPU", 0.0) for node in nodes), default=cpus)
     gpus = config.resources.embed.num_gpus
     node_gpus = tuple(float(node.get("GPU", 0.0)) for node in nodes) if gpus else ()

@@ -38,6 +38,7 @@ from jobs.report_html import (
     FAIL_ON_BROKEN,
     SETTINGS_CHANGED,
     SHOWN_FAILURES,
+    before_note,
     broken_text,
     empty_file_warnings,
     empty_text,
@@ -414,11 +415,9 @@ def summary(report: dict[str, Any]) -> str:
 
 def before_lines(report: dict[str, Any]) -> list[str]:
     """The summary's line for the run a report names before it, killed where it could not report
-    (`last_run_unfinished`); none where it names none. A report with counts is a run's that
-    built, and so redid what that one changed."""
-    run = report.get("last_run_unfinished")
-    note = run and unfinished_note(run, redone="chunks" in report)
-    return [f"  before:  the run before this one, {note}"] if run else []
+    (`before_note`); none where it names none."""
+    note = before_note(report)
+    return [f"  before:  the run before this one, {note}"] if note else []
 
 
 def failure_lines(failures: list[dict[str, Any]]) -> list[str]:

@@ -150,8 +150,8 @@ def _outcome(report: dict[str, Any]) -> str:
     rows += _flatten(report.get("settings", {}))
     if report.get("settings_changed"):  # why every source was read: not the input
         rows.append(("settings", SETTINGS_CHANGED))
-    if run := report.get("last_run_unfinished"):  # its own report, replaced by this one
-        rows.append(("the run before", unfinished_note(run, redone="chunks" in report)))
+    if note := before_note(report):  # its own report, replaced by this one
+        rows.append(("the run before", note))
     if "error" in report:
         rows.append(("error", report["error"]))
     table = "".join(
@@ -184,6 +184,14 @@ def _runs(runs: Sequence[dict[str, Any]]) -> str:
         "started in UTC"
     )
     return f"<h2>Last runs</h2><p>{escape(kept)}</p><table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def before_note(report: dict[str, Any]) -> str | None:
+    """The unfinished run a report names before it (`last_run_unfinished`) in words, None where
+    it names none. A report with counts is a run's that built, and so redid what that one
+    changed."""
+    run = report.get("last_run_unfinished")
+    return unfinished_note(run, redone="chunks" in report) if run else None
 
 
 def unfinished_note(run: dict[str, Any], *, redone: bool) -> str:
