@@ -375,10 +375,20 @@ class IndexRequestHandler(SimpleHTTPRequestHandler):
             parsed = super().parse_request()
             self.head.deadline = None  # the head is in: the answer's pace
             self.connection.settimeout(self.timeout)
-            return parsed
+            return parsed and self._one_host()
         self.command, self.requestline = None, line
         self.request_version, self.close_connection = self.default_request_version, True
         self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, "HTTP/0.9 is not supported")
+        return False
+
+    def _one_host(self) -> bool:
+        """Whether the request has the Host header HTTP requires (RFC 9112 3.2: one, in an
+        HTTP/1.1 request; never two), else a 400 sent: such a request was answered as any."""
+        hosts = self.headers.get_all("Host", [])
+        if len(hosts) == 1 or (not hosts and self.request_version == "HTTP/1.0"):
+            return True
+        self.close_connection = True
+        self.send_error(HTTPStatus.BAD_REQUEST, f"{len(hosts)} Host headers: HTTP asks for one")
         return False
 
     def do_GET(self) -> None:
