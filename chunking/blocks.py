@@ -248,6 +248,15 @@ def block_starting_at(doc: ParsedDocument, line: int) -> Block | None:
     return None
 
 
+def container_starting_at(doc: ParsedDocument, line: int) -> tuple[int, int, str] | None:
+    """The container (see `ParsedDocument.containers`) whose first line is `line`, None if
+    none."""
+    index = bisect_left(doc.containers, line, key=_FIRST)
+    if index < len(doc.containers) and doc.containers[index][0] == line:
+        return doc.containers[index]
+    return None
+
+
 def _around(doc: ParsedDocument, line: int, opened: bool) -> Iterator[int]:
     """Indices in `doc.containers` of the last container whose first line is before `line` (or
     on it, when `opened`), then of the containers around it, innermost first: the only ones

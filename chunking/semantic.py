@@ -62,7 +62,6 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate
-from operator import itemgetter
 from types import MappingProxyType
 
 from chunking.blocks import (
@@ -78,6 +77,7 @@ from chunking.blocks import (
     closers_for_open_fences,
     colon_closers,
     container_openers,
+    container_starting_at,
     fence_closer,
     fence_line_kind,
     fence_prefix,
@@ -353,9 +353,11 @@ class _Window:
         if overhead + units <= self.limit:
             return True
         opener = ""  # a container's first line of content is cut below its first lines
-        if self.opened_at(content) is not None:
+        if container_starting_at(self.doc, content) is not None:
             content = self.content_line(content)
             opener = self.indented_opener(content)
+        elif self.opener_units(content) is not None:  # a code block's first line is cut
+            content += 1
         line = self.lines_units(content, content) + self.closer_units(content)
         fresh = self.new_chunk((*parents, block.heading), opener=opener)
         cut = fresh.overhead + line > self.limit
@@ -368,6 +370,7 @@ class _Window:
         """Whether the chunk took a heading and no non-blank line after it, before line `number`."""
         end = self.chunk.heading_end
         return end is not None and self.nonblank_total[number - 1] == self.nonblank_total[end]
+
 
     # -- lines ------------------------------------------------------------------------------
 
@@ -487,7 +490,7 @@ class _Window:
             alone = self.continuation(number).overhead + units + closer <= self.limit
             # below a container's first lines its first piece stays, where it gets an eighth
             # of a chunk (`container_ends_chunk` moved the seal before them where that helps)
-            head = self.below_container_head(number) and self.fits(closer + self.limit // 8)
+            head = self.below_head(number) and self.fits(closer + self.limit // 8)
             below = self.below_heading(number)
             if not head and (alone or not below or not self.fits(self.limit // 2)):
                 self.seal(self.continuation(number))
@@ -583,9 +586,12 @@ class _Window:
         units = self.opener_units(number)
         if units is None or self.fits(units) or self.below_heading(number):
             return False
-        if self.below_container_head(number):  # measured with it (`container_ends_chunk`)
+        if self.below_head(number):  # measured with it (`container_ends_chunk`)
             return False
-        return self.continuation(number).overhead + units <= self.limit
+        overhead = self.continuation(number).overhead
+        if overhead + units <= self.limit:
+            return True
+        return self.moves_head(overhead, self.lines_units(number, number))
 
     def container_ends_chunk(self, number: int) -> bool:
         """Whether line `number` is the first line of an MkDocs container, colon or slash fence
@@ -598,8 +604,8 @@ class _Window:
         more (`add_line` keeps that piece below the container's first lines). Not right below a
         heading the chunk took (as `opener_ends_chunk`), nor below another container's first
         line (measured with this one's)."""
-        opened = self.opened_at(number)
-        if opened is None or self.below_heading(number) or self.below_container_head(number):
+        opened = container_starting_at(self.doc, number)
+        if opened is None or self.below_heading(number) or self.below_head(number):
             return False
         units = self.lead_units(number, number)
         if self.fits(units):
@@ -616,20 +622,12 @@ class _Window:
         held = self.chunk.overhead + self.chunk.units
         return not self.fits(head + self.limit // 2) and overhead < held
 
-    def opened_at(self, number: int) -> tuple[int, int, str] | None:
-        """The container (see `ParsedDocument.containers`) whose first line is line `number`,
-        None where none is."""
-        containers = self.doc.containers
-        index = bisect_left(containers, number, key=itemgetter(0))
-        found = containers[index] if index < len(containers) else None
-        return found if found is not None and found[0] == number else None
-
     def content_line(self, number: int) -> int:
         """The first line of content at line `number`: itself, or where it is the first line of
         a container with a line of body after it, that of the first non-blank line after it
         (through the containers nested there, a `/// note` in a `//// tab`), or the line after
         a code block's opening line there."""
-        while (opened := self.opened_at(number)) is not None:
+        while (opened := container_starting_at(self.doc, number)) is not None:
             after = bisect_left(self.nonblank_total, self.nonblank_total[number] + 1)
             if not number < after <= opened[1]:
                 break
@@ -645,10 +643,10 @@ class _Window:
             return self.lines_units(start, last - 2) + self.opener_units(last - 1)
         return self.lines_units(start, last) + self.closer_units(last)
 
-    def below_container_head(self, number: int) -> bool:
-        """Whether the chunk's last non-blank own lines, right before line `number`, are the first
-        lines of containers whose body holds line `number` (a `//// tab` and a `/// note`), and
-        of a code block there: the head of what line `number` is the first content of."""
+    def below_head(self, number: int) -> bool:
+        """Whether the chunk's last non-blank own lines, right before line `number`, are the head
+        of what line `number` is the first content of: the first lines of containers whose body
+        holds it (a `//// tab` and a `/// note`), a code block's opening line, or both."""
         segments = self.chunk.segments
         if not segments or segments[-1][2] is not None or segments[-1][1] != number - 1:
             return False
@@ -656,10 +654,12 @@ class _Window:
         for line in range(number - 1, segments[-1][0] - 1, -1):
             if not self.doc.lines[line - 1].strip():
                 continue
-            opened = self.opened_at(line)
+            opened = container_starting_at(self.doc, line)
             if opened is not None and number <= opened[1]:
                 found = True
-            elif found or self.opener_units(line) is None or line != number - 1:
+            elif not found and line == number - 1 and self.opener_units(line) is not None:
+                found = True
+            else:
                 return found
         return found
 

@@ -445,7 +445,7 @@ def line_pieces(
     if start is not None:
         lines[0] = Span(start, lines[0].end)
     rows = dict(html_rows(doc, block)) if block else {}
-    kept = _container_rows(doc, numbers, containers, colons)
+    kept = _code_heads(numbers, fences) | _container_rows(doc, numbers, containers, colons)
     rows |= kept
     heads = {table.first: table.body for table in found}  # a header and its first row: a row
     for group in _grouped(numbers, rows):
@@ -545,6 +545,21 @@ def _grouped(numbers: list[int], rows: dict[int, int]) -> list[list[int]]:
             groups.append([index])
         end = max(end, rows.get(number, 0))
     return groups
+
+
+def _code_heads(numbers: list[int], fences: Sequence[Block]) -> dict[int, int]:
+    """Rows (first line: last line, among `numbers`, a block's non-blank lines) that keep each of
+    `fences` (fenced code blocks) from ending a piece with its opening line alone (an empty code
+    block, closed there, its code reopened atop the next piece): its opening line to its first
+    line of code. `line_pieces` keeps a row together where it fits and cuts it at words where
+    it does not."""
+    rows = {}
+    for fence in fences:
+        index = bisect_right(numbers, fence.start_line)
+        code = fence.end_line - fence.closed  # its last line of code
+        if index < len(numbers) and numbers[index] <= code:
+            rows[fence.start_line] = numbers[index]
+    return rows
 
 
 def _container_rows(

@@ -297,3 +297,17 @@ def empty_containers(text: str) -> list[str]:
             for n in range(first + 1, last + 1)
         )
     ]
+
+
+def empty_code_blocks(text: str) -> list[str]:
+    """The opening lines of the fenced code blocks of a parse of chunk `text` that hold no line
+    of code (blank lines alone, or none)."""
+    doc = parse(normalize(text))
+    return [
+        doc.lines[fence.start_line - 1]
+        for fence in doc.fences
+        if not any(
+            NOT_SPACE.search(doc.lines[n - 1])
+            for n in range(fence.start_line + 1, fence.end_line + (not fence.closed))
+        )
+    ]

@@ -19,7 +19,12 @@ from hypothesis import HealthCheck, given, settings
 
 from chunking import CHUNKING_FAILED, ChunkingError, chunk_source, list_strategies
 from chunking.blocks import parse_tokens
-from tests.chunking_support import check_invariants, empty_containers, markdown_documents
+from tests.chunking_support import (
+    check_invariants,
+    empty_code_blocks,
+    empty_containers,
+    markdown_documents,
+)
 
 STRATEGIES = sorted(list_strategies())
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
@@ -354,6 +359,35 @@ def test_no_chunk_holds_a_container_without_its_body(strategy, case):
     body = [line for line in container if line.startswith(("word", "* item", _CODE))]
     last = body[-1].split()[-1]  # the body's last word, kept
     assert any(last in c.text for c in document.chunks)
+
+
+# (a heading or the text of a list item, a code block whose first line is longer than a chunk)
+_LONG_CODE = {
+    "below-a-heading": ["## Install", "", "```bash", _words(300), "echo done", "```"],
+    "in-a-list-item": [
+        "1. Run:",
+        "",
+        "    ```bash",
+        "    " + _words(300),
+        "    echo done",
+        "    ```",
+    ],
+}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("case", sorted(_LONG_CODE))
+def test_no_chunk_ends_with_an_empty_code_block_whose_first_line_is_cut(strategy, case):
+    """A code block whose first line is longer than a chunk starts its first chunk or piece with
+    that line's first piece after its opening line: the opening line alone (with a heading above
+    it) was a chunk, or a chunk's end, of its own: an empty code block (`structural`, and
+    `semantic` below a heading, until chunking.REVISION 45)."""
+    text = "\n".join(["# Guide", "", _words(40), "", *_LONG_CODE[case], "", _words(10), ""])
+    document = check_invariants(text, strategy, **PARAGRAPH_LIMITS[strategy])
+    for chunk in document.chunks:
+        assert empty_code_blocks(chunk.text) == [], chunk.text
+    assert any("word0 word1" in c.text and "```bash" in c.text for c in document.chunks)
+    assert any("word299." in c.text for c in document.chunks)
 
 
 # -- bad input: chunks or a clear ChunkingError, never a crash or a hang -------------------------
