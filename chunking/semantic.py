@@ -327,8 +327,9 @@ class _Window:
         """Whether the heading would be the chunk's last content: its first line of content
         (`content`, after any headings right below it) would not fit after it, so the max-token
         seal would come between them (`lead_units`: a fence's opening line is measured with its
-        next line, and a container's first line with its first line of content, so that the
-        chunk does not end with the heading and an empty code block or container either). Where
+        next line, a container's first line with its first line of content, and a table's head
+        with its first row, so that the chunk does not end with the heading and an empty code
+        block, container or table either). Where
         the two would not fit in a chunk of their own either, and the line would not fit below
         the heading prepended to a chunk (it is cut; below a container's first lines, those
         repeated too), its first piece stays with the heading (`add_line`, where the heading and
@@ -370,7 +371,6 @@ class _Window:
         """Whether the chunk took a heading and no non-blank line after it, before line `number`."""
         end = self.chunk.heading_end
         return end is not None and self.nonblank_total[number - 1] == self.nonblank_total[end]
-
 
     # -- lines ------------------------------------------------------------------------------
 
@@ -486,6 +486,8 @@ class _Window:
             self.seal(self.continuation(number))
         elif self.chunk.has_content and self.fits(units) and self.container_ends_chunk(number):
             self.seal(self.continuation(number))
+        elif self.chunk.has_content and self.fits(units) and self.table_ends_chunk(number):
+            self.seal(self.continuation(number))
         if self.chunk.has_content and not self.fits(units + closer):
             alone = self.continuation(number).overhead + units + closer <= self.limit
             # below a container's first lines its first piece stays, where it gets an eighth
@@ -593,6 +595,27 @@ class _Window:
             return True
         return self.moves_head(overhead, self.lines_units(number, number))
 
+    def table_ends_chunk(self, number: int) -> bool:
+        """Whether line `number` is the header row of a top-level markdown table whose delimiter
+        and first rows would not fit after it, so the max-token seal would leave its head last in
+        the chunk (a table of no row, or a header row alone, which reads as a paragraph),
+        repeated atop the next with the rows: the seal comes before it where a chunk of its own
+        holds the head and the first row, or, where that row is cut (longer than a chunk), where
+        this chunk would keep less than half its room for its first piece and a chunk of its own
+        more (`add_line` keeps that piece below the head, `below_head`). Not right below a
+        heading the chunk took (`ends_chunk` measured the heading with them). An HTML table's
+        head goes with its first row in `add_row`."""
+        row = self.first_row_end(number)
+        if row is None or number in self.html_firsts or self.below_heading(number):
+            return False
+        units = self.lead_units(number, number)
+        if self.fits(units):
+            return False
+        overhead = self.continuation(number).overhead
+        if overhead + units <= self.limit:
+            return True
+        return self.moves_head(overhead, self.lines_units(number, number + 1))
+
     def container_ends_chunk(self, number: int) -> bool:
         """Whether line `number` is the first line of an MkDocs container, colon or slash fence
         (`!!! note`, `=== "pip"`, `:::tip`, `//// tab`, in a list item too) whose first line of
@@ -636,20 +659,40 @@ class _Window:
 
     def lead_units(self, start: int, number: int) -> int:
         """Units of lines start..number and of what a chunk holds with line `number` at its end:
-        the lines up to its first line of content (`content_line`) and those closing what is
-        open after that line."""
+        the lines up to its first line of content (`content_line`; through a table's first row,
+        `first_row_end`) and those closing what is open after that line."""
         last = self.content_line(number)
         if last > number and self.opener_units(last - 1) is not None:  # a code block's first
             return self.lines_units(start, last - 2) + self.opener_units(last - 1)
+        last = self.first_row_end(last) or last  # a table's head with its first row
         return self.lines_units(start, last) + self.closer_units(last)
+
+    def first_row_end(self, number: int) -> int | None:
+        """The last line of the first row of the top-level table whose first line is line
+        `number`: a markdown table's first row after its header and delimiter rows, an HTML
+        table's first row after its head (`HtmlTable.body`); None where no such table (or none
+        with a row) starts there."""
+        index = bisect_left(self.table_starts, number)
+        if index < len(self.tables) and self.tables[index][0] == number:
+            return number + 2 if number + 2 <= self.tables[index][1] else None
+        index = bisect_left(self.html_firsts, number)
+        if index < len(self.html_tables) and self.html_tables[index].first == number:
+            table = self.html_tables[index]
+            later = [row for row in table.rows if row > table.body]
+            return min(later) - 1 if later else table.last
+        return None
 
     def below_head(self, number: int) -> bool:
         """Whether the chunk's last non-blank own lines, right before line `number`, are the head
         of what line `number` is the first content of: the first lines of containers whose body
-        holds it (a `//// tab` and a `/// note`), a code block's opening line, or both."""
+        holds it (a `//// tab` and a `/// note`), a code block's opening line, or both; or a
+        top-level table's header and delimiter rows (the header row may be repeated), line
+        `number` its first row."""
         segments = self.chunk.segments
         if not segments or segments[-1][2] is not None or segments[-1][1] != number - 1:
             return False
+        if number > 2 and self.first_row_end(number - 2) is not None:
+            return number - 2 not in self.html_firsts
         found = False
         for line in range(number - 1, segments[-1][0] - 1, -1):
             if not self.doc.lines[line - 1].strip():

@@ -448,15 +448,18 @@ def line_pieces(
     kept = _code_heads(numbers, fences) | _container_rows(doc, numbers, containers, colons)
     rows |= kept
     heads = {table.first: table.body for table in found}  # a header and its first row: a row
+    # the piece that starts at a table's head holds it: the room kept to repeat it is its own
+    own = {t.first: budget + measure.size_of(t.head) for t in tables}
     for group in _grouped(numbers, rows):
         body = heads.get(numbers[group[0]])
-        if body is not None and _size(measure, lines, group) > budget:
+        room = own.get(numbers[group[0]], budget)
+        if body is not None and _size(measure, lines, group) > room:
             split = next(i for i, index in enumerate(group) if numbers[index] >= body)
             split_rows = [group[:split], group[split:]]  # the two, each whole where it fits
         else:
             split_rows = [group]
         for row in split_rows:
-            if len(row) > 1 and _size(measure, lines, row) <= budget:
+            if len(row) > 1 and _size(measure, lines, row) <= (room if row is group else budget):
                 parts.append(Span(lines[row[0]].start, lines[row[-1]].end))
                 continue
             if len(row) > 1 and numbers[row[0]] in kept:  # cut at words, not apart

@@ -632,14 +632,33 @@ def test_a_table_in_a_block_quote_or_list_item_is_cut_without_its_header(first, 
         assert chunk.token_count <= 120
 
 
-def test_a_seal_between_the_header_row_and_the_delimiter_row_repeats_the_header_row():
+def test_a_table_whose_header_fits_where_a_chunk_ends_and_its_first_row_not_starts_the_next():
+    """The header row fits after the paragraph, the delimiter and first rows do not: the seal
+    comes before the header row, and where the first row is longer than a chunk, its first piece
+    stays below the header and delimiter rows. Until chunking.REVISION 45 the header row ended
+    the chunk before, alone (a line that reads as a paragraph), repeated above the delimiter in
+    the next; with a long first row that next chunk held the header and delimiter alone."""
     header, delimiter = "| C0 | C1 | C2 | C3 | C4 | C5 |", "|" + " --- |" * 6
     text = f"# Doc\n\n## Ref\n\n{words(82)}\n{table(12, header, delimiter)}\n"
     document = check_invariants(text, "semantic", max_tokens=120, min_tokens=50)
-    second = document.chunks[1]
-    assert second.start_line == 7  # the delimiter row: the header row ended the chunk before
-    assert second.text.split("\n")[:4] == ["# Doc", "## Ref", header, delimiter]
+    first, second = document.chunks[:2]
+    assert first.end_line == 5 and second.start_line == 6  # the paragraph; the header row on
+    assert second.text.split("\n")[:5] == [
+        "# Doc",
+        "## Ref",
+        header,
+        delimiter,
+        table(1).split("\n")[-1],
+    ]
     check_rows_once(document, text, 8, 12)
+    rows = table(12, header, delimiter).split("\n")
+    rows[2] = f"| 0 | long | no | {words(300)} |"
+    text = f"# Doc\n\n## Ref\n\n{words(82)}\n" + "\n".join(rows) + "\n"
+    document = check_invariants(text, "semantic", max_tokens=120, min_tokens=50)
+    second = document.chunks[1]
+    assert second.start_line == 6 and second.end_line == 8
+    piece = second.text.split("\n")[4]  # the row's first piece, below the head
+    assert second.text.split("\n")[2:4] == [header, delimiter] and rows[2].startswith(piece)
 
 
 def test_a_row_longer_than_the_maximum_is_cut_with_the_header_above_its_first_piece_only():
@@ -789,11 +808,14 @@ def test_a_chunk_cut_inside_an_html_table_repeats_its_header_and_closes_it(thead
 def test_an_html_table_right_below_a_heading_is_cut_between_its_rows():
     """Where a table's header and first row do not fit after the heading a chunk has just taken
     (Node.js' crypto.md, "OpenSSL engine constants"), the chunk took them line by line and ended
-    inside the first row, and the next chunk started inside it: the header is taken whole as a
-    row, and the first row starts the next chunk, under the repeated header."""
+    inside the first row, and the next chunk started inside it; then (until chunking.REVISION
+    45) it ended with the heading and the header alone, the first row under the repeated header
+    in the next. The seal comes before the heading: the next chunk holds it, the header and the
+    first row."""
     table = html_table(12, False)
     text = f"# OS\n\n{words(94)}\n\n## Signals\n\n{table[0]}\n"
     document = check_invariants(text, "semantic", max_tokens=120, min_tokens=20)
     check_html_table_pieces(document, table)
-    assert document.chunks[0].text.endswith(f"## Signals\n\n{table[1]}\n</table>")
-    assert document.chunks[1].start_line == 12  # the first row, its header above it
+    assert document.chunks[0].end_line == 3  # the paragraph: not the heading and header alone
+    assert document.chunks[1].start_line == 5  # the heading, the header and the first row
+    assert document.chunks[1].text.startswith(f"# OS\n## Signals\n\n{table[1]}\n  <tr>\n")
