@@ -4,7 +4,9 @@ Walk the top-level blocks in order, keeping the heading stack:
 - every heading starts a new chunk (seed 002 section 4.1 "heading level changes", read as "the
   heading path changes"); a heading with no content before a deeper heading rides along with
   that heading's first chunk, so no chunk is a bare title;
-- tables and code blocks (fenced or indented) are chunks of their own;
+- tables and code blocks (fenced or indented) are chunks of their own; an HTML block of opening
+  tags alone right before a fenced code block, and one of closing tags alone right after it, are
+  the block's wrapper and go with it (FastAPI's `<div class="termy">` and `</div>`);
 - a list may follow the prose that introduces it (ending with ":" or "：") in the same chunk, else
   it starts one; the chunk ends when the list context switches between bullet and ordered or the
   list ends (section 4.1);
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from chunking.blocks import Block, Heading, ParsedDocument, html_tables, indented_containers
@@ -103,6 +105,36 @@ def _unit_kind(block: Block) -> str:
     return _PROSE
 
 
+# An HTML tag alone on its line: an opening one (not self-closing, as `<img …/>` or `<br/>` is:
+# content) and a closing one.
+_OPENING_TAG = re.compile(r"[ \t]*<[A-Za-z][\w-]*(?:\s[^<>]*)?(?<!/)>[ \t]*")
+_CLOSING_TAG = re.compile(r"[ \t]*</[A-Za-z][\w-]*[ \t]*>[ \t]*")
+
+
+def _wrapped_fences(doc: ParsedDocument) -> list[Block]:
+    """The top-level blocks, each fenced code block widened over the HTML blocks that wrap it:
+    one of opening tags alone right before it (`<div class="termy">`) and one of closing tags
+    alone right after it (`</div>`, `</details>`). Apart, seed 002's rule that code stands alone
+    made chunks of those tags alone (182 of FastAPI's chunks until chunking.REVISION 46), and
+    left the tags unbalanced in the chunks around them."""
+    blocks: list[Block] = []
+    for block in doc.blocks:
+        last = blocks[-1] if blocks else None
+        if last is not None and block.kind == "fence" and _tags_alone(doc, last, _OPENING_TAG):
+            blocks[-1] = replace(block, start_line=last.start_line)
+        elif last is not None and last.kind == "fence" and _tags_alone(doc, block, _CLOSING_TAG):
+            blocks[-1] = replace(last, end_line=block.end_line)
+        else:
+            blocks.append(block)
+    return blocks
+
+
+def _tags_alone(doc: ParsedDocument, block: Block, tag: re.Pattern[str]) -> bool:
+    """Whether `block` is an HTML block whose every non-blank line is one `tag`."""
+    lines = doc.lines[block.start_line - 1 : block.end_line]
+    return block.kind == "html_block" and all(tag.fullmatch(line) for line in lines if line.strip())
+
+
 # The container named at the end of a chunk's chunk_path (seed 002 section 8).
 _CONTAINERS = MappingProxyType(
     {
@@ -156,9 +188,10 @@ class _Walker:
         self.unclosed = UnclosedFences.of(self.doc)
 
     def run(self) -> list[Draft]:
-        spans = [self.src.block_span(block) for block in self.doc.blocks]
+        blocks = _wrapped_fences(self.doc)
+        spans = [self.src.block_span(block) for block in blocks]
         measures = Measure.tokens_of_all(self.counter, self.src, spans)
-        for block, span, measure in zip(self.doc.blocks, spans, measures, strict=True):
+        for block, span, measure in zip(blocks, spans, measures, strict=True):
             if block.kind == "heading":
                 self._heading(block, measure.size(span.start, span.end))
             else:

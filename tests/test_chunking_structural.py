@@ -454,6 +454,46 @@ def test_an_html_tables_header_is_kept_with_its_first_row_where_the_limit_holds_
     assert all(c.token_count <= 80 for c in document.chunks)
 
 
+_TERMY = [
+    '<div class="termy">',
+    "",
+    "```console",
+    "$ pip install fastapi",
+    "---> 100%",
+    "```",
+    "",
+    "</div>",
+]
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        (["## Install", "", "Install it:", ""], ["", "## Run", "", "Run it."]),  # FastAPI's pages
+        (["## Install", ""], ["", *_TERMY, "", "Then run it."]),  # two in a row, no text between
+        (["<details>", "<summary>The code</summary>", ""], ["", "</details>", "", "After."]),
+    ],
+)
+def test_html_tags_wrapping_a_code_block_go_with_it(before, after):
+    """FastAPI wraps its console examples in `<div class="termy">` … `</div>`: seed 002's rule
+    that code stands alone made chunks of those tags alone (182 of FastAPI's chunks until
+    chunking.REVISION 46: `</div>` 143, `<div class="termy">` 26, `</details>` 13), and left
+    the tags unbalanced in the chunks around them. An HTML block of opening tags alone right
+    before a fenced code block, and one of closing tags alone right after it, go with it; a
+    line with text (`<summary>`) or a self-closing tag (an image) is no wrapper."""
+    text = "\n".join(["# Guide", "", *before, *_TERMY, *after, ""])
+    document = check_invariants(text, "structural")
+    tags = re.compile(r"\s*</?[A-Za-z][^>]*>\s*")
+    for chunk in document.chunks:
+        own = [line for line in chunk.text.split("\n") if line.strip() and line[0] != "#"]
+        assert not all(tags.fullmatch(line) for line in own), chunk.text
+    code = [c.text for c in document.chunks if "```console" in c.text]
+    firsts = [next(line for line in t.split("\n") if line.strip() and line[0] != "#") for t in code]
+    assert code and set(firsts) == {'<div class="termy">'}, code
+    assert all(t.count("<div") == t.count("</div>") for t in code), code
+    assert any("<summary>" in c.text for c in document.chunks) == ("<details>" in before)
+
+
 def test_no_piece_of_an_html_block_is_its_closing_tags_alone():
     """A notebook's DataFrame (a `<table>` in a `<div>`, as nbconvert writes it) over the hard
     maximum was cut between rows, and `structural`'s last piece was `</div>` alone: a chunk of
