@@ -1,8 +1,6 @@
 """`python -m jobs.reindex`: the build job as `ray job submit` runs it (`mdindex build` arguments).
 
-Exit codes: 0 everything succeeded; 1 the job itself failed; 2 bad usage or config;
-3 some sources failed (everything else was written); 75 another build is running on the output;
-130/143 stopped by SIGINT/SIGTERM.
+Exit codes: those of `mdindex build` (`jobs.build_cli`'s docstring).
 """
 
 from __future__ import annotations
