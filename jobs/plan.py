@@ -107,13 +107,19 @@ def _would_be_read(path: str, globs: tuple[str, ...]) -> bool:
 
 def excluded(path: str, patterns: tuple[str, ...]) -> bool:
     """Whether `sources.exclude` leaves a listed path out: a pattern (`fnmatch`'s, whose `*`
-    also matches `/`) that matches the path relative to the input or one of its folders, so
-    `node_modules` and `*/drafts` leave out everything below such a folder."""
+    also matches `/`) that matches the path relative to the input or one of its folders, or,
+    for a pattern without a `/`, the name of the file or of one of its folders, at any depth
+    (as .gitignore reads one): `node_modules` leaves out everything below every folder of that
+    name (until 2026-12-01 only a top-level one: `website/node_modules/**/README.md` were
+    sources), `*/drafts` below every `drafts` folder but a top-level one."""
     if not patterns:
         return False
     parts = path.rstrip("/").split("/")
-    folders = ("/".join(parts[: i + 1]) for i in range(len(parts)))
-    return any(fnmatch.fnmatchcase(folder, p) for folder in folders for p in patterns)
+    folders = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    names = [p for p in patterns if "/" not in p]
+    return any(fnmatch.fnmatchcase(folder, p) for folder in folders for p in patterns) or any(
+        fnmatch.fnmatchcase(part, p) for part in parts for p in names
+    )
 
 
 # Names of markdown files that `sources.globs` may miss: `GUIDE.MD`, `x.markdown`, `page.mdx`.

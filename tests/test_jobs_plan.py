@@ -417,10 +417,16 @@ def test_files_named_like_markdown_that_no_glob_matches_are_named():
 
 
 def test_exclude_patterns_match_a_path_or_one_of_its_folders():
-    """`sources.exclude`: `node_modules` leaves out all below such a folder at the top, `*/drafts`
-    one at any depth, `*.draft.md` a file anywhere (fnmatch's `*` crosses `/`); nothing else."""
+    """`sources.exclude`: `node_modules` leaves out all below every such folder, at any depth, as
+    .gitignore reads a pattern without a `/` (until 2026-12-01 only a top-level one: a
+    Docusaurus root's `website/node_modules/**/README.md` were sources), `*/drafts` one at any
+    depth below the top, `*.draft.md` a file anywhere (fnmatch's `*` crosses `/`); nothing
+    else."""
     patterns = ("node_modules", "*/drafts", "*.draft.md")
     assert excluded("node_modules/pkg/README.md", patterns)
+    assert excluded("website/node_modules/pkg/README.md", patterns)
+    assert excluded("a/b/node_modules/c/node_modules/d.md", patterns)
+    assert not excluded("website/node_modules.md", patterns)  # a file of another name
     assert excluded("guides/drafts/a.md", patterns) and excluded("a/b/drafts/c/d.md", patterns)
     assert excluded("guides/intro.draft.md", patterns) and excluded("x.draft.md", patterns)
     assert not excluded("guides/intro.md", patterns)
