@@ -329,7 +329,7 @@ def _load_toml(source: str, close: int) -> dict[str, Any]:
     in the file where tomllib says (`close`, the last line before the closing `+++`, for "at end
     of document")."""
     try:
-        return tomllib.loads(source)
+        return _title_as_text(tomllib.loads(source))
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         found = _TOML_WHERE.search(message)
@@ -341,6 +341,18 @@ def _load_toml(source: str, close: int) -> dict[str, Any]:
             where = f" at line {int(found.group(1)) + 1}, column {found.group(2)}"
         problem = message[: found.start()] if found else message
         raise ChunkingError(INVALID_FRONT_MATTER, f"TOML front matter{where}: {problem}") from None
+
+
+def _title_as_text(data: dict[str, Any]) -> dict[str, Any]:
+    """TOML front matter `data` with a top-level `title` written as a number or boolean as its
+    text, as Hugo reads it (`title = 1984` is "1984", `true` "true") and as a YAML title is read
+    (`_TYPED_KEYS`); until 2026-12-01 it was no title."""
+    title = data.get("title")
+    if isinstance(title, bool):
+        return {**data, "title": "true" if title else "false"}
+    if isinstance(title, int | float):
+        return {**data, "title": str(title)}
+    return data
 
 
 def _json_ready(value: Any, kind: str, key: str = "") -> Any:

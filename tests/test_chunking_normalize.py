@@ -267,6 +267,17 @@ def test_a_title_written_as_a_number_is_the_text_written(title, text):
 
 
 @pytest.mark.parametrize(
+    ("title", "text"), [("1984", "1984"), ("3.5", "3.5"), ("true", "true"), ('"1984"', "1984")]
+)
+def test_a_toml_title_written_as_a_number_is_its_text(title, text):
+    """`title = 1984` in Hugo's TOML front matter was the integer 1984, so the page had no title
+    while the same YAML title was "1984": it is the text, as Hugo reads it."""
+    document = chunk_source(f"+++\ntitle = {title}\n+++\nA novel.\n", document_id="d.md")
+    assert document.front_matter == {"title": text}
+    assert document.chunks[0].title == text
+
+
+@pytest.mark.parametrize(
     ("yaml_text", "says"),
     [
         ("title: A\nid: 1\ntitle: B", "at line 4: key 'title' written twice (first at line 2)"),
