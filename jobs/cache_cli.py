@@ -136,10 +136,7 @@ def run_prune(args: argparse.Namespace) -> int:
                 "removed)"
             )
         if not (named or others):  # every entry would go: a cache from before records, a typo
-            raise PruneRefused(
-                f"{uri}: the cache records no output that uses it (builds record theirs since "
-                "2026-11-30) and none is named: give --output for each (nothing removed)"
-            )
+            raise PruneRefused(no_output_left(uri, forgotten))
         needed += [other.needed for other in others]
         plan = plan_prune(entries, needed, args.min_age * 3600, time.time())
         if not args.dry_run:  # the records first: a build of a forgotten output writes its own
@@ -317,6 +314,21 @@ def recorded_outputs(cache: Storage) -> dict[str, Recorded]:
             ) from None
         records[output] = Recorded(output, path, str(when), needed)
     return records
+
+
+def no_output_left(uri: str, forgotten: list[Recorded]) -> str:
+    """Why a prune of cache `uri` that no output would keep an entry of is refused: every output
+    it records is to be forgotten (the message said it recorded none), or it records none."""
+    if forgotten:
+        return (
+            f"{uri}: --forget names every output the cache records and no --output is given: every "
+            "entry would go. Give --output for an output that still uses it, or remove the cache "
+            "folder to drop it whole (nothing removed)"
+        )
+    return (
+        f"{uri}: the cache records no output that uses it (builds record theirs since "
+        "2026-11-30) and none is named: give --output for each (nothing removed)"
+    )
 
 
 def unnamed_outputs(
