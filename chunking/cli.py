@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     if document.skipped_tail_tokens:
         print(
             f"note: {args.file}: a final chunk of {document.skipped_tail_tokens} tokens was "
-            "skipped (seed 003 final-chunk rule; --set keep_short_tail=true keeps it)",
+            "skipped (seed 003's final-chunk rule: a short final section, or headings with no "
+            "text under them; --set keep_short_tail=true keeps a short one)",
             file=sys.stderr,
         )
     return 0

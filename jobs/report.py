@@ -407,7 +407,7 @@ def summary(report: dict[str, Any]) -> str:
     if others := failed_non_sources(report):
         lines.append(
             f"  other:   {others} failed or skipped, not sources (symbolic links not "
-            "followed, qa-pairs.md, keywords or topic files)"
+            "followed, names no index can hold, qa-pairs.md, keywords or topic files)"
         )
     lines += failure_lines(report["failures"]) + broken_lines(report)
     return "\n".join(printable(line) for line in lines)

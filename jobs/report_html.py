@@ -236,7 +236,10 @@ def _sources(report: dict[str, Any]) -> str:
     )
     figures = [(k, s.get(k)) for k in keys]
     if others := failed_non_sources(report):  # "0 failed" beside "Failures (1)" otherwise
-        other = "other files failed or skipped (symbolic links, qa-pairs, keywords)"
+        other = (
+            "other files failed or skipped (symbolic links, names no index can hold, qa-pairs, "
+            "keywords)"
+        )
         figures.append((other, others))
     html = "<h2>Sources</h2>" + _figures(figures)
     untouched = max(0, s["seen"] - s["chunked"] - s["carried"] - s["failed"])

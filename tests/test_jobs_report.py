@@ -208,11 +208,14 @@ def test_failures_of_files_that_are_no_source_are_counted_apart(built):
         {"path": "t/link.md", "code": "SYMLINK_SKIPPED", "message": "symbolic link, not followed"}
     )
     assert (
-        "  other:   1 failed or skipped, not sources (symbolic links not followed, qa-pairs.md, "
-        "keywords or topic files)"
+        "  other:   1 failed or skipped, not sources (symbolic links not followed, names no index "
+        "can hold, qa-pairs.md, keywords or topic files)"
     ) in summary(report).splitlines()
     page = render_html(report)
-    other = "other files failed or skipped (symbolic links, qa-pairs, keywords)"
+    other = (
+        "other files failed or skipped (symbolic links, names no index can hold, qa-pairs, "
+        "keywords)"
+    )
     assert f"<b>1</b>{other}</div>" in page
 
 
