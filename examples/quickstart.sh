@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Quickstart on a fresh machine: a virtual environment, torch 2.13.0 (the CPU wheel where pip's
-# index has it: see the README's Quickstart), mdindex itself, then an index of the example corpus in out/example (no GPU, no network after the installs).
+# index has it: see the README's Quickstart), mdindex itself, then an index of the example corpus
+# in out/example (no GPU, no network after the installs).
 #   bash examples/quickstart.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
