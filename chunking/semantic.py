@@ -353,12 +353,9 @@ class _Window:
             return False
         if overhead + units <= self.limit:
             return True
-        opener = ""  # a container's first line of content is cut below its first lines
-        if container_starting_at(self.doc, content) is not None:
-            content = self.content_line(content)
-            opener = self.indented_opener(content)
-        elif self.opener_units(content) is not None:  # a code block's first line is cut
-            content += 1
+        # the line cut: a container's or code block's first line of content, below its head
+        content = self.content_line(content)
+        opener = self.indented_opener(content)  # a container's first lines, repeated above it
         line = self.lines_units(content, content) + self.closer_units(content)
         fresh = self.new_chunk((*parents, block.heading), opener=opener)
         cut = fresh.overhead + line > self.limit
@@ -582,18 +579,13 @@ class _Window:
     def opener_ends_chunk(self, number: int) -> bool:
         """Whether line `number` opens a fence whose next line would not fit after it, so the
         max-token seal would leave the opener last in the chunk: an empty code block, its
-        content reopened in the next chunk. Not where the two would not fit in a chunk of their
-        own either (no seal helps), nor right below a heading the chunk took (`ends_chunk` moved
-        the seal before the heading where that helps)."""
+        content reopened in the next chunk (`head_ends_chunk`). Not right below a heading the
+        chunk took (`ends_chunk` moved the seal before the heading where that helps), nor below
+        a container's first lines (measured with them, `container_ends_chunk`)."""
         units = self.opener_units(number)
-        if units is None or self.fits(units) or self.below_heading(number):
+        if units is None or self.below_heading(number) or self.below_head(number):
             return False
-        if self.below_head(number):  # measured with it (`container_ends_chunk`)
-            return False
-        overhead = self.continuation(number).overhead
-        if overhead + units <= self.limit:
-            return True
-        return self.moves_head(overhead, self.lines_units(number, number))
+        return self.head_ends_chunk(number, units, number)
 
     def table_ends_chunk(self, number: int) -> bool:
         """Whether line `number` is the header row of a top-level markdown table whose delimiter
@@ -608,13 +600,7 @@ class _Window:
         row = self.first_row_end(number)
         if row is None or number in self.html_firsts or self.below_heading(number):
             return False
-        units = self.lead_units(number, number)
-        if self.fits(units):
-            return False
-        overhead = self.continuation(number).overhead
-        if overhead + units <= self.limit:
-            return True
-        return self.moves_head(overhead, self.lines_units(number, number + 1))
+        return self.head_ends_chunk(number, self.lead_units(number, number), number + 1)
 
     def container_ends_chunk(self, number: int) -> bool:
         """Whether line `number` is the first line of an MkDocs container, colon or slash fence
@@ -631,12 +617,21 @@ class _Window:
         if opened is None or self.below_heading(number) or self.below_head(number):
             return False
         units = self.lead_units(number, number)
+        return self.head_ends_chunk(number, units, self.content_line(number) - 1)
+
+    def head_ends_chunk(self, number: int, units: int, last: int) -> bool:
+        """Whether the seal comes before line `number`, the first of a head (lines
+        number..`last`: a code block's opening line, a container's first lines, a table's header
+        and delimiter rows) that takes `units` with its first line of content and what closes
+        after it: where they do not fit after the chunk's text but a chunk of their own holds
+        them, or, where that line is cut (longer than a chunk), where a seal gives its first
+        piece more room (`moves_head`)."""
         if self.fits(units):
             return False
         overhead = self.continuation(number).overhead
         if overhead + units <= self.limit:
             return True
-        return self.moves_head(overhead, self.lines_units(number, self.content_line(number) - 1))
+        return self.moves_head(overhead, self.lines_units(number, last))
 
     def moves_head(self, overhead: int, head: int) -> bool:
         """Whether a seal before lines of `head` units, above a line that is cut (longer than
