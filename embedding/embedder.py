@@ -117,6 +117,10 @@ class Embedder:
             if settings.cuda_graphs and self._broadcast_mask
             else None
         )
+        if self._graphs is None and device.type != "cpu":
+            # graphs asked for and not kept: this run is eager, its key that of `cuda_graphs:
+            # false`, so it computes as such a run does (transformers' own mask)
+            self._broadcast_mask = False
         self.settings = replace(settings, cuda_graphs=self._graphs is not None)
         self.key = model_key(label, digest, self.settings, device.type)
 

@@ -713,6 +713,24 @@ def test_a_forward_that_waits_for_the_device_is_not_graphed():
     assert torch.equal(replayer(*other), pure(other[0].to(device)))
 
 
+@pytest.mark.gpu
+def test_graphs_asked_for_and_not_kept_give_the_bits_of_an_eager_run(monkeypatch):
+    """A model whose graph does not give an eager call's bits runs eagerly under the key of
+    `cuda_graphs: false` (no "-graphs"), so its vectors are those of such a run, bit for bit:
+    transformers' own mask, not the broadcast one its graphs would have replayed."""
+    import embedding.embedder
+
+    monkeypatch.setattr(embedding.embedder, "graphed", lambda *args: None)
+    refused = load_embedder(device="cuda", dtype="fp16", cuda_graphs=True)
+    monkeypatch.undo()
+    eager = load_embedder(device="cuda", dtype="fp16", cuda_graphs=False)
+    assert not refused.settings.cuda_graphs and refused.key == eager.key
+    same_length = ["word " * 12] * 4  # a micro-batch without padding, as well as padded ones
+    texts = [*TEXTS, LONG, *same_length]
+    np.testing.assert_array_equal(refused.embed(texts), eager.embed(texts))
+    np.testing.assert_array_equal(refused.embed(same_length), eager.embed(same_length))
+
+
 def test_cuda_graphs_are_asked_for_on_cuda_only():
     """On a CPU the option changes nothing: no graphs, and the key it had before."""
     cpu = embedder(dtype="fp32", cuda_graphs=True)
