@@ -145,6 +145,11 @@ class Bundles:
 
     def __init__(self, dataset: Dataset) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        # `stop` raises in the thread only while it fetches: raised before or after (a failed
+        # dataset's error just handed over, the thread ending), it came out of threading's own
+        # code, a traceback on stderr
+        self._fetching = self._stopped = False
+        self._lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._fetch, args=(dataset,), name="mdindex-bundles", daemon=True
         )
@@ -152,11 +157,21 @@ class Bundles:
 
     def _fetch(self, dataset: Dataset) -> None:
         try:
-            for bundle in dataset.iter_internal_ref_bundles():
-                self._queue.put(bundle)
-            self._queue.put(_END)
-        except BaseException as error:  # noqa: BLE001 - the dataset's failure, raised by `pieces`
-            self._queue.put(error)
+            with self._lock:
+                if self._stopped:  # before the thread began: the dataset never starts
+                    return
+                self._fetching = True
+            try:
+                for bundle in dataset.iter_internal_ref_bundles():
+                    self._queue.put(bundle)
+                last = _END
+            except BaseException as error:  # noqa: BLE001 - the dataset's failure, for `pieces`
+                last = error
+            with self._lock:
+                self._fetching = False
+            self._queue.put(last)
+        except _Stopped:  # `stop`'s, come just before or after the loop above: nothing to stop
+            pass
 
     def pieces(self, wait: float) -> Iterator[list[Piece]]:
         """The pieces of each bundle as it comes, and none each time no bundle came within `wait`
@@ -175,9 +190,11 @@ class Bundles:
 
     def stop(self) -> None:
         """Stop fetching, the dataset's execution shut down, and return once the thread ended."""
-        if self._thread.is_alive():
-            ident, stopped = ctypes.c_ulong(self._thread.ident), ctypes.py_object(_Stopped)
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, stopped)
+        with self._lock:
+            self._stopped = True
+            if self._fetching:
+                ident, stopped = ctypes.c_ulong(self._thread.ident), ctypes.py_object(_Stopped)
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, stopped)
         self._thread.join()
 
 
