@@ -72,16 +72,32 @@ def gone_endpoint() -> str:
 
 
 # Stand-in stages for scheduling tests: importable here by Ray's workers (a test module is not).
-HOLD_SECONDS = 0.5
+MEETING_SECONDS = 60
 
 
-def timed_chunking(batch: pa.Table) -> pa.Table:
-    """A chunk task's stand-in: holds its CPU slot for `HOLD_SECONDS`, and says when."""
+def meeting_chunking(batch: pa.Table, folder: str, tasks: int) -> pa.Table:
+    """A chunk task's stand-in (one of `tasks`) that holds its CPU slot until another one runs
+    beside it (each running task has a file in `folder`), or all others are done, or
+    `MEETING_SECONDS` passed: then it leaves `folder/alone`, and the others wait no more. Says
+    when it ran and whether it met one. (A fixed hold of 0.5 s made the test depend on how soon
+    Ray started a second worker process: 20 s beside three busy loops, on 2 cores.)"""
     start = time.time()
-    time.sleep(HOLD_SECONDS)
-    return batch.append_column("start", pa.array([start])).append_column(
-        "end", pa.array([time.time()])
-    )
+    row = batch.column("row")[0].as_py()
+    running = Path(folder, f"running-{row}")
+    running.touch()
+    deadline = time.monotonic() + MEETING_SECONDS
+    while not (met := len(list(Path(folder).glob("running-*"))) > 1):
+        if len(list(Path(folder).glob("done-*"))) == tasks - 1 or Path(folder, "alone").exists():
+            break
+        if time.monotonic() > deadline:
+            Path(folder, "alone").touch()
+            break
+        time.sleep(0.05)
+    time.sleep(0.2)  # the other one sees this one too
+    Path(folder, f"done-{row}").touch()
+    running.unlink()
+    end = time.time()
+    return pa.table({"row": batch.column("row"), "start": [start], "end": [end], "met": [met]})
 
 
 class PassingActor:
