@@ -337,7 +337,13 @@ def build_topics(
                 if work.embeds:
                     batches = embedding_batches(work)
                     pool = embed_pool(
-                        config.resources.embed, cpus, batches, node_gpus, grows, node_cpus
+                        config.resources.embed,
+                        cpus,
+                        batches,
+                        node_gpus,
+                        grows,
+                        node_cpus,
+                        work.bytes,
                     )
                     first_pool = first_pool or pool
                 log.info("embedding pool: %s", pool.label() if pool else NO_POOL)

@@ -40,6 +40,16 @@ def auto_threads(cpus: float) -> int:
     return 1 if cpus < 8 else 2
 
 
+# Bytes of sources that make each CPU embedding actor after the first worth its start, when the
+# pool sizes itself. Each actor is a process that imports torch and transformers and loads the
+# model: 5.1-5.4 CPU-seconds with MiniLM (2-core AVX2 VM, 2026-12-01), about 2.5 s of a 2-core
+# machine's wall while chunk tasks want the cores too. MiniLM embeds 12 kB of tldr sources a
+# second on one thread, 21 kB on two: one two-thread actor is behind two one-thread ones by 6 ms
+# a kB, so a second actor gains its start back from about 400 kB of sources (a small docs site, a
+# 1% edit of tldr: one actor, two threads, where there were two actors).
+ACTOR_SOURCE_BYTES = 400_000
+
+
 @dataclass(frozen=True)
 class EmbedPool:
     """The embedding pool as it runs: actors, logical CPUs per actor, torch threads per actor."""
@@ -71,6 +81,7 @@ def embed_pool(
     node_gpus: tuple[float, ...] = (),
     grows: bool = False,
     node_cpus: float = math.inf,
+    source_bytes: float = math.inf,
 ) -> EmbedPool:
     """The pool the config asks for; `actors`/`num_cpus` left null are sized to the machine.
 
@@ -79,7 +90,8 @@ def embed_pool(
     may add GPU nodes during the build) the pool autoscales from there to `gpu_max_actors`. A CPU
     pool runs `auto_threads` torch threads per actor and as many actors as `cpus` holds, but no
     more than there are `batches` or `max_actors` (2 CPUs: two actors with one thread each; with
-    `max_actors: 1`, one: it was two, and Ray Data refused a pool of 2 to 1). Fewer actors than
+    `max_actors: 1`, one: it was two, and Ray Data refused a pool of 2 to 1), and one more than
+    its `source_bytes` (the bytes of sources to chunk) hold `ACTOR_SOURCE_BYTES`. Fewer actors than
     that, whether `batches` or the config sets their count (its largest, if it autoscales), share
     the CPUs: one actor on 2 CPUs runs two threads. Its actors reserve no logical CPU, so chunk
     tasks run on every CPU while there is chunking to do (then the two share the cores), and the
@@ -97,7 +109,8 @@ def embed_pool(
         threads = _threads(resources.num_cpus)
         actors = resources.actors or max(1, min(spare_actors(cpus, resources.num_cpus), most))
         return EmbedPool(actors, resources.max_actors, resources.num_cpus, 0.0, threads)
-    actors = resources.actors or max(1, min(batches, int(cpus // auto_threads(cpus)), most))
+    worth = 1 + source_bytes / ACTOR_SOURCE_BYTES
+    actors = resources.actors or max(1, int(min(batches, cpus // auto_threads(cpus), most, worth)))
     threads = max(1, int(min(cpus // max(actors, resources.max_actors or 0), node_cpus)))
     return EmbedPool(actors, resources.max_actors, 0.0, 0.0, threads)
 

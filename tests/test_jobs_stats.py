@@ -25,7 +25,14 @@ from jobs.progress import (
     report_stats,
 )
 from jobs.records import SOURCE, entry_to_json, new_row, to_table
-from jobs.resources import GPU_CALL_BYTES, actor_stage_args, call_rows, embed_pool, infeasible
+from jobs.resources import (
+    ACTOR_SOURCE_BYTES,
+    GPU_CALL_BYTES,
+    actor_stage_args,
+    call_rows,
+    embed_pool,
+    infeasible,
+)
 from jobs.stages.store import store_entries
 from jobs.stats import (
     NAMED,
@@ -277,6 +284,28 @@ def test_cpu_pool_sizes_itself_to_the_machine_and_gpu_pools_to_the_gpus():
     assert (gpu.actors, gpu.max_actors, gpu.num_cpus, gpu.num_gpus) == (1, 4, 1.0, 1)
     assert gpu.label() == "1-4 actors × 1 torch thread, 1 GPU each"
     assert two.label() == "2 actors × 1 torch thread, on CPU"
+
+
+def test_a_cpu_pool_starts_an_actor_beyond_the_first_only_for_400_kb_of_sources_each():
+    """Each CPU actor imports torch and transformers and loads the model (about 5 CPU-seconds with
+    MiniLM), so a small build's pool is one actor with the CPUs' threads (`ACTOR_SOURCE_BYTES`):
+    a docs site of 100 kB or a 1% edit of tldr-en (several batches: two actors before)."""
+
+    def pool(cpus, source_bytes, batches=64, **config):
+        made = embed_pool(EmbedResources(**config), cpus, batches, source_bytes=source_bytes)
+        return made.actors, made.threads
+
+    assert ACTOR_SOURCE_BYTES == 400_000
+    assert pool(2, 0) == (1, 2)  # questions alone (qa-pairs.md)
+    assert pool(2, 399_999) == (1, 2)
+    assert pool(2, 400_000) == (2, 1)
+    assert pool(2, 5_000_000) == (2, 1)  # the CPUs' bound
+    assert pool(16, 1_000_000) == (3, 5)
+    assert pool(16, 1_000_000, batches=2) == (2, 8)  # the batches' bound
+    assert pool(2, 100_000, actors=2) == (2, 1)  # a set count wins
+    assert pool(16, 100_000, max_actors=4) == (1, 4)  # room to grow: threads for four
+    gpu = embed_pool(EmbedResources(num_gpus=1), 16, 64, (4,), source_bytes=100_000)
+    assert gpu.actors == 4  # a GPU pool fills the GPUs present (a GPU embeds 400 kB in a blink)
 
 
 def test_a_gpu_pool_whose_actor_count_is_null_fills_the_gpus_present_at_the_start():
