@@ -192,7 +192,17 @@ def job_exit(ray_head, submission_id: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_ray_job_submit_runs_the_build(ray_head, tmp_path):
+def test_ray_job_submit_runs_the_build_and_an_actors_call_outlives_the_loss_of_a_node(
+    ray_head, tmp_path
+):
+    """Two checks on one cluster of two nodes (the head and a second node, which the second check
+    kills: one node started for both, not one each)."""
+    with second_node(ray_head) as node:
+        ray_job_submit_runs_the_build(ray_head, tmp_path)
+        an_embedding_actors_call_outlives_the_loss_of_its_node(ray_head, node, tmp_path)
+
+
+def ray_job_submit_runs_the_build(ray_head, tmp_path):
     """The build's exit code 3 comes back from `jobs.job_exit` (`ray job submit` exits 1). On a
     cluster of two nodes: the pool is sized to both nodes' CPUs, and the run's bookkeeping actor
     runs on the driver's node (Ray placed it on a random node: one whose loss then failed the
@@ -222,10 +232,9 @@ def test_ray_job_submit_runs_the_build(ray_head, tmp_path):
         "--output",
         str(output),
     ]
-    with second_node(ray_head):
-        done = subprocess.run(
-            command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=400
-        )
+    done = subprocess.run(
+        command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=400
+    )
     log = done.stdout + done.stderr
     assert done.returncode != 0, log  # the job exits 3 (one invalid source), so the job FAILED
     assert "exit code 3" in log or "exited with code 3" in log, log[-3000:]
@@ -504,30 +513,29 @@ print(ray.get(actor.work.remote(doomed, sys.argv[2])), flush=True)
 """
 
 
-def test_an_embedding_actors_call_outlives_the_loss_of_its_node(ray_head, tmp_path):
+def an_embedding_actors_call_outlives_the_loss_of_its_node(ray_head, node, tmp_path):
     """A node lost mid-build (its Ray processes killed, as a preempted spot node's) with the
     embedding actor on it: the actor's call runs again once Ray restarts the actor elsewhere.
     Its tries were bounded by `resources.retries` as its restarts are, and Ray used them up on
     "connection refused" before it marked the node dead: the build failed, "ActorUnavailableError:
     The actor … is unavailable" (FastAPI's docs on a head and a second node, 2026-12-01)."""
-    with second_node(ray_head) as node:
-        program = subprocess.Popen(
-            [sys.executable, "-c", ACTOR_PROGRAM, ray_head.gcs, str(tmp_path / "running")],
-            cwd=ROOT,
-            env=_environment(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            deadline = time.monotonic() + 120
-            while not (tmp_path / "running").exists():  # the call runs on the second node
-                assert program.poll() is None, program.communicate()[1][-3000:]
-                assert time.monotonic() < deadline, "the actor's call did not start in 120 s"
-                time.sleep(0.2)
-            os.killpg(node.pid, signal.SIGKILL)  # the node's raylet, agents and workers
-            out, err = program.communicate(timeout=180)
-        finally:
-            program.kill()
+    program = subprocess.Popen(
+        [sys.executable, "-c", ACTOR_PROGRAM, ray_head.gcs, str(tmp_path / "running")],
+        cwd=ROOT,
+        env=_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "running").exists():  # the call runs on the second node
+            assert program.poll() is None, program.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the actor's call did not start in 120 s"
+            time.sleep(0.2)
+        os.killpg(node.pid, signal.SIGKILL)  # the node's raylet, agents and workers
+        out, err = program.communicate(timeout=180)
+    finally:
+        program.kill()
     # Ray's "(raylet) Task Actor.work failed … retried" lines go to stdout too, before or after
     assert program.returncode == 0 and "done" in out.splitlines(), err[-3000:]
