@@ -42,11 +42,12 @@ def auto_threads(cpus: float) -> int:
 
 # Bytes of sources that make each CPU embedding actor after the first worth its start, when the
 # pool sizes itself. Each actor is a process that imports torch and transformers and loads the
-# model: 5.1-5.4 CPU-seconds with MiniLM (2-core AVX2 VM, 2026-12-01), about 2.5 s of a 2-core
+# model: 5.1-5.4 CPU-seconds with MiniLM (2-core AMD EPYC VM, 2026-12-01), about 2.5 s of a 2-core
 # machine's wall while chunk tasks want the cores too. MiniLM embeds 12 kB of tldr sources a
 # second on one thread, 21 kB on two: one two-thread actor is behind two one-thread ones by 6 ms
 # a kB, so a second actor gains its start back from about 400 kB of sources (a small docs site, a
-# 1% edit of tldr: one actor, two threads, where there were two actors).
+# 1% edit of tldr: one actor, two threads, where there were two actors; that edit with MiniLM ran
+# its pipeline stage in 13.2 s against 15.4 s on average, README: Embedding).
 ACTOR_SOURCE_BYTES = 400_000
 
 
