@@ -283,15 +283,19 @@ def test_end_to_end_report(local_output):
     [
         # (two actors, one document per embedding batch, one source per chunk task: the build
         # of `test_a_killed_embedding_actor_is_restarted_and_the_output_is_unchanged`)
-        # one actor, so two torch threads (the default: two actors of one thread)
+        # the pool left to size itself, calls of 3 documents (its chunk tasks' blocks cut to
+        # match, `aligned_rows`): three calls at once and 2 CPUs would make two actors (they did
+        # until 2026-12-01; it failed so then), but 18 KB of sources is under the
+        # 400 kB that an actor beyond the first needs (`ACTOR_SOURCE_BYTES`): one actor, so two
+        # torch threads
         (
-            ["resources.embed.actors=1", "resources.embed.batch_size=7"],
+            ["resources.embed.batch_size=3", "resources.chunk.batch_mb=0.001"],
             "1 actor × 2 torch threads, on CPU",
         ),
         # (slow: its calls are the module build's: the corpus, 18 KB, is one chunk task by
         # default too (`jobs.work.MIN_BATCH_BYTES`), and 64 documents hold its 9 rows, so one
         # call of every row on 1 actor × 2 torch threads; a set batch size's row-aligned packing
-        # is batch-7's, and `aligned_rows` of a call longer than a block `test_jobs_stats`')
+        # is batch-3's, and `aligned_rows` of a call longer than a block `test_jobs_stats`')
         pytest.param(
             ["resources.embed.batch_size=64", "resources.chunk.batch_mb=100"],
             "1 actor × 2 torch threads, on CPU",  # one chunk task's batch: one actor
@@ -324,7 +328,7 @@ def test_end_to_end_report(local_output):
             marks=pytest.mark.slow,
         ),
     ],
-    ids=["batch-7", "batch-64", "gpu-pool", "gpu-pool-shared"],
+    ids=["batch-3", "batch-64", "gpu-pool", "gpu-pool-shared"],
 )
 def test_outputs_are_byte_identical_whatever_the_batching(
     local_output, tmp_path, monkeypatch, settings, pool
