@@ -343,7 +343,7 @@ def build_topics(
                         node_gpus,
                         grows,
                         node_cpus,
-                        work.bytes,
+                        source_bytes=work.bytes,
                     )
                     first_pool = first_pool or pool
                 log.info("embedding pool: %s", pool.label() if pool else NO_POOL)
