@@ -55,11 +55,11 @@ def test_chunk_tasks_use_every_cpu_the_embedding_actors_do_not_take(tmp_path):
     assert pool.num_cpus == 0
     # Ray Data's budget is the CPUs free as it starts, as the GCS last heard: the session's
     # instance is shared with the worker's earlier tests, one of whose tasks or actors held a CPU a
-    # moment longer (CI at c5f7ed0: a budget of 1 CPU, the chunk tasks one at a time), and
-    # `from_arrow` itself runs a one-CPU task per table, whose CPUs the GCS heard were given back
-    # only later on a loaded machine (0 CPUs free as the dataset started: 2 full runs of 4 on
-    # 2026-12-01, 1 test of 8 beside three busy loops). So the wait comes after it.
-    source = ray.data.from_arrow([pa.table({"row": [i]}) for i in range(BATCHES)])
+    # moment longer (CI at c5f7ed0: a budget of 1 CPU, the chunk tasks one at a time). The blocks
+    # are given as the build gives them (`from_blocks`): `from_arrow` runs a one-CPU task per
+    # table, whose CPUs the GCS heard were given back only later on a loaded machine (0 CPUs free
+    # as the dataset started: 2 full runs of 4 on 2026-12-01, 1 test of 8 beside busy loops).
+    source = ray.data.from_blocks([pa.table({"row": [i]}) for i in range(BATCHES)])
     deadline = time.monotonic() + 60
     while ray.available_resources().get("CPU", 0) < 2:
         assert time.monotonic() < deadline, f"a CPU still held: {ray.available_resources()}"
