@@ -19,7 +19,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Each Ray the suite starts (the session's, and the builds' in child processes, which inherit it)
 # has a log monitor that lists its session's log files again every 0.1 s while it holds fewer than
 # this many; then every 0.5 s. A session Ray of the suite ends with ~300 worker log files: with
-# 600, its log monitor took 2.5 CPU-s a 30 s idle, 1.2 at 0 (2026-12-01, the 2-core EPYC).
+# 600, an idle one's log monitor took 2.5 CPU-s in 30 s, 1.2 at 0 (2026-12-01, the 2-core EPYC).
 os.environ.setdefault("RAY_LOG_MONITOR_MANY_FILES_THRESHOLD", "0")
 # A suite run in GitHub Actions builds as elsewhere: no workflow commands after a build's summary
 # (tests read its last lines), nothing appended to the job's step summary (`jobs.annotations`)
