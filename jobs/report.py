@@ -36,6 +36,7 @@ from jobs.manifest import REPORT_HTML_PATH, REPORT_PATH
 from jobs.plan import distinct_failures
 from jobs.report_html import (
     FAIL_ON_BROKEN,
+    NOT_SOURCES,
     SETTINGS_CHANGED,
     SHOWN_FAILURES,
     before_note,
@@ -405,10 +406,7 @@ def summary(report: dict[str, Any]) -> str:
     lines += before_lines(report) + cache_warnings(report)
     lines += [f"  WARNING {w}" for w in empty_file_warnings(report)]
     if others := failed_non_sources(report):
-        lines.append(
-            f"  other:   {others} failed or skipped, not sources (symbolic links not "
-            "followed, names no index can hold, qa-pairs.md, keywords or topic files)"
-        )
+        lines.append(f"  other:   {others} failed or skipped, not sources ({NOT_SOURCES})")
     lines += failure_lines(report["failures"]) + broken_lines(report)
     return "\n".join(printable(line) for line in lines)
 

@@ -236,11 +236,7 @@ def _sources(report: dict[str, Any]) -> str:
     )
     figures = [(k, s.get(k)) for k in keys]
     if others := failed_non_sources(report):  # "0 failed" beside "Failures (1)" otherwise
-        other = (
-            "other files failed or skipped (symbolic links, names no index can hold, qa-pairs, "
-            "keywords)"
-        )
-        figures.append((other, others))
+        figures.append((f"other files failed or skipped ({NOT_SOURCES})", others))
     html = "<h2>Sources</h2>" + _figures(figures)
     untouched = max(0, s["seen"] - s["chunked"] - s["carried"] - s["failed"])
     parts = [
@@ -406,6 +402,12 @@ def link_place(link: dict[str, Any]) -> str:
     """Where a broken link of a report is (`place`): its source alone where its line is unknown
     (a report before lines were looked up, 2026-11-30, or a source not read again)."""
     return place(link["source"], link.get("line"))
+
+
+# What the failed paths that are no source are, as the summary and the page both say it.
+NOT_SOURCES = (
+    "symbolic links not followed, names no index can hold, qa-pairs.md, keywords or topic files"
+)
 
 
 def failed_non_sources(report: dict[str, Any]) -> int:

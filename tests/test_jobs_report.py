@@ -213,8 +213,8 @@ def test_failures_of_files_that_are_no_source_are_counted_apart(built):
     ) in summary(report).splitlines()
     page = render_html(report)
     other = (
-        "other files failed or skipped (symbolic links, names no index can hold, qa-pairs, "
-        "keywords)"
+        "other files failed or skipped (symbolic links not followed, names no index can hold, "
+        "qa-pairs.md, keywords or topic files)"
     )
     assert f"<b>1</b>{other}</div>" in page
 
