@@ -267,8 +267,9 @@ class Target:
 
 def child_build(job: dict[str, Any]) -> dict[str, Any]:
     """One `run_job` in this fresh process, its CPU accounted by process. Ray starts first, timed
-    apart, when `job["start_ray"]`; otherwise only if `run_job` rebuilds a topic, as in a real
-    build, inside its wall (its `ray_start` phase)."""
+    apart, when `job["start_ray"]`, unless the run's stages will run without Ray (a small run
+    where `--set resources.in_process_sources=N` allows it: `jobs.in_process`); otherwise only if
+    `run_job` rebuilds a topic, as in a real build, inside its wall (its `ray_start` phase)."""
     import ray
 
     from jobs.local_ray import start_ray
@@ -276,7 +277,7 @@ def child_build(job: dict[str, Any]) -> dict[str, Any]:
 
     config = load_config(str(JOB_CONFIG), overrides=job["uris"], settings=job["settings"])
     startup = None
-    if job["start_ray"]:
+    if job["start_ray"] and not without_ray(config):
         started = time.perf_counter()
         start_ray(config)
         startup = time.perf_counter() - started
@@ -294,6 +295,19 @@ def child_build(job: dict[str, Any]) -> dict[str, Any]:
         "started": account.started(),
         "began": began,
     }
+
+
+def without_ray(config) -> bool:
+    """Whether `run_job` runs this build's stages without Ray (`jobs.in_process`): asked only
+    where the config allows such runs (the listing and the manifest read once more, outside the
+    measured run)."""
+    from jobs.discovery import discover, list_input
+    from jobs.in_process import runs_in_process
+
+    if config.resources.in_process_sources is None:
+        return False
+    found = discover(config, list_input(config))
+    return runs_in_process(config, found.plan, found.previous, found.sizes)
 
 
 # Kinds of the processes a local build runs, by the title Ray gives each worker process

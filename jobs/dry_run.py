@@ -39,11 +39,11 @@ from jobs.local_ray import check_local_fit, expected_local_node
 from jobs.lock import check_bucket, check_writable, lock_holder
 from jobs.manifest import REPORT_PATH, Manifest
 from jobs.path_set import PathSet
-from jobs.pipeline import chunk_settings
 from jobs.plan import KEEP, REBUILD, RELINK, Plan, settings_differ, unmatched_note
 from jobs.records import QUESTIONS, SOURCE, TOPIC
 from jobs.report import error_text
 from jobs.report_html import SETTINGS_CHANGED, place
+from jobs.stage_args import chunk_settings
 from jobs.stages.chunk import chunk_one_source, questions_json
 from jobs.stages.read import READ_FAILED
 from jobs.stages.topic import read_keywords

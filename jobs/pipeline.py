@@ -14,15 +14,13 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import ray
-import tokenizers
 
-from embedding.encoder import encoder_digest
 from indexing.terminal import counted
 from jobs.broken_links import index_broken_links
+from jobs.built import Built, Rebuild
 from jobs.config import JobConfig
 from jobs.discovery import (
     abort_stops,
@@ -30,13 +28,13 @@ from jobs.discovery import (
     discover,
     list_input,
     output_storage,
-    window_encoder,
 )
 from jobs.finish import finish, index_settings
-from jobs.landmarks import BACKEND, Landmark, Plugin, config_plugins, landmarks
+from jobs.in_process import build_in_process, runs_in_process
+from jobs.landmarks import Landmark, Plugin, config_plugins, landmarks
 from jobs.local_ray import live_resources, on_the_drivers_node, start_ray, watching_nodes
 from jobs.lock import Check, output_lock
-from jobs.manifest import MANIFEST_PATH, Manifest
+from jobs.manifest import MANIFEST_PATH
 from jobs.path_set import PathSet
 from jobs.plan import (
     KEEP,
@@ -48,7 +46,15 @@ from jobs.plan import (
     settings_differ,
 )
 from jobs.previous import Expected
-from jobs.progress import Goal, Heartbeat, StatsCollector, configure_progress, progress_line
+from jobs.progress import (
+    Goal,
+    Heartbeat,
+    StatsCollector,
+    configure_progress,
+    progress_line,
+    say_recarry,
+    say_written,
+)
 from jobs.reduce import Piece, reduce_topics
 from jobs.report import (
     build_report,
@@ -62,7 +68,6 @@ from jobs.report import (
 from jobs.report_html import SETTINGS_CHANGED, unfinished_note
 from jobs.resources import (
     EmbedPool,
-    actor_env,
     actor_stage_args,
     embed_pool,
     reduce_task_options,
@@ -70,8 +75,9 @@ from jobs.resources import (
     task_stage_args,
 )
 from jobs.signals import held
-from jobs.stages.chunk import ChunkSettings, SourceFailed, read_and_chunk
-from jobs.stages.embed import EmbedActor, EmbedSettings
+from jobs.stage_args import cache_in_use, chunk_encoder, chunk_settings, embed_settings
+from jobs.stages.chunk import SourceFailed, read_and_chunk
+from jobs.stages.embed import EmbedActor
 from jobs.stages.store import store_entries
 from jobs.stages.topic import TopicContext
 from jobs.stats import NAMED, RunStats
@@ -88,16 +94,6 @@ from jobs.work import (
 log = logging.getLogger("mdindex.build")
 
 NO_POOL = "none (nothing to embed: every source of the rebuilt topics is carried)"
-
-
-@dataclass(frozen=True)
-class Built:
-    """What the pipeline left for the driver: each rebuilt topic's summary, and the counters."""
-
-    summaries: dict[str, dict[str, Any]]
-    stats: RunStats
-    cpus: float
-    pool: EmbedPool | None = None  # the embedding pool of the run's (first) pipeline
 
 
 def run_job(
@@ -190,11 +186,14 @@ def _run_locked(
     write_unfinished_report(config, began, left_unfinished)  # before any other write
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
     grows = False  # whether the Ray cluster may add nodes during the build
+    alone = False  # whether the stages run in this process, without Ray (`jobs.in_process`)
     if rebuilt:
         mark = time.perf_counter()
         marks = landmarks(source, output) + config_plugins(config)
-        grows = start_ray(config, marks)
-        wall["ray_start"] = time.perf_counter() - mark
+        alone = runs_in_process(config, plan, found.previous, found.sizes)
+        if not alone:
+            grows = start_ray(config, marks)
+            wall["ray_start"] = time.perf_counter() - mark
         check()
     # The manifest in the output while this run goes on: what a run stopped from here leaves.
     stored = interim_manifest(found.previous, plan, found.config_key)
@@ -202,18 +201,11 @@ def _run_locked(
         output.write_bytes(MANIFEST_PATH, stored.to_json())
     if rebuilt:
         mark = time.perf_counter()
-        built = build_topics(
-            config,
-            plan,
-            found.previous,
-            found.sizes,
-            source,
-            output,
-            check,
-            marks,
-            grows,
-            began=began,
-        )
+        run = Rebuild(config, plan, found.previous, found.sizes, source, output, check, marks)
+        if alone:
+            built = build_in_process(run, began=began)
+        else:
+            built = build_topics(run, grows, began=began)
         wall["pipeline"] = time.perf_counter() - mark
 
     mark, cpu_mark = time.perf_counter(), time.process_time()
@@ -280,22 +272,10 @@ def _run_locked(
     return report
 
 
-def build_topics(
-    config: JobConfig,
-    plan: Plan,
-    previous: Manifest,
-    sizes: dict[str, int],
-    source: Storage,
-    output: Storage,
-    check: Check,
-    marks: tuple[Landmark | Plugin, ...],
-    grows: bool = False,
-    *,
-    began: float,
-) -> Built:
+def build_topics(run: Rebuild, grows: bool = False, *, began: float) -> Built:
     """Rebuild every topic the plan says to, with a heartbeat; collect summaries and counters.
-    `check` is called before each topic's reduce starts (`jobs.lock`); `marks` are what the
-    driver's local folders hold and its third-party classes, for the tasks to check
+    `run.check` is called before each topic's reduce starts (`jobs.lock`); `run.marks` are what
+    the driver's local folders hold and its third-party classes, for the tasks to check
     (`jobs.landmarks`); `grows`: the cluster may add nodes meanwhile (a GPU pool then grows as
     GPU nodes join, `embed_pool`; a stage no live node holds fails the build after
     `resources.node_wait_seconds`); `began`: when the build began (epoch seconds, its report's
@@ -306,6 +286,8 @@ def build_topics(
     damaged, or without a source's rows) has those read, chunked and embedded in another pass,
     then is reduced again from the rows of both passes. The passes end: a source with a row is
     never carried, so none is sent twice."""
+    config, plan, previous, sizes = run.config, run.plan, run.previous, run.sizes
+    source, output, check, marks = run.source, run.output, run.check, run.marks
     configure_progress()
     collector = StatsCollector.options(**on_the_drivers_node()).remote()
     nodes = live_resources()  # each live node's CPUs and GPUs: one round trip to Ray's GCS
@@ -367,25 +349,14 @@ def build_topics(
                         pieces_of[summary["topic"]] = pieces
                         continue
                     summaries[summary["topic"]] = summary
-                    topic = summary["topic"]  # the root's id is "": named as the dry run names it
-                    shown = repr(topic) if topic else "(root)"
-                    log.info("topic %s written (%d/%d)", shown, len(summaries), len(topics))
+                    say_written(summary["topic"], len(summaries), len(topics))
                 if not recarry:
                     break
-                log.info(
-                    "%s could not carry %s; reading them",
-                    counted(len(recarry), "topic"),
-                    counted(sum(map(len, recarry.values())), "unchanged source"),
-                )
+                say_recarry(recarry)
                 work = prepare_work(config, recarry_rows(recarry, previous, sizes), cpus)
                 watch.expect(work.embeds)  # a pass with nothing to embed asks for no GPU
                 kept = pieces_of
-                goal = Goal(
-                    goal.sources + work.sources,
-                    goal.bytes + work.bytes,
-                    goal.topics,
-                    goal.batches + len(work.batches),
-                )
+                goal = goal.and_pass(work.sources, work.bytes, len(work.batches))
         stats = ray.get(collector.total.remote())
     finally:
         ray.kill(collector)
@@ -472,77 +443,3 @@ def topic_summaries(
     yield from reduce_topics(
         dataset, work.expected, context, reduce_options, collector, check, kept
     )
-
-
-def chunk_settings(
-    config: JobConfig, corpus: PathSet, encoder: tokenizers.Tokenizer | None
-) -> ChunkSettings:
-    """What the chunk tasks need from the config, the corpus's paths and the model's encoder."""
-    return ChunkSettings(
-        strategy=config.chunking.strategy,
-        options=dict(config.chunking.options),
-        tenant=config.tenant,
-        corpus_paths=corpus,
-        abort_on_failure=config.failure_policy == "abort",
-        time_budget=config.chunking.timeout_seconds,
-        encoder=encoder.to_str() if encoder else None,
-        include_drafts=config.sources.include_drafts,
-    )
-
-
-def embed_settings(
-    config: JobConfig,
-    pool: EmbedPool,
-    encoder: tokenizers.Tokenizer | None,
-    collector=None,
-    new_content: bool = False,
-) -> EmbedSettings:
-    """What an embedding actor of `pool` needs from the config, the chunk tasks' encoder and the
-    run's collector (`new_content`: chunks are expected to miss the cache, `jobs.work.Work`)."""
-    return EmbedSettings(
-        model=config.embedding.model,
-        options=embedder_options(config, pool),
-        cache_uri=config.cache,
-        storage_options=dict(config.storage_options),
-        strategy_key=config.chunking.key,
-        collector=collector,
-        encoder_digest=encoder_digest(encoder) if encoder else None,
-        env=actor_env(pool),
-        load_at_start=new_content,
-        plugins=tuple(plugin for plugin in config_plugins(config) if plugin.kind == BACKEND),
-    )
-
-
-def cache_in_use(config: JobConfig) -> bool:
-    """Whether the embedding cache holds entries of this run's chunking (its strategy key's
-    folder is there); True where that cannot be told (the cache's own reads report it)."""
-    if not config.cache:
-        return False
-    try:
-        return Storage(config.cache, config.storage_options).exists(config.chunking.key)
-    except Exception:  # noqa: BLE001 - a guess: as before, the model loads at a miss
-        return True
-
-
-def chunk_encoder(config: JobConfig) -> tokenizers.Tokenizer | None:
-    """The model's window encoder for the chunk tasks (`jobs.stages.tokenize`), read from its
-    small files; None leaves the tokenizing to the embedding actors, which is also what happens
-    when those files cannot be read here (the actors then report the model's problem)."""
-    try:
-        return window_encoder(config)
-    except Exception as error:  # noqa: BLE001 - any failure only means the actors tokenize
-        log.warning("the embedding actors tokenize: %s (%s)", error, type(error).__name__)
-        return None
-
-
-def embedder_options(config: JobConfig, pool: EmbedPool) -> dict[str, Any]:
-    """`load_embedder` keyword arguments: the set embedding options, threads, storage options.
-    A CPU pool's actors run on the CPU when the device is "auto": Ray hides no GPU from an actor
-    that asked for none, so each one found CUDA and loaded its model there, unaccounted for."""
-    options = {k: v for k, v in vars(config.embedding).items() if k != "model" and v is not None}
-    if not pool.num_gpus and options["device"] == "auto":
-        options["device"] = "cpu"
-    options["num_threads"] = pool.threads
-    if config.storage_options:
-        options["storage_options"] = dict(config.storage_options)
-    return options

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import ray
 
+from indexing.terminal import counted
 from jobs.blocks import Span, topic_counts
 from jobs.stats import EmbedStats, RunStats, Window
 
@@ -48,35 +49,34 @@ def configure_progress() -> None:
     DataContext.get_current().enable_progress_bars = interactive()
 
 
-@ray.remote(num_cpus=0, concurrency_groups={"counts": 1})
-class StatsCollector:
-    """The run's one bookkeeping actor, started with it: sums the stage records, and counts the
-    rows of each topic in the blocks the pipeline yields, so the driver never fetches their data.
-    One process for both: started first, on a worker process Ray has ready, it leaves the processes
-    that start later to the embedding actors (a second actor for the counts, starting beside them,
-    delayed their model load by ~0.6 s). The counts run in their own thread, so a block being
-    fetched for a count never holds up a task's `add`."""
+class Tally:
+    """A run's stage records, summed: in the run's `StatsCollector` actor, or in the driver's
+    process for a run without Ray (`jobs.in_process`), where the heartbeat's thread reads it while
+    the stages add to it (hence the lock)."""
 
     def __init__(self) -> None:
         self._total = RunStats()
         self._keys: set[str] = set()
         self._running: dict[str, RunStats] = {}  # what each running embedding call has done
+        self._lock = threading.Lock()
 
     def add(self, stats: RunStats, key: str | None = None) -> None:
         """Fold one batch's record into the total, once per `key` (`rows_key`): a call Ray tries
         again (its worker died after it reported) reports the same key, not counted twice."""
-        if key is not None:
-            self._running.pop(key, None)  # its own record counts it now
-            if key in self._keys:
-                return
-            self._keys.add(key)
-        self._total += stats
+        with self._lock:
+            if key is not None:
+                self._running.pop(key, None)  # its own record counts it now
+                if key in self._keys:
+                    return
+                self._keys.add(key)
+            self._total += stats
 
     def embedding(self, key: str, done: RunStats) -> None:
         """What the running embedding call `key` has done so far (`embedding_progress`); ignored
         for a call tried again after it reported."""
-        if key not in self._keys:
-            self._running[key] = done
+        with self._lock:
+            if key not in self._keys:
+                self._running[key] = done
 
     def total(self) -> RunStats:
         """The sum so far."""
@@ -85,7 +85,37 @@ class StatsCollector:
     def progress(self) -> RunStats:
         """The sum so far, with what the embedding calls still running have done: for the
         progress line, not the report."""
-        return sum(self._running.values(), self._total)
+        with self._lock:
+            return sum(self._running.values(), self._total)
+
+
+@ray.remote(num_cpus=0, concurrency_groups={"counts": 1})
+class StatsCollector:
+    """The run's one bookkeeping actor, started with it: sums the stage records (a `Tally`), and
+    counts the rows of each topic in the blocks the pipeline yields, so the driver never fetches
+    their data. One process for both: started first, on a worker process Ray has ready, it leaves
+    the processes that start later to the embedding actors (a second actor for the counts,
+    starting beside them, delayed their model load by ~0.6 s). The counts run in their own
+    thread, so a block being fetched for a count never holds up a task's `add`."""
+
+    def __init__(self) -> None:
+        self._tally = Tally()
+
+    def add(self, stats: RunStats, key: str | None = None) -> None:
+        """`Tally.add`."""
+        self._tally.add(stats, key)
+
+    def embedding(self, key: str, done: RunStats) -> None:
+        """`Tally.embedding`."""
+        self._tally.embedding(key, done)
+
+    def total(self) -> RunStats:
+        """`Tally.total`."""
+        return self._tally.total()
+
+    def progress(self) -> RunStats:
+        """`Tally.progress`."""
+        return self._tally.progress()
 
     @ray.method(concurrency_group="counts")
     def count_topics(self, block: pa.Table, span: Span) -> dict[str, int]:
@@ -94,11 +124,14 @@ class StatsCollector:
 
 
 def report_stats(collector, stats: RunStats, key: str | None = None) -> None:
-    """Send one batch's record to the run's collector (None: nothing collects, e.g. in tests),
-    counted once per `key` (None: every time, e.g. a model loaded again by a restarted actor).
+    """Send one batch's record to the run's collector (None: nothing collects, e.g. in tests; a
+    `Tally`: a run without Ray), counted once per `key` (None: every time, e.g. a model loaded
+    again by a restarted actor).
 
     The call waits for the actor, so a finished task's counts are in before the driver reads."""
-    if collector is not None:
+    if isinstance(collector, Tally):
+        collector.add(stats, key)
+    elif collector is not None:
         ray.get(collector.add.remote(stats, key))
 
 
@@ -156,7 +189,10 @@ class CallProgress:
         done = EmbedStats(
             chunks=self._chunks, embedded=self._embedded, cache_hits=self._found, window=window
         )
-        self._collector.embedding.remote(self._key, RunStats(embed=done))
+        if isinstance(self._collector, Tally):
+            self._collector.embedding(self._key, RunStats(embed=done))
+        else:
+            self._collector.embedding.remote(self._key, RunStats(embed=done))
 
 
 def rows_key(stage: str, batch: pa.Table) -> str:
@@ -174,6 +210,26 @@ class Goal:
     bytes: int
     topics: int
     batches: int = 1  # the read-and-chunk tasks' batches: the last one's way through the stages
+
+    def and_pass(self, sources: int, size: int, batches: int) -> Goal:
+        """This goal with a further pass's sources, bytes and batches (over the same topics)."""
+        return Goal(self.sources + sources, self.bytes + size, self.topics, self.batches + batches)
+
+
+def say_written(topic: str, written: int, topics: int) -> None:
+    """Log that `topic` is written, the `written`-th of the run's `topics` (the root's id is "":
+    named as the dry run names it)."""
+    shown = repr(topic) if topic else "(root)"
+    log.info("topic %s written (%d/%d)", shown, written, topics)
+
+
+def say_recarry(recarry: dict[str, list[str]]) -> None:
+    """Log that the topics in `recarry` could not carry those unchanged sources, read next."""
+    log.info(
+        "%s could not carry %s; reading them",
+        counted(len(recarry), "topic"),
+        counted(sum(map(len, recarry.values())), "unchanged source"),
+    )
 
 
 def progress_line(stats: RunStats, goal: Goal, now: float) -> str:

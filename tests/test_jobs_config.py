@@ -245,6 +245,8 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
         ({"resources": {"num_cpus": 10**12}}, "resources.num_cpus: must be <= 1000000, got 1"),
         # the wait for a node that can hold a stage: seconds, or null for no bound
         ({"resources": {"node_wait_seconds": -1}}, "resources.node_wait_seconds: must be >= 0"),
+        ({"resources": {"in_process_sources": -1}}, "resources.in_process_sources: must be >= 0"),
+        ({"resources": {"in_process_sources": 1.5}}, "resources.in_process_sources: expected an"),
         ({"resources": {"node_wait_seconds": "15m"}}, "resources.node_wait_seconds: expected a n"),
         ({"resources": {"node_wait_seconds": True}}, "resources.node_wait_seconds: expected a n"),
         ({"resources": {"node_wait_seconds": float("inf")}}, "resources.node_wait_seconds: must b"),
@@ -687,8 +689,8 @@ def test_cuda_graphs_is_an_embedding_option_that_rebuilds_nothing(tmp_path):
     """Like `token_budget` and `device`: the model key tells graphed vectors apart, so the settings
     digest (a change rebuilds every topic) leaves the option out."""
     from jobs.discovery import settings_key
-    from jobs.pipeline import embedder_options
     from jobs.resources import EmbedPool
+    from jobs.stage_args import embedder_options
 
     default = config_from_dict({"input": str(tmp_path)})
     eager = config_from_dict({"input": str(tmp_path), "embedding": {"cuda_graphs": False}})

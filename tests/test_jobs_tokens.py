@@ -15,7 +15,6 @@ from chunking import chunk_source, token_counter
 from embedding import load_embedder
 from embedding.encoder import Encoded, encode, encoder_digest, model_encoder
 from jobs.config import load_config
-from jobs.pipeline import chunk_encoder
 from jobs.records import (
     SOURCE,
     chunk_tokens,
@@ -25,6 +24,7 @@ from jobs.records import (
     to_table,
     token_columns,
 )
+from jobs.stage_args import chunk_encoder
 from jobs.stages import tokenize
 from jobs.stages.chunk import chunk_sources, read_and_chunk
 from jobs.stages.embed import EmbedActor, EmbedSettings

@@ -1,0 +1,174 @@
+"""A small run's stages in the driver's own process, without Ray.
+
+A local Ray instance costs a 2-CPU machine about 10 s and 20 CPU-seconds before and around any
+work (its start, the run's actors, Ray Data's own actors, the worker processes' imports): most of
+a re-run that changed a few pages (benchmarks/HISTORY.md, 2026-12-01, eighth session). Where the
+config allows it (`resources.in_process_sources`) and the build would start a local instance of
+its own, a run with that few sources to read runs the same stage functions one after the other
+here: read and chunk each batch, embed it with one `EmbedActor` object, write its cache entries,
+then build and write each rebuilt topic. The outputs are the same bytes as the Ray pipeline's."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import ray
+
+from indexing.terminal import counted
+from jobs.built import Built, Rebuild
+from jobs.config import JobConfig
+from jobs.finish import index_settings
+from jobs.landmarks import Landmark, Plugin
+from jobs.manifest import Manifest
+from jobs.path_set import PathSet
+from jobs.plan import REBUILD, Plan
+from jobs.previous import Expected
+from jobs.progress import Goal, Heartbeat, Tally, progress_line, say_recarry, say_written
+from jobs.records import QUESTIONS, SOURCE
+from jobs.resources import embed_pool
+from jobs.stage_args import cache_in_use, chunk_encoder, chunk_settings, embed_settings
+from jobs.stages.chunk import ChunkSettings, read_and_chunk
+from jobs.stages.embed import EmbedActor
+from jobs.stages.store import store_entries
+from jobs.stages.topic import TopicContext, build_and_write
+from jobs.storage import Storage
+from jobs.work import Work, new_content, prepare_work, recarry_rows, work_rows
+
+log = logging.getLogger("mdindex.build")
+
+
+def runs_in_process(
+    config: JobConfig, plan: Plan, previous: Manifest, sizes: dict[str, int]
+) -> bool:
+    """Whether this run's stages run in the driver's process: the config bounds such runs
+    (`resources.in_process_sources`), its embedding is on the CPU, it would start a local Ray
+    instance of its own (no RAY_ADDRESS, no Ray in this process), and it reads no more sources
+    (and questions files) than the bound."""
+    bound = config.resources.in_process_sources
+    if bound is None or config.resources.embed.num_gpus > 0:
+        return False
+    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+        return False
+    topics = [t for t in plan.topics if t.action == REBUILD]
+    return files_to_read(work_rows(topics, plan, previous, sizes)) <= bound
+
+
+def files_to_read(rows: list[dict[str, Any]]) -> int:
+    """The sources and questions files among a run's work rows."""
+    return sum(1 for row in rows if row["kind"] in (SOURCE, QUESTIONS))
+
+
+def build_in_process(run: Rebuild, *, began: float) -> Built:
+    """`jobs.pipeline.build_topics` without Ray: each rebuilt topic's summary, the run's
+    counters, the CPUs, and the embedding pool its one embedder stands for. A topic some of whose
+    unchanged sources cannot be carried has those read in another pass and is built again from
+    the rows of both, as there. `run.check` is called before each topic is built (`jobs.lock`)."""
+    config, plan, previous, sizes = run.config, run.plan, run.previous, run.sizes
+    source, output, check, marks = run.source, run.output, run.check, run.marks
+    cpus = float(config.resources.num_cpus or os.cpu_count() or 1)
+    tally = Tally()
+    topics = [t for t in plan.topics if t.action == REBUILD]
+    rows = work_rows(topics, plan, previous, sizes)
+    work = prepare_work(
+        config,
+        rows,
+        cpus,
+        new_content=new_content(rows, plan, previous, lambda: cache_in_use(config)),
+    )
+    corpus = PathSet.of(plan.fingerprints)
+    encoder = chunk_encoder(config) if work.embeds else None
+    pool = embed_pool(config.resources.embed, cpus, 1, source_bytes=work.bytes)
+    context = TopicContext(
+        source=source,
+        output=output,
+        settings=index_settings(config),
+        expected=Expected(
+            model=config.embedding.model,
+            strategy=config.chunking.strategy,
+            strategy_key=config.chunking.key,
+            corpus_paths=corpus,
+            source_globs=config.sources.globs,
+        ),
+        collector=tally,
+        landmarks=marks,
+        tenant=config.tenant,
+    )
+    goal = Goal(work.sources, work.bytes, len(topics), batches=len(work.batches))
+    log.info(
+        "no Ray: %s to read, at most resources.in_process_sources (%d): the stages run in this "
+        "process, the model on %s",
+        counted(files_to_read(rows), "file"),
+        config.resources.in_process_sources,
+        counted(pool.threads, "torch thread"),
+    )
+    embedder: EmbedActor | None = None
+    summaries: dict[str, dict[str, Any]] = {}
+    kept: dict[str, pa.Table] = {}
+
+    def status() -> str:
+        return progress_line(tally.progress(), goal, time.time())
+
+    with Heartbeat(status, began=began):
+        while True:
+            if work.embeds and embedder is None:  # a pass with nothing to embed loads nothing
+                encoder = encoder or chunk_encoder(config)
+                settings = embed_settings(config, pool, encoder, tally, work.new_content)
+                embedder = EmbedActor(settings)
+            # as the pipeline's passes: the chunk tasks tokenize where the pass embeds
+            chunking = chunk_settings(config, corpus, encoder if work.embeds else None)
+            table = _stages(config, work, source, output, chunking, marks, tally, embedder)
+            recarry: dict[str, list[str]] = {}
+            for topic in work.expected:
+                rows_of = table.filter(pc.equal(table.column("topic"), topic))
+                if topic in kept:
+                    rows_of = pa.concat_tables(
+                        [kept.pop(topic), rows_of], promote_options="default"
+                    )
+                check()
+                summary = build_and_write(rows_of, context=context)
+                if "recarry" in summary:
+                    recarry[topic], kept[topic] = summary["recarry"], rows_of
+                    continue
+                summaries[topic] = summary
+                say_written(topic, len(summaries), len(topics))
+            if not recarry:
+                break
+            say_recarry(recarry)
+            work = prepare_work(config, recarry_rows(recarry, previous, sizes), cpus)
+            goal = goal.and_pass(work.sources, work.bytes, len(work.batches))
+    return Built(summaries, tally.total(), cpus, pool)
+
+
+def _stages(
+    config: JobConfig,
+    work: Work,
+    source: Storage,
+    output: Storage,
+    chunking: ChunkSettings,
+    marks: tuple[Landmark | Plugin, ...],
+    tally: Tally,
+    embedder: EmbedActor | None,
+) -> pa.Table:
+    """Every batch of `work` read and chunked, embedded and its cache entries written (the
+    pipeline's stages, one batch after another); their rows in one table."""
+    tables = []
+    for batch in work.batches:
+        rows = read_and_chunk(
+            batch, source=source, output=output, settings=chunking, landmarks=marks, collector=tally
+        )
+        if work.embeds and embedder is not None:
+            rows = embedder(rows)
+            if config.cache:
+                rows = store_entries(
+                    rows,
+                    cache_uri=config.cache,
+                    storage_options=dict(config.storage_options),
+                    collector=tally,
+                )
+        tables.append(rows)
+    return pa.concat_tables(tables, promote_options="default")

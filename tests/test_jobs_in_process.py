@@ -1,0 +1,147 @@
+"""A small run without Ray (`resources.in_process_sources`, `jobs.in_process`): real MiniLM,
+real files; the builds without Ray run in child processes (this one may hold the session's Ray),
+and are compared byte for byte with the same builds on Ray."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from environment_support import own_ray_environment
+from jobs_support import outputs
+
+from jobs.reindex import main
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = str(REPO / "configs" / "local.yaml")
+COUNTS = ("sources", "topics", "chunks")  # the report's counts, alike both ways
+
+pytestmark = pytest.mark.usefixtures("ray_session")  # the builds on Ray
+
+
+def write_corpus(docs: Path) -> None:
+    """Two topics of two pages each, and a questions file."""
+    for topic in ("alpha", "beta"):
+        for name in ("one", "two"):
+            page = docs / topic / f"{name}.md"
+            page.parent.mkdir(parents=True, exist_ok=True)
+            words = " ".join(f"{topic} {name} step {i} retries the request." for i in range(30))
+            page.write_text(f"# {topic} {name}\n\n{words}\n\n## More\n\n{words}\n")
+    (docs / "alpha" / "qa-pairs.md").write_text("## How does alpha retry?\n\nIt waits.\n")
+
+
+def without_ray(docs: Path, output: Path, cache: Path, bound: int) -> subprocess.CompletedProcess:
+    """`python -m jobs.reindex` in a child process without Ray, `resources.in_process_sources`
+    at `bound`."""
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, "--input", str(docs)]
+    command += ["--output", str(output), "--cache", str(cache)]
+    command += ["--set", f"resources.in_process_sources={bound}"]
+    return subprocess.run(
+        command, cwd=REPO, env=own_ray_environment(), capture_output=True, text=True, timeout=300
+    )
+
+
+def report_of(output: Path) -> dict:
+    return json.loads((output / "_reindex" / "report.json").read_text())
+
+
+def entries(cache: Path) -> dict[str, bytes]:
+    """The cache's entries (not its record of the outputs that use it, named by their paths)."""
+    return {
+        p.relative_to(cache).as_posix(): p.read_bytes()
+        for p in sorted(cache.rglob("*"))
+        if p.is_file() and not p.relative_to(cache).as_posix().startswith("_outputs/")
+    }
+
+
+def copy(folder: Path, to: Path) -> Path:
+    shutil.copytree(folder, to)
+    return to
+
+
+def test_a_small_run_without_ray_writes_the_bytes_a_run_on_ray_writes(tmp_path):
+    """A cold build on Ray, then the same build without Ray from its vectors (every chunk cached:
+    no model loads), then an edit of one page built both ways from copies of the cold output and
+    cache (the page's new chunks embedded in the driver's process, and in an actor): every output
+    file, the manifest, the cache's entries and the report's counts alike."""
+    docs = tmp_path / "docs"
+    write_corpus(docs)
+    cold, cache = tmp_path / "cold", tmp_path / "cache"
+    assert (
+        main(
+            ["--config", CONFIG, "--input", str(docs), "--output", str(cold), "--cache", str(cache)]
+        )
+        == 0
+    )
+
+    alone = without_ray(docs, tmp_path / "alone", copy(cache, tmp_path / "alone-cache"), 5)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert "no Ray: 5 files to read, at most resources.in_process_sources (5)" in alone.stderr
+    assert "started a local Ray instance" not in alone.stderr
+    assert outputs(tmp_path / "alone") == outputs(cold)
+    report = report_of(tmp_path / "alone")
+    assert "ray_start" not in report["timings"]["wall_seconds"]
+    first = report_of(cold)
+    assert (report["sources"], report["topics"]) == (first["sources"], first["topics"])
+    assert report["chunks"]["cache_hits"] == first["chunks"]["embedded"] > 0  # from its cache
+    assert report["counters"]["embed"]["models_loaded"] == 0
+
+    page = docs / "beta" / "two.md"
+    page.write_text(page.read_text().replace("## More", "## More, edited\n\nA new sentence."))
+    on_ray, ray_cache = copy(cold, tmp_path / "on-ray"), copy(cache, tmp_path / "ray-cache")
+    args = ["--config", CONFIG, "--input", str(docs), "--output", str(on_ray)]
+    assert main([*args, "--cache", str(ray_cache)]) == 0
+    edited, edited_cache = copy(cold, tmp_path / "edited"), copy(cache, tmp_path / "edited-cache")
+    alone = without_ray(docs, edited, edited_cache, 1)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert "no Ray: 1 file to read" in alone.stderr
+    assert outputs(edited) == outputs(on_ray)
+    manifest = Path("_reindex") / "manifest.json"
+    assert (edited / manifest).read_bytes() == (on_ray / manifest).read_bytes()
+    assert entries(edited_cache) == entries(ray_cache)
+    report, ray_report = report_of(edited), report_of(on_ray)
+    assert {k: report[k] for k in COUNTS} == {k: ray_report[k] for k in COUNTS}
+    assert report["chunks"]["embedded"] > 0 and report["counters"]["embed"]["models_loaded"] == 1
+    assert report["sources"]["carried"] == ray_report["sources"]["carried"] == 1
+
+    # A topic whose previous tables cannot be read (its index.json gone, nothing changed): its
+    # unchanged sources are read again in a second pass, as on Ray, and the topic comes back
+    # whole, from the cache.
+    before = outputs(edited)
+    (edited / "_index" / "chunks" / "alpha.parquet").write_bytes(b"not parquet")
+    (edited / "alpha" / "index.json").unlink()
+    alone = without_ray(docs, edited, edited_cache, 0)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert "1 topic could not carry 2 unchanged sources; reading them" in alone.stderr
+    assert outputs(edited) == before
+    report = report_of(edited)
+    assert (report["sources"]["chunked"], report["chunks"]["embedded"]) == (2, 0)
+
+
+def test_a_run_with_more_files_to_read_than_the_bound_starts_ray(tmp_path):
+    """Past `resources.in_process_sources` (4 sources and a questions file to read) the build
+    starts Ray, as without the setting; so does one that would join a cluster (RAY_ADDRESS)."""
+    docs = tmp_path / "docs"
+    write_corpus(docs)
+    program = (
+        "import sys\n"
+        "from jobs.config import load_config\n"
+        "from jobs.discovery import discover, list_input\n"
+        "from jobs.in_process import runs_in_process\n"
+        "for bound in sys.argv[3:]:\n"
+        "    sets = [f'resources.in_process_sources={bound}']\n"
+        "    config = load_config(sys.argv[1], overrides={'input': sys.argv[2]}, settings=sets)\n"
+        "    found = discover(config, list_input(config))\n"
+        "    print(runs_in_process(config, found.plan, found.previous, found.sizes))\n"
+    )
+    command = [sys.executable, "-c", program, CONFIG, str(docs), "4", "5"]
+    env = own_ray_environment()
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "True"], done.stderr[-3000:]
+    env["RAY_ADDRESS"] = "127.0.0.1:1"  # never dialled: the choice is made first
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "False"], done.stderr[-3000:]
