@@ -46,6 +46,7 @@ def without_ray(docs: Path, output: Path, cache: Path, bound: int) -> subprocess
 
 
 def report_of(output: Path) -> dict:
+    """The run report an output holds."""
     return json.loads((output / "_reindex" / "report.json").read_text())
 
 
@@ -59,6 +60,7 @@ def entries(cache: Path) -> dict[str, bytes]:
 
 
 def copy(folder: Path, to: Path) -> Path:
+    """A copy of `folder` at `to`."""
     shutil.copytree(folder, to)
     return to
 
@@ -71,12 +73,8 @@ def test_a_small_run_without_ray_writes_the_bytes_a_run_on_ray_writes(tmp_path):
     docs = tmp_path / "docs"
     write_corpus(docs)
     cold, cache = tmp_path / "cold", tmp_path / "cache"
-    assert (
-        main(
-            ["--config", CONFIG, "--input", str(docs), "--output", str(cold), "--cache", str(cache)]
-        )
-        == 0
-    )
+    first_build = ["--config", CONFIG, "--input", str(docs), "--output", str(cold)]
+    assert main([*first_build, "--cache", str(cache)]) == 0
 
     alone = without_ray(docs, tmp_path / "alone", copy(cache, tmp_path / "alone-cache"), 5)
     assert alone.returncode == 0, alone.stderr[-3000:]
