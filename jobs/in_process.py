@@ -22,20 +22,24 @@ import ray
 from indexing.terminal import counted
 from jobs.built import Built, Rebuild
 from jobs.config import JobConfig
-from jobs.finish import index_settings
 from jobs.landmarks import Landmark, Plugin
 from jobs.manifest import Manifest
 from jobs.path_set import PathSet
 from jobs.plan import REBUILD, Plan
-from jobs.previous import Expected
 from jobs.progress import Goal, Heartbeat, Tally, progress_line, say_recarry, say_written
 from jobs.records import QUESTIONS, SOURCE
 from jobs.resources import embed_pool
-from jobs.stage_args import cache_in_use, chunk_encoder, chunk_settings, embed_settings
+from jobs.stage_args import (
+    cache_in_use,
+    chunk_encoder,
+    chunk_settings,
+    embed_settings,
+    topic_context,
+)
 from jobs.stages.chunk import ChunkSettings, read_and_chunk
 from jobs.stages.embed import EmbedActor
 from jobs.stages.store import store_entries
-from jobs.stages.topic import TopicContext, build_and_write
+from jobs.stages.topic import build_and_write
 from jobs.storage import Storage
 from jobs.work import Work, new_content, prepare_work, recarry_rows, work_rows
 
@@ -83,21 +87,7 @@ def build_in_process(run: Rebuild, *, began: float) -> Built:
     corpus = PathSet.of(plan.fingerprints)
     encoder = chunk_encoder(config) if work.embeds else None
     pool = embed_pool(config.resources.embed, cpus, 1, source_bytes=work.bytes)
-    context = TopicContext(
-        source=source,
-        output=output,
-        settings=index_settings(config),
-        expected=Expected(
-            model=config.embedding.model,
-            strategy=config.chunking.strategy,
-            strategy_key=config.chunking.key,
-            corpus_paths=corpus,
-            source_globs=config.sources.globs,
-        ),
-        collector=tally,
-        landmarks=marks,
-        tenant=config.tenant,
-    )
+    context = topic_context(config, corpus, source, output, tally, marks)
     goal = Goal(work.sources, work.bytes, len(topics), batches=len(work.batches))
     log.info(
         "no Ray: %s to read, at most resources.in_process_sources (%d): the stages run in this "

@@ -29,7 +29,7 @@ from jobs.discovery import (
     list_input,
     output_storage,
 )
-from jobs.finish import finish, index_settings
+from jobs.finish import finish
 from jobs.in_process import build_in_process, runs_in_process
 from jobs.landmarks import Landmark, Plugin, config_plugins, landmarks
 from jobs.local_ray import live_resources, on_the_drivers_node, start_ray, watching_nodes
@@ -45,7 +45,6 @@ from jobs.plan import (
     plan_warnings,
     settings_differ,
 )
-from jobs.previous import Expected
 from jobs.progress import (
     Goal,
     Heartbeat,
@@ -75,11 +74,16 @@ from jobs.resources import (
     task_stage_args,
 )
 from jobs.signals import held
-from jobs.stage_args import cache_in_use, chunk_encoder, chunk_settings, embed_settings
+from jobs.stage_args import (
+    cache_in_use,
+    chunk_encoder,
+    chunk_settings,
+    embed_settings,
+    topic_context,
+)
 from jobs.stages.chunk import SourceFailed, read_and_chunk
 from jobs.stages.embed import EmbedActor
 from jobs.stages.store import store_entries
-from jobs.stages.topic import TopicContext
 from jobs.stats import NAMED, RunStats
 from jobs.storage import FileInfo, SkippedLink, Storage
 from jobs.work import (
@@ -386,25 +390,9 @@ def topic_summaries(
     embedded (`jobs.reduce`). Without a `pool` (nothing to embed) the rows go from the chunk
     tasks to the reduces, and no actor starts."""
     resources = config.resources
-    key = config.chunking.key
     corpus = PathSet.of(plan.fingerprints)
     encoder = chunk_encoder(config) if pool else None
-    expected = Expected(
-        model=config.embedding.model,
-        strategy=config.chunking.strategy,
-        strategy_key=key,
-        corpus_paths=corpus,
-        source_globs=config.sources.globs,
-    )
-    context = TopicContext(
-        source=source,
-        output=output,
-        settings=index_settings(config),
-        expected=expected,
-        collector=collector,
-        landmarks=marks,
-        tenant=config.tenant,
-    )
+    context = topic_context(config, corpus, source, output, collector, marks)
     # `from_blocks` (a developer API) keeps the batches as they are and reads their metadata here;
     # `from_arrow` ran a remote task per batch for it and waited for them before the pipeline began.
     dataset = ray.data.from_blocks(work.batches).map_batches(

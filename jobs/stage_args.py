@@ -1,5 +1,6 @@
 """What the stages are given, from the config: the chunk tasks' settings and encoder, the
-embedding actors' settings and `load_embedder` options, and whether the cache is in use."""
+embedding actors' settings and `load_embedder` options, each topic's reduce context, and whether
+the cache is in use."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import tokenizers
 from embedding.encoder import encoder_digest
 from jobs.config import JobConfig
 from jobs.discovery import window_encoder
-from jobs.landmarks import BACKEND, config_plugins
+from jobs.finish import index_settings
+from jobs.landmarks import BACKEND, Landmark, Plugin, config_plugins
 from jobs.path_set import PathSet
+from jobs.previous import Expected
 from jobs.resources import EmbedPool, actor_env
 from jobs.stages.chunk import ChunkSettings
 from jobs.stages.embed import EmbedSettings
+from jobs.stages.topic import TopicContext
 from jobs.storage import Storage
 
 log = logging.getLogger("mdindex.build")
@@ -57,6 +61,35 @@ def embed_settings(
         env=actor_env(pool),
         load_at_start=new_content,
         plugins=tuple(plugin for plugin in config_plugins(config) if plugin.kind == BACKEND),
+    )
+
+
+def topic_context(
+    config: JobConfig,
+    corpus: PathSet,
+    source: Storage,
+    output: Storage,
+    collector: Any,
+    marks: tuple[Landmark | Plugin, ...],
+) -> TopicContext:
+    """What each topic's reduce needs: the input and the output, the index settings, what the
+    previous tables must match to be carried, the run's collector (a `StatsCollector` actor, or a
+    `Tally` without Ray) and the driver's landmarks."""
+    expected = Expected(
+        model=config.embedding.model,
+        strategy=config.chunking.strategy,
+        strategy_key=config.chunking.key,
+        corpus_paths=corpus,
+        source_globs=config.sources.globs,
+    )
+    return TopicContext(
+        source=source,
+        output=output,
+        settings=index_settings(config),
+        expected=expected,
+        collector=collector,
+        landmarks=marks,
+        tenant=config.tenant,
     )
 
 
