@@ -302,12 +302,12 @@ def without_ray(config) -> bool:
     where the config allows such runs (the listing and the manifest read once more, outside the
     measured run)."""
     from jobs.discovery import discover, list_input
-    from jobs.in_process import runs_in_process
+    from jobs.in_process import in_process_rows
 
     if config.resources.in_process_sources is None:
         return False
     found = discover(config, list_input(config))
-    return runs_in_process(config, found.plan, found.previous, found.sizes)
+    return in_process_rows(config, found.plan, found.previous, found.sizes) is not None
 
 
 # Kinds of the processes a local build runs, by the title Ray gives each worker process

@@ -25,7 +25,7 @@ from jobs.config import JobConfig
 from jobs.landmarks import Landmark, Plugin
 from jobs.manifest import Manifest
 from jobs.path_set import PathSet
-from jobs.plan import REBUILD, Plan
+from jobs.plan import REBUILD, Plan, TopicPlan
 from jobs.progress import Goal, Heartbeat, Tally, progress_line, say_recarry, say_written
 from jobs.records import QUESTIONS, SOURCE
 from jobs.resources import embed_pool
@@ -46,20 +46,25 @@ from jobs.work import Work, new_content, prepare_work, recarry_rows, work_rows
 log = logging.getLogger("mdindex.build")
 
 
-def runs_in_process(
+def in_process_rows(
     config: JobConfig, plan: Plan, previous: Manifest, sizes: dict[str, int]
-) -> bool:
-    """Whether this run's stages run in the driver's process: the config bounds such runs
-    (`resources.in_process_sources`), its embedding is on the CPU, it would start a local Ray
-    instance of its own (no RAY_ADDRESS, no Ray in this process), and it reads no more sources
-    (and questions files) than the bound."""
+) -> list[dict[str, Any]] | None:
+    """The run's work rows (`jobs.work.work_rows`) where its stages run in the driver's process,
+    else None: the config bounds such runs (`resources.in_process_sources`), its embedding is on
+    the CPU, it would start a local Ray instance of its own (no RAY_ADDRESS, no Ray in this
+    process), and it reads no more sources (and questions files) than the bound."""
     bound = config.resources.in_process_sources
     if bound is None or config.resources.embed.num_gpus > 0:
-        return False
+        return None
     if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
-        return False
-    topics = [t for t in plan.topics if t.action == REBUILD]
-    return files_to_read(work_rows(topics, plan, previous, sizes)) <= bound
+        return None
+    rows = work_rows(rebuilt_topics(plan), plan, previous, sizes)
+    return rows if files_to_read(rows) <= bound else None
+
+
+def rebuilt_topics(plan: Plan) -> list[TopicPlan]:
+    """The topics the plan rebuilds."""
+    return [t for t in plan.topics if t.action == REBUILD]
 
 
 def files_to_read(rows: list[dict[str, Any]]) -> int:
@@ -67,17 +72,17 @@ def files_to_read(rows: list[dict[str, Any]]) -> int:
     return sum(1 for row in rows if row["kind"] in (SOURCE, QUESTIONS))
 
 
-def build_in_process(run: Rebuild, *, began: float) -> Built:
-    """`jobs.pipeline.build_topics` without Ray: each rebuilt topic's summary, the run's
-    counters, the CPUs, and the embedding pool its one embedder stands for. A topic some of whose
-    unchanged sources cannot be carried has those read in another pass and is built again from
-    the rows of both, as there. `run.check` is called before each topic is built (`jobs.lock`)."""
+def build_in_process(run: Rebuild, rows: list[dict[str, Any]], *, began: float) -> Built:
+    """`jobs.pipeline.build_topics` without Ray, from the run's work `rows` (`in_process_rows`):
+    each rebuilt topic's summary, the run's counters, the CPUs, and the embedding pool its one
+    embedder stands for. A topic some of whose unchanged sources cannot be carried has those
+    read in another pass and is built again from the rows of both, as there. `run.check` is
+    called before each topic is built (`jobs.lock`)."""
     config, plan, previous, sizes = run.config, run.plan, run.previous, run.sizes
     source, output, check, marks = run.source, run.output, run.check, run.marks
     cpus = float(config.resources.num_cpus or os.cpu_count() or 1)
     tally = Tally()
-    topics = [t for t in plan.topics if t.action == REBUILD]
-    rows = work_rows(topics, plan, previous, sizes)
+    topics = rebuilt_topics(plan)
     work = prepare_work(
         config,
         rows,
@@ -85,7 +90,7 @@ def build_in_process(run: Rebuild, *, began: float) -> Built:
         new_content=new_content(rows, plan, previous, lambda: cache_in_use(config)),
     )
     corpus = PathSet.of(plan.fingerprints)
-    encoder = chunk_encoder(config) if work.embeds else None
+    encoder = None  # the model's, for the chunk tasks, once a pass embeds
     pool = embed_pool(config.resources.embed, cpus, 1, source_bytes=work.bytes)
     context = topic_context(config, corpus, source, output, tally, marks)
     goal = Goal(work.sources, work.bytes, len(topics), batches=len(work.batches))
@@ -106,12 +111,14 @@ def build_in_process(run: Rebuild, *, began: float) -> Built:
     with Heartbeat(status, began=began):
         while True:
             if work.embeds and embedder is None:  # a pass with nothing to embed loads nothing
-                encoder = encoder or chunk_encoder(config)
+                encoder = chunk_encoder(config)
                 settings = embed_settings(config, pool, encoder, tally, work.new_content)
                 embedder = EmbedActor(settings)
-            # as the pipeline's passes: the chunk tasks tokenize where the pass embeds
-            chunking = chunk_settings(config, corpus, encoder if work.embeds else None)
-            table = _stages(config, work, source, output, chunking, marks, tally, embedder)
+            # as the pipeline's passes: the chunk tasks tokenize, and the rows are embedded,
+            # where the pass embeds
+            pass_embedder = embedder if work.embeds else None
+            chunking = chunk_settings(config, corpus, encoder if pass_embedder else None)
+            table = _stages(config, work, source, output, chunking, marks, tally, pass_embedder)
             recarry: dict[str, list[str]] = {}
             for topic in work.expected:
                 rows_of = table.filter(pc.equal(table.column("topic"), topic))
@@ -144,14 +151,15 @@ def _stages(
     tally: Tally,
     embedder: EmbedActor | None,
 ) -> pa.Table:
-    """Every batch of `work` read and chunked, embedded and its cache entries written (the
-    pipeline's stages, one batch after another); their rows in one table."""
+    """Every batch of `work` read and chunked, embedded (by `embedder`, where the pass embeds)
+    and its cache entries written (the pipeline's stages, one batch after another); their rows
+    in one table."""
     tables = []
     for batch in work.batches:
         rows = read_and_chunk(
             batch, source=source, output=output, settings=chunking, landmarks=marks, collector=tally
         )
-        if work.embeds and embedder is not None:
+        if embedder is not None:
             rows = embedder(rows)
             if config.cache:
                 rows = store_entries(

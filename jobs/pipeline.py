@@ -30,7 +30,7 @@ from jobs.discovery import (
     output_storage,
 )
 from jobs.finish import finish
-from jobs.in_process import build_in_process, runs_in_process
+from jobs.in_process import build_in_process, in_process_rows, rebuilt_topics
 from jobs.landmarks import Landmark, Plugin, config_plugins, landmarks
 from jobs.local_ray import live_resources, on_the_drivers_node, start_ray, watching_nodes
 from jobs.lock import Check, output_lock
@@ -190,12 +190,12 @@ def _run_locked(
     write_unfinished_report(config, began, left_unfinished)  # before any other write
     built = Built({}, RunStats(), float(os.cpu_count() or 1))
     grows = False  # whether the Ray cluster may add nodes during the build
-    alone = False  # whether the stages run in this process, without Ray (`jobs.in_process`)
+    alone = None  # the work rows of a run whose stages run in this process, without Ray
     if rebuilt:
         mark = time.perf_counter()
         marks = landmarks(source, output) + config_plugins(config)
-        alone = runs_in_process(config, plan, found.previous, found.sizes)
-        if not alone:
+        alone = in_process_rows(config, plan, found.previous, found.sizes)
+        if alone is None:
             grows = start_ray(config, marks)
             wall["ray_start"] = time.perf_counter() - mark
         check()
@@ -206,10 +206,10 @@ def _run_locked(
     if rebuilt:
         mark = time.perf_counter()
         run = Rebuild(config, plan, found.previous, found.sizes, source, output, check, marks)
-        if alone:
-            built = build_in_process(run, began=began)
-        else:
+        if alone is None:
             built = build_topics(run, grows, began=began)
+        else:
+            built = build_in_process(run, alone, began=began)
         wall["pipeline"] = time.perf_counter() - mark
 
     mark, cpu_mark = time.perf_counter(), time.process_time()
@@ -299,7 +299,7 @@ def build_topics(run: Rebuild, grows: bool = False, *, began: float) -> Built:
     node_cpus = max((node.get("CPU", 0.0) for node in nodes), default=cpus)
     gpus = config.resources.embed.num_gpus
     node_gpus = tuple(float(node.get("GPU", 0.0)) for node in nodes) if gpus else ()
-    topics = [t for t in plan.topics if t.action == REBUILD]
+    topics = rebuilt_topics(plan)
     rows = work_rows(topics, plan, previous, sizes)
     fresh = new_content(rows, plan, previous, lambda: cache_in_use(config))
     work = prepare_work(config, rows, cpus, new_content=fresh)

@@ -129,12 +129,13 @@ def test_a_run_with_more_files_to_read_than_the_bound_starts_ray(tmp_path):
         "import sys\n"
         "from jobs.config import load_config\n"
         "from jobs.discovery import discover, list_input\n"
-        "from jobs.in_process import runs_in_process\n"
+        "from jobs.in_process import in_process_rows\n"
         "for bound in sys.argv[3:]:\n"
         "    sets = [f'resources.in_process_sources={bound}']\n"
         "    config = load_config(sys.argv[1], overrides={'input': sys.argv[2]}, settings=sets)\n"
         "    found = discover(config, list_input(config))\n"
-        "    print(runs_in_process(config, found.plan, found.previous, found.sizes))\n"
+        "    rows = in_process_rows(config, found.plan, found.previous, found.sizes)\n"
+        "    print(rows is not None)\n"
     )
     command = [sys.executable, "-c", program, CONFIG, str(docs), "4", "5"]
     env = own_ray_environment()
