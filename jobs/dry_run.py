@@ -35,6 +35,7 @@ from jobs.annotations import dry_run_commands
 from jobs.broken_links import BrokenLinks, broken_links_of, page_links
 from jobs.config import JobConfig
 from jobs.discovery import Discovery, abort_stops, check_output_roots, discover, list_input
+from jobs.in_process import runs_without_ray
 from jobs.local_ray import check_local_fit, expected_local_node
 from jobs.lock import check_bucket, check_writable, lock_holder
 from jobs.manifest import REPORT_PATH, Manifest
@@ -77,6 +78,7 @@ class DryRun:
     bytes_to_read: int
     cached: int  # sources to chunk whose vectors the cache holds already
     chunks_to_embed: int  # estimate
+    without_ray: bool  # its stages would run in the build's process (`jobs.in_process`)
     stops: list[str]  # under failure_policy abort, the failures that stop the build at once
     locked: str | None  # the build that holds the output's lock, in words (`lock_holder`)
     # with `check`: the sources that fail to be read or chunked, as (path, code, message), the
@@ -128,16 +130,18 @@ def dry_run(config: JobConfig, *, check: bool = False) -> DryRun:
     found = discover(config, listing)
     check_output_roots(config)
     plan, previous = found.plan, found.previous
-    if (node := expected_local_node(config)) is not None:
-        check_local_fit(config, node)  # the build's exit 2 once its Ray has started
+    rebuilt = [t for t in plan.topics if t.action == REBUILD]
+    rows = work_rows(rebuilt, plan, previous, found.sizes)
+    without_ray = bool(rebuilt) and runs_without_ray(config, rows)
+    # the build's exit 2 once its Ray has started (a build that rebuilds nothing starts none)
+    if rebuilt and not without_ray and (node := expected_local_node(config)) is not None:
+        check_local_fit(config, node)
     if previous == Manifest():  # a first run, or an output whose bucket is missing
         check_bucket(found.output)
     check_writable(found.output)
     actions = {REBUILD: [], RELINK: [], KEEP: []}
     for topic in plan.topics:
         actions[topic.action].append(topic.topic)
-    rebuilt = [t for t in plan.topics if t.action == REBUILD]
-    rows = work_rows(rebuilt, plan, previous, found.sizes)
     read = [row for row in rows if row["kind"] in (SOURCE, QUESTIONS)]
     chunk = [row for row in rows if row["kind"] == SOURCE]
     topic_facts = [json.loads(row["payload"]) for row in rows if row["kind"] == TOPIC]
@@ -180,6 +184,7 @@ def dry_run(config: JobConfig, *, check: bool = False) -> DryRun:
         bytes_to_read=sum(row["size"] for row in read),
         cached=len(cached),
         chunks_to_embed=to_embed,
+        without_ray=without_ray,
         stops=(
             abort_stops(plan)
             + [
@@ -366,6 +371,7 @@ def describe(plan: DryRun) -> str:
         f"files skipped, not read: {len(plan.skipped)}",
         f"sources expected from the cache: {plan.cached}",
         f"chunks to embed (estimate): {plan.chunks_to_embed}",
+        f"without Ray: {'yes' if plan.without_ray else 'no'}",
     ]
     if plan.failing is not None:
         lines.append(f"sources failing: {len(plan.failing)}")

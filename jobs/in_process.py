@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -49,17 +50,25 @@ log = logging.getLogger("mdindex.build")
 def in_process_rows(
     config: JobConfig, plan: Plan, previous: Manifest, sizes: dict[str, int]
 ) -> list[dict[str, Any]] | None:
-    """The run's work rows (`jobs.work.work_rows`) where its stages run in the driver's process,
-    else None: the config bounds such runs (`resources.in_process_sources`), its embedding is on
-    the CPU, it would start a local Ray instance of its own (no RAY_ADDRESS, no Ray in this
-    process), and it reads no more sources (and questions files) than the bound."""
-    bound = config.resources.in_process_sources
-    if bound is None or config.resources.embed.num_gpus > 0:
-        return None
-    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+    """The run's work rows (`jobs.work.work_rows`) where its stages run in the driver's process
+    (`runs_without_ray`), else None."""
+    if config.resources.in_process_sources is None:  # no rows to make
         return None
     rows = work_rows(rebuilt_topics(plan), plan, previous, sizes)
-    return rows if files_to_read(rows) <= bound else None
+    return rows if runs_without_ray(config, rows) else None
+
+
+def runs_without_ray(config: JobConfig, rows: list[dict[str, Any]]) -> bool:
+    """Whether a run of these work rows runs its stages in the driver's process: the config
+    bounds such runs (`resources.in_process_sources`), its embedding is on the CPU, it would
+    start a local Ray instance of its own (no RAY_ADDRESS, no Ray in this process), and it
+    reads no more sources (and questions files) than the bound."""
+    bound = config.resources.in_process_sources
+    if bound is None or config.resources.embed.num_gpus > 0:
+        return False
+    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+        return False
+    return files_to_read(rows) <= bound
 
 
 def rebuilt_topics(plan: Plan) -> list[TopicPlan]:
@@ -74,10 +83,10 @@ def files_to_read(rows: list[dict[str, Any]]) -> int:
 
 def build_in_process(run: Rebuild, rows: list[dict[str, Any]], *, began: float) -> Built:
     """`jobs.pipeline.build_topics` without Ray, from the run's work `rows` (`in_process_rows`):
-    each rebuilt topic's summary, the run's counters, the CPUs, and the embedding pool its one
-    embedder stands for. A topic some of whose unchanged sources cannot be carried has those
-    read in another pass and is built again from the rows of both, as there. `run.check` is
-    called before each topic is built (`jobs.lock`)."""
+    each rebuilt topic's summary, the run's counters, the CPUs, and its one embedder as a pool
+    `in_driver` (None where no pass embeds, as there). A topic some of whose unchanged
+    sources cannot be carried has those read in another pass and is built again from the rows of
+    both, as there. `run.check` is called before each topic is built (`jobs.lock`)."""
     config, plan, previous, sizes = run.config, run.plan, run.previous, run.sizes
     source, output, check, marks = run.source, run.output, run.check, run.marks
     cpus = float(config.resources.num_cpus or os.cpu_count() or 1)
@@ -91,7 +100,7 @@ def build_in_process(run: Rebuild, rows: list[dict[str, Any]], *, began: float) 
     )
     corpus = PathSet.of(plan.fingerprints)
     encoder = None  # the model's, for the chunk tasks, once a pass embeds
-    pool = embed_pool(config.resources.embed, cpus, 1, source_bytes=work.bytes)
+    pool = replace(embed_pool(config.resources.embed, cpus, 1), in_driver=True)
     context = topic_context(config, corpus, source, output, tally, marks)
     goal = Goal(work.sources, work.bytes, len(topics), batches=len(work.batches))
     log.info(
@@ -138,7 +147,7 @@ def build_in_process(run: Rebuild, rows: list[dict[str, Any]], *, began: float) 
             say_recarry(recarry)
             work = prepare_work(config, recarry_rows(recarry, previous, sizes), cpus)
             goal = goal.and_pass(work.sources, work.bytes, len(work.batches))
-    return Built(summaries, tally.total(), cpus, pool)
+    return Built(summaries, tally.total(), cpus, pool if embedder is not None else None)
 
 
 def _stages(

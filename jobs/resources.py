@@ -53,22 +53,27 @@ ACTOR_SOURCE_BYTES = 400_000
 
 @dataclass(frozen=True)
 class EmbedPool:
-    """The embedding pool as it runs: actors, logical CPUs per actor, torch threads per actor."""
+    """The embedding pool as it runs: actors, logical CPUs per actor, torch threads per actor;
+    `in_driver`: one embedder in the driver's process instead (a run without Ray,
+    `jobs.in_process`)."""
 
     actors: int
     max_actors: int | None
     num_cpus: float
     num_gpus: float
     threads: int
+    in_driver: bool = False
 
     def label(self) -> str:
-        """The pool in words, e.g. "1 actor × 2 torch threads, on CPU"."""
+        """The pool in words, e.g. "1 actor × 2 torch threads, on CPU", or "the driver's process
+        × 2 torch threads, on CPU"."""
         scales = self.max_actors is not None and self.max_actors != self.actors
         count = f"{self.actors}-{self.max_actors}" if scales else str(self.actors)
         noun = "actor" if count == "1" else "actors"
+        who = "the driver's process" if self.in_driver else f"{count} {noun}"
         threads = counted(self.threads, "torch thread")
         place = f"{self.num_gpus:g} GPU each" if self.num_gpus else "on CPU"
-        return f"{count} {noun} × {threads}, {place}"
+        return f"{who} × {threads}, {place}"
 
     def to_dict(self) -> dict[str, Any]:
         """The pool as the run report records it (its fields and its label)."""

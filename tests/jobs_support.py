@@ -19,6 +19,9 @@ from jobs.storage import Storage
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
 GUIDES = ["guides/getting-started.md", "guides/installation.md"]
 NOT_OUTPUTS = ("_reindex/", ".embedding-cache/")  # the run's report and manifest, the cache
+# A build's arguments that run its stages on Ray whatever its size, for a test of the Ray path in
+# a process without Ray: the fixtures are within `resources.in_process_sources` (`jobs.in_process`)
+ON_RAY = ("--set", "resources.in_process_sources=null")
 # A build's log line's time stamp and level (`jobs.build_cli.log_formatter`)
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z [A-Z]+ ", re.MULTILINE)
 

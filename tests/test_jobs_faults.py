@@ -24,7 +24,7 @@ from environment_support import (
     paused_program,
     without_aws_credentials,
 )
-from jobs_support import cache_copy, gone_endpoint, outputs, s3_options
+from jobs_support import ON_RAY, cache_copy, gone_endpoint, outputs, s3_options
 
 from jobs.cli import main as mdindex
 from jobs.config import load_config
@@ -525,7 +525,7 @@ def test_a_sigterm_to_the_builds_process_group_reaches_the_driver_alone(tmp_path
     failed report that says so, every index.json valid)."""
     docs, output = tmp_path / "docs", tmp_path / "out"
     topics_corpus(docs, "v1")
-    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, *ON_RAY]
     driver = subprocess.Popen(
         [*command, "--input", str(docs), "--output", str(output)],
         env={**own_ray_environment(), "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
@@ -885,7 +885,7 @@ def test_a_call_ray_tries_again_after_its_worker_died_is_counted_once(tmp_path, 
     killed = ("chunk.sources", "embed.chunks", "index.topics")
     env = fault_environment("crash-after-report", str(out), match=os.pathsep.join(killed))
     child = subprocess.run(
-        [sys.executable, "-m", "jobs.reindex", "--config", CONFIG,
+        [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, *ON_RAY,
          "--input", str(docs), "--output", str(out), *vectors],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

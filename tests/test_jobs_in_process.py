@@ -1,11 +1,13 @@
 """A small run without Ray (`resources.in_process_sources`, `jobs.in_process`): real MiniLM,
 real files; the builds without Ray run in child processes (this one may hold the session's Ray),
-and are compared byte for byte with the same builds on Ray."""
+and are compared byte for byte with the same builds on Ray, or with the same runs on Ray in
+`test_jobs_faults`: a signal, a source past its time budget, `failure_policy: abort`."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -34,12 +36,15 @@ def write_corpus(docs: Path) -> None:
     (docs / "alpha" / "qa-pairs.md").write_text("## How does alpha retry?\n\nIt waits.\n")
 
 
-def without_ray(docs: Path, output: Path, cache: Path, bound: int) -> subprocess.CompletedProcess:
-    """`python -m jobs.reindex` in a child process without Ray, `resources.in_process_sources`
-    at `bound`."""
+def without_ray(
+    docs: Path, output: Path, cache: Path, *settings: str
+) -> subprocess.CompletedProcess:
+    """`python -m jobs.reindex` in a child process without Ray, with `--set` of each of
+    `settings` (`configs/local.yaml` runs one of the small corpora here without Ray)."""
     command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, "--input", str(docs)]
     command += ["--output", str(output), "--cache", str(cache)]
-    command += ["--set", f"resources.in_process_sources={bound}"]
+    for setting in settings:
+        command += ["--set", setting]
     return subprocess.run(
         command, cwd=REPO, env=own_ray_environment(), capture_output=True, text=True, timeout=300
     )
@@ -76,7 +81,12 @@ def test_a_small_run_without_ray_writes_the_bytes_a_run_on_ray_writes(tmp_path):
     first_build = ["--config", CONFIG, "--input", str(docs), "--output", str(cold)]
     assert main([*first_build, "--cache", str(cache)]) == 0
 
-    alone = without_ray(docs, tmp_path / "alone", copy(cache, tmp_path / "alone-cache"), 5)
+    alone = without_ray(
+        docs,
+        tmp_path / "alone",
+        copy(cache, tmp_path / "alone-cache"),
+        "resources.in_process_sources=5",
+    )
     assert alone.returncode == 0, alone.stderr[-3000:]
     assert "no Ray: 5 files to read, at most resources.in_process_sources (5)" in alone.stderr
     assert "started a local Ray instance" not in alone.stderr
@@ -94,7 +104,7 @@ def test_a_small_run_without_ray_writes_the_bytes_a_run_on_ray_writes(tmp_path):
     args = ["--config", CONFIG, "--input", str(docs), "--output", str(on_ray)]
     assert main([*args, "--cache", str(ray_cache)]) == 0
     edited, edited_cache = copy(cold, tmp_path / "edited"), copy(cache, tmp_path / "edited-cache")
-    alone = without_ray(docs, edited, edited_cache, 1)
+    alone = without_ray(docs, edited, edited_cache, "resources.in_process_sources=1")
     assert alone.returncode == 0, alone.stderr[-3000:]
     assert "no Ray: 1 file to read" in alone.stderr
     assert outputs(edited) == outputs(on_ray)
@@ -104,6 +114,15 @@ def test_a_small_run_without_ray_writes_the_bytes_a_run_on_ray_writes(tmp_path):
     report, ray_report = report_of(edited), report_of(on_ray)
     assert {k: report[k] for k in COUNTS} == {k: ray_report[k] for k in COUNTS}
     assert report["chunks"]["embedded"] > 0 and report["counters"]["embed"]["models_loaded"] == 1
+    # the driver embeds in MKL's reproducible mode, as an actor (`EmbedSettings.env`): unfilled
+    # micro-batches, the same padding (filled ones pad each call's rows to its budget)
+    embedded, ray_embedded = report["counters"]["embed"], ray_report["counters"]["embed"]
+    assert embedded["padded_tokens"] == ray_embedded["padded_tokens"] < embedded["tokens"] * 2
+    pool, ray_pool = report["timings"]["embed_pool"], ray_report["timings"]["embed_pool"]
+    assert (pool["in_driver"], ray_pool["in_driver"]) == (True, False)
+    assert pool["label"].startswith("the driver's process × ") and pool["label"].endswith(
+        ", on CPU"
+    )
     assert report["sources"]["carried"] == ray_report["sources"]["carried"] == 1
 
     # A topic whose previous tables cannot be read (its index.json gone, nothing changed): its
@@ -112,7 +131,7 @@ def test_a_small_run_without_ray_writes_the_bytes_a_run_on_ray_writes(tmp_path):
     before = outputs(edited)
     (edited / "_index" / "chunks" / "alpha.parquet").write_bytes(b"not parquet")
     (edited / "alpha" / "index.json").unlink()
-    alone = without_ray(docs, edited, edited_cache, 0)
+    alone = without_ray(docs, edited, edited_cache, "resources.in_process_sources=0")
     assert alone.returncode == 0, alone.stderr[-3000:]
     assert "1 topic could not carry 2 unchanged sources; reading them" in alone.stderr
     assert outputs(edited) == before
@@ -122,25 +141,98 @@ def test_a_small_run_without_ray_writes_the_bytes_a_run_on_ray_writes(tmp_path):
 
 def test_a_run_with_more_files_to_read_than_the_bound_starts_ray(tmp_path):
     """Past `resources.in_process_sources` (4 sources and a questions file to read) the build
-    starts Ray, as without the setting; so does one that would join a cluster (RAY_ADDRESS)."""
+    starts Ray, as without the setting; so does one that would join a cluster (RAY_ADDRESS). The
+    dry run says which (`without Ray: yes`)."""
     docs = tmp_path / "docs"
     write_corpus(docs)
     program = (
         "import sys\n"
         "from jobs.config import load_config\n"
         "from jobs.discovery import discover, list_input\n"
+        "from jobs.dry_run import dry_run\n"
         "from jobs.in_process import in_process_rows\n"
         "for bound in sys.argv[3:]:\n"
         "    sets = [f'resources.in_process_sources={bound}']\n"
         "    config = load_config(sys.argv[1], overrides={'input': sys.argv[2]}, settings=sets)\n"
         "    found = discover(config, list_input(config))\n"
         "    rows = in_process_rows(config, found.plan, found.previous, found.sizes)\n"
-        "    print(rows is not None)\n"
+        "    print(rows is not None, dry_run(config).without_ray)\n"
     )
     command = [sys.executable, "-c", program, CONFIG, str(docs), "4", "5"]
     env = own_ray_environment()
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert done.stdout.split() == ["False", "True"], done.stderr[-3000:]
+    assert done.stdout.split() == ["False", "False", "True", "True"], done.stderr[-3000:]
     env["RAY_ADDRESS"] = "127.0.0.1:1"  # never dialled: the choice is made first
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert done.stdout.split() == ["False", "False"], done.stderr[-3000:]
+    assert done.stdout.split() == ["False"] * 4, done.stderr[-3000:]
+
+
+def stopped_at_start(command: list[str]) -> tuple[int, str]:
+    """`command` (a build) sent SIGTERM at its "no Ray:" line, as its stages begin in its own
+    process: its exit code and the output after that line (all of it where no such line came)."""
+    env = {**own_ray_environment(), "PYTHONUNBUFFERED": "1"}
+    driver = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    seen = []
+    for line in driver.stdout:
+        seen.append(line)
+        if "no Ray:" in line:
+            driver.send_signal(signal.SIGTERM)
+            break
+    else:
+        return driver.wait(timeout=60), "".join(seen)
+    rest = driver.communicate(timeout=120)[0]
+    return driver.returncode, rest
+
+
+def test_a_run_without_ray_stopped_by_sigterm_reports_it_and_a_rerun_converges(tmp_path):
+    """SIGTERM as a run's stages begin in the driver (the model about to load): exit 143 and a
+    failed report saying what stopped it, as on Ray (`test_jobs_faults`); the next run finishes
+    and writes what a fresh build writes."""
+    docs, output, cache = tmp_path / "docs", tmp_path / "out", tmp_path / "cache"
+    write_corpus(docs)
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, "--input", str(docs)]
+    code, rest = stopped_at_start([*command, "--output", str(output), "--cache", str(cache)])
+    assert code == 143, rest[-3000:]
+    assert "mdindex build: stopped by SIGTERM" in rest
+    report = report_of(output)
+    assert (report["status"], report["exit_code"]) == ("failed", 143)
+    assert report["error"] == "Interrupted: stopped by SIGTERM"
+    assert not list(output.rglob("index.json"))
+
+    again = without_ray(docs, output, cache)
+    assert again.returncode == 0, again.stderr[-3000:]
+    fresh = without_ray(docs, tmp_path / "fresh", cache)  # every chunk cached by now
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert outputs(output) == outputs(tmp_path / "fresh") != {}
+
+
+def test_a_run_without_ray_fails_a_source_as_on_ray(tmp_path):
+    """A source past the chunking time budget fails alone (CHUNKING_TIMEOUT, exit 3: the budget's
+    timer runs in the driver's main thread here, in a Ray task's there), and under
+    `failure_policy: abort` one that cannot be read as text stops the run with exit 1 and the
+    error naming it; the previous output stays."""
+    docs, output, cache = tmp_path / "docs", tmp_path / "out", tmp_path / "cache"
+    write_corpus(docs)
+    (docs / "beta" / "huge.md").write_bytes(b"word " * 4_000_000)  # 20 MB: tens of seconds
+    timed = without_ray(docs, output, cache, "chunking.timeout_seconds=3")
+    assert timed.returncode == 3, timed.stderr[-3000:]
+    assert "no Ray: 6 files to read" in timed.stderr
+    failures = [(f["path"], f["code"]) for f in report_of(output)["failures"]]
+    assert failures == [("beta/huge.md", "CHUNKING_TIMEOUT")]
+    chunks = json.loads((output / "beta" / "index.json").read_text())["_embedded"]["chunks"]
+    assert sorted(chunks) == ["one", "two"]
+
+    (docs / "beta" / "huge.md").unlink()
+    assert without_ray(docs, output, cache).returncode == 0
+    before = outputs(output)
+    (docs / "beta" / "three.md").write_bytes(b"# Three\n\ncaf\xe9\n")
+    stopped = without_ray(docs, output, cache, "failure_policy=abort")
+    assert stopped.returncode == 1, stopped.stderr[-3000:]
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert "SourceFailed" in last and "beta/three.md" in last and "CHUNKING_FAILED" in last
+    report = report_of(output)
+    assert (report["status"], report["exit_code"]) == ("failed", 1)
+    assert "beta/three.md" in report["error"] and "CHUNKING_FAILED" in report["error"]
+    assert outputs(output) == before

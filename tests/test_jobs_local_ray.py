@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from environment_support import own_ray_environment
-from jobs_support import gone_endpoint
+from jobs_support import ON_RAY, gone_endpoint
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -115,7 +115,11 @@ def test_the_local_instance_keeps_an_idle_worker_process_for_the_next_task(worke
         # (slow: the GPU case's path and exit; each stage's check without Ray: test_jobs_stats)
         pytest.param(
             "local.yaml",
-            ["resources.num_cpus=1", "resources.index.num_cpus=2"],
+            [
+                "resources.num_cpus=1",
+                "resources.index.num_cpus=2",
+                "resources.in_process_sources=null",
+            ],
             "a topic's reduce (resources.index) asks for 2 CPUs and no GPU",
             marks=pytest.mark.slow,
         ),
@@ -349,7 +353,8 @@ def _end_the_wait(fifo: Path) -> None:
 
 
 def one_page_build(tmp_path: Path) -> list[str]:
-    """The command of a build of a one-page corpus made under `tmp_path`, into `tmp_path/out`."""
+    """The command of a build of a one-page corpus made under `tmp_path`, into `tmp_path/out`, on
+    a local Ray instance of its own (a run that small runs without Ray by default)."""
     docs = tmp_path / "docs"
     (docs / "t").mkdir(parents=True)
     (docs / "t" / "a.md").write_text("# A\n\nText.\n")
@@ -359,6 +364,7 @@ def one_page_build(tmp_path: Path) -> list[str]:
         "jobs.reindex",
         "--config",
         str(REPO / "configs" / "local.yaml"),
+        *ON_RAY,
     ]
     return [*command, "--input", str(docs), "--output", str(tmp_path / "out")]
 

@@ -20,7 +20,7 @@ from jobs.config import EmbedResources, JobConfig, ResourcesConfig
 from jobs.local_ray import InfeasibleResources, memory_cpus_for, memory_limit
 from jobs.resources import memory_need
 from tests.environment_support import own_ray_environment
-from tests.jobs_support import unstamped
+from tests.jobs_support import ON_RAY, unstamped
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / "configs" / "local.yaml")
@@ -163,12 +163,15 @@ def _read(path: Path) -> str:
 
 
 def test_a_build_in_a_one_gib_cgroup_stops_at_once_with_one_line(tmp_path):
-    """The real CLI confined to 1 GiB: the dry run and the build exit 2 before Ray starts, one
-    line naming the memory (the dry run said nothing, and the build failed 32 s later)."""
+    """The real CLI confined to 1 GiB: the dry run and the build on Ray exit 2 before Ray starts,
+    one line naming the memory (the dry run said nothing, and the build failed 32 s later). The
+    same small build without Ray (the default for its 9 files) needs no Ray's memory: it runs,
+    and its dry run says so."""
     if os.geteuid() != 0 or (cgroup := _memory_cgroup()) is None:
         pytest.skip("needs root and a memory cgroup to confine a build in")
     build = [sys.executable, "-m", "jobs.cli", "build", "--config", CONFIG]
     build += ["--input", str(CORPUS), "--output", str(tmp_path / "out")]
+    on_ray = [*build, *ON_RAY]
     try:
         name = "memory.max" if (cgroup / "memory.max").exists() else "memory.limit_in_bytes"
         (cgroup / name).write_text(str(GIB))
@@ -181,11 +184,14 @@ def test_a_build_in_a_one_gib_cgroup_stops_at_once_with_one_line(tmp_path):
                 text=True,
                 timeout=120,
             )
-            for command in ([*build, "--dry-run"], build)
+            for command in ([*on_ray, "--dry-run"], on_ray, [*build, "--dry-run"], build)
         ]
     finally:
         _remove(cgroup)
-    for done in runs:
+    dry, alone = runs[2:]
+    assert dry.returncode == 0 and "without Ray: yes" in dry.stdout, dry.stderr
+    assert alone.returncode == 3 and "no Ray: 9 files to read" in alone.stderr, alone.stderr
+    for done in runs[:2]:
         assert done.returncode == 2, done.stderr
         last = unstamped(done.stderr.splitlines()[-1])
         assert last.startswith("mdindex build: this machine's Ray instance: a build on ")

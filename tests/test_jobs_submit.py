@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from environment_support import own_ray_environment
+from jobs_support import ON_RAY
 from mounts_support import can_mount_privately, private_mounts
 from ray.job_submission import JobStatus, JobSubmissionClient
 from ray.util.state import list_actors, list_nodes
@@ -343,7 +344,7 @@ def test_a_local_build_starts_its_own_ray_beside_a_running_head_and_prints_only_
     output = tmp_path / "out"
     command = [sys.executable, "-m", "jobs.reindex", "--config", "configs/local.yaml"]
     command += ["--input", "examples/corpus", "--output", str(output)]
-    command += ["--set", "resources.num_cpus=2"]
+    command += ["--set", "resources.num_cpus=2", *ON_RAY]
     env = dict(_environment(), RAY_TMPDIR=ray_head.ray_tmpdir)
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
