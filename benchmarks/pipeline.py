@@ -267,8 +267,8 @@ class Target:
 
 def child_build(job: dict[str, Any]) -> dict[str, Any]:
     """One `run_job` in this fresh process, its CPU accounted by process. Ray starts first, timed
-    apart, when `job["start_ray"]`, unless the run's stages will run without Ray (a small run
-    where `--set resources.in_process_sources=N` allows it: `jobs.in_process`); otherwise only if
+    apart, when `job["start_ray"]`, unless the run's stages will run without Ray (a run within
+    `resources.in_process_sources`, 200 files by default: `jobs.in_process`); otherwise only if
     `run_job` rebuilds a topic, as in a real build, inside its wall (its `ray_start` phase)."""
     import ray
 
