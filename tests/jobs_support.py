@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -46,6 +48,29 @@ def stored(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, bytes]:
     relative path."""
     found = {path[len(root) + 1 :]: path for path in fs.find(root)}
     return {rel: fs.cat_file(at) for rel, at in found.items() if not rel.startswith(NOT_OUTPUTS)}
+
+
+def signalled_at(
+    command: list[str], env: dict[str, str], marker: str, signum: int = signal.SIGTERM
+) -> tuple[int, str]:
+    """`command` (a build) run with `env`, its output unbuffered (stdout and stderr as one), sent
+    `signum` at the first line that holds `marker`: its exit code and the output after that line,
+    or all of it when no line held the marker (no signal sent: a build that failed before it,
+    whose output a failure message then shows)."""
+    driver = subprocess.Popen(
+        command, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen = []
+    for line in driver.stdout:
+        seen.append(line)
+        if marker in line:
+            driver.send_signal(signum)
+            break
+    else:
+        return driver.wait(timeout=60), "".join(seen)
+    rest = driver.communicate(timeout=120)[0]
+    return driver.returncode, rest
 
 
 def cache_copy(cache: Path, folder: Path) -> list[str]:

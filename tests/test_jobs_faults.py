@@ -24,7 +24,7 @@ from environment_support import (
     paused_program,
     without_aws_credentials,
 )
-from jobs_support import ON_RAY, cache_copy, gone_endpoint, outputs, s3_options
+from jobs_support import ON_RAY, cache_copy, gone_endpoint, outputs, s3_options, signalled_at
 
 from jobs.cli import main as mdindex
 from jobs.config import load_config
@@ -405,26 +405,11 @@ def signal_at(
     signum: signal.Signals = signal.SIGTERM,
 ) -> tuple[int, str]:
     """`python -m jobs.reindex` (with `options`) joined to this session's Ray, sent `signum` at
-    the first line of its output (stdout and stderr as one, unbuffered) that holds `marker`: its
-    exit code and the output after that line, or all of it when no line held the marker (no
-    signal sent: a build that failed before it, whose output a failure message then shows)."""
+    the first line of its output that holds `marker` (`jobs_support.signalled_at`)."""
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
-    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG]
-    driver = subprocess.Popen(
-        [*command, *(options or []), "--input", str(docs), "--output", str(output)],
-        env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True,
-    )  # fmt: skip
-    seen = []
-    for line in driver.stdout:
-        seen.append(line)
-        if marker in line:
-            driver.send_signal(signum)
-            break
-    else:
-        return driver.wait(timeout=60), "".join(seen)
-    rest = driver.communicate(timeout=60)[0]
-    return driver.returncode, rest
+    command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, *(options or [])]
+    command += ["--input", str(docs), "--output", str(output)]
+    return signalled_at(command, env, marker, signum)
 
 
 def test_a_build_stopped_by_sigterm_mid_build_reports_it_and_exits_143(tmp_path):

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from environment_support import own_ray_environment
-from jobs_support import outputs
+from jobs_support import outputs, signalled_at
 
 from jobs.reindex import main
 
@@ -167,25 +166,6 @@ def test_a_run_with_more_files_to_read_than_the_bound_starts_ray(tmp_path):
     assert done.stdout.split() == ["False"] * 4, done.stderr[-3000:]
 
 
-def stopped_at_start(command: list[str]) -> tuple[int, str]:
-    """`command` (a build) sent SIGTERM at its "no Ray:" line, as its stages begin in its own
-    process: its exit code and the output after that line (all of it where no such line came)."""
-    env = {**own_ray_environment(), "PYTHONUNBUFFERED": "1"}
-    driver = subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    seen = []
-    for line in driver.stdout:
-        seen.append(line)
-        if "no Ray:" in line:
-            driver.send_signal(signal.SIGTERM)
-            break
-    else:
-        return driver.wait(timeout=60), "".join(seen)
-    rest = driver.communicate(timeout=120)[0]
-    return driver.returncode, rest
-
-
 def test_a_run_without_ray_stopped_by_sigterm_reports_it_and_a_rerun_converges(tmp_path):
     """SIGTERM as a run's stages begin in the driver (the model about to load): exit 143 and a
     failed report saying what stopped it, as on Ray (`test_jobs_faults`); the next run finishes
@@ -193,7 +173,8 @@ def test_a_run_without_ray_stopped_by_sigterm_reports_it_and_a_rerun_converges(t
     docs, output, cache = tmp_path / "docs", tmp_path / "out", tmp_path / "cache"
     write_corpus(docs)
     command = [sys.executable, "-m", "jobs.reindex", "--config", CONFIG, "--input", str(docs)]
-    code, rest = stopped_at_start([*command, "--output", str(output), "--cache", str(cache)])
+    command += ["--output", str(output), "--cache", str(cache)]
+    code, rest = signalled_at(command, own_ray_environment(), "no Ray:")  # the stages begin
     assert code == 143, rest[-3000:]
     assert "mdindex build: stopped by SIGTERM" in rest
     report = report_of(output)
