@@ -100,7 +100,10 @@ def build_in_process(run: Rebuild, rows: list[dict[str, Any]], *, began: float) 
     )
     corpus = PathSet.of(plan.fingerprints)
     encoder = None  # the model's, for the chunk tasks, once a pass embeds
-    pool = replace(embed_pool(config.resources.embed, cpus, 1), in_driver=True)
+    # one embedder, on every CPU's torch thread (or `embed.num_cpus` of them), whatever actor
+    # count the config gives the pool on Ray
+    one = replace(config.resources.embed, actors=1, max_actors=None)
+    pool = replace(embed_pool(one, cpus, 1), in_driver=True)
     context = topic_context(config, corpus, source, output, tally, marks)
     goal = Goal(work.sources, work.bytes, len(topics), batches=len(work.batches))
     log.info(

@@ -6,6 +6,7 @@ and are compared byte for byte with the same builds on Ray, or with the same run
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -184,9 +185,12 @@ def test_a_run_without_ray_stopped_by_sigterm_reports_it_and_a_rerun_converges(t
 
     again = without_ray(docs, output, cache)
     assert again.returncode == 0, again.stderr[-3000:]
-    fresh = without_ray(docs, tmp_path / "fresh", cache)  # every chunk cached by now
+    # every chunk cached by now; two actors asked for: one embedder, on every CPU, all the same
+    fresh = without_ray(docs, tmp_path / "fresh", cache, "resources.embed.actors=2")
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert outputs(output) == outputs(tmp_path / "fresh") != {}
+    pool = report_of(tmp_path / "fresh")["timings"]["embed_pool"]
+    assert (pool["actors"], pool["threads"]) == (1, os.cpu_count())
 
 
 def test_a_run_without_ray_fails_a_source_as_on_ray(tmp_path):
