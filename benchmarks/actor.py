@@ -47,10 +47,9 @@ from embedding.documents import Remembered  # noqa: E402
 from jobs.config import load_config  # noqa: E402
 from jobs.discovery import discover, list_input  # noqa: E402
 from jobs.gc_pause import gc_paused  # noqa: E402
-from jobs.pipeline import chunk_encoder, chunk_settings, embed_settings  # noqa: E402
-from jobs.plan import REBUILD  # noqa: E402
 from jobs.records import chunk_tokens  # noqa: E402
 from jobs.resources import embed_pool  # noqa: E402
+from jobs.stage_args import chunk_encoder, chunk_settings, embed_settings  # noqa: E402
 from jobs.stages.chunk import read_and_chunk  # noqa: E402
 from jobs.stages.embed import EmbedActor  # noqa: E402
 from jobs.work import prepare_work, work_rows  # noqa: E402
@@ -59,8 +58,7 @@ from jobs.work import prepare_work, work_rows  # noqa: E402
 def chunked_calls(config, cpus: int) -> tuple[list[pa.Table], list, object]:
     """The corpus's embedding calls as a build cuts them, the pool and the chunk tasks' encoder."""
     found = discover(config, list_input(config))
-    topics = [t for t in found.plan.topics if t.action == REBUILD]
-    rows = work_rows(topics, found.plan, found.previous, found.sizes)
+    rows = work_rows(found.plan.rebuilt, found.plan, found.previous, found.sizes)
     work = prepare_work(config, rows, cpus)
     encoder = chunk_encoder(config)
     settings = chunk_settings(config, frozenset(found.plan.fingerprints), encoder)

@@ -299,12 +299,12 @@ def child_build(job: dict[str, Any]) -> dict[str, Any]:
 
 def without_ray(config) -> bool:
     """Whether `run_job` runs this build's stages without Ray (`jobs.in_process`): asked only
-    where the config allows such runs (the listing and the manifest read once more, outside the
-    measured run)."""
+    where the run may (`may_run_without_ray`; the listing and the manifest read once more,
+    outside the measured run)."""
     from jobs.discovery import discover, list_input
-    from jobs.in_process import in_process_rows
+    from jobs.in_process import in_process_rows, may_run_without_ray
 
-    if config.resources.in_process_sources is None:
+    if not may_run_without_ray(config):
         return False
     found = discover(config, list_input(config))
     return in_process_rows(config, found.plan, found.previous, found.sizes) is not None

@@ -130,7 +130,7 @@ def dry_run(config: JobConfig, *, check: bool = False) -> DryRun:
     found = discover(config, listing)
     check_output_roots(config)
     plan, previous = found.plan, found.previous
-    rebuilt = [t for t in plan.topics if t.action == REBUILD]
+    rebuilt = plan.rebuilt
     rows = work_rows(rebuilt, plan, previous, found.sizes)
     without_ray = bool(rebuilt) and runs_without_ray(config, rows)
     # the build's exit 2 once its Ray has started (a build that rebuilds nothing starts none)
@@ -230,7 +230,7 @@ def chunk_rebuilt(config: JobConfig, found: Discovery) -> Checked:
     nothing; the carried ones too, as their links to a page that left are in no manifest),
     READ_AT_ONCE at a time: no document is kept."""
     plan = found.plan
-    paths = [path for topic in plan.topics if topic.action == REBUILD for path in topic.sources]
+    paths = [path for topic in plan.rebuilt for path in topic.sources]
     settings = chunk_settings(config, PathSet.of(plan.fingerprints), None)
     checked = Checked({}, [], [])
     for start in range(0, len(paths), READ_AT_ONCE):
@@ -256,7 +256,7 @@ def read_topic_files(checked: Checked, found: Discovery) -> Checked:
     `jobs.stages.topic.read_keywords`): their failures (each file once: the root's keywords file
     serves many topics), a qa-pairs.md's also stopping a build under failure_policy abort, as its
     chunk stage stops there; and the warnings of those that yield nothing."""
-    rebuilt = [topic for topic in found.plan.topics if topic.action == REBUILD]
+    rebuilt = found.plan.rebuilt
     questions = sorted({topic.questions for topic in rebuilt if topic.questions})
     failing, stopping, warnings = [], [], []
     for path, data in found.source.read_many(questions).items():

@@ -26,7 +26,7 @@ from jobs.config import JobConfig
 from jobs.landmarks import Landmark, Plugin
 from jobs.manifest import Manifest
 from jobs.path_set import PathSet
-from jobs.plan import REBUILD, Plan, TopicPlan
+from jobs.plan import Plan
 from jobs.progress import Goal, Heartbeat, Tally, progress_line, say_recarry, say_written
 from jobs.records import QUESTIONS, SOURCE
 from jobs.resources import embed_pool
@@ -51,29 +51,27 @@ def in_process_rows(
     config: JobConfig, plan: Plan, previous: Manifest, sizes: dict[str, int]
 ) -> list[dict[str, Any]] | None:
     """The run's work rows (`jobs.work.work_rows`) where its stages run in the driver's process
-    (`runs_without_ray`), else None."""
-    if config.resources.in_process_sources is None:  # no rows to make
+    (`runs_without_ray`), else None; made only where the run may (`may_run_without_ray`)."""
+    if not may_run_without_ray(config):
         return None
-    rows = work_rows(rebuilt_topics(plan), plan, previous, sizes)
-    return rows if runs_without_ray(config, rows) else None
+    rows = work_rows(plan.rebuilt, plan, previous, sizes)
+    return rows if files_to_read(rows) <= config.resources.in_process_sources else None
+
+
+def may_run_without_ray(config: JobConfig) -> bool:
+    """Whether the config bounds runs without Ray (`resources.in_process_sources`), embeds on the
+    CPU, and the build would start a local Ray instance of its own (no RAY_ADDRESS, no Ray in
+    this process)."""
+    if config.resources.in_process_sources is None or config.resources.embed.num_gpus > 0:
+        return False
+    return not (ray.is_initialized() or os.environ.get("RAY_ADDRESS"))
 
 
 def runs_without_ray(config: JobConfig, rows: list[dict[str, Any]]) -> bool:
-    """Whether a run of these work rows runs its stages in the driver's process: the config
-    bounds such runs (`resources.in_process_sources`), its embedding is on the CPU, it would
-    start a local Ray instance of its own (no RAY_ADDRESS, no Ray in this process), and it
-    reads no more sources (and questions files) than the bound."""
+    """Whether a run of these work rows runs its stages in the driver's process: it may
+    (`may_run_without_ray`), and it reads no more sources (and questions files) than the bound."""
     bound = config.resources.in_process_sources
-    if bound is None or config.resources.embed.num_gpus > 0:
-        return False
-    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
-        return False
-    return files_to_read(rows) <= bound
-
-
-def rebuilt_topics(plan: Plan) -> list[TopicPlan]:
-    """The topics the plan rebuilds."""
-    return [t for t in plan.topics if t.action == REBUILD]
+    return may_run_without_ray(config) and files_to_read(rows) <= bound
 
 
 def files_to_read(rows: list[dict[str, Any]]) -> int:
@@ -91,7 +89,7 @@ def build_in_process(run: Rebuild, rows: list[dict[str, Any]], *, began: float) 
     source, output, check, marks = run.source, run.output, run.check, run.marks
     cpus = float(config.resources.num_cpus or os.cpu_count() or 1)
     tally = Tally()
-    topics = rebuilt_topics(plan)
+    topics = plan.rebuilt
     work = prepare_work(
         config,
         rows,

@@ -30,7 +30,7 @@ from jobs.discovery import (
     output_storage,
 )
 from jobs.finish import finish
-from jobs.in_process import build_in_process, in_process_rows, rebuilt_topics
+from jobs.in_process import build_in_process, in_process_rows
 from jobs.landmarks import Landmark, Plugin, config_plugins, landmarks
 from jobs.local_ray import live_resources, on_the_drivers_node, start_ray, watching_nodes
 from jobs.lock import Check, output_lock
@@ -165,7 +165,7 @@ def _run_locked(
     wall: dict[str, float] = {}
     found = discover(config, listing)
     source, output, plan = found.source, found.output, found.plan
-    rebuilt = [t.topic for t in plan.topics if t.action == REBUILD]
+    rebuilt = plan.rebuilt
     wall["discover"] = time.perf_counter() - started
     log.info(
         "%s in %s: %d changed, %d deleted; %s to rebuild",
@@ -299,7 +299,7 @@ def build_topics(run: Rebuild, grows: bool = False, *, began: float) -> Built:
     node_cpus = max((node.get("CPU", 0.0) for node in nodes), default=cpus)
     gpus = config.resources.embed.num_gpus
     node_gpus = tuple(float(node.get("GPU", 0.0)) for node in nodes) if gpus else ()
-    topics = rebuilt_topics(plan)
+    topics = plan.rebuilt
     rows = work_rows(topics, plan, previous, sizes)
     fresh = new_content(rows, plan, previous, lambda: cache_in_use(config))
     work = prepare_work(config, rows, cpus, new_content=fresh)

@@ -71,6 +71,11 @@ class Plan:
     stamps: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
+    def rebuilt(self) -> tuple[TopicPlan, ...]:
+        """The topics this run rebuilds."""
+        return tuple(t for t in self.topics if t.action == REBUILD)
+
+    @property
     def conflicts(self) -> tuple[dict[str, str], ...]:
         """Report failures (STEM_CONFLICT) of the sources that share a stem in their topic, never
         read; sorted by path."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ MIN_BATCH_BYTES, MAX_BATCH_BYTES = 250_000, 16_000_000
 
 
 def work_rows(
-    topics: list[TopicPlan], plan: Plan, previous: Manifest, sizes: dict[str, int]
+    topics: Sequence[TopicPlan], plan: Plan, previous: Manifest, sizes: dict[str, int]
 ) -> list[dict[str, Any]]:
     """The pipeline's input rows: per rebuilt topic a topic row, its changed sources and its
     questions, in topic order.
