@@ -183,12 +183,12 @@ class ResourcesConfig:
     # 0: at the first look. Cloud GPU nodes take 5-15 minutes to come up: 30 minutes is a slow
     # start and a second try (a failed launch, a zone out of stock) before a scheduled run stops.
     node_wait_seconds: float | None = field(default=1800.0, metadata={"min": 0, "max": 86400.0})
-    # A run that would start a local Ray instance of its own, on the CPU, and reads at most this
-    # many sources (and questions files) runs its stages in the driver's process, without Ray
-    # (`jobs.in_process`): Ray's start and processes cost a 2-CPU machine ~10 s and ~20
-    # CPU-seconds, more than a re-run of a few pages. 200 files are 0.2 (tldr) to 3 (FastAPI's
-    # docs) CPU-seconds of chunking, and the model runs on every CPU's torch thread here as
-    # there. None: every run starts Ray.
+    # A run on no cluster (it would start a local Ray instance of its own, or the process holds
+    # one of a single node), on the CPU, that reads at most this many sources (and questions
+    # files) runs its stages in the driver's process, without Ray (`jobs.in_process`): Ray's
+    # start and processes cost a 2-CPU machine ~10 s and ~20 CPU-seconds, more than a re-run of
+    # a few pages. 200 files are 0.2 (tldr) to 3 (FastAPI's docs) CPU-seconds of chunking, and
+    # the model runs on every CPU's torch thread here as there. None: every run starts Ray.
     in_process_sources: int | None = field(default=200, metadata={"min": 0, "max": 1_000_000})
     chunk: TaskResources = field(default_factory=TaskResources)
     embed: EmbedResources = field(default_factory=EmbedResources)

@@ -3,10 +3,11 @@
 A local Ray instance costs a 2-CPU machine about 10 s and 20 CPU-seconds before and around any
 work (its start, the run's actors, Ray Data's own actors, the worker processes' imports): most of
 a re-run that changed a few pages (benchmarks/HISTORY.md, 2026-12-01, eighth session). Where the
-config allows it (`resources.in_process_sources`) and the build would start a local instance of
-its own, a run with that few sources to read runs the same stage functions one after the other
-here: read and chunk each batch, embed it with one `EmbedActor` object, write its cache entries,
-then build and write each rebuilt topic. The outputs are the same bytes as the Ray pipeline's."""
+config allows it (`resources.in_process_sources`) and the build is on no cluster (it would start
+a local instance of its own, or this process holds one of a single node), a run with that few
+sources to read runs the same stage functions one after the other here: read and chunk each
+batch, embed it with one `EmbedActor` object, write its cache entries, then build and write each
+rebuilt topic. The outputs are the same bytes as the Ray pipeline's."""
 
 from __future__ import annotations
 
@@ -60,11 +61,25 @@ def in_process_rows(
 
 def may_run_without_ray(config: JobConfig) -> bool:
     """Whether the config bounds runs without Ray (`resources.in_process_sources`), embeds on the
-    CPU, and the build would start a local Ray instance of its own (no RAY_ADDRESS, no Ray in
-    this process)."""
+    CPU, and the build is not on a cluster (`on_a_cluster`)."""
     if config.resources.in_process_sources is None or config.resources.embed.num_gpus > 0:
         return False
-    return not (ray.is_initialized() or os.environ.get("RAY_ADDRESS"))
+    return not on_a_cluster()
+
+
+def on_a_cluster() -> bool:
+    """Whether the build runs on a Ray cluster: the one RAY_ADDRESS names, or one this process
+    is connected to (through Ray Client, or with a node other than this process's own). A local
+    instance this process started or joined, of one node, is none: a small run on it would pay
+    an embedding actor's start and Ray Data's actors, and gain no CPU."""
+    if os.environ.get("RAY_ADDRESS"):
+        return True
+    if not ray.is_initialized():
+        return False
+    if ray.util.client.ray.is_connected():
+        return True
+    alive = [node["NodeID"] for node in ray.nodes() if node["Alive"]]
+    return alive != [ray.get_runtime_context().get_node_id()]
 
 
 def runs_without_ray(config: JobConfig, rows: list[dict[str, Any]]) -> bool:

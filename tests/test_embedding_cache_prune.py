@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 from s3fs import S3FileSystem
 
 from embedding.cache import CacheEntry, CacheKey, EmbeddingCache
@@ -106,7 +105,6 @@ def test_a_prune_on_s3_removes_what_no_output_needs_under_any_strategy_when_unkn
     assert s3_server.filesystem().find(f"prune-cache/shared/{gone.relpath}") == []
 
 
-@pytest.mark.usefixtures("ray_session")
 def test_mdindex_cache_prune_keeps_what_the_outputs_manifest_and_tables_name(tmp_path, capsys):
     """A real build's output: the entries of its sources' bytes under its strategy key stay;
     an edited source's old entry and another strategy's go once older than --min-age, a dry run

@@ -323,7 +323,7 @@ def test_a_run_that_failed_as_a_whole_is_one_error_naming_what_went_wrong(tmp_pa
 
 
 def test_a_build_in_github_actions_annotates_its_failures_and_broken_links(
-    tmp_path, monkeypatch, capsys, ray_session
+    tmp_path, monkeypatch, capsys
 ):
     """A docs PR check (`--input docs` in the checkout, `checks.broken_links: fail`): after the
     summary, an error on the file and line of the bad front matter and of the broken link, and

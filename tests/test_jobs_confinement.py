@@ -1,6 +1,7 @@
 """Confinement (issue 12, items 3 and 4): a build never writes or deletes outside its output root
 through a symbolic link, and never publishes what a symbolic link in the input points to unless
-`sources.follow_symlinks` says so. Real builds on real files, on the session's Ray instance."""
+`sources.follow_symlinks` says so. Real builds on real files, small, so they run in this process
+without Ray (`jobs.in_process`) and write through the same storage layer as Ray's workers."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import pytest
 from jobs_support import cache_copy
 
 from jobs.reindex import main
-
-pytestmark = pytest.mark.usefixtures("ray_session")  # tests/conftest.py: Ray started once
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "local.yaml")

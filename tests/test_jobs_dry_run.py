@@ -209,7 +209,6 @@ def test_a_chunking_tokenizer_that_cannot_load_is_a_config_error_before_ray_star
     assert not output.exists()
 
 
-@pytest.mark.usefixtures("ray_session")
 def test_the_dry_run_predicts_what_the_build_then_does(tmp_path, capsys):
     corpus, output = tmp_path / "docs", tmp_path / "out"
     shutil.copytree(CORPUS, corpus)

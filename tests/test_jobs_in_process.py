@@ -1,11 +1,13 @@
 """A small run without Ray (`resources.in_process_sources`, `jobs.in_process`): real MiniLM,
-real files; the builds without Ray run in child processes (this one may hold the session's Ray),
-and are compared byte for byte with the same builds on Ray, or with the same runs on Ray in
-`test_jobs_faults`: a signal, a source past its time budget, `failure_policy: abort`."""
+real files; builds without Ray in child processes without Ray and in this one, which holds the
+session's local Ray of one node, compared byte for byte with the same builds on that Ray, or with
+the same runs on Ray in `test_jobs_faults`: a signal, a source past its time budget,
+`failure_policy: abort`."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from environment_support import own_ray_environment
-from jobs_support import outputs, signalled_at
+from jobs_support import ON_RAY, outputs, signalled_at
 
 from jobs.reindex import main
 
@@ -70,26 +72,23 @@ def copy(folder: Path, to: Path) -> Path:
     return to
 
 
-def test_a_small_run_without_ray_writes_the_bytes_a_run_on_ray_writes(tmp_path):
+def test_a_small_run_without_ray_writes_the_bytes_a_run_on_ray_writes(tmp_path, caplog):
     """A cold build on Ray, then the same build without Ray from its vectors (every chunk cached:
-    no model loads), then an edit of one page built both ways from copies of the cold output and
-    cache (the page's new chunks embedded in the driver's process, and in an actor): every output
-    file, the manifest, the cache's entries and the report's counts alike."""
+    no model loads) in this process, which holds a local Ray of one node (the session's: a small
+    run gains nothing from it), then an edit of one page built both ways from copies of the cold
+    output and cache (the page's new chunks embedded in a child process without Ray, and in an
+    actor): every output file, the manifest, the cache's entries and the report's counts alike."""
     docs = tmp_path / "docs"
     write_corpus(docs)
     cold, cache = tmp_path / "cold", tmp_path / "cache"
     first_build = ["--config", CONFIG, "--input", str(docs), "--output", str(cold)]
-    assert main([*first_build, "--cache", str(cache)]) == 0
+    assert main([*first_build, "--cache", str(cache), *ON_RAY]) == 0
 
-    alone = without_ray(
-        docs,
-        tmp_path / "alone",
-        copy(cache, tmp_path / "alone-cache"),
-        "resources.in_process_sources=5",
-    )
-    assert alone.returncode == 0, alone.stderr[-3000:]
-    assert "no Ray: 5 files to read, at most resources.in_process_sources (5)" in alone.stderr
-    assert "started a local Ray instance" not in alone.stderr
+    alone = ["--config", CONFIG, "--input", str(docs), "--output", str(tmp_path / "alone")]
+    alone += ["--cache", str(copy(cache, tmp_path / "alone-cache"))]
+    with caplog.at_level(logging.INFO, logger="mdindex.build"):
+        assert main([*alone, "--set", "resources.in_process_sources=5"]) == 0
+    assert "no Ray: 5 files to read, at most resources.in_process_sources (5)" in caplog.text
     assert outputs(tmp_path / "alone") == outputs(cold)
     report = report_of(tmp_path / "alone")
     assert "ray_start" not in report["timings"]["wall_seconds"]
@@ -102,7 +101,7 @@ def test_a_small_run_without_ray_writes_the_bytes_a_run_on_ray_writes(tmp_path):
     page.write_text(page.read_text().replace("## More", "## More, edited\n\nA new sentence."))
     on_ray, ray_cache = copy(cold, tmp_path / "on-ray"), copy(cache, tmp_path / "ray-cache")
     args = ["--config", CONFIG, "--input", str(docs), "--output", str(on_ray)]
-    assert main([*args, "--cache", str(ray_cache)]) == 0
+    assert main([*args, "--cache", str(ray_cache), *ON_RAY]) == 0
     edited, edited_cache = copy(cold, tmp_path / "edited"), copy(cache, tmp_path / "edited-cache")
     alone = without_ray(docs, edited, edited_cache, "resources.in_process_sources=1")
     assert alone.returncode == 0, alone.stderr[-3000:]

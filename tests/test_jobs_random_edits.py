@@ -1,6 +1,7 @@
 """Random edits converge: after each step of random corpus changes, an incremental build of the
 edited corpus gives the same exit code and the same output bytes as a fresh build of it into an
-output of its own. Real builds on the session's Ray instance, real MiniLM, real files.
+output of its own. Real builds, real MiniLM, real files; the suite's test builds incrementally on
+the session's Ray instance and fresh without it (`jobs.in_process`), the others both without.
 
 The changes, each made at random places by a seeded generator: sources edited, added, deleted,
 renamed, moved or copied to another topic, retitled, touched, linked to other sources; topics
@@ -27,7 +28,7 @@ from pathlib import Path
 import fsspec
 import pytest
 from environment_support import fault_environment, own_ray_environment
-from jobs_support import CORPUS, s3_options, stored
+from jobs_support import CORPUS, ON_RAY, s3_options, stored
 
 from embedding.files import fresh_listings
 from indexing.paths import INDEX, TOPIC_SPEC
@@ -52,20 +53,23 @@ CACHE = ".embedding-cache"  # in the output of the incremental builds
 @dataclass(frozen=True)
 class Outputs:
     """Where the builds write: a folder of an fsspec filesystem, the scheme the job's URIs give
-    it, and the `--set` arguments that reach it."""
+    it, the `--set` arguments that reach it, and those of the incremental builds alone."""
 
     fs: fsspec.AbstractFileSystem
     folder: str
     scheme: str = ""
     options: tuple[str, ...] = ()
+    incremental: tuple[str, ...] = ()
 
     def build(self, corpus: Path, name: str, vectors_of: str | None = None) -> int:
         """`python -m jobs.reindex` in-process with the shipped local config and small chunks,
-        into the output `name`, whose cache is its own or that of the output `vectors_of`."""
+        into the output `name`, whose cache is its own or that of the output `vectors_of` (a
+        fresh build: the others are the incremental builds, into "out")."""
         output = f"{self.scheme}{self.folder}/{name}"
         cache = f"{self.scheme}{self.folder}/{vectors_of or name}/{CACHE}"
         arguments = ["--input", str(corpus), "--output", output, "--cache", cache]
-        return main(["--config", CONFIG, *SMALL, *self.options, *arguments])
+        options = self.options if vectors_of else (*self.options, *self.incremental)
+        return main(["--config", CONFIG, *SMALL, *options, *arguments])
 
     def files(self, name: str) -> dict[str, bytes]:
         """The output `name`'s files (not its report, manifest or cache)."""
@@ -341,10 +345,11 @@ def random_steps(seed: int, count: int) -> list[list[Change]]:
 
 def test_every_kind_of_random_edit_converges(tmp_path):
     """Each kind of change once, in a shuffled order, nine to a step (two steps: each embeds,
-    and loads the model, in its incremental build)."""
+    and loads the model, in its incremental build), the incremental builds on Ray and the fresh
+    ones without it."""
     changes = random.Random(1).sample(CHANGES, len(CHANGES))
     steps = [changes[i : i + 9] for i in range(0, len(changes), 9)]
-    converge(Outputs(LOCAL, str(tmp_path)), tmp_path / "docs", 1, steps)
+    converge(Outputs(LOCAL, str(tmp_path), incremental=ON_RAY), tmp_path / "docs", 1, steps)
 
 
 @pytest.mark.slow

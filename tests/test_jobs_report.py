@@ -35,7 +35,7 @@ from jobs.report_html import SETTINGS_CHANGED, next_step, render_html, token_bin
 from jobs.runs import NEVER_ENDED
 from jobs.storage import Storage
 from tests.embedding_support import embedder
-from tests.jobs_support import gone_endpoint, s3_options, unstamped
+from tests.jobs_support import ON_RAY, gone_endpoint, s3_options, unstamped
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "fixtures" / "corpus"
@@ -55,8 +55,10 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, ray_session) -> Path:
+    """The fixture corpus built on Ray: the report of a run with every stage's timings."""
     output = tmp_path_factory.mktemp("report") / "out"
-    assert main(["--config", CONFIG, "--input", str(CORPUS), "--output", str(output)]) == 3
+    args = ["--config", CONFIG, "--input", str(CORPUS), "--output", str(output), *ON_RAY]
+    assert main(args) == 3
     return output
 
 

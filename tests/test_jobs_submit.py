@@ -199,8 +199,32 @@ def test_ray_job_submit_runs_the_build_and_an_actors_call_outlives_the_loss_of_a
     """Two checks on one cluster of two nodes (the head and a second node, which the second check
     kills: one node started for both, not one each)."""
     with second_node(ray_head) as node:
+        # a program joined to a cluster of two nodes runs even a small build on it
+        assert "without Ray: no" in joined_dry_run(ray_head, tmp_path / "dry")
         ray_job_submit_runs_the_build(ray_head, tmp_path)
         an_embedding_actors_call_outlives_the_loss_of_its_node(ray_head, node, tmp_path)
+
+
+def joined_dry_run(head: RayHead, output: Path) -> str:
+    """The output of `--dry-run` of the fixture corpus run by a program that joined `head` with
+    `ray.init(address=…)` (`JOINED_PROGRAM`, no RAY_ADDRESS)."""
+    command = [sys.executable, "-c", JOINED_PROGRAM, head.gcs, "--config", "configs/local.yaml"]
+    command += ["--input", str(CORPUS), "--output", str(output), "--dry-run"]
+    done = subprocess.run(
+        command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_a_program_joined_to_a_head_of_one_node_here_runs_a_small_build_without_ray(
+    ray_head, tmp_path
+):
+    """A program that joined a Ray instance of one node, this machine's (as one that started its
+    own): a small build runs its stages in the program's process, as on a machine without Ray,
+    which an embedding actor and Ray Data's actors would only slow (Decisions, "Small runs
+    without Ray"); on a cluster of two nodes (above) it runs on the cluster."""
+    assert "without Ray: yes" in joined_dry_run(ray_head, tmp_path / "dry")
 
 
 def ray_job_submit_runs_the_build(ray_head, tmp_path):
@@ -391,7 +415,8 @@ def test_a_third_party_class_the_nodes_cannot_import_stops_the_build_before_any_
     # joins later): the first chunk task on the node stops the build with the same line and exit
     # 2 (as for a folder), where each said "unknown chunking strategy" (exit 1); the line is the
     # build's last and the report's error, not inside Ray Data's error and traceback.
-    build = [sys.executable, "-c", JOINED_PROGRAM, ray_head.gcs, *command[3:-2]]  # its model
+    # its model, and on the cluster (a head of one node: a machine apart here)
+    build = [sys.executable, "-c", JOINED_PROGRAM, ray_head.gcs, *command[3:-2], *ON_RAY]
     env.pop("RAY_ADDRESS")
     done = subprocess.run(build, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 2, done.stderr[-3000:]
@@ -404,7 +429,8 @@ def test_a_third_party_class_the_nodes_cannot_import_stops_the_build_before_any_
     assert report["error"].startswith(f"PluginNotOnNode: {refusal} on node ")
 
 
-# A program that joins a cluster itself, then builds in-process (the build finds Ray started).
+# A program that joins a cluster itself, then builds in-process (the build finds Ray started;
+# a small one runs on it where the cluster has a node apart from this one's, or with `ON_RAY`).
 JOINED_PROGRAM = """
 import sys, ray
 from jobs.reindex import main
@@ -465,7 +491,7 @@ def test_a_build_that_finds_the_cluster_joined_is_stopped_by_its_first_chunk_tas
     output.mkdir()
     drivers.mkdir()
     build = [sys.executable, "-c", JOINED_PROGRAM, ray_head.gcs, "--config", "configs/local.yaml"]
-    build += ["--input", str(CORPUS), "--output", str(output)]
+    build += ["--input", str(CORPUS), "--output", str(output), *ON_RAY]  # the node a machine apart
     command = in_a_namespace_of_its_own(drivers, output, build)
     done = subprocess.run(
         command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=400

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from jobs_support import ON_RAY
 
 from chunking import chunk_document, chunk_source, strategy_key
 from chunking.strategy import Strategy, register, strategy_class
@@ -196,7 +197,7 @@ def test_a_build_chunks_and_embeds_with_third_party_classes_in_its_ray_workers(
                  "--input", str(corpus.parent), "--output", str(output),
                  "--set", f"chunking.strategy={DOTTED}",
                  "--set", "chunking.options={}",
-                 "--set", f"embedding.model={DOTTED_BACKEND}"])  # fmt: skip
+                 "--set", f"embedding.model={DOTTED_BACKEND}", *ON_RAY])  # fmt: skip
     assert code == 0
     rows = pq.read_table(output / "_index" / "chunks" / "guides.parquet").to_pylist()
     assert [(row["text"], row["strategy"]) for row in rows] == [
