@@ -7,15 +7,17 @@ GPUs and some CPUs (an Intel Xeon with AMX: MKL's fp32 GEMM, oneDNN's bf16 one) 
 threading from the row count, so the embedder fills every micro-batch up to its full row count too:
 each shape is then fixed by the budget and the bucket length, and a row's vector comes out bit for
 bit the same whatever its neighbours, its position or the number of rows in the call. Not fp32 on a
-CPU whose MKL runs in its strict reproducible mode (`REPRODUCIBLE_MKL`), whose bits depend on
-neither the row count nor the thread count (`fills_micro_batches`).
+CPU whose MKL runs in its strict reproducible mode (`REPRODUCIBLE_MKL`, as MKL itself says:
+`mkl_strict`), whose bits depend on neither the row count nor the thread count
+(`fills_micro_batches`).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
+import ctypes
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 LENGTH_STEP = 16  # bucket lengths are multiples of this (padding cost: ~8 tokens a row)
 # MKL's strict conditional numerical reproducibility, set in a process's environment before MKL's
@@ -27,6 +29,7 @@ LENGTH_STEP = 16  # bucket lengths are multiples of this (padding cost: ~8 token
 # without it there, and as fast (600 FastAPI chunks: 22.2 s against 24.1 on 2 threads); on MKL's
 # AVX2 code path they differ in the last bits (README, Decisions, "Embedding").
 REPRODUCIBLE_MKL = {"MKL_CBWR": "AUTO,STRICT"}
+MKL_CBWR_ALL, MKL_CBWR_STRICT = -1, 0x10000  # `mkl_cbwr_get`'s option for all, and its strict bit
 
 
 @dataclass(frozen=True)
@@ -91,11 +94,28 @@ def padding_waste(
     return 0.0 if padded == 0 else (padded - real) / padded
 
 
-def fills_micro_batches(
-    device_type: str, dtype: str, environ: Mapping[str, str] = os.environ
-) -> bool:
+def fills_micro_batches(device_type: str, dtype: str, strict: bool) -> bool:
     """Whether each micro-batch is filled up to its budget's row count with filler rows: yes,
-    except for fp32 on a CPU whose MKL runs in its strict reproducible mode (`REPRODUCIBLE_MKL` in
-    the process's environment)."""
-    strict = all(environ.get(key) == value for key, value in REPRODUCIBLE_MKL.items())
+    except for fp32 on a CPU whose MKL runs in its `strict` reproducible mode (`mkl_strict`)."""
     return not (device_type == "cpu" and dtype == "fp32" and strict)
+
+
+def mkl_strict() -> bool:
+    """Whether this process's MKL runs in its strict reproducible mode, as MKL itself says
+    (`mkl_cbwr_get`, which torch's library exports). MKL takes its mode from the environment
+    (`REPRODUCIBLE_MKL`) at its first call, so a variable set after that call changes nothing: in
+    a program that multiplied matrices before a build embedded in its process, the variable said
+    strict where MKL was not, and unfilled micro-batches gave bits that depended on their row
+    count. Where MKL has made no call yet, asking makes it take its mode now, as that call would.
+    False where torch has no MKL (ARM, macOS: the variable means nothing there)."""
+    import torch
+
+    if not torch.backends.mkl.is_available():
+        return False
+    try:
+        library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        get = library.mkl_serv_cbwr_get
+    except (OSError, AttributeError):  # another platform's library, or MKL's symbols hidden
+        return False
+    get.restype, get.argtypes = ctypes.c_int, [ctypes.c_int]
+    return bool(get(MKL_CBWR_ALL) & MKL_CBWR_STRICT)

@@ -19,6 +19,7 @@ from embedding.batching import (
     MicroBatch,
     bucket_lengths,
     fills_micro_batches,
+    mkl_strict,
     plan_batches,
     rows_per_batch,
 )
@@ -104,7 +105,7 @@ class Embedder:
             )
         # A filler row: the tokens of an empty text (at least one, so no row is wholly masked).
         self._filler = specials or [self._pad_id]
-        self._fills = fills_micro_batches(device.type, settings.dtype)
+        self._fills = fills_micro_batches(device.type, settings.dtype, mkl_strict())
         self._tokenizer_lock = threading.Lock()  # one tokenizer call at a time
         self._model_lock = threading.Lock()  # one model call at a time: no oversubscription
         self.settings = settings  # as asked; `_vectors` and `_autocast` read it from here on

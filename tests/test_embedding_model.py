@@ -160,6 +160,37 @@ for threads in (1, 2):
     assert run.stdout.split() == ["True"] * 6
 
 
+def test_the_strict_mode_is_what_mkl_says_not_what_the_environment_says():
+    """MKL takes its mode from MKL_CBWR at its first call. A program that multiplied matrices
+    before a build embedded in its process (without Ray), the variable set by the build's
+    embedder after that call: MKL is not in its strict mode, so fp32 micro-batches are filled
+    (unfilled, their bits would depend on their row count), as in any process without the mode;
+    the variable set before the first call: unfilled. (They went by the variable alone.)"""
+    script = """
+import os, sys
+import torch
+if sys.argv[1] == "late":
+    torch.ones(8, 8) @ torch.ones(8, 8)  # MKL's first call, in its default mode
+os.environ["MKL_CBWR"] = "AUTO,STRICT"  # as a build's embedder sets it
+from embedding import load_embedder
+from embedding.batching import mkl_strict
+stats = load_embedder("minilm", device="cpu", dtype="fp32").embed_with_stats(["a short text"])
+print(mkl_strict(), stats.padded_tokens > 4 * stats.tokens)
+"""
+    env = {key: value for key, value in os.environ.items() if key != "MKL_CBWR"}
+    said = {}
+    for when in ("late", "early"):
+        run = subprocess.run(
+            [sys.executable, "-c", script, when], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        said[when] = run.stdout.split()
+    if not torch.backends.mkl.is_available():  # no MKL: never strict, always filled
+        assert said == {"late": ["False", "True"], "early": ["False", "True"]}
+    else:
+        assert said == {"late": ["False", "True"], "early": ["True", "False"]}
+
+
 def test_threads_sharing_an_embedder_get_the_bits_each_gets_alone():
     """An embedding actor runs two batches at once on one embedder: from a fresh load (the
     tokenizer's first call sets its truncation), eight threads embed at once; each gets what it
