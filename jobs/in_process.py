@@ -23,6 +23,7 @@ import ray
 
 from indexing.terminal import counted
 from jobs.built import Built, Rebuild
+from jobs.cgroups import usable_cpus
 from jobs.config import JobConfig
 from jobs.landmarks import Landmark, Plugin
 from jobs.manifest import Manifest
@@ -102,7 +103,7 @@ def build_in_process(run: Rebuild, rows: list[dict[str, Any]], *, began: float) 
     both, as there. `run.check` is called before each topic is built (`jobs.lock`)."""
     config, plan, previous, sizes = run.config, run.plan, run.previous, run.sizes
     source, output, check, marks = run.source, run.output, run.check, run.marks
-    cpus = float(config.resources.num_cpus or os.cpu_count() or 1)
+    cpus = float(config.resources.num_cpus or usable_cpus())  # a container's quota, not the host's
     tally = Tally()
     topics = plan.rebuilt
     work = prepare_work(

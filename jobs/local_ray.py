@@ -22,6 +22,7 @@ from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from indexing.terminal import counted
+from jobs.cgroups import memory_limit
 from jobs.config import JobConfig, ResourcesConfig
 from jobs.known import KnownFailure
 from jobs.landmarks import (
@@ -119,56 +120,11 @@ def check_local_fit(config: JobConfig, node: dict[str, float]) -> None:
         )
 
 
-# Where the kernel shows memory cgroups: v2's one hierarchy, or v1's memory controller.
-CGROUP_ROOT = "/sys/fs/cgroup"
 # The share of the memory a local instance may use that Ray's object store gets (Ray's own default
 # share of the memory it sees).
 OBJECT_STORE_SHARE = 0.3
 # The least object store Ray takes (its own lower bound: 75 MiB).
 MIN_OBJECT_STORE = 78_643_200
-
-
-def memory_limit(root: str = CGROUP_ROOT, self_cgroup: str = "/proc/self/cgroup") -> int | None:
-    """The memory limit, in bytes, of the cgroup this process runs in (v2's `memory.max`, v1's
-    `memory.limit_in_bytes`), or of one above it, the smallest; None where there is none, or none
-    below the machine's RAM.
-
-    A container sees its own cgroup at `root` (Docker, Kubernetes, GitLab's runners), and Ray reads
-    the limit there; a process confined from outside (`systemd-run --scope -p MemoryMax=2G`, a
-    cgroup made by hand) sees it only through `/proc/self/cgroup`, and Ray took the machine's RAM
-    for its object store and its memory monitor."""
-    try:
-        with open(self_cgroup, encoding="utf-8") as lines:
-            entries = [line.rstrip("\n").split(":", 2) for line in lines]
-    except OSError:
-        entries = []
-    files = {os.path.join(root, "memory.max")}  # a container's own, at the root
-    files.add(os.path.join(root, "memory", "memory.limit_in_bytes"))
-    for entry in entries:
-        if len(entry) != 3:
-            continue
-        _, controllers, path = entry
-        if controllers == "":  # v2
-            folder, name = root, "memory.max"
-        elif "memory" in controllers.split(","):
-            folder, name = os.path.join(root, "memory"), "memory.limit_in_bytes"
-        else:
-            continue
-        parts = [part for part in path.split("/") if part]
-        for depth in range(len(parts) + 1):
-            files.add(os.path.join(folder, *parts[:depth], name))
-    limits = []
-    for name in files:
-        try:
-            with open(name, encoding="ascii") as file:
-                text = file.read().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            limits.append(int(text))
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    least = min(limits, default=ram)
-    return least if least < ram else None
 
 
 def memory_cpus_for(config: JobConfig, limit: int | None, cpus: int) -> int | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +20,7 @@ import ray
 from indexing.terminal import counted
 from jobs.broken_links import index_broken_links
 from jobs.built import Built, Rebuild
+from jobs.cgroups import usable_cpus
 from jobs.config import JobConfig
 from jobs.discovery import (
     abort_stops,
@@ -188,7 +188,7 @@ def _run_locked(
     if left_unfinished:
         log.warning("the last run, %s", unfinished_note(left_unfinished, redone=True))
     write_unfinished_report(config, began, left_unfinished)  # before any other write
-    built = Built({}, RunStats(), float(os.cpu_count() or 1))
+    built = Built({}, RunStats(), float(usable_cpus()))
     grows = False  # whether the Ray cluster may add nodes during the build
     alone = None  # the work rows of a run whose stages run in this process, without Ray
     if rebuilt:

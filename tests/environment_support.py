@@ -1,10 +1,13 @@
 """The test processes' environments: no AWS credentials, a build's child process with a Ray of
 its own, file faults injected into every process of a build, `mdindex` with its standard output
-on a full disk. No import of the job here: the library tests use it too."""
+on a full disk, a cgroup to confine a child process in. No import of the job here: the library
+tests use it too."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -33,6 +36,45 @@ def own_ray_environment() -> dict[str, str]:
     """This process's environment for a build in a child process with a local Ray of its own
     (without RAY_ADDRESS, which would join the session's)."""
     return {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+
+
+def new_cgroup(controller: str, limits: tuple[str, ...]) -> Path | None:
+    """A new cgroup of `controller` (v2's, else v1's hierarchy of it) this user may make and
+    limit (its folder holds one of the files `limits`), or None (a v2 child gets no limit files
+    where its parent's `cgroup.subtree_control` lacks the controller)."""
+    for base in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup") / controller):
+        folder = base / f"mdindex-test-{os.getpid()}"
+        try:
+            folder.mkdir()
+        except OSError:
+            continue
+        if any((folder / name).exists() for name in limits):
+            return folder
+        folder.rmdir()
+    return None
+
+
+def run_in_cgroup(cgroup: Path, command: list[str], timeout: int) -> subprocess.CompletedProcess:
+    """`command` (a build) run from the repository root inside `cgroup` from its start (a shell
+    that moves itself there, then execs it), offline, with a Ray of its own if it starts one; its
+    output as text."""
+    env = dict(own_ray_environment(), RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
+    moved = ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "sh", *command]
+    return subprocess.run(moved, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def remove_cgroup(cgroup: Path) -> None:
+    """Remove a test's cgroup, ending first what is still in it (a build's Ray, where a build
+    went on)."""
+    with contextlib.suppress(OSError):
+        for pid in (cgroup / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    for _ in range(50):
+        with contextlib.suppress(OSError):
+            cgroup.rmdir()
+            return
+        time.sleep(0.1)
 
 
 def fault_environment(fault: str, root: str, **settings: str) -> dict[str, str]:

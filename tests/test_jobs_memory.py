@@ -4,22 +4,25 @@ refusal where one does not. Library-level, no Ray; one real build, where root ma
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from jobs.cgroups import memory_limit
 from jobs.config import EmbedResources, JobConfig, ResourcesConfig
-from jobs.local_ray import InfeasibleResources, memory_cpus_for, memory_limit
+from jobs.local_ray import InfeasibleResources, memory_cpus_for
 from jobs.resources import memory_need
-from tests.environment_support import own_ray_environment
+from tests.environment_support import (
+    new_cgroup,
+    own_ray_environment,
+    remove_cgroup,
+    run_in_cgroup,
+)
 from tests.jobs_support import ON_RAY, unstamped
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,47 +130,13 @@ def test_cpus_set_that_the_memory_does_not_hold_are_refused_naming_the_ones_it_d
     assert memory_cpus_for(replace(config, resources=ResourcesConfig(num_cpus=2)), 4 * GIB, 8) == 2
 
 
-def _memory_cgroup() -> Path | None:
-    """A new memory cgroup (v2, else v1) this user may make and limit, or None (a v2 child gets
-    no `memory.max` where its parent's `cgroup.subtree_control` lacks memory)."""
-    for base in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")):
-        folder = base / f"mdindex-test-{os.getpid()}"
-        try:
-            folder.mkdir()
-        except OSError:
-            continue
-        if any((folder / name).exists() for name in ("memory.max", "memory.limit_in_bytes")):
-            return folder
-        folder.rmdir()
-    return None
-
-
-def _remove(cgroup: Path) -> None:
-    """Remove the test's cgroup, ending first what of the build is still in it (its Ray, where
-    a build went on)."""
-    for pid in _read(cgroup / "cgroup.procs").split():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
-    for _ in range(50):
-        with contextlib.suppress(OSError):
-            cgroup.rmdir()
-            return
-        time.sleep(0.1)
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
-
-
 def test_a_build_in_a_one_gib_cgroup_stops_at_once_with_one_line(tmp_path):
     """The real CLI confined to 1 GiB: the dry run and the build on Ray exit 2 before Ray starts,
     one line naming the memory (the dry run said nothing, and the build failed 32 s later). The
     same small build without Ray (the default for its 9 files) needs no Ray's memory: it runs,
     and its dry run says so."""
-    if os.geteuid() != 0 or (cgroup := _memory_cgroup()) is None:
+    limits = ("memory.max", "memory.limit_in_bytes")
+    if os.geteuid() != 0 or (cgroup := new_cgroup("memory", limits)) is None:
         pytest.skip("needs root and a memory cgroup to confine a build in")
     build = [sys.executable, "-m", "jobs.cli", "build", "--config", CONFIG]
     build += ["--input", str(CORPUS), "--output", str(tmp_path / "out")]
@@ -176,18 +145,11 @@ def test_a_build_in_a_one_gib_cgroup_stops_at_once_with_one_line(tmp_path):
         name = "memory.max" if (cgroup / "memory.max").exists() else "memory.limit_in_bytes"
         (cgroup / name).write_text(str(GIB))
         runs = [
-            subprocess.run(
-                ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "sh", *command],
-                cwd=ROOT,
-                env=dict(own_ray_environment(), RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1"),
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            run_in_cgroup(cgroup, command, timeout=120)
             for command in ([*on_ray, "--dry-run"], on_ray, [*build, "--dry-run"], build)
         ]
     finally:
-        _remove(cgroup)
+        remove_cgroup(cgroup)
     dry, alone = runs[2:]
     assert dry.returncode == 0 and "without Ray: yes" in dry.stdout, dry.stderr
     assert alone.returncode == 3 and "no Ray: 9 files to read" in alone.stderr, alone.stderr
