@@ -82,6 +82,7 @@ class RayHead:
     address: str
     ray_tmpdir: str
     gcs: str  # what RAY_ADDRESS names to join it
+    client: str  # its Ray Client address (`ray://…`)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ def ray_head():
     try:
         address = f"http://127.0.0.1:{dashboard}"
         _wait_for(f"{address}/api/version", process)
-        yield RayHead(address, base, f"127.0.0.1:{gcs}")
+        yield RayHead(address, base, f"127.0.0.1:{gcs}", f"ray://127.0.0.1:{client}")
     finally:
         _stop(process)
         shutil.rmtree(base, ignore_errors=True)
@@ -205,10 +206,11 @@ def test_ray_job_submit_runs_the_build_and_an_actors_call_outlives_the_loss_of_a
         an_embedding_actors_call_outlives_the_loss_of_its_node(ray_head, node, tmp_path)
 
 
-def joined_dry_run(head: RayHead, output: Path) -> str:
+def joined_dry_run(head: RayHead, output: Path, address: str | None = None) -> str:
     """The output of `--dry-run` of the fixture corpus run by a program that joined `head` with
-    `ray.init(address=…)` (`JOINED_PROGRAM`, no RAY_ADDRESS)."""
-    command = [sys.executable, "-c", JOINED_PROGRAM, head.gcs, "--config", "configs/local.yaml"]
+    `ray.init(address=…)` (`JOINED_PROGRAM`, no RAY_ADDRESS), at its GCS or at `address`."""
+    joined = address or head.gcs
+    command = [sys.executable, "-c", JOINED_PROGRAM, joined, "--config", "configs/local.yaml"]
     command += ["--input", str(CORPUS), "--output", str(output), "--dry-run"]
     done = subprocess.run(
         command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=120
@@ -223,8 +225,10 @@ def test_a_program_joined_to_a_head_of_one_node_here_runs_a_small_build_without_
     """A program that joined a Ray instance of one node, this machine's (as one that started its
     own): a small build runs its stages in the program's process, as on a machine without Ray,
     which an embedding actor and Ray Data's actors would only slow (Decisions, "Small runs
-    without Ray"); on a cluster of two nodes (above) it runs on the cluster."""
+    without Ray"); on a cluster of two nodes (above) it runs on the cluster, and so it does
+    through Ray Client, whose program may run on any machine."""
     assert "without Ray: yes" in joined_dry_run(ray_head, tmp_path / "dry")
+    assert "without Ray: no" in joined_dry_run(ray_head, tmp_path / "dry", ray_head.client)
 
 
 def ray_job_submit_runs_the_build(ray_head, tmp_path):
