@@ -38,6 +38,13 @@ def own_ray_environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
 
 
+def limit_file(folder: Path, name: str, text: str) -> None:
+    """A cgroup limit file `name` holding `text` in `folder` (made where missing), as the kernel
+    shows one: a tree of them stands for a machine's cgroups in the tests of reading them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text + "\n")
+
+
 def new_cgroup(controller: str, limits: tuple[str, ...]) -> Path | None:
     """A new cgroup of `controller` (v2's, else v1's hierarchy of it) this user may make and
     limit (its folder holds one of the files `limits`), or None (a v2 child gets no limit files

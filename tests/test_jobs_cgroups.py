@@ -10,17 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from environment_support import new_cgroup, remove_cgroup, run_in_cgroup
+from environment_support import limit_file, new_cgroup, remove_cgroup, run_in_cgroup
 
 from jobs.cgroups import cpu_quota
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / "configs" / "local.yaml")
-
-
-def _limit_file(folder: Path, name: str, text: str) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text(text + "\n")
 
 
 def test_the_quota_is_the_smallest_of_the_process_cgroup_and_those_above_it(tmp_path):
@@ -29,26 +24,27 @@ def test_the_quota_is_the_smallest_of_the_process_cgroup_and_those_above_it(tmp_
     root = tmp_path / "cgroup"
     v2 = tmp_path / "v2"
     v2.write_text("0::/ci/job\n")
-    _limit_file(root, "cpu.max", "max 100000")
+    limit_file(root, "cpu.max", "max 100000")
     assert cpu_quota(str(root), str(v2)) is None  # no quota
-    _limit_file(root / "ci" / "job", "cpu.max", "150000 100000")
+    limit_file(root / "ci" / "job", "cpu.max", "150000 100000")
     assert cpu_quota(str(root), str(v2)) == 1.5
-    _limit_file(root / "ci", "cpu.max", "50000 100000")  # a parent's smaller quota holds
+    limit_file(root / "ci", "cpu.max", "50000 100000")  # a parent's smaller quota holds
     assert cpu_quota(str(root), str(v2)) == 0.5
 
     v1 = tmp_path / "v1"
     v1.write_text("4:memory:/other\n1:cpu,cpuacct:/runner\n0::/\n")
-    _limit_file(root / "cpu" / "runner", "cpu.cfs_quota_us", "-1")  # unlimited
-    _limit_file(root / "cpu" / "runner", "cpu.cfs_period_us", "100000")
-    assert cpu_quota(str(tmp_path / "v1root"), str(v1)) is None
+    limit_file(root / "cpu" / "runner", "cpu.cfs_quota_us", "-1")  # unlimited
+    limit_file(root / "cpu" / "runner", "cpu.cfs_period_us", "100000")
+    assert cpu_quota(str(root), str(v1)) is None  # and v2's root says "max"
+    assert cpu_quota(str(tmp_path / "elsewhere"), str(v1)) is None  # no such files: no quota
     v1root = tmp_path / "v1root"
-    _limit_file(v1root / "cpu" / "runner", "cpu.cfs_quota_us", "300000")
-    _limit_file(v1root / "cpu" / "runner", "cpu.cfs_period_us", "100000")
+    limit_file(v1root / "cpu" / "runner", "cpu.cfs_quota_us", "300000")
+    limit_file(v1root / "cpu" / "runner", "cpu.cfs_period_us", "100000")
     assert cpu_quota(str(v1root), str(v1)) == 3.0
 
     # a container's own cgroup at the root, its /proc/self/cgroup saying "/"
     container = tmp_path / "container"
-    _limit_file(container, "cpu.max", "200000 100000")
+    limit_file(container, "cpu.max", "200000 100000")
     (tmp_path / "inside").write_text("0::/\n")
     assert cpu_quota(str(container), str(tmp_path / "inside")) == 2.0
 

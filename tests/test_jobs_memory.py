@@ -18,6 +18,7 @@ from jobs.config import EmbedResources, JobConfig, ResourcesConfig
 from jobs.local_ray import InfeasibleResources, memory_cpus_for
 from jobs.resources import memory_need
 from tests.environment_support import (
+    limit_file,
     new_cgroup,
     own_ray_environment,
     remove_cgroup,
@@ -35,11 +36,6 @@ def _config(**resources) -> JobConfig:
     return JobConfig(input="unused", resources=ResourcesConfig(**resources))
 
 
-def _limit_file(folder: Path, name: str, text: str) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text(text + "\n")
-
-
 def test_the_limit_is_the_smallest_of_the_process_cgroup_and_those_above_it(tmp_path):
     """A process confined from outside (`systemd-run --scope -p MemoryMax=2G`, a cgroup made by
     hand) sees its limit only under its own cgroup's path, which Ray never reads: it sized its
@@ -48,24 +44,24 @@ def test_the_limit_is_the_smallest_of_the_process_cgroup_and_those_above_it(tmp_
     root = tmp_path / "cgroup"
     v2 = tmp_path / "v2"
     v2.write_text("0::/ci/job/build\n")
-    _limit_file(root, "memory.max", "max")
-    _limit_file(root / "ci", "memory.max", str(3 * GIB))
-    _limit_file(root / "ci" / "job" / "build", "memory.max", str(2 * GIB))
+    limit_file(root, "memory.max", "max")
+    limit_file(root / "ci", "memory.max", str(3 * GIB))
+    limit_file(root / "ci" / "job" / "build", "memory.max", str(2 * GIB))
     assert memory_limit(str(root), str(v2)) == 2 * GIB
-    _limit_file(root / "ci", "memory.max", str(GIB))  # a parent's smaller limit holds
+    limit_file(root / "ci", "memory.max", str(GIB))  # a parent's smaller limit holds
     assert memory_limit(str(root), str(v2)) == GIB
 
     v1 = tmp_path / "v1"
     v1.write_text("7:cpu,cpuacct:/\n4:memory:/runner/job\n0::/\n")
-    _limit_file(root / "memory" / "runner" / "job", "memory.limit_in_bytes", str(3 * GIB // 2))
+    limit_file(root / "memory" / "runner" / "job", "memory.limit_in_bytes", str(3 * GIB // 2))
     assert memory_limit(str(root / "elsewhere"), str(v1)) is None  # no such files: no limit
-    _limit_file(tmp_path / "v1root" / "memory", "memory.limit_in_bytes", str(2**63 - 4096))
+    limit_file(tmp_path / "v1root" / "memory", "memory.limit_in_bytes", str(2**63 - 4096))
     assert memory_limit(str(tmp_path / "v1root"), str(v1)) is None  # unlimited: the RAM's
     assert memory_limit(str(root), str(v1)) == 3 * GIB // 2
 
     # a container's own cgroup at the root, its /proc/self/cgroup saying "/"
     container = tmp_path / "container"
-    _limit_file(container, "memory.max", str(GIB))
+    limit_file(container, "memory.max", str(GIB))
     (tmp_path / "inside").write_text("0::/\n")
     assert memory_limit(str(container), str(tmp_path / "inside")) == GIB
 
