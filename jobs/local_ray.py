@@ -22,7 +22,7 @@ from ray.exceptions import RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from indexing.terminal import counted
-from jobs.cgroups import memory_limit
+from jobs.cgroups import memory_limit, usable_cpus
 from jobs.config import JobConfig, ResourcesConfig
 from jobs.known import KnownFailure
 from jobs.landmarks import (
@@ -128,7 +128,7 @@ MIN_OBJECT_STORE = 78_643_200
 
 
 def memory_cpus_for(config: JobConfig, limit: int | None, cpus: int) -> int | None:
-    """The CPUs to start a local instance with on a machine of `cpus` CPUs whose memory is
+    """The CPUs to start a local instance with where `cpus` CPUs are usable and the memory is
     `limit` bytes (None: the machine's RAM, not checked): `resources.num_cpus` where the build fits
     (`jobs.resources.memory_need`; a GPU pool is not checked); with `resources.num_cpus` null, the
     most that fit, with a warning where that is fewer than the machine's; one CPU, with a warning
@@ -170,16 +170,24 @@ def memory_cpus_for(config: JobConfig, limit: int | None, cpus: int) -> int | No
 
 def expected_local_node(config: JobConfig) -> dict[str, float] | None:
     """The one node a build's local Ray instance would have, for a dry run, which starts none:
-    `resources.num_cpus` or every CPU of the machine (Ray may count fewer, in a container whose
-    CPU quota is smaller: then this expects more than there will be, never less), or those its
-    memory limit holds, or the build's `InfeasibleResources` where it holds none
-    (`memory_cpus_for`). None where the build would join a cluster (RAY_ADDRESS) or this
-    process's own Ray, or would ask for GPUs, which only a started Ray counts."""
+    `resources.num_cpus` or the CPUs this process may use (`local_cpus`), or those its memory
+    limit holds, or the build's `InfeasibleResources` where it holds none. None where the build
+    would join a cluster (RAY_ADDRESS) or this process's own Ray, or would ask for GPUs, which
+    only a started Ray counts."""
     if os.environ.get("RAY_ADDRESS") or ray.is_initialized() or config.resources.embed.num_gpus:
         return None
-    machine = os.cpu_count() or 1
-    cpus = memory_cpus_for(config, memory_limit(), machine)  # resources.num_cpus where it fits
-    return {"CPU": float(cpus or machine), "GPU": 0.0}
+    return {"CPU": float(local_cpus(config, memory_limit())), "GPU": 0.0}
+
+
+def local_cpus(config: JobConfig, limit: int | None) -> int:
+    """The CPUs a local instance starts with: `resources.num_cpus`, or those this process may keep
+    busy (`jobs.cgroups.usable_cpus`: its affinity and its cgroups' quota), at most those its
+    memory `limit` holds (`memory_cpus_for`). Ray itself counts every CPU of the machine but a
+    container's root quota: `taskset -c 0-3`, a Slurm job's or a Kubernetes pod's cpuset, or
+    `systemd-run -p CPUQuota=` gave a 64-core machine's instance 64 CPUs, so 64 chunk tasks at
+    once and a CPU embedding pool of up to 64 actors, each loading the model."""
+    usable = usable_cpus()
+    return memory_cpus_for(config, limit, usable) or usable
 
 
 class ClusterUnreachable(ValueError):
@@ -276,9 +284,9 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark | Plugin, ...] = ()) 
     """Join this process's Ray (a test's) or the cluster RAY_ADDRESS names (`ray job submit` sets
     it), whose live nodes must see the driver's local folders and import its third-party classes
     (`landmarks`; else `FoldersNotShared`, `PluginNotOnNode`); otherwise start a private local
-    instance, never one that `ray start` left running here, which keeps idle worker processes
-    `IDLE_WORKER_KEEP_MS` and has up to `READY_WORKERS` of them ready, our modules imported,
-    before the build's first task.
+    instance of the CPUs this process may use (`local_cpus`), never one that `ray start` left
+    running here, which keeps idle worker processes `IDLE_WORKER_KEEP_MS` and has up to
+    `READY_WORKERS` of them ready, our modules imported, before the build's first task.
 
     True when it joined the cluster RAY_ADDRESS names, whose autoscaler may add nodes during the
     build (`jobs.resources.embed_pool`); a local instance never grows, and this process's own Ray
@@ -307,7 +315,7 @@ def start_ray(config: JobConfig, landmarks: tuple[Landmark | Plugin, ...] = ()) 
     if folder := ray_folder():
         check_ray_folder(folder)
     limit = memory_limit()
-    num_cpus = memory_cpus_for(config, limit, os.cpu_count() or 1)
+    num_cpus = local_cpus(config, limit)
     # Workers of a local instance inherit this process's environment (AWS_*, HF_*, ...); a
     # runtime_env to forward it would cost every new worker process about a second.
     with (

@@ -1,16 +1,24 @@
 """The CPU time a process's cgroups allow it (`jobs.cgroups`): a build without Ray sizes its
-model's torch threads to it, as a local Ray instance sizes itself to a container's. The quota read
-from v2's and v1's files, then one real build confined by root to one CPU's worth of time."""
+model's torch threads to it, and a local Ray instance its CPUs. The quota read
+from v2's and v1's files, then one real build confined by root to one CPU's worth of time; and a
+local Ray instance started with the CPUs a program pinned to one of them may use."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from environment_support import limit_file, new_cgroup, remove_cgroup, run_in_cgroup
+from environment_support import (
+    limit_file,
+    new_cgroup,
+    own_ray_environment,
+    remove_cgroup,
+    run_in_cgroup,
+)
 
 from jobs.cgroups import cpu_quota
 
@@ -76,3 +84,40 @@ def test_a_build_without_ray_in_a_cgroup_of_one_cpu_runs_one_torch_thread(tmp_pa
     pool = report["timings"]["embed_pool"]
     assert (pool["in_driver"], pool["threads"]) == (True, 1)
     assert report["timings"]["cpus"] == 1
+
+
+# A program on one CPU of this machine (`taskset -c N`, as a Slurm job's or a pod's cpuset puts
+# it), whose Ray processes inherit its affinity: the local node its dry run expects, and the one
+# its build's `start_ray` starts (on Ray: `in_process_sources` null).
+ON_ONE_CPU = """
+import json, os, sys
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+import ray
+from jobs.config import load_config
+from jobs.local_ray import expected_local_node, start_ray
+config = load_config(
+    sys.argv[1], overrides={"input": sys.argv[2]}, settings=["resources.in_process_sources=null"]
+)
+expected = expected_local_node(config)["CPU"]
+start_ray(config)
+print(json.dumps({"expected": expected, "started": ray.cluster_resources()["CPU"]}))
+ray.shutdown()
+"""
+
+
+def test_a_local_ray_instance_has_the_cpus_the_process_may_run_on(tmp_path):
+    """Ray counts every CPU of the machine (a container's root quota aside): a build pinned to one
+    CPU started an instance of all of them, as many chunk tasks at once and an embedding actor
+    per CPU on that one. The instance and the dry run's expectation are the CPUs it may use."""
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs to pin a program to one of them")
+    done = subprocess.run(
+        [sys.executable, "-c", ON_ONE_CPU, CONFIG, str(tmp_path)],
+        cwd=ROOT,
+        env=own_ray_environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"expected": 1.0, "started": 1.0}
