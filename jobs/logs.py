@@ -25,7 +25,10 @@ What Ray prints on a healthy run that we cannot avoid is filtered here, and only
   the error itself, in one line for a known failure (`failure_policy: abort`'s failed source) and
   with its traceback otherwise, and the advice to set a Ray Data setting misled (it is no setting
   of ours, and would drop sources unsaid).
-Ray Data still writes everything to `ray-data.log` in the Ray session's log folder.
+Ray Data still writes everything to `ray-data.log` in the Ray session's log folder. Its console
+lines are filtered while its pipeline runs (`quiet_ray_data`, on the Ray path alone: a run without
+Ray never imports Ray Data, nor pandas under it, about 0.5 s of a small build's start); the rest
+for the whole build (`clean_logs`).
 
 One line of Ray's is told in our words instead: a raylet's error that a folder it spills objects to
 is over 95% full, which it repeats every 10 s for as long as the build runs (and, under `ray job
@@ -125,28 +128,32 @@ class RayDataConsoleFilter(logging.Filter):
 
 @contextlib.contextmanager
 def clean_logs() -> Iterator[None]:
-    """While a build runs in this process: the filters above, undone on exit (outside a
-    terminal, RAY_COLOR_PREFIX=0 stays: module docstring)."""
+    """While a build runs in this process: the filters above but Ray Data's console's
+    (`quiet_ray_data`), undone on exit (outside a terminal, RAY_COLOR_PREFIX=0 stays: module
+    docstring)."""
     from ray.util.annotations import RayDeprecationWarning
 
+    if not interactive():  # read by the driver as it prints each line
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    with warnings.catch_warnings(), StderrFilter(HARMLESS_STDERR, (SPILL_FOLDER_FULL,)):
+        warnings.filterwarnings(
+            "ignore", message=DEPRECATED_REMOTE_ARGS, category=RayDeprecationWarning
+        )
+        warnings.filterwarnings("ignore", message=STORE_BOUND_ABOVE_INPUTS, category=UserWarning)
+        warnings.filterwarnings("ignore", message=EMBED_ACTORS_ABOVE_INPUTS, category=UserWarning)
+        yield
+
+
+@contextlib.contextmanager
+def quiet_ray_data() -> Iterator[None]:
+    """While Ray Data runs a build's pipeline: `RayDataConsoleFilter` on its console handlers,
+    taken off on exit."""
     consoles = _ray_data_consoles()
     console_filter = RayDataConsoleFilter()
     for handler in consoles:
         handler.addFilter(console_filter)
-    if not interactive():  # read by the driver as it prints each line
-        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     try:
-        with warnings.catch_warnings(), StderrFilter(HARMLESS_STDERR, (SPILL_FOLDER_FULL,)):
-            warnings.filterwarnings(
-                "ignore", message=DEPRECATED_REMOTE_ARGS, category=RayDeprecationWarning
-            )
-            warnings.filterwarnings(
-                "ignore", message=STORE_BOUND_ABOVE_INPUTS, category=UserWarning
-            )
-            warnings.filterwarnings(
-                "ignore", message=EMBED_ACTORS_ABOVE_INPUTS, category=UserWarning
-            )
-            yield
+        yield
     finally:
         for handler in consoles:
             handler.removeFilter(console_filter)

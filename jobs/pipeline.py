@@ -34,6 +34,7 @@ from jobs.in_process import build_in_process, in_process_rows
 from jobs.landmarks import Landmark, Plugin, config_plugins, landmarks
 from jobs.local_ray import live_resources, on_the_drivers_node, start_ray, watching_nodes
 from jobs.lock import Check, output_lock
+from jobs.logs import quiet_ray_data
 from jobs.manifest import MANIFEST_PATH
 from jobs.path_set import PathSet
 from jobs.plan import (
@@ -317,7 +318,7 @@ def build_topics(run: Rebuild, grows: bool = False, *, began: float) -> Built:
         # on a cluster that grows, a build stopped once no node could hold a stage for
         # resources.node_wait_seconds
         watched = watching_nodes(config.resources, grows, work.embeds)
-        with watched as watch, Heartbeat(status, began=began):
+        with quiet_ray_data(), watched as watch, Heartbeat(status, began=began):
             while True:
                 pool = None
                 if work.embeds:
@@ -389,6 +390,8 @@ def topic_summaries(
     new cache entries (CPU tasks), then each topic built and written as soon as all its rows are
     embedded (`jobs.reduce`). Without a `pool` (nothing to embed) the rows go from the chunk
     tasks to the reduces, and no actor starts."""
+    import ray.data  # here: a run without Ray never imports Ray Data (`jobs.logs.quiet_ray_data`)
+
     resources = config.resources
     corpus = PathSet.of(plan.fingerprints)
     encoder = chunk_encoder(config) if pool else None

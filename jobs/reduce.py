@@ -18,12 +18,11 @@ import queue
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import ray
-from ray.data import Dataset
 
 from jobs.blocks import Span, rows_in
 from jobs.gc_pause import gc_paused
@@ -32,6 +31,9 @@ from jobs.local_ray import live_resources, settling
 from jobs.lock import Check
 from jobs.resources import some_node_holds
 from jobs.stages.topic import TopicContext, build_and_write
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
 
 
 def _reduce_topic(

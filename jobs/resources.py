@@ -7,8 +7,6 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ray.data import ActorPoolStrategy, TaskPoolStrategy
-
 from embedding.batching import REPRODUCIBLE_MKL
 from indexing.terminal import counted
 from jobs.config import EmbedResources, IndexResources, ResourcesConfig, TaskResources
@@ -401,6 +399,8 @@ def _task_args(num_cpus: float, concurrency: int | None, retries: int) -> dict[s
         "ray_remote_args_fn": functools.partial(_task_options, retries),
     }
     if concurrency is not None:
+        from ray.data import TaskPoolStrategy  # on the Ray path alone: `jobs.logs.quiet_ray_data`
+
         args["compute"] = TaskPoolStrategy(size=concurrency)
     return args
 
@@ -434,6 +434,8 @@ def actor_stage_args(pool: EmbedPool, batch_size: int | None, retries: int) -> d
     (`max_task_retries: -1`). With `retries` there too, the calls on an actor whose node was lost
     used their tries up in the 4 s before Ray marked the node dead (each one "connection
     refused") and failed the build with "ActorUnavailableError: The actor … is unavailable"."""
+    from ray.data import ActorPoolStrategy  # on the Ray path alone: `jobs.logs.quiet_ray_data`
+
     if pool.max_actors is None or pool.max_actors == pool.actors:
         sizes = {"size": pool.actors}
     else:

@@ -166,6 +166,32 @@ def test_a_run_with_more_files_to_read_than_the_bound_starts_ray(tmp_path):
     assert done.stdout.split() == ["False"] * 4, done.stderr[-3000:]
 
 
+# A build in a fresh process (a test fixtures' embedder: no model to load), then which of Ray's
+# packages it imported.
+IMPORTS_AFTER_A_BUILD = """
+import sys
+from jobs.reindex import main
+code = main(sys.argv[1:])
+print(code, "ray.data" in sys.modules)
+"""
+
+
+def test_a_run_without_ray_never_imports_ray_data(tmp_path):
+    """Ray Data is the Ray path's alone (its import is 0.3 s of a small build's start on this
+    VM): the filter of its console is put on as its pipeline runs (`jobs.logs.quiet_ray_data`),
+    where it was put on for every build."""
+    docs = tmp_path / "docs"
+    write_corpus(docs)
+    command = [sys.executable, "-c", IMPORTS_AFTER_A_BUILD, "--config", CONFIG]
+    command += ["--input", str(docs), "--output", str(tmp_path / "out")]
+    command += ["--set", "embedding.model=tests.fixtures.plugins.mdx_hashing:HashingEmbedder"]
+    done = subprocess.run(
+        command, cwd=REPO, env=own_ray_environment(), capture_output=True, text=True, timeout=300
+    )
+    assert "no Ray: 5 files to read" in done.stderr, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "0 False", done.stderr[-3000:]  # after the summary
+
+
 def test_a_run_without_ray_stopped_by_sigterm_reports_it_and_a_rerun_converges(tmp_path):
     """SIGTERM as a run's stages begin in the driver (the model about to load): exit 143 and a
     failed report saying what stopped it, as on Ray (`test_jobs_faults`); the next run finishes

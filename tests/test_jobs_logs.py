@@ -16,6 +16,7 @@ from jobs.logs import (
     RayDataConsoleFilter,
     StderrFilter,
     clean_logs,
+    quiet_ray_data,
 )
 
 CORE_WORKER_LINE = (
@@ -72,11 +73,11 @@ def _quieted(handler: logging.Handler) -> bool:
     return any(isinstance(f, RayDataConsoleFilter) for f in handler.filters)
 
 
-def test_clean_logs_quiets_ray_datas_own_console_only():
-    """Ray Data's console handler drops its INFO lines during a build (and the notice that the
-    progress bars are off, and its announcements of a task's exception) and passes its warnings;
-    a handler someone else attached to the same logger (pytest's log capture) still sees
-    everything."""
+def test_quiet_ray_data_quiets_ray_datas_own_console_only():
+    """Ray Data's console handler drops its INFO lines as it runs a build's pipeline (and the
+    notice that the progress bars are off, and its announcements of a task's exception) and
+    passes its warnings; a handler someone else attached to the same logger (pytest's log
+    capture) still sees everything."""
     import ray.data  # noqa: F401 - configures the "ray.data" logger
 
     logger = logging.getLogger("ray.data")
@@ -87,7 +88,7 @@ def test_clean_logs_quiets_ray_datas_own_console_only():
         return bool(handler.filter(logger.makeRecord("ray.data", level, "x", 1, message, (), None)))
 
     try:
-        with clean_logs():
+        with quiet_ray_data():
             quieted = [h for h in logger.handlers if _quieted(h)]
             logger.info("Starting execution of Dataset x")
             for handler in quieted:
