@@ -61,6 +61,7 @@ def embed_settings(
         env=actor_env(pool),
         load_at_start=new_content,
         plugins=tuple(plugin for plugin in config_plugins(config) if plugin.kind == BACKEND),
+        in_driver=pool.in_driver,
     )
 
 

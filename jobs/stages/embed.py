@@ -74,6 +74,8 @@ class EmbedSettings:
     # the third-party backend the driver found (`jobs.landmarks.config_plugins`), which the actor
     # checks it finds before anything else, as a node's first chunk task checks the strategy
     plugins: tuple[Plugin, ...] = ()
+    # one embedder in the driver's process, a run without Ray (`jobs.in_process`), not an actor
+    in_driver: bool = False
 
 
 class EmbedActor:
@@ -127,7 +129,12 @@ class EmbedActor:
         objects, 0.2 s more than with the collector on) and the rest is frozen: Python's full
         collections then skip it, where each traversed it, stalling the model (a GPU) between
         calls (2.1 s of one actor's time on a cold build of all of tldr, 0.16 s frozen). Both
-        happen before the collector is back on, whose first pass would traverse it all."""
+        happen before the collector is back on, whose first pass would traverse it all.
+
+        Not so in the driver's process (`in_driver`), which outlives the build: frozen, this
+        object and its model (in a cycle with the `LazyEmbedder`) were never collected, and a
+        program that ran one small build after another grew by the model each time (MiniLM:
+        70-100 MB a build); its collection there cost 0.3 s of every small build."""
         from embedding import load_embedder
 
         settings = self.settings
@@ -142,8 +149,9 @@ class EmbedActor:
                 "its files; this actor tokenizes the chunks itself",
                 settings.model,
             )
-        gc.collect()
-        gc.freeze()
+        if not settings.in_driver:
+            gc.collect()
+            gc.freeze()
         self.clock.skip()
         self.loaded_at = time.time()  # a running call's progress starts here (`CallProgress`)
         report_stats(self.collector, RunStats(embed=EmbedStats(models_loaded=1)))
