@@ -202,7 +202,7 @@ def test_small_builds_one_after_another_keep_no_model_and_never_import_ray_data(
     assert done.stderr.count("no Ray: 5 files to read") == 3, done.stderr[-3000:]
     resident, frozen, ray_data = done.stdout.splitlines()[-1].rsplit(" ", 2)  # after summaries
     first, _, last = json.loads(resident)
-    assert last - first < 40, resident  # a model kept per build: 150 MB or more
+    assert last - first < 60, resident  # a model kept per build: about 120 MB more
     assert (frozen, ray_data) == ("0", "False")
 
 
