@@ -27,8 +27,8 @@ What Ray prints on a healthy run that we cannot avoid is filtered here, and only
   of ours, and would drop sources unsaid).
 Ray Data still writes everything to `ray-data.log` in the Ray session's log folder. Its console
 lines are filtered while its pipeline runs (`quiet_ray_data`, on the Ray path alone: a run without
-Ray never imports Ray Data, nor pandas under it, about 0.5 s of a small build's start); the rest
-for the whole build (`clean_logs`).
+Ray never imports Ray Data, about 0.3 s of a small build's start); the rest for the whole build
+(`clean_logs`).
 
 One line of Ray's is told in our words instead: a raylet's error that a folder it spills objects to
 is over 95% full, which it repeats every 10 s for as long as the build runs (and, under `ray job
