@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 # processes of their own; once done, those are idle workers beyond the CPUs, which Ray's default
 # kills after a second: a second burst 2 s later then runs in processes started after it began.
 WORKERS = """
-import json, os, sys, time
+import json, logging, os, sys, time
 import ray
 from jobs.config import load_config
 from jobs.local_ray import start_ray
@@ -61,6 +62,7 @@ def started():
     time.sleep(0.5)  # the burst's tasks run at once, each in a process
     return process_start()
 
+logging.basicConfig(level=logging.INFO, format="%(message)s")  # start_ray's lines, as a build's
 config = load_config(sys.argv[1], overrides={"input": "."}, settings=["resources.num_cpus=2"])
 start_ray(config)
 deadline = time.monotonic() + 60
@@ -79,19 +81,50 @@ ray.shutdown()
 
 @pytest.fixture(scope="module")
 def workers() -> dict:
-    """What the child above found in the local instance it started."""
+    """What the child above found in the local instance it started, and what `start_ray` left of
+    the sessions in Ray's folder (`RAY_TMPDIR`) where it found twelve of finished builds (marked),
+    another Ray user's (no mark) and a running build's (its mark locked): their names, its own
+    session's (`own`), and its log."""
+    from jobs.local_ray import SESSION_MARK
+
+    temporary = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # Ray's socket paths are short
+    folder = temporary / "ray"
+    finished = [folder / f"session_2020-01-01_00-00-{i:02}_000000_{i}" for i in range(12)]
+    other, running = folder / "session_2019-01-01_other", folder / "session_2019-01-02_run"
+    for session in [*finished, other, running]:
+        (session / "logs").mkdir(parents=True)
+        (session / "logs" / "raylet.out").write_text("log\n")
+    for session in [*finished, running]:
+        (session / SESSION_MARK).write_text("")
     env = own_ray_environment()
-    env.update({"RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)})
-    done = subprocess.run(
-        [sys.executable, "-c", WORKERS, str(REPO / "configs" / "local.yaml")],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    env.update({"RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO), "RAY_TMPDIR": str(temporary)})
+    try:
+        with open(running / SESSION_MARK) as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # a build still running
+            done = subprocess.run(
+                [sys.executable, "-c", WORKERS, str(REPO / "configs" / "local.yaml")],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+        assert done.returncode == 0, done.stderr[-3000:]
+        left = {path.name for path in folder.glob("session_2*")}
+        [own] = left - {session.name for session in [*finished, other, running]}
+        return {
+            **json.loads(done.stdout.strip().splitlines()[-1]),
+            "folder": folder,
+            "sessions": left,
+            "own": own,
+            "marked": (folder / own / SESSION_MARK).exists(),
+            "finished": [session.name for session in finished],
+            "other": other.name,
+            "running": running.name,
+            "log": done.stderr,
+        }
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def test_the_local_instance_starts_with_a_worker_process_per_cpu_our_modules_loaded(workers):
@@ -414,41 +447,16 @@ def test_a_ray_folder_without_room_is_refused_naming_its_free_space(tmp_path):
 
 
 def test_a_build_keeps_the_last_sessions_of_finished_builds_and_no_other_users_or_running(
-    tmp_path,
+    workers,
 ):
     """Every build on a local instance left its session folder in Ray's folder (`{RAY_TMPDIR or
-    TMPDIR}/ray`), about 1 MB each, some 15-42 MB: a cron job filled /tmp. Now a build removes
-    the sessions of finished builds but the newest `KEEP_SESSIONS`; another Ray user's session
-    (no mark), a running build's (its mark locked) and its own stay."""
-    import fcntl
+    TMPDIR}/ray`), about 1 MB each, some 15-42 MB: a cron job filled /tmp. Now a build's
+    `start_ray` removes the sessions of finished builds but the newest `KEEP_SESSIONS`; another
+    Ray user's session (no mark), a running build's (its mark locked) and its own stay."""
+    from jobs.local_ray import KEEP_SESSIONS
 
-    from jobs.local_ray import KEEP_SESSIONS, SESSION_MARK
-
-    temporary = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # Ray's socket paths are short
-    try:
-        folder = temporary / "ray"
-        finished = [folder / f"session_2020-01-01_00-00-{i:02}_000000_{i}" for i in range(12)]
-        other, running = folder / "session_2019-01-01_other", folder / "session_2019-01-02_run"
-        for session in [*finished, other, running]:
-            (session / "logs").mkdir(parents=True)
-            (session / "logs" / "raylet.out").write_text("log\n")
-        for session in [*finished, running]:
-            (session / SESSION_MARK).write_text("")
-        with open(running / SESSION_MARK) as held:
-            fcntl.flock(held, fcntl.LOCK_EX)  # a build still running
-            env = {**own_ray_environment(), "RAY_TMPDIR": str(temporary)}
-            command = one_page_build(tmp_path)
-            (tmp_path / "docs" / "t" / "a.md").write_text("")  # no chunk: no model loads
-            done = subprocess.run(
-                command, cwd=REPO, env=env, capture_output=True, text=True, timeout=180
-            )
-        assert done.returncode == 0, done.stderr[-3000:]
-        left = {path.name for path in folder.glob("session_2*")}
-        [own] = left - {session.name for session in [*finished, other, running]}
-        assert (folder / own / SESSION_MARK).exists()
-        kept = {session.name for session in finished[-KEEP_SESSIONS:]}
-        assert left == {other.name, running.name, *kept, own}
-        assert f"logs in {folder / own};" in done.stderr
-        assert "2 older ones removed" in done.stderr
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
+    assert workers["marked"]
+    kept = set(workers["finished"][-KEEP_SESSIONS:])
+    assert workers["sessions"] == {workers["other"], workers["running"], *kept, workers["own"]}
+    assert f"logs in {workers['folder'] / workers['own']};" in workers["log"]
+    assert "2 older ones removed" in workers["log"]
