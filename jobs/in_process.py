@@ -25,7 +25,6 @@ from indexing.terminal import counted
 from jobs.built import Built, Rebuild
 from jobs.cgroups import usable_cpus
 from jobs.config import JobConfig
-from jobs.gc_pause import gc_paused
 from jobs.landmarks import Landmark, Plugin
 from jobs.manifest import Manifest
 from jobs.path_set import PathSet
@@ -154,8 +153,7 @@ def build_in_process(run: Rebuild, rows: list[dict[str, Any]], *, began: float) 
                         [kept.pop(topic), rows_of], promote_options="default"
                     )
                 check()
-                with gc_paused():  # as a reduce task (`jobs.reduce`)
-                    summary = build_and_write(rows_of, context=context)
+                summary = build_and_write(rows_of, context=context)
                 if "recarry" in summary:
                     recarry[topic], kept[topic] = summary["recarry"], rows_of
                     continue

@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 import ray
 
 from jobs.blocks import Span, rows_in
-from jobs.gc_pause import gc_paused
 from jobs.landmarks import check_landmarks
 from jobs.local_ray import live_resources, settling
 from jobs.lock import Check
@@ -39,14 +38,12 @@ if TYPE_CHECKING:
 def _reduce_topic(
     topic: str, spans: list[Span], *blocks: pa.Table, context: TopicContext
 ) -> dict[str, Any]:
-    """Build and write one topic from its rows in the given block spans (Python's collector
-    paused: `jobs.gc_pause`), once the local folders are found to be the driver's
-    (`jobs.landmarks`)."""
+    """Build and write one topic from its rows in the given block spans, once the local folders
+    are found to be the driver's (`jobs.landmarks`)."""
     check_landmarks(context.landmarks)
     tables = [rows_in(block, span) for block, span in zip(blocks, spans, strict=True)]
     rows = pa.concat_tables([t.filter(pc.equal(t.column("topic"), topic)) for t in tables])
-    with gc_paused():
-        return build_and_write(rows, context=context)
+    return build_and_write(rows, context=context)
 
 
 Piece = tuple[Any, Span]  # a block's object reference and the span of it that holds the rows

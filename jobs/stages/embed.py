@@ -134,8 +134,8 @@ class EmbedActor:
         Not so in the driver's process (`in_driver`), which outlives the build: frozen, this
         object and its model (in a cycle with the `LazyEmbedder`) were never collected, and a
         program that ran one small build after another grew by the model each time (MiniLM:
-        70-100 MB a build). There the topics are built with the collector paused instead, as in
-        a reduce task (`jobs.in_process`)."""
+        70-100 MB a build). There the topics are built with the collector paused instead
+        (`jobs.stages.topic.build_and_write`)."""
         from embedding import load_embedder
 
         settings = self.settings

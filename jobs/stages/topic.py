@@ -44,6 +44,7 @@ from indexing.sources import is_source
 from indexing.terminal import printable
 from indexing.topic_spec import TOPIC_SPEC_FAILED
 from jobs.broken_links import page_links
+from jobs.gc_pause import gc_paused
 from jobs.landmarks import Landmark, Plugin
 from jobs.plan import STEM_CONFLICT
 from jobs.previous import (
@@ -90,7 +91,15 @@ def build_and_write(group: pa.Table, *, context: TopicContext) -> dict[str, Any]
     Unchanged sources named in the topic row are carried from the previous tables, but those with
     a row of their own. When one cannot be (tables missing or unusable), nothing is written and
     the summary lists those under `recarry`, for the driver to run them through the pipeline and
-    reduce the topic again with their rows."""
+    reduce the topic again with their rows. Python's collector is paused meanwhile
+    (`jobs.gc_pause`), as in the chunk and embed stages: in a reduce task, and in the driver of a
+    run without Ray, where it traversed torch's and transformers' objects again and again."""
+    with gc_paused():
+        return _build_and_write(group, context)
+
+
+def _build_and_write(group: pa.Table, context: TopicContext) -> dict[str, Any]:
+    """`build_and_write`, the collector paused."""
     clock = Clock()
     rows = group.to_pylist()
     facts = json.loads(next(r for r in rows if r["kind"] == TOPIC)["payload"])
