@@ -178,8 +178,6 @@ def run_build(args: argparse.Namespace) -> int:
     from indexing.terminal import write_out
     from jobs.annotations import github_actions
     from jobs.discovery import InputNotFound
-    from jobs.dry_run import annotations, describe, dry_run
-    from jobs.local_ray import InfeasibleResources
     from jobs.lock import OutputNotFound
     from jobs.report import summary
 
@@ -207,6 +205,9 @@ def run_build(args: argparse.Namespace) -> int:
         failed_as_a_whole("mdindex build: --check: only with --dry-run (a build checks all)")
         return EXIT_USAGE
     if args.dry_run:  # writes nothing, not even a failed run's report
+        from jobs.dry_run import annotations, describe, dry_run
+        from jobs.local_ray import InfeasibleResources  # here: a build without Ray imports none
+
         try:
             planned = dry_run(config, check=args.check)
         except (InputNotFound, ModelNotFound, OutputNotFound, InfeasibleResources) as exc:

@@ -1,4 +1,4 @@
-"""What a build's stages start from and leave for the driver (`jobs.pipeline`, on Ray, and
+"""What a build's stages start from and leave for the driver (`jobs.on_ray`, on Ray, and
 `jobs.in_process`, without it)."""
 
 from __future__ import annotations

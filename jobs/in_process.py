@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import ray
 
 from indexing.terminal import counted
 from jobs.built import Built, Rebuild
@@ -75,7 +75,8 @@ def on_a_cluster() -> bool:
     an embedding actor's start and Ray Data's actors, and gain no CPU."""
     if os.environ.get("RAY_ADDRESS"):
         return True
-    if not ray.is_initialized():
+    ray = sys.modules.get("ray")  # not imported yet: not initialized either (nor imported here)
+    if ray is None or not ray.is_initialized():
         return False
     if ray.util.client.ray.is_connected():
         return True
@@ -96,7 +97,7 @@ def files_to_read(rows: list[dict[str, Any]]) -> int:
 
 
 def build_in_process(run: Rebuild, rows: list[dict[str, Any]], *, began: float) -> Built:
-    """`jobs.pipeline.build_topics` without Ray, from the run's work `rows` (`in_process_rows`):
+    """`jobs.on_ray.build_topics` without Ray, from the run's work `rows` (`in_process_rows`):
     each rebuilt topic's summary, the run's counters, the CPUs, and its one embedder as a pool
     `in_driver` (None where no pass embeds, as there). A topic some of whose unchanged
     sources cannot be carried has those read in another pass and is built again from the rows of

@@ -25,8 +25,6 @@ from importlib.metadata import entry_points
 from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
-import ray
-
 from jobs.known import KnownFailure
 from jobs.lock import LOCK_PATH
 from jobs.storage import Storage
@@ -140,6 +138,8 @@ def _check_plugin(plugin: Plugin) -> None:
         if not found:
             why = f"{plugin.kind} {plugin.name!r}: no module {module!r} is found here"
     if why:
+        import ray  # a Ray worker's, imported already
+
         raise PluginNotOnNode(
             f"the {plugin.kind} {plugin.name!r}, which the driver found, is not on node "
             f"{ray.util.get_node_ip_address()} ({socket.gethostname()}, pid {os.getpid()}): "

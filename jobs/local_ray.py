@@ -597,7 +597,7 @@ def watching_nodes(resources: ResourcesConfig, grows: bool, embeds: bool) -> Ite
 
 def on_the_drivers_node() -> dict[str, NodeAffinitySchedulingStrategy]:
     """Ray options that start an actor on the driver's node, never elsewhere: the build's
-    bookkeeping actor (`jobs.progress.StatsCollector`), which every task reports to, lives as long
+    bookkeeping actor (`jobs.on_ray.StatsCollector`), which every task reports to, lives as long
     as the driver. Placed by Ray (a `num_cpus: 0` actor goes anywhere), it started on another node
     of a joined cluster, and that node's loss failed the build whose tasks Ray had tried again
     ("ActorUnavailableError: The actor ... is unavailable", under the embedding actor's name)."""

@@ -131,13 +131,13 @@ def clean_logs() -> Iterator[None]:
     """While a build runs in this process: the filters above but Ray Data's console's
     (`quiet_ray_data`), undone on exit (outside a terminal, RAY_COLOR_PREFIX=0 stays: module
     docstring)."""
-    from ray.util.annotations import RayDeprecationWarning
-
     if not interactive():  # read by the driver as it prints each line
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     with warnings.catch_warnings(), StderrFilter(HARMLESS_STDERR, (SPILL_FOLDER_FULL,)):
+        # Ray's RayDeprecationWarning is a DeprecationWarning: named so, a run without Ray
+        # imports no Ray (`jobs.on_ray`)
         warnings.filterwarnings(
-            "ignore", message=DEPRECATED_REMOTE_ARGS, category=RayDeprecationWarning
+            "ignore", message=DEPRECATED_REMOTE_ARGS, category=DeprecationWarning
         )
         warnings.filterwarnings("ignore", message=STORE_BOUND_ABOVE_INPUTS, category=UserWarning)
         warnings.filterwarnings("ignore", message=EMBED_ACTORS_ABOVE_INPUTS, category=UserWarning)

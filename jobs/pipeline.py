@@ -1,21 +1,14 @@
-"""The build job: discover on the driver, stream read+chunk -> embed -> cache writes -> per-topic
-reduce on Ray Data, then finish on the driver (`jobs.finish`).
-
-The driver holds the listing, the manifest and one small summary per topic; chunks and vectors
-stay in the Ray object store and the workers write every topic's files themselves. Only changed
-sources travel through the pipeline: a rebuilt topic's unchanged sources are carried by its reduce
-straight from the previous tables.
-"""
+"""The build job: discover on the driver, rebuild the topics the plan says to, on Ray Data
+(`jobs.on_ray`) or, for a small run, in the driver's own process (`jobs.in_process`), then finish
+on the driver (`jobs.finish`) and write the run's report."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import ray
 
 from indexing.terminal import counted
 from jobs.broken_links import index_broken_links
@@ -31,31 +24,17 @@ from jobs.discovery import (
 )
 from jobs.finish import finish
 from jobs.in_process import build_in_process, in_process_rows
-from jobs.landmarks import Landmark, Plugin, config_plugins, landmarks
-from jobs.local_ray import live_resources, on_the_drivers_node, start_ray, watching_nodes
+from jobs.landmarks import config_plugins, landmarks
 from jobs.lock import Check, output_lock
-from jobs.logs import quiet_ray_data
 from jobs.manifest import MANIFEST_PATH
-from jobs.path_set import PathSet
 from jobs.plan import (
     KEEP,
     REBUILD,
     RELINK,
-    Plan,
     interim_manifest,
     plan_warnings,
     settings_differ,
 )
-from jobs.progress import (
-    Goal,
-    Heartbeat,
-    StatsCollector,
-    configure_progress,
-    progress_line,
-    say_recarry,
-    say_written,
-)
-from jobs.reduce import Piece, reduce_topics
 from jobs.report import (
     build_report,
     key_settings,
@@ -66,39 +45,12 @@ from jobs.report import (
     write_unfinished_report,
 )
 from jobs.report_html import SETTINGS_CHANGED, unfinished_note
-from jobs.resources import (
-    EmbedPool,
-    actor_stage_args,
-    embed_pool,
-    reduce_task_options,
-    store_stage_args,
-    task_stage_args,
-)
 from jobs.signals import held
-from jobs.stage_args import (
-    cache_in_use,
-    chunk_encoder,
-    chunk_settings,
-    embed_settings,
-    topic_context,
-)
-from jobs.stages.chunk import SourceFailed, read_and_chunk
-from jobs.stages.embed import EmbedActor
-from jobs.stages.store import store_entries
+from jobs.stages.chunk import SourceFailed
 from jobs.stats import NAMED, RunStats
-from jobs.storage import FileInfo, SkippedLink, Storage
-from jobs.work import (
-    Work,
-    embedding_batches,
-    new_content,
-    prepare_work,
-    recarry_rows,
-    work_rows,
-)
+from jobs.storage import FileInfo, SkippedLink
 
 log = logging.getLogger("mdindex.build")
-
-NO_POOL = "none (nothing to embed: every source of the rebuilt topics is carried)"
 
 
 def run_job(
@@ -197,6 +149,8 @@ def _run_locked(
         marks = landmarks(source, output) + config_plugins(config)
         alone = in_process_rows(config, plan, found.previous, found.sizes)
         if alone is None:
+            from jobs.local_ray import start_ray  # here: a run without Ray never imports Ray
+
             grows = start_ray(config, marks)
             wall["ray_start"] = time.perf_counter() - mark
         check()
@@ -208,6 +162,8 @@ def _run_locked(
         mark = time.perf_counter()
         run = Rebuild(config, plan, found.previous, found.sizes, source, output, check, marks)
         if alone is None:
+            from jobs.on_ray import build_topics
+
             built = build_topics(run, grows, began=began)
         else:
             built = build_in_process(run, alone, began=began)
@@ -275,162 +231,3 @@ def _run_locked(
     if manifest != stored:  # an unchanged run writes its report alone
         output.write_bytes(MANIFEST_PATH, manifest.to_json())
     return report
-
-
-def build_topics(run: Rebuild, grows: bool = False, *, began: float) -> Built:
-    """Rebuild every topic the plan says to, with a heartbeat; collect summaries and counters.
-    `run.check` is called before each topic's reduce starts (`jobs.lock`); `run.marks` are what
-    the driver's local folders hold and its third-party classes, for the tasks to check
-    (`jobs.landmarks`); `grows`: the cluster may add nodes meanwhile (a GPU pool then grows as
-    GPU nodes join, `embed_pool`; a stage no live node holds fails the build after
-    `resources.node_wait_seconds`); `began`: when the build began (epoch seconds, its report's
-    `started_at`), which the progress lines' seconds count from (not the pipeline's start, 8 to
-    25 s later: Ray's start, the plan).
-
-    A topic some of whose unchanged sources cannot be carried (previous tables missing or
-    damaged, or without a source's rows) has those read, chunked and embedded in another pass,
-    then is reduced again from the rows of both passes. The passes end: a source with a row is
-    never carried, so none is sent twice."""
-    config, plan, previous, sizes = run.config, run.plan, run.previous, run.sizes
-    source, output, check, marks = run.source, run.output, run.check, run.marks
-    configure_progress()
-    collector = StatsCollector.options(**on_the_drivers_node()).remote()
-    nodes = live_resources()  # each live node's CPUs and GPUs: one round trip to Ray's GCS
-    cpus = float(sum(node.get("CPU", 0.0) for node in nodes)) or 1.0  # none: a head of 0 CPUs
-    node_cpus = max((node.get("CPU", 0.0) for node in nodes), default=cpus)
-    gpus = config.resources.embed.num_gpus
-    node_gpus = tuple(float(node.get("GPU", 0.0)) for node in nodes) if gpus else ()
-    topics = plan.rebuilt
-    rows = work_rows(topics, plan, previous, sizes)
-    fresh = new_content(rows, plan, previous, lambda: cache_in_use(config))
-    work = prepare_work(config, rows, cpus, new_content=fresh)
-    del rows  # the batches hold them
-    goal = Goal(work.sources, work.bytes, len(topics), batches=len(work.batches))
-    summaries: dict[str, dict[str, Any]] = {}
-    kept: dict[str, list[Piece]] = {}
-    first_pool = None
-
-    def status() -> str:
-        line = progress_line(ray.get(collector.progress.remote()), goal, time.time())
-        return line + watch.note()  # what no live node of a cluster that grows can hold
-
-    try:
-        # on a cluster that grows, a build stopped once no node could hold a stage for
-        # resources.node_wait_seconds
-        watched = watching_nodes(config.resources, grows, work.embeds)
-        with quiet_ray_data(), watched as watch, Heartbeat(status, began=began):
-            while True:
-                pool = None
-                if work.embeds:
-                    batches = embedding_batches(work)
-                    pool = embed_pool(
-                        config.resources.embed,
-                        cpus,
-                        batches,
-                        node_gpus,
-                        grows,
-                        node_cpus,
-                        source_bytes=work.bytes,
-                    )
-                    first_pool = first_pool or pool
-                log.info("embedding pool: %s", pool.label() if pool else NO_POOL)
-                recarry: dict[str, list[str]] = {}  # topic -> the sources it could not carry
-                pieces_of: dict[str, list[Piece]] = {}  # their topics' rows of this pass
-                for summary, pieces in topic_summaries(
-                    config,
-                    plan,
-                    work,
-                    source,
-                    output,
-                    collector,
-                    cpus,
-                    pool,
-                    check,
-                    marks,
-                    kept,
-                ):
-                    if "recarry" in summary:
-                        recarry[summary["topic"]] = summary["recarry"]
-                        pieces_of[summary["topic"]] = pieces
-                        continue
-                    summaries[summary["topic"]] = summary
-                    say_written(summary["topic"], len(summaries), len(topics))
-                if not recarry:
-                    break
-                say_recarry(recarry)
-                work = prepare_work(config, recarry_rows(recarry, previous, sizes), cpus)
-                watch.expect(work.embeds)  # a pass with nothing to embed asks for no GPU
-                kept = pieces_of
-                goal = goal.and_pass(work.sources, work.bytes, len(work.batches))
-        stats = ray.get(collector.total.remote())
-    finally:
-        ray.kill(collector)
-    return Built(summaries, stats, cpus, first_pool)
-
-
-def topic_summaries(
-    config: JobConfig,
-    plan: Plan,
-    work: Work,
-    source: Storage,
-    output: Storage,
-    collector,
-    cpus: float,
-    pool: EmbedPool | None,
-    check: Check,
-    marks: tuple[Landmark | Plugin, ...],
-    kept: dict[str, list[Piece]],
-) -> Iterator[tuple[dict[str, Any], list[Piece]]]:
-    """Run the Ray Data pipeline over `work`; yield one summary per rebuilt topic as it finishes,
-    with the pieces of blocks its rows were in (`kept`: a last pass's, reduced again with the
-    topic's rows of this pass).
-
-    Stages: read and chunk (CPU tasks, batches packed by size, or by rows aligned with the
-    embedding calls: `jobs.work.prepare_work`), embed (actor `pool`), write the
-    new cache entries (CPU tasks), then each topic built and written as soon as all its rows are
-    embedded (`jobs.reduce`). Without a `pool` (nothing to embed) the rows go from the chunk
-    tasks to the reduces, and no actor starts."""
-    import ray.data  # here: a run without Ray never imports Ray Data (`jobs.logs.quiet_ray_data`)
-
-    resources = config.resources
-    corpus = PathSet.of(plan.fingerprints)
-    encoder = chunk_encoder(config) if pool else None
-    context = topic_context(config, corpus, source, output, collector, marks)
-    # `from_blocks` (a developer API) keeps the batches as they are and reads their metadata here;
-    # `from_arrow` ran a remote task per batch for it and waited for them before the pipeline began.
-    dataset = ray.data.from_blocks(work.batches).map_batches(
-        read_and_chunk,
-        batch_format="pyarrow",
-        fn_kwargs={
-            "source": source,
-            "output": output,
-            "settings": chunk_settings(config, corpus, encoder),
-            "landmarks": marks,
-            "collector": collector,
-        },
-        **task_stage_args(resources.chunk, resources.retries),
-    )
-    if pool:
-        dataset = dataset.map_batches(
-            EmbedActor,
-            batch_format="pyarrow",
-            fn_constructor_kwargs={
-                "settings": embed_settings(config, pool, encoder, collector, work.new_content)
-            },
-            **actor_stage_args(pool, work.call_rows, resources.retries),
-        )
-    if pool and config.cache:
-        dataset = dataset.map_batches(
-            store_entries,
-            batch_format="pyarrow",
-            fn_kwargs={
-                "cache_uri": config.cache,
-                "storage_options": dict(config.storage_options),
-                "collector": collector,
-            },
-            **store_stage_args(cpus, resources.retries),
-        )
-    reduce_options = reduce_task_options(resources.index, resources.retries)
-    yield from reduce_topics(
-        dataset, work.expected, context, reduce_options, collector, check, kept
-    )

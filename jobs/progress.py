@@ -1,5 +1,6 @@
-"""Progress while a build runs: stage counters collected in a small Ray actor (which also counts
-the topics' rows for the reduce loop, `jobs.reduce`), or in a `Tally` in the driver's process for
+"""Progress while a build runs: stage counters collected in a small Ray actor
+(`jobs.on_ray.StatsCollector`, which also counts the topics' rows for the reduce loop,
+`jobs.reduce`), or in a `Tally` in the driver's process for
 a run without Ray (`jobs.in_process`), and a heartbeat line a person can read
 (sources done and failed, chunks embedded and from cache, topics written, MB/s, ETA), in a
 terminal and under `ray job submit` alike. Ray Data's own progress bars are drawn only in a
@@ -19,10 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
-import ray
 
 from indexing.terminal import counted
-from jobs.blocks import Span, topic_counts
 from jobs.stats import EmbedStats, RunStats, Window
 
 log = logging.getLogger("mdindex.build")
@@ -90,40 +89,6 @@ class Tally:
             return sum(self._running.values(), self._total)
 
 
-@ray.remote(num_cpus=0, concurrency_groups={"counts": 1})
-class StatsCollector:
-    """The run's one bookkeeping actor, started with it: sums the stage records (a `Tally`), and
-    counts the rows of each topic in the blocks the pipeline yields, so the driver never fetches
-    their data. One process for both: started first, on a worker process Ray has ready, it leaves
-    the processes that start later to the embedding actors (a second actor for the counts,
-    starting beside them, delayed their model load by ~0.6 s). The counts run in their own
-    thread, so a block being fetched for a count never holds up a task's `add`."""
-
-    def __init__(self) -> None:
-        self._tally = Tally()
-
-    def add(self, stats: RunStats, key: str | None = None) -> None:
-        """`Tally.add`."""
-        self._tally.add(stats, key)
-
-    def embedding(self, key: str, done: RunStats) -> None:
-        """`Tally.embedding`."""
-        self._tally.embedding(key, done)
-
-    def total(self) -> RunStats:
-        """`Tally.total`."""
-        return self._tally.total()
-
-    def progress(self) -> RunStats:
-        """`Tally.progress`."""
-        return self._tally.progress()
-
-    @ray.method(concurrency_group="counts")
-    def count_topics(self, block: pa.Table, span: Span) -> dict[str, int]:
-        """How many rows of each topic a span of a block holds."""
-        return topic_counts(block, span)
-
-
 def report_stats(collector, stats: RunStats, key: str | None = None) -> None:
     """Send one batch's record to the run's collector (None: nothing collects, e.g. in tests; a
     `Tally`: a run without Ray), counted once per `key` (None: every time, e.g. a model loaded
@@ -133,6 +98,8 @@ def report_stats(collector, stats: RunStats, key: str | None = None) -> None:
     if isinstance(collector, Tally):
         collector.add(stats, key)
     elif collector is not None:
+        import ray  # a Ray worker's, imported already: a run without Ray never imports Ray
+
         ray.get(collector.add.remote(stats, key))
 
 

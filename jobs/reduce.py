@@ -3,7 +3,7 @@
 Ray Data's group-by waits for every row of the corpus before the first group is reduced (a sort
 shuffle of all chunks and vectors). Here the driver follows the embedding stage's output block by
 block (references only, never the data): the run's collector actor counts each block's rows per
-topic (`jobs.progress.StatsCollector.count_topics`), and once a topic has all the rows its plan
+topic (`jobs.on_ray.StatsCollector.count_topics`), and once a topic has all the rows its plan
 expects (in a second pass, those of its sources the first could not carry, beside the first
 pass's blocks), one Ray task reduces it from the blocks that hold them
 (`jobs.stages.topic.build_and_write`). Topics are written while later ones are still being

@@ -1,7 +1,7 @@
 """The counters of a build, one small typed record per stage, merged with `+` (datatrove's `Stats`).
 
 Every stage reports the record of each batch it finishes to the run's collector
-(`jobs.progress.StatsCollector`); the sum is the progress line while the job runs and the report's
+(`jobs.on_ray.StatsCollector`); the sum is the progress line while the job runs and the report's
 counts and timings at the end. This module is the one place that names the counters.
 
 Each stage times its own calls two ways: `seconds`, the wall-clock time inside the call, and

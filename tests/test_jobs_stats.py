@@ -16,10 +16,10 @@ import ray
 from embedding.batching import padding_waste, plan_batches
 from embedding.keys import DEFAULT_TOKEN_BUDGET
 from jobs.config import EmbedResources, IndexResources, JobConfig, ResourcesConfig, TaskResources
+from jobs.on_ray import StatsCollector
 from jobs.progress import (
     Goal,
     Heartbeat,
-    StatsCollector,
     embedding_progress,
     progress_line,
     report_stats,
