@@ -11,10 +11,12 @@ rebuilt topic. The outputs are the same bytes as the Ray pipeline's."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -31,7 +33,7 @@ from jobs.path_set import PathSet
 from jobs.plan import Plan
 from jobs.progress import Goal, Heartbeat, Tally, progress_line, say_recarry, say_written
 from jobs.records import QUESTIONS, SOURCE
-from jobs.resources import embed_pool
+from jobs.resources import actor_env, embed_pool
 from jobs.stage_args import (
     cache_in_use,
     chunk_encoder,
@@ -135,7 +137,7 @@ def build_in_process(run: Rebuild, rows: list[dict[str, Any]], *, began: float) 
     def status() -> str:
         return progress_line(tally.progress(), goal, time.time())
 
-    with Heartbeat(status, began=began):
+    with Heartbeat(status, began=began), settings_kept(actor_env(pool)):
         while True:
             if work.embeds and embedder is None:  # a pass with nothing to embed loads nothing
                 encoder = chunk_encoder(config)
@@ -166,6 +168,30 @@ def build_in_process(run: Rebuild, rows: list[dict[str, Any]], *, began: float) 
             work = prepare_work(config, recarry_rows(recarry, previous, sizes), cpus)
             goal = goal.and_pass(work.sources, work.bytes, len(work.batches))
     return Built(summaries, tally.total(), cpus, pool if embedder is not None else None)
+
+
+@contextlib.contextmanager
+def settings_kept(env: dict[str, str]) -> Iterator[None]:
+    """The process's own values of the variables in `env` and of torch's thread count, put back
+    on exit: the embedder sets them for its model (`EmbedSettings.env` before torch loads, then
+    a torch thread per CPU), as an actor does for a process that is the build's alone, but the
+    program that ran a build without Ray (a notebook, a `run_job` caller) goes on with its own:
+    its later torch work ran on the build's thread count, and each process it started with
+    MKL's strict reproducible mode and OpenMP's passive wait. A torch first imported by the
+    build keeps the build's count: the program had set none."""
+    before = {name: os.environ.get(name) for name in env}
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else None
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if threads is not None:
+            torch.set_num_threads(threads)
 
 
 def _stages(

@@ -18,6 +18,7 @@ import pytest
 from environment_support import own_ray_environment
 from jobs_support import ON_RAY, outputs, signalled_at
 
+from jobs.cgroups import usable_cpus
 from jobs.reindex import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -170,16 +171,21 @@ def test_a_run_with_more_files_to_read_than_the_bound_starts_ray(tmp_path):
 # an output and cache of its own, so each loads the model; then, once Python's collector has run,
 # the process's resident MB after each, what it left frozen, and whether it imported Ray Data.
 BUILDS_IN_ONE_PROCESS = """
-import gc, os, sys
+import gc, json, os, sys
 from jobs.reindex import main
 docs, outputs = sys.argv[1], sys.argv[2:]
-resident = []
+resident, settings = [], []
+NAMES = ("MKL_CBWR", "OMP_WAIT_POLICY")
 for output in outputs:
     args = ["--config", "configs/local.yaml", "--input", docs, "--output", output]
     assert main(args) == 0
     gc.collect()
     with open("/proc/self/statm") as statm:  # size, resident, ... in pages
         resident.append(int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6)
+    import torch  # the first build's (a notebook's work after it): its own count, then this one
+    settings.append([torch.get_num_threads(), *map(os.environ.get, NAMES)])
+    torch.set_num_threads(1)
+print(json.dumps(settings))
 print(resident, gc.get_freeze_count(), "ray" in sys.modules)
 """
 
@@ -191,7 +197,10 @@ def test_small_builds_one_after_another_keep_no_model_and_never_import_ray(tmp_p
     which is the Ray path's alone (`jobs.on_ray`): Ray Data's import was 0.3 s of a small build's
     start on this VM (its console's filter was put on for every build, `jobs.logs.quiet_ray_data`
     now), and Ray's own 0.4-0.55 s more (the pipeline's module, the collector actor, the error
-    classes of a local instance's start, the dry run's module and a warnings filter imported it)."""
+    classes of a local instance's start, the dry run's module and a warnings filter imported it).
+    Nor does a build change the program's torch thread count or environment (a notebook's later
+    torch work ran on the build's count, and each process it started inherited the embedder's
+    MKL_CBWR and OMP_WAIT_POLICY)."""
     docs = tmp_path / "docs"
     write_corpus(docs)
     outputs = [str(tmp_path / f"out{i}") for i in range(2)]
@@ -205,6 +214,10 @@ def test_small_builds_one_after_another_keep_no_model_and_never_import_ray(tmp_p
     first, second = json.loads(resident)
     assert second - first < 40, resident  # a model kept: 77 MB more
     assert (frozen, ray) == ("0", "False")
+    # the embedder's settings are the build's alone: the program's thread count and environment
+    # after it (the build's count, MKL_CBWR and OMP_WAIT_POLICY stayed)
+    threads = usable_cpus()  # the embedder's count, as in the build
+    assert json.loads(done.stdout.splitlines()[-2]) == [[threads, None, None], [1, None, None]]
 
 
 def test_a_run_without_ray_stopped_by_sigterm_reports_it_and_a_rerun_converges(tmp_path):
