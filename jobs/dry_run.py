@@ -132,7 +132,7 @@ def dry_run(config: JobConfig, *, check: bool = False) -> DryRun:
     plan, previous = found.plan, found.previous
     rebuilt = plan.rebuilt
     rows = work_rows(rebuilt, plan, previous, found.sizes)
-    without_ray = bool(rebuilt) and runs_without_ray(config, rows)
+    without_ray = bool(rebuilt) and runs_without_ray(config, plan, previous)
     # the build's exit 2 once its Ray has started (a build that rebuilds nothing starts none)
     if rebuilt and not without_ray and (node := expected_local_node(config)) is not None:
         check_local_fit(config, node)

@@ -38,14 +38,8 @@ def work_rows(
         carried = {}
         sources = []
         for path in topic.sources:
-            before = previous.sources.get(path)
-            if (
-                path not in plan.changed
-                and before is not None
-                and before.sha256
-                and not before.failed
-            ):
-                carried[path] = before.sha256
+            if is_carried(path, plan, previous):
+                carried[path] = previous.sources[path].sha256
                 continue
             sources.append(source_row(topic.topic, path, sizes, previous))
         facts = {
@@ -63,6 +57,21 @@ def work_rows(
                 new_row(topic.topic, QUESTIONS, topic.questions, size=sizes[topic.questions])
             )
     return rows
+
+
+def is_carried(path: str, plan: Plan, previous: Manifest) -> bool:
+    """Whether a source of a rebuilt topic is carried from the previous tables, not read: it is
+    unchanged since a run in which it succeeded."""
+    before = previous.sources.get(path)
+    unchanged = path not in plan.changed and before is not None
+    return unchanged and bool(before.sha256) and not before.failed
+
+
+def files_to_read(topics: Sequence[TopicPlan], plan: Plan, previous: Manifest) -> int:
+    """The sources and questions files that `work_rows` gives rows for, counted without making
+    the rows (the carried sources' names and links, for every topic)."""
+    sources = sum(1 for t in topics for path in t.sources if not is_carried(path, plan, previous))
+    return sources + sum(1 for t in topics if t.questions)
 
 
 def recorded_links(manifest: Manifest) -> dict[str, list[str]]:

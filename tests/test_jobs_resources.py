@@ -19,7 +19,7 @@ from embedding import LazyEmbedder
 from jobs.config import EmbedResources, JobConfig, ResourcesConfig, TaskResources
 from jobs.manifest import Manifest, SourceEntry
 from jobs.plan import NOT_BUILT, REBUILD, make_plan
-from jobs.records import SOURCE, new_row, to_table
+from jobs.records import QUESTIONS, SOURCE, new_row, to_table
 from jobs.resources import (
     actor_env,
     actor_stage_args,
@@ -29,7 +29,14 @@ from jobs.resources import (
 )
 from jobs.stages.embed import EmbedActor, EmbedSettings
 from jobs.storage import FileInfo
-from jobs.work import embedding_batches, new_content, pack_batches, prepare_work, work_rows
+from jobs.work import (
+    embedding_batches,
+    files_to_read,
+    new_content,
+    pack_batches,
+    prepare_work,
+    work_rows,
+)
 from tests.jobs_support import CallSizes, PassingActor, meeting_chunking, passing
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -196,6 +203,32 @@ def test_the_embedding_actor_sets_its_environment_before_torch_loads_and_freezes
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["True", "True", "True", "[2]", "True"]
+
+
+def test_the_files_a_run_reads_are_counted_without_its_work_rows():
+    """Whether a run fits the bound of a run without Ray is decided from the plan
+    (`files_to_read`), where the rows of every rebuilt topic were made first and, for a run on
+    Ray, again by the pipeline: the count is the work rows' own, for sources changed, carried,
+    failed before, new, and questions files."""
+    files = [FileInfo(f"t/{name}.md", 10, name) for name in ("same", "edited", "failed", "new")]
+    files += [FileInfo("t/qa-pairs.md", 10, "q"), FileInfo("u/same.md", 10, "u")]
+    built = {f.path: SourceEntry(f.fingerprint, f"sha-{f.path}") for f in files}
+    built["t/edited.md"] = SourceEntry("old", "sha-edited")
+    built["t/failed.md"] = SourceEntry("failed", None, failed=True)
+    del built["t/new.md"]
+    previous = Manifest("s1", built)
+    plan = make_plan(files, previous, "s1", ("*.md",))
+    rebuilt = [replace(t, action=REBUILD) for t in plan.topics]
+    rows = work_rows(rebuilt, plan, previous, {f.path: f.size for f in files})
+    read = [(row["kind"], row["path"]) for row in rows if row["kind"] in (SOURCE, QUESTIONS)]
+    assert sorted(path for _, path in read) == [
+        "t/edited.md",
+        "t/failed.md",
+        "t/new.md",
+        "t/qa-pairs.md",
+    ]
+    assert files_to_read(rebuilt, plan, previous) == len(read) == 4
+    assert files_to_read(rebuilt[1:], plan, previous) == 0  # u/: its one source carried
 
 
 def test_an_embedding_actor_loads_its_model_at_its_start_where_the_run_has_new_content(tmp_path):
