@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -98,6 +99,23 @@ class StatsCollector:
         return topic_counts(block, span)
 
 
+@dataclass(frozen=True)
+class CollectorHandle:
+    """The run's `StatsCollector` actor as the stages tell it their counts: a `Tally`'s `add` and
+    `embedding` (`jobs.progress.Collector`), so a stage holds one or the other alike."""
+
+    actor: Any  # the actor's handle
+
+    def add(self, stats: RunStats, key: str | None = None) -> None:
+        """`Tally.add` in the actor, waited for: a finished task's counts are in before the
+        driver reads."""
+        ray.get(self.actor.add.remote(stats, key))
+
+    def embedding(self, key: str, done: RunStats) -> None:
+        """`Tally.embedding` in the actor, not waited for: a running call's word."""
+        self.actor.embedding.remote(key, done)
+
+
 def build_topics(run: Rebuild, grows: bool = False, *, began: float) -> Built:
     """Rebuild every topic the plan says to, with a heartbeat; collect summaries and counters.
     `run.check` is called before each topic's reduce starts (`jobs.lock`); `run.marks` are what
@@ -115,7 +133,8 @@ def build_topics(run: Rebuild, grows: bool = False, *, began: float) -> Built:
     config, plan, previous, sizes = run.config, run.plan, run.previous, run.sizes
     source, output, check, marks = run.source, run.output, run.check, run.marks
     configure_progress()
-    collector = StatsCollector.options(**on_the_drivers_node()).remote()
+    collector = CollectorHandle(StatsCollector.options(**on_the_drivers_node()).remote())
+    actor = collector.actor
     nodes = live_resources()  # each live node's CPUs and GPUs: one round trip to Ray's GCS
     cpus = float(sum(node.get("CPU", 0.0) for node in nodes)) or 1.0  # none: a head of 0 CPUs
     node_cpus = max((node.get("CPU", 0.0) for node in nodes), default=cpus)
@@ -132,7 +151,7 @@ def build_topics(run: Rebuild, grows: bool = False, *, began: float) -> Built:
     first_pool = None
 
     def status() -> str:
-        line = progress_line(ray.get(collector.progress.remote()), goal, time.time())
+        line = progress_line(ray.get(actor.progress.remote()), goal, time.time())
         return line + watch.note()  # what no live node of a cluster that grows can hold
 
     try:
@@ -183,9 +202,9 @@ def build_topics(run: Rebuild, grows: bool = False, *, began: float) -> Built:
                 watch.expect(work.embeds)  # a pass with nothing to embed asks for no GPU
                 kept = pieces_of
                 goal = goal.and_pass(work.sources, work.bytes, len(work.batches))
-        stats = ray.get(collector.total.remote())
+        stats = ray.get(actor.total.remote())
     finally:
-        ray.kill(collector)
+        ray.kill(actor)
     return Built(summaries, stats, cpus, first_pool)
 
 
@@ -195,7 +214,7 @@ def topic_summaries(
     work: Work,
     source: Storage,
     output: Storage,
-    collector,
+    collector: CollectorHandle,
     cpus: float,
     pool: EmbedPool | None,
     check: Check,
@@ -253,5 +272,5 @@ def topic_summaries(
         )
     reduce_options = reduce_task_options(resources.index, resources.retries)
     yield from reduce_topics(
-        dataset, work.expected, context, reduce_options, collector, check, kept
+        dataset, work.expected, context, reduce_options, collector.actor, check, kept
     )

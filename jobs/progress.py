@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -89,22 +90,27 @@ class Tally:
             return sum(self._running.values(), self._total)
 
 
-def report_stats(collector, stats: RunStats, key: str | None = None) -> None:
-    """Send one batch's record to the run's collector (None: nothing collects, e.g. in tests; a
-    `Tally`: a run without Ray), counted once per `key` (None: every time, e.g. a model loaded
-    again by a restarted actor).
+class Collector(Protocol):
+    """What the stages tell the run's counts to: a `Tally` (a run without Ray), or the run's
+    `StatsCollector` actor behind `jobs.on_ray.CollectorHandle`."""
 
-    The call waits for the actor, so a finished task's counts are in before the driver reads."""
-    if isinstance(collector, Tally):
+    def add(self, stats: RunStats, key: str | None = None) -> None:
+        """`Tally.add`; the actor's is waited for, so a finished task's counts are in before the
+        driver reads."""
+
+    def embedding(self, key: str, done: RunStats) -> None:
+        """`Tally.embedding`."""
+
+
+def report_stats(collector: Collector | None, stats: RunStats, key: str | None = None) -> None:
+    """Send one batch's record to the run's collector (None: nothing collects, e.g. in tests),
+    counted once per `key` (None: every time, e.g. a model loaded again by a restarted actor)."""
+    if collector is not None:
         collector.add(stats, key)
-    elif collector is not None:
-        import ray  # a Ray worker's, imported already: a run without Ray never imports Ray
-
-        ray.get(collector.add.remote(stats, key))
 
 
 def embedding_progress(
-    collector,
+    collector: Collector | None,
     key: str,
     every: float = EMBEDDING_PROGRESS_SECONDS,
     loaded: Callable[[], float] | None = None,
@@ -126,7 +132,7 @@ class CallProgress:
     word's pace counted that wait (tldr, mostly from the cache: "15 chunks embedded; ETA 299 s"
     with 20 s to go; the call's own record leaves the load out, `SharedClock.skip`)."""
 
-    def __init__(self, collector, key: str, every: float, loaded: Callable[[], float]):
+    def __init__(self, collector: Collector, key: str, every: float, loaded: Callable[[], float]):
         self._collector, self._key, self._every, self._loaded = collector, key, every, loaded
         self._began, self._told = time.time(), time.monotonic()
         self._found = self._chunks = self._embedded = 0
@@ -157,10 +163,7 @@ class CallProgress:
         done = EmbedStats(
             chunks=self._chunks, embedded=self._embedded, cache_hits=self._found, window=window
         )
-        if isinstance(self._collector, Tally):
-            self._collector.embedding(self._key, RunStats(embed=done))
-        else:
-            self._collector.embedding.remote(self._key, RunStats(embed=done))
+        self._collector.embedding(self._key, RunStats(embed=done))
 
 
 def rows_key(stage: str, batch: pa.Table) -> str:

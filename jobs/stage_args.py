@@ -74,8 +74,8 @@ def topic_context(
     marks: tuple[Landmark | Plugin, ...],
 ) -> TopicContext:
     """What each topic's reduce needs: the input and the output, the index settings, what the
-    previous tables must match to be carried, the run's collector (a `StatsCollector` actor, or a
-    `Tally` without Ray) and the driver's landmarks."""
+    previous tables must match to be carried, the run's collector (`jobs.progress.Collector`) and
+    the driver's landmarks."""
     expected = Expected(
         model=config.embedding.model,
         strategy=config.chunking.strategy,

@@ -16,7 +16,7 @@ import ray
 from embedding.batching import padding_waste, plan_batches
 from embedding.keys import DEFAULT_TOKEN_BUDGET
 from jobs.config import EmbedResources, IndexResources, JobConfig, ResourcesConfig, TaskResources
-from jobs.on_ray import StatsCollector
+from jobs.on_ray import CollectorHandle, StatsCollector
 from jobs.progress import (
     Goal,
     Heartbeat,
@@ -534,9 +534,9 @@ def test_a_cache_entry_two_rows_carry_is_written_and_counted_once(tmp_path):
         new_row("t", SOURCE, path, cache_entry=entry, vectors=vectors, dim=4)
         for path in ("t/a.md", "u/copy.md")
     ]
-    collector = StatsCollector.remote()
+    collector = CollectorHandle(StatsCollector.remote())
     store_entries(to_table(rows), cache_uri=str(tmp_path), storage_options={}, collector=collector)
-    store = ray.get(collector.total.remote()).store
+    store = ray.get(collector.actor.total.remote()).store
     assert (store.entries, store.chunks, store.failures) == (1, 2, 0)
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == [
         "chunk-0.bin",
@@ -549,7 +549,7 @@ def test_a_long_embedding_call_is_counted_as_it_goes(ray_session):
     """An embedding call on a CPU can take minutes (one 400 KB source: 900 chunks in one call,
     45 s with MiniLM): the line said "0 chunks embedded", with no ETA, until it ended. The call
     tells the run's collector what it has embedded as it goes; its own record replaces that."""
-    collector = StatsCollector.remote()
+    collector = CollectorHandle(StatsCollector.remote())
     goal = Goal(sources=1, bytes=1_000, topics=1)
     chunked = RunStats(chunk=ChunkStats(sources=1, bytes=1_000, chunks=100, window=Window(0, 1)))
     report_stats(collector, chunked)
@@ -560,8 +560,11 @@ def test_a_long_embedding_call_is_counted_as_it_goes(ray_session):
     progress = embedding_progress(collector, "call", every=0)
     progress.embedded(15)
     progress.embedded(10)
-    running = ray.get(collector.progress.remote())
-    assert running.embed.embedded == 75 and ray.get(collector.total.remote()).embed.embedded == 50
+    running = ray.get(collector.actor.progress.remote())
+    assert (
+        running.embed.embedded == 75
+        and ray.get(collector.actor.total.remote()).embed.embedded == 50
+    )
     # 75 of 100 chunks in the 20 s (and the moments) up to the running call's last word: about
     # 7 s more. Its record had no end: the stage's window ended with the finished call's, 10 s
     # before the count it held (75 in 10 s: "ETA 3 s")
@@ -569,48 +572,48 @@ def test_a_long_embedding_call_is_counted_as_it_goes(ray_session):
     eta = re.search(r"ETA (\d+) s$", line)
     assert "75 chunks embedded" in line and eta and 6 <= int(eta[1]) <= 8, line
     report_stats(collector, RunStats(embed=EmbedStats(embedded=50)), "call")
-    assert ray.get(collector.progress.remote()).embed.embedded == 100
+    assert ray.get(collector.actor.progress.remote()).embed.embedded == 100
     progress.embedded(5)  # the call tried again after it reported (its worker died): counted
-    assert ray.get(collector.progress.remote()).embed.embedded == 100
+    assert ray.get(collector.actor.progress.remote()).embed.embedded == 100
     quiet = embedding_progress(collector, "another call")  # told every few seconds, not yet
     quiet.embedded(7)
-    assert ray.get(collector.progress.remote()).embed.embedded == 100
-    ray.kill(collector)
+    assert ray.get(collector.actor.progress.remote()).embed.embedded == 100
+    ray.kill(collector.actor)
 
 
 def test_a_running_calls_cache_hits_are_told_at_once_without_a_pace(ray_session):
     """A call found its cache hits in a moment and told them only when it returned: "0 from
     cache" all the while it embedded the rest. It tells them (and its chunks) at once, with no
     window: its lookups are no pace for its misses."""
-    collector = StatsCollector.remote()
+    collector = CollectorHandle(StatsCollector.remote())
     progress = embedding_progress(collector, "call")  # its embedded counts every few seconds
     progress.found(450, 500)
-    running = ray.get(collector.progress.remote()).embed
+    running = ray.get(collector.actor.progress.remote()).embed
     assert (running.chunks, running.cache_hits, running.embedded) == (500, 450, 0)
     assert running.window == Window()
     progress.embedded(10)  # not yet told
-    assert ray.get(collector.progress.remote()).embed.embedded == 0
+    assert ray.get(collector.actor.progress.remote()).embed.embedded == 0
     report_stats(collector, RunStats(embed=EmbedStats(chunks=500, cache_hits=450)), "call")
-    assert ray.get(collector.progress.remote()).embed.cache_hits == 450  # counted once
-    ray.kill(collector)
+    assert ray.get(collector.actor.progress.remote()).embed.cache_hits == 450  # counted once
+    ray.kill(collector.actor)
 
 
 def test_a_running_calls_pace_starts_once_its_actors_model_has_loaded(ray_session):
     """On a CPU an actor loads its model at its first miss, inside a call: the call's first word
     counted that wait as its time (tldr mostly from the cache: "15 chunks embedded; ETA 299 s"
     with 20 s to go). Its window starts at the load's end, as its own record's does."""
-    collector = StatsCollector.remote()
+    collector = CollectorHandle(StatsCollector.remote())
     began = time.time()
     loaded = began + 3.0  # the model loaded 3 s into the call
     waited = embedding_progress(collector, "waited", every=0, loaded=lambda: loaded)
     waited.embedded(15)
-    assert ray.get(collector.progress.remote()).embed.window.start == loaded
-    ray.kill(collector)
-    collector = StatsCollector.remote()
+    assert ray.get(collector.actor.progress.remote()).embed.window.start == loaded
+    ray.kill(collector.actor)
+    collector = CollectorHandle(StatsCollector.remote())
     ready = embedding_progress(collector, "ready", every=0, loaded=lambda: began - 60.0)
     ready.embedded(5)  # its model loaded a minute before: from the call's start
-    assert began <= ray.get(collector.progress.remote()).embed.window.start < loaded
-    ray.kill(collector)
+    assert began <= ray.get(collector.actor.progress.remote()).embed.window.start < loaded
+    ray.kill(collector.actor)
 
 
 def test_progress_eta_of_a_run_mostly_from_the_cache_goes_by_its_misses():

@@ -65,7 +65,7 @@ class EmbedSettings:
     cache_uri: str | None
     storage_options: dict[str, Any] = field(default_factory=dict)
     strategy_key: str = ""
-    collector: Any = None  # the run's StatsCollector actor, if any
+    collector: Any = None  # the run's `jobs.progress.Collector`, if any
     encoder_digest: str | None = None  # of the chunk tasks' encoder (None: they tokenize nothing)
     env: dict[str, str] = field(default_factory=dict)  # set before torch loads (`actor_env`)
     # load the model at the actor's start even where its cache keys need no model (a CPU): the

@@ -80,7 +80,7 @@ class TopicContext:
     output: Storage
     settings: IndexSettings
     expected: Expected  # the model and strategy of this run, for rows kept from the previous one
-    collector: Any = None  # the run's StatsCollector actor, if any
+    collector: Any = None  # the run's `jobs.progress.Collector`, if any
     landmarks: tuple[Landmark | Plugin, ...] = ()  # what each node checks (jobs.landmarks)
     tenant: str = "default"  # the build's tenant, for the documents rows of failed sources
 
