@@ -178,6 +178,8 @@ def run_build(args: argparse.Namespace) -> int:
     from indexing.terminal import write_out
     from jobs.annotations import github_actions
     from jobs.discovery import InputNotFound
+    from jobs.dry_run import annotations, describe, dry_run
+    from jobs.local_fit import InfeasibleResources
     from jobs.lock import OutputNotFound
     from jobs.report import summary
 
@@ -205,9 +207,6 @@ def run_build(args: argparse.Namespace) -> int:
         failed_as_a_whole("mdindex build: --check: only with --dry-run (a build checks all)")
         return EXIT_USAGE
     if args.dry_run:  # writes nothing, not even a failed run's report
-        from jobs.dry_run import annotations, describe, dry_run
-        from jobs.local_ray import InfeasibleResources  # here: a build without Ray imports none
-
         try:
             planned = dry_run(config, check=args.check)
         except (InputNotFound, ModelNotFound, OutputNotFound, InfeasibleResources) as exc:
@@ -311,13 +310,9 @@ def ending(error: BaseException) -> Ending | None:
     cluster a program joined itself: `root_cause`) is the usage error it is at the start."""
     from embedding.models import ModelNotFound
     from jobs.discovery import EmptyInput, InputNotFound, TooManyDeleted
-    from jobs.landmarks import NotTheDriversFolder
-    from jobs.local_ray import (
-        ClusterUnreachable,
-        FoldersNotShared,
-        InfeasibleResources,
-        PluginNotOnNode,
-    )
+    from jobs.landmarks import NotTheDriversFolder, PluginNotOnNode
+    from jobs.local_fit import InfeasibleResources
+    from jobs.local_ray import ClusterUnreachable, FoldersNotShared
     from jobs.lock import OutputBusy, OutputNotFound
     from jobs.report import error_text
 

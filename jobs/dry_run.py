@@ -36,7 +36,7 @@ from jobs.broken_links import BrokenLinks, broken_links_of, page_links
 from jobs.config import JobConfig
 from jobs.discovery import Discovery, abort_stops, check_output_roots, discover, list_input
 from jobs.in_process import runs_without_ray
-from jobs.local_ray import check_local_fit, expected_local_node
+from jobs.local_fit import check_local_fit, expected_local_node
 from jobs.lock import check_bucket, check_writable, lock_holder
 from jobs.manifest import REPORT_PATH, Manifest
 from jobs.path_set import PathSet

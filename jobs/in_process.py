@@ -83,13 +83,21 @@ def on_a_cluster() -> bool:
     an embedding actor's start and Ray Data's actors, and gain no CPU."""
     if os.environ.get("RAY_ADDRESS"):
         return True
-    ray = sys.modules.get("ray")  # not imported yet: not initialized either (nor imported here)
-    if ray is None or not ray.is_initialized():
+    if not ray_initialized():
         return False
+    import ray  # imported already
+
     if ray.util.client.ray.is_connected():
         return True
     alive = [node["NodeID"] for node in ray.nodes() if node["Alive"]]
     return alive != [ray.get_runtime_context().get_node_id()]
+
+
+def ray_initialized() -> bool:
+    """`ray.is_initialized()`, without importing Ray: a process that has not imported it has not
+    started or joined it either."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 def runs_without_ray(config: JobConfig, plan: Plan, previous: Manifest) -> bool:

@@ -94,7 +94,8 @@ import json, os, sys
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 import ray
 from jobs.config import load_config
-from jobs.local_ray import expected_local_node, start_ray
+from jobs.local_fit import expected_local_node
+from jobs.local_ray import start_ray
 config = load_config(
     sys.argv[1], overrides={"input": sys.argv[2]}, settings=["resources.in_process_sources=null"]
 )

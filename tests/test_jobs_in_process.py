@@ -174,6 +174,8 @@ BUILDS_IN_ONE_PROCESS = """
 import gc, json, os, sys
 from jobs.reindex import main
 docs, outputs = sys.argv[1], sys.argv[2:]
+dry = ["--config", "configs/local.yaml", "--input", docs, "--output", outputs[0], "--dry-run"]
+assert main(dry) == 0
 resident, settings = [], []
 NAMES = ("MKL_CBWR", "OMP_WAIT_POLICY")
 for output in outputs:
@@ -197,7 +199,8 @@ def test_small_builds_one_after_another_keep_no_model_and_never_import_ray(tmp_p
     which is the Ray path's alone (`jobs.on_ray`): Ray Data's import was 0.3 s of a small build's
     start on this VM (its console's filter was put on for every build, `jobs.logs.quiet_ray_data`
     now), and Ray's own 0.4-0.55 s more (the pipeline's module, the collector actor, the error
-    classes of a local instance's start, the dry run's module and a warnings filter imported it).
+    classes of a local instance's start, the dry run's module and a warnings filter imported it);
+    nor does a dry run before them (its local instance's expected node, `jobs.local_fit`).
     Nor does a build change the program's torch thread count or environment (a notebook's later
     torch work ran on the build's count, and each process it started inherited the embedder's
     MKL_CBWR and OMP_WAIT_POLICY)."""

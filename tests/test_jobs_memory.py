@@ -15,7 +15,7 @@ import pytest
 
 from jobs.cgroups import memory_limit
 from jobs.config import EmbedResources, JobConfig, ResourcesConfig
-from jobs.local_ray import InfeasibleResources, memory_cpus_for
+from jobs.local_fit import InfeasibleResources, memory_cpus_for
 from jobs.resources import memory_need
 from tests.environment_support import (
     limit_file,
