@@ -28,6 +28,7 @@ from jobs.built import Built, Rebuild
 from jobs.cgroups import usable_cpus
 from jobs.config import JobConfig
 from jobs.landmarks import Landmark, Plugin
+from jobs.local_fit import ray_initialized
 from jobs.manifest import Manifest
 from jobs.path_set import PathSet
 from jobs.plan import Plan
@@ -91,13 +92,6 @@ def on_a_cluster() -> bool:
         return True
     alive = [node["NodeID"] for node in ray.nodes() if node["Alive"]]
     return alive != [ray.get_runtime_context().get_node_id()]
-
-
-def ray_initialized() -> bool:
-    """`ray.is_initialized()`, without importing Ray: a process that has not imported it has not
-    started or joined it either."""
-    ray = sys.modules.get("ray")
-    return ray is not None and ray.is_initialized()
 
 
 def runs_without_ray(config: JobConfig, plan: Plan, previous: Manifest) -> bool:

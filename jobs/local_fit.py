@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 from jobs.cgroups import memory_limit, usable_cpus
 from jobs.config import JobConfig
-from jobs.in_process import ray_initialized
 from jobs.resources import (
     describe_resources,
     infeasible,
@@ -21,6 +21,13 @@ from jobs.resources import (
 )
 
 log = logging.getLogger("mdindex.build")
+
+
+def ray_initialized() -> bool:
+    """`ray.is_initialized()`, without importing Ray: a process that has not imported it has not
+    started or joined it either."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 class InfeasibleResources(ValueError):
