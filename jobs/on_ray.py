@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +28,7 @@ from jobs.logs import quiet_ray_data
 from jobs.path_set import PathSet
 from jobs.plan import Plan
 from jobs.progress import (
+    CollectorHandle,
     Goal,
     Heartbeat,
     Tally,
@@ -97,23 +97,6 @@ class StatsCollector:
     def count_topics(self, block: pa.Table, span: Span) -> dict[str, int]:
         """How many rows of each topic a span of a block holds."""
         return topic_counts(block, span)
-
-
-@dataclass(frozen=True)
-class CollectorHandle:
-    """The run's `StatsCollector` actor as the stages tell it their counts: a `Tally`'s `add` and
-    `embedding` (`jobs.progress.Collector`), so a stage holds one or the other alike."""
-
-    actor: Any  # the actor's handle
-
-    def add(self, stats: RunStats, key: str | None = None) -> None:
-        """`Tally.add` in the actor, waited for: a finished task's counts are in before the
-        driver reads."""
-        ray.get(self.actor.add.remote(stats, key))
-
-    def embedding(self, key: str, done: RunStats) -> None:
-        """`Tally.embedding` in the actor, not waited for: a running call's word."""
-        self.actor.embedding.remote(key, done)
 
 
 def build_topics(run: Rebuild, grows: bool = False, *, began: float) -> Built:

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -92,7 +92,7 @@ class Tally:
 
 class Collector(Protocol):
     """What the stages tell the run's counts to: a `Tally` (a run without Ray), or the run's
-    `StatsCollector` actor behind `jobs.on_ray.CollectorHandle`."""
+    `StatsCollector` actor (`jobs.on_ray`) behind a `CollectorHandle`."""
 
     def add(self, stats: RunStats, key: str | None = None) -> None:
         """`Tally.add`; the actor's is waited for, so a finished task's counts are in before the
@@ -100,6 +100,26 @@ class Collector(Protocol):
 
     def embedding(self, key: str, done: RunStats) -> None:
         """`Tally.embedding`."""
+
+
+@dataclass(frozen=True)
+class CollectorHandle:
+    """The run's `StatsCollector` actor as the stages tell it their counts (a `Collector`). Here,
+    beside `Tally`, not with the actor's class: a task worker unpickles it with the stages'
+    modules, which it has imported already."""
+
+    actor: Any  # the actor's handle
+
+    def add(self, stats: RunStats, key: str | None = None) -> None:
+        """`Tally.add` in the actor, waited for: a finished task's counts are in before the
+        driver reads."""
+        import ray  # the worker's, imported already: a run without Ray makes no handle
+
+        ray.get(self.actor.add.remote(stats, key))
+
+    def embedding(self, key: str, done: RunStats) -> None:
+        """`Tally.embedding` in the actor, not waited for: a running call's word."""
+        self.actor.embedding.remote(key, done)
 
 
 def report_stats(collector: Collector | None, stats: RunStats, key: str | None = None) -> None:

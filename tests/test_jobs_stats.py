@@ -16,8 +16,9 @@ import ray
 from embedding.batching import padding_waste, plan_batches
 from embedding.keys import DEFAULT_TOKEN_BUDGET
 from jobs.config import EmbedResources, IndexResources, JobConfig, ResourcesConfig, TaskResources
-from jobs.on_ray import CollectorHandle, StatsCollector
+from jobs.on_ray import StatsCollector
 from jobs.progress import (
+    CollectorHandle,
     Goal,
     Heartbeat,
     embedding_progress,
