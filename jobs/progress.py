@@ -1,10 +1,10 @@
 """Progress while a build runs: stage counters collected in a small Ray actor
 (`jobs.on_ray.StatsCollector`, which also counts the topics' rows for the reduce loop,
-`jobs.reduce`), or in a `Tally` in the driver's process for
-a run without Ray (`jobs.in_process`), and a heartbeat line a person can read
-(sources done and failed, chunks embedded and from cache, topics written, MB/s, ETA), in a
-terminal and under `ray job submit` alike. Ray Data's own progress bars are drawn only in a
-terminal (under `ray job submit` they would spam the job log)."""
+`jobs.reduce`), or in a `Tally` in the driver's process for a run without Ray
+(`jobs.in_process`), and a heartbeat line a person can read (sources done and failed, chunks
+embedded and from cache, topics written, MB/s, ETA), in a terminal and under `ray job submit`
+alike. Ray Data's own progress bars are drawn only in a terminal (under `ray job submit` they
+would spam the job log)."""
 
 from __future__ import annotations
 
