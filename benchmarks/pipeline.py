@@ -599,16 +599,20 @@ def model_settings(cache_dir: Path, model: str, device: str) -> list[str]:
 
     The stand-in stands for one fast accelerator, so on a CPU it gets the pool and the
     micro-batches a build with one GPU has: one embedding actor (the CPU default, an actor per
-    core, is sized for a real model on CPU; `--set resources.embed.actors=2` measures it) and the
-    GPU's token budget (the CPUs' is sized for a real model's arithmetic: at it, the stand-in's
-    four times as many forward passes cost its embed stage a third more worker-seconds)."""
+    core, is sized for a real model on CPU; `--set resources.embed.actors=2` measures it) on one
+    torch thread, as a GPU pool's actor runs on its one CPU (on every CPU's, the CPU default,
+    the stand-in's tiny products took 1.8x the CPU time for a tenth less wall: `--set
+    resources.embed.threads=2` measures it), reserving no CPU from the chunk tasks, and the GPU's
+    token budget (the CPUs' is sized for a real model's arithmetic: at it, the stand-in's four
+    times as many forward passes cost its embed stage a third more worker-seconds)."""
     if model == "minilm":
         settings = ["embedding.model=minilm"]
     else:
         settings = [f"embedding.model={random_model(cache_dir, model)}", "embedding.pooling=mean"]
     if model == "standin" and device == "cpu":
         budget = DEFAULT_TOKEN_BUDGET["cuda"]
-        settings += ["resources.embed.actors=1", f"embedding.token_budget={budget}"]
+        settings += ["resources.embed.actors=1", "resources.embed.threads=1"]
+        settings += [f"embedding.token_budget={budget}"]
     if device == "cuda":
         settings += ["embedding.device=cuda", "embedding.dtype=auto", "resources.embed.num_gpus=1"]
     return settings

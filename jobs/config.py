@@ -153,6 +153,11 @@ class EmbedResources:
     actors: int | None = _min(1, None)
     max_actors: int | None = _min(1, None)  # autoscale from `actors` up to this; None: fixed pool
     num_cpus: float | None = _min(0.01, None)  # also the torch thread count (rounded, at least 1)
+    # torch threads per actor (and of the embedder of a run without Ray), whatever `num_cpus`
+    # reserves; None: `num_cpus` rounded, or the self-sized pool's share of the CPUs. For a model
+    # too small for a second thread to pay: the benchmark's stand-in ran 1.8x the CPU time on two
+    # for a tenth less wall (README: Embedding)
+    threads: int | None = field(default=None, metadata={"min": 1, "max": 1024})
     # At most one: an actor embeds on one device (two GPUs each: one idle, or a share no GPU holds)
     num_gpus: float = field(default=0.0, metadata={"min": 0, "max": 1.0})
     # documents per batch; None: one chunk task's output on CPUs, ~2 MB of sources on GPUs

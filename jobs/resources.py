@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from embedding.batching import REPRODUCIBLE_MKL
@@ -101,7 +101,21 @@ def embed_pool(
     tasks run on every CPU while there is chunking to do (then the two share the cores), and the
     actors' threads have the whole machine after. On a cluster an actor's threads are at most
     `node_cpus`, its largest node's CPUs: one actor of a 2-CPU head and a 1-CPU node ran 3
-    threads, on the 1-CPU node (2026-12-01)."""
+    threads, on the 1-CPU node (2026-12-01). `resources.threads`, where set, is every actor's."""
+    pool = _sized_pool(resources, cpus, batches, node_gpus, grows, node_cpus, source_bytes)
+    return replace(pool, threads=resources.threads) if resources.threads else pool
+
+
+def _sized_pool(
+    resources: EmbedResources,
+    cpus: float,
+    batches: int,
+    node_gpus: tuple[float, ...],
+    grows: bool,
+    node_cpus: float,
+    source_bytes: float,
+) -> EmbedPool:
+    """`embed_pool`'s pool, its threads as sized."""
     if resources.num_gpus > 0:
         num_cpus = resources.num_cpus if resources.num_cpus is not None else 1.0
         slots = gpu_slots(node_gpus, resources.num_gpus)

@@ -243,6 +243,8 @@ def test_relative_local_paths_become_absolute(tmp_path, monkeypatch):
             "resources.embed.num_gpus: 5e-05 is below Ray's smallest share (0.0001); give 0",
         ),
         ({"resources": {"num_cpus": 10**12}}, "resources.num_cpus: must be <= 1000000, got 1"),
+        ({"resources": {"embed": {"threads": 0}}}, "resources.embed.threads: must be >= 1, got 0"),
+        ({"resources": {"embed": {"threads": 1.5}}}, "resources.embed.threads: expected an inte"),
         # the wait for a node that can hold a stage: seconds, or null for no bound
         ({"resources": {"node_wait_seconds": -1}}, "resources.node_wait_seconds: must be >= 0"),
         ({"resources": {"in_process_sources": -1}}, "resources.in_process_sources: must be >= 0"),
