@@ -312,15 +312,17 @@ def ending(error: BaseException) -> Ending | None:
     from jobs.discovery import EmptyInput, InputNotFound, TooManyDeleted
     from jobs.landmarks import NotTheDriversFolder, PluginNotOnNode
     from jobs.local_fit import InfeasibleResources
-    from jobs.local_ray import ClusterUnreachable, FoldersNotShared
     from jobs.lock import OutputBusy, OutputNotFound
     from jobs.report import error_text
 
     # Found under the lock, so reported: the deletion guards' refusals (a scheduled run meets
     # them, a partly synced input, which `report --check` said was ok) and those as Ray starts.
     # (EmptyInput and TooManyDeleted are InputNotFound's, which is found before the lock.)
-    reported = (EmptyInput, TooManyDeleted)
-    reported += (InfeasibleResources, FoldersNotShared, ClusterUnreachable, PluginNotOnNode)
+    reported = (EmptyInput, TooManyDeleted, InfeasibleResources, PluginNotOnNode)
+    # Ray's start raises those of `jobs.local_ray`: a run without Ray never imported it (nor
+    # Ray, 0.5 s of its Ctrl-C or failure)
+    if local_ray := sys.modules.get("jobs.local_ray"):
+        reported += (local_ray.FoldersNotShared, local_ray.ClusterUnreachable)
     if isinstance(error, reported):
         return Ending(EXIT_USAGE, f"mdindex build: {error}", error)
     if isinstance(error, (InputNotFound, ModelNotFound, OutputNotFound)):

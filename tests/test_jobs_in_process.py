@@ -178,6 +178,8 @@ from jobs.reindex import main
 docs, outputs = sys.argv[1], sys.argv[2:]
 dry = ["--config", "configs/local.yaml", "--input", docs, "--output", outputs[0], "--dry-run"]
 assert main(dry) == 0
+missing = ["--config", "configs/local.yaml", "--input", docs + "/missing", "--output", outputs[0]]
+assert main(missing) == 2  # a failed run's ending
 resident, settings = [], []
 NAMES = ("MKL_CBWR", "OMP_WAIT_POLICY")
 for output in outputs:
@@ -202,7 +204,8 @@ def test_small_builds_one_after_another_keep_no_model_and_never_import_ray(tmp_p
     start on this VM (its console's filter was put on for every build, `jobs.logs.quiet_ray_data`
     now), and Ray's own 0.4-0.55 s more (the pipeline's module, the collector actor, the error
     classes of a local instance's start, the dry run's module and a warnings filter imported it);
-    nor does a dry run before them (its local instance's expected node, `jobs.local_fit`).
+    nor does a dry run before them (its local instance's expected node, `jobs.local_fit`), nor
+    a run that fails (its ending named the errors of a local instance's start).
     Nor does a build change the program's torch thread count or environment (a notebook's later
     torch work ran on the build's count, and each process it started inherited the embedder's
     MKL_CBWR and OMP_WAIT_POLICY)."""
