@@ -156,7 +156,7 @@ class EmbedResources:
     # torch threads per actor (and of the embedder of a run without Ray), whatever `num_cpus`
     # reserves; None: `num_cpus` rounded, or the self-sized pool's share of the CPUs. For a model
     # too small for a second thread to pay: the benchmark's stand-in ran 1.8x the CPU time on two
-    # for a tenth less wall (README: Embedding)
+    # for a tenth less wall (the README's configuration table)
     threads: int | None = field(default=None, metadata={"min": 1, "max": 1024})
     # At most one: an actor embeds on one device (two GPUs each: one idle, or a share no GPU holds)
     num_gpus: float = field(default=0.0, metadata={"min": 0, "max": 1.0})
