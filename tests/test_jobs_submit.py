@@ -62,15 +62,22 @@ def _environment() -> dict[str, str]:
     return env
 
 
+def _answers(url: str, timeout: float = 10.0) -> bool:
+    """Whether `url` answers a GET within `timeout` seconds."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def _wait_for(url: str, process: subprocess.Popen, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, "ray start --head exited early"
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(1)
+        if _answers(url, timeout=2):
+            return
+        time.sleep(1)
     raise TimeoutError(f"{url} did not answer within {timeout} s")
 
 
@@ -123,26 +130,37 @@ def ray_head():
         temp_dir,
         "--disable-usage-stats",
     ]
-    process = _ray_start(command)
+    output = f"{base}/head.log"  # what `ray start --block` says when a process of its node exits
+    process = _ray_start(command, output)
     try:
         address = f"http://127.0.0.1:{dashboard}"
         _wait_for(f"{address}/api/version", process)
         yield RayHead(address, base, f"127.0.0.1:{gcs}", f"ray://127.0.0.1:{client}")
+        # Once (a full run of the suite beside a profiler, 2026-12-02) the head went during the
+        # module, and each test after failed on "connection refused" with nothing to say why.
+        assert _answers(f"{address}/api/version"), f"the Ray head went away:{head_logs(base)}"
     finally:
         _stop(process)
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _ray_start(command: list[str]) -> subprocess.Popen:
+def head_logs(base: str) -> str:
+    """The end of what a head's `ray start --block` printed, and of its node's logs that name
+    a process that exited."""
+    logs = Path(base, "ray", "session_latest", "logs")
+    files = [Path(base, "head.log"), logs / "ray_process_exit.log"]
+    files += [logs / name for name in ("dashboard.log", "raylet.out")]
+    tails = (f"\n--- {f}:\n{f.read_text(errors='replace')[-1500:]}" for f in files if f.exists())
+    return "".join(tails)
+
+
+def _ray_start(command: list[str], output: str = os.devnull) -> subprocess.Popen:
     """`ray start --block …` in a session of its own (its Ray processes in its process group, which
-    `_stop` ends), quiet."""
-    return subprocess.Popen(
-        command,
-        env=_environment(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    `_stop` ends), its output to the file `output`."""
+    with open(output, "wb") as log:
+        return subprocess.Popen(
+            command, env=_environment(), stdout=log, stderr=log, start_new_session=True
+        )
 
 
 def _stop(process: subprocess.Popen) -> None:
