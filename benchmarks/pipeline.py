@@ -832,7 +832,9 @@ def run_build(
     # No bytes changed since the cold build: a real build rebuilds no topic and starts no Ray.
     job = {"uris": space.uris, "settings": settings, "start_ray": spec.run not in ("warm", "copy")}
     if s3:
-        job["settings"] = [*settings, f"storage_options={json.dumps(s3.storage_options)}"]
+        # key by key: a `--set storage_options.config_kwargs=…` of the user's stays beside them
+        options = (f"storage_options.{k}={json.dumps(v)}" for k, v in s3.storage_options.items())
+        job["settings"] = [*settings, *options]
         s3.counter.take()
     sampler = GpuSampler() if gpu else contextlib.nullcontext()
     log = logs / f"{spec.corpus}-{spec.model}-{spec.storage}-{spec.run}.log"
