@@ -145,8 +145,8 @@ def ray_head():
 
 
 def head_logs(base: str) -> str:
-    """The end of what a head's `ray start --block` printed, and of its node's logs that name
-    a process that exited."""
+    """The end of what a head's `ray start --block` printed, of its `ray_process_exit.log` (which
+    names a process of the node that exited), and of its dashboard's and raylet's logs."""
     logs = Path(base, "ray", "session_latest", "logs")
     files = [Path(base, "head.log"), logs / "ray_process_exit.log"]
     files += [logs / name for name in ("dashboard.log", "raylet.out")]
