@@ -147,11 +147,19 @@ def ray_head():
 def head_logs(base: str) -> str:
     """The end of what a head's `ray start --block` printed, of its `ray_process_exit.log` (which
     names a process of the node that exited), and of its dashboard's and raylet's logs."""
-    logs = Path(base, "ray", "session_latest", "logs")
-    files = [Path(base, "head.log"), logs / "ray_process_exit.log"]
-    files += [logs / name for name in ("dashboard.log", "raylet.out")]
-    tails = (f"\n--- {f}:\n{f.read_text(errors='replace')[-1500:]}" for f in files if f.exists())
-    return "".join(tails)
+    names = ("ray_process_exit.log", "dashboard.log", "raylet.out")
+    return log_tails([Path(base, "head.log"), *(session_logs(base) / name for name in names)])
+
+
+def session_logs(ray_tmpdir: str) -> Path:
+    """The logs folder of the latest Ray session under `ray_tmpdir` (a head's RAY_TMPDIR)."""
+    return Path(ray_tmpdir, "ray", "session_latest", "logs")
+
+
+def log_tails(files: list[Path]) -> str:
+    """The end of each of `files` that exists, under its name."""
+    present = (f for f in files if f.exists())
+    return "".join(f"\n--- {f.name}:\n{f.read_text(errors='replace')[-1500:]}" for f in present)
 
 
 def _ray_start(command: list[str], output: str = os.devnull) -> subprocess.Popen:
@@ -249,8 +257,7 @@ CLIENT_SERVER_FAILED = "Starting Ray client server failed"
 
 def client_server_logs(head: RayHead) -> str:
     """The end of the head's Ray Client server logs (`ray_client_server_*.err`), if any."""
-    logs = sorted(Path(head.ray_tmpdir, "ray", "session_latest", "logs").glob("ray_client_*.err"))
-    return "".join(f"\n--- {log.name}:\n{log.read_text(errors='replace')[-1500:]}" for log in logs)
+    return log_tails(sorted(session_logs(head.ray_tmpdir).glob("ray_client_*.err")))
 
 
 def test_a_program_joined_to_a_head_of_one_node_here_runs_a_small_build_without_ray(
