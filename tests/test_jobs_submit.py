@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from environment_support import own_ray_environment
@@ -72,36 +73,60 @@ def _answers(url: str, timeout: float = 10.0) -> bool:
         return False
 
 
-HEAD_STARTS = 2  # a head whose start failed is started once more (`ray_head`)
+T = TypeVar("T")
 
 
-class HeadNotStarted(RuntimeError):
-    """`ray start --head` exited before it had started its node (its logs in the message)."""
+class NodeNotStarted(RuntimeError):
+    """A `ray start` exited before it had started its node (its logs in the message)."""
+
+
+def _twice(start: Callable[[], T]) -> T:
+    """`start()`, and once more where it raises `NodeNotStarted` (a warning says why).
+
+    `ray start` gives its raylet 30 s to show in the GCS's node table, and on a loaded 2-core
+    machine it twice took longer (full runs of the suite, 2026-12-02): once the head's, whose
+    dashboard already answered, so the module's tests had begun, and six failed on "connection
+    refused" as `ray start` stopped the head; once the second node's."""
+    try:
+        return start()
+    except NodeNotStarted as exc:
+        warnings.warn(f"{exc}; starting another", stacklevel=2)
+    return start()
 
 
 def _wait_for(url: str, process: subprocess.Popen, timeout: float = 120.0) -> None:
-    """Return once `url` answers; `HeadNotStarted` if `process` exits first."""
+    """Return once `url` answers; `NodeNotStarted` if `process` exits first."""
     _wait_until(lambda: _answers(url, timeout=2), process, f"{url} did not answer", timeout)
 
 
-def _wait_for_file(path: Path, process: subprocess.Popen, timeout: float = 120.0) -> None:
-    """Return once `path` exists; `HeadNotStarted` if `process` exits first."""
-    _wait_until(path.exists, process, f"no {path}", timeout)
-
-
 def _wait_until(
-    ready: Callable[[], bool], process: subprocess.Popen, problem: str, timeout: float
+    ready: Callable[[], bool], process: subprocess.Popen, problem: str, timeout: float = 120.0
 ) -> None:
-    """Return once `ready()`; `HeadNotStarted` if `process` (a `ray start`) exits first,
+    """Return once `ready()`; `NodeNotStarted` if `process` (a `ray start`) exits first,
     TimeoutError after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise HeadNotStarted(f"ray start exited ({process.returncode}) early: {problem}")
+            raise NodeNotStarted(f"ray start exited ({process.returncode}) early: {problem}")
         if ready():
             return
         time.sleep(0.5)
     raise TimeoutError(f"{problem} within {timeout} s")
+
+
+def _started(temp_dir: str) -> Callable[[], bool]:
+    """Whether the `ray start` of a node with this `--temp-dir` has started it: it writes the
+    cluster's address there then, after its raylet shows in the GCS's node table."""
+    return Path(temp_dir, "ray_current_cluster").exists
+
+
+def _failed_start(process: subprocess.Popen, base: str, exc: Exception) -> NodeNotStarted:
+    """Stop a node that did not start (`base`: the folder of its output and temp dir), and say
+    why."""
+    problem = f"{exc}:{node_logs(base)}"
+    with contextlib.suppress(ProcessLookupError):  # its group may be gone with it
+        _stop(process)
+    return NodeNotStarted(problem)
 
 
 @dataclass(frozen=True)
@@ -123,23 +148,12 @@ def ray_head():
     `ray start --block` keeps the head in the foreground, so stopping that one process stops
     exactly this cluster (`ray stop` would stop every Ray on the machine).
 
-    A head whose start failed is started once more (`HEAD_STARTS`): `ray start` gives its raylet
-    30 s to show in the GCS's node table, and on a loaded 2-core machine it once took longer (a
-    full run of the suite, 2026-12-02). The head's dashboard already answered, so the module's
-    tests had begun; `ray start` then gave up and stopped the head, and six of them failed on
-    "connection refused"."""
-    for attempt in range(1, HEAD_STARTS + 1):
-        try:
-            process, head = _start_head()
-            break
-        except HeadNotStarted as exc:
-            if attempt == HEAD_STARTS:
-                raise
-            warnings.warn(f"{exc}; starting another", stacklevel=1)
+    A head whose start failed is started once more (`_twice`)."""
+    process, head = _twice(_start_head)
     try:
         yield head
         assert _answers(f"{head.address}/api/version"), (
-            f"the Ray head went away:{head_logs(head.ray_tmpdir)}"
+            f"the Ray head went away:{node_logs(head.ray_tmpdir)}"
         )
     finally:
         _stop(process)
@@ -147,9 +161,8 @@ def ray_head():
 
 
 def _start_head() -> tuple[subprocess.Popen, RayHead]:
-    """A head's `ray start --block` process, once `ray start` says its node has started (it
-    writes the cluster's address to its temp dir then, and prints "Ray runtime started.") and
-    its dashboard answers; `HeadNotStarted` if it exits before."""
+    """A head's `ray start --block` process, once `ray start` says its node has started
+    (`_started`) and its dashboard answers; `NodeNotStarted` if it exits before."""
     gcs, dashboard, client, agent_http, agent_grpc, metrics, runtime_env = _free_ports(7)
     base = tempfile.mkdtemp(prefix="rayjob", dir="/tmp")  # short: socket paths are limited
     temp_dir = f"{base}/ray"  # where ray.init() looks with RAY_TMPDIR={base}
@@ -180,26 +193,25 @@ def _start_head() -> tuple[subprocess.Popen, RayHead]:
         temp_dir,
         "--disable-usage-stats",
     ]
-    output = f"{base}/head.log"  # what `ray start --block` says when a process of its node exits
+    output = f"{base}/node.log"  # what `ray start --block` says when a process of its node exits
     process = _ray_start(command, output)
     address = f"http://127.0.0.1:{dashboard}"
     try:
-        _wait_for_file(Path(temp_dir, "ray_current_cluster"), process)
+        _wait_until(_started(temp_dir), process, f"no address in {temp_dir}")
         _wait_for(f"{address}/api/version", process)
-    except (HeadNotStarted, TimeoutError) as exc:
-        problem = f"{exc}:{head_logs(base)}"
-        with contextlib.suppress(ProcessLookupError):  # its group may be gone with it
-            _stop(process)
+    except (NodeNotStarted, TimeoutError) as exc:
+        failed = _failed_start(process, base, exc)
         shutil.rmtree(base, ignore_errors=True)
-        raise HeadNotStarted(problem) from None
+        raise failed from None
     return process, RayHead(address, base, f"127.0.0.1:{gcs}", f"ray://127.0.0.1:{client}")
 
 
-def head_logs(base: str) -> str:
-    """The end of what a head's `ray start --block` printed, of its `ray_process_exit.log` (which
-    names a process of the node that exited), and of its dashboard's and raylet's logs."""
+def node_logs(base: str) -> str:
+    """The end of what a node's `ray start --block` printed (`node.log` in `base`), of its
+    `ray_process_exit.log` (which names a process of the node that exited), and of its
+    dashboard's and raylet's logs."""
     names = ("ray_process_exit.log", "dashboard.log", "raylet.out")
-    return log_tails([Path(base, "head.log"), *(session_logs(base) / name for name in names)])
+    return log_tails([Path(base, "node.log"), *(session_logs(base) / name for name in names)])
 
 
 def session_logs(ray_tmpdir: str) -> Path:
@@ -237,7 +249,21 @@ def _stop(process: subprocess.Popen) -> None:
 def second_node(head: RayHead) -> Iterator[subprocess.Popen]:
     """A node of one CPU joined to `head` (`ray start --address`, ports of its own), as a second
     machine of the cluster, while the block runs (its `ray start --block` process, whose group
-    holds its Ray processes); stopped by its own pid."""
+    holds its Ray processes); stopped by its own pid. Started once more if its start failed
+    (`_twice`)."""
+    process = _twice(lambda: _start_second_node(head))
+    try:
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # a node the block killed is gone
+            _stop(process)
+
+
+def _start_second_node(head: RayHead) -> subprocess.Popen:
+    """`second_node`'s `ray start --block` process, once `ray start` says its node has started
+    (`_started`) and the head counts two live nodes; `NodeNotStarted` if it exits before. Its
+    temp dir is its own, in the head's (by default it is /tmp/ray, where `ray start` would write
+    this cluster's address for every `ray.init()` on the machine to find)."""
     agent_http, agent_grpc, metrics, runtime_env, manager, objects = _free_ports(6)
     ports = {
         "--dashboard-agent-listen-port": agent_http,
@@ -247,20 +273,23 @@ def second_node(head: RayHead) -> Iterator[subprocess.Popen]:
         "--node-manager-port": manager,
         "--object-manager-port": objects,
     }
+    base = tempfile.mkdtemp(prefix="n", dir=head.ray_tmpdir)  # short: socket paths are limited
+    temp_dir = f"{base}/ray"
     command = [str(BIN / "ray"), "start", "--block", "--address", head.gcs, "--num-cpus", "1"]
-    command += [*(str(part) for pair in ports.items() for part in pair), "--disable-usage-stats"]
-    process = _ray_start(command)
+    command += [*(str(part) for pair in ports.items() for part in pair)]
+    command += ["--temp-dir", temp_dir, "--disable-usage-stats"]
+    process = _ray_start(command, f"{base}/node.log")
+    alive = [("state", "=", "ALIVE")]
     try:
-        deadline = time.monotonic() + 120
-        alive = [("state", "=", "ALIVE")]
-        while len(list_nodes(address=head.address, filters=alive, **PARTIAL)) < 2:
-            assert process.poll() is None, "ray start --address exited early"
-            assert time.monotonic() < deadline, "the second node did not join in 120 s"
-            time.sleep(1)
-        yield process
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # a node the block killed is gone
-            _stop(process)
+        _wait_until(_started(temp_dir), process, f"no address in {temp_dir}")
+        _wait_until(
+            lambda: len(list_nodes(address=head.address, filters=alive, **PARTIAL)) >= 2,
+            process,
+            "the head does not count two live nodes",
+        )
+    except (NodeNotStarted, TimeoutError) as exc:
+        raise _failed_start(process, base, exc) from None
+    return process
 
 
 def job_exit(ray_head, submission_id: str) -> subprocess.CompletedProcess:
