@@ -58,9 +58,10 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 # The longest test modules, longest first (seconds of test time on the 2-core VMs, 2026-12-02),
-# which the workers take before the others (`--dist loadfile` hands files out in the order
-# collected). In file-name order `test_jobs_submit` (about 200 s) came among the last, and one
-# worker ran it alone while the other had finished.
+# which the workers take before the others (`--dist loadfile` with `--no-loadscope-reorder` hands
+# files out in the order collected). In file-name order, and in xdist's own (the files with the
+# most tests first), `test_jobs_submit` (about 200 s) came among the last, and one worker ran it
+# alone while the other had finished.
 LONGEST_FIRST = (
     "test_jobs_submit.py",
     "test_jobs_faults.py",

@@ -220,9 +220,10 @@ def session_logs(ray_tmpdir: str) -> Path:
 
 
 def log_tails(files: list[Path]) -> str:
-    """The end of each of `files` that exists, under its name."""
+    """The end of each of `files` that exists, under its name (the last 4,000 characters: a
+    raylet's fatal error is a line and a stack trace of about 2,000)."""
     present = (f for f in files if f.exists())
-    return "".join(f"\n--- {f.name}:\n{f.read_text(errors='replace')[-1500:]}" for f in present)
+    return "".join(f"\n--- {f.name}:\n{f.read_text(errors='replace')[-4000:]}" for f in present)
 
 
 def _ray_start(command: list[str], output: str = os.devnull) -> subprocess.Popen:
