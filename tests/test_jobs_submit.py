@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -94,11 +95,6 @@ def _twice(start: Callable[[], T]) -> T:
     return start()
 
 
-def _wait_for(url: str, process: subprocess.Popen, timeout: float = 120.0) -> None:
-    """Return once `url` answers; `NodeNotStarted` if `process` exits first."""
-    _wait_until(lambda: _answers(url, timeout=2), process, f"{url} did not answer", timeout)
-
-
 def _wait_until(
     ready: Callable[[], bool], process: subprocess.Popen, problem: str, timeout: float = 120.0
 ) -> None:
@@ -114,19 +110,27 @@ def _wait_until(
     raise TimeoutError(f"{problem} within {timeout} s")
 
 
-def _started(temp_dir: str) -> Callable[[], bool]:
-    """Whether the `ray start` of a node with this `--temp-dir` has started it: it writes the
-    cluster's address there then, after its raylet shows in the GCS's node table."""
-    return Path(temp_dir, "ray_current_cluster").exists
+def _start_node(
+    command: list[str], base: str, ready: Callable[[], bool], what: str
+) -> subprocess.Popen:
+    """A node's `ray start --block` process (`command`, its temp dir and output in `base`), once
+    `ray start` says it has started it and `ready()` (`what` it waits for); otherwise the node is
+    stopped and `NodeNotStarted` says why, with its logs.
 
-
-def _failed_start(process: subprocess.Popen, base: str, exc: Exception) -> NodeNotStarted:
-    """Stop a node that did not start (`base`: the folder of its output and temp dir), and say
-    why."""
-    problem = f"{exc}:{node_logs(base)}"
-    with contextlib.suppress(ProcessLookupError):  # its group may be gone with it
-        _stop(process)
-    return NodeNotStarted(problem)
+    `ray start` writes the cluster's address into its temp dir once it has started the node,
+    after its raylet shows in the GCS's node table."""
+    temp_dir = f"{base}/ray"
+    process = _ray_start([*command, "--temp-dir", temp_dir], f"{base}/node.log")
+    address = Path(temp_dir, "ray_current_cluster")
+    try:
+        _wait_until(address.exists, process, f"no {address}")
+        _wait_until(ready, process, what)
+    except (NodeNotStarted, TimeoutError) as exc:
+        problem = f"{exc}:{node_logs(base)}"
+        with contextlib.suppress(ProcessLookupError):  # its group may be gone with it
+            _stop(process)
+        raise NodeNotStarted(problem) from None
+    return process
 
 
 @dataclass(frozen=True)
@@ -161,11 +165,11 @@ def ray_head():
 
 
 def _start_head() -> tuple[subprocess.Popen, RayHead]:
-    """A head's `ray start --block` process, once `ray start` says its node has started
-    (`_started`) and its dashboard answers; `NodeNotStarted` if it exits before."""
+    """A head's `ray start --block` process, once it has started its node and its dashboard
+    answers (`_start_node`)."""
     gcs, dashboard, client, agent_http, agent_grpc, metrics, runtime_env = _free_ports(7)
     base = tempfile.mkdtemp(prefix="rayjob", dir="/tmp")  # short: socket paths are limited
-    temp_dir = f"{base}/ray"  # where ray.init() looks with RAY_TMPDIR={base}
+    # its temp dir is {base}/ray (`_start_node`): where ray.init() looks with RAY_TMPDIR={base}
     command = [
         str(BIN / "ray"),
         "start",
@@ -189,20 +193,16 @@ def _start_head() -> tuple[subprocess.Popen, RayHead]:
         str(metrics),
         "--runtime-env-agent-port",
         str(runtime_env),
-        "--temp-dir",
-        temp_dir,
         "--disable-usage-stats",
     ]
-    output = f"{base}/node.log"  # what `ray start --block` says when a process of its node exits
-    process = _ray_start(command, output)
     address = f"http://127.0.0.1:{dashboard}"
+    api = f"{address}/api/version"
     try:
-        _wait_until(_started(temp_dir), process, f"no address in {temp_dir}")
-        _wait_for(f"{address}/api/version", process)
-    except (NodeNotStarted, TimeoutError) as exc:
-        failed = _failed_start(process, base, exc)
+        answers = functools.partial(_answers, api, timeout=2)
+        process = _start_node(command, base, answers, f"no answer at {api}")
+    except NodeNotStarted:
         shutil.rmtree(base, ignore_errors=True)
-        raise failed from None
+        raise
     return process, RayHead(address, base, f"127.0.0.1:{gcs}", f"ray://127.0.0.1:{client}")
 
 
@@ -261,10 +261,10 @@ def second_node(head: RayHead) -> Iterator[subprocess.Popen]:
 
 
 def _start_second_node(head: RayHead) -> subprocess.Popen:
-    """`second_node`'s `ray start --block` process, once `ray start` says its node has started
-    (`_started`) and the head counts two live nodes; `NodeNotStarted` if it exits before. Its
-    temp dir is its own, in the head's (by default it is /tmp/ray, where `ray start` would write
-    this cluster's address for every `ray.init()` on the machine to find)."""
+    """`second_node`'s `ray start --block` process, once it has started its node and the head
+    counts two live nodes (`_start_node`). Its temp dir is its own, in the head's (by default it
+    is /tmp/ray, where `ray start` would write this cluster's address for every `ray.init()` on
+    the machine to find)."""
     agent_http, agent_grpc, metrics, runtime_env, manager, objects = _free_ports(6)
     ports = {
         "--dashboard-agent-listen-port": agent_http,
@@ -275,22 +275,15 @@ def _start_second_node(head: RayHead) -> subprocess.Popen:
         "--object-manager-port": objects,
     }
     base = tempfile.mkdtemp(prefix="n", dir=head.ray_tmpdir)  # short: socket paths are limited
-    temp_dir = f"{base}/ray"
     command = [str(BIN / "ray"), "start", "--block", "--address", head.gcs, "--num-cpus", "1"]
-    command += [*(str(part) for pair in ports.items() for part in pair)]
-    command += ["--temp-dir", temp_dir, "--disable-usage-stats"]
-    process = _ray_start(command, f"{base}/node.log")
+    command += [*(str(part) for pair in ports.items() for part in pair), "--disable-usage-stats"]
     alive = [("state", "=", "ALIVE")]
-    try:
-        _wait_until(_started(temp_dir), process, f"no address in {temp_dir}")
-        _wait_until(
-            lambda: len(list_nodes(address=head.address, filters=alive, **PARTIAL)) >= 2,
-            process,
-            "the head does not count two live nodes",
-        )
-    except (NodeNotStarted, TimeoutError) as exc:
-        raise _failed_start(process, base, exc) from None
-    return process
+    return _start_node(
+        command,
+        base,
+        lambda: len(list_nodes(address=head.address, filters=alive, **PARTIAL)) >= 2,
+        "the head does not count two live nodes",
+    )
 
 
 def job_exit(ray_head, submission_id: str) -> subprocess.CompletedProcess:
